@@ -1,0 +1,86 @@
+"""Benchmark (run on a GPU machine; not a test): launch-rate and collector-overhead ratios in one run.
+
+1. Eager launch rate of pcietrace's generator (Python, cuda.bindings, prebuilt parameters) vs a native
+   C++ loop (bench/native_launch.cu, built here with nvcc): goal >= 0.95x.
+2. Slowdown the collector causes on a launch-bound loop (generator at max rate, sampler off vs on,
+   interleaved): goal < 3 %.
+3. The idle PCIe floor with the sampler reading as fast as it can vs once per ms (NVML reads are
+   themselves PCIe traffic).
+Usage: python3 bench/launch_rate.py [--seconds 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pcietrace.analysis.counters import unwrap
+from pcietrace.backend import CudaBackend
+from pcietrace.collectors import CounterSampler, nvml
+from pcietrace.generate import LaunchConfig, LaunchGenerator
+
+HERE = Path(__file__).parent
+
+
+def native_rate(n: int, reps: int) -> list[float]:
+    exe = Path(tempfile.mkdtemp()) / "native_launch"
+    subprocess.run(["nvcc", "-O2", "-o", str(exe), str(HERE / "native_launch.cu"), "-lcuda"], check=True)
+    out = subprocess.run([str(exe), str(n), str(reps)], check=True, capture_output=True, text=True).stdout
+    return [float(x) for x in re.findall(r"native_launches_per_s (\S+)", out)]
+
+
+def idle_floor(idx: int, interval_ns: int, seconds: float) -> float:
+    s = CounterSampler([idx], interval_ns=interval_ns)
+    s.start()
+    time.sleep(seconds)
+    df = s.stop()
+    rx = unwrap(df["rx_raw"].to_numpy())
+    t = df["t_ns"].to_numpy()
+    return float(rx[-1] / ((t[-1] - t[0]) / 1e9)), len(df) / ((t[-1] - t[0]) / 1e9)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=1.0)
+    ap.add_argument("--reps", type=int, default=3)
+    a = ap.parse_args()
+    be = CudaBackend(0)
+    idx = nvml.index_for_bus_id(be.gpu.bus_id)
+    gen = LaunchGenerator(be)
+    cfg = LaunchConfig("eager", 0.0, 1, None, a.seconds, "bench")
+    gen.window(cfg)  # warm up
+    py_off, py_on = [], []
+    sampler = CounterSampler([idx])
+    for _ in range(a.reps):  # interleave off/on so drift hits both equally
+        py_off.append(gen.window(cfg)["achieved_rate_hz"])
+        sampler.start()
+        py_on.append(gen.window(cfg)["achieved_rate_hz"])
+        sampler.stop()
+        sampler = CounterSampler([idx])
+    n_native = int(statistics.median(py_off) * a.seconds * 2)
+    nat = native_rate(n_native, a.reps)
+    fast = idle_floor(idx, 0, 1.0)
+    slow = idle_floor(idx, 1_000_000, 1.0)
+    med = statistics.median
+    print(f"device: {be.gpu.name} ({be.gpu.bus_id}), driver {nvml.driver_version()}, {time.strftime('%Y-%m-%d')}")
+    print(f"native C++ eager launches/s:     {', '.join(f'{x:,.0f}' for x in nat)}  (median {med(nat):,.0f})")
+    print(f"pcietrace eager, sampler off:    {', '.join(f'{x:,.0f}' for x in py_off)}  (median {med(py_off):,.0f})")
+    print(f"pcietrace eager, sampler on:     {', '.join(f'{x:,.0f}' for x in py_on)}  (median {med(py_on):,.0f})")
+    print(f"RATIO generator/native = {med(py_off) / med(nat):.3f}  (goal >= 0.95)")
+    print(f"RATIO collector slowdown = {1 - med(py_on) / med(py_off):+.2%}  (goal < 3 %)")
+    print(f"idle H2D floor: sampler as fast as possible {fast[0] / 1e6:.2f} MB/s at {fast[1]:,.0f} reads/s; "
+          f"1 ms interval {slow[0] / 1e6:.2f} MB/s at {slow[1]:,.0f} reads/s "
+          f"=> {(fast[0] - slow[0]) / (fast[1] - slow[1]):,.0f} B per NVML read")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

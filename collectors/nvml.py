@@ -1,0 +1,181 @@
+"""The one module that imports pynvml.
+
+Every NVML call goes through :func:`query` (lazy ``nvmlInit``, errors mapped to typed exceptions,
+"not supported" handled in one place), in the manner of nvitop's ``libnvml``. Importing this module
+needs neither pynvml nor a driver.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pcietrace.errors import NoGpuError, NvmlError, NvmlNotSupported
+
+# Field ids from nvml.h (driver >= 555). The values are cumulative, 32-bit, wrapping, and count TLP headers.
+FI_PCIE_COUNT_TX_BYTES = 197  # GPU -> host (device-to-host)
+FI_PCIE_COUNT_RX_BYTES = 198  # host -> GPU (host-to-device)
+VALUE_TYPE_UINT = 1  # nvmlValueType_t NVML_VALUE_TYPE_UNSIGNED_INT
+VALUE_TYPE_ULL = 2  # NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+
+_lock = threading.Lock()
+_nvml: Any = None
+
+
+def _module() -> Any:
+    """pynvml, initialised once (lazily, so `import pcietrace` works without a driver)."""
+    global _nvml
+    with _lock:
+        if _nvml is None:
+            try:
+                import pynvml
+            except ImportError as exc:  # pragma: no cover - dependency missing
+                raise NoGpuError("nvidia-ml-py (pynvml) is not installed") from exc
+            try:
+                pynvml.nvmlInit()
+            except pynvml.NVMLError as exc:
+                raise NoGpuError(f"no NVIDIA driver/GPU found via NVML ({exc})") from exc
+            _nvml = pynvml
+        return _nvml
+
+
+def query(name: str, *args: Any) -> Any:
+    """Call ``pynvml.<name>(*args)``; raise NvmlNotSupported / NvmlError instead of pynvml's errors."""
+    nv = _module()
+    try:
+        return getattr(nv, name)(*args)
+    except nv.NVMLError_NotSupported as exc:
+        raise NvmlNotSupported(f"{name}: not supported on this GPU/driver") from exc
+    except nv.NVMLError_FunctionNotFound as exc:
+        raise NvmlNotSupported(f"{name}: not in this driver's NVML") from exc
+    except nv.NVMLError as exc:
+        raise NvmlError(f"{name}: {exc}") from exc
+
+
+def query_or(default: Any, name: str, *args: Any) -> Any:
+    """Like :func:`query` but return ``default`` where the query is not supported."""
+    try:
+        return query(name, *args)
+    except NvmlNotSupported:
+        return default
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """'00000000:1A:00.0' / '0000:1a:00.0' -> '0000:1a:00.0' (the sysfs spelling, lower case)."""
+    domain, rest = bus_id.strip().lower().split(":", 1)
+    return f"{int(domain, 16):04x}:{rest}"
+
+
+def device_count() -> int:
+    return int(query("nvmlDeviceGetCount"))
+
+
+def handle(index: int) -> Any:
+    return query("nvmlDeviceGetHandleByIndex", index)
+
+
+def index_for_bus_id(bus_id: str) -> int:
+    """NVML index of the GPU at a PCI bus id (how CUDA ordinals map to NVML under CUDA_VISIBLE_DEVICES)."""
+    h = query("nvmlDeviceGetHandleByPciBusId", normalize_bus_id(bus_id).encode())
+    return int(query("nvmlDeviceGetIndex", h))
+
+
+def driver_version() -> str:
+    return _str(query("nvmlSystemGetDriverVersion"))
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """Static facts about one GPU, as NVML reports them."""
+
+    nvml_index: int
+    name: str
+    uuid: str
+    bus_id: str
+    pcie_gen_current: int | None
+    pcie_gen_max: int | None
+    pcie_width_current: int | None
+    pcie_width_max: int | None
+    numa_node: int | None
+
+
+def gpu_info(index: int) -> GpuInfo:
+    h = handle(index)
+    pci = query("nvmlDeviceGetPciInfo", h)
+    return GpuInfo(
+        nvml_index=index,
+        name=_str(query("nvmlDeviceGetName", h)),
+        uuid=_str(query("nvmlDeviceGetUUID", h)),
+        bus_id=normalize_bus_id(_str(pci.busId)),
+        pcie_gen_current=query_or(None, "nvmlDeviceGetCurrPcieLinkGeneration", h),
+        pcie_gen_max=query_or(None, "nvmlDeviceGetMaxPcieLinkGeneration", h),
+        pcie_width_current=query_or(None, "nvmlDeviceGetCurrPcieLinkWidth", h),
+        pcie_width_max=query_or(None, "nvmlDeviceGetMaxPcieLinkWidth", h),
+        numa_node=query_or(None, "nvmlDeviceGetNumaNodeId", h),
+    )
+
+
+class CounterReader:
+    """Reads one GPU's PCIe TX/RX byte counters as cheaply as NVML allows.
+
+    ``mode`` is ``"fields"`` (fields 197/198: raw cumulative counters that wrap at ``2**bits``) or
+    ``"throughput"`` (the pre-555 ``nvmlDeviceGetPcieThroughput``: KB/s averaged over ~20 ms; each read
+    blocks ~20 ms). :meth:`read` returns ``(tx, rx)`` raw values, or ``None`` where either field's own
+    return code says the read failed.
+    """
+
+    def __init__(self, index: int, force_throughput: bool = False) -> None:
+        self.index = index
+        self._h = handle(index)
+        self.bits = 32
+        self.mode = "throughput" if force_throughput else self._probe_fields()
+        self.read: Callable[[], tuple[int, int] | None] = (
+            self._read_fields if self.mode == "fields" else self._read_throughput
+        )
+
+    def _probe_fields(self) -> str:
+        nv = _module()
+        try:
+            fn = nv._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
+        except nv.NVMLError:
+            return "throughput"
+        # One preallocated array reused for every read: the sampling loop allocates nothing.
+        self._values = (nv.c_nvmlFieldValue_t * 2)()
+        self._values[0].fieldId = FI_PCIE_COUNT_TX_BYTES
+        self._values[1].fieldId = FI_PCIE_COUNT_RX_BYTES
+        self._fn, self._n, self._ref = fn, ctypes.c_int32(2), ctypes.byref(self._values)
+        ret = fn(self._h, self._n, self._ref)
+        if ret != 0 or any(v.nvmlReturn != 0 for v in self._values):
+            return "throughput"
+        vtypes = {v.valueType for v in self._values}
+        if vtypes == {VALUE_TYPE_ULL}:
+            self.bits = 64
+        elif vtypes != {VALUE_TYPE_UINT}:
+            return "throughput"
+        return "fields"
+
+    def _read_fields(self) -> tuple[int, int] | None:
+        if self._fn(self._h, self._n, self._ref) != 0:
+            return None
+        tx, rx = self._values[0], self._values[1]
+        if tx.nvmlReturn or rx.nvmlReturn:
+            return None
+        if self.bits == 64:
+            return tx.value.ullVal, rx.value.ullVal
+        return tx.value.uiVal, rx.value.uiVal
+
+    def _read_throughput(self) -> tuple[int, int] | None:
+        nv = _module()
+        try:
+            return (
+                nv.nvmlDeviceGetPcieThroughput(self._h, nv.NVML_PCIE_UTIL_TX_BYTES),
+                nv.nvmlDeviceGetPcieThroughput(self._h, nv.NVML_PCIE_UTIL_RX_BYTES),
+            )
+        except nv.NVMLError:
+            return None

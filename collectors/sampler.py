@@ -1,0 +1,156 @@
+"""Background sampler of NVML PCIe byte counters.
+
+Sampling runs in a child process (one thread per GPU), so the sampler never competes with the
+launch loop for the parent's GIL. Timestamps are ``time.monotonic_ns()`` (CLOCK_MONOTONIC, shared by
+all processes), the clock the launch generator uses too. Samples stream back in chunks while the run
+goes on, so a crash or Ctrl-C in the parent loses at most the last chunk.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pcietrace.errors import NvmlError
+
+#: Columns of the raw sample frame. ``t_ns``: midpoint of the read on CLOCK_MONOTONIC (ns);
+#: ``read_ns``: how long the read took (ns); ``tx_raw``/``rx_raw``: the counters as NVML returned
+#: them (fields mode: cumulative bytes modulo 2**bits; throughput mode: KB/s over ~20 ms).
+SAMPLE_COLUMNS = ["nvml_index", "t_ns", "read_ns", "tx_raw", "rx_raw"]
+
+_CHUNK_NS = 20_000_000  # send samples to the parent every 20 ms
+
+
+def _sample_one(reader: Any, out: "mp.Queue[Any]", stop: Any, interval_ns: int) -> None:
+    now = time.monotonic_ns
+    read = reader.read
+    t, d, tx, rx = [], [], [], []
+    failed = 0
+    next_send = now() + _CHUNK_NS
+    while not stop.is_set():
+        t0 = now()
+        v = read()
+        t1 = now()
+        if v is None:
+            failed += 1
+        else:
+            t.append((t0 + t1) // 2)
+            d.append(t1 - t0)
+            tx.append(v[0])
+            rx.append(v[1])
+        if interval_ns:
+            time.sleep(max(0.0, (t0 + interval_ns - now()) / 1e9))
+        if t1 >= next_send:
+            out.put(("chunk", reader.index, np.array(t, np.int64), np.array(d, np.int64),
+                     np.array(tx, np.uint64), np.array(rx, np.uint64)))
+            t, d, tx, rx = [], [], [], []
+            next_send = t1 + _CHUNK_NS
+    out.put(("chunk", reader.index, np.array(t, np.int64), np.array(d, np.int64),
+             np.array(tx, np.uint64), np.array(rx, np.uint64)))
+    out.put(("done", reader.index, failed))
+
+
+def _child_main(indices: list[int], force_throughput: bool, interval_ns: int, out: "mp.Queue[Any]", stop: Any) -> None:
+    from pcietrace.collectors.nvml import CounterReader  # imported in the child: NVML is per process
+
+    try:
+        readers = [CounterReader(i, force_throughput) for i in indices]
+    except Exception as exc:  # report any failure to the parent as one line
+        out.put(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    out.put(("ready", {r.index: {"mode": r.mode, "bits": r.bits} for r in readers}))
+    threads = [threading.Thread(target=_sample_one, args=(r, out, stop, interval_ns), daemon=True) for r in readers]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+
+class CounterSampler:
+    """Samples the PCIe TX/RX counters of the given NVML indices until :meth:`stop`.
+
+    ``modes`` (after :meth:`start`): per NVML index, ``{"mode": "fields"|"throughput", "bits": 32|64}``.
+    ``failed_reads``: per NVML index, reads whose own return code was an error (dropped).
+    ``interval_ns``: least time between reads of one GPU (0 = as fast as NVML answers, ~0.16 ms).
+    """
+
+    def __init__(self, nvml_indices: list[int], force_throughput: bool = False, interval_ns: int = 0) -> None:
+        self.indices = list(nvml_indices)
+        self.force_throughput = force_throughput
+        self.interval_ns = int(interval_ns)
+        self.modes: dict[int, dict[str, Any]] = {}
+        self.failed_reads: dict[int, int] = {}
+        self._chunks: list[tuple[Any, ...]] = []
+        self._proc: Any = None
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        ctx = mp.get_context("spawn")
+        self._q = ctx.Queue()
+        self._stop = ctx.Event()
+        self._proc = ctx.Process(target=_child_main, daemon=True,
+                                 args=(self.indices, self.force_throughput, self.interval_ns, self._q, self._stop))
+        self._proc.start()
+        try:
+            msg = self._q.get(timeout=timeout_s)
+        except queue.Empty:
+            self._proc.kill()
+            raise NvmlError(f"counter sampler did not start within {timeout_s:.0f} s") from None
+        if msg[0] == "error":
+            self._proc.join(5)
+            raise NvmlError(f"counter sampler failed: {msg[1]}")
+        self.modes = {int(k): v for k, v in msg[1].items()}
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
+
+    def _drain(self) -> None:
+        done = 0
+        while done < len(self.indices):
+            try:
+                msg = self._q.get(timeout=0.5)
+            except queue.Empty:
+                if not self._proc.is_alive():
+                    return
+                continue
+            if msg[0] == "chunk":
+                self._chunks.append(msg[1:])
+            elif msg[0] == "done":
+                self.failed_reads[msg[1]] = msg[2]
+                done += 1
+
+    def frame(self) -> pd.DataFrame:
+        """Samples received so far (also usable after a crash), sorted by GPU and time."""
+        chunks = list(self._chunks)
+        if not chunks:
+            return pd.DataFrame({c: pd.Series(dtype="int64") for c in SAMPLE_COLUMNS})
+        df = pd.DataFrame({
+            "nvml_index": np.concatenate([np.full(len(c[1]), c[0], np.int64) for c in chunks]),
+            "t_ns": np.concatenate([c[1] for c in chunks]),
+            "read_ns": np.concatenate([c[2] for c in chunks]),
+            "tx_raw": np.concatenate([c[3] for c in chunks]),
+            "rx_raw": np.concatenate([c[4] for c in chunks]),
+        })
+        return df.sort_values(["nvml_index", "t_ns"], kind="stable").reset_index(drop=True)
+
+    def stop(self) -> pd.DataFrame:
+        """Stop sampling and return all samples (columns: :data:`SAMPLE_COLUMNS`)."""
+        if self._proc is not None:
+            self._stop.set()
+            self._drainer.join(10)
+            self._proc.join(5)
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc = None
+        return self.frame()
+
+    def __enter__(self) -> "CounterSampler":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,5 @@
+import sys
+
+from pcietrace.cli import main
+
+sys.exit(main())

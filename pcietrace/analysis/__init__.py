@@ -1,0 +1,50 @@
+"""Analysis: pure functions from a recorded :class:`~pcietrace.session.Session` to named DataFrames.
+
+Never imports rich or touches a GPU. :func:`analyze` is the one entry point the CLI and tests use.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+
+from pcietrace.analysis import counters, launch
+from pcietrace.session import Session
+
+#: Result tables in display order; each is a DataFrame documented in its producing function.
+RESULT_TABLES = ("sampling", "floor", "calibration", "per_launch", "per_node", "by_duration",
+                 "cpu_cost", "gpu_time", "speedup")
+
+
+def analyze(session: Session) -> dict[str, pd.DataFrame]:
+    """All result tables of a session (tables whose inputs are missing come back empty)."""
+    out: dict[str, pd.DataFrame] = {t: pd.DataFrame() for t in RESULT_TABLES}
+    s = session
+    if len(s.samples):
+        out["sampling"] = counters.sample_gaps(s.samples)
+    if len(s.windows) and len(s.samples):
+        cum = counters.cumulative_bytes(s.samples, s.counters)
+        wb = counters.window_bytes(cum, s.windows)
+        fl = counters.floor(wb)
+        wb = counters.subtract_floor(wb, fl)
+        out["floor"] = fl
+        out["per_launch"] = launch.per_launch_fits(wb, fl)
+        if len(out["per_launch"]):
+            out["per_node"] = launch.per_node(out["per_launch"])
+        out["by_duration"] = launch.by_duration(wb)
+    if len(s.calibration):
+        out["calibration"] = s.calibration
+    if len(s.bursts):
+        out["cpu_cost"] = launch.cpu_cost(s.bursts, s.windows)
+        if len(s.calibration):
+            out["gpu_time"] = launch.gpu_time(s.bursts, s.calibration)
+    if len(s.e2e):
+        out["speedup"] = launch.speedup(s.e2e)
+    return out
+
+
+def to_jsonable(results: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    """Result tables as lists of records (NaN -> null), for the JSON report and ``--json``."""
+    return {k: json.loads(v.to_json(orient="records")) for k, v in results.items()}

@@ -1,0 +1,114 @@
+"""Counter samples -> cumulative bytes -> bytes per window, and the background floor.
+
+Column conventions (all frames): ``nvml_index`` GPU; ``t_ns`` CLOCK_MONOTONIC ns; ``tx_bytes`` bytes the
+GPU sent (device->host, D2H); ``rx_bytes`` bytes the GPU received (host->device, H2D). Byte counts
+include PCIe TLP headers, as NVML counts them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: Fastest a x16 Gen5 link can move (B/s), used only to say whether a gap between samples could hide a wrap.
+MAX_LINK_BPS = 64e9
+
+
+def unwrap(raw: np.ndarray, bits: int = 32) -> np.ndarray:
+    """Cumulative bytes since the first sample from raw counter values that wrap at ``2**bits``.
+
+    Each step is taken modulo ``2**bits``, so one wrap between consecutive samples is undone; two wraps
+    between samples (more than 4.29 GB unseen for 32 bits) cannot be, and :func:`sample_gaps` flags them.
+    """
+    raw = np.asarray(raw, dtype=np.uint64)
+    if raw.size == 0:
+        return np.zeros(0, np.int64)
+    steps = np.diff(raw)  # uint64 arithmetic wraps modulo 2**64 ...
+    if bits < 64:
+        steps &= np.uint64((1 << bits) - 1)  # ... and the mask makes it modulo 2**bits
+    return np.concatenate([[0], np.cumsum(steps.astype(np.int64))])
+
+
+def integrate_rate(t_ns: np.ndarray, kb_per_s: np.ndarray) -> np.ndarray:
+    """Cumulative bytes from throughput samples (NVML's pre-555 API: KB/s over ~20 ms), trapezoid rule."""
+    t = np.asarray(t_ns, dtype=np.float64) / 1e9
+    r = np.asarray(kb_per_s, dtype=np.float64) * 1000.0
+    if t.size == 0:
+        return np.zeros(0)
+    return np.concatenate([[0.0], np.cumsum(np.diff(t) * (r[1:] + r[:-1]) / 2)])
+
+
+def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]]) -> pd.DataFrame:
+    """Raw samples (see ``SAMPLE_COLUMNS``) -> ``nvml_index, t_ns, tx_bytes, rx_bytes`` (bytes since the
+    GPU's first sample). ``counters`` gives each GPU's ``mode`` ("fields"/"throughput") and ``bits``."""
+    parts = []
+    for idx, g in samples.groupby("nvml_index", sort=True):
+        c = counters.get(int(idx), {"mode": "fields", "bits": 32})
+        t = g["t_ns"].to_numpy(np.int64)
+        if c["mode"] == "fields":
+            tx, rx = unwrap(g["tx_raw"].to_numpy(), c["bits"]), unwrap(g["rx_raw"].to_numpy(), c["bits"])
+        else:
+            tx, rx = integrate_rate(t, g["tx_raw"].to_numpy()), integrate_rate(t, g["rx_raw"].to_numpy())
+        parts.append(pd.DataFrame({"nvml_index": int(idx), "t_ns": t, "tx_bytes": tx, "rx_bytes": rx}))
+    if not parts:
+        return pd.DataFrame(columns=["nvml_index", "t_ns", "tx_bytes", "rx_bytes"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def sample_gaps(samples: pd.DataFrame, bits: int = 32) -> pd.DataFrame:
+    """Per GPU: samples, sample rate (Hz), median and max gap (us), and whether the max gap is long
+    enough that a saturated link could have wrapped the counter unseen (``wrap_risk``)."""
+    rows = []
+    for idx, g in samples.groupby("nvml_index", sort=True):
+        t = g["t_ns"].to_numpy(np.int64)
+        d = np.diff(t) if t.size > 1 else np.array([0])
+        span_s = (t[-1] - t[0]) / 1e9 if t.size > 1 else float("nan")
+        rows.append({"nvml_index": int(idx), "samples": int(t.size),
+                     "rate_hz": (t.size - 1) / span_s if t.size > 1 else float("nan"),
+                     "median_gap_us": float(np.median(d)) / 1e3, "max_gap_us": float(d.max()) / 1e3,
+                     "median_read_us": float(g["read_ns"].median()) / 1e3,
+                     "wrap_risk": bool(d.max() / 1e9 * MAX_LINK_BPS >= 2**bits)})
+    return pd.DataFrame(rows)
+
+
+def window_bytes(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    """``windows`` plus ``duration_s``, ``tx_bytes``, ``rx_bytes`` (counter change between the window's
+    start and end, linearly interpolated between samples) and ``samples`` (samples inside the window).
+    Windows not covered by samples get NaN bytes."""
+    out = windows.copy()
+    out["duration_s"] = (out["t_end_ns"] - out["t_start_ns"]) / 1e9
+    for col in ("tx_bytes", "rx_bytes"):
+        out[col] = np.nan
+    out["samples"] = 0
+    for idx, g in cum.groupby("nvml_index"):
+        t = g["t_ns"].to_numpy(np.int64)
+        sel = (out["nvml_index"] == idx).to_numpy()
+        a, b = out.loc[sel, "t_start_ns"].to_numpy(np.int64), out.loc[sel, "t_end_ns"].to_numpy(np.int64)
+        covered = (a >= t[0]) & (b <= t[-1])
+        for col in ("tx_bytes", "rx_bytes"):
+            y = g[col].to_numpy(np.float64)
+            out.loc[sel, col] = np.where(covered, np.interp(b, t, y) - np.interp(a, t, y), np.nan)
+        out.loc[sel, "samples"] = np.searchsorted(t, b) - np.searchsorted(t, a)
+    return out
+
+
+def floor(wb: pd.DataFrame) -> pd.DataFrame:
+    """Background traffic from the idle windows, per GPU: ``tx_Bps``/``rx_Bps`` (mean bytes per second),
+    their standard deviations over windows, and ``windows`` (how many idle windows)."""
+    idle = wb[wb["mode"] == "idle"].dropna(subset=["tx_bytes", "rx_bytes"])
+    rows = []
+    for idx, g in idle.groupby("nvml_index"):
+        tx, rx = g["tx_bytes"] / g["duration_s"], g["rx_bytes"] / g["duration_s"]
+        rows.append({"nvml_index": int(idx), "tx_Bps": tx.mean(), "tx_Bps_std": tx.std(ddof=1),
+                     "rx_Bps": rx.mean(), "rx_Bps_std": rx.std(ddof=1), "windows": len(g)})
+    return pd.DataFrame(rows, columns=["nvml_index", "tx_Bps", "tx_Bps_std", "rx_Bps", "rx_Bps_std", "windows"])
+
+
+def subtract_floor(wb: pd.DataFrame, fl: pd.DataFrame) -> pd.DataFrame:
+    """Adds ``tx_net_bytes``/``rx_net_bytes``: window bytes minus floor rate x window duration."""
+    out = wb.merge(fl[["nvml_index", "tx_Bps", "rx_Bps"]], on="nvml_index", how="left")
+    for d in ("tx", "rx"):
+        out[f"{d}_net_bytes"] = out[f"{d}_bytes"] - out[f"{d}_Bps"].fillna(0.0) * out["duration_s"]
+    return out.drop(columns=["tx_Bps", "rx_Bps"])

@@ -1,0 +1,119 @@
+"""Per-launch analyses: bytes per launch (fit), per graph node, by kernel duration, CPU cost, GPU time
+per kernel and graph speedup. Stateless: DataFrames in, DataFrames out.
+
+Inputs are the window frame after :func:`~pcietrace.analysis.counters.subtract_floor` (``wb``), and the
+``bursts``, ``e2e`` and ``calibration`` records of a session. Directions: ``h2d`` = host->device =
+the GPU's RX counter; ``d2h`` = device->host = TX.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from pcietrace.analysis.fit import linear_fit
+
+DIRECTIONS = {"h2d": "rx", "d2h": "tx"}
+
+
+def per_launch_fits(wb: pd.DataFrame, fl: pd.DataFrame) -> pd.DataFrame:
+    """Bytes per launch call from a fit of net window bytes (floor removed) against launch calls at
+    several rates.
+
+    Eager: one fit over the ``fit`` windows (empty kernel, rates from max down). Graph: one fit per K
+    over the ``graph`` windows. Net bytes are fitted because windows differ in length (a full queue
+    takes time to drain), so raw bytes would mix floor into the slope. Columns: ``nvml_index, mode,
+    graph_k, direction, bytes_per_call, ci95`` (95 % half-width), ``bytes_per_kernel`` (per call / K),
+    ``intercept_Bps`` (fit intercept over the mean window length: traffic neither launches nor the
+    floor explain), ``floor_Bps`` (the idle floor that was removed), ``intercept_ok`` (0 lies inside
+    the intercept's 95 % interval, i.e. the measured floor accounts for all non-launch traffic),
+    ``r2``, ``n``.
+    """
+    rows = []
+    sel = wb[wb["purpose"].isin(["fit", "graph"])].dropna(subset=["rx_net_bytes", "tx_net_bytes"])
+    floors = fl.set_index("nvml_index") if len(fl) else None
+    for (idx, mode, k), g in sel.groupby(["nvml_index", "mode", "graph_k"]):
+        dur = g["duration_s"].mean()
+        for direction, c in DIRECTIONS.items():
+            f = linear_fit(g["calls"], g[f"{c}_net_bytes"])
+            floor_bps = float(floors.loc[idx, f"{c}_Bps"]) if floors is not None and idx in floors.index else np.nan
+            icpt, icpt_ci = f["intercept"] / dur, f["intercept_ci95"] / dur
+            rows.append({"nvml_index": int(idx), "mode": mode, "graph_k": int(k), "direction": direction,
+                         "bytes_per_call": f["slope"], "ci95": f["slope_ci95"],
+                         "bytes_per_kernel": f["slope"] / k, "intercept_Bps": icpt, "intercept_ci95_Bps": icpt_ci,
+                         "floor_Bps": floor_bps, "intercept_ok": bool(abs(icpt) <= icpt_ci),
+                         "r2": f["r2"], "n": f["n"]})
+    return pd.DataFrame(rows)
+
+
+def per_node(fits: pd.DataFrame) -> pd.DataFrame:
+    """Graph bytes per launch split into a fixed part and a per-node part: a fit of bytes per graph
+    launch against K. Columns: ``nvml_index, direction, fixed_bytes, fixed_ci95, per_node_bytes,
+    per_node_ci95, ks`` (how many graph sizes)."""
+    rows = []
+    g_fits = fits[fits["mode"] == "graph"]
+    for (idx, direction), g in g_fits.groupby(["nvml_index", "direction"]):
+        f = linear_fit(g["graph_k"], g["bytes_per_call"])
+        rows.append({"nvml_index": int(idx), "direction": direction, "fixed_bytes": f["intercept"],
+                     "fixed_ci95": f["intercept_ci95"], "per_node_bytes": f["slope"],
+                     "per_node_ci95": f["slope_ci95"], "ks": f["n"]})
+    return pd.DataFrame(rows)
+
+
+def by_duration(wb: pd.DataFrame) -> pd.DataFrame:
+    """Net bytes per launch of eager windows at max rate, per kernel duration (is it flat?).
+    Columns: ``nvml_index, kernel_us, launches, achieved_rate_hz, h2d_bytes_per_launch,
+    d2h_bytes_per_launch``."""
+    sel = wb[(wb["mode"] == "eager") & wb["target_rate_hz"].isna() & (wb["launches"] > 0)]
+    out = sel[["nvml_index", "kernel_us", "launches", "achieved_rate_hz"]].copy()
+    for direction, c in DIRECTIONS.items():
+        out[f"{direction}_bytes_per_launch"] = sel[f"{c}_net_bytes"] / sel["launches"]
+    return out.groupby(["nvml_index", "kernel_us"], as_index=False).mean(numeric_only=True)
+
+
+def cpu_cost(bursts: pd.DataFrame, wb: pd.DataFrame) -> pd.DataFrame:
+    """Host cost per launch call (us): ``host_us_per_call`` from bursts (median over durations; the
+    queue never fills, so this is the launch API's own cost) and ``cpu_us_per_call`` (thread CPU
+    time per call of max-rate windows). Columns: ``nvml_index, mode, graph_k, host_us_per_call,
+    host_us_per_kernel, cpu_us_per_call``."""
+    b = bursts.assign(host_us_per_call=bursts["host_ns"] / bursts["calls"] / 1e3)
+    out = b.groupby(["nvml_index", "mode", "graph_k"], as_index=False)["host_us_per_call"].median()
+    out["host_us_per_kernel"] = out["host_us_per_call"] / out["graph_k"]
+    if not {"cpu_ns", "calls", "target_rate_hz"} <= set(wb.columns):
+        return out.assign(cpu_us_per_call=np.nan)
+    w = wb[(wb["calls"] > 0) & wb["target_rate_hz"].isna()]
+    w = w.assign(cpu_us_per_call=w["cpu_ns"] / w["calls"] / 1e3)
+    cpu = w.groupby(["nvml_index", "mode", "graph_k"], as_index=False)["cpu_us_per_call"].median()
+    return out.merge(cpu, on=["nvml_index", "mode", "graph_k"], how="left")
+
+
+def gpu_time(bursts: pd.DataFrame, calibration: pd.DataFrame) -> pd.DataFrame:
+    """GPU time per kernel with the queue full (``eager_gpu_us``, ``graph_gpu_us``), per kernel duration.
+    ``gap`` = per-kernel time minus the kernel's measured duration (the launch overhead the GPU
+    sees); ``gpu_speedup`` = eager / graph. ``saturated`` False means the burst did not keep the queue
+    full and the number is an upper bound."""
+    b = bursts.assign(us_per_kernel=bursts["gpu_ns"] / bursts["launches"] / 1e3)
+    piv = b.pivot_table(index=["nvml_index", "kernel_us"], columns="mode",
+                        values=["us_per_kernel", "saturated"], aggfunc={"us_per_kernel": "median", "saturated": "all"})
+    out = pd.DataFrame({
+        "eager_gpu_us": piv[("us_per_kernel", "eager")],
+        "graph_gpu_us": piv[("us_per_kernel", "graph")],
+        "saturated": piv[("saturated", "eager")].astype(bool) & piv[("saturated", "graph")].astype(bool),
+    }).reset_index()
+    cal = calibration[["nvml_index", "kernel_us", "measured_us"]]
+    out = out.merge(cal, on=["nvml_index", "kernel_us"], how="left")
+    out["eager_gap_us"] = out["eager_gpu_us"] - out["measured_us"]
+    out["graph_gap_us"] = out["graph_gpu_us"] - out["measured_us"]
+    out["gpu_speedup"] = out["eager_gpu_us"] / out["graph_gpu_us"]
+    return out
+
+
+def speedup(e2e: pd.DataFrame) -> pd.DataFrame:
+    """End-to-end wall time per kernel (``eager_wall_us``, ``graph_wall_us``; host launching as fast as it can, plus the final sync),
+    eager vs graph, per kernel duration; ``speedup`` = eager / graph (the classic CUDA-graph figure)."""
+    e = e2e.assign(us_per_kernel=e2e["wall_ns"] / e2e["launches"] / 1e3)
+    piv = e.pivot_table(index=["nvml_index", "kernel_us"], columns="mode", values="us_per_kernel", aggfunc="median")
+    out = pd.DataFrame({"eager_wall_us": piv["eager"], "graph_wall_us": piv["graph"]}).reset_index()
+    out["graph_k"] = int(e.loc[e["mode"] == "graph", "graph_k"].iloc[0]) if (e["mode"] == "graph").any() else 0
+    out["speedup"] = out["eager_wall_us"] / out["graph_wall_us"]
+    return out

@@ -1,0 +1,94 @@
+"""The real-GPU backend of the launch generator: the spin kernel on one CUDA device."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pcietrace.cuda import Gpu, handle_return
+from pcietrace.generate import Launch
+from pcietrace.kernels import SPIN_SOURCE
+
+
+class CudaBackend:
+    """Spin-kernel launches on CUDA device ``ordinal``; clock = ``time.monotonic_ns`` (the collector's)."""
+
+    simulated = False
+    clock = staticmethod(time.monotonic_ns)
+    thread_time_ns = staticmethod(time.thread_time_ns)
+
+    def __init__(self, ordinal: int) -> None:
+        self.gpu = Gpu(ordinal)
+        module = self.gpu.compile(SPIN_SOURCE, "pt_spin")
+        self._kernel = self.gpu.kernel(module, "pt_spin", 2)
+        # A second parameter block for blockers, so a blocker never changes the measured launches' args.
+        self._blocker = self.gpu.kernel(module, "pt_spin", 2)
+        self._launch = self.gpu.launcher(self._kernel)
+        self._blocker_launch = self.gpu.launcher(self._blocker)
+        self._graphs: dict[tuple[int, int], Launch] = {}
+        self._elapsed = self.gpu.alloc_device(8)
+
+    def launcher(self, kernel_ns: int) -> Launch:
+        # All eager launches share one prebuilt parameter block; setting the duration is a store.
+        self._kernel.args[:] = (kernel_ns, 0)
+        return self._launch
+
+    def blocker(self, kernel_ns: int) -> Launch:
+        self._blocker.args[:] = (kernel_ns, 0)
+        return self._blocker_launch
+
+    def graph_launcher(self, nodes: int, kernel_ns: int) -> Launch:
+        key = (nodes, kernel_ns)
+        if key not in self._graphs:
+            exe = self.gpu.capture_graph(self.launcher(kernel_ns), nodes)
+            self._graphs[key] = self.gpu.graph_launcher(exe)
+        return self._graphs[key]
+
+    def synchronize(self) -> None:
+        self.gpu.synchronize()
+
+    def event(self) -> Any:
+        return self.gpu.event()
+
+    def record(self, ev: Any) -> None:
+        self.gpu.record(ev)
+
+    def done(self, ev: Any) -> bool:
+        return self.gpu.done(ev)
+
+    def elapsed_ms(self, a: Any, b: Any) -> float:
+        return self.gpu.elapsed_ms(a, b)
+
+    def raise_launch_error(self, result: tuple[Any, ...]) -> None:
+        handle_return(result, "launch")
+
+    def measure_kernel_ns(self, kernel_ns: int, repeats: int) -> list[int]:
+        self._kernel.args[:] = (kernel_ns, self._elapsed)
+        out = []
+        for _ in range(repeats):
+            handle_return(self._launch(), "cuLaunchKernel")
+            out.append(int(self.gpu.read_u64(self._elapsed)[0]))
+        self._kernel.args[1] = 0
+        return out
+
+
+def open_gpus(ordinals: list[int]) -> list[tuple[dict[str, Any], CudaBackend]]:
+    """Open a backend per CUDA ordinal and describe each GPU (NVML index found by PCI bus id, so
+    CUDA_VISIBLE_DEVICES renumbering is honoured)."""
+    from dataclasses import asdict
+
+    from pcietrace.collectors import nvml
+
+    out = []
+    for o in ordinals:
+        be = CudaBackend(o)
+        idx = nvml.index_for_bus_id(be.gpu.bus_id)
+        meta = {**asdict(nvml.gpu_info(idx)), "cuda_ordinal": o, "compute_capability": list(be.gpu.cc)}
+        out.append((meta, be))
+    return out
+
+
+def driver_version() -> str:
+    from pcietrace.collectors import nvml
+
+    return nvml.driver_version()

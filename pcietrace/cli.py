@@ -1,0 +1,226 @@
+"""Command line: ``pcietrace run | report``. Expected failures print one line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from pcietrace import __version__
+from pcietrace.errors import NoGpuError, PcietraceError, UsageError
+
+SIM_HINT = "run `pcietrace run --simulate` to try the whole pipeline on a simulated device"
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not vals or any(v < 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected non-negative numbers, got {text!r}")
+    return vals
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    vals = _float_list(text)
+    if any(v != int(v) or v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return tuple(int(v) for v in vals)
+
+
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return v
+
+
+def parse_gpus(spec: str, count: int) -> list[int]:
+    """'all' or comma-separated CUDA ordinals (as CUDA_VISIBLE_DEVICES presents them) -> list."""
+    if spec == "all":
+        return list(range(count))
+    try:
+        ords = [int(x) for x in spec.split(",")]
+    except ValueError:
+        raise UsageError(f"--gpu takes 'all' or CUDA device numbers like 0,1 (got {spec!r})") from None
+    bad = [o for o in ords if not 0 <= o < count]
+    if bad:
+        raise UsageError(f"--gpu {spec}: no CUDA device {bad[0]} ({count} visible)")
+    return sorted(set(ords))
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pcietrace", formatter_class=_Formatter,
+        description="What one kernel launch costs on this machine (PCIe bytes, CPU time, GPU time) "
+                    "and what CUDA graphs save, measured with NVML's PCIe byte counters.",
+        epilog="examples:\n  pcietrace run                 measure this machine's GPUs (about a minute)\n"
+               "  pcietrace run --simulate      the same pipeline on a SIMULATED device (no GPU)\n"
+               "  pcietrace report reports/RUN  re-analyse and re-render a saved run")
+    p.add_argument("--version", action="version", version=f"pcietrace {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    r = sub.add_parser("run", formatter_class=_Formatter, help="measure per-launch PCIe bytes and launch cost",
+                       description="Launch calibrated spin kernels eager and as CUDA graphs at several rates while "
+                                   "sampling the PCIe counters; print the analysis and save the run.")
+    r.add_argument("--gpu", default="all", help="CUDA device numbers to measure, e.g. 0,1, or 'all'")
+    r.add_argument("--simulate", action="store_true", help="use a SIMULATED device modelled on a recorded H100 run")
+    r.add_argument("--quick", action="store_true", help="shorter windows and fewer durations/graph sizes")
+    r.add_argument("--window-s", type=_positive, default=None, help="length of each counter window in seconds (default 0.25, quick 0.1)")
+    r.add_argument("--durations", type=_float_list, default=None, metavar="US,US,..",
+                   help="kernel durations in us (default 0,2,5,10,20,50)")
+    r.add_argument("--graph-k", type=_int_list, default=None, metavar="K,K,..",
+                   help="kernels per graph for the graph fits (default 1,10,100,1000)")
+    r.add_argument("--throughput-api", action="store_true",
+                   help="force NVML's low-resolution throughput API instead of the byte counters")
+    r.add_argument("-o", "--output", type=Path, default=None, help="folder to save the run in (default reports/<time>-<gpu>)")
+    r.add_argument("--no-save", action="store_true", help="do not save the run")
+    r.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
+    r.add_argument("--seed", type=int, default=0, help="random seed of the simulated device")
+    r.set_defaults(func=cmd_run)
+
+    rp = sub.add_parser("report", formatter_class=_Formatter, help="re-analyse and re-render a saved run (no GPU needed)")
+    rp.add_argument("path", type=Path, help="a run folder or its report.json")
+    rp.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
+    rp.set_defaults(func=cmd_report)
+    return p
+
+
+def _plan(args: argparse.Namespace) -> Any:
+    from pcietrace.run import RunPlan
+
+    kw: dict[str, Any] = {}
+    if args.quick:
+        kw.update(durations_us=(0, 5, 50), graph_ks=(1, 100), window_s=0.1, e2e_repeats=1)
+    if args.window_s is not None:
+        kw["window_s"] = args.window_s
+    if args.durations is not None:
+        kw["durations_us"] = args.durations
+    if args.graph_k is not None:
+        kw["graph_ks"] = args.graph_k
+    return RunPlan(**kw)
+
+
+def _output_dir(args: argparse.Namespace, meta: dict[str, Any]) -> Path:
+    if args.output is not None:
+        return args.output
+    name = meta["gpus"][0]["name"] if meta.get("gpus") else "gpu"
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return Path("reports") / f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}{'-simulated' if meta['simulated'] else ''}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.run import base_meta, record
+    from pcietrace.session import Session
+
+    plan = _plan(args)
+    err = Console(stderr=True)
+    if args.simulate:
+        from pcietrace.sim import SimBackend, SimDevice, SimParams, SimSampler
+
+        params = SimParams.default()
+        device = SimDevice(params, seed=args.seed)
+        gpu_meta = {"nvml_index": 0, "cuda_ordinal": 0, "name": f"SIMULATED {params.gpu_name}", "bus_id": "sim",
+                    "pcie_gen_current": None, "pcie_gen_max": None, "pcie_width_current": None, "pcie_width_max": None}
+        gpus: list[tuple[dict[str, Any], Any]] = [(gpu_meta, SimBackend(device))]
+        sampler: Any = SimSampler(device)
+        session = Session(meta=base_meta(plan, True))
+        session.meta.update(driver="simulated", sim_source=params.source, sim_params=params.__dict__)
+    else:
+        from pcietrace import backend, cuda
+        from pcietrace.collectors import CounterSampler
+
+        try:
+            ordinals = parse_gpus(args.gpu, cuda.device_count())
+            gpus = backend.open_gpus(ordinals)
+        except NoGpuError as exc:
+            raise NoGpuError(f"{exc}; {SIM_HINT}") from None
+        sampler = CounterSampler([g["nvml_index"] for g, _ in gpus], force_throughput=args.throughput_api)
+        session = Session(meta=base_meta(plan, False))
+        session.meta["driver"] = backend.driver_version()
+    session.meta["gpus"] = [g for g, _ in gpus]
+    out_dir = None if args.no_save else _output_dir(args, session.meta)
+    interrupted = False
+    try:
+        with Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err, transient=True, disable=args.json and not err.is_terminal) as prog:
+            task = prog.add_task("starting counter sampler", total=plan.steps() * len(gpus))
+            first = [True]
+
+            def advance(label: str) -> None:
+                if not first[0]:
+                    prog.advance(task)
+                first[0] = False
+                prog.update(task, description=label)
+
+            record(session, plan, gpus, sampler, progress=advance)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        # Whatever happened, keep what was recorded.
+        results = analyze(session) if session.meta.get("status") == "complete" else None
+        if out_dir is not None:
+            session.save(out_dir, to_jsonable(results) if results is not None else None)
+            err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}")
+    if interrupted:
+        err.print("interrupted" + (f"; `pcietrace report {out_dir}` shows what was recorded" if out_dir else ""))
+        return 130
+    _emit(session.meta, results, args.json)
+    return 0
+
+
+def _emit(meta: dict[str, Any], results: Any, as_json: bool) -> None:
+    from rich.console import Console
+
+    from pcietrace.analysis import to_jsonable
+    from pcietrace.report.console import render
+    from pcietrace.session import SCHEMA
+
+    if as_json:
+        json.dump({"schema": SCHEMA, "meta": meta, "results": to_jsonable(results)}, sys.stdout, indent=1, default=str)
+        sys.stdout.write("\n")
+    else:
+        render(meta, results, Console())
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pcietrace.analysis import analyze
+    from pcietrace.session import Session
+
+    session = Session.load(args.path)
+    _emit(session.meta, analyze(session), args.json)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args))
+    except PcietraceError as exc:
+        print(f"pcietrace: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("pcietrace: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1

@@ -1,0 +1,233 @@
+"""The one module that imports cuda.bindings (driver API and NVRTC).
+
+Every call goes through :func:`handle_return`, which turns a non-success code into :class:`CudaError`.
+Importing this module needs neither cuda-python nor a driver; :func:`open_gpu` raises
+:class:`NoGpuError` where there is none.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from pcietrace.errors import CudaError, NoGpuError
+
+_drv: Any = None
+_rtc: Any = None
+
+
+def _bindings() -> tuple[Any, Any]:
+    global _drv, _rtc
+    if _drv is None:
+        try:
+            from cuda.bindings import driver, nvrtc
+        except ImportError as exc:
+            raise NoGpuError("cuda-python (cuda.bindings) is not installed") from exc
+        _drv, _rtc = driver, nvrtc
+    return _drv, _rtc
+
+
+def handle_return(result: tuple[Any, ...], call: str = "CUDA call") -> Any:
+    """Check a cuda.bindings result tuple ``(err, *values)``; return the value(s) or raise CudaError."""
+    drv, rtc = _bindings()
+    err = result[0]
+    if int(err) != 0:
+        if isinstance(err, rtc.nvrtcResult):
+            name = rtc.nvrtcGetErrorString(err)[1].decode()
+        else:
+            got = drv.cuGetErrorName(err)
+            name = got[1].decode() if int(got[0]) == 0 else str(err)
+        raise CudaError(call, int(err), name)
+    if len(result) == 1:
+        return None
+    return result[1] if len(result) == 2 else result[1:]
+
+
+def device_count() -> int:
+    """CUDA devices visible to this process (honours CUDA_VISIBLE_DEVICES); raises NoGpuError if none."""
+    drv, _ = _bindings()
+    try:
+        handle_return(drv.cuInit(0), "cuInit")
+    except CudaError as exc:
+        raise NoGpuError(f"CUDA driver present but no usable GPU ({exc.name})") from exc
+    except Exception as exc:  # cuda.pathfinder raises its own error when libcuda.so is absent
+        raise NoGpuError(f"no NVIDIA driver found ({type(exc).__name__})") from exc
+    return int(handle_return(drv.cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
+@dataclass
+class Kernel:
+    """A compiled kernel plus a prebuilt parameter block: launches pass one integer address.
+
+    ``args`` holds the argument values (uint64 each); ``_ptrs`` the ``void*[]`` pointing at them.
+    Changing ``args`` in place changes the next launch (the driver copies parameters at launch).
+    """
+
+    func: Any
+    args: np.ndarray
+    _ptrs: np.ndarray = field(repr=False)
+
+    @property
+    def params_address(self) -> int:
+        return int(self._ptrs.ctypes.data)
+
+
+class Gpu:
+    """A CUDA device with its primary context and one non-blocking stream."""
+
+    def __init__(self, ordinal: int) -> None:
+        drv, _ = _bindings()
+        n = device_count()
+        if not 0 <= ordinal < n:
+            raise NoGpuError(f"CUDA device {ordinal} does not exist ({n} visible)")
+        self.ordinal = ordinal
+        self.device = handle_return(drv.cuDeviceGet(ordinal), "cuDeviceGet")
+        self.context = handle_return(drv.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
+        self.make_current()
+        self.stream = handle_return(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+        self.bus_id = handle_return(drv.cuDeviceGetPCIBusId(32, self.device), "cuDeviceGetPCIBusId")
+        self.bus_id = self.bus_id.split(b"\0", 1)[0].decode() if isinstance(self.bus_id, bytes) else str(self.bus_id)
+        self.name = handle_return(drv.cuDeviceGetName(256, self.device), "cuDeviceGetName").split(b"\0", 1)[0].decode()
+        attr = drv.CUdevice_attribute
+        self.cc = (self.attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                   self.attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
+        self.driver_version = handle_return(drv.cuDriverGetVersion(), "cuDriverGetVersion")
+        self._keep: list[Any] = []
+
+    def attribute(self, attr: Any) -> int:
+        drv, _ = _bindings()
+        return int(handle_return(drv.cuDeviceGetAttribute(attr, self.device), "cuDeviceGetAttribute"))
+
+    def make_current(self) -> None:
+        drv, _ = _bindings()
+        handle_return(drv.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+
+    # -- compilation -------------------------------------------------------------------------------
+    def compile(self, source: str, name: str) -> Any:
+        """Compile CUDA C++ with NVRTC for this GPU's architecture; return the loaded module."""
+        drv, rtc = _bindings()
+        prog = handle_return(rtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []),
+                             "nvrtcCreateProgram")
+        opts = [f"--gpu-architecture=sm_{self.cc[0]}{self.cc[1]}".encode(), b"-default-device"]
+        try:
+            handle_return(rtc.nvrtcCompileProgram(prog, len(opts), opts), "nvrtcCompileProgram")
+        except CudaError as exc:
+            size = handle_return(rtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+            log = b" " * size
+            handle_return(rtc.nvrtcGetProgramLog(prog, log), "nvrtcGetProgramLog")
+            raise CudaError(exc.call, exc.code, exc.name, log.decode(errors="replace").strip()) from exc
+        size = handle_return(rtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+        cubin = b" " * size
+        handle_return(rtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+        handle_return(rtc.nvrtcDestroyProgram(prog), "nvrtcDestroyProgram")
+        return handle_return(drv.cuModuleLoadData(cubin), "cuModuleLoadData")
+
+    def kernel(self, module: Any, name: str, nargs: int) -> Kernel:
+        """A kernel whose ``nargs`` arguments are all 64-bit (integers or pointers)."""
+        drv, _ = _bindings()
+        func = handle_return(drv.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
+        args = np.zeros(nargs, np.uint64)
+        ptrs = np.array([args.ctypes.data + 8 * i for i in range(nargs)], np.uint64)
+        return Kernel(func, args, ptrs)
+
+    # -- launching ---------------------------------------------------------------------------------
+    def launcher(self, k: Kernel, grid: int = 1, block: int = 1) -> Callable[[], tuple[Any, ...]]:
+        """A zero-argument callable that launches ``k`` once on the stream and returns ``(err,)``.
+
+        A ``functools.partial`` over the binding is called in C, so the Python launch loop pays only
+        the binding's own cost per launch.
+        """
+        drv, _ = _bindings()
+        return functools.partial(drv.cuLaunchKernel, k.func, grid, 1, 1, block, 1, 1, 0,
+                                 self.stream, k.params_address, 0)
+
+    def capture_graph(self, launch: Callable[[], tuple[Any, ...]], nodes: int) -> Any:
+        """Capture ``nodes`` calls of ``launch`` into a graph; return the instantiated executable graph."""
+        drv, _ = _bindings()
+        handle_return(drv.cuStreamBeginCapture(
+            self.stream, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")
+        try:
+            for _ in range(nodes):
+                handle_return(launch(), "cuLaunchKernel (capture)")
+        finally:
+            graph = handle_return(drv.cuStreamEndCapture(self.stream), "cuStreamEndCapture")
+        exe = handle_return(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        handle_return(drv.cuGraphUpload(exe, self.stream), "cuGraphUpload")
+        self._keep.append(graph)
+        return exe
+
+    def graph_launcher(self, exe: Any) -> Callable[[], tuple[Any, ...]]:
+        drv, _ = _bindings()
+        return functools.partial(drv.cuGraphLaunch, exe, self.stream)
+
+    def check(self, result: tuple[Any, ...], call: str = "launch") -> None:
+        handle_return(result, call)
+
+    def synchronize(self) -> None:
+        drv, _ = _bindings()
+        handle_return(drv.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+
+    # -- events ------------------------------------------------------------------------------------
+    def event(self) -> Any:
+        drv, _ = _bindings()
+        return handle_return(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
+
+    def record(self, ev: Any) -> None:
+        drv, _ = _bindings()
+        handle_return(drv.cuEventRecord(ev, self.stream), "cuEventRecord")
+
+    def done(self, ev: Any) -> bool:
+        """True once the work before ``ev`` has finished on the GPU."""
+        drv, _ = _bindings()
+        err = drv.cuEventQuery(ev)[0]
+        if err == drv.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        handle_return((err,), "cuEventQuery")
+        return True
+
+    def elapsed_ms(self, a: Any, b: Any) -> float:
+        drv, _ = _bindings()
+        handle_return(drv.cuEventSynchronize(b), "cuEventSynchronize")
+        return float(handle_return(drv.cuEventElapsedTime(a, b), "cuEventElapsedTime"))
+
+    # -- memory ------------------------------------------------------------------------------------
+    def alloc_device(self, nbytes: int) -> int:
+        drv, _ = _bindings()
+        return int(handle_return(drv.cuMemAlloc(nbytes), "cuMemAlloc"))
+
+    def alloc_pinned(self, nbytes: int, mapped: bool = False) -> int:
+        """Page-locked host memory (optionally mapped into the GPU's address space)."""
+        drv, _ = _bindings()
+        flags = drv.CU_MEMHOSTALLOC_DEVICEMAP if mapped else 0
+        return int(handle_return(drv.cuMemHostAlloc(nbytes, flags), "cuMemHostAlloc"))
+
+    def device_pointer(self, host_ptr: int) -> int:
+        drv, _ = _bindings()
+        return int(handle_return(drv.cuMemHostGetDevicePointer(host_ptr, 0), "cuMemHostGetDevicePointer"))
+
+    def free_device(self, ptr: int) -> None:
+        drv, _ = _bindings()
+        handle_return(drv.cuMemFree(ptr), "cuMemFree")
+
+    def free_pinned(self, ptr: int) -> None:
+        drv, _ = _bindings()
+        handle_return(drv.cuMemFreeHost(ptr), "cuMemFreeHost")
+
+    def copy_h2d(self, dst: int, src: int, nbytes: int) -> None:
+        drv, _ = _bindings()
+        handle_return(drv.cuMemcpyHtoDAsync(dst, src, nbytes, self.stream), "cuMemcpyHtoDAsync")
+
+    def copy_d2h(self, dst: int, src: int, nbytes: int) -> None:
+        drv, _ = _bindings()
+        handle_return(drv.cuMemcpyDtoHAsync(dst, src, nbytes, self.stream), "cuMemcpyDtoHAsync")
+
+    def read_u64(self, dptr: int, n: int = 1) -> np.ndarray:
+        """Copy ``n`` uint64 values from device memory (synchronously)."""
+        drv, _ = _bindings()
+        out = np.zeros(n, np.uint64)
+        self.synchronize()
+        handle_return(drv.cuMemcpyDtoH(out.ctypes.data, dptr, 8 * n), "cuMemcpyDtoH")
+        return out

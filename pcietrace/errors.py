@@ -1,0 +1,31 @@
+"""Typed errors. The CLI turns any PcietraceError into one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+
+class PcietraceError(Exception):
+    """Base class: an expected failure the user can act on (bad input, no GPU, unsupported driver)."""
+
+
+class UsageError(PcietraceError):
+    """Bad command-line input or a file that is not a pcietrace report."""
+
+
+class NoGpuError(PcietraceError):
+    """No NVIDIA driver or no GPU visible. Carries a hint towards --simulate."""
+
+
+class NvmlError(PcietraceError):
+    """An NVML call failed (other than "not supported", which callers handle)."""
+
+
+class NvmlNotSupported(NvmlError):
+    """The driver/GPU does not support this NVML query."""
+
+
+class CudaError(PcietraceError):
+    """A CUDA driver or NVRTC call returned an error code."""
+
+    def __init__(self, call: str, code: int, name: str, detail: str = "") -> None:
+        self.call, self.code, self.name = call, code, name
+        super().__init__(f"{call} failed: {name} ({code}){': ' + detail if detail else ''}")

@@ -1,0 +1,239 @@
+"""Launch generator: fires the spin kernel eager or as CUDA graphs, paced or as fast as possible.
+
+Works against a :class:`Backend` (the real GPU in :mod:`pcietrace.backend`, or the simulated one in
+:mod:`pcietrace.sim`), so the same loops run in tests with a virtual clock. All times are on the
+backend's clock, which for real GPUs is ``time.monotonic_ns()`` — the collector's clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterator, Protocol
+
+import numpy as np
+
+from pcietrace.errors import UsageError
+
+try:  # nvtx is a declared dependency, but a missing one must not stop a measurement
+    import nvtx as _nvtx
+except ImportError:  # pragma: no cover
+    _nvtx = None
+
+MODES = ("idle", "eager", "graph")
+Launch = Callable[[], tuple[Any, ...]]
+
+
+class Backend(Protocol):
+    """What the generator needs from a device. Launch callables return ``(err,)``, 0 on success."""
+
+    simulated: bool
+
+    def clock(self) -> int: ...  # ns, monotonic
+    def thread_time_ns(self) -> int: ...  # CPU time of the calling thread, ns
+    def launcher(self, kernel_ns: int) -> Launch: ...
+    def blocker(self, kernel_ns: int) -> Launch: ...
+    def graph_launcher(self, nodes: int, kernel_ns: int) -> Launch: ...
+    def synchronize(self) -> None: ...
+    def event(self) -> Any: ...
+    def record(self, ev: Any) -> None: ...
+    def done(self, ev: Any) -> bool: ...
+    def elapsed_ms(self, a: Any, b: Any) -> float: ...
+    def measure_kernel_ns(self, kernel_ns: int, repeats: int) -> list[int]: ...
+    def raise_launch_error(self, result: tuple[Any, ...]) -> None: ...
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One measured window, validated on construction.
+
+    ``rate_hz`` counts launch calls: kernels in eager mode, graph launches in graph mode; ``None`` means
+    as fast as possible. ``graph_k`` is the number of kernel nodes per graph (1 in eager mode).
+    """
+
+    mode: str
+    kernel_us: float = 0.0
+    graph_k: int = 1
+    rate_hz: float | None = None
+    duration_s: float = 0.25
+    purpose: str = "bytes"
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise UsageError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        if not (0 <= self.kernel_us <= 1_000_000) or math.isnan(self.kernel_us):
+            raise UsageError(f"kernel duration must be 0..1e6 us, not {self.kernel_us}")
+        if not (1 <= self.graph_k <= 100_000):
+            raise UsageError(f"graph size K must be 1..100000, not {self.graph_k}")
+        if self.mode != "graph" and self.graph_k != 1:
+            raise UsageError("graph size K only applies to graph mode")
+        if self.rate_hz is not None and not (0 < self.rate_hz <= 10_000_000):
+            raise UsageError(f"rate must be > 0 and <= 1e7 launches/s, not {self.rate_hz}")
+        if not (0 < self.duration_s <= 3600):
+            raise UsageError(f"window duration must be 0..3600 s, not {self.duration_s}")
+
+    @property
+    def kernel_ns(self) -> int:
+        return int(round(self.kernel_us * 1000))
+
+    @property
+    def label(self) -> str:
+        rate = "max" if self.rate_hz is None else f"{self.rate_hz:.0f}/s"
+        k = f" K={self.graph_k}" if self.mode == "graph" else ""
+        return f"{self.purpose} {self.mode}{k} {self.kernel_us:g}us @{rate}"
+
+
+@contextlib.contextmanager
+def nvtx_range(message: str) -> Iterator[None]:
+    """An NVTX push/pop range in the 'pcietrace' domain, so nsys timelines show our windows."""
+    if _nvtx is None:
+        yield
+        return
+    with _nvtx.annotate(message, domain="pcietrace"):
+        yield
+
+
+class LaunchGenerator:
+    """Runs windows, bursts and end-to-end loops on one backend; each returns one record (a dict)."""
+
+    #: launches issued between clock checks when running as fast as possible
+    BATCH = 128
+
+    def __init__(self, backend: Backend) -> None:
+        self.b = backend
+
+    def _call(self, cfg: LaunchConfig) -> Launch:
+        if cfg.mode == "graph":
+            return self.b.graph_launcher(cfg.graph_k, cfg.kernel_ns)
+        return self.b.launcher(cfg.kernel_ns)
+
+    # -- windows: traffic measured by the collector ------------------------------------------------
+    def window(self, cfg: LaunchConfig) -> dict[str, Any]:
+        """Launch for ``cfg.duration_s`` at ``cfg.rate_hz``, then synchronize.
+
+        Record: ``t_start_ns``/``t_end_ns`` (before the first launch / after the stream drained),
+        ``enqueue_ns`` (the launch loop's wall time), ``cpu_ns`` (its thread CPU time), ``calls``
+        (launch calls), ``launches`` (kernels = calls x K), ``achieved_rate_hz`` (calls per second of
+        the launch loop).
+        """
+        b = self.b
+        launch = None if cfg.mode == "idle" else self._call(cfg)
+        if launch is not None:  # warm this launch path so first-call costs stay outside the window
+            b.raise_launch_error(launch())
+            b.synchronize()
+        dur_ns = int(cfg.duration_s * 1e9)
+        with nvtx_range(cfg.label):
+            cpu0 = b.thread_time_ns()
+            t0 = b.clock()
+            deadline = t0 + dur_ns
+            if launch is None:
+                calls = self._idle(deadline)
+            elif cfg.rate_hz is None:
+                calls = self._as_fast_as_possible(launch, deadline)
+            else:
+                calls = self._paced(launch, int(1e9 / cfg.rate_hz), deadline)
+            t1 = b.clock()
+            cpu1 = b.thread_time_ns()
+            b.synchronize()
+            t2 = b.clock()
+        k = cfg.graph_k if cfg.mode == "graph" else 1
+        return {
+            **asdict(cfg),
+            "target_rate_hz": float("nan") if cfg.rate_hz is None else float(cfg.rate_hz),
+            "t_start_ns": t0, "t_end_ns": t2, "enqueue_ns": t1 - t0, "cpu_ns": cpu1 - cpu0,
+            "calls": calls, "launches": calls * k if cfg.mode != "idle" else 0,
+            "achieved_rate_hz": calls / ((t1 - t0) / 1e9) if t1 > t0 else 0.0,
+        }
+
+    def _idle(self, deadline: int) -> int:
+        clock = self.b.clock
+        while clock() < deadline:
+            pass  # spin rather than sleep: the host stays as busy as in the launch windows
+        return 0
+
+    def _as_fast_as_possible(self, launch: Launch, deadline: int) -> int:
+        clock, batch, calls = self.b.clock, range(self.BATCH), 0
+        while clock() < deadline:
+            for _ in batch:
+                r = launch()
+                if r[0]:
+                    self.b.raise_launch_error(r)
+            calls += self.BATCH
+        return calls
+
+    def _paced(self, launch: Launch, period_ns: int, deadline: int) -> int:
+        clock, calls = self.b.clock, 0
+        next_t = clock()
+        while True:
+            now = clock()
+            if now >= deadline:
+                return calls
+            if now >= next_t:
+                r = launch()
+                if r[0]:
+                    self.b.raise_launch_error(r)
+                calls += 1
+                # Keep the average rate, but never burst more than a few periods to catch up.
+                next_t = max(next_t + period_ns, now - 4 * period_ns)
+
+    # -- bursts: host cost per call and GPU time per kernel with the queue full -------------------
+    def burst(self, mode: str, kernel_us: float, graph_k: int, calls: int, blocker_ms: float = 20.0) -> dict[str, Any]:
+        """Queue ``calls`` launch calls behind a ``blocker_ms`` kernel, timing host and GPU separately.
+
+        While the blocker runs, the GPU consumes nothing, so the host loop's wall time is the pure
+        launch cost (``host_ns``), and the events after the blocker measure the GPU's own time to run
+        the queued kernels back to back (``gpu_ns``). ``saturated`` is True when the blocker was still
+        running after the last launch call (the measurement's precondition); keep ``calls`` below the
+        queue depth (~1000 launches on H100) or the host blocks.
+        """
+        cfg = LaunchConfig(mode, kernel_us, graph_k, None, 1.0, "burst")
+        b = self.b
+        launch = self._call(cfg)
+        b.raise_launch_error(launch())  # warm up
+        blocker = b.blocker(int(blocker_ms * 1e6))
+        ev_a, ev_b = b.event(), b.event()
+        b.synchronize()
+        with nvtx_range(cfg.label):
+            b.raise_launch_error(blocker())
+            b.record(ev_a)
+            t0 = b.clock()
+            for _ in range(calls):
+                r = launch()
+                if r[0]:
+                    b.raise_launch_error(r)
+            t1 = b.clock()
+            saturated = not b.done(ev_a)
+            b.record(ev_b)
+            gpu_ms = b.elapsed_ms(ev_a, ev_b)
+            b.synchronize()
+        k = graph_k if mode == "graph" else 1
+        return {"mode": mode, "kernel_us": kernel_us, "graph_k": k, "calls": calls, "launches": calls * k,
+                "host_ns": t1 - t0, "gpu_ns": gpu_ms * 1e6, "saturated": saturated}
+
+    # -- end to end: wall time per kernel, host launching as fast as it can ----------------------
+    def end_to_end(self, mode: str, kernel_us: float, graph_k: int, kernels: int) -> dict[str, Any]:
+        """Wall time for ``kernels`` kernels launched as fast as possible plus the final synchronize."""
+        cfg = LaunchConfig(mode, kernel_us, graph_k, None, 1.0, "e2e")
+        b = self.b
+        launch = self._call(cfg)
+        k = graph_k if mode == "graph" else 1
+        calls = max(1, kernels // k)
+        b.raise_launch_error(launch())
+        b.synchronize()
+        with nvtx_range(cfg.label):
+            t0 = b.clock()
+            for _ in range(calls):
+                r = launch()
+                if r[0]:
+                    b.raise_launch_error(r)
+            b.synchronize()
+            t1 = b.clock()
+        return {"mode": mode, "kernel_us": kernel_us, "graph_k": k, "launches": calls * k, "wall_ns": t1 - t0}
+
+    # -- calibration -----------------------------------------------------------------------------
+    def calibrate(self, kernel_us: float, repeats: int = 20) -> dict[str, Any]:
+        """Requested vs measured kernel duration (the kernel times its own spin on the GPU timer)."""
+        got = np.asarray(self.b.measure_kernel_ns(int(round(kernel_us * 1000)), repeats), dtype=float)
+        return {"kernel_us": kernel_us, "measured_us": float(np.median(got)) / 1e3,
+                "min_us": float(got.min()) / 1e3, "max_us": float(got.max()) / 1e3, "repeats": repeats}

@@ -1,0 +1,1 @@
+"""Presentation: one renderer per output format. Renderers format; they never compute."""

@@ -1,0 +1,161 @@
+"""Rich tables for a run's results (see :func:`pcietrace.analysis.analyze` for the columns)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import pandas as pd
+from rich import box
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+DIR_LABEL = {"h2d": "H2D", "d2h": "D2H"}
+
+
+def _num(x: Any, fmt: str = ",.0f", unit: str = "") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:{fmt}}{unit}"
+
+
+def _pm(x: Any, ci: Any, fmt: str = ",.0f") -> str:
+    if ci is None or (isinstance(ci, float) and math.isnan(ci)):
+        return _num(x, fmt)
+    return f"{x:{fmt}} ± {ci:{fmt}}"
+
+
+def _table(title: str, columns: list[tuple[str, str]], caption: str | None = None) -> Table:
+    t = Table(title=title, caption=caption, box=box.SIMPLE_HEAVY, title_justify="left", caption_justify="left",
+              title_style="bold", caption_style="dim")
+    for name, justify in columns:
+        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+    return t
+
+
+def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
+    t = _table("System", [("GPU", "left"), ("CUDA", "right"), ("NVML", "right"), ("bus id", "left"),
+                          ("PCIe now / max", "left"), ("counters", "left"), ("samples/s", "right"),
+                          ("gap", "right")],
+               caption=f"driver {meta.get('driver', '?')}  host {meta.get('host', '?')}  {meta.get('created', '')}")
+    smp = sampling.set_index("nvml_index") if len(sampling) else None
+    for g in meta.get("gpus", []):
+        c = g.get("counter", {})
+        src = f"197/198 {c.get('bits', 32)}-bit" if c.get("mode") == "fields" else "[yellow]throughput API (20 ms, LOW RES)[/]"
+        row = smp.loc[g["nvml_index"]] if smp is not None and g["nvml_index"] in smp.index else None
+        link = (f"Gen{g.get('pcie_gen_current')} x{g.get('pcie_width_current')} / "
+                f"Gen{g.get('pcie_gen_max')} x{g.get('pcie_width_max')}")
+        t.add_row(g.get("name", "?").replace("NVIDIA ", ""), str(g.get("cuda_ordinal", "–")), str(g["nvml_index"]),
+                  g.get("bus_id", "?"), link, src,
+                  _num(row["rate_hz"] if row is not None else None),
+                  _num(row["median_gap_us"] if row is not None else None, ".0f", " us"))
+    return t
+
+
+def floor_table(fl: pd.DataFrame) -> Table:
+    t = _table("Background floor (idle windows, sampler running; subtracted from every window)",
+               [("NVML", "right"), ("H2D MB/s", "right"), ("D2H MB/s", "right"), ("windows", "right")],
+               caption="mean ± standard deviation over idle windows; MB = 10^6 B")
+    for r in fl.itertuples():
+        t.add_row(str(r.nvml_index), _pm(r.rx_Bps / 1e6, r.rx_Bps_std / 1e6, ".2f"),
+                  _pm(r.tx_Bps / 1e6, r.tx_Bps_std / 1e6, ".2f"), str(r.windows))
+    return t
+
+
+def calibration_table(cal: pd.DataFrame) -> Table:
+    t = _table("Kernel duration calibration", [("NVML", "right"), ("requested us", "right"),
+                                               ("measured us (median)", "right"), ("min – max", "right")],
+               caption="measured on the GPU's global timer inside the kernel")
+    for r in cal.itertuples():
+        t.add_row(str(r.nvml_index), _num(r.kernel_us, "g"), _num(r.measured_us, ".3f"),
+                  f"{r.min_us:.3f} – {r.max_us:.3f}")
+    return t
+
+
+def per_launch_table(pl: pd.DataFrame) -> Table:
+    t = _table("PCIe bytes per launch (fit of net window bytes vs launch calls)",
+               [("NVML", "right"), ("mode", "left"), ("K", "right"), ("direction", "left"),
+                ("B/call ±95%", "right"), ("B/kernel", "right"), ("R²", "right"), ("n", "right"),
+                ("residual", "right")],
+               caption="call = one cuLaunchKernel (eager) or one cuGraphLaunch of K kernels (graph); H2D = GPU RX, "
+                       "D2H = GPU TX; bytes include TLP headers; residual = fit intercept in MB/s after floor "
+                       "removal (ok = consistent with 0)")
+    for r in pl.itertuples():
+        check = "ok" if r.intercept_ok else f"[yellow]{r.intercept_Bps / 1e6:+.3f}[/]"
+        t.add_row(str(r.nvml_index), r.mode, str(r.graph_k), DIR_LABEL[r.direction], _pm(r.bytes_per_call, r.ci95),
+                  _num(r.bytes_per_kernel, ",.1f"), _num(r.r2, ".4f"), str(r.n), check)
+    return t
+
+
+def per_node_table(pn: pd.DataFrame) -> Table:
+    t = _table("Graph launch bytes = fixed + per node × K", [("NVML", "right"), ("direction", "left"),
+               ("fixed B (95% CI)", "right"), ("B per node (95% CI)", "right"), ("graph sizes", "right")])
+    for r in pn.itertuples():
+        t.add_row(str(r.nvml_index), DIR_LABEL[r.direction], _pm(r.fixed_bytes, r.fixed_ci95),
+                  _pm(r.per_node_bytes, r.per_node_ci95, ",.2f"), str(r.ks))
+    return t
+
+
+def by_duration_table(bd: pd.DataFrame) -> Table:
+    t = _table("Eager bytes per launch vs kernel duration (max rate, floor removed)",
+               [("NVML", "right"), ("kernel us", "right"), ("launches/s", "right"), ("H2D B/launch", "right"),
+                ("D2H B/launch", "right")])
+    for r in bd.itertuples():
+        t.add_row(str(r.nvml_index), _num(r.kernel_us, "g"), _num(r.achieved_rate_hz),
+                  _num(r.h2d_bytes_per_launch, ",.1f"), _num(r.d2h_bytes_per_launch, ",.1f"))
+    return t
+
+
+def cpu_table(cc: pd.DataFrame) -> Table:
+    t = _table("Host cost per launch call", [("NVML", "right"), ("mode", "left"), ("K", "right"),
+               ("us / call", "right"), ("us / kernel", "right"), ("thread CPU us / call", "right")],
+               caption="us/call: wall time of the launch loop while the GPU is blocked (queue never full); "
+                       "thread CPU: max-rate windows")
+    for r in cc.itertuples():
+        t.add_row(str(r.nvml_index), r.mode, str(r.graph_k), _num(r.host_us_per_call, ".3f"),
+                  _num(r.host_us_per_kernel, ".3f"), _num(r.cpu_us_per_call, ".3f"))
+    return t
+
+
+def speedup_table(gt: pd.DataFrame, sp: pd.DataFrame) -> Table:
+    keys = ["nvml_index", "kernel_us"]
+    merged = gt.merge(sp, on=keys, how="outer") if len(gt) and len(sp) else (gt if len(gt) else sp)
+    k = int(sp["graph_k"].iloc[0]) if len(sp) else 0
+    t = _table(f"Eager vs CUDA graph (K={k}) per kernel duration",
+               [("NVML", "right"), ("kernel us", "right"), ("GPU eager", "right"), ("GPU graph", "right"),
+                ("GPU ×", "right"), ("wall eager", "right"), ("wall graph", "right"), ("wall ×", "right")],
+               caption="us per kernel. GPU: queue kept full behind a blocker kernel (* = queue ran dry: upper bound); "
+                       "wall: host launching as fast as it can, incl. final sync; × = eager / graph")
+    for r in merged.to_dict("records"):
+        star = "*" if r.get("saturated") is False else ""
+        t.add_row(str(r["nvml_index"]), _num(r["kernel_us"], "g"), _num(r.get("eager_gpu_us"), ".3f") + star,
+                  _num(r.get("graph_gpu_us"), ".3f") + star, _num(r.get("gpu_speedup"), ".2f", "×"),
+                  _num(r.get("eager_wall_us"), ".3f"), _num(r.get("graph_wall_us"), ".3f"),
+                  _num(r.get("speedup"), ".2f", "×"))
+    return t
+
+
+RENDERERS: list[tuple[str, Callable[[pd.DataFrame], Table]]] = [
+    ("floor", floor_table), ("calibration", calibration_table), ("per_launch", per_launch_table),
+    ("per_node", per_node_table), ("by_duration", by_duration_table), ("cpu_cost", cpu_table),
+]
+
+
+def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Console) -> None:
+    """Print every result table that has data, with a SIMULATED banner where it applies."""
+    parts: list[Any] = []
+    if meta.get("simulated"):
+        parts.append(Panel(Text("SIMULATED — no GPU was used; figures come from a model of "
+                                f"{meta.get('sim_source', 'a recorded real run')}", style="bold yellow")))
+    if meta.get("status", "complete") != "complete":
+        parts.append(Panel(Text(f"run status: {meta.get('status')} — tables show what was recorded", style="bold red")))
+    parts.append(system_table(meta, results.get("sampling", pd.DataFrame())))
+    for key, fn in RENDERERS:
+        if len(results.get(key, ())):
+            parts.append(fn(results[key]))
+    if len(results.get("gpu_time", ())) or len(results.get("speedup", ())):
+        parts.append(speedup_table(results.get("gpu_time", pd.DataFrame()), results.get("speedup", pd.DataFrame())))
+    for part in parts:
+        console.print(part)

@@ -1,0 +1,127 @@
+"""Recording a run: the plan of windows, and the loop that executes it while the collector samples."""
+
+from __future__ import annotations
+
+import getpass
+import platform
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable
+
+import pandas as pd
+
+from pcietrace import __version__
+from pcietrace.generate import Backend, LaunchConfig, LaunchGenerator
+from pcietrace.session import Session
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What ``pcietrace run`` measures on each GPU.
+
+    ``durations_us``: kernel durations for the speedup and bytes-vs-duration tables; ``graph_ks``:
+    graph sizes; ``rate_fractions``: paced rates, as fractions of the measured max rate, for the fits;
+    ``window_s``: length of each counter window; ``burst_kernels``: kernels queued behind a blocker
+    (keep under the ~1000-launch queue); ``e2e_kernels``: kernels per end-to-end loop.
+    """
+
+    durations_us: tuple[float, ...] = (0, 2, 5, 10, 20, 50)
+    graph_ks: tuple[int, ...] = (1, 10, 100, 1000)
+    rate_fractions: tuple[float, ...] = (1.0, 0.5, 0.25, 0.1)
+    window_s: float = 0.25
+    idle_windows: int = 3
+    burst_kernels: int = 900
+    e2e_kernels: int = 2000
+    e2e_graph_k: int = 100
+    e2e_repeats: int = 3
+
+    def steps(self) -> int:
+        """Number of progress steps one GPU takes (for the progress bar)."""
+        return sum(1 for _ in _steps(self, None))  # type: ignore[arg-type]  # thunks are not called
+
+
+Progress = Callable[[str], None]
+
+
+def _steps(plan: RunPlan, gen: LaunchGenerator) -> Iterable[tuple[str, str, Callable[[], dict[str, Any]]]]:
+    """The plan as (table, label, thunk) steps, in order. Paced rates follow the max-rate window."""
+    w = plan.window_s
+    for d in plan.durations_us:
+        yield "calibration", f"calibrate {d:g} us", lambda d=d: gen.calibrate(d)
+    def idle() -> dict[str, Any]:
+        return gen.window(LaunchConfig("idle", duration_s=w, purpose="floor"))
+
+    measured: dict[Any, float] = {}
+
+    def fit_window(mode: str, k: int, frac: float) -> dict[str, Any]:
+        rate = None if frac == 1.0 else frac * measured[(mode, k)]
+        rec = gen.window(LaunchConfig(mode, 0.0, k, rate, w, "fit" if mode == "eager" else "graph"))
+        if frac == 1.0:
+            measured[(mode, k)] = rec["achieved_rate_hz"]
+        return rec
+
+    # Idle windows bracket the launch windows (start, middle, end) so a drifting floor shows up.
+    yield "windows", "idle (floor)", idle
+    for f in plan.rate_fractions:
+        yield "windows", f"eager fit x{f:g}", lambda f=f: fit_window("eager", 1, f)
+    for d in plan.durations_us:
+        if d:
+            yield "windows", f"eager {d:g} us", lambda d=d: gen.window(LaunchConfig("eager", d, 1, None, w, "duration"))
+    if plan.idle_windows > 1:
+        yield "windows", "idle (floor)", idle
+    for k in plan.graph_ks:
+        for f in plan.rate_fractions:
+            yield "windows", f"graph K={k} x{f:g}", lambda k=k, f=f: fit_window("graph", k, f)
+    for _ in range(plan.idle_windows - 2):
+        yield "windows", "idle (floor)", idle
+    for d in plan.durations_us:
+        yield "bursts", f"burst eager {d:g} us", lambda d=d: gen.burst("eager", d, 1, plan.burst_kernels)
+        k = plan.e2e_graph_k
+        yield "bursts", f"burst graph {d:g} us", lambda d=d, k=k: gen.burst("graph", d, k, max(1, plan.burst_kernels // k))
+    for _ in range(plan.e2e_repeats):
+        for d in plan.durations_us:
+            yield "e2e", f"e2e eager {d:g} us", lambda d=d: gen.end_to_end("eager", d, 1, plan.e2e_kernels)
+            yield "e2e", f"e2e graph {d:g} us", lambda d=d: gen.end_to_end("graph", d, plan.e2e_graph_k, plan.e2e_kernels)
+
+
+def base_meta(plan: RunPlan, simulated: bool, argv: list[str] | None = None) -> dict[str, Any]:
+    return {"tool": "pcietrace", "version": __version__, "simulated": simulated, "status": "running",
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
+            "user": getpass.getuser(), "python": platform.python_version(), "argv": argv or sys.argv[1:],
+            "plan": asdict(plan), "gpus": []}
+
+
+def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Backend]],
+           sampler: Any, progress: Progress = lambda _: None) -> Session:
+    """Run ``plan`` on each ``(gpu meta, backend)`` while ``sampler`` samples; fill ``session``.
+
+    ``session.meta["status"]`` says how it ended. Whatever was recorded before an exception (including
+    KeyboardInterrupt) stays in the session, so the caller can still save it.
+    """
+    tables: dict[str, list[dict[str, Any]]] = {"windows": [], "bursts": [], "e2e": [], "calibration": []}
+    sampler.start()
+    for g in session.meta.get("gpus", []):
+        g["counter"] = sampler.modes.get(g["nvml_index"], {"mode": "unknown", "bits": 0})
+    try:
+        for g, backend in gpus:
+            gen = LaunchGenerator(backend)
+            for table, label, thunk in _steps(plan, gen):
+                progress(f"GPU {g['cuda_ordinal']}: {label}")
+                rec = thunk()
+                rec.update(nvml_index=g["nvml_index"], cuda_ordinal=g["cuda_ordinal"])
+                tables[table].append(rec)
+        session.meta["status"] = "complete"
+    except KeyboardInterrupt:
+        session.meta["status"] = "interrupted"
+        raise
+    except BaseException as exc:
+        session.meta["status"] = f"failed: {type(exc).__name__}: {exc}"
+        raise
+    finally:
+        session.samples = sampler.stop()
+        session.meta["failed_reads"] = {str(k): v for k, v in getattr(sampler, "failed_reads", {}).items()}
+        for t, rows in tables.items():
+            setattr(session, t, pd.DataFrame(rows))
+    return session

@@ -1,0 +1,94 @@
+"""GPU tests (marked ``gpu``): run on a real NVIDIA GPU with `pytest -m gpu`; skipped elsewhere."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+MiB = 1 << 20
+
+
+def _idle(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _copy_bytes(nbytes: int, repeats: int, direction: str) -> tuple[float, float, int]:
+    """Copy ``nbytes`` ``repeats`` times between pinned host and device memory while sampling;
+    return (counter bytes in the copy window minus the floor, bytes copied, counter wraps seen)."""
+    from pcietrace.analysis.counters import unwrap
+    from pcietrace.backend import CudaBackend
+    from pcietrace.collectors import CounterSampler, nvml
+
+    be = CudaBackend(0)
+    gpu = be.gpu
+    idx = nvml.index_for_bus_id(gpu.bus_id)
+    host, dev = gpu.alloc_pinned(nbytes), gpu.alloc_device(nbytes)
+    copy = gpu.copy_h2d if direction == "h2d" else gpu.copy_d2h
+    args = (dev, host, nbytes) if direction == "h2d" else (host, dev, nbytes)
+    copy(*args)  # warm the path
+    gpu.synchronize()
+    s = CounterSampler([idx])
+    s.start()
+    try:
+        _idle(0.3)
+        t0 = time.monotonic_ns()
+        for _ in range(repeats):
+            copy(*args)
+        gpu.synchronize()
+        t1 = time.monotonic_ns()
+        _idle(0.3)
+    finally:
+        df = s.stop()
+        gpu.free_pinned(host)
+        gpu.free_device(dev)
+    col = "rx_raw" if direction == "h2d" else "tx_raw"
+    raw = df[col].to_numpy()
+    cum = unwrap(raw).astype(float)
+    t = df["t_ns"].to_numpy()
+    floor_bps = (np.interp(t0, t, cum) - cum[0]) / ((t0 - t[0]) / 1e9)
+    window = np.interp(t1, t, cum) - np.interp(t0, t, cum) - floor_bps * (t1 - t0) / 1e9
+    wraps = int((np.diff(raw.astype(np.int64)) < 0).sum())
+    return window, float(nbytes * repeats), wraps
+
+
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+def test_known_copy_is_accounted_within_2_percent(direction: str) -> None:
+    # Header overhead measured on one copy size predicts a different size within 2 %.
+    big, big_size, _ = _copy_bytes(1024 * MiB, 1, direction)
+    overhead = big / big_size
+    print(f"{direction}: counted/copied = {overhead:.4f}")
+    assert 1.0 <= overhead < 1.25, "counters should count payload plus TLP headers"
+    small, small_size, _ = _copy_bytes(256 * MiB, 1, direction)
+    assert small == pytest.approx(small_size * overhead, rel=0.02)
+
+
+def test_pinned_copy_that_wraps_the_counter_several_times() -> None:
+    counted, copied, wraps = _copy_bytes(1024 * MiB, 16, "h2d")  # 17 GB: 4 wraps of a 32-bit counter
+    print(f"wraps seen {wraps}; counted/copied = {counted / copied:.4f}")
+    assert wraps >= 3
+    assert 1.0 <= counted / copied < 1.25
+
+
+def test_full_run_reports_every_table(tmp_path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "pcietrace", "run", "--quick", "--json", "-o", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["meta"]["simulated"] is False
+    res = doc["results"]
+    for table in ("floor", "calibration", "per_launch", "per_node", "by_duration", "cpu_cost", "gpu_time", "speedup"):
+        assert res[table], f"{table} is empty"
+    eager = [r for r in res["per_launch"] if r["mode"] == "eager" and r["direction"] == "h2d"][0]
+    assert eager["bytes_per_call"] > 0 and eager["ci95"] < 0.1 * eager["bytes_per_call"]
+    assert (out / "report.json").is_file() and (out / "samples.parquet").is_file()
+    again = subprocess.run([sys.executable, "-m", "pcietrace", "report", str(out), "--json"],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and json.loads(again.stdout)["results"]["per_launch"] == res["per_launch"]

@@ -1,5 +1,5 @@
 """Collect layer: PCIe byte counters sampled in the background (imported as ``pcietrace.collectors``)."""
 
-from pcietrace.collectors.sampler import CounterSampler, SAMPLE_COLUMNS
+from pcietrace.collectors.sampler import SAMPLE_COLUMNS, BoundaryProbe, CounterSampler
 
-__all__ = ["CounterSampler", "SAMPLE_COLUMNS"]
+__all__ = ["BoundaryProbe", "CounterSampler", "SAMPLE_COLUMNS"]

@@ -72,6 +72,34 @@ def _child_main(indices: list[int], force_throughput: bool, interval_ns: int, ou
         th.join()
 
 
+class BoundaryProbe:
+    """In-process counter reads at window boundaries, merged later with the background samples.
+
+    Calling the probe reads one GPU's counters (in the caller's process, ~0.16 ms) and returns the
+    read's midpoint on CLOCK_MONOTONIC; :meth:`frame` gives the reads in ``SAMPLE_COLUMNS`` form.
+    """
+
+    def __init__(self, nvml_index: int, force_throughput: bool = False) -> None:
+        from pcietrace.collectors.nvml import CounterReader
+
+        self.reader = CounterReader(nvml_index, force_throughput)
+        self.rows: list[tuple[int, int, int, int, int]] = []
+
+    def __call__(self) -> int:
+        for _ in range(3):  # a failed read (its own return code) is retried, never papered over
+            t0 = time.monotonic_ns()
+            v = self.reader.read()
+            t1 = time.monotonic_ns()
+            if v is not None:
+                self.rows.append((self.reader.index, (t0 + t1) // 2, t1 - t0, v[0], v[1]))
+                return (t0 + t1) // 2
+        raise NvmlError(f"PCIe counter read failed 3 times on GPU {self.reader.index}")
+
+    def frame(self) -> pd.DataFrame:
+        df = pd.DataFrame(self.rows, columns=SAMPLE_COLUMNS)
+        return df.astype({"tx_raw": np.uint64, "rx_raw": np.uint64})
+
+
 class CounterSampler:
     """Samples the PCIe TX/RX counters of the given NVML indices until :meth:`stop`.
 

@@ -78,11 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--gpu", default="all", help="CUDA device numbers to measure, e.g. 0,1, or 'all'")
     r.add_argument("--simulate", action="store_true", help="use a SIMULATED device modelled on a recorded H100 run")
     r.add_argument("--quick", action="store_true", help="shorter windows and fewer durations/graph sizes")
-    r.add_argument("--window-s", type=_positive, default=None, help="length of each counter window in seconds (default 0.25, quick 0.1)")
+    r.add_argument("--window-s", type=_positive, default=None, help="length of each counter window in seconds (default 0.4, quick 0.1)")
     r.add_argument("--durations", type=_float_list, default=None, metavar="US,US,..",
                    help="kernel durations in us (default 0,2,5,10,20,50)")
     r.add_argument("--graph-k", type=_int_list, default=None, metavar="K,K,..",
                    help="kernels per graph for the graph fits (default 1,10,100,1000)")
+    r.add_argument("--sample-interval-ms", type=float, default=10.0,
+                   help="background counter sampling interval (0 = as fast as NVML answers, ~0.16 ms). Each NVML "
+                        "read is itself ~30 KB of PCIe traffic (GSP RPC), so fast sampling adds a large floor; "
+                        "window edges are always read exactly")
     r.add_argument("--throughput-api", action="store_true",
                    help="force NVML's low-resolution throughput API instead of the byte counters")
     r.add_argument("-o", "--output", type=Path, default=None, help="folder to save the run in (default reports/<time>-<gpu>)")
@@ -140,20 +144,26 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "pcie_gen_current": None, "pcie_gen_max": None, "pcie_width_current": None, "pcie_width_max": None}
         gpus: list[tuple[dict[str, Any], Any]] = [(gpu_meta, SimBackend(device))]
         sampler: Any = SimSampler(device)
+        probes = None
         session = Session(meta=base_meta(plan, True))
         session.meta.update(driver="simulated", sim_source=params.source, sim_params=params.__dict__)
     else:
         from pcietrace import backend, cuda
-        from pcietrace.collectors import CounterSampler
+        from pcietrace.collectors import BoundaryProbe, CounterSampler
 
         try:
             ordinals = parse_gpus(args.gpu, cuda.device_count())
             gpus = backend.open_gpus(ordinals)
         except NoGpuError as exc:
             raise NoGpuError(f"{exc}; {SIM_HINT}") from None
-        sampler = CounterSampler([g["nvml_index"] for g, _ in gpus], force_throughput=args.throughput_api)
+        if args.sample_interval_ms < 0:
+            raise UsageError("--sample-interval-ms must be >= 0")
+        sampler = CounterSampler([g["nvml_index"] for g, _ in gpus], force_throughput=args.throughput_api,
+                                 interval_ns=int(args.sample_interval_ms * 1e6))
+        probes = {g["nvml_index"]: BoundaryProbe(g["nvml_index"], args.throughput_api) for g, _ in gpus}
         session = Session(meta=base_meta(plan, False))
         session.meta["driver"] = backend.driver_version()
+        session.meta["sample_interval_ms"] = args.sample_interval_ms
     session.meta["gpus"] = [g for g, _ in gpus]
     out_dir = None if args.no_save else _output_dir(args, session.meta)
     interrupted = False
@@ -169,7 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 first[0] = False
                 prog.update(task, description=label)
 
-            record(session, plan, gpus, sampler, progress=advance)
+            record(session, plan, gpus, sampler, probes, progress=advance)
     except KeyboardInterrupt:
         interrupted = True
     finally:

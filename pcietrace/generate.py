@@ -100,8 +100,12 @@ class LaunchGenerator:
     #: launches issued between clock checks when running as fast as possible
     BATCH = 128
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, probe: Callable[[], int] | None = None) -> None:
+        """``probe``: reads the PCIe counters once and returns the read's timestamp (ns). When given,
+        every window starts and ends with a probe, and the window's ``t_start_ns``/``t_end_ns`` are
+        those reads' times, so window bytes are exact counter differences (no interpolation)."""
         self.b = backend
+        self.probe = probe
 
     def _call(self, cfg: LaunchConfig) -> Launch:
         if cfg.mode == "graph":
@@ -112,7 +116,8 @@ class LaunchGenerator:
     def window(self, cfg: LaunchConfig) -> dict[str, Any]:
         """Launch for ``cfg.duration_s`` at ``cfg.rate_hz``, then synchronize.
 
-        Record: ``t_start_ns``/``t_end_ns`` (before the first launch / after the stream drained),
+        Record: ``t_start_ns``/``t_end_ns`` (before the first launch / after the stream drained; the
+        probe reads' times where there is a probe),
         ``enqueue_ns`` (the launch loop's wall time), ``cpu_ns`` (its thread CPU time), ``calls``
         (launch calls), ``launches`` (kernels = calls x K), ``achieved_rate_hz`` (calls per second of
         the launch loop).
@@ -124,6 +129,7 @@ class LaunchGenerator:
             b.synchronize()
         dur_ns = int(cfg.duration_s * 1e9)
         with nvtx_range(cfg.label):
+            t_a = self.probe() if self.probe else None
             cpu0 = b.thread_time_ns()
             t0 = b.clock()
             deadline = t0 + dur_ns
@@ -136,12 +142,12 @@ class LaunchGenerator:
             t1 = b.clock()
             cpu1 = b.thread_time_ns()
             b.synchronize()
-            t2 = b.clock()
+            t2 = self.probe() if self.probe else b.clock()
         k = cfg.graph_k if cfg.mode == "graph" else 1
         return {
             **asdict(cfg),
             "target_rate_hz": float("nan") if cfg.rate_hz is None else float(cfg.rate_hz),
-            "t_start_ns": t0, "t_end_ns": t2, "enqueue_ns": t1 - t0, "cpu_ns": cpu1 - cpu0,
+            "t_start_ns": t0 if t_a is None else t_a, "t_end_ns": t2, "enqueue_ns": t1 - t0, "cpu_ns": cpu1 - cpu0,
             "calls": calls, "launches": calls * k if cfg.mode != "idle" else 0,
             "achieved_rate_hz": calls / ((t1 - t0) / 1e9) if t1 > t0 else 0.0,
         }

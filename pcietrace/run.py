@@ -30,7 +30,7 @@ class RunPlan:
     durations_us: tuple[float, ...] = (0, 2, 5, 10, 20, 50)
     graph_ks: tuple[int, ...] = (1, 10, 100, 1000)
     rate_fractions: tuple[float, ...] = (1.0, 0.5, 0.25, 0.1)
-    window_s: float = 0.25
+    window_s: float = 0.4
     idle_windows: int = 3
     burst_kernels: int = 900
     e2e_kernels: int = 2000
@@ -94,8 +94,11 @@ def base_meta(plan: RunPlan, simulated: bool, argv: list[str] | None = None) -> 
 
 
 def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Backend]],
-           sampler: Any, progress: Progress = lambda _: None) -> Session:
+           sampler: Any, probes: dict[int, Any] | None = None, progress: Progress = lambda _: None) -> Session:
     """Run ``plan`` on each ``(gpu meta, backend)`` while ``sampler`` samples; fill ``session``.
+
+    ``probes`` (per NVML index, optional): :class:`pcietrace.collectors.BoundaryProbe` objects that read
+    the counters exactly at each window's start and end; their reads join the samples.
 
     ``session.meta["status"]`` says how it ended. Whatever was recorded before an exception (including
     KeyboardInterrupt) stays in the session, so the caller can still save it.
@@ -106,7 +109,7 @@ def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Bac
         g["counter"] = sampler.modes.get(g["nvml_index"], {"mode": "unknown", "bits": 0})
     try:
         for g, backend in gpus:
-            gen = LaunchGenerator(backend)
+            gen = LaunchGenerator(backend, (probes or {}).get(g["nvml_index"]))
             for table, label, thunk in _steps(plan, gen):
                 progress(f"GPU {g['cuda_ordinal']}: {label}")
                 rec = thunk()
@@ -120,7 +123,9 @@ def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Bac
         session.meta["status"] = f"failed: {type(exc).__name__}: {exc}"
         raise
     finally:
-        session.samples = sampler.stop()
+        frames = [sampler.stop()] + [p.frame() for p in (probes or {}).values()]
+        session.samples = (pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
+                           .sort_values(["nvml_index", "t_ns"], kind="stable").reset_index(drop=True))
         session.meta["failed_reads"] = {str(k): v for k, v in getattr(sampler, "failed_reads", {}).items()}
         for t, rows in tables.items():
             setattr(session, t, pd.DataFrame(rows))

@@ -96,14 +96,17 @@ def window_bytes(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
 
 def floor(wb: pd.DataFrame) -> pd.DataFrame:
     """Background traffic from the idle windows, per GPU: ``tx_Bps``/``rx_Bps`` (mean bytes per second),
-    their standard deviations over windows, and ``windows`` (how many idle windows)."""
+    their standard deviations over windows, ``windows`` (how many idle windows) and ``reads_per_s``
+    (counter reads per second during them: NVML reads are PCIe traffic too, part of this floor)."""
     idle = wb[wb["mode"] == "idle"].dropna(subset=["tx_bytes", "rx_bytes"])
     rows = []
     for idx, g in idle.groupby("nvml_index"):
         tx, rx = g["tx_bytes"] / g["duration_s"], g["rx_bytes"] / g["duration_s"]
         rows.append({"nvml_index": int(idx), "tx_Bps": tx.mean(), "tx_Bps_std": tx.std(ddof=1),
-                     "rx_Bps": rx.mean(), "rx_Bps_std": rx.std(ddof=1), "windows": len(g)})
-    return pd.DataFrame(rows, columns=["nvml_index", "tx_Bps", "tx_Bps_std", "rx_Bps", "rx_Bps_std", "windows"])
+                     "rx_Bps": rx.mean(), "rx_Bps_std": rx.std(ddof=1), "windows": len(g),
+                     "reads_per_s": (g["samples"] / g["duration_s"]).mean()})
+    return pd.DataFrame(rows, columns=["nvml_index", "tx_Bps", "tx_Bps_std", "rx_Bps", "rx_Bps_std", "windows",
+                                       "reads_per_s"])
 
 
 def subtract_floor(wb: pd.DataFrame, fl: pd.DataFrame) -> pd.DataFrame:

@@ -56,11 +56,13 @@ def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
 
 def floor_table(fl: pd.DataFrame) -> Table:
     t = _table("Background floor (idle windows, sampler running; subtracted from every window)",
-               [("NVML", "right"), ("H2D MB/s", "right"), ("D2H MB/s", "right"), ("windows", "right")],
-               caption="mean ± standard deviation over idle windows; MB = 10^6 B")
+               [("NVML", "right"), ("H2D MB/s", "right"), ("D2H MB/s", "right"), ("windows", "right"),
+                ("counter reads/s", "right")],
+               caption="mean ± standard deviation over idle windows; MB = 10^6 B; includes the traffic of the "
+                       "counter reads themselves")
     for r in fl.itertuples():
-        t.add_row(str(r.nvml_index), _pm(r.rx_Bps / 1e6, r.rx_Bps_std / 1e6, ".2f"),
-                  _pm(r.tx_Bps / 1e6, r.tx_Bps_std / 1e6, ".2f"), str(r.windows))
+        t.add_row(str(r.nvml_index), _pm(r.rx_Bps / 1e6, r.rx_Bps_std / 1e6, ".3f"),
+                  _pm(r.tx_Bps / 1e6, r.tx_Bps_std / 1e6, ".3f"), str(r.windows), _num(r.reads_per_s))
     return t
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pcietrace.cuda import Gpu, check_code
+from pcietrace.cuda import Gpu, handle_return
 from pcietrace.generate import Launch
 from pcietrace.kernels import SPIN_SOURCE
 
@@ -17,19 +17,14 @@ class CudaBackend:
     clock = staticmethod(time.monotonic_ns)
     thread_time_ns = staticmethod(time.thread_time_ns)
 
-    def __init__(self, ordinal: int, fast: bool = True) -> None:
-        """``fast``: launch through ctypes (see :meth:`pcietrace.cuda.Gpu.fast_launcher`) rather than
-        through cuda.bindings' Python wrappers."""
+    def __init__(self, ordinal: int) -> None:
         self.gpu = Gpu(ordinal)
-        self.fast = fast
         module = self.gpu.compile(SPIN_SOURCE, "pt_spin")
         self._kernel = self.gpu.kernel(module, "pt_spin", 2)
         # A second parameter block for blockers, so a blocker never changes the measured launches' args.
         self._blocker = self.gpu.kernel(module, "pt_spin", 2)
-        make = self.gpu.fast_launcher if fast else self._checked
-        self._capture_launch = self.gpu.launcher(self._kernel)
-        self._launch = make(self._kernel)
-        self._blocker_launch = make(self._blocker)
+        self._launch = self.gpu.launcher(self._kernel)
+        self._blocker_launch = self.gpu.launcher(self._blocker)
         self._graphs: dict[tuple[int, int], Launch] = {}
         self._elapsed = self.gpu.alloc_device(8)
 
@@ -45,13 +40,8 @@ class CudaBackend:
     def graph_launcher(self, nodes: int, kernel_ns: int) -> Launch:
         key = (nodes, kernel_ns)
         if key not in self._graphs:
-            self.launcher(kernel_ns)  # sets the arguments that capture copies into every node
-            exe = self.gpu.capture_graph(self._capture_launch, nodes)
-            if self.fast:
-                self._graphs[key] = self.gpu.fast_graph_launcher(exe)
-            else:
-                g = self.gpu.graph_launcher(exe)
-                self._graphs[key] = lambda: int(g()[0])
+            exe = self.gpu.capture_graph(self.launcher(kernel_ns), nodes)
+            self._graphs[key] = self.gpu.graph_launcher(exe)
         return self._graphs[key]
 
     def synchronize(self) -> None:
@@ -69,18 +59,14 @@ class CudaBackend:
     def elapsed_ms(self, a: Any, b: Any) -> float:
         return self.gpu.elapsed_ms(a, b)
 
-    def _checked(self, k: Any) -> Launch:
-        launch = self.gpu.launcher(k)
-        return lambda: int(launch()[0])
-
-    def raise_launch_error(self, code: int) -> None:
-        check_code(code, "launch")
+    def raise_launch_error(self, result: tuple[Any, ...]) -> None:
+        handle_return(result, "launch")
 
     def measure_kernel_ns(self, kernel_ns: int, repeats: int) -> list[int]:
         self._kernel.args[:] = (kernel_ns, self._elapsed)
         out = []
         for _ in range(repeats):
-            check_code(self._launch(), "cuLaunchKernel")
+            handle_return(self._launch(), "cuLaunchKernel")
             out.append(int(self.gpu.read_u64(self._elapsed)[0]))
         self._kernel.args[1] = 0
         return out

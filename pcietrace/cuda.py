@@ -7,7 +7,6 @@ Importing this module needs neither cuda-python nor a driver; :func:`open_gpu` r
 
 from __future__ import annotations
 
-import ctypes
 import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -45,25 +44,6 @@ def handle_return(result: tuple[Any, ...], call: str = "CUDA call") -> Any:
     if len(result) == 1:
         return None
     return result[1] if len(result) == 2 else result[1:]
-
-
-@functools.lru_cache(maxsize=1)
-def _libcuda() -> Any:
-    """The driver library (already loaded by cuda.bindings), with the hot entry points' signatures."""
-    lib = ctypes.CDLL("libcuda.so.1")
-    vp, u = ctypes.c_void_p, ctypes.c_uint
-    lib.cuLaunchKernel.argtypes = [vp, u, u, u, u, u, u, u, vp, vp, vp]
-    lib.cuLaunchKernel.restype = ctypes.c_int
-    lib.cuGraphLaunch.argtypes = [vp, vp]
-    lib.cuGraphLaunch.restype = ctypes.c_int
-    return lib
-
-
-def check_code(code: int, call: str) -> None:
-    """Raise CudaError for a raw CUresult int from a ctypes call."""
-    if code:
-        drv, _ = _bindings()
-        handle_return((drv.CUresult(code),), call)
 
 
 def device_count() -> int:
@@ -163,23 +143,6 @@ class Gpu:
         drv, _ = _bindings()
         return functools.partial(drv.cuLaunchKernel, k.func, grid, 1, 1, block, 1, 1, 0,
                                  self.stream, k.params_address, 0)
-
-    def fast_launcher(self, k: Kernel, grid: int = 1, block: int = 1) -> Callable[[], int]:
-        """Like :meth:`launcher`, but calls libcuda's ``cuLaunchKernel`` through ctypes with every
-        argument converted once, up front; returns the raw CUresult as an int (0 = success).
-
-        The binding's per-call argument handling costs about as much as the driver call itself, and
-        this is the generator's hot loop (bench/launch_rate.py measures both paths against C++).
-        """
-        fn = _libcuda().cuLaunchKernel
-        u = ctypes.c_uint
-        args = (ctypes.c_void_p(int(k.func)), u(grid), u(1), u(1), u(block), u(1), u(1), u(0),
-                ctypes.c_void_p(int(self.stream)), ctypes.c_void_p(k.params_address), None)
-        return functools.partial(fn, *args)
-
-    def fast_graph_launcher(self, exe: Any) -> Callable[[], int]:
-        """``cuGraphLaunch`` through ctypes; returns the raw CUresult as an int (0 = success)."""
-        return functools.partial(_libcuda().cuGraphLaunch, ctypes.c_void_p(int(exe)), ctypes.c_void_p(int(self.stream)))
 
     def capture_graph(self, launch: Callable[[], tuple[Any, ...]], nodes: int) -> Any:
         """Capture ``nodes`` calls of ``launch`` into a graph; return the instantiated executable graph."""

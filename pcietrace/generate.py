@@ -22,12 +22,11 @@ except ImportError:  # pragma: no cover
     _nvtx = None
 
 MODES = ("idle", "eager", "graph")
-#: A launch callable: one launch call, returning the CUresult as an int (0 = success).
-Launch = Callable[[], int]
+Launch = Callable[[], tuple[Any, ...]]
 
 
 class Backend(Protocol):
-    """What the generator needs from a device. Launch callables return an error code, 0 on success."""
+    """What the generator needs from a device. Launch callables return ``(err,)``, 0 on success."""
 
     simulated: bool
 
@@ -42,7 +41,7 @@ class Backend(Protocol):
     def done(self, ev: Any) -> bool: ...
     def elapsed_ms(self, a: Any, b: Any) -> float: ...
     def measure_kernel_ns(self, kernel_ns: int, repeats: int) -> list[int]: ...
-    def raise_launch_error(self, code: int) -> None: ...
+    def raise_launch_error(self, result: tuple[Any, ...]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -164,7 +163,7 @@ class LaunchGenerator:
         while clock() < deadline:
             for _ in batch:
                 r = launch()
-                if r:
+                if r[0]:
                     self.b.raise_launch_error(r)
             calls += self.BATCH
         return calls
@@ -178,7 +177,7 @@ class LaunchGenerator:
                 return calls
             if now >= next_t:
                 r = launch()
-                if r:
+                if r[0]:
                     self.b.raise_launch_error(r)
                 calls += 1
                 # Keep the average rate, but never burst more than a few periods to catch up.
@@ -204,21 +203,19 @@ class LaunchGenerator:
         with nvtx_range(cfg.label):
             b.raise_launch_error(blocker())
             b.record(ev_a)
-            cpu0 = b.thread_time_ns()
             t0 = b.clock()
             for _ in range(calls):
                 r = launch()
-                if r:
+                if r[0]:
                     b.raise_launch_error(r)
             t1 = b.clock()
-            cpu1 = b.thread_time_ns()
             saturated = not b.done(ev_a)
             b.record(ev_b)
             gpu_ms = b.elapsed_ms(ev_a, ev_b)
             b.synchronize()
         k = graph_k if mode == "graph" else 1
         return {"mode": mode, "kernel_us": kernel_us, "graph_k": k, "calls": calls, "launches": calls * k,
-                "host_ns": t1 - t0, "cpu_ns": cpu1 - cpu0, "gpu_ns": gpu_ms * 1e6, "saturated": saturated}
+                "host_ns": t1 - t0, "gpu_ns": gpu_ms * 1e6, "saturated": saturated}
 
     # -- end to end: wall time per kernel, host launching as fast as it can ----------------------
     def end_to_end(self, mode: str, kernel_us: float, graph_k: int, kernels: int) -> dict[str, Any]:
@@ -234,7 +231,7 @@ class LaunchGenerator:
             t0 = b.clock()
             for _ in range(calls):
                 r = launch()
-                if r:
+                if r[0]:
                     b.raise_launch_error(r)
             b.synchronize()
             t1 = b.clock()

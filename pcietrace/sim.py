@@ -100,7 +100,7 @@ class SimDevice:
         self.now += self.CLOCK_READ_NS
         return self.now
 
-    def submit(self, nodes: int, kernel_ns: int, graph: bool) -> int:
+    def submit(self, nodes: int, kernel_ns: int, graph: bool) -> tuple[int]:
         p = self.p
         host = p.host_ns_graph if graph else p.host_ns_eager
         self._n += 1
@@ -121,7 +121,7 @@ class SimDevice:
         else:
             rx, tx = p.eager_rx_bytes, p.eager_tx_bytes
         self.traffic.append((self.now, rx, tx))
-        return 0
+        return (0,)
 
     def counter_samples(self, t0: int, t1: int, nvml_index: int = 0) -> pd.DataFrame:
         """Samples at the real sampler's period over [t0, t1], as raw 32-bit counters (wrapping)."""
@@ -180,9 +180,9 @@ class SimBackend:
     def measure_kernel_ns(self, kernel_ns: int, repeats: int) -> list[int]:
         return [int(math.ceil(kernel_ns / 32) * 32)] * repeats  # the H100 global timer ticks every 32 ns
 
-    def raise_launch_error(self, code: int) -> None:
-        if code:
-            raise CudaError("launch", int(code), "SIMULATED_ERROR")
+    def raise_launch_error(self, result: tuple[Any, ...]) -> None:
+        if result[0]:
+            raise CudaError("launch", int(result[0]), "SIMULATED_ERROR")
 
 
 class SimSampler:

@@ -37,7 +37,7 @@ def native_rate(n: int, reps: int) -> list[float]:
     return [float(x) for x in re.findall(r"native_launches_per_s (\S+)", out)]
 
 
-def idle_floor(idx: int, interval_ns: int, seconds: float) -> float:
+def idle_floor(idx: int, interval_ns: int, seconds: float) -> tuple[float, float]:
     s = CounterSampler([idx], interval_ns=interval_ns)
     s.start()
     time.sleep(seconds)
@@ -50,13 +50,22 @@ def idle_floor(idx: int, interval_ns: int, seconds: float) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=1.0)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     a = ap.parse_args()
     be = CudaBackend(0)
     idx = nvml.index_for_bus_id(be.gpu.bus_id)
     gen = LaunchGenerator(be)
     cfg = LaunchConfig("eager", 0.0, 1, None, a.seconds, "bench")
     gen.window(cfg)  # warm up
+    plain = []  # the same launches from a plain Python for loop (what starmap saves)
+    launch = be.launcher(0)
+    for _ in range(a.reps):
+        n = 200_000
+        t0 = time.monotonic_ns()
+        for _ in range(n):
+            launch()
+        plain.append(n / ((time.monotonic_ns() - t0) / 1e9))
+        be.synchronize()
     py_off, py_on = [], []
     sampler = CounterSampler([idx])
     for _ in range(a.reps):  # interleave off/on so drift hits both equally
@@ -67,18 +76,20 @@ def main() -> int:
         sampler = CounterSampler([idx])
     n_native = int(statistics.median(py_off) * a.seconds * 2)
     nat = native_rate(n_native, a.reps)
-    fast = idle_floor(idx, 0, 1.0)
-    slow = idle_floor(idx, 1_000_000, 1.0)
+    floor_fast = idle_floor(idx, 0, 1.0)
+    floor_slow = idle_floor(idx, 1_000_000, 1.0)
     med = statistics.median
     print(f"device: {be.gpu.name} ({be.gpu.bus_id}), driver {nvml.driver_version()}, {time.strftime('%Y-%m-%d')}")
     print(f"native C++ eager launches/s:     {', '.join(f'{x:,.0f}' for x in nat)}  (median {med(nat):,.0f})")
+    print(f"plain Python for loop:           {', '.join(f'{x:,.0f}' for x in plain)}  (median {med(plain):,.0f})")
     print(f"pcietrace eager, sampler off:    {', '.join(f'{x:,.0f}' for x in py_off)}  (median {med(py_off):,.0f})")
     print(f"pcietrace eager, sampler on:     {', '.join(f'{x:,.0f}' for x in py_on)}  (median {med(py_on):,.0f})")
     print(f"RATIO generator/native = {med(py_off) / med(nat):.3f}  (goal >= 0.95)")
+    print(f"RATIO plain-loop/native = {med(plain) / med(nat):.3f}")
     print(f"RATIO collector slowdown = {1 - med(py_on) / med(py_off):+.2%}  (goal < 3 %)")
-    print(f"idle H2D floor: sampler as fast as possible {fast[0] / 1e6:.2f} MB/s at {fast[1]:,.0f} reads/s; "
-          f"1 ms interval {slow[0] / 1e6:.2f} MB/s at {slow[1]:,.0f} reads/s "
-          f"=> {(fast[0] - slow[0]) / (fast[1] - slow[1]):,.0f} B per NVML read")
+    print(f"idle H2D floor: sampler as fast as possible {floor_fast[0] / 1e6:.2f} MB/s at {floor_fast[1]:,.0f} reads/s; "
+          f"1 ms interval {floor_slow[0] / 1e6:.2f} MB/s at {floor_slow[1]:,.0f} reads/s "
+          f"=> {(floor_fast[0] - floor_slow[0]) / (floor_fast[1] - floor_slow[1]):,.0f} B per NVML read")
     return 0
 
 

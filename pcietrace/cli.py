@@ -144,7 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "pcie_gen_current": None, "pcie_gen_max": None, "pcie_width_current": None, "pcie_width_max": None}
         gpus: list[tuple[dict[str, Any], Any]] = [(gpu_meta, SimBackend(device))]
         sampler: Any = SimSampler(device)
-        probes = None
+        probes: dict[int, Any] | None = {0: sampler}
         session = Session(meta=base_meta(plan, True))
         session.meta.update(driver="simulated", sim_source=params.source, sim_params=params.__dict__)
     else:

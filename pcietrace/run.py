@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from pcietrace import __version__
+from pcietrace.errors import UsageError
 from pcietrace.generate import Backend, LaunchConfig, LaunchGenerator
 from pcietrace.session import Session
 
@@ -36,6 +37,16 @@ class RunPlan:
     e2e_kernels: int = 2000
     e2e_graph_k: int = 100
     e2e_repeats: int = 3
+
+    def __post_init__(self) -> None:
+        if not self.durations_us or any(d < 0 or d > 1e6 for d in self.durations_us):
+            raise UsageError("kernel durations must be 0..1e6 us")
+        if not self.graph_ks or any(k < 1 or k > 100_000 for k in self.graph_ks):
+            raise UsageError("graph sizes must be 1..100000")
+        if not self.rate_fractions or self.rate_fractions[0] != 1.0 or any(not 0 < f <= 1 for f in self.rate_fractions):
+            raise UsageError("rate fractions must start with 1.0 (max rate) and lie in (0, 1]")
+        if self.window_s <= 0 or self.idle_windows < 1 or self.burst_kernels < 1 or self.e2e_kernels < 1:
+            raise UsageError("window length, idle windows, burst and e2e kernels must be positive")
 
     def steps(self) -> int:
         """Number of progress steps one GPU takes (for the progress bar)."""

@@ -25,6 +25,7 @@ import pandas as pd
 from pcietrace.errors import CudaError
 from pcietrace.generate import Launch
 
+_OK = (0,)
 QUEUE_DEPTH = 1000  # launches the driver queues before cuLaunchKernel blocks (measured ~1020 on H100)
 
 
@@ -121,17 +122,18 @@ class SimDevice:
         else:
             rx, tx = p.eager_rx_bytes, p.eager_tx_bytes
         self.traffic.append((self.now, rx, tx))
-        return (0,)
+        return _OK
 
-    def counter_samples(self, t0: int, t1: int, nvml_index: int = 0) -> pd.DataFrame:
-        """Samples at the real sampler's period over [t0, t1], as raw 32-bit counters (wrapping)."""
+    def counter_samples(self, t0: int, t1: int, nvml_index: int = 0, extra_t: list[int] | None = None) -> pd.DataFrame:
+        """Samples at the real sampler's period over [t0, t1] plus at ``extra_t`` (boundary reads), as
+        raw 32-bit counters (wrapping)."""
         p = self.p
-        t = np.arange(t0, t1, p.sample_period_ns).astype(np.int64)
+        t = np.unique(np.concatenate([np.arange(t0, t1, p.sample_period_ns), extra_t or []]).astype(np.int64))
+        step_ns = np.diff(t, prepend=t[0])
         tr = np.array(self.traffic, dtype=float).reshape(-1, 3)
         cols = {}
         for name, floor_bps, col in (("rx_raw", p.floor_rx_Bps, 1), ("tx_raw", p.floor_tx_Bps, 2)):
-            step_floor = floor_bps * p.sample_period_ns / 1e9
-            floor_cum = np.cumsum(step_floor * (1 + 0.05 * self.rng.standard_normal(t.size)))
+            floor_cum = np.cumsum(floor_bps * step_ns / 1e9 * (1 + 0.05 * self.rng.standard_normal(t.size)))
             launch_cum = np.concatenate([[0.0], np.cumsum(tr[:, col])])[np.searchsorted(tr[:, 0], t, "right")]
             offset = int(self.rng.integers(0, 2**32))  # start anywhere, so wraps happen as on hardware
             cols[name] = ((np.round(floor_cum + launch_cum).astype(np.int64) + offset) % 2**32).astype(np.uint64)
@@ -186,18 +188,27 @@ class SimBackend:
 
 
 class SimSampler:
-    """Stands in for :class:`pcietrace.collectors.CounterSampler`: samples come from the device model."""
+    """Stands in for both :class:`pcietrace.collectors.CounterSampler` and its boundary probe: calling
+    it marks a boundary read; samples are synthesised from the device model at :meth:`stop`."""
 
     def __init__(self, device: SimDevice, nvml_index: int = 0) -> None:
         self.d, self.index = device, nvml_index
         self.modes = {nvml_index: {"mode": "fields", "bits": 32}}
         self.failed_reads = {nvml_index: 0}
+        self._marks: list[int] = []
+
+    def __call__(self) -> int:
+        self._marks.append(self.d.clock())
+        return self._marks[-1]
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame()  # boundary reads are synthesised together with the samples in stop()
 
     def start(self) -> None:
         self._t0 = self.d.now
 
     def stop(self) -> pd.DataFrame:
-        return self.d.counter_samples(self._t0, self.d.now + 1_000_000, self.index)
+        return self.d.counter_samples(self._t0, self.d.now + 1_000_000, self.index, self._marks)
 
 
 def main(argv: list[str]) -> int:

@@ -36,3 +36,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return DATA
+
+
+@pytest.fixture(scope="session")
+def h100():
+    """The real run recorded on the lent H100 (see tests/data/README.md)."""
+    from pcietrace.session import Session
+
+    return Session.load(DATA / "h100_run")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -48,6 +49,9 @@ def _copy_bytes(nbytes: int, repeats: int, direction: str) -> tuple[float, float
         df = s.stop()
         gpu.free_pinned(host)
         gpu.free_device(dev)
+    if os.environ.get("PCIETRACE_SAVE_TRACES"):  # how tests/data/copy_traces.parquet was recorded
+        df.assign(direction=direction, nbytes=nbytes, repeats=repeats, copy_start_ns=t0, copy_end_ns=t1).to_parquet(
+            os.path.join(os.environ["PCIETRACE_SAVE_TRACES"], f"copy_{direction}_{nbytes}x{repeats}.parquet"))
     col = "rx_raw" if direction == "h2d" else "tx_raw"
     raw = df[col].to_numpy()
     cum = unwrap(raw).astype(float)
@@ -79,7 +83,7 @@ def test_pinned_copy_that_wraps_the_counter_several_times() -> None:
 def test_full_run_reports_every_table(tmp_path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "pcietrace", "run", "--quick", "--json", "-o", str(out)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["meta"]["simulated"] is False
@@ -90,5 +94,5 @@ def test_full_run_reports_every_table(tmp_path) -> None:
     assert eager["bytes_per_call"] > 0 and eager["ci95"] < 0.1 * eager["bytes_per_call"]
     assert (out / "report.json").is_file() and (out / "samples.parquet").is_file()
     again = subprocess.run([sys.executable, "-m", "pcietrace", "report", str(out), "--json"],
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert again.returncode == 0 and json.loads(again.stdout)["results"]["per_launch"] == res["per_launch"]

@@ -37,7 +37,7 @@ def analyze(session: Session) -> dict[str, pd.DataFrame]:
     if len(s.calibration):
         out["calibration"] = s.calibration
     if len(s.bursts):
-        out["cpu_cost"] = launch.cpu_cost(s.bursts, s.windows)
+        out["cpu_cost"] = launch.cpu_cost(s.bursts)
         if len(s.calibration):
             out["gpu_time"] = launch.gpu_time(s.bursts, s.calibration)
     if len(s.e2e):

@@ -71,20 +71,16 @@ def by_duration(wb: pd.DataFrame) -> pd.DataFrame:
     return out.groupby(["nvml_index", "kernel_us"], as_index=False).mean(numeric_only=True)
 
 
-def cpu_cost(bursts: pd.DataFrame, wb: pd.DataFrame) -> pd.DataFrame:
-    """Host cost per launch call (us): ``host_us_per_call`` from bursts (median over durations; the
-    queue never fills, so this is the launch API's own cost) and ``cpu_us_per_call`` (thread CPU
-    time per call of max-rate windows). Columns: ``nvml_index, mode, graph_k, host_us_per_call,
-    host_us_per_kernel, cpu_us_per_call``."""
-    b = bursts.assign(host_us_per_call=bursts["host_ns"] / bursts["calls"] / 1e3)
-    out = b.groupby(["nvml_index", "mode", "graph_k"], as_index=False)["host_us_per_call"].median()
-    out["host_us_per_kernel"] = out["host_us_per_call"] / out["graph_k"]
-    if not {"cpu_ns", "calls", "target_rate_hz"} <= set(wb.columns):
-        return out.assign(cpu_us_per_call=np.nan)
-    w = wb[(wb["calls"] > 0) & wb["target_rate_hz"].isna()]
-    w = w.assign(cpu_us_per_call=w["cpu_ns"] / w["calls"] / 1e3)
-    cpu = w.groupby(["nvml_index", "mode", "graph_k"], as_index=False)["cpu_us_per_call"].median()
-    return out.merge(cpu, on=["nvml_index", "mode", "graph_k"], how="left")
+def cpu_cost(bursts: pd.DataFrame) -> pd.DataFrame:
+    """Host cost per launch call while the GPU is blocked (so the queue never fills and no call
+    waits): ``host_us_per_call`` (wall time of the launch loop) and ``cpu_us_per_call`` (the launching
+    thread's CPU time), medians over kernel durations, and ``host_us_per_kernel`` (per call / K).
+    Columns: ``nvml_index, mode, graph_k, host_us_per_call, host_us_per_kernel, cpu_us_per_call``."""
+    b = bursts.assign(host_us_per_call=bursts["host_ns"] / bursts["calls"] / 1e3,
+                      cpu_us_per_call=bursts["cpu_ns"] / bursts["calls"] / 1e3)
+    out = b.groupby(["nvml_index", "mode", "graph_k"], as_index=False)[["host_us_per_call", "cpu_us_per_call"]].median()
+    out.insert(4, "host_us_per_kernel", out["host_us_per_call"] / out["graph_k"])
+    return out
 
 
 def gpu_time(bursts: pd.DataFrame, calibration: pd.DataFrame) -> pd.DataFrame:

@@ -112,9 +112,9 @@ def by_duration_table(bd: pd.DataFrame) -> Table:
 
 def cpu_table(cc: pd.DataFrame) -> Table:
     t = _table("Host cost per launch call", [("NVML", "right"), ("mode", "left"), ("K", "right"),
-               ("us / call", "right"), ("us / kernel", "right"), ("thread CPU us / call", "right")],
-               caption="us/call: wall time of the launch loop while the GPU is blocked (queue never full); "
-                       "thread CPU: max-rate windows")
+               ("us / call", "right"), ("us / kernel", "right"), ("CPU us / call", "right")],
+               caption="launch loop while the GPU is blocked (the queue never fills, no call waits): wall time "
+                       "and the thread's CPU time per call")
     for r in cc.itertuples():
         t.add_row(str(r.nvml_index), r.mode, str(r.graph_k), _num(r.host_us_per_call, ".3f"),
                   _num(r.host_us_per_kernel, ".3f"), _num(r.cpu_us_per_call, ".3f"))

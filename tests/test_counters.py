@@ -1,0 +1,105 @@
+"""Counter maths: unwrapping, integration, window bytes and the floor, on real H100 traces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pcietrace.analysis import counters
+
+
+@given(start=st.integers(0, 2**32 - 1),
+       steps=st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=200))
+@settings(max_examples=300, deadline=None)
+def test_unwrap_recovers_any_sequence_of_sub_wrap_steps(start: int, steps: list[int]) -> None:
+    truth = np.concatenate([[0], np.cumsum(np.array(steps, dtype=object))]).astype(object)
+    raw = np.array([(start + int(x)) % 2**32 for x in truth], dtype=np.uint64)
+    assert counters.unwrap(raw).tolist() == [int(x) for x in truth]
+
+
+@given(steps=st.lists(st.integers(0, 2**40), min_size=1, max_size=50))
+def test_unwrap_64_bit_counters_never_mask(steps: list[int]) -> None:
+    raw = np.cumsum(np.array([0] + steps, dtype=np.uint64))
+    assert counters.unwrap(raw, bits=64).tolist() == np.cumsum([0] + steps).tolist()
+
+
+def test_unwrap_empty_and_single() -> None:
+    assert counters.unwrap(np.array([], np.uint64)).size == 0
+    assert counters.unwrap(np.array([7], np.uint64)).tolist() == [0]
+
+
+def test_integrate_rate_of_a_constant_throughput() -> None:
+    t = np.arange(0, 1_000_000_001, 20_000_000)  # 1 s of 20 ms samples
+    cum = counters.integrate_rate(t, np.full(t.size, 500.0))  # 500 KB/s
+    assert cum[-1] == pytest.approx(500_000.0)
+
+
+def _trace(copy_traces: pd.DataFrame, name: str) -> pd.DataFrame:
+    return copy_traces[copy_traces["trace"] == name]
+
+
+@pytest.fixture(scope="module")
+def copy_traces(data_dir) -> pd.DataFrame:
+    return pd.read_parquet(data_dir / "copy_traces.parquet")
+
+
+def _counted(tr: pd.DataFrame, col: str) -> tuple[float, float]:
+    """(bytes counted in the copy window minus the pre-copy floor, bytes copied)."""
+    cum = counters.unwrap(tr[col].to_numpy()).astype(float)
+    t = tr["t_ns"].to_numpy()
+    t0, t1 = int(tr["copy_start_ns"].iloc[0]), int(tr["copy_end_ns"].iloc[0])
+    floor_bps = (np.interp(t0, t, cum) - cum[0]) / ((t0 - t[0]) / 1e9)
+    counted = np.interp(t1, t, cum) - np.interp(t0, t, cum) - floor_bps * (t1 - t0) / 1e9
+    return counted, float(tr["nbytes"].iloc[0] * tr["repeats"].iloc[0])
+
+
+def test_real_trace_wraps_and_unwraps_to_the_copied_bytes(copy_traces: pd.DataFrame) -> None:
+    # Recorded on the H100: 16 x 1 GiB pinned host->device copies = 17.2 GB, four-plus 32-bit wraps.
+    wrap = _trace(copy_traces, "copy_h2d_1073741824x16")
+    raw = wrap["rx_raw"].to_numpy().astype(np.int64)
+    assert (np.diff(raw) < 0).sum() >= 4, "the recorded counter should wrap at least four times"
+    counted, copied = _counted(wrap, "rx_raw")
+    one, one_copied = _counted(_trace(copy_traces, "copy_h2d_1073741824x1"), "rx_raw")
+    overhead = one / one_copied  # payload + TLP headers, measured on a copy that did not wrap
+    assert 1.0 < overhead < 1.2
+    assert counted == pytest.approx(copied * overhead, rel=0.02)
+
+
+@pytest.mark.parametrize("direction,col", [("h2d", "rx_raw"), ("d2h", "tx_raw")])
+def test_header_overhead_of_one_size_predicts_another(copy_traces, direction: str, col: str) -> None:
+    big, big_n = _counted(_trace(copy_traces, f"copy_{direction}_1073741824x1"), col)
+    small, small_n = _counted(_trace(copy_traces, f"copy_{direction}_268435456x1"), col)
+    assert small == pytest.approx(small_n * big / big_n, rel=0.02)
+
+
+def test_window_bytes_outside_the_samples_are_nan() -> None:
+    cum = pd.DataFrame({"nvml_index": 0, "t_ns": [100, 200, 300], "tx_bytes": [0, 10, 20], "rx_bytes": [0, 5, 10]})
+    win = pd.DataFrame({"nvml_index": [0, 0], "t_start_ns": [150, 50], "t_end_ns": [250, 250], "mode": "idle"})
+    wb = counters.window_bytes(cum, win)
+    assert wb["tx_bytes"].tolist()[0] == pytest.approx(10.0)
+    assert np.isnan(wb["tx_bytes"].tolist()[1])
+    assert wb["samples"].tolist() == [1, 2]
+
+
+def test_sample_gaps_flag_a_gap_long_enough_to_hide_a_wrap() -> None:
+    t = np.array([0, 1_000_000, 200_000_000])  # a 199 ms gap: a saturated Gen5 link wraps in ~67 ms
+    s = pd.DataFrame({"nvml_index": 0, "t_ns": t, "read_ns": 100, "tx_raw": 0, "rx_raw": 0})
+    assert counters.sample_gaps(s)["wrap_risk"].item() is True
+    s2 = s.assign(t_ns=[0, 1_000_000, 2_000_000])
+    assert counters.sample_gaps(s2)["wrap_risk"].item() is False
+
+
+def test_floor_and_its_subtraction_on_the_real_run(h100) -> None:
+    cum = counters.cumulative_bytes(h100.samples, h100.counters)
+    wb = counters.window_bytes(cum, h100.windows)
+    fl = counters.floor(wb)
+    row = fl.iloc[0]
+    # On the lent H100 the idle floor is a few MB/s (mostly the sampler's own NVML reads, ~100/s).
+    assert 0 < row["rx_Bps"] < 10e6 and 0 < row["tx_Bps"] < 10e6
+    assert row["windows"] == 3 and 50 < row["reads_per_s"] < 200
+    net = counters.subtract_floor(wb, fl)
+    idle = net[net["mode"] == "idle"]
+    assert idle["rx_net_bytes"].abs().max() < 0.1 * (row["rx_Bps"] * idle["duration_s"]).max()

@@ -1,0 +1,56 @@
+"""Launch generator loops, run against the SIMULATED device (virtual clock, no GPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pcietrace.errors import UsageError
+from pcietrace.generate import LaunchConfig, LaunchGenerator
+from pcietrace.run import RunPlan
+from pcietrace.sim import SimBackend, SimDevice, SimParams
+
+
+@pytest.fixture()
+def gen() -> LaunchGenerator:
+    return LaunchGenerator(SimBackend(SimDevice(SimParams.default(), seed=3)))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"mode": "bogus"}, "mode must be"), ({"mode": "eager", "kernel_us": -1}, "kernel duration"),
+    ({"mode": "eager", "graph_k": 10}, "only applies to graph"), ({"mode": "graph", "graph_k": 0}, "graph size"),
+    ({"mode": "eager", "rate_hz": 0}, "rate must be"), ({"mode": "idle", "duration_s": 0}, "window duration"),
+])
+def test_launch_config_rejects_bad_values(kwargs, match) -> None:
+    with pytest.raises(UsageError, match=match):
+        LaunchConfig(**kwargs)
+
+
+def test_paced_window_hits_its_target_rate(gen) -> None:
+    rec = gen.window(LaunchConfig("eager", 0.0, 1, 50_000, 0.2))
+    assert rec["achieved_rate_hz"] == pytest.approx(50_000, rel=0.01)
+    assert rec["launches"] == rec["calls"] and rec["t_end_ns"] > rec["t_start_ns"]
+
+
+def test_graph_window_counts_kernels_as_calls_times_k(gen) -> None:
+    rec = gen.window(LaunchConfig("graph", 0.0, 10, 2_000, 0.1))
+    assert rec["launches"] == 10 * rec["calls"] and rec["calls"] == pytest.approx(200, abs=2)
+
+
+def test_max_rate_is_the_host_cost(gen) -> None:
+    p = SimParams.default()
+    rec = gen.window(LaunchConfig("eager", 0.0, 1, None, 0.1))
+    assert rec["achieved_rate_hz"] == pytest.approx(1e9 / p.host_ns_eager, rel=0.05)
+
+
+def test_burst_keeps_the_queue_full_and_times_gpu_and_host_apart(gen) -> None:
+    p = SimParams.default()
+    b = gen.burst("eager", 5.0, 1, 900)
+    assert b["saturated"]
+    assert b["gpu_ns"] / 900 == pytest.approx(5000 + p.gap_ns_eager, rel=0.01)
+    assert b["host_ns"] / 900 == pytest.approx(p.host_ns_eager, rel=0.05)
+
+
+def test_plan_step_count_matches_the_steps() -> None:
+    plan = RunPlan(durations_us=(0, 5), graph_ks=(1, 10), idle_windows=1, e2e_repeats=1)
+    # 2 calibrations + 1 idle + 4 eager fits + 1 duration + 8 graph windows + 4 bursts + 4 e2e
+    assert plan.steps() == 24

@@ -1,0 +1,97 @@
+"""Saved sessions and the command line, without a GPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from pcietrace.analysis import analyze, to_jsonable
+from pcietrace.cli import main
+from pcietrace.errors import UsageError
+from pcietrace.session import Session
+
+
+def test_report_round_trip(h100, tmp_path) -> None:
+    h100.save(tmp_path / "copy", to_jsonable(analyze(h100)))
+    again = Session.load(tmp_path / "copy" / "report.json")
+    pd.testing.assert_frame_equal(again.samples, h100.samples)
+    pd.testing.assert_frame_equal(again.windows, h100.windows)
+    assert to_jsonable(analyze(again)) == to_jsonable(analyze(h100))
+    saved = json.loads((tmp_path / "copy" / "report.json").read_text())
+    assert saved["results"]["per_launch"] == to_jsonable(analyze(h100))["per_launch"]
+
+
+def test_load_rejects_what_is_not_a_report(tmp_path) -> None:
+    with pytest.raises(UsageError, match="no pcietrace report"):
+        Session.load(tmp_path / "missing")
+    (tmp_path / "report.json").write_text("{not json")
+    with pytest.raises(UsageError, match="not a readable JSON"):
+        Session.load(tmp_path)
+    (tmp_path / "report.json").write_text('{"schema": "other/9"}')
+    with pytest.raises(UsageError, match="not a pcietrace.report/1"):
+        Session.load(tmp_path)
+
+
+def test_report_command_renders_the_real_run(data_dir, capsys) -> None:
+    assert main(["report", str(data_dir / "h100_run")]) == 0
+    out = capsys.readouterr().out
+    for title in ("System", "Background floor", "PCIe bytes per launch", "Graph launch bytes",
+                  "vs kernel duration", "Host cost", "Eager vs CUDA graph"):
+        assert title in out
+    assert "H100" in out and "SIMULATED" not in out
+
+
+def test_report_json(data_dir, capsys) -> None:
+    assert main(["report", str(data_dir / "h100_run"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "pcietrace.report/1" and doc["results"]["per_launch"]
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys) -> None:
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pcietrace: error:") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_run_without_a_gpu_points_at_simulate(capsys) -> None:
+    from tests.conftest import _gpu_reason
+
+    if _gpu_reason() is None:
+        pytest.skip("this machine has a GPU")
+    assert main(["run", "--no-save"]) == 2
+    err = capsys.readouterr().err
+    assert "--simulate" in err and err.count("\n") == 1
+
+
+def test_argument_errors_exit_2(capsys) -> None:
+    for argv in (["run", "--window-s", "-1"], ["run", "--durations", "a,b"], ["run", "--graph-k", "0"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+
+
+def test_simulated_run_is_labelled_and_recovers_its_model(tmp_path, capsys) -> None:
+    from pcietrace.sim import SimParams
+
+    out = tmp_path / "sim"
+    assert main(["run", "--simulate", "--quick", "--window-s", "0.05", "-o", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["meta"]["simulated"] is True and "SIMULATED" in doc["meta"]["gpus"][0]["name"]
+    p = SimParams.default()
+    eager = [r for r in doc["results"]["per_launch"] if r["mode"] == "eager" and r["direction"] == "h2d"][0]
+    assert eager["bytes_per_call"] == pytest.approx(p.eager_rx_bytes, rel=0.03)
+    assert main(["report", str(out)]) == 0
+    assert "SIMULATED" in capsys.readouterr().out
+
+
+def test_import_and_help_need_no_driver() -> None:
+    code = ("import sys, pcietrace, pcietrace.cli, pcietrace.analysis, pcietrace.collectors; "
+            "bad = [m for m in ('pynvml', 'cuda.bindings.driver', 'rich') if m in sys.modules]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    helped = subprocess.run([sys.executable, "-m", "pcietrace", "run", "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and "--simulate" in helped.stdout

@@ -179,3 +179,33 @@ class CounterReader:
             )
         except nv.NVMLError:
             return None
+
+
+#: nvmlGpuTopologyLevel_t -> the labels ``nvidia-smi topo -m`` prints
+TOPOLOGY_LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+NVLINK_MAX_LINKS = 18
+
+
+def common_ancestor(a: int, b: int) -> str:
+    """PCIe relation of two GPUs (by NVML index) as NVML's common-ancestor level, e.g. "PIX"."""
+    if a == b:
+        return "X"
+    level = query("nvmlDeviceGetTopologyCommonAncestor", handle(a), handle(b))
+    return TOPOLOGY_LEVELS.get(int(level), str(level))
+
+
+def nvlink_peers(index: int) -> dict[str, int]:
+    """Active NVLink links of one GPU, counted per remote PCI bus id (normalised)."""
+    h = handle(index)
+    nv = _module()
+    peers: dict[str, int] = {}
+    for link in range(NVLINK_MAX_LINKS):
+        try:
+            if query("nvmlDeviceGetNvLinkState", h, link) != nv.NVML_FEATURE_ENABLED:
+                continue
+            remote = query("nvmlDeviceGetNvLinkRemotePciInfo_v2", h, link)
+        except NvmlError:  # NvmlNotSupported included: no NVLink, or link index past this GPU's count
+            continue
+        bus = normalize_bus_id(_str(remote.busId))
+        peers[bus] = peers.get(bus, 0) + 1
+    return peers

@@ -93,12 +93,45 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-save", action="store_true", help="do not save the run")
     r.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
     r.add_argument("--seed", type=int, default=0, help="random seed of the simulated device")
+    r.add_argument("--no-latency", action="store_true", help="skip the latency suite (saves ~10 s per GPU)")
+    r.add_argument("--repeats", type=int, default=11, help="repeats of each latency test (host-timed ones do 20x)")
+    r.add_argument("--us-per-level", type=_positive, default=0.3, help="round trip added per PCIe switch level (us), for the topology model")
     r.set_defaults(func=cmd_run)
 
     rp = sub.add_parser("report", formatter_class=_Formatter, help="re-analyse and re-render a saved run (no GPU needed)")
     rp.add_argument("path", type=Path, help="a run folder or its report.json")
     rp.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
+    rp.add_argument("--us-per-level", type=_positive, default=0.3, help="round trip added per PCIe switch level (us)")
     rp.set_defaults(func=cmd_report)
+
+    tp = sub.add_parser("topo", formatter_class=_Formatter, help="where each GPU sits on PCIe, and the GPU<->GPU matrix",
+                        description="Each GPU's bus id, NUMA node, CPU affinity and PCIe path from the root port down "
+                                    "(link speed/width per hop, switch levels), and a GPU<->GPU matrix like "
+                                    "`nvidia-smi topo -m`. Works without a driver from sysfs alone.")
+    tp.add_argument("--sysfs-root", default="/sys", help="read this sysfs tree instead (e.g. a test fixture); implies no NVML")
+    tp.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
+    tp.set_defaults(func=cmd_topo)
+
+    lt = sub.add_parser("latency", formatter_class=_Formatter, help="PCIe round trips and launch/completion latencies",
+                        description="Per GPU: host-memory read round trip (pointer chase), the same chase in device "
+                                    "memory, peer reads for every GPU pair with peer access, 4 B copies, launch+sync "
+                                    "(eager and graph of 1), launch -> first instruction and kernel end -> host "
+                                    "notices; median with spread over repeats. Saved like a run, for `compare`.")
+    lt.add_argument("--gpu", default="all", help="CUDA device numbers, e.g. 0,1, or 'all'")
+    lt.add_argument("--repeats", type=int, default=11, help="repeats of each test (host-timed ones do 20x)")
+    lt.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-<gpu>-latency)")
+    lt.add_argument("--no-save", action="store_true", help="do not save")
+    lt.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
+    lt.set_defaults(func=cmd_latency)
+
+    cp = sub.add_parser("compare", formatter_class=_Formatter, help="saved runs side by side, with significant deltas marked",
+                        description="Headline figures of saved runs side by side; deltas against the first run are "
+                                    "marked significant only where the 95 % intervals say so, and the host round-trip "
+                                    "delta is set against what the switch-level difference predicts.")
+    cp.add_argument("paths", type=Path, nargs="+", help="run folders or report.json files (the first is the baseline)")
+    cp.add_argument("--us-per-level", type=_positive, default=0.3, help="round trip added per PCIe switch level (us)")
+    cp.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
+    cp.set_defaults(func=cmd_compare)
     return p
 
 
@@ -165,6 +198,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         session.meta["driver"] = backend.driver_version()
         session.meta["sample_interval_ms"] = args.sample_interval_ms
     session.meta["gpus"] = [g for g, _ in gpus]
+    if not args.simulate:
+        from pcietrace.collectors import topology
+
+        session.meta["topology"] = topology.collect([{**g, "bus_id": g["bus_id"]} for g, _ in gpus])
     out_dir = None if args.no_save else _output_dir(args, session.meta)
     interrupted = False
     try:
@@ -180,11 +217,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                 prog.update(task, description=label)
 
             record(session, plan, gpus, sampler, probes, progress=advance)
+            if not args.simulate and not args.no_latency:
+                from pcietrace.latency import LatencyProbe, measure
+
+                prog.update(task, total=None)
+                session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
+                                          progress=lambda label: prog.update(task, description=label))
     except KeyboardInterrupt:
         interrupted = True
     finally:
         # Whatever happened, keep what was recorded.
-        results = analyze(session) if session.meta.get("status") == "complete" else None
+        results = analyze(session, args.us_per_level) if session.meta.get("status") == "complete" else None
         if out_dir is not None:
             session.save(out_dir, to_jsonable(results) if results is not None else None)
             err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}")
@@ -214,7 +257,90 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pcietrace.session import Session
 
     session = Session.load(args.path)
-    _emit(session.meta, analyze(session), args.json)
+    _emit(session.meta, analyze(session, args.us_per_level), args.json)
+    return 0
+
+
+def cmd_topo(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from pcietrace.collectors import nvml, topology
+
+    gpus = None
+    if args.sysfs_root == "/sys":
+        try:
+            gpus = [{"nvml_index": i, "bus_id": nvml.gpu_info(i).bus_id, "name": nvml.gpu_info(i).name}
+                    for i in range(nvml.device_count())]
+        except NoGpuError:
+            gpus = None  # no driver: sysfs alone still shows the placement
+    topo = topology.collect(gpus, args.sysfs_root)
+    if not topo["gpus"]:
+        raise UsageError(f"no NVIDIA GPU found under {args.sysfs_root}")
+    if args.json:
+        json.dump(topo, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        from pcietrace.report.console import topology_tables
+
+        for t in topology_tables(topo):
+            Console().print(t)
+    return 0
+
+
+def cmd_latency(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from pcietrace import backend, cuda
+    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.collectors import topology
+    from pcietrace.latency import LatencyProbe, measure
+    from pcietrace.run import RunPlan, base_meta
+    from pcietrace.session import Session
+
+    if args.repeats < 3:
+        raise UsageError("--repeats must be at least 3")
+    try:
+        gpus = backend.open_gpus(parse_gpus(args.gpu, cuda.device_count()))
+    except NoGpuError as exc:
+        raise NoGpuError(f"{exc}; `pcietrace topo` works without a GPU") from None
+    session = Session(meta=base_meta(RunPlan(), False))
+    session.meta.update(kind="latency", status="running", driver=backend.driver_version(), gpus=[g for g, _ in gpus],
+                        topology=topology.collect([g for g, _ in gpus]))
+    err = Console(stderr=True)
+    with err.status("measuring latency") as status:
+        session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
+                                  progress=lambda label: status.update(label))
+    session.meta["status"] = "complete"
+    results = analyze(session)
+    if not args.no_save:
+        out = args.output or Path(str(_output_dir(args, session.meta)) + "-latency")
+        session.save(out, to_jsonable(results))
+        err.print(f"saved to {out}")
+    _emit(session.meta, results, args.json)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from pcietrace.analysis import analyze
+    from pcietrace.analysis.compare import compare
+    from pcietrace.report.console import compare_table
+    from pcietrace.session import Session
+
+    if len(args.paths) < 2:
+        raise UsageError("compare needs at least two saved runs")
+    runs = []
+    for i, p in enumerate(args.paths):
+        s = Session.load(p)
+        gpu = s.meta["gpus"][0]["name"].replace("NVIDIA ", "") if s.meta.get("gpus") else "?"
+        name = f"{chr(65 + i)}: {gpu}{' (SIMULATED)' if s.meta.get('simulated') else ''}"
+        runs.append((name, analyze(s, args.us_per_level), s.meta))
+    cmp = compare(runs, args.us_per_level)
+    if args.json:
+        sys.stdout.write(cmp.to_json(orient="records", indent=1) + "\n")
+    else:
+        Console().print(compare_table(cmp, [r[0] for r in runs]))
     return 0
 
 

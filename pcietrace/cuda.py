@@ -224,6 +224,31 @@ class Gpu:
         drv, _ = _bindings()
         handle_return(drv.cuMemcpyDtoHAsync(dst, src, nbytes, self.stream), "cuMemcpyDtoHAsync")
 
+    def copy_h2d_sync(self, dst: int, src: int, nbytes: int) -> None:
+        drv, _ = _bindings()
+        handle_return(drv.cuMemcpyHtoD(dst, src, nbytes), "cuMemcpyHtoD")
+
+    def query(self) -> bool:
+        """True once all work on the stream has finished."""
+        drv, _ = _bindings()
+        err = drv.cuStreamQuery(self.stream)[0]
+        if err == drv.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        handle_return((err,), "cuStreamQuery")
+        return True
+
+    def can_access_peer(self, other: "Gpu") -> bool:
+        drv, _ = _bindings()
+        return bool(handle_return(drv.cuDeviceCanAccessPeer(self.device, other.device), "cuDeviceCanAccessPeer"))
+
+    def enable_peer_access(self, other: "Gpu") -> None:
+        """Let kernels in this context read ``other``'s memory (idempotent)."""
+        drv, _ = _bindings()
+        self.make_current()
+        err = drv.cuCtxEnablePeerAccess(other.context, 0)[0]
+        if err != drv.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
+            handle_return((err,), "cuCtxEnablePeerAccess")
+
     def read_u64(self, dptr: int, n: int = 1) -> np.ndarray:
         """Copy ``n`` uint64 values from device memory (synchronously)."""
         drv, _ = _bindings()

@@ -19,7 +19,7 @@ import pandas as pd
 from pcietrace.errors import UsageError
 
 SCHEMA = "pcietrace.report/1"
-TABLES = ("windows", "bursts", "e2e", "calibration")
+TABLES = ("windows", "bursts", "e2e", "calibration", "latency")
 REPORT_FILE = "report.json"
 SAMPLES_FILE = "samples.parquet"
 
@@ -34,7 +34,8 @@ class Session:
     "failed: ..."), ``gpus`` (list of dicts with ``nvml_index``, ``cuda_ordinal``, name, bus id, PCIe
     link, ``counter`` mode/bits) and ``plan``. Tables: ``samples`` (raw counters, see
     ``pcietrace.collectors.SAMPLE_COLUMNS``), ``windows``, ``bursts``, ``e2e``, ``calibration``
-    (records from :class:`pcietrace.generate.LaunchGenerator`, each with ``nvml_index``)."""
+    (records from :class:`pcietrace.generate.LaunchGenerator`, each with ``nvml_index``), ``latency``
+    (:data:`pcietrace.latency.LATENCY_COLUMNS`); ``meta["topology"]`` holds the machine's topology."""
 
     meta: dict[str, Any]
     samples: pd.DataFrame = field(default_factory=_empty)
@@ -42,6 +43,7 @@ class Session:
     bursts: pd.DataFrame = field(default_factory=_empty)
     e2e: pd.DataFrame = field(default_factory=_empty)
     calibration: pd.DataFrame = field(default_factory=_empty)
+    latency: pd.DataFrame = field(default_factory=_empty)
 
     @property
     def counters(self) -> dict[int, dict[str, Any]]:

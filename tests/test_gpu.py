@@ -96,3 +96,36 @@ def test_full_run_reports_every_table(tmp_path) -> None:
     again = subprocess.run([sys.executable, "-m", "pcietrace", "report", str(out), "--json"],
                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert again.returncode == 0 and json.loads(again.stdout)["results"]["per_launch"] == res["per_launch"]
+
+
+def test_latency_suite_is_stable_run_to_run() -> None:
+    from pcietrace.analysis.latency import summary
+    from pcietrace.backend import CudaBackend
+    from pcietrace.collectors import nvml
+    from pcietrace.latency import LatencyProbe, measure
+
+    be = CudaBackend(0)
+    idx = nvml.index_for_bus_id(be.gpu.bus_id)
+    probes = {idx: LatencyProbe(be)}
+    a, b = (summary(measure(probes, repeats=11)).set_index("test") for _ in range(2))
+    print(a[["median_us", "p10_us", "p90_us"]].join(b["median_us"], rsuffix="_again").to_string())
+    assert 0.3 < a.loc["host_read_rtt", "median_us"] < 5  # a PCIe read round trip, in us
+    assert a.loc["device_read_l2", "median_us"] < a.loc["device_read_hbm", "median_us"] < a.loc["host_read_rtt", "median_us"]
+    for test in ("host_read_rtt", "device_read_l2", "device_read_hbm"):  # GPU-timed: stable to < 3 %
+        assert b.loc[test, "median_us"] == pytest.approx(a.loc[test, "median_us"], rel=0.03)
+        assert a.loc[test, "spread_pct"] < 3
+
+
+def test_real_topology() -> None:
+    from pcietrace.collectors import nvml, topology
+
+    gpus = [{"nvml_index": i, "bus_id": nvml.gpu_info(i).bus_id, "name": nvml.gpu_info(i).name}
+            for i in range(nvml.device_count())]
+    topo = topology.collect(gpus)
+    print(json.dumps(topo, indent=1))
+    for g in topo["gpus"]:
+        assert g["hops"] and g["hops"][-1]["bdf"] == g["bdf"] and g["hops"][-1]["link_width"] > 0
+    m, nv = topo["matrix"], topo["nvlinks"]
+    n = len(m)
+    assert all(m[i][i] == "X" for i in range(n))
+    assert all(nv[i][j] == nv[j][i] for i in range(n) for j in range(n))

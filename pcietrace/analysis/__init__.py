@@ -11,15 +11,17 @@ from typing import Any
 import pandas as pd
 
 from pcietrace.analysis import counters, launch
+from pcietrace.analysis import latency as latency_analysis
 from pcietrace.session import Session
 
 #: Result tables in display order; each is a DataFrame documented in its producing function.
 RESULT_TABLES = ("sampling", "floor", "calibration", "per_launch", "per_node", "by_duration",
-                 "cpu_cost", "gpu_time", "speedup")
+                 "cpu_cost", "gpu_time", "speedup", "latency", "topology_model")
 
 
-def analyze(session: Session) -> dict[str, pd.DataFrame]:
-    """All result tables of a session (tables whose inputs are missing come back empty)."""
+def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_PER_LEVEL) -> dict[str, pd.DataFrame]:
+    """All result tables of a session (tables whose inputs are missing come back empty).
+    ``us_per_level``: round trip added per PCIe switch level, for the topology model."""
     out: dict[str, pd.DataFrame] = {t: pd.DataFrame() for t in RESULT_TABLES}
     s = session
     if len(s.samples):
@@ -42,6 +44,12 @@ def analyze(session: Session) -> dict[str, pd.DataFrame]:
             out["gpu_time"] = launch.gpu_time(s.bursts, s.calibration)
     if len(s.e2e):
         out["speedup"] = launch.speedup(s.e2e)
+    if len(s.latency):
+        out["latency"] = latency_analysis.summary(s.latency)
+        if len(out["gpu_time"]):
+            levels = {g["nvml_index"]: g["switch_levels"] for g in s.meta.get("topology", {}).get("gpus", [])
+                      if g.get("nvml_index") is not None}
+            out["topology_model"] = latency_analysis.topology_model(out["gpu_time"], out["latency"], levels, us_per_level)
     return out
 
 

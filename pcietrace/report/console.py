@@ -139,6 +139,85 @@ def speedup_table(gt: pd.DataFrame, sp: pd.DataFrame) -> Table:
     return t
 
 
+LATENCY_LABELS = {
+    "host_read_rtt": "host memory read round trip (pointer chase)", "device_read_l2": "device memory chase, 2 MiB (L2)",
+    "device_read_hbm": "device memory chase, 256 MiB (HBM)", "peer_read_rtt": "peer GPU memory read round trip",
+    "copy_h2d_4B": "4 B copy H2D + sync", "copy_d2h_4B": "4 B copy D2H + sync",
+    "launch_sync_eager": "launch + synchronize, eager", "launch_sync_graph1": "launch + synchronize, graph of 1",
+    "launch_to_first_instruction": "launch -> first instruction seen by host",
+    "kernel_end_to_host": "kernel's last store seen -> stream reported done"}
+
+
+def latency_table(lat: pd.DataFrame) -> Table:
+    t = _table("Latency", [("NVML", "right"), ("test", "left"), ("peer", "right"), ("median us", "right"),
+                           ("95% CI", "right"), ("p10 – p90 us", "right"), ("n", "right")],
+               caption="chase tests: per dependent load; others: per operation, host-timed; CI = bootstrap of the median")
+    for r in lat.itertuples():
+        t.add_row(str(r.nvml_index), LATENCY_LABELS.get(r.test, r.test), "–" if r.peer < 0 else str(r.peer),
+                  _num(r.median_us, ".3f"), f"± {r.ci95_us:.3f}", f"{r.p10_us:.3f} – {r.p90_us:.3f}", str(r.n))
+    return t
+
+
+def model_table(m: pd.DataFrame) -> Table:
+    r0 = m.iloc[0]
+    t = _table("Topology model: what each added PCIe switch level would cost",
+               [("NVML", "right"), ("kernel us", "right"), ("switch levels now", "right"), ("eager GPU us/kernel", "right"),
+                ("+1 level", "right"), ("+2 levels", "right"), ("share / level", "right")],
+               caption=(f"assumptions: eager launch costs the GPU {r0.eager_extra_us:.3f} us more than a graph node "
+                        f"(empty kernels, queue full) = {r0.rtts_per_launch:.2f} serialized host round trips of "
+                        f"{r0.host_rtt_us:.3f} us (measured); each switch level adds {r0.us_per_level:g} us per round "
+                        f"trip, so +{r0.added_us_per_level:.3f} us per launch per level"))
+    for r in m.itertuples():
+        t.add_row(str(r.nvml_index), _num(r.kernel_us, "g"), _num(r.switch_levels, "d") if r.switch_levels is not None else "?",
+                  _num(r.eager_gpu_us, ".3f"), _num(r.eager_gpu_us_plus1, ".3f"), _num(r.eager_gpu_us_plus2, ".3f"),
+                  _num(r.share_per_level_pct, ".1f", " %"))
+    return t
+
+
+def topology_tables(topo: dict[str, Any]) -> list[Table]:
+    """Per-GPU placement (with its PCIe path) and the GPU<->GPU matrix."""
+    t = _table(f"PCIe placement (source: {topo.get('source')})",
+               [("GPU", "left"), ("bus id", "left"), ("NUMA", "right"), ("CPUs", "left"), ("switch levels", "right"),
+                ("path from root complex", "left")])
+    for g in topo.get("gpus", []):
+        hops = "\n".join(f"{h['bdf']} {h['role']} {h['vendor'][2:]}:{h['device'][2:]}"
+                         + (f" {h['link_speed'].replace(' PCIe', '')} x{h['link_width']}" if h.get("link_speed") else "")
+                         + (f" (max {h['max_link_speed'].replace(' PCIe', '')} x{h['max_link_width']})"
+                            if h.get("max_link_speed") and (h["max_link_speed"], h["max_link_width"]) != (h.get("link_speed"), h.get("link_width")) else "")
+                         for h in g.get("hops", []))
+        label = f"GPU{g['nvml_index']}" if g.get("nvml_index") is not None else g["bdf"]
+        t.add_row(label + (f" {g['name']}" if g.get("name") else ""), g["bdf"], str(g.get("numa_node")),
+                  str(g.get("local_cpulist")), str(g.get("switch_levels")), f"{g['host_bridge']}\n{hops}")
+    labels = topo.get("labels", [])
+    m = _table("GPU <-> GPU", [("", "left")] + [(lab, "center") for lab in labels],
+               caption="X self; NV# NVLink links; PIX one PCIe switch; PXB several switches; PHB host bridge; "
+                       "NODE across host bridges in a NUMA node; SYS across NUMA nodes")
+    for lab, row in zip(labels, topo.get("matrix", [])):
+        m.add_row(lab, *row)
+    return [t, m] if labels else [t]
+
+
+def compare_table(cmp: pd.DataFrame, names: list[str]) -> Table:
+    cols: list[tuple[str, str]] = [("metric", "left"), ("unit", "left")]
+    for i, n in enumerate(names):
+        cols.append((n, "right"))
+        if i:
+            cols.append((f"Δ vs {names[0]}", "right"))
+    t = _table("Comparison", cols, caption="Δ in bold where the 95 % intervals say it is significant, dim where they "
+                                             "say it is not, plain where a run gives no interval")
+    for r in cmp.to_dict("records"):
+        cells = [r["metric"], r["unit"]]
+        for i, n in enumerate(names):
+            v, ci = r.get(f"value:{n}"), r.get(f"ci95:{n}")
+            cells.append(_pm(v, ci, ",.3f" if r["unit"] in ("us", "x") else ",.1f") if v is not None and not pd.isna(v) else "–")
+            if i:
+                d, sig = r.get(f"delta:{n}"), r.get(f"significant:{n}")
+                txt = "–" if d is None or pd.isna(d) else f"{d:+,.3f}"
+                cells.append(f"[bold]{txt}[/]" if sig is True else (f"[dim]{txt}[/]" if sig is False else txt))
+        t.add_row(*cells)
+    return t
+
+
 RENDERERS: list[tuple[str, Callable[[pd.DataFrame], Table]]] = [
     ("floor", floor_table), ("calibration", calibration_table), ("per_launch", per_launch_table),
     ("per_node", per_node_table), ("by_duration", by_duration_table), ("cpu_cost", cpu_table),
@@ -159,5 +238,11 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Cons
             parts.append(fn(results[key]))
     if len(results.get("gpu_time", ())) or len(results.get("speedup", ())):
         parts.append(speedup_table(results.get("gpu_time", pd.DataFrame()), results.get("speedup", pd.DataFrame())))
+    if meta.get("topology"):
+        parts.extend(topology_tables(meta["topology"]))
+    if len(results.get("latency", ())):
+        parts.append(latency_table(results["latency"]))
+    if len(results.get("topology_model", ())):
+        parts.append(model_table(results["topology_model"]))
     for part in parts:
         console.print(part)

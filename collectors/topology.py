@@ -1,0 +1,49 @@
+"""Machine topology for reports: each GPU's PCIe placement (sysfs) plus the GPU<->GPU matrix
+(NVML common-ancestor level and NVLink link counts on a real machine; derived from sysfs paths for a
+fixture tree, where there is no NVML)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pcietrace.collectors import nvml, sysfs
+
+
+def collect(gpus: list[dict[str, Any]] | None = None, sysfs_root: str = "/sys") -> dict[str, Any]:
+    """``gpus``: dicts with ``nvml_index`` and ``bus_id`` (a real machine), or None to take every
+    NVIDIA GPU found under ``sysfs_root`` (fixtures; no NVML involved).
+
+    Returns ``{"source", "gpus": [placement dicts + nvml_index/name], "labels", "matrix", "nvlinks"}``;
+    ``matrix[i][j]`` is "X", "NV<n>" (n NVLink links) or the PCIe relation (PIX/PXB/PHB/NODE/SYS).
+    """
+    if gpus is None:
+        entries = [{"bus_id": b, "nvml_index": None, "name": None} for b in sysfs.nvidia_gpus(sysfs_root)]
+        source = "sysfs"
+    else:
+        entries, source = gpus, "nvml+sysfs"
+    places = []
+    for g in entries:
+        try:
+            p = sysfs.placement(g["bus_id"], sysfs_root)
+        except FileNotFoundError:
+            p = sysfs.GpuPlacement(bdf=g["bus_id"], host_bridge="?", numa_node=None, local_cpulist=None)
+        places.append((g, p))
+    n = len(places)
+    matrix = [["X"] * n for _ in range(n)]
+    nvlinks = [[0] * n for _ in range(n)]
+    for i, (gi, pi) in enumerate(places):
+        links = nvml.nvlink_peers(gi["nvml_index"]) if source != "sysfs" else {}
+        for j, (gj, pj) in enumerate(places):
+            if i == j:
+                continue
+            nvlinks[i][j] = links.get(pj.bdf, 0)
+            if nvlinks[i][j]:
+                matrix[i][j] = f"NV{nvlinks[i][j]}"
+            elif source == "sysfs":
+                matrix[i][j] = sysfs.pcie_relation(pi, pj)
+            else:
+                matrix[i][j] = nvml.common_ancestor(gi["nvml_index"], gj["nvml_index"])
+    return {"source": source, "sysfs_root": str(sysfs_root),
+            "gpus": [{**p.to_dict(), "nvml_index": g.get("nvml_index"), "name": g.get("name")} for g, p in places],
+            "labels": [f"GPU{g['nvml_index']}" if g.get("nvml_index") is not None else p.bdf for g, p in places],
+            "matrix": matrix, "nvlinks": nvlinks}

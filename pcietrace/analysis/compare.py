@@ -1,0 +1,92 @@
+"""Side-by-side comparison of saved runs (DataFrames in, DataFrame out)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from pcietrace.analysis.latency import DEFAULT_US_PER_LEVEL
+
+
+def metrics(results: dict[str, pd.DataFrame], meta: dict[str, Any]) -> pd.DataFrame:
+    """The headline figures of one run (its first GPU): ``metric``, ``unit``, ``value``, ``ci95``
+    (half-width; NaN where the run gives no interval)."""
+    rows: list[tuple[str, str, float, float]] = []
+    idx = min((g["nvml_index"] for g in meta.get("gpus", [])), default=0)
+
+    def first(df: pd.DataFrame, **eq: Any) -> pd.Series | None:
+        if not len(df):
+            return None
+        m = df["nvml_index"] == idx
+        for k, v in eq.items():
+            m &= df[k] == v
+        return df[m].iloc[0] if m.any() else None
+
+    pl = results.get("per_launch", pd.DataFrame())
+    for d, label in (("h2d", "H2D"), ("d2h", "D2H")):
+        r = first(pl, mode="eager", direction=d)
+        if r is not None:
+            rows.append((f"eager {label} bytes / launch", "B", r["bytes_per_call"], r["ci95"]))
+    pn = results.get("per_node", pd.DataFrame())
+    for d, label in (("h2d", "H2D"), ("d2h", "D2H")):
+        r = first(pn, direction=d)
+        if r is not None:
+            rows.append((f"graph {label} bytes / graph launch (fixed)", "B", r["fixed_bytes"], r["fixed_ci95"]))
+            rows.append((f"graph {label} bytes / node", "B", r["per_node_bytes"], r["per_node_ci95"]))
+    cc = results.get("cpu_cost", pd.DataFrame())
+    for mode, label in (("eager", "host cost / eager launch"), ("graph", "host cost / graph launch")):
+        r = first(cc, mode=mode)
+        if r is not None:
+            rows.append((label, "us", r["host_us_per_call"], math.nan))
+    lat = results.get("latency", pd.DataFrame())
+    for test, label in (("host_read_rtt", "host read round trip"), ("launch_sync_eager", "launch + sync (eager)"),
+                        ("launch_to_first_instruction", "launch -> first instruction"), ("copy_h2d_4B", "4 B H2D copy")):
+        r = first(lat, test=test, peer=-1)
+        if r is not None:
+            rows.append((label, "us", r["median_us"], r["ci95_us"]))
+    gt = results.get("gpu_time", pd.DataFrame())
+    if len(gt):
+        g0 = gt[gt["nvml_index"] == idx].sort_values("kernel_us")
+        if len(g0):
+            rows.append(("GPU time / empty kernel, eager", "us", g0["eager_gpu_us"].iloc[0], math.nan))
+            rows.append(("GPU time / empty kernel, graph", "us", g0["graph_gpu_us"].iloc[0], math.nan))
+    sp = results.get("speedup", pd.DataFrame())
+    for r in sp[sp["nvml_index"] == idx].sort_values("kernel_us").itertuples() if len(sp) else []:
+        rows.append((f"graph speedup, {r.kernel_us:g} us kernels", "x", r.speedup, math.nan))
+    topo = {g.get("nvml_index"): g for g in meta.get("topology", {}).get("gpus", [])}
+    if idx in topo:
+        rows.append(("PCIe switch levels", "", float(topo[idx]["switch_levels"]), math.nan))
+    return pd.DataFrame(rows, columns=["metric", "unit", "value", "ci95"])
+
+
+def compare(runs: list[tuple[str, dict[str, pd.DataFrame], dict[str, Any]]],
+            us_per_level: float = DEFAULT_US_PER_LEVEL) -> pd.DataFrame:
+    """One row per metric, one ``value:<name>``/``ci95:<name>`` pair per run, and for every run after
+    the first a ``delta:<name>`` (vs the first) and ``significant:<name>`` (True when the difference
+    exceeds the combined 95 % half-widths; None where a run gives no interval).
+
+    A last row, ``round trip expected from switch levels``, puts the host-read round-trip delta beside
+    what the switch-level difference predicts (``us_per_level`` per level)."""
+    out: pd.DataFrame | None = None
+    order: list[str] = []
+    for name, res, meta in runs:
+        m = metrics(res, meta).rename(columns={"value": f"value:{name}", "ci95": f"ci95:{name}"})
+        order += [x for x in m["metric"] if x not in order]
+        out = m if out is None else out.merge(m, on=["metric", "unit"], how="outer")
+    assert out is not None
+    out = out.set_index("metric").loc[order].reset_index()  # first-seen order, not alphabetical
+    base = runs[0][0]
+    for name, _, _ in runs[1:]:
+        d = out[f"value:{name}"] - out[f"value:{base}"]
+        comb = (out[f"ci95:{name}"] ** 2 + out[f"ci95:{base}"] ** 2) ** 0.5
+        out[f"delta:{name}"] = d
+        out[f"significant:{name}"] = [None if math.isnan(c) else bool(abs(x) > c) for x, c in zip(d, comb)]
+    levels = out[out["metric"] == "PCIe switch levels"]
+    if len(levels) and len(runs) > 1:
+        row: dict[str, Any] = {"metric": "round trip expected from switch levels", "unit": "us"}
+        for name, _, _ in runs[1:]:
+            row[f"delta:{name}"] = float(levels[f"value:{name}"].iloc[0] - levels[f"value:{base}"].iloc[0]) * us_per_level
+        out = pd.concat([out, pd.DataFrame([row])], ignore_index=True)
+    return out

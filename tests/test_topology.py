@@ -1,0 +1,66 @@
+"""The sysfs walker on fixture trees that mirror real machines (tests/data/topo/README.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pcietrace.collectors import sysfs
+from tests.sysfs_fixture import build
+
+
+@pytest.fixture()
+def tree(tmp_path, data_dir):
+    return lambda name: build(data_dir / "topo" / f"{name}.json", tmp_path / name)
+
+
+def test_lent_vm_gpu_sits_on_the_root_bus(tree) -> None:
+    root = tree("lent_h100_vm")
+    assert sysfs.nvidia_gpus(root) == ["0000:00:06.0"]
+    p = sysfs.placement("0000:00:06.0", root)
+    assert p.host_bridge == "pci0000:00" and p.switch_levels == 0 and p.numa_node == -1
+    assert [h.role for h in p.hops] == ["endpoint"]
+    assert p.hops[0].link_speed == "32.0 GT/s PCIe" and p.hops[0].link_width == 16 and p.local_cpulist == "0-15"
+
+
+def test_gpus_on_root_ports(tree) -> None:
+    root = tree("wrx80_two_gpus_root_ports")
+    gpus = sysfs.nvidia_gpus(root)
+    assert gpus == ["0000:01:00.0", "0000:02:00.0"]  # the audio functions are not GPUs
+    a, b = (sysfs.placement(g, root) for g in gpus)
+    assert [h.role for h in a.hops] == ["root port", "endpoint"] and a.switch_levels == 0
+    assert sysfs.pcie_relation(a, b) == "PHB"
+
+
+def test_two_switch_levels_per_gpu_and_the_published_matrix(tree) -> None:
+    root = tree("dgx2_half_two_switch_levels")
+    gpus = sysfs.nvidia_gpus(root)
+    assert len(gpus) == 8
+    p = {g: sysfs.placement(g, root) for g in gpus}
+    assert all(x.switch_levels == 2 for x in p.values())
+    assert [h.role for h in p[gpus[0]].hops] == ["root port", "switch upstream", "switch downstream",
+                                                 "switch upstream", "switch downstream", "endpoint"]
+    rel = [[sysfs.pcie_relation(p[a], p[b]) for b in gpus] for a in gpus]
+    # As published for DGX-2: pairs share a second-level switch (PIX), pairs of pairs a first-level
+    # switch (PXB), the two root ports of one socket meet at NODE.
+    assert rel[0][:8] == ["X", "PIX", "PXB", "PXB", "NODE", "NODE", "NODE", "NODE"]
+    assert rel[5][4] == "PIX" and rel[5][7] == "PXB" and rel[7][0] == "NODE"
+
+
+def test_roles_fall_back_to_position_without_config_space(tree) -> None:
+    root = tree("dgx2_half_two_switch_levels")
+    for cfg in root.rglob("config"):
+        cfg.write_bytes(cfg.read_bytes()[:64])  # what a non-root user can read
+    p = sysfs.placement(sysfs.nvidia_gpus(root)[0], root)
+    assert p.switch_levels == 2 and p.hops[0].role == "root port" and p.hops[-1].role == "endpoint"
+
+
+def test_port_type_parser() -> None:
+    from tests.sysfs_fixture import config_space
+
+    assert sysfs.port_type(config_space(5)) == 5
+    assert sysfs.port_type(config_space(None)) is None and sysfs.port_type(b"") is None
+
+
+def test_missing_device(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError):
+        sysfs.placement("0000:00:09.0", tmp_path)

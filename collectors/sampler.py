@@ -27,13 +27,16 @@ SAMPLE_COLUMNS = ["nvml_index", "t_ns", "read_ns", "tx_raw", "rx_raw"]
 _CHUNK_NS = 20_000_000  # send samples to the parent every 20 ms
 
 
-def _sample_one(reader: Any, out: "mp.Queue[Any]", stop: Any, interval_ns: int) -> None:
+def _sample_one(reader: Any, out: "mp.Queue[Any]", stop: Any, pause: Any, interval_ns: int) -> None:
     now = time.monotonic_ns
     read = reader.read
     t, d, tx, rx = [], [], [], []
     failed = 0
     next_send = now() + _CHUNK_NS
     while not stop.is_set():
+        if pause.is_set():
+            time.sleep(0.001)
+            continue
         t0 = now()
         v = read()
         t1 = now()
@@ -56,7 +59,8 @@ def _sample_one(reader: Any, out: "mp.Queue[Any]", stop: Any, interval_ns: int) 
     out.put(("done", reader.index, failed))
 
 
-def _child_main(indices: list[int], force_throughput: bool, interval_ns: int, out: "mp.Queue[Any]", stop: Any) -> None:
+def _child_main(indices: list[int], force_throughput: bool, interval_ns: int, out: "mp.Queue[Any]", stop: Any,
+                pause: Any) -> None:
     from pcietrace.collectors.nvml import CounterReader  # imported in the child: NVML is per process
 
     try:
@@ -65,7 +69,7 @@ def _child_main(indices: list[int], force_throughput: bool, interval_ns: int, ou
         out.put(("error", f"{type(exc).__name__}: {exc}"))
         return
     out.put(("ready", {r.index: {"mode": r.mode, "bits": r.bits} for r in readers}))
-    threads = [threading.Thread(target=_sample_one, args=(r, out, stop, interval_ns), daemon=True) for r in readers]
+    threads = [threading.Thread(target=_sample_one, args=(r, out, stop, pause, interval_ns), daemon=True) for r in readers]
     for th in threads:
         th.start()
     for th in threads:
@@ -120,9 +124,10 @@ class CounterSampler:
     def start(self, timeout_s: float = 30.0) -> None:
         ctx = mp.get_context("spawn")
         self._q = ctx.Queue()
-        self._stop = ctx.Event()
+        self._stop, self._pause = ctx.Event(), ctx.Event()
         self._proc = ctx.Process(target=_child_main, daemon=True,
-                                 args=(self.indices, self.force_throughput, self.interval_ns, self._q, self._stop))
+                                 args=(self.indices, self.force_throughput, self.interval_ns, self._q, self._stop,
+                                       self._pause))
         self._proc.start()
         try:
             msg = self._q.get(timeout=timeout_s)
@@ -150,6 +155,10 @@ class CounterSampler:
             elif msg[0] == "done":
                 self.failed_reads[msg[1]] = msg[2]
                 done += 1
+
+    def pause(self, paused: bool = True) -> None:
+        """Stop (or resume) reading without stopping the sampler process (benchmarks toggle this)."""
+        (self._pause.set if paused else self._pause.clear)()
 
     def frame(self) -> pd.DataFrame:
         """Samples received so far (also usable after a crash), sorted by GPU and time."""

@@ -56,7 +56,8 @@ class LatencyProbe:
         self.chase = gpu.kernel(mod, "pt_chase", 3)
         self.flag = gpu.kernel(mod, "pt_flag", 3)
         self.out = gpu.alloc_device(16)
-        self._bufs: dict[Any, int] = {}
+        self._bufs: dict[Any, Any] = {}
+        self._pos: dict[int, int] = {}  # chain start -> where the last chase along it stopped
 
     def _device_chain(self, owner: Any, nbytes: int) -> int:
         """A pointer chain in ``owner``'s device memory (cached per owner and size)."""
@@ -81,13 +82,17 @@ class LatencyProbe:
         return self._bufs[key]
 
     def chase_us(self, start: int, steps: int) -> float:
-        """Microseconds per dependent load along the chain starting at device address ``start``."""
+        """Microseconds per dependent load along the chain that starts at device address ``start``.
+
+        Each call picks up where the previous call on the same chain stopped, so repeats walk lines
+        not touched since the chain was built (a chain bigger than L2 really measures memory)."""
         gpu = self.be.gpu
         gpu.make_current()
-        self.chase.args[:] = (start, steps, self.out)
+        pos = self._pos.get(start, start)
+        self.chase.args[:] = (pos, steps, self.out)
         gpu.check(gpu.launcher(self.chase)(), "pt_chase")
-        ns = gpu.read_u64(self.out)[0]
-        return float(ns) / steps / 1e3
+        ns, self._pos[start] = (int(x) for x in gpu.read_u64(self.out, 2))
+        return ns / steps / 1e3
 
     def host_timed(self, fn: Callable[[], None]) -> float:
         t0 = time.perf_counter_ns()

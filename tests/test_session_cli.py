@@ -58,7 +58,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys) -> None:
 
 
 def test_run_without_a_gpu_points_at_simulate(capsys) -> None:
-    from tests.conftest import _gpu_reason
+    from conftest import _gpu_reason
 
     if _gpu_reason() is None:
         pytest.skip("this machine has a GPU")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pcietrace.collectors import sysfs
-from tests.sysfs_fixture import build
+from sysfs_fixture import build
 
 
 @pytest.fixture()
@@ -55,7 +55,7 @@ def test_roles_fall_back_to_position_without_config_space(tree) -> None:
 
 
 def test_port_type_parser() -> None:
-    from tests.sysfs_fixture import config_space
+    from sysfs_fixture import config_space
 
     assert sysfs.port_type(config_space(5)) == 5
     assert sysfs.port_type(config_space(None)) is None and sysfs.port_type(b"") is None

@@ -7,7 +7,7 @@ Tests:
 - ``host_read_rtt``: one GPU thread chasing dependent pointers through pinned host-mapped memory
   (2 MiB, 128 B stride, random cycle, uncached loads): one PCIe read round trip per step.
 - ``device_read_l2`` / ``device_read_hbm``: the same chase in device memory, 2 MiB (L2-resident) and
-  256 MiB (beyond L2).
+  256 MiB (beyond L2; each repeat continues along the chain, so it meets lines not touched since).
 - ``peer_read_rtt``: the chase in a peer GPU's memory (every pair with peer access).
 - ``copy_h2d_4B`` / ``copy_d2h_4B``: a 4-byte cuMemcpy*Async plus stream synchronize, host-timed.
 - ``launch_sync_eager`` / ``launch_sync_graph1``: launch an empty kernel (or a graph of one) and
@@ -148,7 +148,7 @@ def measure(probes: dict[int, LatencyProbe], repeats: int = 11, steps: int = 200
         for test, nbytes in (("device_read_l2", 2 << 20), ("device_read_hbm", 256 << 20)):
             d = pr._device_chain(gpu, nbytes)
             pr.chase_us(d, 100)
-            add(idx, test, -1, [pr.chase_us(d, steps * 5) for _ in range(repeats)])
+            add(idx, test, -1, [pr.chase_us(d, steps * 20) for _ in range(repeats)])
         progress(f"GPU {gpu.ordinal}: small copies and launch round trips")
         src = gpu.alloc_pinned(64)
         dst = gpu.alloc_device(64)

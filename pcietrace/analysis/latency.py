@@ -12,7 +12,8 @@ DEFAULT_US_PER_LEVEL = 0.3
 
 def summary(latency: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     """Per ``nvml_index, test, peer``: ``median_us``, ``p10_us``, ``p90_us``, ``ci95_us`` (half-width of a
-    bootstrap 95 % interval of the median), ``spread_pct`` (p90 - p10 relative to the median) and ``n``."""
+    bootstrap 95 % interval of the median), ``spread_pct`` (interquartile range relative to the median)
+    and ``n``."""
     rng = np.random.default_rng(seed)
     rows = []
     for (idx, test, peer), g in latency.groupby(["nvml_index", "test", "peer"], sort=False):
@@ -20,10 +21,10 @@ def summary(latency: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
         boot = np.median(rng.choice(v, size=(1000, v.size), replace=True), axis=1)
         lo, hi = np.percentile(boot, [2.5, 97.5])
         med = float(np.median(v))
-        p10, p90 = np.percentile(v, [10, 90])
+        p10, p25, p75, p90 = np.percentile(v, [10, 25, 75, 90])
         rows.append({"nvml_index": int(idx), "test": test, "peer": int(peer), "median_us": med,
                      "p10_us": float(p10), "p90_us": float(p90), "ci95_us": float(hi - lo) / 2,
-                     "spread_pct": float(p90 - p10) / med * 100 if med else np.nan, "n": int(v.size)})
+                     "spread_pct": float(p75 - p25) / med * 100 if med else np.nan, "n": int(v.size)})
     return pd.DataFrame(rows)
 
 

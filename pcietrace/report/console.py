@@ -150,11 +150,11 @@ LATENCY_LABELS = {
 
 def latency_table(lat: pd.DataFrame) -> Table:
     t = _table("Latency", [("NVML", "right"), ("test", "left"), ("peer", "right"), ("median us", "right"),
-                           ("95% CI", "right"), ("p10 – p90 us", "right"), ("n", "right")],
+                           ("95% CI", "right"), ("p10 – p90 us", "right"), ("IQR %", "right"), ("n", "right")],
                caption="chase tests: per dependent load; others: per operation, host-timed; CI = bootstrap of the median")
     for r in lat.itertuples():
         t.add_row(str(r.nvml_index), LATENCY_LABELS.get(r.test, r.test), "–" if r.peer < 0 else str(r.peer),
-                  _num(r.median_us, ".3f"), f"± {r.ci95_us:.3f}", f"{r.p10_us:.3f} – {r.p90_us:.3f}", str(r.n))
+                  _num(r.median_us, ".3f"), f"± {r.ci95_us:.3f}", f"{r.p10_us:.3f} – {r.p90_us:.3f}", _num(r.spread_pct, ".1f"), str(r.n))
     return t
 
 

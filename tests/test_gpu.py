@@ -117,6 +117,7 @@ def test_latency_suite_is_stable_run_to_run() -> None:
     assert 0.3 < a.loc["host_read_rtt", "median_us"] < 5  # a PCIe read round trip, in us
     assert a.loc["device_read_l2", "median_us"] < a.loc["device_read_hbm", "median_us"] < a.loc["host_read_rtt", "median_us"]
     for test in ("host_read_rtt", "device_read_l2", "device_read_hbm"):  # GPU-timed: stable to < 3 %
+        print(test, a.loc[test, "median_us"], b.loc[test, "median_us"], a.loc[test, "spread_pct"], b.loc[test, "spread_pct"])
         assert b.loc[test, "median_us"] == pytest.approx(a.loc[test, "median_us"], rel=0.03)
         assert a.loc[test, "spread_pct"] < 3 and b.loc[test, "spread_pct"] < 3
 

@@ -140,7 +140,8 @@ def speedup_table(gt: pd.DataFrame, sp: pd.DataFrame) -> Table:
 
 
 LATENCY_LABELS = {
-    "host_read_rtt": "host memory read round trip (pointer chase)", "device_read_l2": "device memory chase, 2 MiB (L2)",
+    "host_read_rtt": "host memory read round trip (chase, 64 KiB)",
+    "host_read_rtt_2mib": "host memory read round trip (chase, 2 MiB)", "device_read_l2": "device memory chase, 2 MiB (L2)",
     "device_read_hbm": "device memory chase, 256 MiB (HBM)", "peer_read_rtt": "peer GPU memory read round trip",
     "copy_h2d_4B": "4 B copy H2D + sync", "copy_d2h_4B": "4 B copy D2H + sync",
     "launch_sync_eager": "launch + synchronize, eager", "launch_sync_graph1": "launch + synchronize, graph of 1",

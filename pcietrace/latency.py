@@ -150,7 +150,7 @@ def measure(probes: dict[int, LatencyProbe], repeats: int = 11, steps: int = 200
         progress(f"GPU {gpu.ordinal}: device memory chase")
         for test, nbytes in (("device_read_l2", 2 << 20), ("device_read_hbm", 256 << 20)):
             d = pr._device_chain(gpu, nbytes)
-            pr.chase_us(d, 100)
+            pr.chase_us(d, steps * 20)  # warm-up as long as a repeat: every page's translation is cached
             add(idx, test, -1, [pr.chase_us(d, steps * 20) for _ in range(repeats)])
         progress(f"GPU {gpu.ordinal}: small copies and launch round trips")
         src = gpu.alloc_pinned(64)

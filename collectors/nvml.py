@@ -44,8 +44,11 @@ def _module() -> Any:
 def query(name: str, *args: Any) -> Any:
     """Call ``pynvml.<name>(*args)``; raise NvmlNotSupported / NvmlError instead of pynvml's errors."""
     nv = _module()
+    fn = getattr(nv, name, None)
+    if fn is None:  # older nvidia-ml-py releases lack newer entry points
+        raise NvmlNotSupported(f"{name}: not in this nvidia-ml-py")
     try:
-        return getattr(nv, name)(*args)
+        return fn(*args)
     except nv.NVMLError_NotSupported as exc:
         raise NvmlNotSupported(f"{name}: not supported on this GPU/driver") from exc
     except nv.NVMLError_FunctionNotFound as exc:
@@ -203,7 +206,10 @@ def nvlink_peers(index: int) -> dict[str, int]:
         try:
             if query("nvmlDeviceGetNvLinkState", h, link) != nv.NVML_FEATURE_ENABLED:
                 continue
-            remote = query("nvmlDeviceGetNvLinkRemotePciInfo_v2", h, link)
+            try:
+                remote = query("nvmlDeviceGetNvLinkRemotePciInfo_v2", h, link)
+            except NvmlNotSupported:
+                remote = query("nvmlDeviceGetNvLinkRemotePciInfo", h, link)
         except NvmlError:  # NvmlNotSupported included: no NVLink, or link index past this GPU's count
             continue
         bus = normalize_bus_id(_str(remote.busId))

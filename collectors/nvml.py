@@ -197,8 +197,19 @@ def common_ancestor(a: int, b: int) -> str:
     return TOPOLOGY_LEVELS.get(int(level), str(level))
 
 
+def nvlink_over_p2p(a: int, b: int) -> bool:
+    """Whether NVML reports NVLink peer-to-peer between two GPUs (works where remote ids do not)."""
+    nv = _module()
+    try:
+        status = query("nvmlDeviceGetP2PStatus", handle(a), handle(b), nv.NVML_P2P_CAPS_INDEX_NVLINK)
+    except NvmlError:
+        return False
+    return status == nv.NVML_P2P_STATUS_OK
+
+
 def nvlink_peers(index: int) -> dict[str, int]:
-    """Active NVLink links of one GPU, counted per remote PCI bus id (normalised)."""
+    """Active NVLink links of one GPU, counted per remote PCI bus id (normalised). In a virtual
+    machine the remote ids can be the host's, matching no GPU the guest sees."""
     h = handle(index)
     nv = _module()
     peers: dict[str, int] = {}

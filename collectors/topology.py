@@ -31,8 +31,20 @@ def collect(gpus: list[dict[str, Any]] | None = None, sysfs_root: str = "/sys") 
     n = len(places)
     matrix = [["X"] * n for _ in range(n)]
     nvlinks = [[0] * n for _ in range(n)]
+    notes = []
     for i, (gi, pi) in enumerate(places):
         links = nvml.nvlink_peers(gi["nvml_index"]) if source != "sysfs" else {}
+        known = {p.bdf for _, p in places}
+        unmatched = sum(n for bus, n in links.items() if bus not in known)
+        if unmatched:
+            # Remote ids unknown to this machine (e.g. a VM): NVML's NVLink P2P status names the
+            # peers; the unmatched links are split evenly among them (exact with one peer).
+            peers = [j for j, (gj, _) in enumerate(places) if j != i and nvml.nvlink_over_p2p(gi["nvml_index"], gj["nvml_index"])]
+            for j in peers:
+                links[places[j][1].bdf] = links.get(places[j][1].bdf, 0) + unmatched // len(peers)
+            if peers:
+                notes.append(f"GPU{gi['nvml_index']}: NVLink remote PCI ids {sorted(b for b in links if b not in known)} "
+                             f"match no GPU here; {unmatched} links attributed by NVML's NVLink P2P status")
         for j, (gj, pj) in enumerate(places):
             if i == j:
                 continue
@@ -46,4 +58,4 @@ def collect(gpus: list[dict[str, Any]] | None = None, sysfs_root: str = "/sys") 
     return {"source": source, "sysfs_root": str(sysfs_root),
             "gpus": [{**p.to_dict(), "nvml_index": g.get("nvml_index"), "name": g.get("name")} for g, p in places],
             "labels": [f"GPU{g['nvml_index']}" if g.get("nvml_index") is not None else p.bdf for g, p in places],
-            "matrix": matrix, "nvlinks": nvlinks}
+            "matrix": matrix, "nvlinks": nvlinks, "notes": notes}

@@ -28,6 +28,10 @@ class CudaBackend:
         self._graphs: dict[tuple[int, int], Launch] = {}
         self._elapsed = self.gpu.alloc_device(8)
 
+    def activate(self) -> None:
+        """Make this GPU's context current (several GPUs share one thread)."""
+        self.gpu.make_current()
+
     def launcher(self, kernel_ns: int) -> Launch:
         # All eager launches share one prebuilt parameter block; setting the duration is a store.
         self._kernel.args[:] = (kernel_ns, 0)

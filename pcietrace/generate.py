@@ -32,6 +32,7 @@ class Backend(Protocol):
 
     simulated: bool
 
+    def activate(self) -> None: ...  # make this device current for the calling thread
     def clock(self) -> int: ...  # ns, monotonic
     def thread_time_ns(self) -> int: ...  # CPU time of the calling thread, ns
     def launcher(self, kernel_ns: int) -> Launch: ...

@@ -120,6 +120,7 @@ def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Bac
         g["counter"] = sampler.modes.get(g["nvml_index"], {"mode": "unknown", "bits": 0})
     try:
         for g, backend in gpus:
+            backend.activate()
             gen = LaunchGenerator(backend, (probes or {}).get(g["nvml_index"]))
             for table, label, thunk in _steps(plan, gen):
                 progress(f"GPU {g['cuda_ordinal']}: {label}")

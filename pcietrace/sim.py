@@ -149,6 +149,9 @@ class SimBackend:
     def __init__(self, device: SimDevice) -> None:
         self.d = device
 
+    def activate(self) -> None:
+        pass
+
     def clock(self) -> int:
         return self.d.clock()
 

@@ -192,7 +192,8 @@ def topology_tables(topo: dict[str, Any]) -> list[Table]:
     labels = topo.get("labels", [])
     m = _table("GPU <-> GPU", [("", "left")] + [(lab, "center") for lab in labels],
                caption="X self; NV# NVLink links; PIX one PCIe switch; PXB several switches; PHB host bridge; "
-                       "NODE across host bridges in a NUMA node; SYS across NUMA nodes")
+                       "NODE across host bridges in a NUMA node; SYS across NUMA nodes"
+                       + "".join(f"\nnote: {n}" for n in topo.get("notes", [])))
     for lab, row in zip(labels, topo.get("matrix", [])):
         m.add_row(lab, *row)
     return [t, m] if labels else [t]

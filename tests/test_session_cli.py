@@ -36,7 +36,8 @@ def test_load_rejects_what_is_not_a_report(tmp_path) -> None:
         Session.load(tmp_path)
 
 
-def test_report_command_renders_the_real_run(data_dir, capsys) -> None:
+def test_report_command_renders_the_real_run(data_dir, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
     assert main(["report", str(data_dir / "h100_run")]) == 0
     out = capsys.readouterr().out
     for title in ("System", "Background floor", "PCIe bytes per launch", "Graph launch bytes",

@@ -1,0 +1,78 @@
+"""Latency statistics, the topology model and `compare`, on real H100 and H200 x2 reports."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pcietrace.analysis import analyze
+from pcietrace.analysis.compare import compare
+from pcietrace.analysis.latency import summary, topology_model
+from pcietrace.cli import main
+from pcietrace.session import Session
+
+
+@pytest.fixture(scope="module")
+def h200(data_dir):
+    return Session.load(data_dir / "h200x2_run")
+
+
+@pytest.fixture(scope="module")
+def h100l(data_dir):
+    return Session.load(data_dir / "h100_run_latency")
+
+
+def test_summary_median_interval_and_spread() -> None:
+    # Constructed values (not measured): 1..11 us.
+    lat = pd.DataFrame({"nvml_index": 0, "test": "t", "peer": -1, "repeat": range(11), "value_us": np.arange(1.0, 12.0)})
+    s = summary(lat).iloc[0]
+    assert s["median_us"] == 6 and s["n"] == 11 and s["p10_us"] == pytest.approx(2) and s["p90_us"] == pytest.approx(10)
+    assert s["spread_pct"] == pytest.approx(5 / 6 * 100) and 0 < s["ci95_us"] <= 3
+
+
+def test_real_h200_pair_has_nvlink_and_peer_reads(h200) -> None:
+    topo = h200.meta["topology"]
+    assert topo["matrix"] == [["X", "NV18"], ["NV18", "X"]]
+    assert all(g["switch_levels"] == 0 for g in topo["gpus"])
+    lat = analyze(h200)["latency"].set_index(["nvml_index", "test", "peer"])
+    peer, host = lat.loc[(0, "peer_read_rtt", 1), "median_us"], lat.loc[(0, "host_read_rtt", -1), "median_us"]
+    assert 0.3 < peer < host < 3  # NVLink peer reads beat PCIe reads of host memory on this machine
+
+
+def test_topology_model_on_real_runs(h200) -> None:
+    res = analyze(h200)
+    m = res["topology_model"]
+    assert set(m["nvml_index"]) == {0, 1}
+    g0 = m[m["nvml_index"] == 0].sort_values("kernel_us")
+    assert (g0["rtts_per_launch"] > 0).all() and g0["added_us_per_level"].iloc[0] == pytest.approx(0.3 * g0["rtts_per_launch"].iloc[0])
+    assert g0["share_per_level_pct"].is_monotonic_decreasing  # matters most for the shortest kernels
+    doubled = analyze(h200, us_per_level=0.6)["topology_model"]
+    assert doubled["added_us_per_level"].iloc[0] == pytest.approx(2 * m["added_us_per_level"].iloc[0])
+
+
+def test_model_maths_on_constructed_inputs() -> None:
+    # Constructed (not measured): eager 2.0 us vs graph 1.0 us per empty kernel, 1.0 us round trip.
+    gt = pd.DataFrame({"nvml_index": 0, "kernel_us": [0.0, 10.0], "eager_gpu_us": [2.0, 12.0], "graph_gpu_us": [1.0, 11.0]})
+    lat = pd.DataFrame({"nvml_index": [0], "test": ["host_read_rtt"], "median_us": [1.0]})
+    m = topology_model(gt, lat, {0: 2}, us_per_level=0.3)
+    assert m["rtts_per_launch"].tolist() == [1.0, 1.0] and m["added_us_per_level"].tolist() == pytest.approx([0.3, 0.3])
+    assert m["share_per_level_pct"].tolist() == pytest.approx([15.0, 2.5]) and m["switch_levels"].tolist() == [2, 2]
+
+
+def test_compare_real_h100_and_h200(h100l, h200, capsys) -> None:
+    cmp = compare([("A", analyze(h100l), h100l.meta), ("B", analyze(h200), h200.meta)])
+    rows = cmp.set_index("metric")
+    eager = rows.loc["eager H2D bytes / launch"]
+    assert eager["value:A"] == pytest.approx(eager["value:B"], rel=0.05)  # same driver, same launch path
+    assert eager["significant:B"] in (True, False)
+    assert rows.loc["host cost / eager launch", "significant:B"] is None  # no interval: not judged
+    assert rows.loc["round trip expected from switch levels", "delta:B"] == 0  # both on the root bus
+
+
+def test_compare_command(data_dir, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # keep rich from wrapping the metric names
+    assert main(["compare", str(data_dir / "h100_run_latency"), str(data_dir / "h200x2_run")]) == 0
+    out = capsys.readouterr().out
+    assert "Comparison" in out and "H200" in out and "host read round trip" in out
+    assert main(["compare", str(data_dir / "h200x2_run")]) == 2

@@ -124,6 +124,23 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
     lt.set_defaults(func=cmd_latency)
 
+    at = sub.add_parser("attach", formatter_class=_Formatter, help="PCIe bytes and launches per NVTX range of a program",
+                        description="Run an unmodified program (Python with nvtx or torch.cuda.nvtx, or C/C++ with NVTX3) "
+                                    "while sampling the PCIe counters; NVTX ranges and kernel launches are captured through "
+                                    "NVTX's and CUDA's injection hooks. The program's exit code is passed through.",
+                        epilog="example:\n  pcietrace attach -- python train.py --steps 10")
+    at.add_argument("--gpu", default="all", help="CUDA device numbers whose counters to sample, e.g. 0,1, or 'all'")
+    at.add_argument("--sample-interval-ms", type=float, default=1.0,
+                    help="counter sampling interval (0 = as fast as NVML answers; each read is ~30 KB of PCIe traffic)")
+    at.add_argument("--idle-s", type=_positive, default=0.5, help="idle time sampled before the program, for the floor")
+    at.add_argument("--baseline", type=Path, default=None,
+                    help="take per-launch costs from this saved `pcietrace run` instead of measuring them on the spot")
+    at.add_argument("--no-calibrate", action="store_true", help="skip the per-launch cost measurement (no overhead columns)")
+    at.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-attach)")
+    at.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
+    at.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the program to run")
+    at.set_defaults(func=cmd_attach)
+
     cp = sub.add_parser("compare", formatter_class=_Formatter, help="saved runs side by side, with significant deltas marked",
                         description="Headline figures of saved runs side by side; deltas against the first run are "
                                     "marked significant only where the 95 % intervals say so, and the host round-trip "
@@ -318,6 +335,108 @@ def cmd_latency(args: argparse.Namespace) -> int:
         err.print(f"saved to {out}")
     _emit(session.meta, results, args.json)
     return 0
+
+
+def _launch_costs(args: argparse.Namespace, ordinal: int) -> dict[str, Any] | None:
+    if args.no_calibrate:
+        return None
+    if args.baseline is not None:
+        from pcietrace.analysis import analyze
+        from pcietrace.session import Session
+
+        res = analyze(Session.load(args.baseline))
+        cc, sp = res["cpu_cost"], res["speedup"]
+        if not len(cc) or not len(sp):
+            raise UsageError(f"{args.baseline} has no launch-cost tables (is it a `pcietrace run`?)")
+        host = cc[cc["nvml_index"] == cc["nvml_index"].min()].set_index("mode")["host_us_per_call"]
+        sp = sp[sp["nvml_index"] == sp["nvml_index"].min()].sort_values("kernel_us")
+        return {"host_us_per_eager_launch": float(host["eager"]), "host_us_per_graph_launch": float(host["graph"]),
+                "wall_us_per_kernel_eager": float(sp["eager_wall_us"].iloc[0]),
+                "wall_us_per_kernel_graph": float(sp["graph_wall_us"].iloc[0]), "source": str(args.baseline)}
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    from pcietrace.attach import calibrate
+
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
+        return ex.submit(calibrate, ordinal).result(timeout=120)
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    import tempfile
+
+    import pandas as pd
+    from rich.console import Console
+
+    from pcietrace import cuda
+    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.attach import cupti_library, processes, read_traces, run_program
+    from pcietrace.collectors import CounterSampler, nvml, topology
+    from pcietrace.run import RunPlan, base_meta
+    from pcietrace.session import Session
+
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise UsageError("attach needs a program to run: pcietrace attach -- CMD [ARGS...]")
+    if args.sample_interval_ms < 0:
+        raise UsageError("--sample-interval-ms must be >= 0")
+    try:
+        buses = cuda.bus_ids()
+        ordinals = parse_gpus(args.gpu, len(buses))
+    except NoGpuError as exc:
+        raise NoGpuError(f"{exc}; attach needs an NVIDIA GPU") from None
+    err = Console(stderr=True)
+    gpus = [{**nvml.gpu_info(nvml.index_for_bus_id(buses[o])).__dict__, "cuda_ordinal": o} for o in ordinals]
+    costs = None
+    if not args.no_calibrate:
+        with err.status("measuring per-launch costs on this GPU"):
+            costs = _launch_costs(args, ordinals[0])
+    session = Session(meta=base_meta(RunPlan(), False))
+    session.meta.update(kind="attach", command=cmd, gpus=gpus, driver=nvml.driver_version(), launch_costs=costs,
+                        sample_interval_ms=args.sample_interval_ms, topology=topology.collect(gpus))
+    out_dir = args.output or Path("reports") / f"{time.strftime('%Y%m%d-%H%M%S')}-attach"
+    trace_dir = Path(tempfile.mkdtemp(prefix="pcietrace-"))
+    sampler = CounterSampler([g["nvml_index"] for g in gpus], interval_ns=int(args.sample_interval_ms * 1e6))
+    sampler.start()
+    for g in gpus:
+        g["counter"] = sampler.modes.get(g["nvml_index"])
+    windows = []
+    rc = 1
+    try:
+        t_idle = time.monotonic_ns()
+        time.sleep(args.idle_s)
+        windows += [{"nvml_index": g["nvml_index"], "mode": "idle", "t_start_ns": t_idle, "t_end_ns": time.monotonic_ns()} for g in gpus]
+        err.print(f"pcietrace: running {' '.join(cmd)}")
+        rc, t0, t1 = run_program(cmd, trace_dir, cupti_library())
+        session.meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")
+        t_idle = time.monotonic_ns()
+        time.sleep(0.3)
+        windows += [{"nvml_index": g["nvml_index"], "mode": "idle", "t_start_ns": t_idle, "t_end_ns": time.monotonic_ns()} for g in gpus]
+    finally:
+        session.samples = sampler.stop()
+        session.windows = pd.DataFrame(windows)
+        session.events = read_traces(trace_dir)
+        session.meta["processes"] = processes(session.events)
+        session.meta.setdefault("status", "failed")
+        if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
+            session.meta["kind"] = "attach-failed"
+        results = analyze(session)
+        session.save(out_dir, to_jsonable(results))
+        if session.meta["kind"] == "attach":
+            _write_perfetto(session, results, out_dir / "trace.json")
+        err.print(f"saved to {out_dir} (Perfetto trace: {out_dir / 'trace.json'})")
+    _emit(session.meta, results, args.json)
+    return rc
+
+
+def _write_perfetto(session: Any, results: dict[str, Any], path: Path) -> None:
+    from pcietrace.analysis import counters
+    from pcietrace.report.perfetto import chrome_trace
+
+    cum = counters.cumulative_bytes(session.samples, session.counters)
+    bin_ns = max(int(session.meta.get("sample_interval_ms", 1.0) * 1e6), 1_000_000)
+    trace = chrome_trace(session.meta, counters.rates(cum, bin_ns), results["range_instances"])
+    path.write_text(json.dumps(trace))
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -58,6 +58,17 @@ def device_count() -> int:
     return int(handle_return(drv.cuDeviceGetCount(), "cuDeviceGetCount"))
 
 
+def bus_ids() -> list[str]:
+    """PCI bus id of every visible CUDA device, in CUDA ordinal order (no context is created)."""
+    drv, _ = _bindings()
+    out = []
+    for o in range(device_count()):
+        dev = handle_return(drv.cuDeviceGet(o), "cuDeviceGet")
+        raw = handle_return(drv.cuDeviceGetPCIBusId(32, dev), "cuDeviceGetPCIBusId")
+        out.append(raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw))
+    return out
+
+
 @dataclass
 class Kernel:
     """A compiled kernel plus a prebuilt parameter block: launches pass one integer address.

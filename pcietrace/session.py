@@ -22,6 +22,7 @@ SCHEMA = "pcietrace.report/1"
 TABLES = ("windows", "bursts", "e2e", "calibration", "latency")
 REPORT_FILE = "report.json"
 SAMPLES_FILE = "samples.parquet"
+EVENTS_FILE = "events.parquet"
 
 
 def _empty() -> pd.DataFrame:
@@ -35,7 +36,8 @@ class Session:
     link, ``counter`` mode/bits) and ``plan``. Tables: ``samples`` (raw counters, see
     ``pcietrace.collectors.SAMPLE_COLUMNS``), ``windows``, ``bursts``, ``e2e``, ``calibration``
     (records from :class:`pcietrace.generate.LaunchGenerator`, each with ``nvml_index``), ``latency``
-    (:data:`pcietrace.latency.LATENCY_COLUMNS`); ``meta["topology"]`` holds the machine's topology."""
+    (:data:`pcietrace.latency.LATENCY_COLUMNS`), ``events`` (attach: NVTX/launch events,
+    :data:`pcietrace.attach.EVENT_COLUMNS` + ``pid``); ``meta["topology"]`` holds the machine's topology."""
 
     meta: dict[str, Any]
     samples: pd.DataFrame = field(default_factory=_empty)
@@ -44,6 +46,7 @@ class Session:
     e2e: pd.DataFrame = field(default_factory=_empty)
     calibration: pd.DataFrame = field(default_factory=_empty)
     latency: pd.DataFrame = field(default_factory=_empty)
+    events: pd.DataFrame = field(default_factory=_empty)
 
     @property
     def counters(self) -> dict[int, dict[str, Any]]:
@@ -56,6 +59,8 @@ class Session:
         doc = {"schema": SCHEMA, "meta": self.meta,
                "tables": {t: _records(getattr(self, t)) for t in TABLES}, "results": results or {}}
         self.samples.to_parquet(directory / SAMPLES_FILE, index=False)
+        if len(self.events):
+            self.events.to_parquet(directory / EVENTS_FILE, index=False)
         tmp = directory / (REPORT_FILE + ".tmp")
         tmp.write_text(json.dumps(doc, indent=1, default=_json_default) + "\n")
         os.replace(tmp, directory / REPORT_FILE)  # never leave a half-written report
@@ -77,7 +82,9 @@ class Session:
         samples_path = report.parent / SAMPLES_FILE
         samples = pd.read_parquet(samples_path) if samples_path.is_file() else _empty()
         tables = {t: pd.DataFrame.from_records(doc["tables"].get(t, [])) for t in TABLES}
-        return cls(meta=doc["meta"], samples=samples, **tables)
+        events_path = report.parent / EVENTS_FILE
+        events = pd.read_parquet(events_path) if events_path.is_file() else _empty()
+        return cls(meta=doc["meta"], samples=samples, events=events, **tables)
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

@@ -135,3 +135,69 @@ def test_real_topology() -> None:
     n = len(m)
     assert all(m[i][i] == "X" for i in range(n))
     assert all(nv[i][j] == nv[j][i] for i in range(n) for j in range(n))
+
+
+APPS = __import__("pathlib").Path(__file__).parent / "apps"
+
+
+def _reference(tmp_path) -> tuple[float, float]:
+    """(H2D bytes per eager launch, H2D counted/copied ratio), measured now on this GPU."""
+    proc = subprocess.run([sys.executable, "-m", "pcietrace", "run", "--quick", "--no-latency", "--json", "--no-save"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    per_launch = [r for r in json.loads(proc.stdout)["results"]["per_launch"]
+                  if r["mode"] == "eager" and r["direction"] == "h2d"][0]["bytes_per_call"]
+    counted, copied, _ = _copy_bytes(256 * MiB, 1, "h2d")
+    return per_launch, counted / copied
+
+
+def _attach(tmp_path, name: str, cmd: list[str]) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / name
+    proc = subprocess.run([sys.executable, "-m", "pcietrace", "attach", "--json", "-o", str(out), "--", *cmd],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.stdout, proc.stderr
+    trace = json.loads((out / "trace.json").read_text())  # the Perfetto/Chrome trace is valid JSON
+    phases = {e["ph"] for e in trace["traceEvents"]}
+    assert {"C", "X", "M"} <= phases and all(isinstance(e.get("ts", 0), (int, float)) for e in trace["traceEvents"])
+    return proc, json.loads(proc.stdout.split("\n", 1)[1] if not proc.stdout.startswith("{") else proc.stdout)
+
+
+def _check_demo(doc: dict, domain: str, per_launch: float, overhead: float, n: int, copy_bytes: int) -> None:
+    ranges = {(r["domain"], r["name"]): r for r in doc["results"]["ranges"]}
+    print(json.dumps({k[1]: {c: ranges[k][c] for c in ("calls", "h2d_bytes", "eager_launches", "graph_launches")}
+                      for k in ranges}, indent=1))
+    eager, graph = ranges[(domain, "eager_launches")], ranges[(domain, "graph_launch")]
+    copy, idle = ranges[(domain, "h2d_copy")], ranges[(domain, "idle")]
+    assert eager["eager_launches"] == n and eager["graph_launches"] == 0
+    assert eager["h2d_bytes"] == pytest.approx(n * per_launch, rel=0.05)
+    assert graph["graph_launches"] == 1 and graph["eager_launches"] == 0
+    assert abs(graph["h2d_bytes"]) < 2e6 and abs(idle["h2d_bytes"]) < 2e6  # ~kB expected; floor noise is ~0.3 MB
+    assert copy["h2d_bytes"] == pytest.approx(copy_bytes * overhead, rel=0.05)
+    assert (domain, "worker_thread") in ranges
+
+
+def test_attach_python_and_cpp_apps(tmp_path) -> None:
+    import shutil
+
+    per_launch, overhead = _reference(tmp_path)
+    n, copy = 20000, 256 * MiB
+    proc, doc = _attach(tmp_path, "py", [sys.executable, str(APPS / "demo_nvtx.py"), str(n), "1000", "256", "3"])
+    assert proc.returncode == 3  # the app's exit code is passed through
+    _check_demo(doc, "demo", per_launch, overhead, n, copy)
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc: C++ demo not built")
+    exe = tmp_path / "demo_nvtx"
+    subprocess.run(["nvcc", "-O2", "-o", str(exe), str(APPS / "demo_nvtx.cu"), "-ldl"], check=True)
+    proc, doc = _attach(tmp_path, "cpp", [str(exe), str(n), "1000", "256"])
+    assert proc.returncode == 0
+    _check_demo(doc, "demo_cpp", per_launch, overhead, n, copy)
+    assert any(r["name"] == "demo_app" and r["domain"] == "default" for r in doc["results"]["ranges"])
+
+
+def test_attach_without_nvtx_gives_totals_and_a_hint(tmp_path) -> None:
+    out = tmp_path / "plain"
+    proc = subprocess.run([sys.executable, "-m", "pcietrace", "attach", "-o", str(out), "--no-calibrate", "--",
+                           sys.executable, "-c", "print('hello')"], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0 and "hello" in proc.stdout
+    assert "Whole run" in proc.stdout and "no NVTX ranges" in proc.stdout

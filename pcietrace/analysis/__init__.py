@@ -10,13 +10,13 @@ from typing import Any
 
 import pandas as pd
 
-from pcietrace.analysis import counters, launch
+from pcietrace.analysis import attribution, counters, launch
 from pcietrace.analysis import latency as latency_analysis
 from pcietrace.session import Session
 
 #: Result tables in display order; each is a DataFrame documented in its producing function.
 RESULT_TABLES = ("sampling", "floor", "calibration", "per_launch", "per_node", "by_duration",
-                 "cpu_cost", "gpu_time", "speedup", "latency", "topology_model")
+                 "cpu_cost", "gpu_time", "speedup", "latency", "topology_model", "ranges", "range_instances", "whole_run")
 
 
 def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_PER_LEVEL) -> dict[str, pd.DataFrame]:
@@ -44,6 +44,8 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
             out["gpu_time"] = launch.gpu_time(s.bursts, s.calibration)
     if len(s.e2e):
         out["speedup"] = launch.speedup(s.e2e)
+    if s.meta.get("kind") == "attach" and len(s.samples):
+        out.update(_attach(s, out))
     if len(s.latency):
         out["latency"] = latency_analysis.summary(s.latency)
         if len(out["gpu_time"]):
@@ -56,3 +58,16 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
 def to_jsonable(results: dict[str, pd.DataFrame]) -> dict[str, Any]:
     """Result tables as lists of records (NaN -> null), for the JSON report and ``--json``."""
     return {k: json.loads(v.to_json(orient="records")) for k, v in results.items()}
+
+
+def _attach(s: Session, out: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Attribution for an attach session: the idle windows before/after the program give the floor."""
+    cum = counters.cumulative_bytes(s.samples, s.counters)
+    fl = counters.floor(counters.window_bytes(cum, s.windows)) if len(s.windows) else pd.DataFrame()
+    floor_bps = {"h2d": float(fl["rx_Bps"].sum()), "d2h": float(fl["tx_Bps"].sum())} if len(fl) else {}
+    gap_ns = float(out["sampling"]["median_gap_us"].max()) * 1e3 if len(out["sampling"]) else 0.0
+    ranges = attribution.ranges_from_events(s.events) if len(s.events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
+    inst = attribution.attribute(ranges, cum, floor_bps) if len(ranges) else ranges
+    return {"floor": fl, "range_instances": inst,
+            "ranges": attribution.summarize(inst, s.meta.get("launch_costs"), short_ns=2 * gap_ns),
+            "whole_run": attribution.whole_run(cum, s.events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], floor_bps)}

@@ -115,3 +115,22 @@ def subtract_floor(wb: pd.DataFrame, fl: pd.DataFrame) -> pd.DataFrame:
     for d in ("tx", "rx"):
         out[f"{d}_net_bytes"] = out[f"{d}_bytes"] - out[f"{d}_Bps"].fillna(0.0) * out["duration_s"]
     return out.drop(columns=["tx_Bps", "rx_Bps"])
+
+
+def rates(cum: pd.DataFrame, bin_ns: int = 1_000_000) -> pd.DataFrame:
+    """Counter rates for timelines: per GPU and ``bin_ns`` bin, ``t_ns`` (bin start), ``rx_Bps``/``tx_Bps``
+    (bytes per second over the bin, from the cumulative counters interpolated at bin edges)."""
+    parts = []
+    for idx, g in cum.groupby("nvml_index"):
+        t = g["t_ns"].to_numpy(np.int64)
+        if t.size < 2:
+            continue
+        edges = np.arange(t[0], t[-1], bin_ns, dtype=np.int64)
+        if edges.size < 2:
+            continue
+        part = {"nvml_index": int(idx), "t_ns": edges[:-1]}
+        for col in ("rx_bytes", "tx_bytes"):
+            y = np.interp(edges, t, g[col].to_numpy(float))
+            part[col.replace("_bytes", "_Bps")] = np.diff(y) / (bin_ns / 1e9)
+        parts.append(pd.DataFrame(part))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["nvml_index", "t_ns", "rx_Bps", "tx_Bps"])

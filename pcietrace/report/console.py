@@ -220,6 +220,54 @@ def compare_table(cmp: pd.DataFrame, names: list[str]) -> Table:
     return t
 
 
+def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list[Any]:
+    """Per-range table, whole-run line, processes, and the notes a reader needs."""
+    parts: list[Any] = []
+    costs = meta.get("launch_costs")
+    rg = results.get("ranges", pd.DataFrame())
+    interval = meta.get("sample_interval_ms")
+    if len(rg):
+        t = _table("PCIe bytes and launches per NVTX range",
+                   [("range", "left"), ("domain", "left"), ("calls", "right"), ("incl ms", "right"), ("excl ms", "right"),
+                    ("H2D MB", "right"), ("D2H MB", "right"), ("eager", "right"), ("graph", "right"),
+                    ("H2D B/launch", "right"), ("launch ms", "right"), ("graph saves ≤ ms", "right")],
+                   caption="bytes inclusive of nested ranges, floor removed, summed over sampled GPUs; MB = 10^6 B; "
+                           "eager/graph = launches made by the range's own thread; launch ms = launches x host cost "
+                           f"per launch ({costs['source'] if costs else 'not measured'})")
+        for r in rg.itertuples():
+            short = f" [yellow]({r.short_calls} short)[/]" if r.short_calls else ""
+            t.add_row(str(r.name) + short, str(r.domain), str(r.calls), _num(r.incl_ms, ",.2f"), _num(r.excl_ms, ",.2f"),
+                      _num(r.h2d_bytes / 1e6, ",.3f"), _num(r.d2h_bytes / 1e6, ",.3f"), _num(r.eager_launches, ",d"),
+                      _num(r.graph_launches, ",d"), _num(r.h2d_bytes_per_launch, ",.0f"),
+                      _num(r.launch_overhead_ms, ",.2f"), _num(r.graph_savings_ms, ",.2f"))
+        parts.append(t)
+        if rg["short_calls"].sum():
+            parts.append(Text(f"note: ranges marked short lasted less than two counter samples ({interval} ms sampling, "
+                              "counters update every ~0.2 ms): their bytes are interpolated", style="yellow"))
+    wr = results.get("whole_run", pd.DataFrame())
+    if len(wr):
+        w = wr.iloc[0]
+        t = _table("Whole run", [("duration ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
+                                 ("eager launches", "right"), ("graph launches", "right"), ("processes", "right"),
+                                 ("ranges", "right"), ("exit code", "right")])
+        t.add_row(_num(w["duration_ms"], ",.1f"), _num(w["h2d_bytes"] / 1e6, ",.3f"), _num(w["d2h_bytes"] / 1e6, ",.3f"),
+                  _num(w["eager_launches"], ",d"), _num(w["graph_launches"], ",d"), str(w["processes"]), str(w["ranges"]),
+                  str(meta.get("exit_code")))
+        parts.append(t)
+    procs = meta.get("processes", [])
+    if procs:
+        t = _table("Processes followed", [("pid", "right"), ("NVTX", "left"), ("launch counting (CUPTI)", "left"), ("ranges", "right")],
+                   caption="processes that cleared their environment, or never called NVTX or CUDA, do not appear")
+        for p in procs:
+            t.add_row(str(p["pid"]), "yes" if p["nvtx"] else "no", p["cupti"], str(p["ranges"]))
+        parts.append(t)
+    if not len(rg):
+        parts.append(Text("no NVTX ranges were seen: whole-run totals only. Wrap the phases you care about in "
+                          "nvtx.annotate(...) / torch.cuda.nvtx.range(...) / nvtxRangePush(...) to see them per range.",
+                          style="yellow"))
+    return parts
+
+
 RENDERERS: list[tuple[str, Callable[[pd.DataFrame], Table]]] = [
     ("floor", floor_table), ("calibration", calibration_table), ("per_launch", per_launch_table),
     ("per_node", per_node_table), ("by_duration", by_duration_table), ("cpu_cost", cpu_table),
@@ -235,6 +283,8 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Cons
     if meta.get("status", "complete") != "complete":
         parts.append(Panel(Text(f"run status: {meta.get('status')} — tables show what was recorded", style="bold red")))
     parts.append(system_table(meta, results.get("sampling", pd.DataFrame())))
+    if str(meta.get("kind", "")).startswith("attach"):
+        parts.extend(attach_tables(meta, results))
     for key, fn in RENDERERS:
         if len(results.get(key, ())):
             parts.append(fn(results[key]))

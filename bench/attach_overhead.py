@@ -1,0 +1,49 @@
+"""Benchmark (GPU machine): how much `pcietrace attach` slows the demo apps, in one run.
+
+Runs each demo app alternately plain and under attach, and compares the apps' own workload times
+(median of paired ratios). Goal: < 3 %. Usage: python3 bench/attach_overhead.py [--pairs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+APPS = Path(__file__).resolve().parent.parent / "tests" / "apps"
+
+
+def workload_s(cmd: list[str], attach: bool, out: Path) -> float:
+    full = [sys.executable, "-m", "pcietrace", "attach", "--no-calibrate", "-o", str(out), "--", *cmd] if attach else cmd
+    proc = subprocess.run(full, capture_output=True, text=True, check=True)
+    line = next(x for x in proc.stdout.splitlines() if x.startswith('{"app"'))
+    return json.loads(line)["workload_s"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, default=5)
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp())
+    apps = {"python": [sys.executable, str(APPS / "demo_nvtx.py")]}
+    if shutil.which("nvcc"):
+        subprocess.run(["nvcc", "-O2", "-o", str(tmp / "demo_nvtx"), str(APPS / "demo_nvtx.cu"), "-ldl"], check=True)
+        apps["cpp"] = [str(tmp / "demo_nvtx")]
+    for name, cmd in apps.items():
+        plain, attached = [], []
+        for i in range(a.pairs):
+            plain.append(workload_s(cmd, False, tmp / f"{name}{i}"))
+            attached.append(workload_s(cmd, True, tmp / f"{name}{i}"))
+        ratios = [b / p for p, b in zip(plain, attached)]
+        print(f"{name}: plain {statistics.median(plain) * 1e3:.1f} ms, attached {statistics.median(attached) * 1e3:.1f} ms; "
+              f"RATIO attach slowdown = {statistics.median(ratios) - 1:+.2%} (median of {a.pairs} pairs; goal < 3 %)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""`pcietrace attach`: run an unmodified program under the counter sampler with the injection library.
+
+The program inherits NVTX_INJECTION64_PATH / CUDA_INJECTION64_PATH pointing at pcietrace's injection
+library, so every process it starts (children included, unless they clear their environment) writes
+its NVTX ranges and launch counts to ``trace-<pid>.tsv`` in a trace folder. See
+``pcietrace/native/pt_inject.c`` for the record format.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pcietrace.errors import UsageError
+
+EVENT_COLUMNS = ["t_ns", "tid", "event", "domain", "id", "depth", "eager_thread", "graph_thread",
+                 "eager_process", "graph_process", "message"]
+
+
+def injection_library() -> str:
+    """Path of the built injection library (installed with the package)."""
+    spec = importlib.util.find_spec("pcietrace._pt_inject")
+    if spec is None or not spec.origin or not os.path.exists(spec.origin):
+        raise UsageError("pcietrace's injection library is not built; reinstall pcietrace where a C compiler is available")
+    return spec.origin
+
+
+def cupti_library() -> str | None:
+    """libcupti's path: $PCIETRACE_CUPTI, else what cuda-pathfinder finds (pip wheel or CUDA toolkit)."""
+    if os.environ.get("PCIETRACE_CUPTI"):
+        return os.environ["PCIETRACE_CUPTI"]
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        return str(load_nvidia_dynamic_lib("cupti").abs_path)
+    except Exception:  # no CUPTI anywhere: launches are then not counted, and the report says so
+        return None
+
+
+def read_traces(trace_dir: Path) -> pd.DataFrame:
+    """All ``trace-<pid>.tsv`` files of a folder as one frame (:data:`EVENT_COLUMNS` plus ``pid``)."""
+    frames = []
+    for f in sorted(Path(trace_dir).glob("trace-*.tsv")):
+        raw = f.read_bytes()
+        raw = raw[: raw.find(b"\0")] if b"\0" in raw else raw
+        with open(f, "r+b") as fh:  # the file was preallocated (sparse): cut it to what was written
+            fh.truncate(len(raw))
+        if not raw.strip():
+            continue
+        df = pd.read_csv(io.BytesIO(raw), sep="\t", names=EVENT_COLUMNS, header=None, quoting=3,
+                         keep_default_na=False, dtype={"message": str, "domain": str, "event": str})
+        frames.append(df.assign(pid=int(f.stem.split("-")[1])))
+    if not frames:
+        return pd.DataFrame(columns=EVENT_COLUMNS + ["pid"])
+    return pd.concat(frames, ignore_index=True).sort_values("t_ns", kind="stable").reset_index(drop=True)
+
+
+def calibrate(ordinal: int) -> dict[str, float]:
+    """Per-launch costs measured on the spot on one GPU (run in a child process, so no CUDA context
+    stays open while the application runs): host us per eager launch / per graph launch (queue never
+    full) and wall us per kernel eager vs graph (K=100, empty kernels)."""
+    from pcietrace.backend import CudaBackend
+    from pcietrace.generate import LaunchGenerator
+
+    gen = LaunchGenerator(CudaBackend(ordinal))
+    eager = gen.burst("eager", 0.0, 1, 900)
+    graph = gen.burst("graph", 0.0, 100, 9)
+    e2e_e = min((gen.end_to_end("eager", 0.0, 1, 4000) for _ in range(3)), key=lambda r: r["wall_ns"])
+    e2e_g = min((gen.end_to_end("graph", 0.0, 100, 4000) for _ in range(3)), key=lambda r: r["wall_ns"])
+    return {"host_us_per_eager_launch": eager["host_ns"] / eager["calls"] / 1e3,
+            "host_us_per_graph_launch": graph["host_ns"] / graph["calls"] / 1e3,
+            "wall_us_per_kernel_eager": e2e_e["wall_ns"] / e2e_e["launches"] / 1e3,
+            "wall_us_per_kernel_graph": e2e_g["wall_ns"] / e2e_g["launches"] / 1e3, "source": "measured on the spot"}
+
+
+def run_program(cmd: list[str], trace_dir: Path, cupti: str | None) -> tuple[int, float, float]:
+    """Run ``cmd`` with the injection environment; return (exit code, start and end on CLOCK_MONOTONIC
+    in ns). Ctrl-C reaches the program (same process group) and is not fatal to pcietrace, which then
+    saves what was collected. A signal death is reported as 128 + signal, like a shell."""
+    lib = injection_library()
+    env = dict(os.environ, NVTX_INJECTION64_PATH=lib, CUDA_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=str(trace_dir))
+    if cupti:
+        env["PCIETRACE_CUPTI"] = cupti
+    try:
+        proc = subprocess.Popen(cmd, env=env)
+    except OSError as exc:
+        raise UsageError(f"cannot start {cmd[0]!r}: {exc.strerror}") from None
+    t0 = time.monotonic_ns()
+    old = signal.signal(signal.SIGINT, lambda *_: proc.send_signal(signal.SIGINT))
+    try:
+        rc = proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, old)
+    t1 = time.monotonic_ns()
+    return (128 - rc if rc < 0 else rc), t0, t1
+
+
+def processes(events: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per process seen: pid, whether NVTX and CUPTI initialised, and the CUPTI status message."""
+    out = []
+    for pid, g in events.groupby("pid"):
+        cupti = g[g["event"] == "cupti"]["message"].tolist()
+        out.append({"pid": int(pid), "nvtx": bool((g["event"] == "nvtx").any()),
+                    "cupti": cupti[-1] if cupti else "not loaded (process made no CUDA driver call)",
+                    "ranges": int(g["event"].isin(["push", "start"]).sum())})
+    return out

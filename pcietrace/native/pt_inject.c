@@ -1,0 +1,215 @@
+/*
+ * pcietrace injection library: NVTX ranges and kernel-launch counts of an unmodified application.
+ *
+ * Loaded twice into the application under one path, hence one copy of the state below:
+ *  - by NVTX (NVTX_INJECTION64_PATH): InitializeInjectionNvtx2 fills NVTX's callback tables, so
+ *    every push/pop/start/end (core and domain APIs) lands here;
+ *  - by the CUDA driver (CUDA_INJECTION64_PATH): InitializeInjection subscribes to CUPTI driver-API
+ *    callbacks for cuLaunchKernel* (eager) and cuGraphLaunch* (graph), counted per thread and per
+ *    process. libcupti is opened with dlopen (path in PCIETRACE_CUPTI), so no CUDA or NVTX headers
+ *    are needed to build this file.
+ *
+ * Output: one tab-separated line per event, appended to PCIETRACE_TRACE_DIR/trace-<pid>.tsv, a
+ * file mapped MAP_SHARED, so what was written survives a crash of the application:
+ *   t_ns tid event domain id depth eager_thread graph_thread eager_process graph_process message
+ * t_ns is CLOCK_MONOTONIC, the clock pcietrace's counter sampler uses.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <wchar.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* ---- NVTX injection ABI (values from nvToolsExt's nvtxDetail/nvtxTypes.h) ---- */
+typedef void (*NvtxFunctionPointer)(void);
+typedef NvtxFunctionPointer **NvtxFunctionTable;
+typedef struct { size_t struct_size; int (*GetModuleFunctionTable)(int module, NvtxFunctionTable *table, unsigned int *size); } NvtxExportTableCallbacks;
+typedef const void *(*NvtxGetExportTableFunc_t)(uint32_t exportTableId);
+enum { NVTX_ETID_CALLBACKS = 1, NVTX_CB_MODULE_CORE = 1, NVTX_CB_MODULE_CORE2 = 5 };
+enum { CORE_MarkEx = 1, CORE_MarkA = 2, CORE_RangeStartEx = 4, CORE_RangeStartA = 5, CORE_RangeEnd = 7,
+       CORE_RangePushEx = 8, CORE_RangePushA = 9, CORE_RangePop = 11 };
+enum { CORE2_DomainMarkEx = 1, CORE2_DomainRangeStartEx = 2, CORE2_DomainRangeEnd = 3, CORE2_DomainRangePushEx = 4,
+       CORE2_DomainRangePop = 5, CORE2_DomainRegisterStringA = 10, CORE2_DomainCreateA = 12 };
+/* nvtxEventAttributes_v2: message type at byte 32, message (char*, wchar_t* or string handle) at 40 */
+typedef struct { uint16_t version, size; uint32_t category; int32_t colorType; uint32_t color; int32_t payloadType;
+                 int32_t reserved0; uint64_t payload; int32_t messageType; int32_t pad; const void *message; } EventAttributes;
+enum { MSG_ASCII = 1, MSG_UNICODE = 2, MSG_REGISTERED = 3 };
+
+/* ---- CUPTI (values from cupti_callbacks.h / cupti_driver_cbid.h) ---- */
+typedef void (*CuptiCallback)(void *userdata, int domain, uint32_t cbid, const void *cbdata);
+typedef struct { int callbackSite; const char *functionName; } CuptiCallbackDataHead;
+enum { CUPTI_CB_DOMAIN_DRIVER_API = 1, CUPTI_API_ENTER = 0 };
+static const uint32_t LAUNCH_CBIDS[] = {307 /* cuLaunchKernel */, 442 /* _ptsz */, 514 /* cuGraphLaunch */,
+                                       515 /* _ptsz */, 652 /* cuLaunchKernelEx */, 653 /* _ptsz */};
+
+/* ---- state ---- */
+static char *g_buf;
+static size_t g_cap;
+static atomic_size_t g_pos;
+static atomic_ulong g_eager, g_graph, g_range_id;
+static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread unsigned long t_eager, t_graph;
+static __thread int t_depth;
+static __thread long t_tid;
+
+static void child_after_fork(void) { g_buf = NULL; atomic_store(&g_pos, 0); }
+
+static int trace_open(void)
+{
+    if (g_buf) return 1;
+    pthread_mutex_lock(&g_open_lock);
+    if (!g_buf) {
+        const char *dir = getenv("PCIETRACE_TRACE_DIR");
+        const char *cap = getenv("PCIETRACE_TRACE_BYTES");
+        char path[4096];
+        size_t want = cap ? strtoull(cap, NULL, 10) : (size_t)256 << 20;
+        if (dir && snprintf(path, sizeof path, "%s/trace-%d.tsv", dir, (int)getpid()) < (int)sizeof path) {
+            int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+            if (fd >= 0 && ftruncate(fd, (off_t)want) == 0) {
+                void *m = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+                if (m != MAP_FAILED) { g_cap = want; atomic_store(&g_pos, 0); g_buf = m; }
+            }
+            if (fd >= 0) close(fd);  /* the mapping stays valid */
+        }
+        static int atfork_done;
+        if (!atfork_done) { pthread_atfork(NULL, NULL, child_after_fork); atfork_done = 1; }
+    }
+    pthread_mutex_unlock(&g_open_lock);
+    return g_buf != NULL;
+}
+
+static void emit(const char *event, const char *domain, unsigned long long id, const char *message)
+{
+    if (!trace_open()) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    if (!t_tid) t_tid = (long)syscall(SYS_gettid);
+    char line[1200], msg[1024];
+    size_t i = 0;
+    for (const char *p = message ? message : ""; *p && i < sizeof msg - 1; ++p) msg[i++] = (*p == '\t' || *p == '\n') ? ' ' : *p;
+    msg[i] = 0;
+    int n = snprintf(line, sizeof line, "%llu\t%ld\t%s\t%s\t%llu\t%d\t%lu\t%lu\t%lu\t%lu\t%s\n",
+                     (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec, t_tid, event,
+                     domain ? domain : "default", id, t_depth, t_eager, t_graph, atomic_load(&g_eager),
+                     atomic_load(&g_graph), msg);
+    if (n <= 0 || n >= (int)sizeof line) return;
+    size_t at = atomic_fetch_add(&g_pos, (size_t)n);
+    if (at + (size_t)n <= g_cap) memcpy(g_buf + at, line, (size_t)n);
+}
+
+static const char *message_of(const EventAttributes *a, char *tmp, size_t tmpsize)
+{
+    if (!a || !a->message) return "";
+    switch (a->messageType) {
+    case MSG_ASCII: case MSG_REGISTERED: return (const char *)a->message;  /* our string handles are char* */
+    case MSG_UNICODE: if (wcstombs(tmp, (const wchar_t *)a->message, tmpsize - 1) == (size_t)-1) return "(unicode)";
+                      tmp[tmpsize - 1] = 0; return tmp;
+    default: return "";
+    }
+}
+
+/* ---- NVTX handlers: domain handles and registered strings are strdup'ed names ---- */
+static int push_(const char *domain, const char *msg) { emit("push", domain, 0, msg); return t_depth++; }
+static int pop_(const char *domain) { if (t_depth > 0) --t_depth; emit("pop", domain, 0, ""); return t_depth; }
+static uint64_t start_(const char *domain, const char *msg) { unsigned long long id = atomic_fetch_add(&g_range_id, 1) + 1; emit("start", domain, id, msg); return id; }
+static void end_(const char *domain, uint64_t id) { emit("end", domain, id, ""); }
+
+static int RangePushA(const char *m) { return push_(NULL, m); }
+static int RangePushEx(const EventAttributes *a) { char t[1024]; return push_(NULL, message_of(a, t, sizeof t)); }
+static int RangePop(void) { return pop_(NULL); }
+static uint64_t RangeStartA(const char *m) { return start_(NULL, m); }
+static uint64_t RangeStartEx(const EventAttributes *a) { char t[1024]; return start_(NULL, message_of(a, t, sizeof t)); }
+static void RangeEnd(uint64_t id) { end_(NULL, id); }
+static void MarkA(const char *m) { emit("mark", NULL, 0, m); }
+static void MarkEx(const EventAttributes *a) { char t[1024]; emit("mark", NULL, 0, message_of(a, t, sizeof t)); }
+static int DomainRangePushEx(const char *d, const EventAttributes *a) { char t[1024]; return push_(d, message_of(a, t, sizeof t)); }
+static int DomainRangePop(const char *d) { return pop_(d); }
+static uint64_t DomainRangeStartEx(const char *d, const EventAttributes *a) { char t[1024]; return start_(d, message_of(a, t, sizeof t)); }
+static void DomainRangeEnd(const char *d, uint64_t id) { end_(d, id); }
+static void DomainMarkEx(const char *d, const EventAttributes *a) { char t[1024]; emit("mark", d, 0, message_of(a, t, sizeof t)); }
+static const char *DomainRegisterStringA(const char *d, const char *s) { (void)d; return strdup(s ? s : ""); }
+static const char *DomainCreateA(const char *name) { return strdup(name ? name : "(unnamed)"); }
+
+static void install(NvtxFunctionTable table, unsigned int size, unsigned int id, void *fn)
+{
+    if (table && id < size && table[id]) *table[id] = (NvtxFunctionPointer)fn;
+}
+
+EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
+{
+    const NvtxExportTableCallbacks *cb = (const NvtxExportTableCallbacks *)getExportTable(NVTX_ETID_CALLBACKS);
+    NvtxFunctionTable t = NULL;
+    unsigned int n = 0;
+    if (!cb || !cb->GetModuleFunctionTable) return 0;
+    if (cb->GetModuleFunctionTable(NVTX_CB_MODULE_CORE, &t, &n)) {
+        install(t, n, CORE_MarkEx, (void *)MarkEx); install(t, n, CORE_MarkA, (void *)MarkA);
+        install(t, n, CORE_RangeStartEx, (void *)RangeStartEx); install(t, n, CORE_RangeStartA, (void *)RangeStartA);
+        install(t, n, CORE_RangeEnd, (void *)RangeEnd); install(t, n, CORE_RangePushEx, (void *)RangePushEx);
+        install(t, n, CORE_RangePushA, (void *)RangePushA); install(t, n, CORE_RangePop, (void *)RangePop);
+    }
+    if (cb->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &t, &n)) {
+        install(t, n, CORE2_DomainMarkEx, (void *)DomainMarkEx); install(t, n, CORE2_DomainRangeStartEx, (void *)DomainRangeStartEx);
+        install(t, n, CORE2_DomainRangeEnd, (void *)DomainRangeEnd); install(t, n, CORE2_DomainRangePushEx, (void *)DomainRangePushEx);
+        install(t, n, CORE2_DomainRangePop, (void *)DomainRangePop);
+        install(t, n, CORE2_DomainRegisterStringA, (void *)DomainRegisterStringA);
+        install(t, n, CORE2_DomainCreateA, (void *)DomainCreateA);
+    }
+    emit("nvtx", NULL, 0, "injection initialised");
+    return 1;
+}
+
+/* Final counters at normal exit (a crash skips this; the report then ends at the last event). */
+__attribute__((destructor)) static void at_exit(void)
+{
+    if (g_buf) emit("exit", NULL, 0, "");
+}
+
+/* ---- CUDA injection: count launches through CUPTI callbacks ---- */
+static void on_driver_api(void *userdata, int domain, uint32_t cbid, const void *cbdata)
+{
+    (void)userdata; (void)cbid;
+    const CuptiCallbackDataHead *d = (const CuptiCallbackDataHead *)cbdata;
+    if (domain != CUPTI_CB_DOMAIN_DRIVER_API || !d || d->callbackSite != CUPTI_API_ENTER || !d->functionName) return;
+    /* classify by name, so an id that means something else in another CUPTI version never miscounts */
+    if (!strncmp(d->functionName, "cuGraphLaunch", 13)) { ++t_graph; atomic_fetch_add(&g_graph, 1); }
+    else if (!strncmp(d->functionName, "cuLaunchKernel", 14)) { ++t_eager; atomic_fetch_add(&g_eager, 1); }
+}
+
+EXPORT int InitializeInjection(void)
+{
+    const char *path = getenv("PCIETRACE_CUPTI");
+    void *lib = dlopen(path && *path ? path : "libcupti.so", RTLD_NOW | RTLD_GLOBAL);
+    if (!lib) { emit("cupti", NULL, 0, dlerror()); return 1; }
+    int (*subscribe)(void **, CuptiCallback, void *) = (int (*)(void **, CuptiCallback, void *))dlsym(lib, "cuptiSubscribe");
+    int (*enable)(uint32_t, void *, int, uint32_t) = (int (*)(uint32_t, void *, int, uint32_t))dlsym(lib, "cuptiEnableCallback");
+    void *sub = NULL;
+    int rc = subscribe ? subscribe(&sub, on_driver_api, NULL) : -1;
+    if (rc) { char m[64]; snprintf(m, sizeof m, "cuptiSubscribe failed (%d)", rc); emit("cupti", NULL, 0, m); return 1; }
+    /* Enable every driver callback named cuLaunchKernel* or cuGraphLaunch* (ids differ between CUPTI
+       versions); fall back to the known ids where CUPTI cannot name its callbacks. */
+    int (*name_of)(int, uint32_t, const char **) = (int (*)(int, uint32_t, const char **))dlsym(lib, "cuptiGetCallbackName");
+    int enabled = 0;
+    for (uint32_t id = 1; name_of && id < 4096; ++id) {
+        const char *name = NULL;
+        if (name_of(CUPTI_CB_DOMAIN_DRIVER_API, id, &name) || !name) continue;
+        if (!strncmp(name, "cuLaunchKernel", 14) || !strncmp(name, "cuGraphLaunch", 13))
+            enabled += enable(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, id) == 0;
+    }
+    for (size_t i = 0; !enabled && i < sizeof LAUNCH_CBIDS / sizeof LAUNCH_CBIDS[0]; ++i)
+        enable(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, LAUNCH_CBIDS[i]);
+    char m[96];
+    snprintf(m, sizeof m, "launch counting on (%d callbacks by name)", enabled);
+    emit("cupti", NULL, 0, m);
+    return 1;
+}

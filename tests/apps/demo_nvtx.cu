@@ -1,0 +1,73 @@
+// Demo application for `pcietrace attach` (it does not use pcietrace): NVTX3 ranges of known traffic,
+// the C++ twin of demo_nvtx.py. Build: nvcc -O2 -o demo_nvtx tests/apps/demo_nvtx.cu -ldl
+// Usage: demo_nvtx [N] [K] [COPY_MIB] [EXIT_CODE]
+#include <nvtx3/nvToolsExt.h>
+#include <cuda_runtime.h>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+__global__ void empty() {}
+
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
+
+static nvtxDomainHandle_t dom;
+static void push(const char* m)
+{
+    nvtxEventAttributes_t a = {};
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = m;
+    nvtxDomainRangePushEx(dom, &a);
+}
+static void pop() { nvtxDomainRangePop(dom); }
+
+int main(int argc, char** argv)
+{
+    int n = argc > 1 ? std::atoi(argv[1]) : 20000;
+    int k = argc > 2 ? std::atoi(argv[2]) : 1000;
+    size_t bytes = (size_t)(argc > 3 ? std::atoi(argv[3]) : 256) << 20;
+    int exit_code = argc > 4 ? std::atoi(argv[4]) : 0;
+    dom = nvtxDomainCreateA("demo_cpp");
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < k; ++i) empty<<<1, 1, 0, s>>>();
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphUpload(ge, s));
+    void *host, *dev;
+    CK(cudaMallocHost(&host, bytes));
+    CK(cudaMalloc(&dev, bytes));
+    empty<<<1, 1, 0, s>>>();
+    CK(cudaStreamSynchronize(s));
+
+    auto t0 = std::chrono::steady_clock::now();
+    nvtxRangePushA("demo_app");  // core API, default domain
+    push("eager_launches");
+    for (int i = 0; i < n; ++i) empty<<<1, 1, 0, s>>>();
+    CK(cudaStreamSynchronize(s));
+    pop();
+    push("graph_launch");
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaStreamSynchronize(s));
+    pop();
+    push("h2d_copy");
+    CK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s));
+    CK(cudaStreamSynchronize(s));
+    pop();
+    push("idle");
+    std::thread worker([] { push("worker_thread"); std::this_thread::sleep_for(std::chrono::milliseconds(50)); pop(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    worker.join();
+    pop();
+    nvtxRangePop();
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("{\"app\": \"cpp\", \"workload_s\": %.6f, \"eager_launches\": %d, \"graph_nodes\": %d, \"copy_bytes\": %zu}\n",
+                secs, n, k, bytes);
+    return exit_code;
+}

@@ -1,0 +1,82 @@
+"""Demo application for `pcietrace attach` (it does not use pcietrace): NVTX ranges of known traffic.
+
+Ranges (domain "demo", inside an outer "demo_app" range): ``eager_launches`` (N empty kernels, one
+cuLaunchKernel each), ``graph_launch`` (one launch of a graph of K empty kernels), ``h2d_copy``
+(a pinned host->device copy), ``idle`` (a sleep). A worker thread opens a range of its own. Prints
+its own workload time as JSON. Usage: python demo_nvtx.py [N] [K] [COPY_MIB] [EXIT_CODE]
+"""
+
+import json
+import sys
+import threading
+import time
+
+import nvtx
+import numpy as np
+from cuda.bindings import driver as d
+from cuda.bindings import nvrtc
+
+
+def ck(result):
+    if int(result[0]) != 0:
+        raise RuntimeError(f"CUDA error {result[0]}")
+    return result[1] if len(result) == 2 else result[1:]
+
+
+def main() -> int:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
+    k = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
+    copy_bytes = (int(sys.argv[3]) if len(sys.argv) > 3 else 256) << 20
+    exit_code = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+    ck(d.cuInit(0))
+    dev = ck(d.cuDeviceGet(0))
+    ctx = ck(d.cuDevicePrimaryCtxRetain(dev))
+    ck(d.cuCtxSetCurrent(ctx))
+    major = ck(d.cuDeviceGetAttribute(d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev))
+    minor = ck(d.cuDeviceGetAttribute(d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev))
+    prog = ck(nvrtc.nvrtcCreateProgram(b'extern "C" __global__ void empty() {}', b"e.cu", 0, [], []))
+    ck(nvrtc.nvrtcCompileProgram(prog, 1, [f"--gpu-architecture=sm_{major}{minor}".encode()]))
+    cubin = b" " * ck(nvrtc.nvrtcGetCUBINSize(prog))
+    ck(nvrtc.nvrtcGetCUBIN(prog, cubin))
+    fn = ck(d.cuModuleGetFunction(ck(d.cuModuleLoadData(cubin)), b"empty"))
+    stream = ck(d.cuStreamCreate(1))
+    ck(d.cuStreamBeginCapture(stream, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
+    for _ in range(k):
+        ck(d.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, 0, 0))
+    graph = ck(d.cuStreamEndCapture(stream))
+    exe = ck(d.cuGraphInstantiate(graph, 0))
+    ck(d.cuGraphUpload(exe, stream))
+    host = ck(d.cuMemHostAlloc(copy_bytes, 0))
+    dst = ck(d.cuMemAlloc(copy_bytes))
+    ck(d.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, 0, 0))
+    ck(d.cuStreamSynchronize(stream))
+
+    def worker() -> None:
+        with nvtx.annotate("worker_thread", domain="demo"):
+            time.sleep(0.05)
+
+    t0 = time.perf_counter()
+    with nvtx.annotate("demo_app", domain="demo"):
+        with nvtx.annotate("eager_launches", domain="demo"):
+            for _ in range(n):
+                d.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, 0, 0)
+            ck(d.cuStreamSynchronize(stream))
+        with nvtx.annotate("graph_launch", domain="demo"):
+            ck(d.cuGraphLaunch(exe, stream))
+            ck(d.cuStreamSynchronize(stream))
+        with nvtx.annotate("h2d_copy", domain="demo"):
+            ck(d.cuMemcpyHtoDAsync(dst, host, copy_bytes, stream))
+            ck(d.cuStreamSynchronize(stream))
+        th = threading.Thread(target=worker)
+        with nvtx.annotate("idle", domain="demo"):
+            th.start()
+            time.sleep(0.2)
+            th.join()
+    workload_s = time.perf_counter() - t0
+    print(json.dumps({"app": "python", "workload_s": workload_s, "eager_launches": n, "graph_nodes": k,
+                      "copy_bytes": copy_bytes}))
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -130,8 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "NVTX's and CUDA's injection hooks. The program's exit code is passed through.",
                         epilog="example:\n  pcietrace attach -- python train.py --steps 10")
     at.add_argument("--gpu", default="all", help="CUDA device numbers whose counters to sample, e.g. 0,1, or 'all'")
-    at.add_argument("--sample-interval-ms", type=float, default=1.0,
-                    help="counter sampling interval (0 = as fast as NVML answers; each read is ~30 KB of PCIe traffic)")
+    at.add_argument("--sample-interval-ms", type=float, default=0.5,
+                    help="counter sampling interval (0 = as fast as NVML answers). Range edges are interpolated between "
+                         "samples: at rate R an edge is off by at most R x interval / 4; each read is ~30 KB of PCIe traffic")
     at.add_argument("--idle-s", type=_positive, default=0.5, help="idle time sampled before the program, for the floor")
     at.add_argument("--baseline", type=Path, default=None,
                     help="take per-launch costs from this saved `pcietrace run` instead of measuring them on the spot")

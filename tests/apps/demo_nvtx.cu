@@ -28,7 +28,7 @@ int main(int argc, char** argv)
 {
     int n = argc > 1 ? std::atoi(argv[1]) : 20000;
     int k = argc > 2 ? std::atoi(argv[2]) : 1000;
-    size_t bytes = (size_t)(argc > 3 ? std::atoi(argv[3]) : 256) << 20;
+    size_t bytes = (size_t)(argc > 3 ? std::atoi(argv[3]) : 1024) << 20;
     int exit_code = argc > 4 ? std::atoi(argv[4]) : 0;
     dom = nvtxDomainCreateA("demo_cpp");
     cudaStream_t s;

@@ -26,7 +26,7 @@ def ck(result):
 def main() -> int:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
     k = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
-    copy_bytes = (int(sys.argv[3]) if len(sys.argv) > 3 else 256) << 20
+    copy_bytes = (int(sys.argv[3]) if len(sys.argv) > 3 else 1024) << 20
     exit_code = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     ck(d.cuInit(0))
     dev = ck(d.cuDeviceGet(0))

@@ -421,6 +421,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         session.meta.setdefault("status", "failed")
         if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
             session.meta["kind"] = "attach-failed"
+        session.save(out_dir)  # raw data first: nothing below can lose it
         results = analyze(session)
         session.save(out_dir, to_jsonable(results))
         if session.meta["kind"] == "attach":

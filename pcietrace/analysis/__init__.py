@@ -26,7 +26,8 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
     s = session
     if len(s.samples):
         out["sampling"] = counters.sample_gaps(s.samples)
-    if len(s.windows) and len(s.samples):
+    attach = str(s.meta.get("kind", "")).startswith("attach")
+    if len(s.windows) and len(s.samples) and not attach:
         cum = counters.cumulative_bytes(s.samples, s.counters)
         wb = counters.window_bytes(cum, s.windows)
         fl = counters.floor(wb)
@@ -44,7 +45,7 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
             out["gpu_time"] = launch.gpu_time(s.bursts, s.calibration)
     if len(s.e2e):
         out["speedup"] = launch.speedup(s.e2e)
-    if s.meta.get("kind") == "attach" and len(s.samples):
+    if s.meta.get("kind") == "attach" and len(s.samples):  # ("attach-failed": the program never ran)
         out.update(_attach(s, out))
     if len(s.latency):
         out["latency"] = latency_analysis.summary(s.latency)

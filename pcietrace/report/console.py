@@ -237,8 +237,8 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
         for r in rg.itertuples():
             short = f" [yellow]({r.short_calls} short)[/]" if r.short_calls else ""
             t.add_row(str(r.name) + short, str(r.domain), str(r.calls), _num(r.incl_ms, ",.2f"), _num(r.excl_ms, ",.2f"),
-                      _num(r.h2d_bytes / 1e6, ",.3f"), _num(r.d2h_bytes / 1e6, ",.3f"), _num(r.eager_launches, ",d"),
-                      _num(r.graph_launches, ",d"), _num(r.h2d_bytes_per_launch, ",.0f"),
+                      _num(r.h2d_bytes / 1e6, ",.3f"), _num(r.d2h_bytes / 1e6, ",.3f"), _num(r.eager_launches, ",.0f"),
+                      _num(r.graph_launches, ",.0f"), _num(r.h2d_bytes_per_launch, ",.0f"),
                       _num(r.launch_overhead_ms, ",.2f"), _num(r.graph_savings_ms, ",.2f"))
         parts.append(t)
         if rg["short_calls"].sum():
@@ -251,7 +251,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                                  ("eager launches", "right"), ("graph launches", "right"), ("processes", "right"),
                                  ("ranges", "right"), ("exit code", "right")])
         t.add_row(_num(w["duration_ms"], ",.1f"), _num(w["h2d_bytes"] / 1e6, ",.3f"), _num(w["d2h_bytes"] / 1e6, ",.3f"),
-                  _num(w["eager_launches"], ",d"), _num(w["graph_launches"], ",d"), str(w["processes"]), str(w["ranges"]),
+                  _num(w["eager_launches"], ",.0f"), _num(w["graph_launches"], ",.0f"), str(w["processes"]), str(w["ranges"]),
                   str(meta.get("exit_code")))
         parts.append(t)
     procs = meta.get("processes", [])

@@ -1,0 +1,105 @@
+"""Attach: event parsing and range pairing on real injection output, attribution maths, the report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pcietrace.analysis import analyze, attribution
+from pcietrace.attach import read_traces
+from pcietrace.session import Session
+
+
+@pytest.fixture()
+def events(data_dir, tmp_path) -> pd.DataFrame:
+    shutil.copy(data_dir / "attach" / "nvtx_python_threads.tsv", tmp_path / "trace-7551.tsv")
+    return read_traces(tmp_path)
+
+
+def test_real_nvtx_events_pair_into_ranges(events) -> None:
+    assert set(events["event"]) == {"nvtx", "push", "pop", "start", "end", "mark"}
+    r = attribution.ranges_from_events(events).set_index("name")
+    assert r.loc["outer", "domain"] == "demo" and r.loc["outer", "depth"] == 0
+    assert r.loc["inner tab x", "domain"] == "default" and r.loc["inner tab x", "depth"] == 1
+    assert r.loc["thread range", "tid"] != r.loc["outer", "tid"]
+    assert r.loc["startend", "kind"] == "start"
+    # the start/end range encloses the thread's range although they live on different threads
+    assert r.loc["startend", "t_start_ns"] < r.loc["thread range", "t_start_ns"] < r.loc["startend", "t_end_ns"]
+    assert r["closed"].all() and len(r) == 4
+
+
+def test_unclosed_ranges_of_a_crashed_process_are_closed_at_its_last_event(events) -> None:
+    crashed = events[events["t_ns"] < events.loc[events["message"] == "inner tab x", "t_ns"].iloc[0] + 1]
+    r = attribution.ranges_from_events(crashed)
+    assert len(r) == 2 and not r["closed"].any() and (r["t_end_ns"] == crashed["t_ns"].max()).all()
+
+
+def _counters(t0: int, t1: int, step: int, rate_bps: float) -> pd.DataFrame:
+    """CONSTRUCTED counter trace (not measured): constant rate, for attribution arithmetic."""
+    t = np.arange(t0, t1, step, dtype=np.int64)
+    y = (t - t0) / 1e9 * rate_bps
+    return pd.DataFrame({"nvml_index": 0, "t_ns": t, "rx_bytes": y, "tx_bytes": y / 10})
+
+
+def test_attribution_inclusive_exclusive_and_floor(events) -> None:
+    r = attribution.ranges_from_events(events)
+    t0, t1 = int(events["t_ns"].min()) - 10**6, int(events["t_ns"].max()) + 10**6
+    cum = _counters(t0, t1, 100_000, 1e9)  # 1 GB/s everywhere, 0.1 ms samples
+    a = attribution.attribute(r, cum, {"h2d": 0.25e9, "d2h": 0.0}).set_index("name")
+    outer, inner = a.loc["outer"], a.loc["inner tab x"]
+    assert outer["h2d_bytes"] == pytest.approx(0.75 * outer["duration_ns"], rel=1e-6)  # 1 GB/s minus the floor
+    assert outer["excl_h2d_bytes"] == pytest.approx(outer["h2d_bytes"] - inner["h2d_bytes"])
+    assert outer["excl_ns"] == outer["duration_ns"] - inner["duration_ns"]
+    s = attribution.summarize(a.reset_index(), {"host_us_per_eager_launch": 4.0, "host_us_per_graph_launch": 2.0,
+                                                "wall_us_per_kernel_eager": 5.0, "wall_us_per_kernel_graph": 1.0},
+                              short_ns=7.5e6).set_index("name")  # the thread's range lasted ~5 ms, outer ~10 ms
+    assert s.loc["thread range", "short_calls"] == 1 and s.loc["outer", "short_calls"] == 0
+    assert s.loc["outer", "calls"] == 1 and np.isnan(s.loc["outer", "h2d_bytes_per_launch"])
+
+
+def test_launch_counts_overhead_and_savings() -> None:
+    # CONSTRUCTED events: a range on thread 1 in which the thread made 100 eager and 2 graph launches
+    # while another thread made 50 more.
+    ev = pd.DataFrame([
+        {"t_ns": 0, "tid": 1, "event": "push", "domain": "d", "id": 0, "depth": 0, "eager_thread": 10, "graph_thread": 0,
+         "eager_process": 10, "graph_process": 0, "message": "step", "pid": 5},
+        {"t_ns": 10**6, "tid": 1, "event": "pop", "domain": "d", "id": 0, "depth": 0, "eager_thread": 110, "graph_thread": 2,
+         "eager_process": 160, "graph_process": 2, "message": "", "pid": 5}])
+    r = attribution.ranges_from_events(ev)
+    assert r[["eager_launches", "graph_launches", "eager_launches_process"]].iloc[0].tolist() == [100, 2, 150]
+    a = attribution.attribute(r, _counters(-10**6, 2 * 10**6, 10**5, 0.0), {})
+    s = attribution.summarize(a, {"host_us_per_eager_launch": 4.0, "host_us_per_graph_launch": 2.0,
+                                  "wall_us_per_kernel_eager": 5.0, "wall_us_per_kernel_graph": 1.0}, short_ns=0).iloc[0]
+    assert s["launch_overhead_ms"] == pytest.approx((100 * 4 + 2 * 2) / 1e3)
+    assert s["graph_savings_ms"] == pytest.approx(100 * 4 / 1e3)
+
+
+def test_attach_session_analyses_renders_and_exports(events, tmp_path, capsys, monkeypatch) -> None:
+    from pcietrace.cli import _write_perfetto, main
+
+    t0, t1 = int(events["t_ns"].min()), int(events["t_ns"].max())
+    cum = _counters(t0 - 10**9, t1 + 10**9, 500_000, 2e6)
+    samples = pd.DataFrame({"nvml_index": 0, "t_ns": cum["t_ns"], "read_ns": 150_000,
+                            "tx_raw": (cum["tx_bytes"].round().astype(np.int64) % 2**32).astype(np.uint64),
+                            "rx_raw": (cum["rx_bytes"].round().astype(np.int64) % 2**32).astype(np.uint64)})
+    meta = {"kind": "attach", "command": ["python", "app.py"], "t_app_start_ns": t0, "t_app_end_ns": t1, "exit_code": 0,
+            "gpus": [{"nvml_index": 0, "name": "CONSTRUCTED", "counter": {"mode": "fields", "bits": 32}}],
+            "sample_interval_ms": 0.5, "launch_costs": None, "processes": [{"pid": 7551, "nvtx": True, "cupti": "-", "ranges": 4}]}
+    windows = pd.DataFrame([{"nvml_index": 0, "mode": "idle", "t_start_ns": t0 - 10**9, "t_end_ns": t0 - 10**6}])
+    s = Session(meta=meta, samples=samples, windows=windows, events=events)
+    res = analyze(s)
+    assert res["floor"]["rx_Bps"].item() == pytest.approx(2e6, rel=1e-3)
+    assert abs(res["whole_run"]["h2d_bytes"].item()) < 1e3  # all traffic was floor
+    assert set(res["ranges"]["name"]) == {"outer", "inner tab x", "startend", "thread range"}
+    s.save(tmp_path / "att", None)
+    _write_perfetto(s, res, tmp_path / "trace.json")
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == 4 and any(e["ph"] == "C" for e in trace["traceEvents"])
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["report", str(tmp_path / "att")]) == 0
+    out = capsys.readouterr().out
+    assert "PCIe bytes and launches per NVTX range" in out and "Whole run" in out and "Processes followed" in out

@@ -66,18 +66,22 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
 
 def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor_bps: dict[str, float]) -> pd.DataFrame:
     """Adds ``duration_ns``, ``h2d_bytes``, ``d2h_bytes`` (counter change over the range, interpolated
-    between samples and summed over GPUs, minus floor x duration), and the exclusive figures
-    (``excl_ns``, ``excl_h2d_bytes``, ``excl_d2h_bytes``: minus the direct children of push/pop
-    ranges on the same thread)."""
+    between samples and summed over GPUs, minus floor x duration), ``h2d_edge_bytes``/``d2h_edge_bytes``
+    (how far interpolation at the two edges can be off: for each edge, the counter increase over the
+    sample interval around it times the larger of the two parts the edge splits it into), and the
+    exclusive figures (``excl_ns``, ``excl_h2d_bytes``, ``excl_d2h_bytes``: minus the direct children
+    of push/pop ranges on the same thread)."""
     out = ranges.copy()
     out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
     a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
     for d, col in (("h2d", "rx_bytes"), ("d2h", "tx_bytes")):
-        total = np.zeros(len(out))
+        total, edge = np.zeros(len(out)), np.zeros(len(out))
         for _, g in cum.groupby("nvml_index"):
             t, y = g["t_ns"].to_numpy(np.int64), g[col].to_numpy(float)
             total += np.interp(b, t, y) - np.interp(a, t, y)
+            edge += _edge_error(t, y, a) + _edge_error(t, y, b)
         out[f"{d}_bytes"] = total - floor_bps.get(d, 0.0) * out["duration_ns"] / 1e9
+        out[f"{d}_edge_bytes"] = edge
     for c in ("ns", "h2d_bytes", "d2h_bytes"):
         out[f"excl_{c}"] = out["duration_ns" if c == "ns" else c].astype(float)
     push = out[out["kind"] == "push"]
@@ -92,9 +96,21 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor_bps: dict[str, floa
     return out
 
 
+def _edge_error(t: np.ndarray, y: np.ndarray, edge: np.ndarray) -> np.ndarray:
+    """Worst-case interpolation error at each ``edge``: the bytes counted over the sample interval
+    that contains it, times the larger fraction of that interval on one side of the edge (all of
+    them could have moved on that side)."""
+    i = np.clip(np.searchsorted(t, edge, side="right") - 1, 0, max(t.size - 2, 0))
+    if t.size < 2:
+        return np.zeros(edge.size)
+    span = np.maximum(t[i + 1] - t[i], 1)
+    f = np.clip((edge - t[i]) / span, 0.0, 1.0)
+    return (y[i + 1] - y[i]) * np.maximum(f, 1 - f)
+
+
 def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns: float) -> pd.DataFrame:
     """Per (domain, name): ``calls``, ``incl_ms``/``excl_ms`` (summed), ``h2d_bytes``/``d2h_bytes``
-    (inclusive, summed), ``eager_launches``, ``graph_launches``, ``h2d_bytes_per_launch`` (over eager +
+    (inclusive, summed) with their worst-case edge errors ``h2d_edge_bytes``/``d2h_edge_bytes``, ``eager_launches``, ``graph_launches``, ``h2d_bytes_per_launch`` (over eager +
     graph launches), ``launch_overhead_ms`` (launches x the measured host cost per launch),
     ``graph_savings_ms`` (eager launches x (eager - graph) wall time per empty kernel: what capturing
     them into graphs could save at most) and ``short_calls`` (calls shorter than ``short_ns``, whose
@@ -104,6 +120,7 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     g = attributed.groupby(["domain", "name"], sort=False)
     out = g.agg(calls=("name", "size"), incl_ms=("duration_ns", "sum"), excl_ms=("excl_ns", "sum"),
                 h2d_bytes=("h2d_bytes", "sum"), d2h_bytes=("d2h_bytes", "sum"), excl_h2d_bytes=("excl_h2d_bytes", "sum"),
+                h2d_edge_bytes=("h2d_edge_bytes", "sum"), d2h_edge_bytes=("d2h_edge_bytes", "sum"),
                 eager_launches=("eager_launches", "sum"), graph_launches=("graph_launches", "sum"),
                 short_calls=("duration_ns", lambda s: int((s < short_ns).sum()))).reset_index()
     out["incl_ms"] /= 1e6

@@ -229,15 +229,17 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
     if len(rg):
         t = _table("PCIe bytes and launches per NVTX range",
                    [("range", "left"), ("domain", "left"), ("calls", "right"), ("incl ms", "right"), ("excl ms", "right"),
-                    ("H2D MB", "right"), ("D2H MB", "right"), ("eager", "right"), ("graph", "right"),
+                    ("H2D MB ± edges", "right"), ("D2H MB", "right"), ("eager", "right"), ("graph", "right"),
                     ("H2D B/launch", "right"), ("launch ms", "right"), ("graph saves ≤ ms", "right")],
                    caption="bytes inclusive of nested ranges, floor removed, summed over sampled GPUs; MB = 10^6 B; "
+                           "± edges: how far interpolating the counters at the range's edges can be off; "
                            "eager/graph = launches made by the range's own thread; launch ms = launches x host cost "
                            f"per launch ({costs['source'] if costs else 'not measured'})")
         for r in rg.itertuples():
             short = f" [yellow]({r.short_calls} short)[/]" if r.short_calls else ""
             t.add_row(str(r.name) + short, str(r.domain), str(r.calls), _num(r.incl_ms, ",.2f"), _num(r.excl_ms, ",.2f"),
-                      _num(r.h2d_bytes / 1e6, ",.3f"), _num(r.d2h_bytes / 1e6, ",.3f"), _num(r.eager_launches, ",.0f"),
+                      _pm(r.h2d_bytes / 1e6, r.h2d_edge_bytes / 1e6, ",.3f"), _num(r.d2h_bytes / 1e6, ",.3f"),
+                      _num(r.eager_launches, ",.0f"),
                       _num(r.graph_launches, ",.0f"), _num(r.h2d_bytes_per_launch, ",.0f"),
                       _num(r.launch_overhead_ms, ",.2f"), _num(r.graph_savings_ms, ",.2f"))
         parts.append(t)

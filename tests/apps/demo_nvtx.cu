@@ -52,14 +52,18 @@ int main(int argc, char** argv)
     for (int i = 0; i < n; ++i) empty<<<1, 1, 0, s>>>();
     CK(cudaStreamSynchronize(s));
     pop();
+    const auto gap = std::chrono::milliseconds(5);  // quiet time between phases (see demo_nvtx.py)
+    std::this_thread::sleep_for(gap);
     push("graph_launch");
     CK(cudaGraphLaunch(ge, s));
     CK(cudaStreamSynchronize(s));
     pop();
+    std::this_thread::sleep_for(gap);
     push("h2d_copy");
     CK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s));
     CK(cudaStreamSynchronize(s));
     pop();
+    std::this_thread::sleep_for(gap);
     push("idle");
     std::thread worker([] { push("worker_thread"); std::this_thread::sleep_for(std::chrono::milliseconds(50)); pop(); });
     std::this_thread::sleep_for(std::chrono::milliseconds(200));

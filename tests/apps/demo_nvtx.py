@@ -55,18 +55,23 @@ def main() -> int:
         with nvtx.annotate("worker_thread", domain="demo"):
             time.sleep(0.05)
 
+    gap = 0.005  # quiet time between phases, so no phase's traffic shares a counter sample with another
+
     t0 = time.perf_counter()
     with nvtx.annotate("demo_app", domain="demo"):
         with nvtx.annotate("eager_launches", domain="demo"):
             for _ in range(n):
                 d.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, 0, 0)
             ck(d.cuStreamSynchronize(stream))
+        time.sleep(gap)
         with nvtx.annotate("graph_launch", domain="demo"):
             ck(d.cuGraphLaunch(exe, stream))
             ck(d.cuStreamSynchronize(stream))
+        time.sleep(gap)
         with nvtx.annotate("h2d_copy", domain="demo"):
             ck(d.cuMemcpyHtoDAsync(dst, host, copy_bytes, stream))
             ck(d.cuStreamSynchronize(stream))
+        time.sleep(gap)
         th = threading.Thread(target=worker)
         with nvtx.annotate("idle", domain="demo"):
             th.start()

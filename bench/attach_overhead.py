@@ -20,7 +20,7 @@ APPS = Path(__file__).resolve().parent.parent / "tests" / "apps"
 
 def workload_s(cmd: list[str], attach: bool, out: Path) -> float:
     full = [sys.executable, "-m", "pcietrace", "attach", "--no-calibrate", "-o", str(out), "--", *cmd] if attach else cmd
-    proc = subprocess.run(full, capture_output=True, text=True)
+    proc = subprocess.run(full, capture_output=True, text=True, cwd=out.parent)  # not the repo root: use the install
     if proc.returncode:
         raise SystemExit(f"{' '.join(full)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     line = next(x for x in proc.stdout.splitlines() if x.startswith('{"app"'))

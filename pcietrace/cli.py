@@ -102,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("path", type=Path, help="a run folder or its report.json")
     rp.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
     rp.add_argument("--us-per-level", type=_positive, default=0.3, help="round trip added per PCIe switch level (us)")
+    rp.add_argument("--perfetto", type=Path, default=None, metavar="FILE",
+                    help="also write the attach run's Chrome/Perfetto trace (PCIe counter tracks + NVTX ranges) to FILE")
     rp.set_defaults(func=cmd_report)
 
     tp = sub.add_parser("topo", formatter_class=_Formatter, help="where each GPU sits on PCIe, and the GPU<->GPU matrix",
@@ -275,7 +277,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pcietrace.session import Session
 
     session = Session.load(args.path)
-    _emit(session.meta, analyze(session, args.us_per_level), args.json)
+    results = analyze(session, args.us_per_level)
+    if args.perfetto is not None:
+        if session.meta.get("kind") != "attach":
+            raise UsageError("--perfetto needs a report made by `pcietrace attach`")
+        _write_perfetto(session, results, args.perfetto)
+    _emit(session.meta, results, args.json)
     return 0
 
 

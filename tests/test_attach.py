@@ -103,3 +103,35 @@ def test_attach_session_analyses_renders_and_exports(events, tmp_path, capsys, m
     assert main(["report", str(tmp_path / "att")]) == 0
     out = capsys.readouterr().out
     assert "PCIe bytes and launches per NVTX range" in out and "Whole run" in out and "Processes followed" in out
+
+
+def test_edge_error_bound() -> None:
+    # CONSTRUCTED: 100 bytes counted between samples at t=0 and t=10; an edge at t=2 can be off by 80.
+    t, y = np.array([0, 10, 20]), np.array([0.0, 100.0, 100.0])
+    assert attribution._edge_error(t, y, np.array([2, 10, 15])).tolist() == pytest.approx([80.0, 0.0, 0.0])
+
+
+def test_real_attach_run_on_the_h100(data_dir, h100, tmp_path, capsys) -> None:
+    """The demo app (tests/apps/demo_nvtx.py 20000 1000 1024) recorded under `pcietrace attach` on the
+    lent H100: every range carries what it should, within its stated edge error (+ floor noise)."""
+    s = Session.load(data_dir / "attach_h100_python")
+    res = analyze(s)
+    rg = res["ranges"].set_index("name")
+    per_launch = analyze(h100)["per_launch"].query("mode == 'eager' and direction == 'h2d'")["bytes_per_call"].item()
+    eager = rg.loc["eager_launches"]
+    assert eager["eager_launches"] == 20000 and eager["graph_launches"] == 0
+    assert eager["h2d_bytes"] == pytest.approx(20000 * per_launch, rel=0.05)
+    assert rg.loc["graph_launch", "graph_launches"] == 1 and rg.loc["graph_launch", "eager_launches"] == 0
+    for quiet in ("graph_launch", "idle", "worker_thread"):
+        assert abs(rg.loc[quiet, "h2d_bytes"]) < 1e6 + rg.loc[quiet, "h2d_edge_bytes"]
+    assert rg.loc["h2d_copy", "h2d_bytes"] == pytest.approx(1024 * 2**20 * 1.078, rel=0.05)  # TLP overhead measured
+    assert rg.loc["demo_app", "excl_ms"] < rg.loc["demo_app", "incl_ms"] / 10
+    assert s.meta["exit_code"] == 0 and s.meta["processes"][0]["cupti"].startswith("launch counting on")
+    assert res["whole_run"]["eager_launches"].item() >= 20000
+    from pcietrace.cli import main
+
+    assert main(["report", str(data_dir / "attach_h100_python"), "--perfetto", str(tmp_path / "t.json")]) == 0
+    trace = json.loads((tmp_path / "t.json").read_text())
+    names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert {"eager_launches", "graph_launch", "h2d_copy", "idle", "worker_thread", "demo_app"} <= names
+    assert main(["report", str(data_dir / "h100_run"), "--perfetto", str(tmp_path / "x.json")]) == 2

@@ -81,12 +81,15 @@ def calibrate(ordinal: int) -> dict[str, float]:
             "wall_us_per_kernel_graph": e2e_g["wall_ns"] / e2e_g["launches"] / 1e3, "source": "measured on the spot"}
 
 
-def run_program(cmd: list[str], trace_dir: Path, cupti: str | None) -> tuple[int, float, float]:
+def run_program(cmd: list[str], trace_dir: Path, cupti: str | None, count_launches: bool = True) -> tuple[int, int, int]:
     """Run ``cmd`` with the injection environment; return (exit code, start and end on CLOCK_MONOTONIC
     in ns). Ctrl-C reaches the program (same process group) and is not fatal to pcietrace, which then
-    saves what was collected. A signal death is reported as 128 + signal, like a shell."""
+    saves what was collected. A signal death is reported as 128 + signal, like a shell.
+    ``count_launches=False`` leaves CUDA_INJECTION64_PATH unset: no CUPTI callbacks, no launch counts."""
     lib = injection_library()
-    env = dict(os.environ, NVTX_INJECTION64_PATH=lib, CUDA_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=str(trace_dir))
+    env = dict(os.environ, NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=str(trace_dir))
+    if count_launches:
+        env["CUDA_INJECTION64_PATH"] = lib
     if cupti:
         env["PCIETRACE_CUPTI"] = cupti
     try:

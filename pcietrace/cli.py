@@ -139,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--baseline", type=Path, default=None,
                     help="take per-launch costs from this saved `pcietrace run` instead of measuring them on the spot")
     at.add_argument("--no-calibrate", action="store_true", help="skip the per-launch cost measurement (no overhead columns)")
+    at.add_argument("--no-count-launches", action="store_true",
+                    help="do not count kernel launches (no CUPTI callbacks: lower overhead for launch-heavy programs)")
     at.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-attach)")
     at.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
     at.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the program to run")
@@ -415,7 +417,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         time.sleep(args.idle_s)
         windows += [{"nvml_index": g["nvml_index"], "mode": "idle", "t_start_ns": t_idle, "t_end_ns": time.monotonic_ns()} for g in gpus]
         err.print(f"pcietrace: running {' '.join(cmd)}")
-        rc, t0, t1 = run_program(cmd, trace_dir, cupti_library())
+        rc, t0, t1 = run_program(cmd, trace_dir, cupti_library(), count_launches=not args.no_count_launches)
         session.meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")
         t_idle = time.monotonic_ns()
         time.sleep(0.3)

@@ -177,9 +177,12 @@ def model_table(m: pd.DataFrame) -> Table:
 
 def topology_tables(topo: dict[str, Any]) -> list[Table]:
     """Per-GPU placement (with its PCIe path) and the GPU<->GPU matrix."""
+    legend = ("GPU <-> GPU: X self; NV# NVLink links; PIX one PCIe switch; PXB several switches; PHB host bridge; "
+              "NODE across host bridges in a NUMA node; SYS across NUMA nodes"
+              + "".join(f"\nnote: {n}" for n in topo.get("notes", [])))
     t = _table(f"PCIe placement (source: {topo.get('source')})",
                [("GPU", "left"), ("bus id", "left"), ("NUMA", "right"), ("CPUs", "left"), ("switch levels", "right"),
-                ("path from root complex", "left")])
+                ("path from root complex", "left")], caption=legend)
     for g in topo.get("gpus", []):
         hops = "\n".join(f"{h['bdf']} {h['role']} {h['vendor'][2:]}:{h['device'][2:]}"
                          + (f" {h['link_speed'].replace(' PCIe', '')} x{h['link_width']}" if h.get("link_speed") else "")
@@ -190,10 +193,7 @@ def topology_tables(topo: dict[str, Any]) -> list[Table]:
         t.add_row(label + (f" {g['name']}" if g.get("name") else ""), g["bdf"], str(g.get("numa_node")),
                   str(g.get("local_cpulist")), str(g.get("switch_levels")), f"{g['host_bridge']}\n{hops}")
     labels = topo.get("labels", [])
-    m = _table("GPU <-> GPU", [("", "left")] + [(lab, "center") for lab in labels],
-               caption="X self; NV# NVLink links; PIX one PCIe switch; PXB several switches; PHB host bridge; "
-                       "NODE across host bridges in a NUMA node; SYS across NUMA nodes"
-                       + "".join(f"\nnote: {n}" for n in topo.get("notes", [])))
+    m = _table("GPU <-> GPU", [("", "left")] + [(lab, "center") for lab in labels])
     for lab, row in zip(labels, topo.get("matrix", [])):
         m.add_row(lab, *row)
     return [t, m] if labels else [t]

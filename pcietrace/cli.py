@@ -1,19 +1,14 @@
-"""Command line: ``pcietrace run | report``. Expected failures print one line and exit 2."""
+"""Command line: the parser and ``main``. Each command lives in :mod:`pcietrace.commands`. Expected
+failures print one line and exit 2."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable
 
 from pcietrace import __version__
-from pcietrace.errors import NoGpuError, PcietraceError, UsageError
-
-SIM_HINT = "run `pcietrace run --simulate` to try the whole pipeline on a simulated device"
+from pcietrace.errors import PcietraceError
 
 
 def _float_list(text: str) -> tuple[float, ...]:
@@ -41,20 +36,6 @@ def _positive(text: str) -> float:
     if not v > 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
     return v
-
-
-def parse_gpus(spec: str, count: int) -> list[int]:
-    """'all' or comma-separated CUDA ordinals (as CUDA_VISIBLE_DEVICES presents them) -> list."""
-    if spec == "all":
-        return list(range(count))
-    try:
-        ords = [int(x) for x in spec.split(",")]
-    except ValueError:
-        raise UsageError(f"--gpu takes 'all' or CUDA device numbers like 0,1 (got {spec!r})") from None
-    bad = [o for o in ords if not 0 <= o < count]
-    if bad:
-        raise UsageError(f"--gpu {spec}: no CUDA device {bad[0]} ({count} visible)")
-    return sorted(set(ords))
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -96,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-latency", action="store_true", help="skip the latency suite (saves ~10 s per GPU)")
     r.add_argument("--repeats", type=int, default=11, help="repeats of each latency test (host-timed ones do 20x)")
     r.add_argument("--us-per-level", type=_positive, default=0.3, help="round trip added per PCIe switch level (us), for the topology model")
-    r.set_defaults(func=cmd_run)
+    r.set_defaults(func="cmd_run")
 
     rp = sub.add_parser("report", formatter_class=_Formatter, help="re-analyse and re-render a saved run (no GPU needed)")
     rp.add_argument("path", type=Path, help="a run folder or its report.json")
@@ -104,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--us-per-level", type=_positive, default=0.3, help="round trip added per PCIe switch level (us)")
     rp.add_argument("--perfetto", type=Path, default=None, metavar="FILE",
                     help="also write the attach run's Chrome/Perfetto trace (PCIe counter tracks + NVTX ranges) to FILE")
-    rp.set_defaults(func=cmd_report)
+    rp.set_defaults(func="cmd_report")
 
     tp = sub.add_parser("topo", formatter_class=_Formatter, help="where each GPU sits on PCIe, and the GPU<->GPU matrix",
                         description="Each GPU's bus id, NUMA node, CPU affinity and PCIe path from the root port down "
@@ -112,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "`nvidia-smi topo -m`. Works without a driver from sysfs alone.")
     tp.add_argument("--sysfs-root", default="/sys", help="read this sysfs tree instead (e.g. a test fixture); implies no NVML")
     tp.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
-    tp.set_defaults(func=cmd_topo)
+    tp.set_defaults(func="cmd_topo")
 
     lt = sub.add_parser("latency", formatter_class=_Formatter, help="PCIe round trips and launch/completion latencies",
                         description="Per GPU: host-memory read round trip (pointer chase), the same chase in device "
@@ -124,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-<gpu>-latency)")
     lt.add_argument("--no-save", action="store_true", help="do not save")
     lt.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
-    lt.set_defaults(func=cmd_latency)
+    lt.set_defaults(func="cmd_latency")
 
     at = sub.add_parser("attach", formatter_class=_Formatter, help="PCIe bytes and launches per NVTX range of a program",
                         description="Run an unmodified program (Python with nvtx or torch.cuda.nvtx, or C/C++ with NVTX3) "
@@ -144,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-attach)")
     at.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
     at.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the program to run")
-    at.set_defaults(func=cmd_attach)
+    at.set_defaults(func="cmd_attach")
 
     cp = sub.add_parser("compare", formatter_class=_Formatter, help="saved runs side by side, with significant deltas marked",
                         description="Headline figures of saved runs side by side; deltas against the first run are "
@@ -153,325 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("paths", type=Path, nargs="+", help="run folders or report.json files (the first is the baseline)")
     cp.add_argument("--us-per-level", type=_positive, default=0.3, help="round trip added per PCIe switch level (us)")
     cp.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
-    cp.set_defaults(func=cmd_compare)
+    cp.set_defaults(func="cmd_compare")
     return p
-
-
-def _plan(args: argparse.Namespace) -> Any:
-    from pcietrace.run import RunPlan
-
-    kw: dict[str, Any] = {}
-    if args.quick:
-        kw.update(durations_us=(0, 5, 50), graph_ks=(1, 100), window_s=0.1, e2e_repeats=1)
-    if args.window_s is not None:
-        kw["window_s"] = args.window_s
-    if args.durations is not None:
-        kw["durations_us"] = args.durations
-    if args.graph_k is not None:
-        kw["graph_ks"] = args.graph_k
-    return RunPlan(**kw)
-
-
-def _output_dir(args: argparse.Namespace, meta: dict[str, Any]) -> Path:
-    if args.output is not None:
-        return args.output
-    name = meta["gpus"][0]["name"] if meta.get("gpus") else "gpu"
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    return Path("reports") / f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}{'-simulated' if meta['simulated'] else ''}"
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from pcietrace.analysis import analyze, to_jsonable
-    from pcietrace.run import base_meta, record
-    from pcietrace.session import Session
-
-    plan = _plan(args)
-    err = Console(stderr=True)
-    if args.simulate:
-        from pcietrace.sim import SimBackend, SimDevice, SimParams, SimSampler
-
-        params = SimParams.default()
-        device = SimDevice(params, seed=args.seed)
-        gpu_meta = {"nvml_index": 0, "cuda_ordinal": 0, "name": f"SIMULATED {params.gpu_name}", "bus_id": "sim",
-                    "pcie_gen_current": None, "pcie_gen_max": None, "pcie_width_current": None, "pcie_width_max": None}
-        gpus: list[tuple[dict[str, Any], Any]] = [(gpu_meta, SimBackend(device))]
-        sampler: Any = SimSampler(device)
-        probes: dict[int, Any] | None = {0: sampler}
-        session = Session(meta=base_meta(plan, True))
-        session.meta.update(driver="simulated", sim_source=params.source, sim_params=params.__dict__)
-    else:
-        from pcietrace import backend, cuda
-        from pcietrace.collectors import BoundaryProbe, CounterSampler
-
-        try:
-            ordinals = parse_gpus(args.gpu, cuda.device_count())
-            gpus = backend.open_gpus(ordinals)
-        except NoGpuError as exc:
-            raise NoGpuError(f"{exc}; {SIM_HINT}") from None
-        if args.sample_interval_ms < 0:
-            raise UsageError("--sample-interval-ms must be >= 0")
-        sampler = CounterSampler([g["nvml_index"] for g, _ in gpus], force_throughput=args.throughput_api,
-                                 interval_ns=int(args.sample_interval_ms * 1e6))
-        probes = {g["nvml_index"]: BoundaryProbe(g["nvml_index"], args.throughput_api) for g, _ in gpus}
-        session = Session(meta=base_meta(plan, False))
-        session.meta["driver"] = backend.driver_version()
-        session.meta["sample_interval_ms"] = args.sample_interval_ms
-    session.meta["gpus"] = [g for g, _ in gpus]
-    if not args.simulate:
-        from pcietrace.collectors import topology
-
-        session.meta["topology"] = topology.collect([{**g, "bus_id": g["bus_id"]} for g, _ in gpus])
-    out_dir = None if args.no_save else _output_dir(args, session.meta)
-    interrupted = False
-    try:
-        with Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err, transient=True, disable=args.json and not err.is_terminal) as prog:
-            task = prog.add_task("starting counter sampler", total=plan.steps() * len(gpus))
-            first = [True]
-
-            def advance(label: str) -> None:
-                if not first[0]:
-                    prog.advance(task)
-                first[0] = False
-                prog.update(task, description=label)
-
-            record(session, plan, gpus, sampler, probes, progress=advance)
-            if not args.simulate and not args.no_latency:
-                from pcietrace.latency import LatencyProbe, measure
-
-                prog.update(task, total=None)
-                session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
-                                          progress=lambda label: prog.update(task, description=label))
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        # Whatever happened, keep what was recorded.
-        results = analyze(session, args.us_per_level) if session.meta.get("status") == "complete" else None
-        if out_dir is not None:
-            session.save(out_dir, to_jsonable(results) if results is not None else None)
-            err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}")
-    if interrupted:
-        err.print("interrupted" + (f"; `pcietrace report {out_dir}` shows what was recorded" if out_dir else ""))
-        return 130
-    _emit(session.meta, results, args.json)
-    return 0
-
-
-def _emit(meta: dict[str, Any], results: Any, as_json: bool) -> None:
-    from rich.console import Console
-
-    from pcietrace.analysis import to_jsonable
-    from pcietrace.report.console import render
-    from pcietrace.session import SCHEMA
-
-    if as_json:
-        json.dump({"schema": SCHEMA, "meta": meta, "results": to_jsonable(results)}, sys.stdout, indent=1, default=str)
-        sys.stdout.write("\n")
-    else:
-        render(meta, results, Console())
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    from pcietrace.analysis import analyze
-    from pcietrace.session import Session
-
-    session = Session.load(args.path)
-    results = analyze(session, args.us_per_level)
-    if args.perfetto is not None:
-        if session.meta.get("kind") != "attach":
-            raise UsageError("--perfetto needs a report made by `pcietrace attach`")
-        _write_perfetto(session, results, args.perfetto)
-    _emit(session.meta, results, args.json)
-    return 0
-
-
-def cmd_topo(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from pcietrace.collectors import nvml, topology
-
-    gpus = None
-    if args.sysfs_root == "/sys":
-        try:
-            gpus = [{"nvml_index": i, "bus_id": nvml.gpu_info(i).bus_id, "name": nvml.gpu_info(i).name}
-                    for i in range(nvml.device_count())]
-        except NoGpuError:
-            gpus = None  # no driver: sysfs alone still shows the placement
-    topo = topology.collect(gpus, args.sysfs_root)
-    if not topo["gpus"]:
-        raise UsageError(f"no NVIDIA GPU found under {args.sysfs_root}")
-    if args.json:
-        json.dump(topo, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    else:
-        from pcietrace.report.console import topology_tables
-
-        for t in topology_tables(topo):
-            Console().print(t)
-    return 0
-
-
-def cmd_latency(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from pcietrace import backend, cuda
-    from pcietrace.analysis import analyze, to_jsonable
-    from pcietrace.collectors import topology
-    from pcietrace.latency import LatencyProbe, measure
-    from pcietrace.run import RunPlan, base_meta
-    from pcietrace.session import Session
-
-    if args.repeats < 3:
-        raise UsageError("--repeats must be at least 3")
-    try:
-        gpus = backend.open_gpus(parse_gpus(args.gpu, cuda.device_count()))
-    except NoGpuError as exc:
-        raise NoGpuError(f"{exc}; `pcietrace topo` works without a GPU") from None
-    session = Session(meta=base_meta(RunPlan(), False))
-    session.meta.update(kind="latency", status="running", driver=backend.driver_version(), gpus=[g for g, _ in gpus],
-                        topology=topology.collect([g for g, _ in gpus]))
-    err = Console(stderr=True)
-    with err.status("measuring latency") as status:
-        session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
-                                  progress=lambda label: status.update(label))
-    session.meta["status"] = "complete"
-    results = analyze(session)
-    if not args.no_save:
-        out = args.output or Path(str(_output_dir(args, session.meta)) + "-latency")
-        session.save(out, to_jsonable(results))
-        err.print(f"saved to {out}")
-    _emit(session.meta, results, args.json)
-    return 0
-
-
-def _launch_costs(args: argparse.Namespace, ordinal: int) -> dict[str, Any] | None:
-    if args.no_calibrate:
-        return None
-    if args.baseline is not None:
-        from pcietrace.analysis import analyze
-        from pcietrace.session import Session
-
-        res = analyze(Session.load(args.baseline))
-        cc, sp = res["cpu_cost"], res["speedup"]
-        if not len(cc) or not len(sp):
-            raise UsageError(f"{args.baseline} has no launch-cost tables (is it a `pcietrace run`?)")
-        host = cc[cc["nvml_index"] == cc["nvml_index"].min()].set_index("mode")["host_us_per_call"]
-        sp = sp[sp["nvml_index"] == sp["nvml_index"].min()].sort_values("kernel_us")
-        return {"host_us_per_eager_launch": float(host["eager"]), "host_us_per_graph_launch": float(host["graph"]),
-                "wall_us_per_kernel_eager": float(sp["eager_wall_us"].iloc[0]),
-                "wall_us_per_kernel_graph": float(sp["graph_wall_us"].iloc[0]), "source": str(args.baseline)}
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    from pcietrace.attach import calibrate
-
-    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
-        return ex.submit(calibrate, ordinal).result(timeout=120)
-
-
-def cmd_attach(args: argparse.Namespace) -> int:
-    import tempfile
-
-    import pandas as pd
-    from rich.console import Console
-
-    from pcietrace import cuda
-    from pcietrace.analysis import analyze, to_jsonable
-    from pcietrace.attach import cupti_library, processes, read_traces, run_program
-    from pcietrace.collectors import CounterSampler, nvml, topology
-    from pcietrace.run import RunPlan, base_meta
-    from pcietrace.session import Session
-
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not cmd:
-        raise UsageError("attach needs a program to run: pcietrace attach -- CMD [ARGS...]")
-    if args.sample_interval_ms < 0:
-        raise UsageError("--sample-interval-ms must be >= 0")
-    try:
-        buses = cuda.bus_ids()
-        ordinals = parse_gpus(args.gpu, len(buses))
-    except NoGpuError as exc:
-        raise NoGpuError(f"{exc}; attach needs an NVIDIA GPU") from None
-    err = Console(stderr=True)
-    gpus = [{**nvml.gpu_info(nvml.index_for_bus_id(buses[o])).__dict__, "cuda_ordinal": o} for o in ordinals]
-    costs = None
-    if not args.no_calibrate:
-        with err.status("measuring per-launch costs on this GPU"):
-            costs = _launch_costs(args, ordinals[0])
-    session = Session(meta=base_meta(RunPlan(), False))
-    session.meta.update(kind="attach", command=cmd, gpus=gpus, driver=nvml.driver_version(), launch_costs=costs,
-                        sample_interval_ms=args.sample_interval_ms, topology=topology.collect(gpus))
-    out_dir = args.output or Path("reports") / f"{time.strftime('%Y%m%d-%H%M%S')}-attach"
-    trace_dir = Path(tempfile.mkdtemp(prefix="pcietrace-"))
-    sampler = CounterSampler([g["nvml_index"] for g in gpus], interval_ns=int(args.sample_interval_ms * 1e6))
-    sampler.start()
-    for g in gpus:
-        g["counter"] = sampler.modes.get(g["nvml_index"])
-    windows = []
-    rc = 1
-    try:
-        t_idle = time.monotonic_ns()
-        time.sleep(args.idle_s)
-        windows += [{"nvml_index": g["nvml_index"], "mode": "idle", "t_start_ns": t_idle, "t_end_ns": time.monotonic_ns()} for g in gpus]
-        err.print(f"pcietrace: running {' '.join(cmd)}")
-        rc, t0, t1 = run_program(cmd, trace_dir, cupti_library(), count_launches=not args.no_count_launches)
-        session.meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")
-        t_idle = time.monotonic_ns()
-        time.sleep(0.3)
-        windows += [{"nvml_index": g["nvml_index"], "mode": "idle", "t_start_ns": t_idle, "t_end_ns": time.monotonic_ns()} for g in gpus]
-    finally:
-        session.samples = sampler.stop()
-        session.windows = pd.DataFrame(windows)
-        session.events = read_traces(trace_dir)
-        session.meta["processes"] = processes(session.events)
-        session.meta.setdefault("status", "failed")
-        if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
-            session.meta["kind"] = "attach-failed"
-        session.save(out_dir)  # raw data first: nothing below can lose it
-        results = analyze(session)
-        session.save(out_dir, to_jsonable(results))
-        if session.meta["kind"] == "attach":
-            _write_perfetto(session, results, out_dir / "trace.json")
-        err.print(f"saved to {out_dir} (Perfetto trace: {out_dir / 'trace.json'})")
-    _emit(session.meta, results, args.json)
-    return rc
-
-
-def _write_perfetto(session: Any, results: dict[str, Any], path: Path) -> None:
-    from pcietrace.analysis import counters
-    from pcietrace.report.perfetto import chrome_trace
-
-    cum = counters.cumulative_bytes(session.samples, session.counters)
-    bin_ns = max(int(session.meta.get("sample_interval_ms", 1.0) * 1e6), 1_000_000)
-    trace = chrome_trace(session.meta, counters.rates(cum, bin_ns), results["range_instances"])
-    path.write_text(json.dumps(trace))
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from pcietrace.analysis import analyze
-    from pcietrace.analysis.compare import compare
-    from pcietrace.report.console import compare_table
-    from pcietrace.session import Session
-
-    if len(args.paths) < 2:
-        raise UsageError("compare needs at least two saved runs")
-    runs = []
-    for i, p in enumerate(args.paths):
-        s = Session.load(p)
-        gpu = s.meta["gpus"][0]["name"].replace("NVIDIA ", "") if s.meta.get("gpus") else "?"
-        name = f"{chr(65 + i)}: {gpu}{' (SIMULATED)' if s.meta.get('simulated') else ''}"
-        runs.append((name, analyze(s, args.us_per_level), s.meta))
-    cmp = compare(runs, args.us_per_level)
-    if args.json:
-        sys.stdout.write(cmp.to_json(orient="records", indent=1) + "\n")
-    else:
-        Console().print(compare_table(cmp, [r[0] for r in runs]))
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -480,8 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    from pcietrace import commands  # imported here: `pcietrace --help` stays light
+
     try:
-        return int(args.func(args))
+        return int(getattr(commands, args.func)(args))
     except PcietraceError as exc:
         print(f"pcietrace: error: {exc}", file=sys.stderr)
         return 2

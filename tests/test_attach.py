@@ -79,7 +79,8 @@ def test_launch_counts_overhead_and_savings() -> None:
 
 
 def test_attach_session_analyses_renders_and_exports(events, tmp_path, capsys, monkeypatch) -> None:
-    from pcietrace.cli import _write_perfetto, main
+    from pcietrace.cli import main
+    from pcietrace.commands import _write_perfetto
 
     t0, t1 = int(events["t_ns"].min()), int(events["t_ns"].max())
     cum = _counters(t0 - 10**9, t1 + 10**9, 500_000, 2e6)

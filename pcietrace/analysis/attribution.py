@@ -24,7 +24,6 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     ended are closed at its last event and marked ``closed=False``.
     """
     rows: list[dict[str, Any]] = []
-    counters = ["eager_thread", "graph_thread", "eager_process", "graph_process"]
 
     def close(open_ev: Any, end_ev: Any, end_t: int, kind: str, closed: bool) -> None:
         rows.append({"pid": int(open_ev.pid), "tid": int(open_ev.tid), "domain": open_ev.domain, "name": open_ev.message,

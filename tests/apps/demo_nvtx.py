@@ -12,7 +12,6 @@ import threading
 import time
 
 import nvtx
-import numpy as np
 from cuda.bindings import driver as d
 from cuda.bindings import nvrtc
 

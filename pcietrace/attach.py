@@ -81,15 +81,19 @@ def calibrate(ordinal: int) -> dict[str, float]:
             "wall_us_per_kernel_graph": e2e_g["wall_ns"] / e2e_g["launches"] / 1e3, "source": "measured on the spot"}
 
 
-def run_program(cmd: list[str], trace_dir: Path, cupti: str | None, count_launches: bool = True) -> tuple[int, int, int]:
+def run_program(cmd: list[str], trace_dir: Path, cupti: str | None, launch_counter: str = "cupti") -> tuple[int, int, int]:
     """Run ``cmd`` with the injection environment; return (exit code, start and end on CLOCK_MONOTONIC
     in ns). Ctrl-C reaches the program (same process group) and is not fatal to pcietrace, which then
     saves what was collected. A signal death is reported as 128 + signal, like a shell.
-    ``count_launches=False`` leaves CUDA_INJECTION64_PATH unset: no CUPTI callbacks, no launch counts."""
+    ``launch_counter``: "cupti" (CUDA_INJECTION64_PATH, CUPTI driver callbacks), "interpose" (the library
+    in LD_PRELOAD hands out counting trampolines for the launch entry points) or "none"."""
     lib = injection_library()
     env = dict(os.environ, NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=str(trace_dir))
-    if count_launches:
+    if launch_counter == "cupti":
         env["CUDA_INJECTION64_PATH"] = lib
+    elif launch_counter == "interpose":
+        env["LD_PRELOAD"] = " ".join(filter(None, [lib, os.environ.get("LD_PRELOAD")]))
+        env["PCIETRACE_COUNT"] = "interpose"
     if cupti:
         env["PCIETRACE_CUPTI"] = cupti
     try:
@@ -107,10 +111,10 @@ def run_program(cmd: list[str], trace_dir: Path, cupti: str | None, count_launch
 
 
 def processes(events: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per process seen: pid, whether NVTX and CUPTI initialised, and the CUPTI status message."""
+    """Per process seen: pid, whether NVTX initialised, and how its launches were counted."""
     out = []
     for pid, g in events.groupby("pid"):
-        cupti = g[g["event"] == "cupti"]["message"].tolist()
+        cupti = g[g["event"].isin(["cupti", "interpose"])]["message"].tolist()
         out.append({"pid": int(pid), "nvtx": bool((g["event"] == "nvtx").any()),
                     "cupti": cupti[-1] if cupti else "not loaded (process made no CUDA driver call)",
                     "ranges": int(g["event"].isin(["push", "start"]).sum())})

@@ -120,8 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--baseline", type=Path, default=None,
                     help="take per-launch costs from this saved `pcietrace run` instead of measuring them on the spot")
     at.add_argument("--no-calibrate", action="store_true", help="skip the per-launch cost measurement (no overhead columns)")
+    at.add_argument("--launch-counter", choices=["cupti", "interpose"], default="cupti",
+                    help="how launches are counted: CUPTI driver callbacks (~0.6-0.9 us per launch), or counting "
+                         "trampolines handed out by an LD_PRELOAD-ed dlsym/cuGetProcAddress (a few ns per launch)")
     at.add_argument("--no-count-launches", action="store_true",
-                    help="do not count kernel launches (no CUPTI callbacks: lower overhead for launch-heavy programs)")
+                    help="do not count kernel launches at all (lowest overhead)")
     at.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-attach)")
     at.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
     at.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the program to run")

@@ -289,7 +289,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
         time.sleep(args.idle_s)
         windows += [{"nvml_index": g["nvml_index"], "mode": "idle", "t_start_ns": t_idle, "t_end_ns": time.monotonic_ns()} for g in gpus]
         err.print(f"pcietrace: running {' '.join(cmd)}")
-        rc, t0, t1 = run_program(cmd, trace_dir, cupti_library(), count_launches=not args.no_count_launches)
+        counter = "none" if args.no_count_launches else args.launch_counter
+        session.meta["launch_counter"] = counter
+        rc, t0, t1 = run_program(cmd, trace_dir, cupti_library() if counter == "cupti" else None, counter)
         session.meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")
         t_idle = time.monotonic_ns()
         time.sleep(0.3)

@@ -151,9 +151,10 @@ def _reference(tmp_path) -> tuple[float, float]:
     return per_launch, counted / copied
 
 
-def _attach(tmp_path, name: str, cmd: list[str]) -> tuple[subprocess.CompletedProcess, dict]:
+def _attach(tmp_path, name: str, cmd: list[str], counter: str = "cupti") -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path / name
-    proc = subprocess.run([sys.executable, "-m", "pcietrace", "attach", "--json", "-o", str(out), "--", *cmd],
+    proc = subprocess.run([sys.executable, "-m", "pcietrace", "attach", "--json", "--launch-counter", counter,
+                           "-o", str(out), "--", *cmd],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.stdout, proc.stderr
     trace = json.loads((out / "trace.json").read_text())  # the Perfetto/Chrome trace is valid JSON
@@ -178,19 +179,20 @@ def _check_demo(doc: dict, domain: str, per_launch: float, overhead: float, n: i
     assert (domain, "worker_thread") in ranges
 
 
-def test_attach_python_and_cpp_apps(tmp_path) -> None:
+@pytest.mark.parametrize("counter", ["cupti", "interpose"])
+def test_attach_python_and_cpp_apps(tmp_path, counter: str) -> None:
     import shutil
 
     per_launch, overhead = _reference(tmp_path)
     n, copy = 20000, 1024 * MiB  # a large copy: its edges, interpolated between samples, weigh little
-    proc, doc = _attach(tmp_path, "py", [sys.executable, str(APPS / "demo_nvtx.py"), str(n), "1000", "1024", "3"])
+    proc, doc = _attach(tmp_path, "py", [sys.executable, str(APPS / "demo_nvtx.py"), str(n), "1000", "1024", "3"], counter)
     assert proc.returncode == 3  # the app's exit code is passed through
     _check_demo(doc, "demo", per_launch, overhead, n, copy)
     if shutil.which("nvcc") is None:
         pytest.skip("no nvcc: C++ demo not built")
     exe = tmp_path / "demo_nvtx"
     subprocess.run(["nvcc", "-O2", "-o", str(exe), str(APPS / "demo_nvtx.cu"), "-ldl"], check=True)
-    proc, doc = _attach(tmp_path, "cpp", [str(exe), str(n), "1000", "1024"])
+    proc, doc = _attach(tmp_path, "cpp", [str(exe), str(n), "1000", "1024"], counter)
     assert proc.returncode == 0
     _check_demo(doc, "demo_cpp", per_launch, overhead, n, copy)
     assert any(r["name"] == "demo_app" and r["domain"] == "default" for r in doc["results"]["ranges"])

@@ -7,7 +7,9 @@
  *  - by the CUDA driver (CUDA_INJECTION64_PATH): InitializeInjection subscribes to CUPTI driver-API
  *    callbacks for cuLaunchKernel* (eager) and cuGraphLaunch* (graph), counted per thread and per
  *    process. libcupti is opened with dlopen (path in PCIETRACE_CUPTI), so no CUDA or NVTX headers
- *    are needed to build this file.
+ *    are needed to build this file;
+ *  - or, cheaper, by LD_PRELOAD with PCIETRACE_COUNT=interpose: launches are counted by trampolines
+ *    handed out through an interposed dlsym/cuGetProcAddress (see below).
  *
  * Output: one tab-separated line per event, appended to PCIETRACE_TRACE_DIR/trace-<pid>.tsv, a
  * file mapped MAP_SHARED, so what was written survives a crash of the application:
@@ -167,6 +169,103 @@ EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
     }
     emit("nvtx", NULL, 0, "injection initialised");
     return 1;
+}
+
+/* ---- launch counting by interposition (PCIETRACE_COUNT=interpose, library in LD_PRELOAD) ----
+ * The CUDA runtime and cuda.bindings look up the driver's cuGetProcAddress with dlsym and fetch every
+ * entry point through it. Our dlsym hands out wrappers of cuGetProcAddress(_v2) that return counting
+ * trampolines for cuLaunchKernel*, cuLaunchKernelEx* and cuGraphLaunch*: a few ns per launch, where
+ * CUPTI's callback dispatch costs ~0.6-0.9 us. Several real entry points (per-thread-stream variants,
+ * versions) each get their own trampoline slot. */
+typedef int CUres;
+typedef CUres (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
+typedef CUres (*launchex_fn)(const void *, void *, void **, void **);
+typedef CUres (*graph_fn)(void *, void *);
+typedef CUres (*getproc1_fn)(const char *, void **, int, unsigned long long);
+typedef CUres (*getproc2_fn)(const char *, void **, int, unsigned long long, void *);
+#define SLOTS 4
+static void *real_launch[SLOTS], *real_launchex[SLOTS], *real_graph[SLOTS];
+static getproc1_fn real_getproc1;
+static getproc2_fn real_getproc2;
+static pthread_mutex_t g_slot_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static inline void count_eager(void) { ++t_eager; atomic_fetch_add_explicit(&g_eager, 1, memory_order_relaxed); }
+static inline void count_graph(void) { ++t_graph; atomic_fetch_add_explicit(&g_graph, 1, memory_order_relaxed); }
+#define LAUNCH_SLOT(i) static CUres launch_##i(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
+    unsigned g, unsigned sh, void *st, void **p, void **x) { count_eager(); return ((launch_fn)real_launch[i])(f, a, b, c, d, e, g, sh, st, p, x); }
+#define LAUNCHEX_SLOT(i) static CUres launchex_##i(const void *cfg, void *f, void **p, void **x) \
+    { count_eager(); return ((launchex_fn)real_launchex[i])(cfg, f, p, x); }
+#define GRAPH_SLOT(i) static CUres graph_##i(void *ge, void *st) { count_graph(); return ((graph_fn)real_graph[i])(ge, st); }
+LAUNCH_SLOT(0) LAUNCH_SLOT(1) LAUNCH_SLOT(2) LAUNCH_SLOT(3)
+LAUNCHEX_SLOT(0) LAUNCHEX_SLOT(1) LAUNCHEX_SLOT(2) LAUNCHEX_SLOT(3)
+GRAPH_SLOT(0) GRAPH_SLOT(1) GRAPH_SLOT(2) GRAPH_SLOT(3)
+static void *const launch_slots[SLOTS] = {(void *)launch_0, (void *)launch_1, (void *)launch_2, (void *)launch_3};
+static void *const launchex_slots[SLOTS] = {(void *)launchex_0, (void *)launchex_1, (void *)launchex_2, (void *)launchex_3};
+static void *const graph_slots[SLOTS] = {(void *)graph_0, (void *)graph_1, (void *)graph_2, (void *)graph_3};
+
+static void *slot_for(void **reals, void *const *slots, void *real)
+{
+    static int announced;
+    void *out = real;  /* all slots taken: hand out the real function (uncounted) rather than fail */
+    pthread_mutex_lock(&g_slot_lock);
+    for (int i = 0; i < SLOTS; ++i) {
+        if (reals[i] == real || !reals[i]) { reals[i] = real; out = slots[i]; break; }
+    }
+    int first = !announced;
+    announced = 1;
+    pthread_mutex_unlock(&g_slot_lock);
+    if (first) emit("interpose", NULL, 0, "launch counting on (interposed driver entry points)");
+    if (out == real) emit("interpose", NULL, 0, "more launch entry points than slots: some launches uncounted");
+    return out;
+}
+
+static int prefix(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
+
+static CUres getproc1(const char *sym, void **pfn, int ver, unsigned long long flags);
+static CUres getproc2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status);
+
+static void *wrap_entry(const char *sym, void *real)
+{
+    if (!real || !sym) return real;
+    if (!strcmp(sym, "cuGetProcAddress_v2")) { real_getproc2 = (getproc2_fn)real; return (void *)getproc2; }
+    if (!strcmp(sym, "cuGetProcAddress")) { real_getproc1 = (getproc1_fn)real; return (void *)getproc1; }
+    if (prefix(sym, "cuLaunchKernelEx")) return slot_for(real_launchex, launchex_slots, real);
+    if (prefix(sym, "cuLaunchKernel")) return slot_for(real_launch, launch_slots, real);
+    if (prefix(sym, "cuGraphLaunch")) return slot_for(real_graph, graph_slots, real);
+    return real;
+}
+
+static CUres getproc1(const char *sym, void **pfn, int ver, unsigned long long flags)
+{
+    CUres r = real_getproc1(sym, pfn, ver, flags);
+    if (r == 0 && pfn) *pfn = wrap_entry(sym, *pfn);
+    return r;
+}
+
+static CUres getproc2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status)
+{
+    CUres r = real_getproc2(sym, pfn, ver, flags, status);
+    if (r == 0 && pfn) *pfn = wrap_entry(sym, *pfn);
+    return r;
+}
+
+static int interposing(void)
+{
+    static int on = -1;
+    if (on < 0) { const char *m = getenv("PCIETRACE_COUNT"); on = m && !strcmp(m, "interpose"); }
+    return on;
+}
+
+EXPORT void *dlsym(void *handle, const char *name)
+{
+    static void *(*real_dlsym)(void *, const char *);
+    if (!real_dlsym) {
+        real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+        if (!real_dlsym) real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    }
+    void *p = real_dlsym(handle, name);
+    if (!p || name[0] != 'c' || name[1] != 'u' || !interposing()) return p;
+    return wrap_entry(name, p);
 }
 
 /* Final counters at normal exit (a crash skips this; the report then ends at the last event). */

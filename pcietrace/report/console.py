@@ -258,7 +258,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
         parts.append(t)
     procs = meta.get("processes", [])
     if procs:
-        t = _table("Processes followed", [("pid", "right"), ("NVTX", "left"), ("launch counting (CUPTI)", "left"), ("ranges", "right")],
+        t = _table("Processes followed", [("pid", "right"), ("NVTX", "left"), ("launch counting", "left"), ("ranges", "right")],
                    caption="processes that cleared their environment, or never called NVTX or CUDA, do not appear")
         for p in procs:
             t.add_row(str(p["pid"]), "yes" if p["nvtx"] else "no", p["cupti"], str(p["ranges"]))

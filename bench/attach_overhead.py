@@ -20,7 +20,7 @@ from pathlib import Path
 APPS = Path(__file__).resolve().parent.parent / "tests" / "apps"
 
 
-VARIANTS = {"cupti (default)": [], "interpose": ["--launch-counter", "interpose"], "no launch counting": ["--no-count-launches"]}
+VARIANTS = {"interpose (default)": [], "cupti": ["--launch-counter", "cupti"], "no launch counting": ["--no-count-launches"]}
 
 
 def timings(cmd: list[str], attach: list[str] | None, out: Path) -> dict:

@@ -120,9 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--baseline", type=Path, default=None,
                     help="take per-launch costs from this saved `pcietrace run` instead of measuring them on the spot")
     at.add_argument("--no-calibrate", action="store_true", help="skip the per-launch cost measurement (no overhead columns)")
-    at.add_argument("--launch-counter", choices=["cupti", "interpose"], default="cupti",
-                    help="how launches are counted: CUPTI driver callbacks (~0.6-0.9 us per launch), or counting "
-                         "trampolines handed out by an LD_PRELOAD-ed dlsym/cuGetProcAddress (a few ns per launch)")
+    at.add_argument("--launch-counter", choices=["interpose", "cupti"], default="interpose",
+                    help="how launches are counted: trampolines handed out by an LD_PRELOAD-ed dlsym/cuGetProcAddress "
+                         "(measured ~0 us per launch), or CUPTI driver callbacks (~0.6-0.9 us per launch; also sees "
+                         "programs that bypass dlsym, e.g. statically linked ones)")
     at.add_argument("--no-count-launches", action="store_true",
                     help="do not count kernel launches at all (lowest overhead)")
     at.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-attach)")

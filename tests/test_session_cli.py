@@ -96,3 +96,9 @@ def test_import_and_help_need_no_driver() -> None:
     assert out.strip() == "[]"
     helped = subprocess.run([sys.executable, "-m", "pcietrace", "run", "--help"], capture_output=True, text=True)
     assert helped.returncode == 0 and "--simulate" in helped.stdout
+
+
+def test_attach_without_a_program_is_one_line(capsys) -> None:
+    assert main(["attach"]) == 2 and main(["attach", "--"]) == 2
+    err = capsys.readouterr().err
+    assert "needs a program" in err and "Traceback" not in err

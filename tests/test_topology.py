@@ -64,3 +64,25 @@ def test_port_type_parser() -> None:
 def test_missing_device(tmp_path) -> None:
     with pytest.raises(FileNotFoundError):
         sysfs.placement("0000:00:09.0", tmp_path)
+
+
+def test_topo_command_on_a_fixture(tree, capsys, monkeypatch) -> None:
+    import json
+
+    from pcietrace.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    root = tree("dgx2_half_two_switch_levels")
+    assert main(["topo", "--sysfs-root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "PCIe placement (source: sysfs)" in out and "switch upstream" in out and "PXB" in out
+    assert main(["topo", "--sysfs-root", str(root), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [g["switch_levels"] for g in doc["gpus"]] == [2] * 8 and doc["matrix"][0][1] == "PIX"
+
+
+def test_topo_command_without_gpus_is_one_line(tmp_path, capsys) -> None:
+    from pcietrace.cli import main
+
+    assert main(["topo", "--sysfs-root", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

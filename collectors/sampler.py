@@ -9,6 +9,7 @@ goes on, so a crash or Ctrl-C in the parent loses at most the last chunk.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import queue
 import threading
 import time
@@ -33,6 +34,7 @@ def _sample_one(reader: Any, out: "mp.Queue[Any]", stop: Any, pause: Any, interv
     t, d, tx, rx = [], [], [], []
     failed = 0
     next_send = now() + _CHUNK_NS
+    parent = os.getppid()
     while not stop.is_set():
         if pause.is_set():
             time.sleep(0.001)
@@ -50,6 +52,8 @@ def _sample_one(reader: Any, out: "mp.Queue[Any]", stop: Any, pause: Any, interv
         if interval_ns:
             time.sleep(max(0.0, (t0 + interval_ns - now()) / 1e9))
         if t1 >= next_send:
+            if os.getppid() != parent:  # the recording process died (SIGKILL, crash): stop reading NVML
+                return
             out.put(("chunk", reader.index, np.array(t, np.int64), np.array(d, np.int64),
                      np.array(tx, np.uint64), np.array(rx, np.uint64)))
             t, d, tx, rx = [], [], [], []

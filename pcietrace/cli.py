@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from pcietrace import __version__
 from pcietrace.errors import PcietraceError
@@ -42,8 +43,15 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     pass
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments: one line on stderr and exit code 2 (argparse would print the usage block too)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="pcietrace", formatter_class=_Formatter,
         description="What one kernel launch costs on this machine (PCIe bytes, CPU time, GPU time) "
                     "and what CUDA graphs save, measured with NVML's PCIe byte counters.",

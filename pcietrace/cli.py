@@ -29,6 +29,16 @@ def _int_list(text: str) -> tuple[int, ...]:
     return tuple(int(v) for v in vals)
 
 
+def _repeats(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 3:
+        raise argparse.ArgumentTypeError("at least 3 repeats are needed for a median with a spread")
+    return v
+
+
 def _positive(text: str) -> float:
     try:
         v = float(text)
@@ -83,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
     r.add_argument("--seed", type=int, default=0, help="random seed of the simulated device")
     r.add_argument("--no-latency", action="store_true", help="skip the latency suite (saves ~10 s per GPU)")
-    r.add_argument("--repeats", type=int, default=11, help="repeats of each latency test (host-timed ones do 20x)")
+    r.add_argument("--repeats", type=_repeats, default=11, help="repeats of each latency test (host-timed ones do 20x)")
     r.add_argument("--us-per-level", type=_positive, default=0.3, help="round trip added per PCIe switch level (us), for the topology model")
     r.set_defaults(func="cmd_run")
 
@@ -109,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(eager and graph of 1), launch -> first instruction and kernel end -> host "
                                     "notices; median with spread over repeats. Saved like a run, for `compare`.")
     lt.add_argument("--gpu", default="all", help="CUDA device numbers, e.g. 0,1, or 'all'")
-    lt.add_argument("--repeats", type=int, default=11, help="repeats of each test (host-timed ones do 20x)")
+    lt.add_argument("--repeats", type=_repeats, default=11, help="repeats of each test (host-timed ones do 20x)")
     lt.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-<gpu>-latency)")
     lt.add_argument("--no-save", action="store_true", help="do not save")
     lt.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")

@@ -120,10 +120,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        # Whatever happened, keep what was recorded.
+        # Whatever happened, keep what was recorded: raw data first, so no analysis error can lose it.
+        if out_dir is not None:
+            session.save(out_dir)
         results = analyze(session, args.us_per_level) if session.meta.get("status") == "complete" else None
         if out_dir is not None:
-            session.save(out_dir, to_jsonable(results) if results is not None else None)
+            if results is not None:
+                session.save(out_dir, to_jsonable(results))
             err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}")
     if interrupted:
         err.print("interrupted" + (f"; `pcietrace report {out_dir}` shows what was recorded" if out_dir else ""))
@@ -196,8 +199,6 @@ def cmd_latency(args: argparse.Namespace) -> int:
     from pcietrace.run import RunPlan, base_meta
     from pcietrace.session import Session
 
-    if args.repeats < 3:
-        raise UsageError("--repeats must be at least 3")
     try:
         gpus = backend.open_gpus(parse_gpus(args.gpu, cuda.device_count()))
     except NoGpuError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -302,15 +303,17 @@ def cmd_attach(args: argparse.Namespace) -> int:
         session.windows = pd.DataFrame(windows)
         session.events = read_traces(trace_dir)
         session.meta["processes"] = processes(session.events)
-        session.meta.setdefault("status", "failed")
+        shutil.rmtree(trace_dir, ignore_errors=True)  # its events now live in the session
         if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
-            session.meta["kind"] = "attach-failed"
+            session.meta.update(kind="attach-failed", status="interrupted before the program ran")
         session.save(out_dir)  # raw data first: nothing below can lose it
         results = analyze(session)
         session.save(out_dir, to_jsonable(results))
         if session.meta["kind"] == "attach":
             _write_perfetto(session, results, out_dir / "trace.json")
-        err.print(f"saved to {out_dir} (Perfetto trace: {out_dir / 'trace.json'})")
+            err.print(f"saved to {out_dir} (Perfetto trace: {out_dir / 'trace.json'})")
+        else:
+            err.print(f"saved what was recorded to {out_dir}")
     _emit(session.meta, results, args.json)
     return rc
 

@@ -32,10 +32,10 @@ def collect(gpus: list[dict[str, Any]] | None = None, sysfs_root: str = "/sys") 
     matrix = [["X"] * n for _ in range(n)]
     nvlinks = [[0] * n for _ in range(n)]
     notes = []
+    known = {p.bdf for _, p in places}
     for i, (gi, pi) in enumerate(places):
         links = nvml.nvlink_peers(gi["nvml_index"]) if source != "sysfs" else {}
-        known = {p.bdf for _, p in places}
-        unmatched = sum(n for bus, n in links.items() if bus not in known)
+        unmatched = sum(count for bus, count in links.items() if bus not in known)
         if unmatched:
             # Remote ids unknown to this machine (e.g. a VM): NVML's NVLink P2P status names the
             # peers; the unmatched links are split evenly among them (exact with one peer).

@@ -284,20 +284,24 @@ def cmd_attach(args: argparse.Namespace) -> int:
     sampler.start()
     for g in gpus:
         g["counter"] = sampler.modes.get(g["nvml_index"])
-    windows = []
+    windows: list[dict[str, Any]] = []
+
+    def idle(seconds: float) -> None:
+        """Sample with the program not running: an idle window per GPU, for the floor."""
+        t = time.monotonic_ns()
+        time.sleep(seconds)
+        windows.extend({"nvml_index": g["nvml_index"], "mode": "idle", "t_start_ns": t, "t_end_ns": time.monotonic_ns()}
+                       for g in gpus)
+
     rc = 1
     try:
-        t_idle = time.monotonic_ns()
-        time.sleep(args.idle_s)
-        windows += [{"nvml_index": g["nvml_index"], "mode": "idle", "t_start_ns": t_idle, "t_end_ns": time.monotonic_ns()} for g in gpus]
+        idle(args.idle_s)
         err.print(f"pcietrace: running {' '.join(cmd)}")
         counter = "none" if args.no_count_launches else args.launch_counter
         session.meta["launch_counter"] = counter
         rc, t0, t1 = run_program(cmd, trace_dir, cupti_library() if counter == "cupti" else None, counter)
         session.meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")
-        t_idle = time.monotonic_ns()
-        time.sleep(0.3)
-        windows += [{"nvml_index": g["nvml_index"], "mode": "idle", "t_start_ns": t_idle, "t_end_ns": time.monotonic_ns()} for g in gpus]
+        idle(0.3)
     finally:
         session.samples = sampler.stop()
         session.windows = pd.DataFrame(windows)

@@ -73,14 +73,8 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor_bps: dict[str, floa
     out = ranges.copy()
     out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
     a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
-    for d, col in (("h2d", "rx_bytes"), ("d2h", "tx_bytes")):
-        total, edge = np.zeros(len(out)), np.zeros(len(out))
-        for _, g in cum.groupby("nvml_index"):
-            t, y = g["t_ns"].to_numpy(np.int64), g[col].to_numpy(float)
-            total += np.interp(b, t, y) - np.interp(a, t, y)
-            edge += _edge_error(t, y, a) + _edge_error(t, y, b)
-        out[f"{d}_bytes"] = total - floor_bps.get(d, 0.0) * out["duration_ns"] / 1e9
-        out[f"{d}_edge_bytes"] = edge
+    for d, (net, edge) in _net_bytes(cum, a, b, floor_bps).items():
+        out[f"{d}_bytes"], out[f"{d}_edge_bytes"] = net, edge
     for c in ("ns", "h2d_bytes", "d2h_bytes"):
         out[f"excl_{c}"] = out["duration_ns" if c == "ns" else c].astype(float)
     push = out[out["kind"] == "push"]
@@ -92,6 +86,21 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor_bps: dict[str, floa
                 out.loc[idx, "excl_ns"] -= kids["duration_ns"].sum()
                 out.loc[idx, "excl_h2d_bytes"] -= kids["h2d_bytes"].sum()
                 out.loc[idx, "excl_d2h_bytes"] -= kids["d2h_bytes"].sum()
+    return out
+
+
+def _net_bytes(cum: pd.DataFrame, a: np.ndarray, b: np.ndarray,
+               floor_bps: dict[str, float]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per direction ("h2d", "d2h"): counter bytes between times ``a`` and ``b`` (ns, arrays), summed over
+    GPUs, minus floor x duration; and the worst-case interpolation error at the two edges."""
+    out = {}
+    for d, col in (("h2d", "rx_bytes"), ("d2h", "tx_bytes")):
+        total, edge = np.zeros(a.size), np.zeros(a.size)
+        for _, g in cum.groupby("nvml_index"):
+            t, y = g["t_ns"].to_numpy(np.int64), g[col].to_numpy(float)
+            total += np.interp(b, t, y) - np.interp(a, t, y)
+            edge += _edge_error(t, y, a) + _edge_error(t, y, b)
+        out[d] = (total - floor_bps.get(d, 0.0) * (b - a) / 1e9, edge)
     return out
 
 
@@ -140,12 +149,8 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
 def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor_bps: dict[str, float]) -> pd.DataFrame:
     """One row for the whole program run: duration, H2D/D2H bytes (floor removed) and launches."""
     row: dict[str, Any] = {"duration_ms": (t1 - t0) / 1e6}
-    for d, col in (("h2d", "rx_bytes"), ("d2h", "tx_bytes")):
-        total = 0.0
-        for _, g in cum.groupby("nvml_index"):
-            t, y = g["t_ns"].to_numpy(np.int64), g[col].to_numpy(float)
-            total += float(np.interp(t1, t, y) - np.interp(t0, t, y))
-        row[f"{d}_bytes"] = total - floor_bps.get(d, 0.0) * (t1 - t0) / 1e9
+    for d, (net, _) in _net_bytes(cum, np.array([t0], np.int64), np.array([t1], np.int64), floor_bps).items():
+        row[f"{d}_bytes"] = float(net[0])
     last = events.groupby("pid").tail(1) if len(events) else events
     row["eager_launches"] = int(last["eager_process"].sum()) if len(last) else 0
     row["graph_launches"] = int(last["graph_process"].sum()) if len(last) else 0

@@ -58,15 +58,26 @@ def device_count() -> int:
     return int(handle_return(drv.cuDeviceGetCount(), "cuDeviceGetCount"))
 
 
+def _bus_id(dev: Any) -> str:
+    """A device's PCI bus id (the binding returns a NUL-padded byte buffer)."""
+    drv, _ = _bindings()
+    raw = handle_return(drv.cuDeviceGetPCIBusId(32, dev), "cuDeviceGetPCIBusId")
+    return raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _ready(err: Any, call: str) -> bool:
+    """False for CUDA_ERROR_NOT_READY (work still running), True for success; raises otherwise."""
+    drv, _ = _bindings()
+    if err == drv.CUresult.CUDA_ERROR_NOT_READY:
+        return False
+    handle_return((err,), call)
+    return True
+
+
 def bus_ids() -> list[str]:
     """PCI bus id of every visible CUDA device, in CUDA ordinal order (no context is created)."""
     drv, _ = _bindings()
-    out = []
-    for o in range(device_count()):
-        dev = handle_return(drv.cuDeviceGet(o), "cuDeviceGet")
-        raw = handle_return(drv.cuDeviceGetPCIBusId(32, dev), "cuDeviceGetPCIBusId")
-        out.append(raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw))
-    return out
+    return [_bus_id(handle_return(drv.cuDeviceGet(o), "cuDeviceGet")) for o in range(device_count())]
 
 
 @dataclass
@@ -99,8 +110,7 @@ class Gpu:
         self.context = handle_return(drv.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
         self.make_current()
         self.stream = handle_return(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
-        self.bus_id = handle_return(drv.cuDeviceGetPCIBusId(32, self.device), "cuDeviceGetPCIBusId")
-        self.bus_id = self.bus_id.split(b"\0", 1)[0].decode() if isinstance(self.bus_id, bytes) else str(self.bus_id)
+        self.bus_id = _bus_id(self.device)
         self.name = handle_return(drv.cuDeviceGetName(256, self.device), "cuDeviceGetName").split(b"\0", 1)[0].decode()
         attr = drv.CUdevice_attribute
         self.cc = (self.attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
@@ -193,11 +203,7 @@ class Gpu:
     def done(self, ev: Any) -> bool:
         """True once the work before ``ev`` has finished on the GPU."""
         drv, _ = _bindings()
-        err = drv.cuEventQuery(ev)[0]
-        if err == drv.CUresult.CUDA_ERROR_NOT_READY:
-            return False
-        handle_return((err,), "cuEventQuery")
-        return True
+        return _ready(drv.cuEventQuery(ev)[0], "cuEventQuery")
 
     def elapsed_ms(self, a: Any, b: Any) -> float:
         drv, _ = _bindings()
@@ -242,11 +248,7 @@ class Gpu:
     def query(self) -> bool:
         """True once all work on the stream has finished."""
         drv, _ = _bindings()
-        err = drv.cuStreamQuery(self.stream)[0]
-        if err == drv.CUresult.CUDA_ERROR_NOT_READY:
-            return False
-        handle_return((err,), "cuStreamQuery")
-        return True
+        return _ready(drv.cuStreamQuery(self.stream)[0], "cuStreamQuery")
 
     def can_access_peer(self, other: "Gpu") -> bool:
         drv, _ = _bindings()

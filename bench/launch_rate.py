@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from pcietrace.analysis.counters import unwrap
-from pcietrace.backend import CudaBackend
+from pcietrace.device.backend import CudaBackend
 from pcietrace.collectors import CounterSampler, nvml
-from pcietrace.generate import LaunchConfig, LaunchGenerator
+from pcietrace.record.generate import LaunchConfig, LaunchGenerator
 
 HERE = Path(__file__).parent
 

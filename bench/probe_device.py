@@ -11,10 +11,10 @@ import time
 
 import numpy as np
 
-from pcietrace import cuda
+from pcietrace.device import cuda
 from pcietrace.collectors import nvml
 from pcietrace.collectors.sampler import CounterSampler
-from pcietrace.kernels import SPIN_SOURCE
+from pcietrace.device.kernels import SPIN_SOURCE
 
 
 def main() -> None:

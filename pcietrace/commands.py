@@ -31,7 +31,7 @@ def parse_gpus(spec: str, count: int) -> list[int]:
 
 
 def _plan(args: argparse.Namespace) -> Any:
-    from pcietrace.run import RunPlan
+    from pcietrace.record.run import RunPlan
 
     kw: dict[str, Any] = {}
     if args.quick:
@@ -58,13 +58,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pcietrace.analysis import analyze, to_jsonable
-    from pcietrace.run import base_meta, record
+    from pcietrace.record.run import base_meta, record
     from pcietrace.session import Session
 
     plan = _plan(args)
     err = Console(stderr=True)
     if args.simulate:
-        from pcietrace.sim import SimBackend, SimDevice, SimParams, SimSampler
+        from pcietrace.device.sim import SimBackend, SimDevice, SimParams, SimSampler
 
         params = SimParams.default()
         device = SimDevice(params, seed=args.seed)
@@ -76,7 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         session = Session(meta=base_meta(plan, True))
         session.meta.update(driver="simulated", sim_source=params.source, sim_params=params.__dict__)
     else:
-        from pcietrace import backend, cuda
+        from pcietrace.device import backend, cuda
         from pcietrace.collectors import BoundaryProbe, CounterSampler
 
         try:
@@ -113,7 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             record(session, plan, gpus, sampler, probes, progress=advance)
             if not args.simulate and not args.no_latency:
-                from pcietrace.latency import LatencyProbe, measure
+                from pcietrace.record.latency import LatencyProbe, measure
 
                 prog.update(task, total=None)
                 session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
@@ -193,11 +193,11 @@ def cmd_topo(args: argparse.Namespace) -> int:
 def cmd_latency(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from pcietrace import backend, cuda
+    from pcietrace.device import backend, cuda
     from pcietrace.analysis import analyze, to_jsonable
     from pcietrace.collectors import topology
-    from pcietrace.latency import LatencyProbe, measure
-    from pcietrace.run import RunPlan, base_meta
+    from pcietrace.record.latency import LatencyProbe, measure
+    from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.session import Session
 
     try:
@@ -226,21 +226,15 @@ def _launch_costs(args: argparse.Namespace, ordinal: int) -> dict[str, Any] | No
         return None
     if args.baseline is not None:
         from pcietrace.analysis import analyze
+        from pcietrace.analysis.costs import launch_costs
         from pcietrace.session import Session
 
         res = analyze(Session.load(args.baseline))
-        cc, sp = res["cpu_cost"], res["speedup"]
-        if not len(cc) or not len(sp):
-            raise UsageError(f"{args.baseline} has no launch-cost tables (is it a `pcietrace run`?)")
-        host = cc[cc["nvml_index"] == cc["nvml_index"].min()].set_index("mode")["host_us_per_call"]
-        sp = sp[sp["nvml_index"] == sp["nvml_index"].min()].sort_values("kernel_us")
-        return {"host_us_per_eager_launch": float(host["eager"]), "host_us_per_graph_launch": float(host["graph"]),
-                "wall_us_per_kernel_eager": float(sp["eager_wall_us"].iloc[0]),
-                "wall_us_per_kernel_graph": float(sp["graph_wall_us"].iloc[0]), "source": str(args.baseline)}
+        return launch_costs(res["cpu_cost"], res["speedup"], str(args.baseline))
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    from pcietrace.attach import calibrate
+    from pcietrace.record.attach import calibrate
 
     with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
         return ex.submit(calibrate, ordinal).result(timeout=120)
@@ -252,11 +246,11 @@ def cmd_attach(args: argparse.Namespace) -> int:
     import pandas as pd
     from rich.console import Console
 
-    from pcietrace import cuda
+    from pcietrace.device import cuda
     from pcietrace.analysis import analyze, to_jsonable
-    from pcietrace.attach import cupti_library, processes, read_traces, run_program
+    from pcietrace.record.attach import cupti_library, processes, read_traces, run_program
     from pcietrace.collectors import CounterSampler, nvml, topology
-    from pcietrace.run import RunPlan, base_meta
+    from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.session import Session
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd

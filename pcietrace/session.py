@@ -35,9 +35,9 @@ class Session:
     "failed: ..."), ``gpus`` (list of dicts with ``nvml_index``, ``cuda_ordinal``, name, bus id, PCIe
     link, ``counter`` mode/bits) and ``plan``. Tables: ``samples`` (raw counters, see
     ``pcietrace.collectors.SAMPLE_COLUMNS``), ``windows``, ``bursts``, ``e2e``, ``calibration``
-    (records from :class:`pcietrace.generate.LaunchGenerator`, each with ``nvml_index``), ``latency``
-    (:data:`pcietrace.latency.LATENCY_COLUMNS`), ``events`` (attach: NVTX/launch events,
-    :data:`pcietrace.attach.EVENT_COLUMNS` + ``pid``); ``meta["topology"]`` holds the machine's topology."""
+    (records from :class:`pcietrace.record.generate.LaunchGenerator`, each with ``nvml_index``), ``latency``
+    (:data:`pcietrace.record.latency.LATENCY_COLUMNS`), ``events`` (attach: NVTX/launch events,
+    :data:`pcietrace.record.attach.EVENT_COLUMNS` + ``pid``); ``meta["topology"]`` holds the machine's topology."""
 
     meta: dict[str, Any]
     samples: pd.DataFrame = field(default_factory=_empty)

@@ -12,7 +12,7 @@ DATA = Path(__file__).parent / "data"
 
 @functools.lru_cache(maxsize=1)
 def _gpu_reason() -> str | None:
-    from pcietrace import cuda
+    from pcietrace.device import cuda
     from pcietrace.errors import PcietraceError
 
     try:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from pcietrace.analysis import analyze, attribution
-from pcietrace.attach import read_traces
+from pcietrace.record.attach import read_traces
 from pcietrace.session import Session
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from pcietrace.errors import UsageError
-from pcietrace.generate import LaunchConfig, LaunchGenerator
-from pcietrace.run import RunPlan
-from pcietrace.sim import SimBackend, SimDevice, SimParams
+from pcietrace.record.generate import LaunchConfig, LaunchGenerator
+from pcietrace.record.run import RunPlan
+from pcietrace.device.sim import SimBackend, SimDevice, SimParams
 
 
 @pytest.fixture()

@@ -24,7 +24,7 @@ def _copy_bytes(nbytes: int, repeats: int, direction: str) -> tuple[float, float
     """Copy ``nbytes`` ``repeats`` times between pinned host and device memory while sampling;
     return (counter bytes in the copy window minus the floor, bytes copied, counter wraps seen)."""
     from pcietrace.analysis.counters import unwrap
-    from pcietrace.backend import CudaBackend
+    from pcietrace.device.backend import CudaBackend
     import pandas as pd
 
     from pcietrace.collectors import BoundaryProbe, CounterSampler, nvml
@@ -105,9 +105,9 @@ def test_full_run_reports_every_table(tmp_path) -> None:
 
 def test_latency_suite_is_stable_run_to_run() -> None:
     from pcietrace.analysis.latency import summary
-    from pcietrace.backend import CudaBackend
+    from pcietrace.device.backend import CudaBackend
     from pcietrace.collectors import nvml
-    from pcietrace.latency import LatencyProbe, measure
+    from pcietrace.record.latency import LatencyProbe, measure
 
     be = CudaBackend(0)
     idx = nvml.index_for_bus_id(be.gpu.bus_id)

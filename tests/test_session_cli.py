@@ -76,7 +76,7 @@ def test_argument_errors_exit_2(capsys) -> None:
 
 
 def test_simulated_run_is_labelled_and_recovers_its_model(tmp_path, capsys) -> None:
-    from pcietrace.sim import SimParams
+    from pcietrace.device.sim import SimParams
 
     out = tmp_path / "sim"
     assert main(["run", "--simulate", "--quick", "--window-s", "0.05", "-o", str(out), "--json"]) == 0

@@ -1,7 +1,7 @@
 """Launch generator: fires the spin kernel eager or as CUDA graphs, paced or as fast as possible.
 
-Works against a :class:`Backend` (the real GPU in :mod:`pcietrace.backend`, or the simulated one in
-:mod:`pcietrace.sim`), so the same loops run in tests with a virtual clock. All times are on the
+Works against a :class:`Backend` (the real GPU in :mod:`pcietrace.device.backend`, or the simulated one in
+:mod:`pcietrace.device.sim`), so the same loops run in tests with a virtual clock. All times are on the
 backend's clock, which for real GPUs is ``time.monotonic_ns()`` — the collector's clock.
 """
 
@@ -11,10 +11,11 @@ import contextlib
 import math
 from dataclasses import asdict, dataclass
 from itertools import repeat, starmap
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from pcietrace.device.base import Backend, Launch
 from pcietrace.errors import UsageError
 
 try:  # nvtx is a declared dependency, but a missing one must not stop a measurement
@@ -23,30 +24,6 @@ except ImportError:  # pragma: no cover
     _nvtx = None
 
 MODES = ("idle", "eager", "graph")
-#: One launch call; returns the binding's result tuple, whose first item is the error code (0 = success).
-Launch = Callable[[], tuple[Any, ...]]
-
-
-class Backend(Protocol):
-    """What the generator needs from a device. Launch callables return ``(err,)``, 0 on success."""
-
-    simulated: bool
-
-    def activate(self) -> None: ...  # make this device current for the calling thread
-    def clock(self) -> int: ...  # ns, monotonic
-    def thread_time_ns(self) -> int: ...  # CPU time of the calling thread, ns
-    def launcher(self, kernel_ns: int) -> Launch: ...
-    def blocker(self, kernel_ns: int) -> Launch: ...
-    def graph_launcher(self, nodes: int, kernel_ns: int) -> Launch: ...
-    def synchronize(self) -> None: ...
-    def event(self) -> Any: ...
-    def record(self, ev: Any) -> None: ...
-    def done(self, ev: Any) -> bool: ...
-    def elapsed_ms(self, a: Any, b: Any) -> float: ...
-    def measure_kernel_ns(self, kernel_ns: int, repeats: int) -> list[int]: ...
-    def raise_launch_error(self, result: tuple[Any, ...]) -> None: ...
-
-
 @dataclass(frozen=True)
 class LaunchConfig:
     """One measured window, validated on construction.

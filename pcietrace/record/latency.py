@@ -29,8 +29,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from pcietrace.backend import CudaBackend
-from pcietrace.kernels import LATENCY_SOURCE
+from pcietrace.device.backend import CudaBackend
+from pcietrace.device.kernels import LATENCY_SOURCE
 
 LATENCY_COLUMNS = ["nvml_index", "test", "peer", "repeat", "value_us"]
 STRIDE = 128

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pcietrace.cuda import Gpu, handle_return
-from pcietrace.generate import Launch
-from pcietrace.kernels import SPIN_SOURCE
+from pcietrace.device.cuda import Gpu, handle_return
+from pcietrace.device.base import Launch
+from pcietrace.device.kernels import SPIN_SOURCE
 
 
 class CudaBackend:

@@ -63,22 +63,18 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True).sort_values("t_ns", kind="stable").reset_index(drop=True)
 
 
-def calibrate(ordinal: int) -> dict[str, float]:
+def calibrate(ordinal: int) -> dict[str, Any]:
     """Per-launch costs measured on the spot on one GPU (run in a child process, so no CUDA context
     stays open while the application runs): host us per eager launch / per graph launch (queue never
     full) and wall us per kernel eager vs graph (K=100, empty kernels)."""
-    from pcietrace.backend import CudaBackend
-    from pcietrace.generate import LaunchGenerator
+    from pcietrace.analysis.costs import from_records
+    from pcietrace.device.backend import CudaBackend
+    from pcietrace.record.generate import LaunchGenerator
 
     gen = LaunchGenerator(CudaBackend(ordinal))
-    eager = gen.burst("eager", 0.0, 1, 900)
-    graph = gen.burst("graph", 0.0, 100, 9)
-    e2e_e = min((gen.end_to_end("eager", 0.0, 1, 4000) for _ in range(3)), key=lambda r: r["wall_ns"])
-    e2e_g = min((gen.end_to_end("graph", 0.0, 100, 4000) for _ in range(3)), key=lambda r: r["wall_ns"])
-    return {"host_us_per_eager_launch": eager["host_ns"] / eager["calls"] / 1e3,
-            "host_us_per_graph_launch": graph["host_ns"] / graph["calls"] / 1e3,
-            "wall_us_per_kernel_eager": e2e_e["wall_ns"] / e2e_e["launches"] / 1e3,
-            "wall_us_per_kernel_graph": e2e_g["wall_ns"] / e2e_g["launches"] / 1e3, "source": "measured on the spot"}
+    bursts = [gen.burst("eager", 0.0, 1, 900), gen.burst("graph", 0.0, 100, 9)]
+    e2e = [gen.end_to_end(mode, 0.0, k, 4000) for _ in range(3) for mode, k in (("eager", 1), ("graph", 100))]
+    return from_records(bursts, e2e, "measured on the spot")
 
 
 def run_program(cmd: list[str], trace_dir: Path, cupti: str | None, launch_counter: str = "cupti") -> tuple[int, int, int]:

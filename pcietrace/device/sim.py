@@ -2,7 +2,7 @@
 
 Its parameters (bytes per launch, floor, host and GPU cost per launch) come from a real recorded report
 (``pcietrace/data/sim_params.json`` was derived from the committed H100 report; regenerate with
-``python -m pcietrace.sim REPORT_DIR``). Time is virtual: launches advance it by the measured host cost,
+``python -m pcietrace.device.sim REPORT_DIR``). Time is virtual: launches advance it by the measured host cost,
 the GPU is a queue that runs kernels back to back with the measured gap, and the counter samples are
 synthesised afterwards at the real sampler's period, wrapped to 32 bits like NVML's. Everything it
 produces is labelled simulated.
@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.errors import CudaError
-from pcietrace.generate import Launch
+from pcietrace.device.base import Launch
 
 _OK = (0,)
 QUEUE_DEPTH = 1000  # launches the driver queues before cuLaunchKernel blocks (measured ~1020 on H100)
@@ -142,7 +142,7 @@ class SimDevice:
 
 
 class SimBackend:
-    """:class:`pcietrace.generate.Backend` over a :class:`SimDevice`."""
+    """:class:`pcietrace.record.generate.Backend` over a :class:`SimDevice`."""
 
     simulated = True
 
@@ -215,7 +215,7 @@ class SimSampler:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m pcietrace.sim REPORT_DIR``: print SimParams derived from a real report as JSON."""
+    """``python -m pcietrace.device.sim REPORT_DIR``: print SimParams derived from a real report as JSON."""
     from pcietrace.analysis import analyze
     from pcietrace.session import Session
 

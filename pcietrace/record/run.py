@@ -14,7 +14,7 @@ import pandas as pd
 
 from pcietrace import __version__
 from pcietrace.errors import UsageError
-from pcietrace.generate import Backend, LaunchConfig, LaunchGenerator
+from pcietrace.record.generate import Backend, LaunchConfig, LaunchGenerator
 from pcietrace.session import Session
 
 

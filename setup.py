@@ -1,11 +1,23 @@
-"""Builds the NVTX/CUPTI injection library (a plain C shared object; see pcietrace/native/pt_inject.c).
+"""Builds pcietrace's two C libraries (plain shared objects, no CUDA or NVTX headers needed; a C compiler is).
 
-It is packaged as an extension module only so that pip builds and installs it with the package; it
-is never imported, only loaded by NVTX and the CUDA driver through NVTX_INJECTION64_PATH and
-CUDA_INJECTION64_PATH. It needs a C compiler but no CUDA or NVTX headers.
+They are packaged as extension modules only so that pip builds and installs them with the package; neither
+is imported as a Python module:
+- ``pcietrace._pt_inject`` (pcietrace/native/pt_inject.c) is loaded by NVTX and the CUDA driver through
+  NVTX_INJECTION64_PATH / CUDA_INJECTION64_PATH / LD_PRELOAD (``pcietrace attach``);
+- ``pcietrace._pt_native`` (every other pcietrace/native/pt_*.c) holds the native timing loops, loaded with
+  ctypes by :mod:`pcietrace.device.native`.
 """
+
+from pathlib import Path
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("pcietrace._pt_inject", sources=["pcietrace/native/pt_inject.c"],
-                             extra_compile_args=["-O2", "-fvisibility=hidden"], libraries=["dl", "pthread"])])
+NATIVE = sorted(str(p) for p in Path("pcietrace/native").glob("pt_*.c") if p.name != "pt_inject.c")
+FLAGS = ["-O2", "-fvisibility=hidden", "-std=gnu11"]
+
+setup(ext_modules=[
+    Extension("pcietrace._pt_inject", sources=["pcietrace/native/pt_inject.c"], extra_compile_args=FLAGS,
+              libraries=["dl", "pthread"]),
+    Extension("pcietrace._pt_native", sources=NATIVE, depends=["pcietrace/native/pt_cuda.h"],
+              extra_compile_args=FLAGS, libraries=["dl", "pthread"]),
+])

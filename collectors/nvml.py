@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -124,42 +125,62 @@ def gpu_info(index: int) -> GpuInfo:
     )
 
 
+NVML_ERROR_NOT_SUPPORTED = 3
+PROBE_TRIES = 5  # a transient failure at start must not switch a GPU to the throughput API for good
+
+
 class CounterReader:
     """Reads one GPU's PCIe TX/RX byte counters as cheaply as NVML allows.
 
     ``mode`` is ``"fields"`` (fields 197/198: raw cumulative counters that wrap at ``2**bits``) or
     ``"throughput"`` (the pre-555 ``nvmlDeviceGetPcieThroughput``: KB/s averaged over ~20 ms; each read
-    blocks ~20 ms). :meth:`read` returns ``(tx, rx)`` raw values, or ``None`` where either field's own
-    return code says the read failed.
+    blocks ~20 ms). Pass ``mode`` to force one (so that every reader of a run agrees with the sampler);
+    ``None`` probes the fields, retrying transient errors, and falls back only where the driver says the
+    fields are not supported. :meth:`read` returns ``(tx, rx)`` raw values, or ``None`` where either
+    field's own return code says the read failed.
     """
 
-    def __init__(self, index: int, force_throughput: bool = False) -> None:
+    def __init__(self, index: int, mode: str | None = None) -> None:
+        if mode not in (None, "fields", "throughput"):
+            raise NvmlError(f"unknown counter mode {mode!r}")
         self.index = index
         self._h = handle(index)
         self.bits = 32
-        self.mode = "throughput" if force_throughput else self._probe_fields()
+        self.mode = "throughput" if mode == "throughput" else self._probe_fields(required=mode == "fields")
         self.read: Callable[[], tuple[int, int] | None] = (
             self._read_fields if self.mode == "fields" else self._read_throughput
         )
 
-    def _probe_fields(self) -> str:
+    def _probe_fields(self, required: bool) -> str:
         nv = _module()
         try:
             fn = nv._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
         except nv.NVMLError:
+            if required:
+                raise NvmlError(f"GPU {self.index}: this driver has no field values, but the run uses them") from None
             return "throughput"
         # One preallocated array reused for every read: the sampling loop allocates nothing.
         self._values = (nv.c_nvmlFieldValue_t * 2)()
-        self._values[0].fieldId = FI_PCIE_COUNT_TX_BYTES
-        self._values[1].fieldId = FI_PCIE_COUNT_RX_BYTES
         self._fn, self._n, self._ref = fn, ctypes.c_int32(2), ctypes.byref(self._values)
-        ret = fn(self._h, self._n, self._ref)
-        if ret != 0 or any(v.nvmlReturn != 0 for v in self._values):
-            return "throughput"
+        for attempt in range(PROBE_TRIES):
+            self._values[0].fieldId = FI_PCIE_COUNT_TX_BYTES
+            self._values[1].fieldId = FI_PCIE_COUNT_RX_BYTES
+            ret = fn(self._h, self._n, self._ref)
+            codes = {v.nvmlReturn for v in self._values}
+            if ret == 0 and codes == {0}:
+                break
+            if not required and (ret == NVML_ERROR_NOT_SUPPORTED or NVML_ERROR_NOT_SUPPORTED in codes):
+                return "throughput"
+            time.sleep(0.02 * (attempt + 1))
+        else:
+            raise NvmlError(f"GPU {self.index}: PCIe counter fields failed {PROBE_TRIES} times (NVML {ret}, "
+                            f"fields {sorted(codes)})")
         vtypes = {v.valueType for v in self._values}
         if vtypes == {VALUE_TYPE_ULL}:
             self.bits = 64
         elif vtypes != {VALUE_TYPE_UINT}:
+            if required:
+                raise NvmlError(f"GPU {self.index}: unexpected counter value types {sorted(vtypes)}")
             return "throughput"
         return "fields"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import sys
@@ -246,10 +247,11 @@ def cmd_attach(args: argparse.Namespace) -> int:
     import pandas as pd
     from rich.console import Console
 
-    from pcietrace.device import cuda
     from pcietrace.analysis import analyze, to_jsonable
-    from pcietrace.record.attach import cupti_library, processes, read_traces, run_program
-    from pcietrace.collectors import CounterSampler, nvml, topology
+    from pcietrace.collectors import CounterSampler, edges, nvml, topology
+    from pcietrace.device import cuda
+    from pcietrace.record.attach import (edge_samples, idle_windows, injection_env, processes, read_traces,
+                                         run_program)
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.session import Session
 
@@ -265,43 +267,41 @@ def cmd_attach(args: argparse.Namespace) -> int:
         raise NoGpuError(f"{exc}; attach needs an NVIDIA GPU") from None
     err = Console(stderr=True)
     gpus = [{**nvml.gpu_info(nvml.index_for_bus_id(buses[o])).__dict__, "cuda_ordinal": o} for o in ordinals]
+    indices = [g["nvml_index"] for g in gpus]
     costs = None
     if not args.no_calibrate:
         with err.status("measuring per-launch costs on this GPU"):
             costs = _launch_costs(args, ordinals[0])
+    counter = "none" if args.no_count_launches else args.launch_counter
     session = Session(meta=base_meta(RunPlan(), False))
     session.meta.update(kind="attach", command=cmd, gpus=gpus, driver=nvml.driver_version(), launch_costs=costs,
-                        sample_interval_ms=args.sample_interval_ms, topology=topology.collect(gpus))
+                        sample_interval_ms=args.sample_interval_ms, topology=topology.collect(gpus),
+                        launch_counter=counter, exact_edges=args.exact_edges)
     out_dir = args.output or Path("reports") / f"{time.strftime('%Y%m%d-%H%M%S')}-attach"
     trace_dir = Path(tempfile.mkdtemp(prefix="pcietrace-"))
-    sampler = CounterSampler([g["nvml_index"] for g in gpus], interval_ns=int(args.sample_interval_ms * 1e6))
+    edge_file = edges.create()
+    sampler = CounterSampler(indices, interval_ns=int(args.sample_interval_ms * 1e6), edge_file=edge_file)
     sampler.start()
     for g in gpus:
         g["counter"] = sampler.modes.get(g["nvml_index"])
     windows: list[dict[str, Any]] = []
-
-    def idle(seconds: float) -> None:
-        """Sample with the program not running: an idle window per GPU, for the floor."""
-        t = time.monotonic_ns()
-        time.sleep(seconds)
-        windows.extend({"nvml_index": g["nvml_index"], "mode": "idle", "t_start_ns": t, "t_end_ns": time.monotonic_ns()}
-                       for g in gpus)
-
     rc = 1
     try:
-        idle(args.idle_s)
+        idle_windows(sampler, indices, args.idle_s, windows)
         err.print(f"pcietrace: running {' '.join(cmd)}")
-        counter = "none" if args.no_count_launches else args.launch_counter
-        session.meta["launch_counter"] = counter
-        rc, t0, t1 = run_program(cmd, trace_dir, cupti_library() if counter == "cupti" else None, counter)
+        env = injection_env(trace_dir, counter, edge_file, indices, args.exact_edges)
+        # --json: stdout carries the report alone; the program's own output goes to stderr
+        rc, t0, t1 = run_program(cmd, env, stdout=sys.stderr if args.json else None)
         session.meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")
-        idle(0.3)
+        idle_windows(sampler, indices, args.idle_s, windows)
     finally:
-        session.samples = sampler.stop()
-        session.windows = pd.DataFrame(windows)
         session.events = read_traces(trace_dir)
+        session.samples = (pd.concat([sampler.stop(), edge_samples(session.events)], ignore_index=True)
+                           .sort_values(["nvml_index", "t_ns"], kind="stable").reset_index(drop=True))
+        session.windows = pd.DataFrame(windows)
         session.meta["processes"] = processes(session.events)
         shutil.rmtree(trace_dir, ignore_errors=True)  # its events now live in the session
+        os.unlink(edge_file)
         if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
             session.meta.update(kind="attach-failed", status="interrupted before the program ran")
         session.save(out_dir)  # raw data first: nothing below can lose it
@@ -317,12 +317,13 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def _write_perfetto(session: Any, results: dict[str, Any], path: Path) -> None:
-    from pcietrace.analysis import counters
+    from pcietrace.analysis import attribution, counters
     from pcietrace.report.perfetto import chrome_trace
 
     cum = counters.cumulative_bytes(session.samples, session.counters)
     bin_ns = max(int(session.meta.get("sample_interval_ms", 1.0) * 1e6), 1_000_000)
-    trace = chrome_trace(session.meta, counters.rates(cum, bin_ns), results["range_instances"])
+    trace = chrome_trace(session.meta, counters.rates(cum, bin_ns), results["range_instances"],
+                         attribution.launch_rate(session.events, bin_ns))
     path.write_text(json.dumps(trace))
 
 

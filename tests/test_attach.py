@@ -45,11 +45,23 @@ def _counters(t0: int, t1: int, step: int, rate_bps: float) -> pd.DataFrame:
     return pd.DataFrame({"nvml_index": 0, "t_ns": t, "rx_bytes": y, "tx_bytes": y / 10})
 
 
+def _floor(h2d_bps: float, h2d_per_read: float = 0.0) -> pd.DataFrame:
+    """CONSTRUCTED floor model of GPU 0."""
+    return pd.DataFrame([{"nvml_index": 0, "status": "per read", "windows": 2, "reads_per_s": 0.0,
+                          "h2d_bytes_per_read": h2d_per_read, "d2h_bytes_per_read": 0.0, "h2d_background_Bps": h2d_bps,
+                          "d2h_background_Bps": 0.0, "h2d_Bps": h2d_bps, "d2h_Bps": 0.0}])
+
+
+def _on_gpu0(ranges: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    return attribution.range_gpus(ranges, events, [{"nvml_index": 0, "bus_id": "0000:00:06.0"}])
+
+
 def test_attribution_inclusive_exclusive_and_floor(events) -> None:
-    r = attribution.ranges_from_events(events)
+    r = _on_gpu0(attribution.ranges_from_events(events), events)
+    assert (r["gpus_rule"] == "all sampled").all()  # this trace predates device tracking
     t0, t1 = int(events["t_ns"].min()) - 10**6, int(events["t_ns"].max()) + 10**6
     cum = _counters(t0, t1, 100_000, 1e9)  # 1 GB/s everywhere, 0.1 ms samples
-    a = attribution.attribute(r, cum, {"h2d": 0.25e9, "d2h": 0.0}).set_index("name")
+    a = attribution.attribute(r, cum, _floor(0.25e9)).set_index("name")
     outer, inner = a.loc["outer"], a.loc["inner tab x"]
     assert outer["h2d_bytes"] == pytest.approx(0.75 * outer["duration_ns"], rel=1e-6)  # 1 GB/s minus the floor
     assert outer["excl_h2d_bytes"] == pytest.approx(outer["h2d_bytes"] - inner["h2d_bytes"])
@@ -71,7 +83,7 @@ def test_launch_counts_overhead_and_savings() -> None:
          "eager_process": 160, "graph_process": 2, "message": "", "pid": 5}])
     r = attribution.ranges_from_events(ev)
     assert r[["eager_launches", "graph_launches", "eager_launches_process"]].iloc[0].tolist() == [100, 2, 150]
-    a = attribution.attribute(r, _counters(-10**6, 2 * 10**6, 10**5, 0.0), {})
+    a = attribution.attribute(_on_gpu0(r, ev), _counters(-10**6, 2 * 10**6, 10**5, 0.0), _floor(0.0))
     s = attribution.summarize(a, {"host_us_per_eager_launch": 4.0, "host_us_per_graph_launch": 2.0,
                                   "wall_us_per_kernel_eager": 5.0, "wall_us_per_kernel_graph": 1.0}, short_ns=0).iloc[0]
     assert s["launch_overhead_ms"] == pytest.approx((100 * 4 + 2 * 2) / 1e3)
@@ -93,7 +105,7 @@ def test_attach_session_analyses_renders_and_exports(events, tmp_path, capsys, m
     windows = pd.DataFrame([{"nvml_index": 0, "mode": "idle", "t_start_ns": t0 - 10**9, "t_end_ns": t0 - 10**6}])
     s = Session(meta=meta, samples=samples, windows=windows, events=events)
     res = analyze(s)
-    assert res["floor"]["rx_Bps"].item() == pytest.approx(2e6, rel=1e-3)
+    assert res["floor"]["h2d_Bps"].item() == pytest.approx(2e6, rel=1e-3)
     assert abs(res["whole_run"]["h2d_bytes"].item()) < 1e3  # all traffic was floor
     assert set(res["ranges"]["name"]) == {"outer", "inner tab x", "startend", "thread range"}
     s.save(tmp_path / "att", None)

@@ -10,13 +10,14 @@ from typing import Any
 
 import pandas as pd
 
-from pcietrace.analysis import attribution, counters, launch
+from pcietrace.analysis import attribution, counters, floor, launch
 from pcietrace.analysis import latency as latency_analysis
 from pcietrace.session import Session
 
 #: Result tables in display order; each is a DataFrame documented in its producing function.
 RESULT_TABLES = ("sampling", "floor", "calibration", "per_launch", "per_node", "by_duration",
-                 "cpu_cost", "gpu_time", "speedup", "latency", "topology_model", "ranges", "range_instances", "whole_run")
+                 "cpu_cost", "gpu_time", "speedup", "latency", "topology_model", "ranges", "range_instances", "whole_run",
+                 "notes")
 
 
 def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_PER_LEVEL) -> dict[str, pd.DataFrame]:
@@ -62,13 +63,22 @@ def to_jsonable(results: dict[str, pd.DataFrame]) -> dict[str, Any]:
 
 
 def _attach(s: Session, out: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """Attribution for an attach session: the idle windows before/after the program give the floor."""
+    """Attribution for an attach session: idle windows before/after the program give each GPU's floor
+    (per counter read + background); each range is charged to its own GPUs."""
+    sampled = [int(g["nvml_index"]) for g in s.meta.get("gpus", [])]
     cum = counters.cumulative_bytes(s.samples, s.counters)
-    fl = counters.floor(counters.window_bytes(cum, s.windows)) if len(s.windows) else pd.DataFrame()
-    floor_bps = {"h2d": float(fl["rx_Bps"].sum()), "d2h": float(fl["tx_Bps"].sum())} if len(fl) else {}
+    fl = floor.floor_model(cum, s.windows, sampled)
     gap_ns = float(out["sampling"]["median_gap_us"].max()) * 1e3 if len(out["sampling"]) else 0.0
     ranges = attribution.ranges_from_events(s.events) if len(s.events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
-    inst = attribution.attribute(ranges, cum, floor_bps) if len(ranges) else ranges
+    notes = []
+    if len(ranges) and "devmask" not in s.events.columns:
+        notes.append("this recording has no device information (made before pcietrace recorded it): every range "
+                     "is charged all sampled GPUs")
+    ranges = attribution.range_gpus(ranges, s.events, s.meta.get("gpus", []))
+    inst = attribution.attribute(ranges, cum, fl) if len(ranges) else ranges
+    for r in fl[fl["status"] == "no floor"].itertuples():
+        notes.append(f"GPU{r.nvml_index}: no floor (no idle window covered by its samples); its bytes are shown raw only")
     return {"floor": fl, "range_instances": inst,
             "ranges": attribution.summarize(inst, s.meta.get("launch_costs"), short_ns=2 * gap_ns),
-            "whole_run": attribution.whole_run(cum, s.events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], floor_bps)}
+            "whole_run": attribution.whole_run(cum, s.events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl),
+            "notes": pd.DataFrame({"note": notes}, dtype=str)}

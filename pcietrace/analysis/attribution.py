@@ -2,7 +2,9 @@
 
 Stateless: DataFrames in, DataFrames out. Times in ns on CLOCK_MONOTONIC (the sampler's clock); bytes
 are counter bytes (TLP headers included) with the background floor removed; ``h2d`` = GPU RX,
-``d2h`` = GPU TX, summed over the sampled GPUs.
+``d2h`` = GPU TX. A range's bytes are summed over **its** GPUs only (``gpus``, NVML indices): the devices
+its thread launched on or had current while it was open; else its process's; else every sampled GPU
+(``gpus_rule`` says which). Counters are per GPU, not per process: other traffic on those GPUs counts too.
 """
 
 from __future__ import annotations
@@ -12,8 +14,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pcietrace.analysis.counters import COUNTER_UPDATE_NS, MAX_LINK_BPS
+from pcietrace.analysis.floor import floor_bytes
+from pcietrace.analysis.launch import DIRECTIONS
+
 RANGE_COLUMNS = ["pid", "tid", "domain", "name", "kind", "t_start_ns", "t_end_ns", "depth", "eager_launches",
                  "graph_launches", "eager_launches_process", "graph_launches_process", "closed"]
+#: Range statuses, best first: bytes are reported only for "ok".
+STATUSES = ("ok", "no floor", "no data", "wrap risk")
+RANGE_EVENTS = {"push", "pop", "start", "end"}
 
 
 def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
@@ -63,18 +72,129 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     return df.astype({"eager_launches": "int64", "graph_launches": "int64"}) if len(df) else df
 
 
-def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor_bps: dict[str, float]) -> pd.DataFrame:
-    """Adds ``duration_ns``, ``h2d_bytes``, ``d2h_bytes`` (counter change over the range, interpolated
-    between samples and summed over GPUs, minus floor x duration), ``h2d_edge_bytes``/``d2h_edge_bytes``
-    (how far interpolation at the two edges can be off: for each edge, the counter increase over the
-    sample interval around it times the larger of the two parts the edge splits it into), and the
-    exclusive figures (``excl_ns``, ``excl_h2d_bytes``, ``excl_d2h_bytes``: minus the direct children
-    of push/pop ranges on the same thread)."""
+def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.DataFrame:
+    """Adds ``gpus`` (sorted NVML indices whose bytes the range holds) and ``gpus_rule`` ("thread",
+    "process" or "all sampled"). ``gpus``: the session's GPU records (``nvml_index``, ``bus_id``)."""
+    out = ranges.copy()
+    sampled = sorted(int(g["nvml_index"]) for g in gpus)
+    if "devmask" not in events.columns or not len(out):
+        out["gpus"] = [sampled] * len(out)
+        out["gpus_rule"] = "all sampled"
+        return out
+    by_bus = {str(g.get("bus_id", "")).lower(): int(g["nvml_index"]) for g in gpus}
+    names = events[events["event"] == "cudevice"]
+    ordinal_to_nvml = {(int(r.pid), int(r.id)): by_bus.get(_bus(r.message)) for r in names.itertuples()}
+
+    def to_nvml(pid: int, mask: int) -> list[int]:
+        found = {ordinal_to_nvml.get((pid, o)) for o in range(64) if mask >> o & 1}
+        return sorted(i for i in found if i is not None)
+
+    ev = events.assign(bits=_device_bits(events))
+    threads = {k: (g["t_ns"].to_numpy(np.int64), g["bits"].to_numpy(np.uint64)) for k, g in ev.groupby(["pid", "tid"])}
+    process = {int(pid): int(np.bitwise_or.reduce(g["bits"].to_numpy(np.uint64))) for pid, g in ev.groupby("pid")}
+    procs_t = {int(pid): (g["t_ns"].to_numpy(np.int64), g["bits"].to_numpy(np.uint64)) for pid, g in ev.groupby("pid")}
+    result, rule = [], []
+    for r in out.itertuples():
+        t, bits = threads.get((r.pid, r.tid), (np.zeros(0, np.int64), np.zeros(0, np.uint64))) if r.kind == "push" \
+            else procs_t.get(int(r.pid), (np.zeros(0, np.int64), np.zeros(0, np.uint64)))
+        # devmask counts launches since the thread's previous event, so (start, end] holds the range's own
+        i, j = np.searchsorted(t, r.t_start_ns, "left"), np.searchsorted(t, r.t_end_ns, "right")
+        mine = to_nvml(int(r.pid), int(np.bitwise_or.reduce(bits[i:j])) if j > i else 0)
+        mine = [g for g in mine if g in sampled]
+        if mine:
+            result.append(mine), rule.append("thread" if r.kind == "push" else "process")
+            continue
+        theirs = [g for g in to_nvml(int(r.pid), process.get(int(r.pid), 0)) if g in sampled]
+        result.append(theirs or sampled), rule.append("process" if theirs else "all sampled")
+    out["gpus"], out["gpus_rule"] = result, rule
+    return out
+
+
+def _bus(message: Any) -> str:
+    from pcietrace.collectors.nvml import normalize_bus_id
+
+    try:
+        return normalize_bus_id(str(message))
+    except ValueError:
+        return str(message).lower()
+
+
+def _device_bits(events: pd.DataFrame) -> np.ndarray:
+    """Per event: the devices it names as a bit set (launches since the thread's previous event, and the
+    device current at a range edge)."""
+    mask = events["devmask"].to_numpy(np.uint64)
+    dev = events["dev"].to_numpy(np.int64)
+    edge = events["event"].isin(RANGE_EVENTS).to_numpy() & (dev >= 0) & (dev < 64)
+    cur = np.where(edge, np.left_shift(np.uint64(1), np.clip(dev, 0, 63).astype(np.uint64)), np.uint64(0))
+    return mask | cur
+
+
+def sampling_gaps(cum: pd.DataFrame, bits: int = 32) -> dict[int, dict[str, np.ndarray]]:
+    """Per GPU: sample times ``t``, and per gap between consecutive samples whether it is a ``stall``
+    (longer than 4 counter updates and twice the median gap) or a ``wrap`` risk (long enough for a
+    saturated link to wrap the counter unseen)."""
+    out = {}
+    for idx, g in cum.groupby("nvml_index"):
+        t = g["t_ns"].to_numpy(np.int64)
+        gap = np.diff(t)
+        limit = max(4 * COUNTER_UPDATE_NS, 2 * float(np.median(gap))) if gap.size else 0
+        out[int(idx)] = {"t": t, "stall": gap > limit, "wrap": gap / 1e9 * MAX_LINK_BPS >= 2**bits}
+    return out
+
+
+def _gaps_overlapping(t: np.ndarray, flags: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How many flagged gaps (between t[k] and t[k+1]) overlap each interval [a, b]."""
+    csum = np.concatenate([[0], np.cumsum(flags)])
+    lo = np.clip(np.searchsorted(t, a, "right") - 1, 0, flags.size)
+    hi = np.clip(np.searchsorted(t, b, "left"), 0, flags.size)
+    return csum[np.maximum(hi, lo)] - csum[lo]
+
+
+def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame) -> pd.DataFrame:
+    """Adds ``duration_ns``; per direction ``{d}_raw_bytes`` (counter change over the range, interpolated
+    between samples, summed over the range's ``gpus``), ``{d}_bytes`` (raw minus the floor model; NaN unless
+    ``status`` is "ok") and ``{d}_edge_bytes`` (how far interpolation at the two edges can be off: for each
+    edge, the counter increase over the sample interval around it times the larger of the two parts the edge
+    splits it into); ``stalls`` (sampling gaps the range overlaps that are longer than 4 counter updates);
+    ``status`` (:data:`STATUSES`: "no data" where a GPU's samples do not cover the range, "wrap risk" where a
+    gap could hide a counter wrap, "no floor" where a GPU has none); and the exclusive figures (``excl_ns``,
+    ``excl_h2d_bytes``, ``excl_d2h_bytes``: minus the direct children of push/pop ranges on the same thread).
+    ``ranges`` must carry ``gpus`` (:func:`range_gpus`); ``floor``: :func:`pcietrace.analysis.floor.floor_model`."""
     out = ranges.copy()
     out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
     a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
-    for d, (net, edge) in _net_bytes(cum, a, b, floor_bps).items():
-        out[f"{d}_bytes"], out[f"{d}_edge_bytes"] = net, edge
+    n = a.size
+    acc = {k: np.zeros(n) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor", "d2h_floor", "stalls")}
+    status = np.zeros(n, np.int64)  # index into STATUSES; the worst over the range's GPUs wins
+    gaps = sampling_gaps(cum)
+    models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
+    for idx, g in cum.groupby("nvml_index"):
+        mine = np.array([int(idx) in r for r in out["gpus"]], bool)
+        if not mine.any():
+            continue
+        t = g["t_ns"].to_numpy(np.int64)
+        gp = gaps[int(idx)]
+        covered = (a >= t[0]) & (b <= t[-1])
+        wrap = _gaps_overlapping(t, gp["wrap"], a, b) > 0
+        no_floor = int(idx) not in models.index or models.loc[int(idx), "status"] == "no floor"
+        reads = np.searchsorted(t, b, "right") - np.searchsorted(t, a, "right")
+        st = np.where(~covered, 2, np.where(wrap, 3, 1 if no_floor else 0))
+        status = np.where(mine, np.maximum(status, st), status)
+        acc["stalls"] += np.where(mine, _gaps_overlapping(t, gp["stall"], a, b), 0)
+        for d, c in DIRECTIONS.items():
+            y = g[f"{c}_bytes"].to_numpy(float)
+            acc[f"{d}_raw"] += np.where(mine, np.interp(b, t, y) - np.interp(a, t, y), 0)
+            acc[f"{d}_edge"] += np.where(mine, _edge_error(t, y, a) + _edge_error(t, y, b), 0)
+            if not no_floor:
+                acc[f"{d}_floor"] += np.where(mine, floor_bytes(models.loc[int(idx)], d, reads, b - a), 0)
+    sampled = set(cum["nvml_index"].astype(int))
+    status = np.where([not set(r) <= sampled for r in out["gpus"]], 2, status)  # a GPU with no samples at all
+    out["status"] = [STATUSES[i] for i in status]
+    out["stalls"] = acc["stalls"].astype(np.int64)
+    for d in DIRECTIONS:
+        out[f"{d}_raw_bytes"] = acc[f"{d}_raw"]
+        out[f"{d}_bytes"] = np.where(status == 0, acc[f"{d}_raw"] - acc[f"{d}_floor"], np.nan)
+        out[f"{d}_edge_bytes"] = acc[f"{d}_edge"]
     for c in ("ns", "h2d_bytes", "d2h_bytes"):
         out[f"excl_{c}"] = out["duration_ns" if c == "ns" else c].astype(float)
     push = out[out["kind"] == "push"]
@@ -84,23 +204,8 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor_bps: dict[str, floa
             kids = g[(g["depth"] == r["depth"] + 1) & (g["t_start_ns"] >= r["t_start_ns"]) & (g["t_end_ns"] <= r["t_end_ns"])]
             if len(kids):
                 out.loc[idx, "excl_ns"] -= kids["duration_ns"].sum()
-                out.loc[idx, "excl_h2d_bytes"] -= kids["h2d_bytes"].sum()
-                out.loc[idx, "excl_d2h_bytes"] -= kids["d2h_bytes"].sum()
-    return out
-
-
-def _net_bytes(cum: pd.DataFrame, a: np.ndarray, b: np.ndarray,
-               floor_bps: dict[str, float]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per direction ("h2d", "d2h"): counter bytes between times ``a`` and ``b`` (ns, arrays), summed over
-    GPUs, minus floor x duration; and the worst-case interpolation error at the two edges."""
-    out = {}
-    for d, col in (("h2d", "rx_bytes"), ("d2h", "tx_bytes")):
-        total, edge = np.zeros(a.size), np.zeros(a.size)
-        for _, g in cum.groupby("nvml_index"):
-            t, y = g["t_ns"].to_numpy(np.int64), g[col].to_numpy(float)
-            total += np.interp(b, t, y) - np.interp(a, t, y)
-            edge += _edge_error(t, y, a) + _edge_error(t, y, b)
-        out[d] = (total - floor_bps.get(d, 0.0) * (b - a) / 1e9, edge)
+                out.loc[idx, "excl_h2d_bytes"] -= kids["h2d_bytes"].sum(min_count=len(kids))
+                out.loc[idx, "excl_d2h_bytes"] -= kids["d2h_bytes"].sum(min_count=len(kids))
     return out
 
 
@@ -117,20 +222,31 @@ def _edge_error(t: np.ndarray, y: np.ndarray, edge: np.ndarray) -> np.ndarray:
 
 
 def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns: float) -> pd.DataFrame:
-    """Per (domain, name): ``calls``, ``incl_ms``/``excl_ms`` (summed), ``h2d_bytes``/``d2h_bytes``
-    (inclusive, summed) with their worst-case edge errors ``h2d_edge_bytes``/``d2h_edge_bytes``, ``eager_launches``, ``graph_launches``, ``h2d_bytes_per_launch`` (over eager +
-    graph launches), ``launch_overhead_ms`` (launches x the measured host cost per launch),
-    ``graph_savings_ms`` (eager launches x (eager - graph) wall time per empty kernel: what capturing
-    them into graphs could save at most) and ``short_calls`` (calls shorter than ``short_ns``, whose
-    bytes rest on interpolation between counter samples)."""
+    """Per (domain, name): ``calls``, ``gpus`` (NVML indices its calls were charged to, e.g. "0,1"),
+    ``incl_ms``/``excl_ms`` (summed), ``h2d_bytes``/``d2h_bytes`` (inclusive, summed; NaN if any call has no
+    figure) with their worst-case edge errors ``h2d_edge_bytes``/``d2h_edge_bytes``, ``status`` (the worst
+    of its calls), ``stalls`` (sampling stalls its calls overlap), ``eager_launches``, ``graph_launches``,
+    ``h2d_bytes_per_launch`` (over eager + graph launches), ``launch_overhead_ms`` (launches x the measured
+    host cost per launch), ``graph_savings_ms`` (eager launches x (eager - graph) wall time per empty
+    kernel: what capturing them into graphs could save at most) and ``short_calls`` (calls shorter than
+    ``short_ns``, whose bytes rest on interpolation between counter samples)."""
     if not len(attributed):
-        return pd.DataFrame()
-    g = attributed.groupby(["domain", "name"], sort=False)
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    rank = {s: i for i, s in enumerate(STATUSES)}
+    at = attributed.assign(status_rank=attributed["status"].map(rank),
+                           gpus_text=attributed["gpus"].map(lambda g: ",".join(str(i) for i in g)))
+    g = at.groupby(["domain", "name"], sort=False)
     out = g.agg(calls=("name", "size"), incl_ms=("duration_ns", "sum"), excl_ms=("excl_ns", "sum"),
-                h2d_bytes=("h2d_bytes", "sum"), d2h_bytes=("d2h_bytes", "sum"), excl_h2d_bytes=("excl_h2d_bytes", "sum"),
+                h2d_bytes=("h2d_bytes", lambda s: s.sum(min_count=len(s))),
+                d2h_bytes=("d2h_bytes", lambda s: s.sum(min_count=len(s))),
+                excl_h2d_bytes=("excl_h2d_bytes", lambda s: s.sum(min_count=len(s))),
+                h2d_raw_bytes=("h2d_raw_bytes", "sum"), d2h_raw_bytes=("d2h_raw_bytes", "sum"),
                 h2d_edge_bytes=("h2d_edge_bytes", "sum"), d2h_edge_bytes=("d2h_edge_bytes", "sum"),
+                status_rank=("status_rank", "max"), stalls=("stalls", "sum"),
+                gpus=("gpus_text", lambda s: ",".join(sorted(set(",".join(s).split(",")) - {""}, key=int))),
                 eager_launches=("eager_launches", "sum"), graph_launches=("graph_launches", "sum"),
                 short_calls=("duration_ns", lambda s: int((s < short_ns).sum()))).reset_index()
+    out["status"] = out.pop("status_rank").map(dict(enumerate(STATUSES)))
     out["incl_ms"] /= 1e6
     out["excl_ms"] /= 1e6
     launches = out["eager_launches"] + out["graph_launches"]
@@ -143,17 +259,46 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     else:
         out["launch_overhead_ms"] = np.nan
         out["graph_savings_ms"] = np.nan
-    return out.sort_values("incl_ms", ascending=False, kind="stable").reset_index(drop=True)
+    return out[SUMMARY_COLUMNS].sort_values("incl_ms", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor_bps: dict[str, float]) -> pd.DataFrame:
-    """One row for the whole program run: duration, H2D/D2H bytes (floor removed) and launches."""
-    row: dict[str, Any] = {"duration_ms": (t1 - t0) / 1e6}
-    for d, (net, _) in _net_bytes(cum, np.array([t0], np.int64), np.array([t1], np.int64), floor_bps).items():
-        row[f"{d}_bytes"] = float(net[0])
+SUMMARY_COLUMNS = ["domain", "name", "calls", "gpus", "incl_ms", "excl_ms", "h2d_bytes", "d2h_bytes", "excl_h2d_bytes",
+                   "h2d_raw_bytes", "d2h_raw_bytes", "h2d_edge_bytes", "d2h_edge_bytes", "status", "stalls",
+                   "eager_launches", "graph_launches", "short_calls", "h2d_bytes_per_launch", "launch_overhead_ms",
+                   "graph_savings_ms"]
+
+
+def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame) -> pd.DataFrame:
+    """One row per sampled GPU for the whole program run: duration, H2D/D2H bytes (floor removed; NaN with
+    the reason in ``status`` where that GPU has no floor or no data), launches, processes and ranges (the
+    last four are the program's totals, the same on every row)."""
+    gpus = sorted(int(i) for i in cum["nvml_index"].unique())
+    span = pd.DataFrame({"t_start_ns": [t0] * len(gpus), "t_end_ns": [t1] * len(gpus), "kind": "start",
+                         "pid": 0, "tid": 0, "depth": 0, "gpus": [[g] for g in gpus]})
+    at = attribute(span, cum, floor) if gpus else span
     last = events.groupby("pid").tail(1) if len(events) else events
-    row["eager_launches"] = int(last["eager_process"].sum()) if len(last) else 0
-    row["graph_launches"] = int(last["graph_process"].sum()) if len(last) else 0
-    row["processes"] = int(events["pid"].nunique()) if len(events) else 0
-    row["ranges"] = int(events["event"].isin(["push", "start"]).sum()) if len(events) else 0
-    return pd.DataFrame([row])
+    out = pd.DataFrame({"nvml_index": gpus, "duration_ms": (t1 - t0) / 1e6,
+                        "h2d_bytes": at.get("h2d_bytes", []), "d2h_bytes": at.get("d2h_bytes", []),
+                        "status": at.get("status", []),
+                        "eager_launches": int(last["eager_process"].sum()) if len(last) else 0,
+                        "graph_launches": int(last["graph_process"].sum()) if len(last) else 0,
+                        "processes": int(events["pid"].nunique()) if len(events) else 0,
+                        "ranges": int(events["event"].isin(["push", "start"]).sum()) if len(events) else 0})
+    return out
+
+
+def launch_rate(events: pd.DataFrame, bin_ns: int = 1_000_000) -> pd.DataFrame:
+    """Launches per ms per process over time (for timelines): ``pid``, ``t_ns`` (bin start), ``eager_per_ms``,
+    ``graph_per_ms`` (from the process-wide launch counters carried by every event, interpolated at bin edges)."""
+    parts = []
+    for pid, g in events.groupby("pid") if len(events) else []:
+        t = g["t_ns"].to_numpy(np.int64)
+        if t.size < 2 or t[-1] - t[0] < bin_ns:
+            continue
+        edges = np.arange(t[0], t[-1], bin_ns, dtype=np.int64)
+        part = {"pid": int(pid), "t_ns": edges[:-1]}
+        for mode in ("eager", "graph"):
+            y = np.interp(edges, t, g[f"{mode}_process"].to_numpy(float))
+            part[f"{mode}_per_ms"] = np.diff(y) / (bin_ns / 1e6)
+        parts.append(pd.DataFrame(part))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["pid", "t_ns", "eager_per_ms", "graph_per_ms"])

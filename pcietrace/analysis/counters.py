@@ -14,6 +14,8 @@ import pandas as pd
 
 #: Fastest a x16 Gen5 link can move (B/s), used only to say whether a gap between samples could hide a wrap.
 MAX_LINK_BPS = 64e9
+#: How often NVML's PCIe byte counters change (measured on the lent H100/H200, driver 580): ~0.2 ms.
+COUNTER_UPDATE_NS = 200_000
 
 
 def unwrap(raw: np.ndarray, bits: int = 32) -> np.ndarray:

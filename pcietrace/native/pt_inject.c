@@ -13,8 +13,15 @@
  *
  * Output: one tab-separated line per event, appended to PCIETRACE_TRACE_DIR/trace-<pid>.tsv, a
  * file mapped MAP_SHARED, so what was written survives a crash of the application:
- *   t_ns tid event domain id depth eager_thread graph_thread eager_process graph_process message
- * t_ns is CLOCK_MONOTONIC, the clock pcietrace's counter sampler uses.
+ *   t_ns tid event domain id depth eager_thread graph_thread eager_process graph_process dev devmask message
+ * t_ns is CLOCK_MONOTONIC, the clock pcietrace's counter sampler uses. ``dev`` is the CUDA ordinal current
+ * on the thread at the event (-1: none), ``devmask`` the ordinals the thread launched on since its previous
+ * event (bit i = ordinal i); a "cudevice" event (id = ordinal, message = PCI bus id) names each ordinal once.
+ *
+ * Range edges: with PCIETRACE_EDGE_FILE, every push/pop/start/end bumps a shared 32-bit sequence number and
+ * wakes the sampler processes waiting on it (a shared futex), so they read the counters right after the
+ * edge. With PCIETRACE_EXACT_EDGES=1 the library also reads the counters itself through NVML at every edge
+ * (a "ctr" event: id = NVML index, message = "read_ns tx rx"), before a push and after a pop.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -25,6 +32,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -64,6 +73,47 @@ static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread unsigned long t_eager, t_graph;
 static __thread int t_depth;
 static __thread long t_tid;
+static __thread uint64_t t_devmask;          /* ordinals launched on since this thread's previous event */
+static atomic_ullong g_announced;            /* ordinals already named by a "cudevice" event */
+static void emit(const char *event, const char *domain, unsigned long long id, const char *message);
+
+/* ---- which GPU: the driver's current context, looked up only where libcuda is already loaded ---- */
+static int (*p_ctx_get_device)(int *);
+static int (*p_device_bus_id)(char *, int, int);
+static void *real_dlsym_fn(void *handle, const char *name);
+
+static int current_device(void)
+{
+    if (!p_ctx_get_device) {
+        void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        if (!lib) return -1;
+        p_device_bus_id = (int (*)(char *, int, int))real_dlsym_fn(lib, "cuDeviceGetPCIBusId");
+        p_ctx_get_device = (int (*)(int *))real_dlsym_fn(lib, "cuCtxGetDevice");
+        if (!p_ctx_get_device) return -1;
+    }
+    int dev = -1;
+    return p_ctx_get_device(&dev) == 0 ? dev : -1;
+}
+
+/* Name an ordinal (its PCI bus id) the first time it is seen, so Python can map it to an NVML index. */
+static void announce(int dev)
+{
+    if (dev < 0 || dev > 63) return;
+    unsigned long long bit = 1ull << dev;
+    if (atomic_fetch_or(&g_announced, bit) & bit) return;
+    char bus[64] = "?";
+    if (p_device_bus_id && p_device_bus_id(bus, (int)sizeof bus, dev) != 0) strcpy(bus, "?");
+    emit("cudevice", NULL, (unsigned long long)dev, bus);
+}
+
+static inline void note_launch_device(void)
+{
+    int dev = current_device();
+    if (dev >= 0 && dev < 64) {
+        if (!(atomic_load_explicit(&g_announced, memory_order_relaxed) & (1ull << dev))) announce(dev);
+        t_devmask |= 1ull << dev;  /* after announce(): its event resets the thread's mask */
+    }
+}
 
 static void child_after_fork(void) { g_buf = NULL; atomic_store(&g_pos, 0); }
 
@@ -97,14 +147,17 @@ static void emit(const char *event, const char *domain, unsigned long long id, c
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     if (!t_tid) t_tid = (long)syscall(SYS_gettid);
-    char line[1200], msg[1024];
+    char line[1300], msg[1024];
     size_t i = 0;
     for (const char *p = message ? message : ""; *p && i < sizeof msg - 1; ++p) msg[i++] = (*p == '\t' || *p == '\n') ? ' ' : *p;
     msg[i] = 0;
-    int n = snprintf(line, sizeof line, "%llu\t%ld\t%s\t%s\t%llu\t%d\t%lu\t%lu\t%lu\t%lu\t%s\n",
+    int dev = current_device();
+    uint64_t mask = t_devmask;
+    t_devmask = 0;
+    int n = snprintf(line, sizeof line, "%llu\t%ld\t%s\t%s\t%llu\t%d\t%lu\t%lu\t%lu\t%lu\t%d\t%llu\t%s\n",
                      (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec, t_tid, event,
                      domain ? domain : "default", id, t_depth, t_eager, t_graph, atomic_load(&g_eager),
-                     atomic_load(&g_graph), msg);
+                     atomic_load(&g_graph), dev, (unsigned long long)mask, msg);
     if (n <= 0 || n >= (int)sizeof line) return;
     size_t at = atomic_fetch_add(&g_pos, (size_t)n);
     if (at + (size_t)n <= g_cap) memcpy(g_buf + at, line, (size_t)n);
@@ -122,10 +175,111 @@ static const char *message_of(const EventAttributes *a, char *tmp, size_t tmpsiz
 }
 
 /* ---- NVTX handlers: domain handles and registered strings are strdup'ed names ---- */
-static int push_(const char *domain, const char *msg) { emit("push", domain, 0, msg); return t_depth++; }
-static int pop_(const char *domain) { if (t_depth > 0) --t_depth; emit("pop", domain, 0, ""); return t_depth; }
-static uint64_t start_(const char *domain, const char *msg) { unsigned long long id = atomic_fetch_add(&g_range_id, 1) + 1; emit("start", domain, id, msg); return id; }
-static void end_(const char *domain, uint64_t id) { emit("end", domain, id, ""); }
+/* ---- range edges: wake the samplers; optionally read the counters here (PCIETRACE_EXACT_EDGES) ---- */
+static atomic_uint *g_edge_seq;
+static int g_edges_ready;
+
+static void edges_open(void)
+{
+    if (g_edges_ready) return;
+    g_edges_ready = 1;
+    const char *path = getenv("PCIETRACE_EDGE_FILE");
+    if (!path || !*path) return;
+    int fd = open(path, O_RDWR);
+    if (fd < 0) return;
+    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m != MAP_FAILED) g_edge_seq = (atomic_uint *)m;
+}
+
+static void edge_signal(void)
+{
+    edges_open();
+    if (!g_edge_seq) return;
+    atomic_fetch_add(g_edge_seq, 1);
+    syscall(SYS_futex, (void *)g_edge_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);  /* shared: no FUTEX_PRIVATE_FLAG */
+}
+
+/* nvmlFieldValue_t (nvml.h): fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn, value (8 B) */
+typedef struct { unsigned fieldId, scopeId; long long timestamp, latencyUsec; int valueType, nvmlReturn;
+                 union { unsigned uiVal; unsigned long long ullVal; } value; } NvmlField;
+static int (*nvml_fields)(void *, int, NvmlField *);
+static int (*nvml_by_bus)(const char *, void **);
+static int (*nvml_by_index)(unsigned, void **);
+static int (*nvml_index_of)(void *, unsigned *);
+static int g_exact = -1;
+static char g_nvml_indices[256];
+static pthread_mutex_t g_nvml_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int exact_on(void)
+{
+    if (g_exact >= 0) return g_exact;
+    pthread_mutex_lock(&g_nvml_lock);
+    if (g_exact < 0) {
+        const char *e = getenv("PCIETRACE_EXACT_EDGES");
+        void *lib = (e && !strcmp(e, "1")) ? dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_GLOBAL) : NULL;
+        int (*init)(void) = lib ? (int (*)(void))real_dlsym_fn(lib, "nvmlInit_v2") : NULL;
+        if (init && init() == 0) {
+            nvml_fields = (int (*)(void *, int, NvmlField *))real_dlsym_fn(lib, "nvmlDeviceGetFieldValues");
+            nvml_by_bus = (int (*)(const char *, void **))real_dlsym_fn(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+            nvml_by_index = (int (*)(unsigned, void **))real_dlsym_fn(lib, "nvmlDeviceGetHandleByIndex_v2");
+            nvml_index_of = (int (*)(void *, unsigned *))real_dlsym_fn(lib, "nvmlDeviceGetIndex");
+            const char *idx = getenv("PCIETRACE_NVML_INDICES");
+            snprintf(g_nvml_indices, sizeof g_nvml_indices, "%s", idx ? idx : "");
+        }
+        g_exact = nvml_fields && nvml_by_bus && nvml_by_index && nvml_index_of;
+        if (e && !strcmp(e, "1") && !g_exact) emit("exact", NULL, 0, "NVML not available: exact edges off");
+    }
+    pthread_mutex_unlock(&g_nvml_lock);
+    return g_exact;
+}
+
+static void read_one(void *h)
+{
+    NvmlField f[2];
+    memset(f, 0, sizeof f);
+    f[0].fieldId = 197; f[1].fieldId = 198;  /* PCIE_COUNT_TX_BYTES, PCIE_COUNT_RX_BYTES */
+    unsigned idx = 0;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int rc = nvml_fields(h, 2, f);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    if (rc || f[0].nvmlReturn || f[1].nvmlReturn || nvml_index_of(h, &idx)) return;
+    long long t0 = (long long)a.tv_sec * 1000000000LL + a.tv_nsec, t1 = (long long)b.tv_sec * 1000000000LL + b.tv_nsec;
+    char m[96];
+    int wide = f[0].valueType == 2;  /* NVML_VALUE_TYPE_UNSIGNED_LONG_LONG */
+    snprintf(m, sizeof m, "%lld %lld %llu %llu", (t0 + t1) / 2, t1 - t0,
+             wide ? f[0].value.ullVal : f[0].value.uiVal, wide ? f[1].value.ullVal : f[1].value.uiVal);
+    emit("ctr", NULL, idx, m);
+}
+
+/* Read the counters of the thread's current GPU, or of every sampled GPU where the thread has none. */
+static void exact_read(void)
+{
+    if (!exact_on()) return;
+    int dev = current_device();
+    void *h = NULL;
+    char bus[64];
+    if (dev >= 0 && p_device_bus_id && p_device_bus_id(bus, (int)sizeof bus, dev) == 0 && nvml_by_bus(bus, &h) == 0) {
+        read_one(h);
+        return;
+    }
+    for (const char *p = g_nvml_indices; *p;) {
+        char *end;
+        unsigned long i = strtoul(p, &end, 10);
+        if (end == p) break;
+        if (nvml_by_index((unsigned)i, &h) == 0) read_one(h);
+        p = *end ? end + 1 : end;
+    }
+}
+
+static void edge_open_range(void) { exact_read(); }
+static void edge_close_range(void) { edge_signal(); exact_read(); }
+
+static int push_(const char *domain, const char *msg) { edge_open_range(); emit("push", domain, 0, msg); edge_signal(); return t_depth++; }
+static int pop_(const char *domain) { if (t_depth > 0) --t_depth; emit("pop", domain, 0, ""); edge_close_range(); return t_depth; }
+static uint64_t start_(const char *domain, const char *msg) { unsigned long long id = atomic_fetch_add(&g_range_id, 1) + 1; edge_open_range(); emit("start", domain, id, msg); edge_signal(); return id; }
+static void end_(const char *domain, uint64_t id) { emit("end", domain, id, ""); edge_close_range(); }
 
 static int RangePushA(const char *m) { return push_(NULL, m); }
 static int RangePushEx(const EventAttributes *a) { char t[1024]; return push_(NULL, message_of(a, t, sizeof t)); }
@@ -189,8 +343,8 @@ static getproc1_fn real_getproc1;
 static getproc2_fn real_getproc2;
 static pthread_mutex_t g_slot_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static inline void count_eager(void) { ++t_eager; atomic_fetch_add_explicit(&g_eager, 1, memory_order_relaxed); }
-static inline void count_graph(void) { ++t_graph; atomic_fetch_add_explicit(&g_graph, 1, memory_order_relaxed); }
+static inline void count_eager(void) { ++t_eager; atomic_fetch_add_explicit(&g_eager, 1, memory_order_relaxed); note_launch_device(); }
+static inline void count_graph(void) { ++t_graph; atomic_fetch_add_explicit(&g_graph, 1, memory_order_relaxed); note_launch_device(); }
 #define LAUNCH_SLOT(i) static CUres launch_##i(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
     unsigned g, unsigned sh, void *st, void **p, void **x) { count_eager(); return ((launch_fn)real_launch[i])(f, a, b, c, d, e, g, sh, st, p, x); }
 #define LAUNCHEX_SLOT(i) static CUres launchex_##i(const void *cfg, void *f, void **p, void **x) \
@@ -256,14 +410,20 @@ static int interposing(void)
     return on;
 }
 
-EXPORT void *dlsym(void *handle, const char *name)
+/* glibc's own dlsym (ours below interposes it for the program). */
+static void *real_dlsym_fn(void *handle, const char *name)
 {
     static void *(*real_dlsym)(void *, const char *);
     if (!real_dlsym) {
         real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
         if (!real_dlsym) real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
     }
-    void *p = real_dlsym(handle, name);
+    return real_dlsym(handle, name);
+}
+
+EXPORT void *dlsym(void *handle, const char *name)
+{
+    void *p = real_dlsym_fn(handle, name);
     if (!p || name[0] != 'c' || name[1] != 'u' || !interposing()) return p;
     return wrap_entry(name, p);
 }
@@ -281,8 +441,8 @@ static void on_driver_api(void *userdata, int domain, uint32_t cbid, const void 
     const CuptiCallbackDataHead *d = (const CuptiCallbackDataHead *)cbdata;
     if (domain != CUPTI_CB_DOMAIN_DRIVER_API || !d || d->callbackSite != CUPTI_API_ENTER || !d->functionName) return;
     /* classify by name, so an id that means something else in another CUPTI version never miscounts */
-    if (!strncmp(d->functionName, "cuGraphLaunch", 13)) { ++t_graph; atomic_fetch_add(&g_graph, 1); }
-    else if (!strncmp(d->functionName, "cuLaunchKernel", 14)) { ++t_eager; atomic_fetch_add(&g_eager, 1); }
+    if (!strncmp(d->functionName, "cuGraphLaunch", 13)) count_graph();
+    else if (!strncmp(d->functionName, "cuLaunchKernel", 14)) count_eager();
 }
 
 EXPORT int InitializeInjection(void)

@@ -17,12 +17,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from pcietrace.errors import UsageError
 
 EVENT_COLUMNS = ["t_ns", "tid", "event", "domain", "id", "depth", "eager_thread", "graph_thread",
-                 "eager_process", "graph_process", "message"]
+                 "eager_process", "graph_process", "dev", "devmask", "message"]
+#: The columns of traces written before device tracking (no ``dev``/``devmask``).
+EVENT_COLUMNS_V1 = [c for c in EVENT_COLUMNS if c not in ("dev", "devmask")]
 
 
 def injection_library() -> str:
@@ -46,7 +49,8 @@ def cupti_library() -> str | None:
 
 
 def read_traces(trace_dir: Path) -> pd.DataFrame:
-    """All ``trace-<pid>.tsv`` files of a folder as one frame (:data:`EVENT_COLUMNS` plus ``pid``)."""
+    """All ``trace-<pid>.tsv`` files of a folder as one frame (:data:`EVENT_COLUMNS` plus ``pid``; traces
+    from before device tracking keep :data:`EVENT_COLUMNS_V1`)."""
     frames = []
     for f in sorted(Path(trace_dir).glob("trace-*.tsv")):
         raw = f.read_bytes()
@@ -55,12 +59,31 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
             fh.truncate(len(raw))
         if not raw.strip():
             continue
-        df = pd.read_csv(io.BytesIO(raw), sep="\t", names=EVENT_COLUMNS, header=None, quoting=3,
+        fields = raw.split(b"\n", 1)[0].count(b"\t") + 1
+        names = EVENT_COLUMNS if fields == len(EVENT_COLUMNS) else EVENT_COLUMNS_V1
+        df = pd.read_csv(io.BytesIO(raw), sep="\t", names=names, header=None, quoting=3,
                          keep_default_na=False, dtype={"message": str, "domain": str, "event": str})
         frames.append(df.assign(pid=int(f.stem.split("-")[1])))
     if not frames:
         return pd.DataFrame(columns=EVENT_COLUMNS + ["pid"])
-    return pd.concat(frames, ignore_index=True).sort_values("t_ns", kind="stable").reset_index(drop=True)
+    out = pd.concat(frames, ignore_index=True).sort_values("t_ns", kind="stable").reset_index(drop=True)
+    if "devmask" in out.columns:
+        out["devmask"] = out["devmask"].astype(np.uint64)
+    return out
+
+
+def edge_samples(events: pd.DataFrame) -> pd.DataFrame:
+    """The counter reads the injection library made at range edges (``--exact-edges``: "ctr" events,
+    message "t_mid_ns read_ns tx rx") as samples (``SAMPLE_COLUMNS``), to merge with the sampler's."""
+    from pcietrace.collectors import SAMPLE_COLUMNS
+
+    ctr = events[events["event"] == "ctr"] if len(events) else events
+    if not len(ctr):
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in SAMPLE_COLUMNS})
+    parts = ctr["message"].str.split(" ", expand=True).astype(np.uint64)
+    return pd.DataFrame({"nvml_index": ctr["id"].astype(np.int64).to_numpy(), "t_ns": parts[0].astype(np.int64).to_numpy(),
+                         "read_ns": parts[1].astype(np.int64).to_numpy(), "tx_raw": parts[2].to_numpy(),
+                         "rx_raw": parts[3].to_numpy()})
 
 
 def calibrate(ordinal: int) -> dict[str, Any]:
@@ -77,23 +100,13 @@ def calibrate(ordinal: int) -> dict[str, Any]:
     return from_records(bursts, e2e, "measured on the spot")
 
 
-def run_program(cmd: list[str], trace_dir: Path, cupti: str | None, launch_counter: str = "cupti") -> tuple[int, int, int]:
-    """Run ``cmd`` with the injection environment; return (exit code, start and end on CLOCK_MONOTONIC
-    in ns). Ctrl-C reaches the program (same process group) and is not fatal to pcietrace, which then
-    saves what was collected. A signal death is reported as 128 + signal, like a shell.
-    ``launch_counter``: "cupti" (CUDA_INJECTION64_PATH, CUPTI driver callbacks), "interpose" (the library
-    in LD_PRELOAD hands out counting trampolines for the launch entry points) or "none"."""
-    lib = injection_library()
-    env = dict(os.environ, NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=str(trace_dir))
-    if launch_counter == "cupti":
-        env["CUDA_INJECTION64_PATH"] = lib
-    elif launch_counter == "interpose":
-        env["LD_PRELOAD"] = " ".join(filter(None, [lib, os.environ.get("LD_PRELOAD")]))
-        env["PCIETRACE_COUNT"] = "interpose"
-    if cupti:
-        env["PCIETRACE_CUPTI"] = cupti
+def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tuple[int, int, int]:
+    """Run ``cmd`` with ``env``; return (exit code, start and end on CLOCK_MONOTONIC in ns). Ctrl-C reaches
+    the program (same process group) and is not fatal to pcietrace, which then saves what was collected.
+    A signal death is reported as 128 + signal, like a shell. ``stdout``: where the program's output goes
+    (default: ours)."""
     try:
-        proc = subprocess.Popen(cmd, env=env)
+        proc = subprocess.Popen(cmd, env=env, stdout=stdout)
     except OSError as exc:
         raise UsageError(f"cannot start {cmd[0]!r}: {exc.strerror}") from None
     t0 = time.monotonic_ns()
@@ -106,12 +119,50 @@ def run_program(cmd: list[str], trace_dir: Path, cupti: str | None, launch_count
     return (128 - rc if rc < 0 else rc), t0, t1
 
 
+def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, nvml_indices: list[int],
+                  exact_edges: bool) -> dict[str, str]:
+    """The program's environment: NVTX (and CUDA, for CUPTI counting) injection, the trace folder, the edge
+    file the samplers wait on, and whether the library reads the counters itself at range edges.
+    ``launch_counter``: "interpose" (the library in LD_PRELOAD hands out counting trampolines for the launch
+    entry points), "cupti" (CUDA_INJECTION64_PATH, CUPTI driver callbacks) or "none"."""
+    lib = injection_library()
+    env = dict(os.environ, NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=str(trace_dir),
+               PCIETRACE_NVML_INDICES=",".join(str(i) for i in nvml_indices))
+    if edge_file:
+        env["PCIETRACE_EDGE_FILE"] = edge_file
+    if exact_edges:
+        env["PCIETRACE_EXACT_EDGES"] = "1"
+    if launch_counter == "cupti":
+        env["CUDA_INJECTION64_PATH"] = lib
+        cupti = cupti_library()
+        if cupti:
+            env["PCIETRACE_CUPTI"] = cupti
+    elif launch_counter == "interpose":
+        env["LD_PRELOAD"] = " ".join(filter(None, [lib, os.environ.get("LD_PRELOAD")]))
+        env["PCIETRACE_COUNT"] = "interpose"
+    return env
+
+
+def idle_windows(sampler: Any, nvml_indices: list[int], seconds: float, windows: list[dict[str, Any]]) -> None:
+    """``seconds`` of idle time as four windows per GPU, the sampler alternately reading and paused, so the
+    floor model can tell bytes per counter read from the remaining background (appends to ``windows``)."""
+    for sampling in ("on", "paused", "on", "paused"):
+        sampler.pause(sampling == "paused")
+        t = time.monotonic_ns()
+        time.sleep(seconds / 4)
+        windows.extend({"nvml_index": i, "mode": "idle", "sampling": sampling, "t_start_ns": t,
+                        "t_end_ns": time.monotonic_ns()} for i in nvml_indices)
+    sampler.pause(False)
+
+
 def processes(events: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per process seen: pid, whether NVTX initialised, and how its launches were counted."""
+    """Per process seen: pid, whether NVTX initialised, how its launches were counted, its ranges, and the
+    PCI bus ids of the CUDA devices it used."""
     out = []
     for pid, g in events.groupby("pid"):
         cupti = g[g["event"].isin(["cupti", "interpose"])]["message"].tolist()
         out.append({"pid": int(pid), "nvtx": bool((g["event"] == "nvtx").any()),
                     "cupti": cupti[-1] if cupti else "not loaded (process made no CUDA driver call)",
-                    "ranges": int(g["event"].isin(["push", "start"]).sum())})
+                    "ranges": int(g["event"].isin(["push", "start"]).sum()),
+                    "devices": sorted(set(g.loc[g["event"] == "cudevice", "message"]))})
     return out

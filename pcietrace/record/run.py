@@ -118,6 +118,9 @@ def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Bac
     sampler.start()
     for g in session.meta.get("gpus", []):
         g["counter"] = sampler.modes.get(g["nvml_index"], {"mode": "unknown", "bits": 0})
+    for idx, probe in (probes or {}).items():
+        if hasattr(probe, "agree") and idx in sampler.modes:
+            probe.agree(sampler.modes[idx]["mode"])  # edge reads and samples in one counter mode
     try:
         for g, backend in gpus:
             backend.activate()

@@ -10,6 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
+from rich.markup import escape
 from rich.text import Text
 
 DIR_LABEL = {"h2d": "H2D", "d2h": "D2H"}
@@ -226,36 +227,51 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
     costs = meta.get("launch_costs")
     rg = results.get("ranges", pd.DataFrame())
     interval = meta.get("sample_interval_ms")
+    if len(results.get("floor", ())):
+        parts.append(attach_floor_table(results["floor"]))
     if len(rg):
         t = _table("PCIe bytes and launches per NVTX range",
-                   [("range", "left"), ("domain", "left"), ("calls", "right"), ("incl ms", "right"), ("excl ms", "right"),
-                    ("H2D MB ± edges", "right"), ("D2H MB", "right"), ("eager", "right"), ("graph", "right"),
-                    ("H2D B/launch", "right"), ("launch ms", "right"), ("graph saves ≤ ms", "right")],
-                   caption="bytes inclusive of nested ranges, floor removed, summed over sampled GPUs; MB = 10^6 B; "
-                           "± edges: how far interpolating the counters at the range's edges can be off; "
-                           "eager/graph = launches made by the range's own thread; launch ms = launches x host cost "
-                           f"per launch ({costs['source'] if costs else 'not measured'})")
+                   [("range", "left"), ("domain", "left"), ("GPUs", "left"), ("calls", "right"), ("incl ms", "right"),
+                    ("excl ms", "right"), ("H2D MB ± edges", "right"), ("D2H MB", "right"), ("eager", "right"),
+                    ("graph", "right"), ("H2D B/launch", "right"), ("launch ms", "right"), ("graph saves ≤ ms", "right")],
+                   caption="bytes inclusive of nested ranges, floor removed, summed over the range's own GPUs (those its "
+                           "thread used, else its process's); MB = 10^6 B; ± edges: how far interpolating the counters "
+                           "at the range's edges can be off; eager/graph = launches made by the range's own thread; "
+                           "launch ms = launches x host cost per launch "
+                           f"({escape(costs['source']) if costs else 'not measured'})")
         for r in rg.itertuples():
-            short = f" [yellow]({r.short_calls} short)[/]" if r.short_calls else ""
-            t.add_row(str(r.name) + short, str(r.domain), str(r.calls), _num(r.incl_ms, ",.2f"), _num(r.excl_ms, ",.2f"),
-                      _pm(r.h2d_bytes / 1e6, r.h2d_edge_bytes / 1e6, ",.3f"), _num(r.d2h_bytes / 1e6, ",.3f"),
-                      _num(r.eager_launches, ",.0f"),
+            marks = (f" [yellow]({r.short_calls} short)[/]" if r.short_calls else "") + \
+                    (f" [yellow]({r.stalls} stalls)[/]" if getattr(r, "stalls", 0) else "")
+            status = getattr(r, "status", "ok")
+            h2d = _pm(r.h2d_bytes / 1e6, r.h2d_edge_bytes / 1e6, ",.3f") if status == "ok" else f"[red]{status}[/]"
+            d2h = _num(r.d2h_bytes / 1e6, ",.3f") if status == "ok" else f"[red]{status}[/]"
+            t.add_row(escape(str(r.name)) + marks, escape(str(r.domain)), str(getattr(r, "gpus", "")), str(r.calls),
+                      _num(r.incl_ms, ",.2f"), _num(r.excl_ms, ",.2f"), h2d, d2h, _num(r.eager_launches, ",.0f"),
                       _num(r.graph_launches, ",.0f"), _num(r.h2d_bytes_per_launch, ",.0f"),
                       _num(r.launch_overhead_ms, ",.2f"), _num(r.graph_savings_ms, ",.2f"))
         parts.append(t)
         if rg["short_calls"].sum():
             parts.append(Text(f"note: ranges marked short lasted less than two counter samples ({interval} ms sampling, "
                               "counters update every ~0.2 ms): their bytes are interpolated", style="yellow"))
+        if "stalls" in rg and rg["stalls"].sum():
+            parts.append(Text("note: ranges marked stalls overlap gaps between counter samples longer than 4 counter "
+                              "updates: their edge errors are larger (see ± edges)", style="yellow"))
     wr = results.get("whole_run", pd.DataFrame())
     if len(wr):
-        w = wr.iloc[0]
-        t = _table("Whole run", [("duration ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
+        t = _table("Whole run", [("GPU", "left"), ("duration ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
                                  ("eager launches", "right"), ("graph launches", "right"), ("processes", "right"),
-                                 ("ranges", "right"), ("exit code", "right")])
-        t.add_row(_num(w["duration_ms"], ",.1f"), _num(w["h2d_bytes"] / 1e6, ",.3f"), _num(w["d2h_bytes"] / 1e6, ",.3f"),
-                  _num(w["eager_launches"], ",.0f"), _num(w["graph_launches"], ",.0f"), str(w["processes"]), str(w["ranges"]),
-                  str(meta.get("exit_code")))
+                                 ("ranges", "right"), ("exit code", "right")],
+                   caption="launches, processes and ranges are the program's totals")
+        for w in wr.to_dict("records"):
+            ok = w.get("status", "ok") == "ok"
+            t.add_row(f"GPU{w['nvml_index']}" if "nvml_index" in w else "all", _num(w["duration_ms"], ",.1f"),
+                      _num(w["h2d_bytes"] / 1e6, ",.3f") if ok else f"[red]{w['status']}[/]",
+                      _num(w["d2h_bytes"] / 1e6, ",.3f") if ok else f"[red]{w['status']}[/]",
+                      _num(w["eager_launches"], ",.0f"), _num(w["graph_launches"], ",.0f"), str(w["processes"]),
+                      str(w["ranges"]), str(meta.get("exit_code")))
         parts.append(t)
+    for note in results.get("notes", pd.DataFrame(columns=["note"]))["note"]:
+        parts.append(Text("note: " + note, style="yellow"))
     procs = meta.get("processes", [])
     if procs:
         t = _table("Processes followed", [("pid", "right"), ("NVTX", "left"), ("launch counting", "left"), ("ranges", "right")],
@@ -288,6 +304,8 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Cons
     if str(meta.get("kind", "")).startswith("attach"):
         parts.extend(attach_tables(meta, results))
     for key, fn in RENDERERS:
+        if key == "floor" and str(meta.get("kind", "")).startswith("attach"):
+            continue  # attach's floor model has its own table
         if len(results.get(key, ())):
             parts.append(fn(results[key]))
     if len(results.get("gpu_time", ())) or len(results.get("speedup", ())):
@@ -300,3 +318,20 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Cons
         parts.append(model_table(results["topology_model"]))
     for part in parts:
         console.print(part)
+
+
+def attach_floor_table(fl: pd.DataFrame) -> Table:
+    """Attach's floor model per GPU (:func:`pcietrace.analysis.floor.floor_model`)."""
+    t = _table("Background floor per GPU (idle windows before and after the program)",
+               [("GPU", "left"), ("model", "left"), ("windows", "right"), ("reads/s", "right"),
+                ("H2D B/read", "right"), ("D2H B/read", "right"), ("H2D MB/s else", "right"), ("D2H MB/s else", "right")],
+               caption="floor of an interval = bytes per counter read x the sampler's reads in it + the remaining "
+                       "background rate x its duration (NVML reads are PCIe traffic themselves); MB = 10^6 B")
+    for r in fl.to_dict("records"):
+        if r["status"] == "no floor":
+            t.add_row(f"GPU{r['nvml_index']}", "[red]no floor[/]", str(r["windows"]), *["–"] * 5)
+            continue
+        t.add_row(f"GPU{r['nvml_index']}", r["status"], str(r["windows"]), _num(r["reads_per_s"]),
+                  _num(r["h2d_bytes_per_read"]), _num(r["d2h_bytes_per_read"]),
+                  _num(r["h2d_background_Bps"] / 1e6, ",.3f"), _num(r["d2h_background_Bps"] / 1e6, ",.3f"))
+    return t

@@ -1,0 +1,125 @@
+"""attach against the truth (run on a GPU machine; not a test): each scenario runs an app of known traffic
+alone (its own in-app NVML reads around every range are the truth) and under `pcietrace attach`, then
+compares per (rank, range): truth vs attach bytes per call, error, and attach's stated edge error; plus the
+GPUs each rank's ranges were charged, the per-GPU sampling rate, and the app's runtime alone vs attached.
+
+    python3 bench/attach_truth.py SCENARIO [...] [--out DIR] [--exact-edges]
+Scenarios: python (cuda.bindings), cpp (NVTX3 + runtime, built with nvcc), torch (eager + CUDA graph),
+torchrun (one process per GPU, --torch). Done means: ranges >= 2 ms within 5 % (H2D and D2H), shorter
+ranges within their stated error, idle ranges within their error of the truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+APPS = HERE.parent / "tests" / "apps"
+
+
+def command(scenario: str, build: Path) -> list[str]:
+    py = [sys.executable, str(APPS / "truth_app.py")]
+    if scenario == "python":
+        return py
+    if scenario == "torch":
+        return py + ["--torch"]
+    if scenario == "torchrun":
+        n = int(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU "))
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
+                str(APPS / "truth_app.py"), "--torch"]
+    if scenario == "cpp":
+        exe = build / "truth_app"
+        if not exe.exists():
+            subprocess.run(["nvcc", "-O2", "-o", str(exe), str(APPS / "truth_app.cu"), "-ldl"], check=True)
+        return [str(exe)]
+    raise SystemExit(f"unknown scenario {scenario}")
+
+
+def truth_rows(path: Path) -> tuple[pd.DataFrame, dict[int, float]]:
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    walls = {r["rank"]: r["wall_ns"] for r in rows if "wall_ns" in r}
+    return pd.DataFrame([r for r in rows if "range" in r]), walls
+
+
+def run(scenario: str, work: Path, exact: bool) -> dict:
+    build = work / "build"
+    build.mkdir(exist_ok=True)
+    cmd = command(scenario, build)
+    env = dict(os.environ, TRUTH_OUT=str(work / f"{scenario}-alone.jsonl"))
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    alone, wall_alone = truth_rows(work / f"{scenario}-alone.jsonl")
+    out = work / f"{scenario}-attach"
+    shutil.rmtree(out, ignore_errors=True)
+    env["TRUTH_OUT"] = str(work / f"{scenario}-attached.jsonl")
+    pt = [sys.executable, "-m", "pcietrace", "attach", "--json", "-o", str(out)] + (["--exact-edges"] if exact else [])
+    proc = subprocess.run(pt + ["--", *cmd], env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"attach failed ({proc.returncode}): {proc.stderr[-3000:]}")
+    doc = json.loads(proc.stdout)
+    attached, wall_attached = truth_rows(work / f"{scenario}-attached.jsonl")
+    rank_of = dict(zip(attached["pid"], attached["rank"]))
+    inst = pd.DataFrame(doc["results"]["range_instances"])
+    inst = inst[inst["domain"] == "truth"].assign(rank=lambda d: d["pid"].map(rank_of))
+    rows = []
+    for (rank, name), g in inst.groupby(["rank", "name"]):
+        t = alone[(alone["rank"] == rank) & (alone["range"] == name)]
+        own = int(attached[attached["rank"] == rank]["nvml_index"].iloc[0])
+        row = {"scenario": scenario, "rank": int(rank), "range": name, "calls": len(g),
+               "ms": g["duration_ns"].mean() / 1e6, "gpus": sorted({tuple(x) for x in g["gpus"]}),
+               "own_gpu_only": all(list(x) == [own] for x in g["gpus"]), "status": sorted(set(g["status"]))}
+        for d in ("h2d", "d2h"):
+            truth, ours = t[d].mean(), g[f"{d}_bytes"].mean()
+            edge = g[f"{d}_edge_bytes"].mean()
+            row.update({f"{d}_truth": truth, f"{d}_ours": ours, f"{d}_err_pct": 100 * (ours - truth) / truth if truth else np.nan,
+                        f"{d}_edge": edge, f"{d}_within_edge": bool(abs(ours - truth) <= edge + 0.01 * abs(truth))})
+        long = row["ms"] >= 2
+        row["ok"] = all((abs(row[f"{d}_err_pct"]) <= 5) if long and name != "idle_20ms" else row[f"{d}_within_edge"]
+                        for d in ("h2d", "d2h"))
+        rows.append(row)
+    sampling = pd.DataFrame(doc["results"]["sampling"])
+    floor = pd.DataFrame(doc["results"]["floor"])
+    overhead = {r: wall_attached[r] / wall_alone[r] - 1 for r in wall_alone if r in wall_attached}
+    return {"ranges": rows, "sampling": sampling.to_dict("records"), "floor": floor.to_dict("records"),
+            "runtime_overhead": overhead, "notes": doc["results"].get("notes", [])}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("scenarios", nargs="+")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", tempfile.mkdtemp())))
+    ap.add_argument("--exact-edges", action="store_true")
+    ap.add_argument("--work", type=Path, default=Path(tempfile.mkdtemp()))
+    a = ap.parse_args()
+    tag = "-exact" if a.exact_edges else ""
+    everything = {}
+    for sc in a.scenarios:
+        res = run(sc, a.work, a.exact_edges)
+        everything[sc] = res
+        df = pd.DataFrame(res["ranges"])
+        cols = ["rank", "range", "calls", "ms", "h2d_truth", "h2d_ours", "h2d_err_pct", "h2d_edge", "d2h_truth",
+                "d2h_ours", "d2h_err_pct", "d2h_edge", "own_gpu_only", "ok"]
+        print(f"\n== {sc}{tag}: bytes per call, truth (app alone, in-app NVML) vs attach")
+        with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", "{:,.1f}".format):
+            print(df[cols].to_string(index=False))
+        print("sampling:", [(s["nvml_index"], round(s["rate_hz"]), round(s["median_gap_us"])) for s in res["sampling"]])
+        print("floor:", [(f["nvml_index"], f["status"], round(f.get("h2d_bytes_per_read") or 0),
+                          round((f.get("h2d_background_Bps") or 0) / 1e3)) for f in res["floor"]])
+        print("runtime overhead per rank:", {k: f"{v:+.2%}" for k, v in res["runtime_overhead"].items()})
+        print("notes:", res["notes"])
+        shutil.copytree(a.work / f"{sc}-attach", a.out / f"attach-{sc}{tag}", dirs_exist_ok=True)
+    (a.out / f"truth{tag}.json").write_text(json.dumps(everything, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

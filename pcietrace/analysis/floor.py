@@ -1,0 +1,81 @@
+"""Attach's background floor, modelled per counter read.
+
+Every NVML counter read is itself PCIe traffic (~14.6 KB H2D + ~17 KB D2H on the lent GPUs: a GSP RPC), and
+the sampler's read rate changes while a program runs (edges wake it, stalls slow it). So the floor of an
+interval is ``bytes_per_read x reads in the interval + background_Bps x duration``, fitted per GPU from
+idle windows where the sampler alternately reads (``sampling="on"``) and pauses (``"paused"``). Windows are
+aligned to samples (last sample at or before the start, first at or after the end): no interpolation.
+Stateless: DataFrames in, DataFrames out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from pcietrace.analysis.launch import DIRECTIONS
+
+#: Columns of :func:`floor_model`. ``status``: "per read" (both terms fitted), "rate only" (windows of one
+#: read density: one rate, reads not separated), or "no floor" (no idle window covered by samples).
+FLOOR_COLUMNS = ["nvml_index", "status", "windows", "reads_per_s", "h2d_bytes_per_read", "d2h_bytes_per_read",
+                 "h2d_background_Bps", "d2h_background_Bps", "h2d_Bps", "d2h_Bps"]
+
+
+def aligned_windows(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    """Idle windows widened to the samples around them: ``t_a_ns``/``t_b_ns`` (sample times), ``duration_s``,
+    ``reads`` (samples in (t_a, t_b]), ``h2d_bytes``/``d2h_bytes``; windows no sample precedes or follows are
+    dropped (they cannot be measured)."""
+    rows = []
+    idle = windows[windows["mode"] == "idle"] if len(windows) else windows
+    for idx, g in cum.groupby("nvml_index"):
+        t = g["t_ns"].to_numpy(np.int64)
+        for w in idle[idle["nvml_index"] == idx].itertuples():
+            i, j = np.searchsorted(t, w.t_start_ns, "right") - 1, np.searchsorted(t, w.t_end_ns, "left")
+            if i < 0 or j >= t.size or j <= i:
+                continue
+            row = {"nvml_index": int(idx), "sampling": getattr(w, "sampling", "on"), "t_a_ns": int(t[i]),
+                   "t_b_ns": int(t[j]), "duration_s": (t[j] - t[i]) / 1e9, "reads": int(j - i)}
+            for d, c in DIRECTIONS.items():
+                y = g[f"{c}_bytes"].to_numpy(float)
+                row[f"{d}_bytes"] = float(y[j] - y[i])
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["nvml_index", "sampling", "t_a_ns", "t_b_ns", "duration_s", "reads",
+                                       "h2d_bytes", "d2h_bytes"])
+
+
+def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int]) -> pd.DataFrame:
+    """Per GPU (every index in ``nvml_indices``, also those with no usable window): bytes per read and
+    background rate per direction (:data:`FLOOR_COLUMNS`); ``h2d_Bps``/``d2h_Bps`` is the plain mean rate
+    over the windows (for display and old reports)."""
+    aw = aligned_windows(cum, windows)
+    rows = []
+    for idx in nvml_indices:
+        g = aw[aw["nvml_index"] == idx]
+        row: dict[str, object] = {"nvml_index": int(idx), "windows": len(g)}
+        if not len(g):
+            rows.append({**row, "status": "no floor"})
+            continue
+        dur, reads = g["duration_s"].to_numpy(), g["reads"].to_numpy(float)
+        density = reads / dur
+        row["reads_per_s"] = float(reads[g["sampling"].to_numpy() == "on"].sum() / dur[g["sampling"].to_numpy() == "on"].sum()) \
+            if (g["sampling"] == "on").any() else 0.0
+        two_terms = len(g) >= 2 and np.ptp(density) > 0.5 * density.max()
+        row["status"] = "per read" if two_terms else "rate only"
+        for d in DIRECTIONS:
+            y = g[f"{d}_bytes"].to_numpy()
+            row[f"{d}_Bps"] = float(y.sum() / dur.sum())
+            if two_terms:
+                (per_read, rate), *_ = np.linalg.lstsq(np.column_stack([reads, dur]), y, rcond=None)
+            else:
+                per_read, rate = 0.0, y.sum() / dur.sum()
+            row[f"{d}_bytes_per_read"], row[f"{d}_background_Bps"] = float(per_read), float(rate)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=FLOOR_COLUMNS)
+
+
+def floor_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duration_ns: np.ndarray) -> np.ndarray:
+    """Floor bytes of intervals with ``reads`` counter reads lasting ``duration_ns`` (NaN without a floor)."""
+    if model_row["status"] == "no floor":
+        return np.full(np.shape(reads), np.nan)
+    return (model_row[f"{direction}_bytes_per_read"] * np.asarray(reads, float)
+            + model_row[f"{direction}_background_Bps"] * np.asarray(duration_ns, float) / 1e9)

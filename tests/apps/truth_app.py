@@ -1,0 +1,166 @@
+"""An app of known PCIe traffic with its own truth: NVTX ranges whose counter bytes the app itself reads
+through NVML right after each push and right before each pop (its GPU only), written as JSON lines to
+$TRUTH_OUT. Run it alone (the truth) and under `pcietrace attach` (ours): bench/attach_truth.py compares.
+
+    python3 truth_app.py [--torch] [--reps N]     (under torchrun: one GPU per rank)
+Ranges (each N times): idle_20ms, eager_3000 (3,000 empty launches + sync), h2d_64MiB (~1.5 ms),
+h2d_256MiB, d2h_64MiB, graph (a 1,000-node graph once; --torch: 50 replays of a captured 60-kernel graph).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import nvtx
+import pynvml
+
+MiB = 1 << 20
+
+
+class Truth:
+    """NVML counters of one GPU, read inside every range (after its push, before its pop)."""
+
+    def __init__(self, bus_id: str, rank: int) -> None:
+        pynvml.nvmlInit()
+        self.h = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id.encode())
+        self.index = pynvml.nvmlDeviceGetIndex(self.h)
+        self.rank, self.rows = rank, []
+
+    def read(self) -> tuple[int, int, int]:
+        v = pynvml.nvmlDeviceGetFieldValues(self.h, [197, 198])
+        return time.monotonic_ns(), v[0].value.uiVal, v[1].value.uiVal
+
+    def range(self, name: str, fn) -> None:
+        with nvtx.annotate(name, domain="truth"):
+            t0, tx0, rx0 = self.read()
+            fn()
+            t1, tx1, rx1 = self.read()
+        self.rows.append({"pid": os.getpid(), "rank": self.rank, "nvml_index": self.index, "range": name,
+                          "dur_ns": t1 - t0, "h2d": (rx1 - rx0) % 2**32, "d2h": (tx1 - tx0) % 2**32})
+
+
+def torch_work(dev: int):
+    import torch
+
+    torch.cuda.set_device(dev)
+    x = torch.zeros(1, device="cuda")
+    host = torch.empty(256 * MiB, dtype=torch.uint8).pin_memory()
+    d = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
+    sync = torch.cuda.synchronize
+
+    def eager():
+        for _ in range(3000):
+            x.add_(1)
+        sync()
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            x.add_(1)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(60):
+            x.add_(1)
+
+    def graphed():
+        for _ in range(50):
+            g.replay()
+        sync()
+
+    copies = {"h2d_64MiB": lambda: (d[:64 * MiB].copy_(host[:64 * MiB], non_blocking=True), sync()),
+              "h2d_256MiB": lambda: (d.copy_(host, non_blocking=True), sync()),
+              "d2h_64MiB": lambda: (host[:64 * MiB].copy_(d[:64 * MiB], non_blocking=True), sync())}
+    return eager, graphed, copies, None  # bus id: from torch's device properties in main()
+
+
+def bindings_work(dev: int):
+    import numpy as np
+    from cuda.bindings import driver as drv, nvrtc
+
+    def ok(r):
+        assert int(r[0]) == 0, r
+        return r[1] if len(r) == 2 else r[1:]
+
+    ok(drv.cuInit(0))
+    cu = ok(drv.cuDeviceGet(dev))
+    ctx = ok(drv.cuDevicePrimaryCtxRetain(cu))
+    ok(drv.cuCtxSetCurrent(ctx))
+    major = ok(drv.cuDeviceGetAttribute(drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, cu))
+    minor = ok(drv.cuDeviceGetAttribute(drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, cu))
+    prog = ok(nvrtc.nvrtcCreateProgram(b'extern "C" __global__ void k(){}', b"k.cu", 0, [], []))
+    ok(nvrtc.nvrtcCompileProgram(prog, 1, [f"--gpu-architecture=sm_{major}{minor}".encode()]))
+    cubin = b" " * ok(nvrtc.nvrtcGetCUBINSize(prog))
+    ok(nvrtc.nvrtcGetCUBIN(prog, cubin))
+    fn = ok(drv.cuModuleGetFunction(ok(drv.cuModuleLoadData(cubin)), b"k"))
+    st = ok(drv.cuStreamCreate(0))
+    launch = lambda: drv.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, st, 0, 0)
+    host = ok(drv.cuMemHostAlloc(256 * MiB, 0))
+    d = ok(drv.cuMemAlloc(256 * MiB))
+    sync = lambda: ok(drv.cuStreamSynchronize(st))
+
+    def eager():
+        for _ in range(3000):
+            launch()
+        sync()
+
+    ok(drv.cuStreamBeginCapture(st, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
+    for _ in range(1000):
+        launch()
+    exe = ok(drv.cuGraphInstantiate(ok(drv.cuStreamEndCapture(st)), 0))
+
+    def graphed():
+        ok(drv.cuGraphLaunch(exe, st))
+        sync()
+
+    copies = {"h2d_64MiB": lambda: (drv.cuMemcpyHtoDAsync(d, host, 64 * MiB, st), sync()),
+              "h2d_256MiB": lambda: (drv.cuMemcpyHtoDAsync(d, host, 256 * MiB, st), sync()),
+              "d2h_64MiB": lambda: (drv.cuMemcpyDtoHAsync(host, d, 64 * MiB, st), sync())}
+    bus = ok(drv.cuDeviceGetPCIBusId(32, cu)).split(b"\0", 1)[0].decode()
+    return eager, graphed, copies, bus
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--torch", action="store_true")
+    ap.add_argument("--reps", type=int, default=5)
+    a = ap.parse_args()
+    rank, dev = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
+    dist = None
+    if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
+        import torch.distributed as dist
+
+        import torch
+        torch.cuda.set_device(dev)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", dev))
+    eager, graphed, copies, bus = torch_work(dev) if a.torch else bindings_work(dev)
+    if bus is None:
+        import torch
+        props = torch.cuda.get_device_properties(dev)
+        bus = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+    truth = Truth(bus, rank)
+    eager(), graphed(), [c() for c in copies.values()]  # warm every path outside the ranges
+    t_start = time.monotonic_ns()
+    for _ in range(a.reps):
+        if dist:
+            dist.barrier()
+        truth.range("idle_20ms", lambda: time.sleep(0.02))
+        truth.range("eager_3000", eager)
+        for name, c in copies.items():
+            truth.range(name, c)
+        truth.range("graph", graphed)
+    wall_ns = time.monotonic_ns() - t_start
+    with open(os.environ.get("TRUTH_OUT", "truth.jsonl"), "a") as f:
+        for r in truth.rows:
+            f.write(json.dumps(r) + "\n")
+        f.write(json.dumps({"pid": os.getpid(), "rank": rank, "wall_ns": wall_ns}) + "\n")
+    if dist:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

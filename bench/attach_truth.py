@@ -53,7 +53,7 @@ def truth_rows(path: Path) -> tuple[pd.DataFrame, dict[int, float]]:
 
 def run(scenario: str, work: Path, exact: bool) -> dict:
     build = work / "build"
-    build.mkdir(exist_ok=True)
+    build.mkdir(parents=True, exist_ok=True)
     cmd = command(scenario, build)
     env = dict(os.environ, TRUTH_OUT=str(work / f"{scenario}-alone.jsonl"))
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)

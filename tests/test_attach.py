@@ -118,10 +118,18 @@ def test_attach_session_analyses_renders_and_exports(events, tmp_path, capsys, m
     assert "PCIe bytes and launches per NVTX range" in out and "Whole run" in out and "Processes followed" in out
 
 
-def test_edge_error_bound() -> None:
-    # CONSTRUCTED: 100 bytes counted between samples at t=0 and t=10; an edge at t=2 can be off by 80.
-    t, y = np.array([0, 10, 20]), np.array([0.0, 100.0, 100.0])
-    assert attribution._edge_error(t, y, np.array([2, 10, 15])).tolist() == pytest.approx([80.0, 0.0, 0.0])
+def test_edge_values_follow_neighbouring_rates() -> None:
+    # CONSTRUCTED: a burst of 100 B that ends between the samples at t=10 and t=20 (none moves after t=20)
+    # and steady traffic of 10 B per unit time from t=40 on.
+    t = np.array([0, 10, 20, 30, 40, 50, 60])
+    y = np.array([0.0, 100.0, 130.0, 130.0, 130.0, 230.0, 330.0])
+    est, err = attribution.edge_values(t, y, np.array([18, 45, 55]))
+    # the burst's rate carried forward reaches 130 before t=18, and nothing moves after 20: the edge is at 130
+    assert est[0] == pytest.approx(130.0) and err[0] == pytest.approx(30.0)
+    # traffic that starts at t=40 and stays steady: (nearly) linear interpolation, which is right here
+    assert est[1] == pytest.approx(180.0, rel=0.02) and est[2] == pytest.approx(280.0)
+    # the bound is every byte of the interval on the far side of the estimate
+    assert err[1:] == pytest.approx(np.maximum(est[1:] - [130.0, 230.0], [230.0, 330.0] - est[1:]))
 
 
 def test_real_attach_run_on_the_h100(data_dir, h100, tmp_path, capsys) -> None:

@@ -153,9 +153,8 @@ def _gaps_overlapping(t: np.ndarray, flags: np.ndarray, a: np.ndarray, b: np.nda
 def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame) -> pd.DataFrame:
     """Adds ``duration_ns``; per direction ``{d}_raw_bytes`` (counter change over the range, interpolated
     between samples, summed over the range's ``gpus``), ``{d}_bytes`` (raw minus the floor model; NaN unless
-    ``status`` is "ok") and ``{d}_edge_bytes`` (how far interpolation at the two edges can be off: for each
-    edge, the counter increase over the sample interval around it times the larger of the two parts the edge
-    splits it into); ``stalls`` (sampling gaps the range overlaps that are longer than 4 counter updates);
+    ``status`` is "ok") and ``{d}_edge_bytes`` (how far the counter values at the two edges can be off, from
+    :func:`edge_values`); ``stalls`` (sampling gaps the range overlaps that are longer than 4 counter updates);
     ``status`` (:data:`STATUSES`: "no data" where a GPU's samples do not cover the range, "wrap risk" where a
     gap could hide a counter wrap, "no floor" where a GPU has none); and the exclusive figures (``excl_ns``,
     ``excl_h2d_bytes``, ``excl_d2h_bytes``: minus the direct children of push/pop ranges on the same thread).
@@ -183,8 +182,9 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame) -> p
         acc["stalls"] += np.where(mine, _gaps_overlapping(t, gp["stall"], a, b), 0)
         for d, c in DIRECTIONS.items():
             y = g[f"{c}_bytes"].to_numpy(float)
-            acc[f"{d}_raw"] += np.where(mine, np.interp(b, t, y) - np.interp(a, t, y), 0)
-            acc[f"{d}_edge"] += np.where(mine, _edge_error(t, y, a) + _edge_error(t, y, b), 0)
+            (ya, ea), (yb, eb) = edge_values(t, y, a), edge_values(t, y, b)
+            acc[f"{d}_raw"] += np.where(mine, yb - ya, 0)
+            acc[f"{d}_edge"] += np.where(mine, ea + eb, 0)
             if not no_floor:
                 acc[f"{d}_floor"] += np.where(mine, floor_bytes(models.loc[int(idx)], d, reads, b - a), 0)
     sampled = set(cum["nvml_index"].astype(int))
@@ -209,16 +209,36 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame) -> p
     return out
 
 
-def _edge_error(t: np.ndarray, y: np.ndarray, edge: np.ndarray) -> np.ndarray:
-    """Worst-case interpolation error at each ``edge``: the bytes counted over the sample interval
-    that contains it, times the larger fraction of that interval on one side of the edge (all of
-    them could have moved on that side)."""
-    i = np.clip(np.searchsorted(t, edge, side="right") - 1, 0, max(t.size - 2, 0))
+def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The cumulative counter at each ``edge`` time and how far that can be off (both in bytes).
+
+    The counter is only known at samples ``t``; between the two samples around an edge, the bytes could
+    have moved on either side. Linear interpolation puts the tail of a copy that ended just before a range
+    into it, so the estimate continues the rates of the neighbouring sample intervals instead: the left
+    estimate runs the previous interval's rate forward from the sample before the edge, the right one the
+    next interval's rate back from the sample after it (each kept within the two samples), and the edge
+    value weighs them by how well each side's rate matches the interval's own. Where traffic is steady both equal linear interpolation; where a burst ends (or
+    starts) at the edge they put its bytes on the right side. The error is the worst case: every byte of
+    the interval on the other side of the estimate. Edges outside the samples are clamped (and flagged
+    "no data" by :func:`attribute`)."""
     if t.size < 2:
-        return np.zeros(edge.size)
-    span = np.maximum(t[i + 1] - t[i], 1)
-    f = np.clip((edge - t[i]) / span, 0.0, 1.0)
-    return (y[i + 1] - y[i]) * np.maximum(f, 1 - f)
+        return np.full(edge.shape, y[0] if y.size else 0.0), np.zeros(edge.shape)
+    n = t.size
+    i = np.clip(np.searchsorted(t, edge, side="right") - 1, 0, n - 2)
+    t0, t1, y0, y1 = t[i], t[i + 1], y[i], y[i + 1]
+    span = np.maximum(t1 - t0, 1)
+    rate = (y1 - y0) / span
+    prev = np.where(i >= 1, (y0 - y[np.maximum(i - 1, 0)]) / np.maximum(t0 - t[np.maximum(i - 1, 0)], 1), rate)
+    nxt = np.where(i + 2 < n, (y[np.minimum(i + 2, n - 1)] - y1) / np.maximum(t[np.minimum(i + 2, n - 1)] - t1, 1), rate)
+    e = np.clip(edge, t0, t1)
+    left = np.clip(y0 + prev * (e - t0), y0, y1)
+    right = np.clip(y1 - nxt * (t1 - e), y0, y1)
+    # trust the side whose rate is closer to this interval's own: a burst that starts here matches the next
+    # interval, one that ends here the previous
+    slack = 0.05 * np.abs(rate) + 1e-12
+    w_left, w_right = 1 / (np.abs(prev - rate) + slack), 1 / (np.abs(nxt - rate) + slack)
+    est = (w_left * left + w_right * right) / (w_left + w_right)
+    return est, np.maximum(est - y0, y1 - est)
 
 
 def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns: float) -> pd.DataFrame:

@@ -51,7 +51,23 @@ def truth_rows(path: Path) -> tuple[pd.DataFrame, dict[int, float]]:
     return pd.DataFrame([r for r in rows if "range" in r]), walls
 
 
-def run(scenario: str, work: Path, exact: bool) -> dict:
+def overhead(scenario: str, work: Path, pairs: int, gpu: str) -> dict:
+    """The app's own runtime (its timed loop, without its truth reads) alone vs under attach, alternated."""
+    cmd = command(scenario, work / "build")
+    walls: dict[str, list[float]] = {"alone": [], "attached": []}
+    for i in range(pairs):
+        for mode in ("alone", "attached"):
+            path = work / f"{scenario}-overhead-{mode}-{i}.jsonl"
+            env = dict(os.environ, TRUTH_OUT=str(path), TRUTH_READS="0")
+            pre = [] if mode == "alone" else [sys.executable, "-m", "pcietrace", "attach", "--gpu", gpu, "-o",
+                                              str(work / f"ovh-{i}"), "--no-calibrate", "--"]
+            subprocess.run(pre + cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            walls[mode].append(np.mean(list(truth_rows(path)[1].values())) / 1e6)
+    a, b = np.median(walls["alone"]), np.median(walls["attached"])
+    return {"alone_ms": walls["alone"], "attached_ms": walls["attached"], "median_overhead": b / a - 1}
+
+
+def run(scenario: str, work: Path, exact: bool, gpu: str = "all") -> dict:
     build = work / "build"
     build.mkdir(parents=True, exist_ok=True)
     cmd = command(scenario, build)
@@ -61,7 +77,7 @@ def run(scenario: str, work: Path, exact: bool) -> dict:
     out = work / f"{scenario}-attach"
     shutil.rmtree(out, ignore_errors=True)
     env["TRUTH_OUT"] = str(work / f"{scenario}-attached.jsonl")
-    pt = [sys.executable, "-m", "pcietrace", "attach", "--json", "-o", str(out)] + (["--exact-edges"] if exact else [])
+    pt = [sys.executable, "-m", "pcietrace", "attach", "--gpu", gpu, "--json", "-o", str(out)] + (["--exact-edges"] if exact else [])
     proc = subprocess.run(pt + ["--", *cmd], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"attach failed ({proc.returncode}): {proc.stderr[-3000:]}")
@@ -99,11 +115,15 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", tempfile.mkdtemp())))
     ap.add_argument("--exact-edges", action="store_true")
     ap.add_argument("--work", type=Path, default=Path(tempfile.mkdtemp()))
+    ap.add_argument("--gpu", default="all", help="GPUs attach samples (e.g. 0, to compare 1-GPU and N-GPU sampling rates)")
+    ap.add_argument("--overhead-pairs", type=int, default=0, help="alone/attached runs without truth reads, alternated")
     a = ap.parse_args()
-    tag = "-exact" if a.exact_edges else ""
+    tag = ("-exact" if a.exact_edges else "") + ("" if a.gpu == "all" else f"-gpu{a.gpu}")
     everything = {}
     for sc in a.scenarios:
-        res = run(sc, a.work, a.exact_edges)
+        res = run(sc, a.work, a.exact_edges, a.gpu)
+        if a.overhead_pairs:
+            res["overhead"] = overhead(sc, a.work, a.overhead_pairs, a.gpu)
         everything[sc] = res
         df = pd.DataFrame(res["ranges"])
         cols = ["rank", "range", "calls", "ms", "h2d_truth", "h2d_ours", "h2d_err_pct", "h2d_edge", "d2h_truth",
@@ -116,6 +136,10 @@ def main() -> int:
                           round((f.get("h2d_background_Bps") or 0) / 1e3)) for f in res["floor"]])
         print("runtime overhead per rank:", {k: f"{v:+.2%}" for k, v in res["runtime_overhead"].items()})
         print("notes:", res["notes"])
+        if "overhead" in res:
+            o = res["overhead"]
+            print(f"app runtime without truth reads: alone {o['alone_ms']} ms, attached {o['attached_ms']} ms -> "
+                  f"median overhead {o['median_overhead']:+.2%}")
         shutil.copytree(a.work / f"{sc}-attach", a.out / f"attach-{sc}{tag}", dirs_exist_ok=True)
     (a.out / f"truth{tag}.json").write_text(json.dumps(everything, indent=1, default=str))
     return 0

@@ -1,0 +1,67 @@
+"""Where attach's runtime overhead comes from (run on a GPU machine; not a test): the truth app without its
+own reads (TRUTH_READS=0), run alone and in several configurations, interleaved; prints the median of the
+app's timed loop and of each range's duration per configuration.
+
+    python3 bench/attach_overhead_matrix.py SCENARIO [--pairs N]
+Configurations: alone; sampler (a CounterSampler on every GPU at 0.5 ms in another process, no injection);
+attach (defaults, --no-calibrate); attach-nocount (--no-count-launches: no LD_PRELOAD); attach-10ms
+(--sample-interval-ms 10).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from attach_truth import command, truth_rows  # noqa: E402
+
+SAMPLER = ("import sys, time\nfrom pcietrace.collectors import CounterSampler, nvml\n"
+           "s = CounterSampler(list(range(nvml.device_count())), interval_ns=500_000); s.start()\n"
+           "print('ready', flush=True); sys.stdin.read(); s.stop()\n")
+CONFIGS = {"alone": None, "sampler": None, "attach": [], "attach-nocount": ["--no-count-launches"],
+           "attach-10ms": ["--sample-interval-ms", "10"]}
+
+
+def once(config: str, cmd: list[str], work: Path, i: int) -> pd.DataFrame:
+    out = work / f"{config}-{i}.jsonl"
+    env = {**__import__("os").environ, "TRUTH_OUT": str(out), "TRUTH_READS": "0"}
+    if config == "sampler":
+        side = subprocess.Popen([sys.executable, "-c", SAMPLER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        side.stdout.readline()
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        side.communicate("")
+    else:
+        pre = [] if CONFIGS[config] is None else [sys.executable, "-m", "pcietrace", "attach", "--no-calibrate",
+                                                   "-o", str(work / f"r-{config}-{i}"), *CONFIGS[config], "--"]
+        subprocess.run(pre + cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows, walls = truth_rows(out)
+    per_range = rows.groupby("range")["dur_ns"].median() / 1e6
+    return pd.concat([per_range, pd.Series({"LOOP (mean over ranks)": sum(walls.values()) / len(walls) / 1e6})])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("scenario")
+    ap.add_argument("--pairs", type=int, default=2)
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp())
+    cmd = command(a.scenario, work)
+    res: dict[str, list[pd.Series]] = {c: [] for c in CONFIGS}
+    for i in range(a.pairs):
+        for c in CONFIGS:
+            res[c].append(once(c, cmd, work, i))
+    table = pd.DataFrame({c: pd.concat(v, axis=1).median(axis=1) for c, v in res.items()})
+    print(f"== {a.scenario}: median ms ({a.pairs} interleaved runs each)")
+    print(table.round(2).to_string())
+    print((table.div(table["alone"], axis=0) - 1).map(lambda x: f"{x:+.1%}").to_string())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

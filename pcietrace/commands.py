@@ -350,3 +350,37 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+
+
+def cmd_graphs(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.record import graphs
+    from pcietrace.record.run import RunPlan, base_meta
+    from pcietrace.session import Session
+
+    plan = graphs.GraphsPlan(kernels=args.kernels, param_sets=args.param_sets, order=args.order,
+                             strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()),
+                             kernel_us=tuple(args.kernel_us), iterations=args.iterations, rounds=args.rounds,
+                             sync=not args.pipelined, seed=args.seed)
+    try:
+        gpu, device, sampler, probe, extra = graphs.open_device(args.simulate, args.gpu, args.seed, args.sample_interval_ms)
+    except NoGpuError as exc:
+        raise NoGpuError(f"{exc}; `pcietrace graphs --simulate` runs on a simulated device") from None
+    session = Session(meta={**base_meta(RunPlan(), args.simulate), **graphs.meta_for(plan, device), **extra, "gpus": [gpu]})
+    session.meta.pop("plan")  # that is `run`'s plan; this run's is graphs_plan
+    out_dir = None if args.no_save else (args.output or Path(str(_output_dir(args, session.meta)) + "-graphs"))
+    err = Console(stderr=True)
+    try:
+        with err.status("graphs") as status:
+            graphs.record(session, plan, device, gpu["nvml_index"], sampler, probe, progress=status.update)
+    finally:
+        if out_dir is not None:
+            session.save(out_dir)  # raw data first, so no analysis error can lose it
+    results = analyze(session)
+    if out_dir is not None:
+        session.save(out_dir, to_jsonable(results))
+        err.print(f"saved to {out_dir}")
+    _emit(session.meta, results, args.json)
+    return 0

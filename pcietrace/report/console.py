@@ -287,6 +287,8 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Cons
     parts.append(system_table(meta, results.get("sampling", pd.DataFrame())))
     if str(meta.get("kind", "")).startswith("attach"):
         parts.extend(attach_tables(meta, results))
+    if meta.get("kind") == "graphs":
+        parts.extend(graphs_tables(meta, results))
     for key, fn in RENDERERS:
         if len(results.get(key, ())):
             parts.append(fn(results[key]))
@@ -300,3 +302,42 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Cons
         parts.append(model_table(results["topology_model"]))
     for part in parts:
         console.print(part)
+
+
+def graphs_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list[Any]:
+    """``pcietrace graphs``: per workload size, the strategies' times and their counts and bytes (see
+    :func:`pcietrace.analysis.graphs.summary` for the columns)."""
+    gs = results.get("graphs", pd.DataFrame())
+    plan = meta.get("graphs_plan", {})
+    stats = ("each iteration ends with a stream synchronize; \\[lo, hi] = bootstrap 95 % intervals over iterations"
+             if plan.get("sync", True) else "pipelined (no synchronize per iteration): times per window, \\[lo, hi] "
+             "over windows")
+    parts: list[Any] = []
+    for n, g in gs.groupby("kernels", sort=True) if len(gs) else []:
+        lo, hi = plan.get("kernel_us", ["?", "?"])
+        title = (f"CUDA graphs, {n:,} kernels of {lo:g}-{hi:g} us per iteration, {plan.get('param_sets')} parameter "
+                 f"sets ({plan.get('order')})")
+        t = _table(title + ": time", [("strategy", "left"), ("ms / iter, mean", "right"), ("median", "right"),
+                                      ("speedup vs eager", "right"), ("host CPU ms / iter", "right"),
+                                      ("instantiate ms", "right"), ("break-even reuses", "right")],
+                   caption=f"timing: {meta.get('timing', '?')}; {stats}; mean = total / iterations (carries the "
+                           "occasional instantiations; speedup = eager mean / mean); break-even = instantiate time / "
+                           "(eager - graph-ready iteration)")
+        for r in g.itertuples():
+            t.add_row(r.strategy, f"{r.wall_us_mean / 1e3:,.3f} [{r.wall_us_mean_lo / 1e3:,.3f}, {r.wall_us_mean_hi / 1e3:,.3f}]",
+                      f"{r.wall_us_median / 1e3:,.3f} [{r.wall_us_median_lo / 1e3:,.3f}, {r.wall_us_median_hi / 1e3:,.3f}]",
+                      "1" if r.strategy == "eager" else f"{r.speedup:.3f}x [{r.speedup_lo:.3f}, {r.speedup_hi:.3f}]",
+                      _num(r.cpu_us_mean / 1e3, ",.3f"), _num(r.build_us / 1e3, ",.3f"),
+                      "never" if r.break_even_reuses == math.inf else _num(r.break_even_reuses, ",.1f"))
+        c = _table(title + ": what each strategy did, and its PCIe traffic",
+                   [("strategy", "left"), ("captures", "right"), ("instantiations", "right"), ("updates", "right"),
+                    ("node updates", "right"), ("cache hits", "right"), ("update failures", "right"),
+                    ("H2D KB / iter", "right"), ("D2H KB / iter", "right")],
+                   caption=f"counts summed over {int(g['iterations'].iloc[0]):,} iterations per strategy; KB = 10^3 B "
+                           "from the counters, floor removed, ± 95 % over windows")
+        for r in g.itertuples():
+            c.add_row(r.strategy, _num(r.captures), _num(r.instantiations), _num(r.updates), _num(r.node_updates),
+                      _num(r.cache_hits), _num(r.update_failures), _pm(r.h2d_bytes_per_iter / 1e3, r.h2d_ci95 / 1e3, ",.1f"),
+                      _pm(r.d2h_bytes_per_iter / 1e3, r.d2h_ci95 / 1e3, ",.1f"))
+        parts += [t, c]
+    return parts

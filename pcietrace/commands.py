@@ -336,9 +336,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if len(args.paths) < 2:
         raise UsageError("compare needs at least two saved runs")
+    sessions = [Session.load(p) for p in args.paths]
+    if all(s.meta.get("kind") == "attach" for s in sessions):
+        return _compare_attach(args, sessions)
     runs = []
-    for i, p in enumerate(args.paths):
-        s = Session.load(p)
+    for i, (p, s) in enumerate(zip(args.paths, sessions)):
         gpu = s.meta["gpus"][0]["name"].replace("NVIDIA ", "") if s.meta.get("gpus") else "?"
         name = f"{chr(65 + i)}: {gpu}{' (SIMULATED)' if s.meta.get('simulated') else ''}"
         runs.append((name, analyze(s, args.us_per_level), s.meta))
@@ -383,4 +385,23 @@ def cmd_graphs(args: argparse.Namespace) -> int:
         session.save(out_dir, to_jsonable(results))
         err.print(f"saved to {out_dir}")
     _emit(session.meta, results, args.json)
+    return 0
+
+
+def _compare_attach(args: argparse.Namespace, sessions: list[Any]) -> int:
+    """Two attach runs of one program, eager then graphed: attach's savings prediction against the measured."""
+    from rich.console import Console
+
+    from pcietrace.analysis import analyze
+    from pcietrace.analysis.savings import savings
+    from pcietrace.report.console import savings_table
+
+    if len(sessions) != 2:
+        raise UsageError("attach runs are compared in pairs: EAGER_ATTACH GRAPHED_ATTACH")
+    eager, graphed = sessions
+    table = savings(analyze(eager), analyze(graphed), eager.meta.get("launch_costs"))
+    if args.json:
+        sys.stdout.write(table.to_json(orient="records", indent=1) + "\n")
+    else:
+        Console().print(savings_table(table, [str(p) for p in args.paths]))
     return 0

@@ -1,0 +1,86 @@
+"""Attach's graph-savings prediction against measured savings (pcietrace/analysis/savings.py), on the real
+eager attach run recorded on the H100 (tests/data/attach_h100_python). No graphed run was recorded yet: the
+"graphed" side here is that real run with one range's time replaced (SYNTHETIC, labelled per test)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from pcietrace.analysis import analyze
+from pcietrace.analysis.savings import LAUNCH_BOUND_FACTOR, per_launch_saving_us, predict_ms, savings
+from pcietrace.cli import main
+from pcietrace.session import Session
+
+
+@pytest.fixture(scope="module")
+def eager(data_dir):
+    s = Session.load(data_dir / "attach_h100_python")
+    return s, analyze(s)
+
+
+def test_launch_bound_range_saves_its_own_time_per_launch_minus_a_graph_kernel(eager) -> None:
+    s, res = eager
+    costs = s.meta["launch_costs"]
+    p = predict_ms(res["range_instances"], costs).set_index("name")
+    r = p.loc["eager_launches"]
+    us_per_launch = r["excl_ns"] / 1e3 / r["eager_launches"]
+    assert us_per_launch <= LAUNCH_BOUND_FACTOR * max(costs["host_us_per_eager_launch"], costs["wall_us_per_kernel_eager"])
+    assert r["launch_bound"]
+    assert r["predicted_ms"] == pytest.approx(r["eager_launches"] * (us_per_launch - costs["wall_us_per_kernel_graph"]) / 1e3)
+    # the parent launched nothing itself: it saves what its child saves, not launches x a GPU-bound figure
+    assert p.loc["demo_app", "own_eager_launches"] == 0
+    assert p.loc["demo_app", "predicted_ms"] == pytest.approx(r["predicted_ms"])
+    assert (p.drop(index=["eager_launches", "demo_app"])["predicted_ms"] == 0).all()
+
+
+def test_gpu_bound_ranges_save_only_the_gpu_overhead(eager) -> None:
+    costs = dict(eager[0].meta["launch_costs"])
+    slow = 10 * LAUNCH_BOUND_FACTOR * costs["host_us_per_eager_launch"]
+    per, bound = per_launch_saving_us(slow, costs)
+    assert not bound and per == pytest.approx(costs["wall_us_per_kernel_eager"] - costs["wall_us_per_kernel_graph"])
+    costs.update(gpu_us_per_kernel_eager=1.71, gpu_us_per_kernel_graph=0.79)  # H100 `run` gpu_time, empty kernel
+    assert per_launch_saving_us(slow, costs) == (pytest.approx(1.71 - 0.79), False)
+
+
+def _graphed(res: dict[str, pd.DataFrame], ms: float) -> dict[str, pd.DataFrame]:
+    """SYNTHETIC graphed run: the real eager run with eager_launches (and its parent) shortened to ``ms``."""
+    rg = res["ranges"].copy()
+    cut = rg.loc[rg["name"] == "eager_launches", "incl_ms"].iloc[0] - ms
+    rg.loc[rg["name"].isin(["eager_launches", "demo_app"]), "incl_ms"] -= cut
+    rg.loc[rg["name"] == "eager_launches", ["eager_launches", "graph_launches"]] = [0, 1]
+    return {"ranges": rg}
+
+
+def test_savings_table_measures_and_scores_both_predictions(eager) -> None:
+    s, res = eager
+    costs = s.meta["launch_costs"]
+    graph_ms = 20000 * costs["wall_us_per_kernel_graph"] / 1e3  # what 20,000 empty graph kernels take on the GPU
+    sv = savings(res, _graphed(res, graph_ms), costs).set_index("name")
+    row = sv.loc["eager_launches"]
+    eager_ms = res["ranges"].set_index("name").loc["eager_launches", "incl_ms"]
+    assert row["measured_ms"] == pytest.approx(eager_ms - graph_ms)
+    assert row["predicted_attach_ms"] == pytest.approx(res["ranges"].set_index("name").loc["eager_launches", "graph_savings_ms"])
+    assert row["error_attach_pct"] == pytest.approx((row["predicted_attach_ms"] - row["measured_ms"]) / row["measured_ms"] * 100)
+    assert abs(row["error_model_pct"]) < 1  # this synthetic graphed run is exactly the model's assumption
+    assert sv.loc["demo_app", "measured_ms"] == pytest.approx(row["measured_ms"])
+    assert pd.isna(sv.loc["idle", "error_model_pct"])  # nothing saved, nothing to score
+    assert sv.loc["graph_launch", "predicted_model_ms"] == 0
+
+
+def test_savings_without_costs_or_ranges() -> None:
+    assert list(savings({}, {}, None).columns)[:2] == ["domain", "name"]
+
+
+def test_compare_dispatches_two_attach_runs(data_dir, tmp_path, capsys) -> None:
+    a = tmp_path / "eager"
+    Session.load(data_dir / "attach_h100_python").save(a)
+    assert main(["compare", str(a), str(data_dir / "attach_h100_python"), "--json"]) == 0
+    rows = pd.DataFrame(json.loads(capsys.readouterr().out))
+    assert set(rows["name"]) >= {"eager_launches", "demo_app", "h2d_copy"}
+    assert (rows["measured_ms"].abs() < 1e-9).all()  # the same run twice saves nothing
+    assert main(["compare", str(a), str(a)]) == 0
+    assert "predicted" in capsys.readouterr().out
+    assert main(["compare", str(a), str(a), str(a)]) == 2

@@ -84,3 +84,19 @@ def test_compare_dispatches_two_attach_runs(data_dir, tmp_path, capsys) -> None:
     assert main(["compare", str(a), str(a)]) == 0
     assert "predicted" in capsys.readouterr().out
     assert main(["compare", str(a), str(a), str(a)]) == 2
+
+
+def test_gpu_busy_time_when_known_replaces_the_launch_bound_guess(eager) -> None:
+    """SYNTHETIC GPU busy times on the real run's instances: a host-heavy range (busy 20 % of its time)
+    saves all but its GPU time less the per-kernel overhead; a fully busy one only that overhead."""
+    s, res = eager
+    costs = {**s.meta["launch_costs"], "gpu_us_per_kernel_eager": 1.71, "gpu_us_per_kernel_graph": 0.79}
+    inst = res["range_instances"].copy()
+    i = inst.index[inst["name"] == "eager_launches"][0]
+    n, t_ms = inst.at[i, "eager_launches"], inst.at[i, "excl_ns"] / 1e6
+    for busy_frac in (0.2, 1.0):
+        inst["gpu_busy_ns"] = float("nan")
+        inst.at[i, "gpu_busy_ns"] = busy_frac * inst.at[i, "excl_ns"]
+        p = predict_ms(inst, costs).set_index("name")
+        graphed = max(busy_frac * t_ms - n * (1.71 - 0.79) / 1e3, n * costs["wall_us_per_kernel_graph"] / 1e3)
+        assert p.loc["eager_launches", "predicted_ms"] == pytest.approx(t_ms - graphed)

@@ -14,6 +14,12 @@ Two predictions are set beside the measured saving (eager minus graphed range ti
   graph kernels back to back: ``wall_us_per_kernel_graph``). Otherwise the GPU sets the pace, and a launch
   saves only the GPU's per-kernel overhead difference (eager - graph GPU time per kernel, when the costs carry
   it; else the calibration's wall difference, an upper bound). A parent adds up its children's savings.
+
+What the model cannot know from launch counts alone is how busy the GPU was: a PyTorch range whose host
+spends ~10-20 us per operator looks GPU-bound by its time per launch, yet a graph removes most of that host
+time. Where an instance carries ``gpu_busy_ns`` (the GPU's busy time inside the range, e.g. from CUPTI kernel
+activity, which attach does not record today), :func:`predict_ms` uses it instead: the graphed range takes
+the GPU's busy time less the per-kernel overhead graphs remove, and never less than a graph kernel each.
 """
 
 from __future__ import annotations
@@ -46,11 +52,23 @@ def per_launch_saving_us(us_per_launch: float, costs: dict[str, Any]) -> tuple[f
     return max(0.0, min(us_per_launch, costs["wall_us_per_kernel_eager"]) - graph), False
 
 
+def graphed_saving_ms(range_ms: float, gpu_busy_ms: float, launches: float, costs: dict[str, Any]) -> float:
+    """Saving of a range that took ``range_ms`` with ``launches`` eager launches while the GPU was busy for
+    ``gpu_busy_ms``: graphed, it takes the busy time less the per-kernel overhead graphs remove (GPU time per
+    empty kernel eager - graph, or the calibration's wall difference), and at least a graph kernel's time each."""
+    per_kernel = (costs["gpu_us_per_kernel_eager"] - costs["gpu_us_per_kernel_graph"]
+                  if "gpu_us_per_kernel_eager" in costs and "gpu_us_per_kernel_graph" in costs
+                  else costs["wall_us_per_kernel_eager"] - costs["wall_us_per_kernel_graph"])
+    graphed = max(gpu_busy_ms - launches * max(per_kernel, 0.0) / 1e3, launches * costs["wall_us_per_kernel_graph"] / 1e3)
+    return max(0.0, range_ms - graphed)
+
+
 def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     """Per range instance (attach's ``range_instances``): ``own_eager_launches`` (minus direct children's),
     ``launch_bound`` and ``predicted_ms`` (own launches x :func:`per_launch_saving_us` at the instance's own
     time per launch, plus its direct children's predictions). Children are the push/pop ranges one level
-    deeper on the same thread inside it; start/end ranges have none."""
+    deeper on the same thread inside it; start/end ranges have none. With a ``gpu_busy_ns`` column, instances
+    that have it use :func:`graphed_saving_ms` instead."""
     out = instances.copy()
     out["own_eager_launches"] = out["eager_launches"].astype(float)
     out["own_ns"] = out["excl_ns"].astype(float)
@@ -63,10 +81,13 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
             inside = g[(g["depth"] == r["depth"] + 1) & (g["t_start_ns"] >= r["t_start_ns"]) & (g["t_end_ns"] <= r["t_end_ns"])]
             kids[i] = list(inside.index)
             out.loc[i, "own_eager_launches"] -= inside["eager_launches"].sum()
+    busy = "gpu_busy_ns" in out.columns
     for i in out.sort_values("depth", ascending=False).index:  # children first
         n = out.at[i, "own_eager_launches"]
         own = 0.0
-        if n > 0:
+        if n > 0 and busy and not pd.isna(out.at[i, "gpu_busy_ns"]):
+            own = graphed_saving_ms(out.at[i, "own_ns"] / 1e6, out.at[i, "gpu_busy_ns"] / 1e6, n, costs)
+        elif n > 0:
             per_us, bound = per_launch_saving_us(out.at[i, "own_ns"] / 1e3 / n, costs)
             own = n * per_us / 1e3
             out.at[i, "launch_bound"] = bound

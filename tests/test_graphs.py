@@ -87,6 +87,18 @@ def test_native_failure_names_the_call_and_ends_the_capture(fake_cuda: Path, fai
     assert out["live_graphs"] == 0 and out["live_execs"] == 0
 
 
+def test_real_device_class_and_record_loop_on_a_fake_driver(fake_cuda: Path) -> None:
+    """CudaGraphsDevice (on a stub GPU object) under record(): sizes 5 and 9, 4 iterations x 2 rounds."""
+    out = _child(fake_cuda, "record")
+    assert out["status"] == "complete" and out["windows"] == 2 * (5 * 2 + 2)  # per size: 10 strategy + 2 idle
+    for n in (5, 9):
+        c = {s: out["counts"][f"{n}/{s}"] for s in STRATEGIES}
+        assert c["recognize"]["instantiations"] == 5 and c["recognize"]["cache_hits"] == 3
+        assert c["eager"]["eager_launches"] == 8 * n and c["recapture"]["instantiations"] == 8
+    assert out["executed"] == sum(n + 5 * 8 * n for n in (5, 9))  # + one warm-up iteration per size
+    assert out["live_graphs"] == 0 and out["live_execs"] == 0
+
+
 def test_failed_exec_update_reinstantiates(fake_cuda: Path) -> None:
     out = _child(fake_cuda, "fail", "exec_update", fail="cuGraphExecUpdate:2")
     c = out["counts"]

@@ -24,6 +24,39 @@ durations = rng.integers(2000, 8000, (sets, kernels)).astype(np.uint64)
 durations[2, :4] = durations[1, :4]  # sets 1 and 2 share 4 nodes: node_update must touch only 3
 order = np.array([0, 1, 2, 0, 2, 1, 1, 0], np.int32)
 out = {}
+if sys.argv[2] == "record":  # the real device class and the recording loop, on a stub GPU object
+    import time
+    import types
+
+    import pandas as pd
+
+    from pcietrace.device.graphs import CudaGraphsDevice
+    from pcietrace.record.graphs import GraphsPlan, record
+    from pcietrace.session import Session
+
+    class StubGpu:
+        stream = 2
+
+        def make_current(self) -> None: ...
+        def compile(self, source: str, name: str) -> str: return name
+        def kernel(self, module: str, name: str, nargs: int) -> object: return types.SimpleNamespace(func=1)
+
+    class Sampler:
+        modes: dict = {}
+        def start(self) -> None: ...
+        def stop(self) -> pd.DataFrame: return pd.DataFrame(columns=["nvml_index", "t_ns", "read_ns", "tx_raw", "rx_raw"])
+
+    session = Session(meta={"gpus": [{"nvml_index": 0}]})
+    plan = GraphsPlan(kernels=(5, 9), iterations=4, rounds=2, idle_s=0.01)
+    record(session, plan, CudaGraphsDevice(StubGpu()), 0, Sampler(), time.monotonic_ns)
+    g = session.graphs.groupby(["kernels", "strategy"])[["instantiations", "cache_hits", "graph_launches",
+                                                         "eager_launches"]].sum()
+    out = {"status": session.meta["status"], "windows": len(session.windows),
+           "counts": {f"{k}/{s}": v for (k, s), v in g.to_dict("index").items()},
+           "executed": int(fake.fake_log(np.zeros(100_000, np.uint64).ctypes.data_as(ctypes.c_void_p), 100_000)),
+           "live_graphs": fake.fake_live_graphs(), "live_execs": fake.fake_live_execs()}
+    print(json.dumps(out))
+    sys.exit(0)
 if sys.argv[2] == "fail":  # FAKE_CUDA_FAIL is set: the failure names the call and leaves no capture open
     r = NativeRunner(lib, sys.argv[3], 1, 2, durations, True)
     try:

@@ -15,9 +15,7 @@ import pandas as pd
 from scipy import stats
 
 from pcietrace.analysis.launch import DIRECTIONS
-
-COUNTS = ("captures", "instantiations", "updates", "node_updates", "cache_hits", "update_failures", "evictions",
-          "graph_launches", "eager_launches")
+from pcietrace.device.graphs import COUNT_COLUMNS as COUNTS  # what each iteration counts (a plain tuple)
 
 #: Columns of :func:`summary`, in order.
 SUMMARY_COLUMNS = ["kernels", "strategy", "iterations", "wall_us_median", "wall_us_median_lo", "wall_us_median_hi",

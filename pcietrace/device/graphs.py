@@ -45,10 +45,6 @@ class GraphsDevice(Protocol):
     def runner(self, strategy: str, durations_ns: np.ndarray, sync: bool) -> Runner: ...
 
 
-class _Handle(ctypes.Structure):
-    pass
-
-
 def _lib() -> ctypes.CDLL:
     from pcietrace.device.native import library
 

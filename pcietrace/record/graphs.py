@@ -19,6 +19,8 @@ from pcietrace.errors import UsageError
 from pcietrace.session import Session
 
 ORDERS = ("cycle", "random", "all-new")
+#: Columns of a session's ``graphs`` table after ``kernels, strategy, round, iteration`` (see ITERATION_DTYPE).
+ITERATION_FIELDS = ("t_start_ns", "prep_ns", "submit_ns", "wall_ns", "cpu_ns", "param_set", *COUNT_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -149,9 +151,6 @@ def record(session: Session, plan: GraphsPlan, device: GraphsDevice, nvml_index:
                           else pd.DataFrame(columns=["kernels", "strategy", "round", "iteration", *ITERATION_FIELDS]))
         session.windows = pd.DataFrame(windows)
     return session
-
-
-ITERATION_FIELDS = ("t_start_ns", "prep_ns", "submit_ns", "wall_ns", "cpu_ns", "param_set", *COUNT_COLUMNS)
 
 
 def meta_for(plan: GraphsPlan, device: GraphsDevice) -> dict[str, Any]:

@@ -100,3 +100,51 @@ def test_gpu_busy_time_when_known_replaces_the_launch_bound_guess(eager) -> None
         p = predict_ms(inst, costs).set_index("name")
         graphed = max(busy_frac * t_ms - n * (1.71 - 0.79) / 1e3, n * costs["wall_us_per_kernel_graph"] / 1e3)
         assert p.loc["eager_launches", "predicted_ms"] == pytest.approx(t_ms - graphed)
+
+
+# -- real GPU: the demo apps eager and graphed under attach -------------------------------------------------
+APPS = __import__("pathlib").Path(__file__).parent / "apps"
+
+
+def _attach_pair(tmp_path, name: str, cmd: list[str], graphed_cmd: list[str]) -> pd.DataFrame:
+    import subprocess
+    import sys
+
+    for tag, c in (("eager", cmd), ("graph", graphed_cmd)):
+        p = subprocess.run([sys.executable, "-m", "pcietrace", "attach", "-o", str(tmp_path / f"{name}-{tag}"), "--", *c],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+    p = subprocess.run([sys.executable, "-m", "pcietrace", "compare", str(tmp_path / f"{name}-eager"),
+                        str(tmp_path / f"{name}-graph"), "--json"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    sv = pd.DataFrame(json.loads(p.stdout)).set_index("name")
+    print(sv.to_string())
+    return sv
+
+
+def _check(sv: pd.DataFrame) -> None:
+    e = sv.loc["eager_launches"]
+    assert e["eager_launches"] == 20000 and e["graph_launches_graphed"] == 1
+    assert e["measured_ms"] > 0
+    assert abs(e["error_model_pct"]) <= 20  # the goal for the demo apps
+    assert abs(sv.loc["h2d_copy", "measured_ms"]) < 0.25 * sv.loc["h2d_copy", "eager_ms"]  # same work, same time
+
+
+@pytest.mark.gpu
+def test_savings_prediction_on_the_python_demo(tmp_path) -> None:
+    import sys
+
+    app = [sys.executable, str(APPS / "demo_nvtx.py")]
+    _check(_attach_pair(tmp_path, "py", [*app, "20000", "1000", "256"], [*app, "--graphed", "20000", "1000", "256"]))
+
+
+@pytest.mark.gpu
+def test_savings_prediction_on_the_cpp_demo(tmp_path) -> None:
+    import shutil
+    import subprocess
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc: C++ demo not built")
+    exe = tmp_path / "demo_nvtx"
+    subprocess.run(["nvcc", "-O2", "-o", str(exe), str(APPS / "demo_nvtx.cu"), "-ldl"], check=True)
+    _check(_attach_pair(tmp_path, "cpp", [str(exe), "20000", "1000", "256"], [str(exe), "--graphed", "20000", "1000", "256"]))

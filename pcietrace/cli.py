@@ -163,6 +163,34 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--us-per-level", type=_positive, default=0.3, help="round trip added per PCIe switch level (us)")
     cp.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
     cp.set_defaults(func="cmd_compare")
+
+    gr = sub.add_parser("graphs", formatter_class=_Formatter, help="what each way of using CUDA graphs costs when parameters change",
+                        description="Iterations of N short spin kernels (durations drawn from --kernel-us) whose parameters "
+                                    "change between iterations among P parameter sets, run by each strategy: eager launches, "
+                                    "recapture (capture + instantiate every time), exec_update (capture + cuGraphExecUpdate), "
+                                    "node_update (cuGraphExecKernelNodeSetParams on changed nodes) and recognize (one executable "
+                                    "graph cached per parameter set). Iterations are timed in native C; PCIe bytes come from "
+                                    "counter windows. Saved like a run, for `report` and `compare`.")
+    gr.add_argument("--gpu", type=int, default=0, help="CUDA device number")
+    gr.add_argument("--simulate", action="store_true", help="use a SIMULATED device (a cost model from published figures)")
+    gr.add_argument("--kernels", type=_int_list, default=(500, 2500), metavar="N,N,..", help="kernels per iteration (workload sizes)")
+    gr.add_argument("--param-sets", type=int, default=5, metavar="P", help="distinct parameter sets the iterations draw from")
+    gr.add_argument("--order", choices=["cycle", "random", "all-new"], default="cycle",
+                    help="which parameter set each iteration uses (all-new: a fresh one every iteration)")
+    gr.add_argument("--strategies", default="eager,recapture,exec_update,node_update,recognize", metavar="S,S,..",
+                    help="strategies to run (eager is always needed)")
+    gr.add_argument("--kernel-us", type=_float_list, default=(2.0, 8.0), metavar="MIN,MAX", help="range of kernel durations (us)")
+    gr.add_argument("--iterations", type=int, default=40, help="iterations per window")
+    gr.add_argument("--rounds", type=int, default=3, help="windows per strategy and size (strategies interleaved)")
+    gr.add_argument("--pipelined", action="store_true",
+                    help="do not synchronize after each iteration (the host prepares the next while the GPU runs); "
+                         "times are then per window, not per iteration")
+    gr.add_argument("--sample-interval-ms", type=float, default=10.0, help="background counter sampling interval")
+    gr.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-<gpu>-graphs)")
+    gr.add_argument("--no-save", action="store_true", help="do not save")
+    gr.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
+    gr.add_argument("--seed", type=int, default=0, help="seed of the parameter sets (and of the simulated device)")
+    gr.set_defaults(func="cmd_graphs")
     return p
 
 

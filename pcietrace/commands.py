@@ -337,9 +337,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if len(args.paths) < 2:
         raise UsageError("compare needs at least two saved runs")
+    sessions = [Session.load(p) for p in args.paths]
+    if all(s.meta.get("kind") == "attach" for s in sessions):
+        return _compare_attach(args, sessions)
     runs = []
-    for i, p in enumerate(args.paths):
-        s = Session.load(p)
+    for i, (p, s) in enumerate(zip(args.paths, sessions)):
         gpu = s.meta["gpus"][0]["name"].replace("NVIDIA ", "") if s.meta.get("gpus") else "?"
         name = f"{chr(65 + i)}: {gpu}{' (SIMULATED)' if s.meta.get('simulated') else ''}"
         runs.append((name, analyze(s, args.us_per_level), s.meta))
@@ -351,3 +353,56 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+
+
+def cmd_graphs(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.record import graphs
+    from pcietrace.record.run import RunPlan, base_meta
+    from pcietrace.session import Session
+
+    plan = graphs.GraphsPlan(kernels=args.kernels, param_sets=args.param_sets, order=args.order,
+                             strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()),
+                             kernel_us=tuple(args.kernel_us), iterations=args.iterations, rounds=args.rounds,
+                             sync=not args.pipelined, seed=args.seed)
+    try:
+        gpu, device, sampler, probe, extra = graphs.open_device(args.simulate, args.gpu, args.seed, args.sample_interval_ms)
+    except NoGpuError as exc:
+        raise NoGpuError(f"{exc}; `pcietrace graphs --simulate` runs on a simulated device") from None
+    session = Session(meta={**base_meta(RunPlan(), args.simulate), **graphs.meta_for(plan, device), **extra, "gpus": [gpu]})
+    session.meta.pop("plan")  # that is `run`'s plan; this run's is graphs_plan
+    out_dir = None if args.no_save else (args.output or Path(str(_output_dir(args, session.meta)) + "-graphs"))
+    err = Console(stderr=True)
+    try:
+        with err.status("graphs") as status:
+            graphs.record(session, plan, device, gpu["nvml_index"], sampler, probe, progress=status.update)
+    finally:
+        if out_dir is not None:
+            session.save(out_dir)  # raw data first, so no analysis error can lose it
+    results = analyze(session)
+    if out_dir is not None:
+        session.save(out_dir, to_jsonable(results))
+        err.print(f"saved to {out_dir}")
+    _emit(session.meta, results, args.json)
+    return 0
+
+
+def _compare_attach(args: argparse.Namespace, sessions: list[Any]) -> int:
+    """Two attach runs of one program, eager then graphed: attach's savings prediction against the measured."""
+    from rich.console import Console
+
+    from pcietrace.analysis import analyze
+    from pcietrace.analysis.savings import savings
+    from pcietrace.report.console import savings_table
+
+    if len(sessions) != 2:
+        raise UsageError("attach runs are compared in pairs: EAGER_ATTACH GRAPHED_ATTACH")
+    eager, graphed = sessions
+    table = savings(analyze(eager), analyze(graphed), eager.meta.get("launch_costs"))
+    if args.json:
+        sys.stdout.write(table.to_json(orient="records", indent=1) + "\n")
+    else:
+        Console().print(savings_table(table, [str(p) for p in args.paths]))
+    return 0

@@ -19,7 +19,7 @@ import pandas as pd
 from pcietrace.errors import UsageError
 
 SCHEMA = "pcietrace.report/1"
-TABLES = ("windows", "bursts", "e2e", "calibration", "latency")
+TABLES = ("windows", "bursts", "e2e", "calibration", "latency", "graphs")
 REPORT_FILE = "report.json"
 SAMPLES_FILE = "samples.parquet"
 EVENTS_FILE = "events.parquet"
@@ -37,7 +37,8 @@ class Session:
     ``pcietrace.collectors.SAMPLE_COLUMNS``), ``windows``, ``bursts``, ``e2e``, ``calibration``
     (records from :class:`pcietrace.record.generate.LaunchGenerator`, each with ``nvml_index``), ``latency``
     (:data:`pcietrace.record.latency.LATENCY_COLUMNS`), ``events`` (attach: NVTX/launch events,
-    :data:`pcietrace.record.attach.EVENT_COLUMNS` + ``pid``); ``meta["topology"]`` holds the machine's topology."""
+    :data:`pcietrace.record.attach.EVENT_COLUMNS` + ``pid``), ``graphs`` (``pcietrace graphs``: one row per
+    iteration, :data:`pcietrace.record.graphs.ITERATION_FIELDS`); ``meta["topology"]`` holds the machine's topology."""
 
     meta: dict[str, Any]
     samples: pd.DataFrame = field(default_factory=_empty)
@@ -47,6 +48,7 @@ class Session:
     calibration: pd.DataFrame = field(default_factory=_empty)
     latency: pd.DataFrame = field(default_factory=_empty)
     events: pd.DataFrame = field(default_factory=_empty)
+    graphs: pd.DataFrame = field(default_factory=_empty)  # `pcietrace graphs`: one row per iteration
 
     @property
     def counters(self) -> dict[int, dict[str, Any]]:

@@ -11,13 +11,14 @@ from typing import Any
 import pandas as pd
 
 from pcietrace.analysis import attribution, counters, floor, launch
+from pcietrace.analysis import graphs as graphs_analysis
 from pcietrace.analysis import latency as latency_analysis
 from pcietrace.session import Session
 
 #: Result tables in display order; each is a DataFrame documented in its producing function.
 RESULT_TABLES = ("sampling", "floor", "calibration", "per_launch", "per_node", "by_duration",
                  "cpu_cost", "gpu_time", "speedup", "latency", "topology_model", "ranges", "range_instances", "whole_run",
-                 "notes")
+                 "notes", "graphs")
 
 
 def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_PER_LEVEL) -> dict[str, pd.DataFrame]:
@@ -27,6 +28,9 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
     s = session
     if len(s.samples):
         out["sampling"] = counters.sample_gaps(s.samples)
+    if s.meta.get("kind") == "graphs":
+        out.update(_graphs(s))
+        return out
     attach = str(s.meta.get("kind", "")).startswith("attach")
     if len(s.windows) and len(s.samples) and not attach:
         cum = counters.cumulative_bytes(s.samples, s.counters)
@@ -82,3 +86,13 @@ def _attach(s: Session, out: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
             "ranges": attribution.summarize(inst, s.meta.get("launch_costs"), short_ns=2 * gap_ns),
             "whole_run": attribution.whole_run(cum, s.events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl),
             "notes": pd.DataFrame({"note": notes}, dtype=str)}
+
+
+def _graphs(s: Session) -> dict[str, pd.DataFrame]:
+    """A ``pcietrace graphs`` session: the floor from its idle windows, then the per-strategy summary."""
+    per_window = not s.meta.get("graphs_plan", {}).get("sync", True)
+    if not len(s.windows) or not len(s.samples):
+        return {"graphs": graphs_analysis.summary(s.graphs, pd.DataFrame(), per_window)}
+    wb = counters.window_bytes(counters.cumulative_bytes(s.samples, s.counters), s.windows)
+    fl = counters.floor(wb)
+    return {"floor": fl, "graphs": graphs_analysis.summary(s.graphs, counters.subtract_floor(wb, fl), per_window)}

@@ -55,6 +55,10 @@ def metrics(results: dict[str, pd.DataFrame], meta: dict[str, Any]) -> pd.DataFr
     sp = results.get("speedup", pd.DataFrame())
     for r in sp[sp["nvml_index"] == idx].sort_values("kernel_us").itertuples() if len(sp) else []:
         rows.append((f"graph speedup, {r.kernel_us:g} us kernels", "x", r.speedup, math.nan))
+    if len(results.get("graphs", ())):
+        from pcietrace.analysis.graphs import compare_rows
+
+        rows.extend(compare_rows(results["graphs"]))
     topo = {g.get("nvml_index"): g for g in meta.get("topology", {}).get("gpus", [])}
     if idx in topo:
         rows.append(("PCIe switch levels", "", float(topo[idx]["switch_levels"]), math.nan))

@@ -303,6 +303,8 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Cons
     parts.append(system_table(meta, results.get("sampling", pd.DataFrame())))
     if str(meta.get("kind", "")).startswith("attach"):
         parts.extend(attach_tables(meta, results))
+    if meta.get("kind") == "graphs":
+        parts.extend(graphs_tables(meta, results))
     for key, fn in RENDERERS:
         if key == "floor" and str(meta.get("kind", "")).startswith("attach"):
             continue  # attach's floor model has its own table
@@ -334,4 +336,65 @@ def attach_floor_table(fl: pd.DataFrame) -> Table:
         t.add_row(f"GPU{r['nvml_index']}", r["status"], str(r["windows"]), _num(r["reads_per_s"]),
                   _num(r["h2d_bytes_per_read"]), _num(r["d2h_bytes_per_read"]),
                   _num(r["h2d_background_Bps"] / 1e6, ",.3f"), _num(r["d2h_background_Bps"] / 1e6, ",.3f"))
+    return t
+
+
+def graphs_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list[Any]:
+    """``pcietrace graphs``: per workload size, the strategies' times and their counts and bytes (see
+    :func:`pcietrace.analysis.graphs.summary` for the columns)."""
+    gs = results.get("graphs", pd.DataFrame())
+    plan = meta.get("graphs_plan", {})
+    stats = ("each iteration ends with a stream synchronize; \\[lo, hi] = bootstrap 95 % intervals over iterations"
+             if plan.get("sync", True) else "pipelined (no synchronize per iteration): times per window, \\[lo, hi] "
+             "over windows")
+    parts: list[Any] = []
+    for n, g in gs.groupby("kernels", sort=True) if len(gs) else []:
+        lo, hi = plan.get("kernel_us", ["?", "?"])
+        title = (f"CUDA graphs, {n:,} kernels of {lo:g}-{hi:g} us per iteration, {plan.get('param_sets')} parameter "
+                 f"sets ({plan.get('order')})")
+        t = _table(title + ": time", [("strategy", "left"), ("ms / iter, mean", "right"), ("median", "right"),
+                                      ("speedup vs eager", "right"), ("host CPU ms / iter", "right"),
+                                      ("instantiate ms", "right"), ("break-even reuses", "right")],
+                   caption=f"timing: {meta.get('timing', '?')}; {stats}; mean = total / iterations (carries the "
+                           "occasional instantiations; speedup = eager mean / mean); break-even = instantiate time / "
+                           "(eager - graph-ready iteration)")
+        for r in g.itertuples():
+            t.add_row(r.strategy, f"{r.wall_us_mean / 1e3:,.3f} [{r.wall_us_mean_lo / 1e3:,.3f}, {r.wall_us_mean_hi / 1e3:,.3f}]",
+                      f"{r.wall_us_median / 1e3:,.3f} [{r.wall_us_median_lo / 1e3:,.3f}, {r.wall_us_median_hi / 1e3:,.3f}]",
+                      "1" if r.strategy == "eager" else f"{r.speedup:.3f}x [{r.speedup_lo:.3f}, {r.speedup_hi:.3f}]",
+                      _num(r.cpu_us_mean / 1e3, ",.3f"), _num(r.build_us / 1e3, ",.3f"),
+                      "never" if r.break_even_reuses == math.inf else _num(r.break_even_reuses, ",.1f"))
+        c = _table(title + ": what each strategy did, and its PCIe traffic",
+                   [("strategy", "left"), ("captures", "right"), ("instantiations", "right"), ("updates", "right"),
+                    ("node updates", "right"), ("cache hits", "right"), ("update failures", "right"),
+                    ("H2D KB / iter", "right"), ("D2H KB / iter", "right")],
+                   caption=f"counts summed over {int(g['iterations'].iloc[0]):,} iterations per strategy; KB = 10^3 B "
+                           "from the counters, floor removed, ± 95 % over windows")
+        for r in g.itertuples():
+            c.add_row(r.strategy, _num(r.captures), _num(r.instantiations), _num(r.updates), _num(r.node_updates),
+                      _num(r.cache_hits), _num(r.update_failures), _pm(r.h2d_bytes_per_iter / 1e3, r.h2d_ci95 / 1e3, ",.1f"),
+                      _pm(r.d2h_bytes_per_iter / 1e3, r.d2h_ci95 / 1e3, ",.1f"))
+        parts += [t, c]
+    return parts
+
+
+def savings_table(sv: pd.DataFrame, paths: list[str]) -> Table:
+    """Attach's predicted graph savings against the measured (see :func:`pcietrace.analysis.savings.savings`)."""
+    t = _table("Graph savings per NVTX range: predicted from the eager run vs measured",
+               [("range", "left"), ("domain", "left"), ("eager ms", "right"), ("graphed ms", "right"),
+                ("eager launches", "right"), ("measured ms", "right"), ("attach predicted ms", "right"),
+                ("error", "right"), ("model predicted ms", "right"), ("error", "right"), ("launch-bound", "left")],
+               caption=f"eager: {paths[0]}; graphed: {paths[1]}; measured = eager - graphed inclusive range time; "
+                       "attach = launches x (eager - graph) wall per empty kernel (what attach prints); model = per "
+                       "range, launch-bound ranges save their own time per launch minus a graph kernel's, others the "
+                       "GPU overhead difference (pcietrace/analysis/savings.py); error in % of the measured saving")
+
+    def err(x: Any) -> str:
+        return "–" if x is None or pd.isna(x) else f"{x:+.0f} %"
+
+    for r in sv.itertuples():
+        t.add_row(str(r.name), str(r.domain), _num(r.eager_ms, ",.2f"), _num(r.graphed_ms, ",.2f"),
+                  _num(r.eager_launches), _num(r.measured_ms, ",.2f"), _num(r.predicted_attach_ms, ",.2f"),
+                  err(r.error_attach_pct), _num(r.predicted_model_ms, ",.2f"), err(r.error_model_pct),
+                  "yes" if r.launch_bound else "no")
     return t

@@ -3,7 +3,11 @@
 Ranges (domain "demo", inside an outer "demo_app" range): ``eager_launches`` (N empty kernels, one
 cuLaunchKernel each), ``graph_launch`` (one launch of a graph of K empty kernels), ``h2d_copy``
 (a pinned host->device copy), ``idle`` (a sleep). A worker thread opens a range of its own. Prints
-its own workload time as JSON. Usage: python demo_nvtx.py [N] [K] [COPY_MIB] [EXIT_CODE]
+its own workload time as JSON. Usage: python demo_nvtx.py [--graphed] [N] [K] [COPY_MIB] [EXIT_CODE]
+
+``--graphed``: the same work and ranges, but the N kernels of ``eager_launches`` are captured into a graph
+beforehand (outside every range) and the range launches that graph once: ``pcietrace compare`` of an eager
+and a graphed attach run checks attach's "graph saves" prediction.
 """
 
 import json
@@ -22,11 +26,24 @@ def ck(result):
     return result[1] if len(result) == 2 else result[1:]
 
 
+def capture(fn, stream, kernels: int):
+    """An executable graph of ``kernels`` launches of ``fn``, uploaded."""
+    ck(d.cuStreamBeginCapture(stream, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
+    for _ in range(kernels):
+        ck(d.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, 0, 0))
+    graph = ck(d.cuStreamEndCapture(stream))
+    exe = ck(d.cuGraphInstantiate(graph, 0))
+    ck(d.cuGraphUpload(exe, stream))
+    return exe
+
+
 def main() -> int:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
-    k = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
-    copy_bytes = (int(sys.argv[3]) if len(sys.argv) > 3 else 1024) << 20
-    exit_code = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+    args = [a for a in sys.argv[1:] if a != "--graphed"]
+    graphed = len(args) < len(sys.argv) - 1
+    n = int(args[0]) if len(args) > 0 else 20000
+    k = int(args[1]) if len(args) > 1 else 1000
+    copy_bytes = (int(args[2]) if len(args) > 2 else 1024) << 20
+    exit_code = int(args[3]) if len(args) > 3 else 0
     ck(d.cuInit(0))
     dev = ck(d.cuDeviceGet(0))
     ctx = ck(d.cuDevicePrimaryCtxRetain(dev))
@@ -39,12 +56,8 @@ def main() -> int:
     ck(nvrtc.nvrtcGetCUBIN(prog, cubin))
     fn = ck(d.cuModuleGetFunction(ck(d.cuModuleLoadData(cubin)), b"empty"))
     stream = ck(d.cuStreamCreate(1))
-    ck(d.cuStreamBeginCapture(stream, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
-    for _ in range(k):
-        ck(d.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, 0, 0))
-    graph = ck(d.cuStreamEndCapture(stream))
-    exe = ck(d.cuGraphInstantiate(graph, 0))
-    ck(d.cuGraphUpload(exe, stream))
+    exe = capture(fn, stream, k)
+    eager_exe = capture(fn, stream, n) if graphed else None
     host = ck(d.cuMemHostAlloc(copy_bytes, 0))
     dst = ck(d.cuMemAlloc(copy_bytes))
     ck(d.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, 0, 0))
@@ -60,8 +73,11 @@ def main() -> int:
     with nvtx.annotate("demo_app", domain="demo"):
         with nvtx.annotate("eager_launches", domain="demo"):
             te = time.perf_counter()
-            for _ in range(n):
-                d.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, 0, 0)
+            if graphed:
+                ck(d.cuGraphLaunch(eager_exe, stream))
+            else:
+                for _ in range(n):
+                    d.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, 0, 0)
             ck(d.cuStreamSynchronize(stream))
             eager_s = time.perf_counter() - te
         time.sleep(gap)
@@ -79,7 +95,7 @@ def main() -> int:
             time.sleep(0.2)
             th.join()
     workload_s = time.perf_counter() - t0
-    print(json.dumps({"app": "python", "workload_s": workload_s, "eager_s": eager_s, "eager_launches": n, "graph_nodes": k,
+    print(json.dumps({"app": "python", "graphed": graphed, "workload_s": workload_s, "eager_s": eager_s, "eager_launches": n, "graph_nodes": k,
                       "copy_bytes": copy_bytes}))
     return exit_code
 

@@ -1,0 +1,127 @@
+"""Attach's "graph saves" prediction checked: an eager attach run against the same program run with its
+kernels captured into graphs. Stateless: the two runs' range tables in, one table out.
+
+Two predictions are set beside the measured saving (eager minus graphed range time):
+
+- ``attach`` — what :func:`pcietrace.analysis.attribution.summarize` prints today (``graph_savings_ms``):
+  eager launches x (eager - graph) end-to-end wall time per *empty* kernel from the launch-cost calibration.
+  It ignores how the range actually spent its time: a Python loop that launches slower than the calibration's
+  generator saves more, a range whose GPU is the bottleneck saves much less.
+- ``model`` — :func:`predict_ms`, per range instance, bottom-up through the nesting: a range's own
+  (exclusive) eager launches and time decide whether it is *launch-bound* (its time per launch is within
+  :data:`LAUNCH_BOUND_FACTOR` of the host cost of a launch: it did little but launch). A launch-bound range
+  saves, per launch, what it spent per launch minus what a kernel still costs inside a graph (the GPU runs
+  graph kernels back to back: ``wall_us_per_kernel_graph``). Otherwise the GPU sets the pace, and a launch
+  saves only the GPU's per-kernel overhead difference (eager - graph GPU time per kernel, when the costs carry
+  it; else the calibration's wall difference, an upper bound). A parent adds up its children's savings.
+
+What the model cannot know from launch counts alone is how busy the GPU was: a PyTorch range whose host
+spends ~10-20 us per operator looks GPU-bound by its time per launch, yet a graph removes most of that host
+time. Where an instance carries ``gpu_busy_ns`` (the GPU's busy time inside the range, e.g. from CUPTI kernel
+activity, which attach does not record today), :func:`predict_ms` uses it instead: the graphed range takes
+the GPU's busy time less the per-kernel overhead graphs remove, and never less than a graph kernel each.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: A range whose time per eager launch is at most this many times the host cost of a launch is launch-bound.
+LAUNCH_BOUND_FACTOR = 1.5
+
+SAVINGS_COLUMNS = ["domain", "name", "calls_eager", "calls_graphed", "eager_ms", "graphed_ms", "eager_launches",
+                   "graph_launches_graphed", "launch_bound", "measured_ms", "predicted_attach_ms", "error_attach_pct",
+                   "predicted_model_ms", "error_model_pct"]
+
+
+def per_launch_saving_us(us_per_launch: float, costs: dict[str, Any]) -> tuple[float, bool]:
+    """What capturing one eager launch into a graph saves (us), for a range that spends ``us_per_launch``
+    of its own time per eager launch; and whether that range is launch-bound. ``costs``: attach's launch
+    costs (:data:`pcietrace.analysis.costs.LAUNCH_COST_KEYS`; optional ``gpu_us_per_kernel_eager`` /
+    ``gpu_us_per_kernel_graph``: the GPU's own time per empty kernel, from a run's ``gpu_time``)."""
+    host = max(costs["host_us_per_eager_launch"], costs["wall_us_per_kernel_eager"])
+    graph = costs["wall_us_per_kernel_graph"]
+    if us_per_launch <= LAUNCH_BOUND_FACTOR * host:
+        return max(0.0, us_per_launch - graph), True
+    if "gpu_us_per_kernel_eager" in costs and "gpu_us_per_kernel_graph" in costs:
+        return max(0.0, costs["gpu_us_per_kernel_eager"] - costs["gpu_us_per_kernel_graph"]), False
+    return max(0.0, min(us_per_launch, costs["wall_us_per_kernel_eager"]) - graph), False
+
+
+def graphed_saving_ms(range_ms: float, gpu_busy_ms: float, launches: float, costs: dict[str, Any]) -> float:
+    """Saving of a range that took ``range_ms`` with ``launches`` eager launches while the GPU was busy for
+    ``gpu_busy_ms``: graphed, it takes the busy time less the per-kernel overhead graphs remove (GPU time per
+    empty kernel eager - graph, or the calibration's wall difference), and at least a graph kernel's time each."""
+    per_kernel = (costs["gpu_us_per_kernel_eager"] - costs["gpu_us_per_kernel_graph"]
+                  if "gpu_us_per_kernel_eager" in costs and "gpu_us_per_kernel_graph" in costs
+                  else costs["wall_us_per_kernel_eager"] - costs["wall_us_per_kernel_graph"])
+    graphed = max(gpu_busy_ms - launches * max(per_kernel, 0.0) / 1e3, launches * costs["wall_us_per_kernel_graph"] / 1e3)
+    return max(0.0, range_ms - graphed)
+
+
+def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
+    """Per range instance (attach's ``range_instances``): ``own_eager_launches`` (minus direct children's),
+    ``launch_bound`` and ``predicted_ms`` (own launches x :func:`per_launch_saving_us` at the instance's own
+    time per launch, plus its direct children's predictions). Children are the push/pop ranges one level
+    deeper on the same thread inside it; start/end ranges have none. With a ``gpu_busy_ns`` column, instances
+    that have it use :func:`graphed_saving_ms` instead."""
+    out = instances.copy()
+    out["own_eager_launches"] = out["eager_launches"].astype(float)
+    out["own_ns"] = out["excl_ns"].astype(float)
+    out["launch_bound"] = False
+    out["predicted_ms"] = 0.0
+    kids: dict[Any, list[Any]] = {i: [] for i in out.index}
+    push = out[out["kind"] == "push"]
+    for _, g in push.groupby(["pid", "tid"]):
+        for i, r in g.iterrows():
+            inside = g[(g["depth"] == r["depth"] + 1) & (g["t_start_ns"] >= r["t_start_ns"]) & (g["t_end_ns"] <= r["t_end_ns"])]
+            kids[i] = list(inside.index)
+            out.loc[i, "own_eager_launches"] -= inside["eager_launches"].sum()
+    busy = "gpu_busy_ns" in out.columns
+    for i in out.sort_values("depth", ascending=False).index:  # children first
+        n = out.at[i, "own_eager_launches"]
+        own = 0.0
+        if n > 0 and busy and not pd.isna(out.at[i, "gpu_busy_ns"]):
+            own = graphed_saving_ms(out.at[i, "own_ns"] / 1e6, out.at[i, "gpu_busy_ns"] / 1e6, n, costs)
+        elif n > 0:
+            per_us, bound = per_launch_saving_us(out.at[i, "own_ns"] / 1e3 / n, costs)
+            own = n * per_us / 1e3
+            out.at[i, "launch_bound"] = bound
+        out.at[i, "predicted_ms"] = own + sum(out.at[k, "predicted_ms"] for k in kids[i])
+    return out
+
+
+def _pct(pred: pd.Series, meas: pd.Series) -> pd.Series:
+    return pd.Series(np.where(meas.abs() > 0, (pred - meas) / meas.abs() * 100, np.nan), index=pred.index)
+
+
+def savings(eager: dict[str, pd.DataFrame], graphed: dict[str, pd.DataFrame], costs: dict[str, Any] | None) -> pd.DataFrame:
+    """Per (domain, name) present in both runs: calls and total inclusive time in each, the eager run's
+    launches, the graphed run's graph launches, ``measured_ms`` (eager - graphed, scaled to the eager run's
+    calls where the counts differ), the two predictions from the eager run with their errors in % of the
+    measured saving (NaN where nothing was saved), and ``launch_bound`` (any instance was). ``eager`` and
+    ``graphed``: the analysis results of the two attach runs (``ranges`` and ``range_instances``);
+    ``costs``: the eager run's ``meta["launch_costs"]`` (None: no model prediction)."""
+    e, g = eager.get("ranges", pd.DataFrame()), graphed.get("ranges", pd.DataFrame())
+    if not len(e) or not len(g):
+        return pd.DataFrame(columns=SAVINGS_COLUMNS)
+    m = e.merge(g, on=["domain", "name"], suffixes=("_e", "_g"))
+    out = pd.DataFrame({"domain": m["domain"], "name": m["name"], "calls_eager": m["calls_e"], "calls_graphed": m["calls_g"],
+                        "eager_ms": m["incl_ms_e"], "graphed_ms": m["incl_ms_g"], "eager_launches": m["eager_launches_e"],
+                        "graph_launches_graphed": m["graph_launches_g"]})
+    out["measured_ms"] = out["eager_ms"] - out["graphed_ms"] * out["calls_eager"] / out["calls_graphed"]
+    out["predicted_attach_ms"] = m["graph_savings_ms_e"]
+    out["error_attach_pct"] = _pct(out["predicted_attach_ms"], out["measured_ms"])
+    inst = eager.get("range_instances", pd.DataFrame())
+    if costs and len(inst):
+        p = predict_ms(inst, costs).groupby(["domain", "name"]).agg(predicted_model_ms=("predicted_ms", "sum"),
+                                                                   launch_bound=("launch_bound", "any")).reset_index()
+        out = out.merge(p, on=["domain", "name"], how="left")
+    else:
+        out["predicted_model_ms"], out["launch_bound"] = math.nan, False
+    out["error_model_pct"] = _pct(out["predicted_model_ms"], out["measured_ms"])
+    return out[SAVINGS_COLUMNS].sort_values("eager_ms", ascending=False, kind="stable").reset_index(drop=True)

@@ -1,0 +1,185 @@
+"""Recording ``pcietrace graphs``: N short kernels per iteration whose parameters change between iterations,
+run by each strategy in counter windows (boundary reads at every window edge, idle windows for the floor).
+
+Per workload size and round, each strategy runs ``iterations`` iterations in one window; its state (cached
+or updated graphs) lives on across rounds, so recognize with P parameter sets instantiates P graphs in all.
+Every strategy sees the same sequence of parameter sets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from pcietrace.device.graphs import COUNT_COLUMNS, STRATEGIES, GraphsDevice
+from pcietrace.errors import UsageError
+from pcietrace.session import Session
+
+ORDERS = ("cycle", "random", "all-new")
+#: Columns of a session's ``graphs`` table after ``kernels, strategy, round, iteration`` (see ITERATION_DTYPE).
+ITERATION_FIELDS = ("t_start_ns", "prep_ns", "submit_ns", "wall_ns", "cpu_ns", "param_set", *COUNT_COLUMNS)
+
+
+@dataclass(frozen=True)
+class GraphsPlan:
+    """``kernels``: workload sizes (kernels per iteration); ``param_sets``: distinct parameter sets P;
+    ``order``: how iterations pick them (cycle, random, all-new = a fresh set every iteration);
+    ``kernel_us``: range of the uniformly drawn kernel durations; ``iterations`` per window; ``rounds``:
+    windows per strategy and size; ``sync``: synchronize after every iteration (else pipelined);
+    ``idle_s``: length of each idle (floor) window."""
+
+    kernels: tuple[int, ...] = (500, 2500)
+    param_sets: int = 5
+    order: str = "cycle"
+    strategies: tuple[str, ...] = STRATEGIES
+    kernel_us: tuple[float, float] = (2.0, 8.0)
+    iterations: int = 40
+    rounds: int = 3
+    sync: bool = True
+    idle_s: float = 0.2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.kernels or any(not 1 <= k <= 100_000 for k in self.kernels):
+            raise UsageError("--kernels takes sizes of 1..100000 kernels per iteration")
+        if not 1 <= self.param_sets <= 10_000:
+            raise UsageError("--param-sets must be 1..10000")
+        if self.order not in ORDERS:
+            raise UsageError(f"--order must be one of {', '.join(ORDERS)}, not {self.order!r}")
+        bad = [s for s in self.strategies if s not in STRATEGIES]
+        if not self.strategies or bad:
+            raise UsageError(f"unknown strategy {bad[0] if bad else ''!r}; choose from {', '.join(STRATEGIES)}")
+        if "eager" not in self.strategies:
+            raise UsageError("the strategies must include eager (speedups are taken against it)")
+        lo, hi = self.kernel_us
+        if not 0 <= lo <= hi <= 1_000_000:
+            raise UsageError("--kernel-us takes MIN,MAX with 0 <= MIN <= MAX <= 1e6")
+        if self.iterations < 2 or self.rounds < 1 or self.idle_s <= 0:
+            raise UsageError("at least 2 iterations per window, 1 round and a positive idle window are needed")
+
+    @property
+    def total_iterations(self) -> int:
+        return self.iterations * self.rounds
+
+    def parameter_sets(self, kernels: int) -> np.ndarray:
+        """Kernel durations (ns) per parameter set: (sets, kernels); all-new has one set per iteration."""
+        rng = np.random.default_rng([self.seed, kernels])
+        sets = self.total_iterations if self.order == "all-new" else self.param_sets
+        lo, hi = self.kernel_us
+        return np.round(rng.uniform(lo, hi, (sets, kernels)) * 1e3).astype(np.uint64)
+
+    def order_of(self, kernels: int) -> np.ndarray:
+        """Parameter set per iteration over all rounds (the same for every strategy)."""
+        n = self.total_iterations
+        if self.order == "cycle":
+            return np.arange(n, dtype=np.int32) % self.param_sets
+        if self.order == "random":
+            return np.random.default_rng([self.seed, kernels, 1]).integers(0, self.param_sets, n).astype(np.int32)
+        return np.arange(n, dtype=np.int32)
+
+
+Progress = Callable[[str], None]
+
+
+def record(session: Session, plan: GraphsPlan, device: GraphsDevice, nvml_index: int, sampler: Any,
+           probe: Callable[[], int], progress: Progress = lambda _: None) -> Session:
+    """Run ``plan`` on ``device`` while ``sampler`` samples and ``probe`` reads the counters at every window
+    edge; fill ``session.graphs`` (one row per iteration) and ``session.windows`` (one per strategy, size
+    and round, plus idle windows). ``session.meta["status"]`` says how it ended; what was recorded before
+    an exception stays in the session."""
+    rows: list[pd.DataFrame] = []
+    windows: list[dict[str, Any]] = []
+    runners: list[Any] = []
+
+    def idle(kernels: int) -> None:
+        t0 = probe()
+        device.idle(int(plan.idle_s * 1e9))
+        windows.append({"nvml_index": nvml_index, "mode": "idle", "kernels": kernels, "round": -1, "iterations": 0,
+                        "t_start_ns": t0, "t_end_ns": probe()})
+
+    sampler.start()
+    for g in session.meta.get("gpus", []):
+        g["counter"] = sampler.modes.get(g["nvml_index"], {"mode": "unknown", "bits": 0})
+    try:
+        for n in plan.kernels:
+            sets, order = plan.parameter_sets(n), plan.order_of(n)
+            warm = device.runner("eager", sets, True)  # module load and first-launch costs stay outside
+            warm.run(order[:1])
+            warm.close()
+            idle(n)
+            current = {s: device.runner(s, sets, plan.sync) for s in plan.strategies}
+            runners.extend(current.values())
+            for r in range(plan.rounds):
+                sl = slice(r * plan.iterations, (r + 1) * plan.iterations)
+                for s in plan.strategies:
+                    progress(f"{n} kernels: {s} round {r + 1}/{plan.rounds}")
+                    t0 = probe()
+                    recs = current[s].run(order[sl])
+                    t1 = probe()
+                    windows.append({"nvml_index": nvml_index, "mode": s, "kernels": n, "round": r,
+                                    "iterations": len(recs), "t_start_ns": t0, "t_end_ns": t1})
+                    df = pd.DataFrame(recs)
+                    df.insert(0, "iteration", np.arange(sl.start, sl.start + len(recs)))
+                    df.insert(0, "round", r)
+                    df.insert(0, "strategy", s)
+                    df.insert(0, "kernels", n)
+                    rows.append(df)
+            for run in current.values():
+                run.close()
+            runners.clear()
+            idle(n)
+        session.meta["status"] = "complete"
+    except KeyboardInterrupt:
+        session.meta["status"] = "interrupted"
+        raise
+    except BaseException as exc:
+        session.meta["status"] = f"failed: {type(exc).__name__}: {exc}"
+        raise
+    finally:
+        for run in runners:
+            try:
+                run.close()
+            except Exception:  # the original error matters more than a failed clean-up
+                pass
+        frames = [sampler.stop(), getattr(probe, "frame", pd.DataFrame)()]
+        session.samples = (pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
+                           .sort_values(["nvml_index", "t_ns"], kind="stable").reset_index(drop=True))
+        session.graphs = (pd.concat(rows, ignore_index=True) if rows
+                          else pd.DataFrame(columns=["kernels", "strategy", "round", "iteration", *ITERATION_FIELDS]))
+        session.windows = pd.DataFrame(windows)
+    return session
+
+
+def meta_for(plan: GraphsPlan, device: GraphsDevice) -> dict[str, Any]:
+    """What the saved run says about how it was measured."""
+    return {"kind": "graphs", "graphs_plan": asdict(plan), "timing": device.timing}
+
+
+def open_device(simulate: bool, ordinal: int, seed: int = 0,
+                sample_interval_ms: float = 10.0) -> tuple[dict[str, Any], GraphsDevice, Any, Any, dict[str, Any]]:
+    """The device, sampler and boundary probe for one GPU (or the SIMULATED one): returns
+    ``(gpu meta, device, sampler, probe, extra session meta)``."""
+    if simulate:
+        from pcietrace.device.graphs_sim import GraphSimCosts, SimGraphsDevice
+        from pcietrace.device.sim import SimDevice, SimParams, SimSampler
+
+        params, costs = SimParams.default(), GraphSimCosts.default()
+        sim = SimDevice(params, seed=seed)
+        sampler = SimSampler(sim)
+        gpu = {"nvml_index": 0, "cuda_ordinal": 0, "name": f"SIMULATED {costs.gpu_name}", "bus_id": "sim"}
+        extra = {"driver": "simulated", "sim_source": costs.source, "sim_costs": asdict(costs),
+                 "sim_params": asdict(params)}
+        return gpu, SimGraphsDevice(sim, costs), sampler, sampler, extra
+    from pcietrace.collectors import BoundaryProbe, CounterSampler
+    from pcietrace.device import backend
+    from pcietrace.device.graphs import CudaGraphsDevice
+
+    if sample_interval_ms < 0:
+        raise UsageError("--sample-interval-ms must be >= 0")
+    (gpu, be), = backend.open_gpus([ordinal])
+    sampler = CounterSampler([gpu["nvml_index"]], interval_ns=int(sample_interval_ms * 1e6))
+    return (gpu, CudaGraphsDevice(be.gpu), sampler, BoundaryProbe(gpu["nvml_index"]),
+            {"driver": backend.driver_version(), "sample_interval_ms": sample_interval_ms})

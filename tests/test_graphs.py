@@ -1,0 +1,258 @@
+"""`pcietrace graphs`: the native loops on a FAKE driver, the strategies' bookkeeping on the SIMULATED device,
+the analysis, and the save / report / compare round trip. GPU tests at the end (marked gpu)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pcietrace.analysis import analyze
+from pcietrace.analysis.graphs import summary
+from pcietrace.cli import main
+from pcietrace.device.graphs import COUNT_COLUMNS, STRATEGIES
+from pcietrace.record.graphs import GraphsPlan
+from pcietrace.session import Session
+
+ROOT = Path(__file__).parent.parent
+NATIVE = Path(__file__).parent / "native"
+
+
+# -- the native loops (pt_graphs.c) on a fake libcuda ---------------------------------------------------
+@pytest.fixture(scope="module")
+def fake_cuda(tmp_path_factory) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler for the fake driver")
+    try:
+        from pcietrace.device.native import library
+
+        library()
+    except Exception as exc:  # noqa: BLE001 - any reason the native library is not there
+        pytest.skip(f"native library not built: {exc}")
+    out = tmp_path_factory.mktemp("fakecuda") / "libcuda.so.1"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), "-Wl,-soname,libcuda.so.1",
+                    str(NATIVE / "fake_cuda.c")], check=True)
+    return out
+
+
+def _child(fake: Path, *args: str, fail: str | None = None) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("FAKE_CUDA_FAIL", None)
+    if fail:
+        env["FAKE_CUDA_FAIL"] = fail
+    p = subprocess.run([sys.executable, str(NATIVE / "graphs_child.py"), str(fake), *args], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_native_loops_on_a_fake_driver(fake_cuda: Path) -> None:
+    """Every strategy executes exactly the parameter sets asked for, counts what the strategy implies, keeps
+    its graphs across calls, and frees everything on close; synchronous and pipelined alike."""
+    out = _child(fake_cuda, "loops")
+    order = [0, 1, 2, 0, 2, 1, 1, 0]  # as in graphs_child.py: 8 iterations over 3 sets, 7 kernels
+    for mode in ("sync", "pipelined"):
+        res = {s: out[f"{s}/{mode}"] for s in STRATEGIES}
+        for s, r in res.items():
+            assert r["executed_ok"], s
+            assert r["walls_positive"] and r["param_sets"] == order
+            assert r["live_graphs"] == 0 and r["live_execs"] == 0, s
+        c = {s: r["counts"] for s, r in res.items()}
+        assert c["eager"]["eager_launches"] == 8 * 7 and c["eager"]["graph_launches"] == 0
+        assert c["recapture"]["captures"] == c["recapture"]["instantiations"] == 8
+        assert (c["exec_update"]["captures"], c["exec_update"]["instantiations"], c["exec_update"]["updates"]) == (8, 1, 7)
+        assert c["node_update"]["captures"] == 0 and c["node_update"]["instantiations"] == 1
+        # node updates touch only changed nodes: sets 1 and 2 share 4 of 7 nodes, so 1<->2 changes 3
+        changes = {frozenset({0, 1}): 7, frozenset({0, 2}): 7, frozenset({1, 2}): 3}
+        expected = sum(changes[frozenset({a, b})] for a, b in zip([0] + order, order) if a != b)
+        assert c["node_update"]["node_updates"] == expected
+        assert (c["recognize"]["instantiations"], c["recognize"]["cache_hits"]) == (3, 5)
+        assert all(c[s]["graph_launches"] == 8 for s in STRATEGIES if s != "eager")
+
+
+@pytest.mark.parametrize("fail,strategy,call", [("cuGraphInstantiateWithFlags:2", "recognize", "cuGraphInstantiateWithFlags"),
+                                                ("cuLaunchKernel:3", "recapture", "cuLaunchKernel (capture)")])
+def test_native_failure_names_the_call_and_ends_the_capture(fake_cuda: Path, fail: str, strategy: str, call: str) -> None:
+    out = _child(fake_cuda, "fail", strategy, fail=fail)
+    assert out["error"] == {"call": call, "code": 999, "name": "FAKE_INJECTED_ERROR"}
+    assert out["after"] == 2  # the stream can capture again: the failed capture was ended
+    assert out["live_graphs"] == 0 and out["live_execs"] == 0
+
+
+def test_real_device_class_and_record_loop_on_a_fake_driver(fake_cuda: Path) -> None:
+    """CudaGraphsDevice (on a stub GPU object) under record(): sizes 5 and 9, 4 iterations x 2 rounds."""
+    out = _child(fake_cuda, "record")
+    assert out["status"] == "complete" and out["windows"] == 2 * (5 * 2 + 2)  # per size: 10 strategy + 2 idle
+    for n in (5, 9):
+        c = {s: out["counts"][f"{n}/{s}"] for s in STRATEGIES}
+        assert c["recognize"]["instantiations"] == 5 and c["recognize"]["cache_hits"] == 3
+        assert c["eager"]["eager_launches"] == 8 * n and c["recapture"]["instantiations"] == 8
+    assert out["executed"] == sum(n + 5 * 8 * n for n in (5, 9))  # + one warm-up iteration per size
+    assert out["live_graphs"] == 0 and out["live_execs"] == 0
+
+
+def test_failed_exec_update_reinstantiates(fake_cuda: Path) -> None:
+    out = _child(fake_cuda, "fail", "exec_update", fail="cuGraphExecUpdate:2")
+    c = out["counts"]
+    assert (c["update_failures"], c["instantiations"], c["updates"], c["captures"]) == (1, 2, 6, 8)
+
+
+# -- SIMULATED device ------------------------------------------------------------------------------------
+def _sim_run(tmp_path: Path, *extra: str) -> tuple[Session, dict[str, pd.DataFrame]]:
+    out = tmp_path / "g"
+    assert main(["graphs", "--simulate", "--kernels", "40,120", "--iterations", "10", "--rounds", "2",
+                 "-o", str(out), *extra]) == 0
+    s = Session.load(out)
+    return s, analyze(s)
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory) -> tuple[Session, dict[str, pd.DataFrame]]:
+    return _sim_run(tmp_path_factory.mktemp("sim"))
+
+
+def test_simulated_counts_follow_the_strategies(sim) -> None:
+    s, res = sim
+    assert s.meta["kind"] == "graphs" and s.meta["simulated"] and "SIMULATED" in s.meta["timing"]
+    g = res["graphs"].set_index(["kernels", "strategy"])
+    iters = 10 * 2
+    for n in (40, 120):
+        assert g.loc[(n, "recognize"), "instantiations"] == 5  # P = 5 parameter sets
+        assert g.loc[(n, "recognize"), "cache_hits"] == iters - 5
+        assert g.loc[(n, "recapture"), ["captures", "instantiations"]].tolist() == [iters, iters]
+        assert g.loc[(n, "exec_update"), ["captures", "instantiations", "updates"]].tolist() == [iters, 1, iters - 1]
+        assert g.loc[(n, "node_update"), ["captures", "instantiations"]].tolist() == [0, 1]
+        assert g.loc[(n, "eager"), "eager_launches"] == iters * n
+        assert g.loc[(n, "eager"), "speedup"] == 1.0
+
+
+def test_graphs_table_is_consistent_with_the_iterations(sim) -> None:
+    """Summary figures derived from the raw iteration rows: mean = total / iterations, speedup = eager mean
+    / mean and inside its interval, counts = sums, bytes per iteration from the windows."""
+    s, res = sim
+    g = res["graphs"]
+    for r in g.itertuples():
+        it = s.graphs[(s.graphs["kernels"] == r.kernels) & (s.graphs["strategy"] == r.strategy)]
+        eager = s.graphs[(s.graphs["kernels"] == r.kernels) & (s.graphs["strategy"] == "eager")]
+        assert r.wall_us_mean == pytest.approx(it["wall_ns"].sum() / len(it) / 1e3)
+        assert r.wall_us_mean_lo <= r.wall_us_mean <= r.wall_us_mean_hi
+        assert r.speedup == pytest.approx(eager["wall_ns"].mean() / it["wall_ns"].mean())
+        assert r.speedup_lo <= r.speedup <= r.speedup_hi
+        for c in COUNT_COLUMNS:
+            assert getattr(r, c) == it[c].sum()
+    # eager moves the launch bytes of every kernel; a graph launch far fewer (the model's H2D per launch)
+    eager = g[g["strategy"] == "eager"].set_index("kernels")["h2d_bytes_per_iter"]
+    p = s.meta["sim_params"]
+    for n in (40, 120):
+        assert eager[n] == pytest.approx(n * p["eager_rx_bytes"], rel=0.05)
+    rec = g[g["strategy"] == "recognize"]
+    assert (rec["h2d_bytes_per_iter"].to_numpy() < eager.to_numpy() / 5).all()
+
+
+def test_break_even_is_instantiation_over_saving(sim) -> None:
+    s, res = sim
+    g = res["graphs"]
+    for r in g[g["strategy"] != "eager"].itertuples():
+        assert r.break_even_reuses == pytest.approx(r.build_us / r.saving_us_per_reuse)
+    assert g.loc[g["strategy"] == "eager", "break_even_reuses"].isna().all()
+
+
+def test_orders_random_and_all_new(tmp_path) -> None:
+    _, res = _sim_run(tmp_path, "--order", "all-new", "--strategies", "eager,recognize")
+    g = res["graphs"].set_index(["kernels", "strategy"])
+    assert g.loc[(40, "recognize"), "instantiations"] == 20 and g.loc[(40, "recognize"), "cache_hits"] == 0
+    assert GraphsPlan(order="random", param_sets=3).order_of(10).max() < 3
+    assert GraphsPlan(order="all-new", iterations=4, rounds=2).parameter_sets(7).shape == (8, 7)
+
+
+def test_pipelined_takes_times_per_window(tmp_path) -> None:
+    s, res = _sim_run(tmp_path, "--pipelined", "--strategies", "eager,recognize")
+    assert s.meta["graphs_plan"]["sync"] is False
+    g = res["graphs"]
+    assert g["launch_us"].isna().all()  # a pipelined iteration's own time is not defined
+    for r in g.itertuples():
+        it = s.graphs[(s.graphs["kernels"] == r.kernels) & (s.graphs["strategy"] == r.strategy)]
+        assert r.wall_us_mean == pytest.approx(it.groupby("round")["wall_ns"].mean().mean() / 1e3)
+
+
+def test_report_json_and_compare_round_trip(sim, tmp_path, capsys) -> None:
+    s, res = sim
+    path = tmp_path / "copy"
+    s.save(path)
+    again = analyze(Session.load(path))
+    pd.testing.assert_frame_equal(again["graphs"], res["graphs"])
+    capsys.readouterr()
+    assert main(["report", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["meta"]["kind"] == "graphs" and len(doc["results"]["graphs"]) == len(res["graphs"])
+    assert main(["report", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "SIMULATED" in text and "recognize" in text and "break-even" in text
+    assert main(["compare", str(path), str(path), "--json"]) == 0
+    cmp = pd.DataFrame(json.loads(capsys.readouterr().out))
+    row = cmp[cmp["metric"] == "graphs 40 kernels, recognize: speedup over eager"].iloc[0]
+    assert row["value:A: SIMULATED A100 (published figures) (SIMULATED)"] == pytest.approx(
+        res["graphs"].set_index(["kernels", "strategy"]).loc[(40, "recognize"), "speedup"])
+
+
+def test_empty_summary_has_columns() -> None:
+    from pcietrace.analysis.graphs import SUMMARY_COLUMNS
+
+    assert list(summary(pd.DataFrame(), pd.DataFrame()).columns) == SUMMARY_COLUMNS
+
+
+@pytest.mark.parametrize("argv", [["--order", "sometimes"], ["--strategies", "recognize"], ["--kernels", "0"],
+                                  ["--strategies", "eager,magic"], ["--iterations", "1"]])
+def test_bad_arguments_are_one_line(argv: list[str], capsys) -> None:
+    try:
+        rc = main(["graphs", "--simulate", "--no-save", *argv])
+    except SystemExit as exc:  # argparse's own checks exit from the parser
+        rc = exc.code
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "error" in err
+
+
+def test_simulated_costs_name_their_source() -> None:
+    from pcietrace.device.graphs_sim import GraphSimCosts
+
+    c = GraphSimCosts.default()
+    assert "ASSUMED" in c.source and "published" in c.source
+    assert all(v >= 0 for k, v in vars(c).items() if isinstance(v, float))
+
+
+# -- real GPU ------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_graphs_on_a_real_gpu(tmp_path) -> None:
+    out = tmp_path / "g"
+    assert main(["graphs", "--kernels", "50,200", "--iterations", "12", "--rounds", "2", "-o", str(out)]) == 0
+    s = Session.load(out)
+    res = analyze(s)
+    g = res["graphs"].set_index(["kernels", "strategy"])
+    assert "native" in s.meta["timing"] and not s.meta["simulated"]
+    for n in (50, 200):
+        assert g.loc[(n, "recognize"), "instantiations"] == 5
+        assert g.loc[(n, "exec_update"), "updates"] + g.loc[(n, "exec_update"), "update_failures"] == 23
+        assert g.loc[(n, "node_update"), "captures"] == 0
+        # eager launches move ~1.8 KB H2D each on Hopper; a graph launch a few hundred bytes
+        assert g.loc[(n, "eager"), "h2d_bytes_per_iter"] > 5 * g.loc[(n, "recognize"), "h2d_bytes_per_iter"]
+        assert (g.loc[n, "wall_us_median"] > 0).all()
+    # kernels of 2-8 us: an iteration takes at least the kernels' own time
+    for r in res["graphs"].itertuples():
+        assert r.wall_us_median >= 2 * r.kernels
+
+
+@pytest.mark.gpu
+def test_graphs_orders_on_a_real_gpu(tmp_path) -> None:
+    out = tmp_path / "g"
+    assert main(["graphs", "--kernels", "30", "--iterations", "6", "--rounds", "1", "--order", "all-new",
+                 "--pipelined", "-o", str(out)]) == 0
+    g = analyze(Session.load(out))["graphs"].set_index("strategy")
+    assert g.loc["recognize", "instantiations"] == 6 and g.loc["recognize", "cache_hits"] == 0

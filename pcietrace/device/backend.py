@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from pcietrace.device import native
+from pcietrace.device.base import Launch, Loops, PythonLoops
 from pcietrace.device.cuda import Gpu, handle_return
-from pcietrace.device.base import Launch
 from pcietrace.device.kernels import SPIN_SOURCE
 
 
@@ -25,7 +26,7 @@ class CudaBackend:
         self._blocker = self.gpu.kernel(module, "pt_spin", 2)
         self._launch = self.gpu.launcher(self._kernel)
         self._blocker_launch = self.gpu.launcher(self._blocker)
-        self._graphs: dict[tuple[int, int], Launch] = {}
+        self._graphs: dict[tuple[int, int], Any] = {}  # (nodes, kernel ns) -> executable graph
         self._elapsed = self.gpu.alloc_device(8)
 
     def activate(self) -> None:
@@ -41,12 +42,26 @@ class CudaBackend:
         self._blocker.args[:] = (kernel_ns, 0)
         return self._blocker_launch
 
-    def graph_launcher(self, nodes: int, kernel_ns: int) -> Launch:
+    def _graph(self, nodes: int, kernel_ns: int) -> Any:
         key = (nodes, kernel_ns)
         if key not in self._graphs:
-            exe = self.gpu.capture_graph(self.launcher(kernel_ns), nodes)
-            self._graphs[key] = self.gpu.graph_launcher(exe)
+            self._graphs[key] = self.gpu.capture_graph(self.launcher(kernel_ns), nodes)
         return self._graphs[key]
+
+    def graph_launcher(self, nodes: int, kernel_ns: int) -> Launch:
+        return self.gpu.graph_launcher(self._graph(nodes, kernel_ns))
+
+    def native_loops(self, mode: str, nodes: int, kernel_ns: int) -> Loops:
+        """The C loops for an eager spin kernel of ``kernel_ns`` or a graph of ``nodes`` of them."""
+        stream = int(self.gpu.stream)
+        if mode == "graph":
+            return native.NativeLoops(native.GRAPH, int(self._graph(nodes, kernel_ns)), stream)
+        self.launcher(kernel_ns)  # sets the shared parameter block
+        return native.NativeLoops(native.EAGER, int(self._kernel.func), stream, self._kernel.params_address)
+
+    def python_loops(self, kernel_ns: int) -> Loops:
+        """Eager launches from Python through cuda.bindings (the second language row)."""
+        return PythonLoops(self, self.launcher(kernel_ns))
 
     def synchronize(self) -> None:
         self.gpu.synchronize()

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from pcietrace.device import native
-from pcietrace.device.base import Launch, Loops, PythonLoops
+from pcietrace.device.base import Launch, Loops
 from pcietrace.device.cuda import Gpu, handle_return
 from pcietrace.device.kernels import SPIN_SOURCE
 
@@ -59,9 +59,15 @@ class CudaBackend:
         self.launcher(kernel_ns)  # sets the shared parameter block
         return native.NativeLoops(native.EAGER, int(self._kernel.func), stream, self._kernel.params_address)
 
-    def python_loops(self, kernel_ns: int) -> Loops:
-        """Eager launches from Python through cuda.bindings (the second language row)."""
-        return PythonLoops(self, self.launcher(kernel_ns))
+    def torch_loops(self) -> Loops | None:
+        """Empty-ish kernels launched through PyTorch on this GPU's stream (None without torch);
+        made once, see :mod:`pcietrace.device.torch_launch`."""
+        if not hasattr(self, "_torch"):
+            from pcietrace.device.torch_launch import torch_loops
+
+            self._torch = torch_loops(self, self.gpu.ordinal, int(self.gpu.stream))
+            self.activate()
+        return self._torch
 
     def synchronize(self) -> None:
         self.gpu.synchronize()

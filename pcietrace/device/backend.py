@@ -113,6 +113,18 @@ def open_gpus(ordinals: list[int]) -> list[tuple[dict[str, Any], CudaBackend]]:
     return out
 
 
+def describe_gpus(ordinals: list[int]) -> list[dict[str, Any]]:
+    """The GPU records :func:`open_gpus` gives, from NVML and the CUDA ordinals' bus ids alone (no
+    context is created here: workers open their own GPU)."""
+    from dataclasses import asdict
+
+    from pcietrace.collectors import nvml
+    from pcietrace.device.cuda import bus_ids
+
+    buses = bus_ids()
+    return [{**asdict(nvml.gpu_info(nvml.index_for_bus_id(buses[o]))), "cuda_ordinal": o} for o in ordinals]
+
+
 def driver_version() -> str:
     from pcietrace.collectors import nvml
 

@@ -18,6 +18,7 @@ partial session is kept and KeyboardInterrupt re-raised, as in a single-GPU run.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import queue
@@ -88,6 +89,12 @@ def open_cuda(ordinal: int, force_throughput: bool = False, interval_ns: int = 1
 
     return GpuWorker(meta, be, CounterSampler([idx], force_throughput=force_throughput, interval_ns=interval_ns),
                      BoundaryProbe(idx, force_throughput), latency, peer_latency)
+
+
+def cuda_openers(ordinals: list[int], force_throughput: bool = False,
+                 sample_interval_ms: float = 10.0) -> list[Callable[[], GpuWorker]]:
+    """One :func:`open_cuda` opener per CUDA ordinal (picklable, for the worker processes)."""
+    return [functools.partial(open_cuda, o, force_throughput, int(sample_interval_ms * 1e6)) for o in ordinals]
 
 
 def open_sim(slot: int, seed: int = 0) -> GpuWorker:

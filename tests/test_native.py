@@ -149,3 +149,24 @@ except Exception as e:
     r.update(err=type(e).__name__)
 """)
     assert r["err"] == "UsageError"
+
+
+def test_no_torch_means_no_pytorch_row() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here")
+    from pcietrace.device.sim import SimBackend, SimDevice, SimParams
+    from pcietrace.device.torch_launch import torch_loops
+
+    assert torch_loops(SimBackend(SimDevice(SimParams.default())), 0, 0) is None
+
+
+def test_unchecked_python_loops_call_exactly_n_times() -> None:
+    from pcietrace.device.base import PythonLoops
+    from pcietrace.device.sim import SimBackend, SimDevice, SimParams
+
+    calls = []
+    loops = PythonLoops(SimBackend(SimDevice(SimParams.default())), lambda: calls.append(1), path="torch", checked=False)
+    t0, t1, t2 = loops.calls(300, sync=True)
+    assert len(calls) == 300 and t0 < t1 <= t2 and loops.path == "torch"

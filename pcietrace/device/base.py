@@ -3,6 +3,7 @@ SIMULATED one (:mod:`pcietrace.device.sim`) both provide it."""
 
 from __future__ import annotations
 
+from collections import deque
 from itertools import repeat, starmap
 from typing import Any, Callable, Protocol
 
@@ -60,8 +61,7 @@ class PythonLoops:
         """``n`` launch calls with no Python bytecode between them (starmap runs the loop in C); the
         distinct results are checked once afterwards."""
         if not self.checked:
-            for _ in starmap(self.launch, repeat((), n)):
-                pass
+            deque(starmap(self.launch, repeat((), n)), maxlen=0)  # consumed in C, results dropped
             return
         results = set(starmap(self.launch, repeat((), n)))
         if len(results) != 1 or next(iter(results))[0]:

@@ -171,6 +171,18 @@ def test_real_topology() -> None:
     n = len(m)
     assert all(m[i][i] == "X" for i in range(n))
     assert all(nv[i][j] == nv[j][i] for i in range(n) for j in range(n))
+    # NVLink counts as nvidia-smi shows them (NV18 between every pair of an HGX H200 board).
+    import re
+    import shutil
+
+    if shutil.which("nvidia-smi") is None:
+        return
+    smi = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=60).stdout
+    rows = {int(x.group(1)): x.group(2).split()[:n] for x in re.finditer(r"^GPU(\d+)\s+(.*)$", smi, re.M)}
+    for i in range(n):
+        for j in range(n):
+            if i != j and i in rows and rows[i][j].startswith("NV"):
+                assert m[i][j] == rows[i][j], f"GPU{i}-GPU{j}: pcietrace {m[i][j]}, nvidia-smi {rows[i][j]}"
 
 
 APPS = __import__("pathlib").Path(__file__).parent / "apps"

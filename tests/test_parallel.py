@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from pcietrace.analysis import analyze
+from pcietrace.errors import PcietraceError
 from pcietrace.record.parallel import open_sim, record_all
 from pcietrace.record.run import RunPlan, base_meta
 from pcietrace.session import Session
@@ -46,7 +47,8 @@ def _broken(slot: int) -> None:
 
 def test_a_failing_gpu_keeps_the_others_figures() -> None:
     s = Session(meta=base_meta(PLAN, True))
-    record_all(s, PLAN, [functools.partial(open_sim, 0, 1), functools.partial(_broken, 1)], processes=False)
+    with pytest.raises(PcietraceError, match="GPU slot 1: RuntimeError: GPU 1 fell off the bus"):
+        record_all(s, PLAN, [functools.partial(open_sim, 0, 1), functools.partial(_broken, 1)], processes=False)
     assert s.meta["status"].startswith("failed: RuntimeError: GPU 1 fell off the bus")
     assert set(s.windows["nvml_index"]) == {0} and len(analyze(s)["per_gpu"]) == 1
 

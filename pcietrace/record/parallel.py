@@ -31,6 +31,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from pcietrace.device.base import Backend
+from pcietrace.errors import PcietraceError
 from pcietrace.record.run import RunPlan, record
 from pcietrace.session import TABLES, Session
 
@@ -199,7 +200,8 @@ def record_all(session: Session, plan: RunPlan, openers: list[Callable[[], GpuWo
     the latency suite's labels. ``processes=False``: one GPU after another in this process.
     ``ordinals``: the CUDA ordinals of the openers' GPUs (for peer round trips between them).
 
-    KeyboardInterrupt (Ctrl-C) is re-raised after the partial results are merged."""
+    KeyboardInterrupt (Ctrl-C) is re-raised after the partial results are merged; a failed worker
+    raises :class:`~pcietrace.errors.PcietraceError` (one line) after the merge."""
     n = len(openers)
     ordinals = list(range(n)) if ordinals is None else list(ordinals)
     parts: dict[int, Session] = {}
@@ -219,7 +221,9 @@ def record_all(session: Session, plan: RunPlan, openers: list[Callable[[], GpuWo
             if parts[slot].meta.get("status") == "interrupted":
                 merge(session, parts)
                 raise KeyboardInterrupt
-        return merge(session, parts)
+        merge(session, parts)
+        _raise_failures(parts)
+        return session
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
@@ -247,9 +251,19 @@ def record_all(session: Session, plan: RunPlan, openers: list[Callable[[], GpuWo
             if p.is_alive():
                 p.kill()
     merge(session, parts)
-    if interrupted:
-        raise KeyboardInterrupt
+    if interrupted or any(p.meta.get("status") == "interrupted" for p in parts.values()):
+        raise KeyboardInterrupt  # (a worker interrupted on its own, too: the run is partial)
+    _raise_failures(parts)
     return session
+
+
+def _raise_failures(parts: dict[int, Session]) -> None:
+    """A failed worker fails the run, as an exception in a one-GPU run would (the merged session keeps
+    every GPU's figures, so the caller can still save them)."""
+    failed = [f"GPU slot {k}: {p.meta['status'][len('failed: '):]}" for k, p in sorted(parts.items())
+              if str(p.meta.get("status", "")).startswith("failed")]
+    if failed:
+        raise PcietraceError("; ".join(failed))
 
 
 def _collect(out: Any, procs: list[Any], parts: dict[int, Session], handle: Callable[[tuple[Any, ...]], None],

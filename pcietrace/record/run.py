@@ -50,7 +50,7 @@ class RunPlan:
             raise UsageError("rate fractions must start with 1.0 (max rate) and lie in (0, 1]")
         if (self.window_s <= 0 or self.idle_windows < 1 or self.burst_kernels < 1 or self.e2e_kernels < 1
                 or self.language_repeats < 0):
-            raise UsageError("window length, idle windows, burst and e2e kernels must be positive")
+            raise UsageError("window length, idle windows, burst and e2e kernels must be positive, language repeats >= 0")
 
     def steps(self) -> int:
         """Number of progress steps one GPU takes (for the progress bar)."""

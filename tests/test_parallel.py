@@ -93,3 +93,24 @@ def test_ctrl_c_stops_every_worker_and_keeps_what_they_recorded(tmp_path) -> Non
     assert proc.returncode == 130
     assert doc["status"] == "interrupted" and doc["gpus"] == ["interrupted", "interrupted"]
     assert set(doc["windows"]) == {"0", "1"} and doc["samples"] > 0  # partial results from both GPUs came back
+
+
+def test_run_command_measures_every_gpu_through_the_workers(monkeypatch, tmp_path, capsys) -> None:
+    # `pcietrace run`'s real-GPU wiring (parse -> describe GPUs -> one worker each -> merge -> analyse),
+    # with SIMULATED devices standing in for the GPUs and no driver.
+    from pcietrace.cli import main
+    from pcietrace.collectors import topology
+    from pcietrace.device import backend, cuda
+    from pcietrace.record import parallel
+
+    monkeypatch.setattr(cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(backend, "describe_gpus", lambda ords: [open_sim(o).meta for o in ords])
+    monkeypatch.setattr(backend, "driver_version", lambda: "SIMULATED")
+    monkeypatch.setattr(parallel, "cuda_openers", lambda ords, *a: [functools.partial(open_sim, o) for o in ords])
+    monkeypatch.setattr(topology, "collect", lambda gpus, root="/sys": {"gpus": [], "matrix": [], "notes": []})
+    out = tmp_path / "run"
+    assert main(["run", "--gpu", "0,2", "--quick", "--window-s", "0.02", "--no-latency", "--json", "-o", str(out)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["meta"]["parallel_workers"] == 2 and [g["cuda_ordinal"] for g in doc["meta"]["gpus"]] == [0, 2]
+    assert [r["nvml_index"] for r in doc["results"]["per_gpu"]] == [0, 2]
+    assert Session.load(out).meta["status"] == "complete"

@@ -155,12 +155,14 @@ def _latency_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
 
 def _worker_main(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_repeats: int | None,
                  ordinals: list[int], out: Any, barrier: Any) -> None:
-    def send(msg: tuple[Any, ...]) -> None:
-        if msg[0] == "done":
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose the result
-        out.put(msg)
+    def first_interrupt(signum: int, frame: Any) -> None:
+        # One Ctrl-C stops this worker; another (or the parent's forwarded one) must not cut short the
+        # clean-up that keeps what was recorded (stopping the sampler, sending the result).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
 
-    _work(opener, slot, plan, latency_repeats, ordinals, send, barrier)
+    signal.signal(signal.SIGINT, first_interrupt)
+    _work(opener, slot, plan, latency_repeats, ordinals, out.put, barrier)
 
 
 def merge(session: Session, parts: dict[int, Session]) -> Session:

@@ -228,11 +228,17 @@ def nvlink_over_p2p(a: int, b: int) -> bool:
     return status == nv.NVML_P2P_STATUS_OK
 
 
+#: Key under which :func:`nvlink_peers` counts links whose far end is an NVSwitch (they reach every peer).
+NVSWITCH = "nvswitch"
+
+
 def nvlink_peers(index: int) -> dict[str, int]:
-    """Active NVLink links of one GPU, counted per remote PCI bus id (normalised). In a virtual
-    machine the remote ids can be the host's, matching no GPU the guest sees."""
+    """Active NVLink links of one GPU, counted per remote PCI bus id (normalised); links whose remote
+    device is an NVSwitch (``nvmlDeviceGetNvLinkRemoteDeviceType``) count under :data:`NVSWITCH`. In a
+    virtual machine the remote ids can be the host's, matching no GPU the guest sees."""
     h = handle(index)
     nv = _module()
+    switch_type = getattr(nv, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 2)
     peers: dict[str, int] = {}
     for link in range(NVLINK_MAX_LINKS):
         try:
@@ -244,6 +250,10 @@ def nvlink_peers(index: int) -> dict[str, int]:
                 remote = query("nvmlDeviceGetNvLinkRemotePciInfo", h, link)
         except NvmlError:  # NvmlNotSupported included: no NVLink, or link index past this GPU's count
             continue
-        bus = normalize_bus_id(_str(remote.busId))
+        try:
+            to_switch = query("nvmlDeviceGetNvLinkRemoteDeviceType", h, link) == switch_type
+        except NvmlError:  # older drivers: the remote type is unknown, the bus id decides
+            to_switch = False
+        bus = NVSWITCH if to_switch else normalize_bus_id(_str(remote.busId))
         peers[bus] = peers.get(bus, 0) + 1
     return peers

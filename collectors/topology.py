@@ -35,16 +35,21 @@ def collect(gpus: list[dict[str, Any]] | None = None, sysfs_root: str = "/sys") 
     known = {p.bdf for _, p in places}
     for i, (gi, pi) in enumerate(places):
         links = nvml.nvlink_peers(gi["nvml_index"]) if source != "sysfs" else {}
-        unmatched = sum(count for bus, count in links.items() if bus not in known)
-        if unmatched:
-            # Remote ids unknown to this machine (e.g. a VM): NVML's NVLink P2P status names the
-            # peers; the unmatched links are split evenly among them (exact with one peer).
+        to_switch = links.pop(nvml.NVSWITCH, 0)
+        unmatched = sorted(b for b in links if b not in known)
+        fanout = to_switch + sum(links[b] for b in unmatched)
+        if fanout:
+            # Links into NVSwitches reach every peer; so, in a VM whose remote ids match no GPU here,
+            # do the unmatched ones. Like `nvidia-smi topo -m` (NV18 between every pair of an HGX
+            # board), each counts fully toward every peer that NVML's NVLink P2P status names.
             peers = [j for j, (gj, _) in enumerate(places) if j != i and nvml.nvlink_over_p2p(gi["nvml_index"], gj["nvml_index"])]
             for j in peers:
-                links[places[j][1].bdf] = links.get(places[j][1].bdf, 0) + unmatched // len(peers)
+                links[places[j][1].bdf] = links.get(places[j][1].bdf, 0) + fanout
             if peers:
-                notes.append(f"GPU{gi['nvml_index']}: NVLink remote PCI ids {sorted(b for b in links if b not in known)} "
-                             f"match no GPU here; {unmatched} links attributed by NVML's NVLink P2P status")
+                via = ([f"{to_switch} to NVSwitches"] if to_switch else []) + \
+                      ([f"{fanout - to_switch} with remote PCI ids {unmatched} matching no GPU here"] if unmatched else [])
+                notes.append(f"GPU{gi['nvml_index']}: NVLink links {' and '.join(via)} counted toward every peer "
+                             "NVML's NVLink P2P status reports (as nvidia-smi does)")
         for j, (gj, pj) in enumerate(places):
             if i == j:
                 continue

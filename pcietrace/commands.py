@@ -78,18 +78,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         session.meta.update(driver="simulated", sim_source=params.source, sim_params=params.__dict__)
     else:
         from pcietrace.device import backend, cuda
-        from pcietrace.collectors import BoundaryProbe, CounterSampler
 
         try:
             ordinals = parse_gpus(args.gpu, cuda.device_count())
-            gpus = backend.open_gpus(ordinals)
+            gpus = [(g, None) for g in backend.describe_gpus(ordinals)]  # each worker opens its own GPU
         except NoGpuError as exc:
             raise NoGpuError(f"{exc}; {SIM_HINT}") from None
         if args.sample_interval_ms < 0:
             raise UsageError("--sample-interval-ms must be >= 0")
-        sampler = CounterSampler([g["nvml_index"] for g, _ in gpus], force_throughput=args.throughput_api,
-                                 interval_ns=int(args.sample_interval_ms * 1e6))
-        probes = {g["nvml_index"]: BoundaryProbe(g["nvml_index"], args.throughput_api) for g, _ in gpus}
         session = Session(meta=base_meta(plan, False))
         session.meta["driver"] = backend.driver_version()
         session.meta["sample_interval_ms"] = args.sample_interval_ms
@@ -112,13 +108,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                 first[0] = False
                 prog.update(task, description=label)
 
-            record(session, plan, gpus, sampler, probes, progress=advance)
-            if not args.simulate and not args.no_latency:
-                from pcietrace.record.latency import LatencyProbe, measure
+            if args.simulate:
+                record(session, plan, gpus, sampler, probes, progress=advance)
+            else:  # every GPU at once, one worker process each (pcietrace/record/parallel.py)
+                from pcietrace.record.parallel import cuda_openers, record_all
 
-                prog.update(task, total=None)
-                session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
-                                          progress=lambda label: prog.update(task, description=label))
+                record_all(session, plan, cuda_openers(ordinals, args.throughput_api, args.sample_interval_ms),
+                           None if args.no_latency else args.repeats, progress=advance, ordinals=ordinals,
+                           note=lambda label: prog.update(task, description=label))
     except KeyboardInterrupt:
         interrupted = True
     finally:

@@ -86,3 +86,52 @@ def test_topo_command_without_gpus_is_one_line(tmp_path, capsys) -> None:
 
     assert main(["topo", "--sysfs-root", str(tmp_path)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def _hgx(tree, data_dir, monkeypatch, remote_type=None):
+    """The lent 4x H200 (HGX, NVSwitch) VM: its sysfs tree and a fake NVML answering as recorded there."""
+    import json
+
+    from fake_nvml import fake_pynvml
+    from pcietrace.collectors import nvml, topology
+
+    doc = json.loads((data_dir / "topo" / "hgx_h200_4gpu_nvswitch.json").read_text())["nvml"]
+    if remote_type is not None:  # a bare-metal box: NVML names the far end of every link
+        for g in doc["gpus"]:
+            g["nvlinks"] = [{"remote_bus_id": f"0000:{0x80 + i % 4:02x}:00.0", "remote_type": remote_type}
+                            for i in range(len(g["nvlinks"]))]
+    monkeypatch.setattr(nvml, "_nvml", fake_pynvml(doc))
+    root = tree("hgx_h200_4gpu_nvswitch")
+    gpus = [{"nvml_index": g["nvml_index"], "bus_id": g["bus_id"], "name": g["name"]} for g in doc["gpus"]]
+    return topology.collect(gpus, str(root)), json.loads((data_dir / "topo" / "hgx_h200_4gpu_nvswitch.json").read_text())
+
+
+@pytest.mark.parametrize("remote_type", [None, "switch"], ids=["vm-unmatched-remote-ids", "nvswitch-remote-type"])
+def test_nvswitch_links_count_toward_every_peer_as_nvidia_smi_shows(tree, data_dir, monkeypatch, remote_type) -> None:
+    topo, fixture = _hgx(tree, data_dir, monkeypatch, remote_type)
+    assert topo["matrix"] == fixture["nvml"]["nvidia_smi_topo"]  # NV18 between every pair, as recorded
+    links = [len(g["nvlinks"]) for g in fixture["nvml"]["gpus"]]
+    assert all(topo["nvlinks"][i][j] == links[i] for i in range(4) for j in range(4) if i != j)
+    assert len(topo["notes"]) == 4 and ("NVSwitches" in topo["notes"][0]) == (remote_type == "switch")
+    # NVLink is not PCIe: every GPU still sits directly on the root bus, no switch levels.
+    assert [g["switch_levels"] for g in topo["gpus"]] == [0] * 4
+    assert all([h["role"] for h in g["hops"]] == ["endpoint"] for g in topo["gpus"])
+
+
+def test_nvlinks_to_a_peer_gpu_are_not_fanned_out(tree, data_dir, monkeypatch) -> None:
+    import json
+
+    from fake_nvml import fake_pynvml
+    from pcietrace.collectors import nvml, topology
+
+    # Two GPUs wired to each other directly (remote ids match the peer): counted once, not per peer.
+    doc = json.loads((data_dir / "topo" / "hgx_h200_4gpu_nvswitch.json").read_text())["nvml"]
+    for g, peer in zip(doc["gpus"][:2], ("0000:00:07.0", "0000:00:06.0")):
+        g["nvlinks"] = [{"remote_bus_id": peer, "remote_type": "gpu"}] * 6
+    for g in doc["gpus"][2:]:
+        g["nvlinks"] = []
+    monkeypatch.setattr(nvml, "_nvml", fake_pynvml(doc))
+    gpus = [{"nvml_index": g["nvml_index"], "bus_id": g["bus_id"], "name": g["name"]} for g in doc["gpus"]]
+    topo = topology.collect(gpus, str(tree("hgx_h200_4gpu_nvswitch")))
+    assert topo["matrix"][0][1] == topo["matrix"][1][0] == "NV6" and topo["notes"] == []
+    assert topo["matrix"][0][2] == "PHB" and topo["nvlinks"][2][3] == 0

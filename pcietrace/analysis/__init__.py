@@ -10,15 +10,15 @@ from typing import Any
 
 import pandas as pd
 
-from pcietrace.analysis import attribution, counters, floor, launch
+from pcietrace.analysis import attribution, counters, floor, gpus, launch
 from pcietrace.analysis import graphs as graphs_analysis
 from pcietrace.analysis import latency as latency_analysis
 from pcietrace.session import Session
 
 #: Result tables in display order; each is a DataFrame documented in its producing function.
-RESULT_TABLES = ("sampling", "floor", "calibration", "per_launch", "per_node", "by_duration",
-                 "cpu_cost", "gpu_time", "speedup", "latency", "topology_model", "ranges", "range_instances", "whole_run",
-                 "notes", "graphs")
+RESULT_TABLES = ("sampling", "per_gpu", "floor", "calibration", "per_launch", "per_node", "by_duration",
+                 "cpu_cost", "host_cost_by_language", "gpu_time", "speedup", "latency", "topology_model", "ranges",
+                 "range_instances", "whole_run", "notes", "graphs")
 
 
 def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_PER_LEVEL) -> dict[str, pd.DataFrame]:
@@ -46,6 +46,7 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
         out["calibration"] = s.calibration
     if len(s.bursts):
         out["cpu_cost"] = launch.cpu_cost(s.bursts)
+        out["host_cost_by_language"] = launch.host_cost_by_language(s.bursts)
         if len(s.calibration):
             out["gpu_time"] = launch.gpu_time(s.bursts, s.calibration)
     if len(s.e2e):
@@ -58,6 +59,10 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
             levels = {g["nvml_index"]: g["switch_levels"] for g in s.meta.get("topology", {}).get("gpus", [])
                       if g.get("nvml_index") is not None}
             out["topology_model"] = latency_analysis.topology_model(out["gpu_time"], out["latency"], levels, us_per_level)
+    if not attach:
+        levels = {g["nvml_index"]: g.get("switch_levels") for g in s.meta.get("topology", {}).get("gpus", [])
+                  if g.get("nvml_index") is not None}
+        out["per_gpu"] = gpus.per_gpu(out, levels)
     return out
 
 

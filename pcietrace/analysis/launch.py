@@ -15,6 +15,19 @@ from pcietrace.analysis.fit import linear_fit
 
 DIRECTIONS = {"h2d": "rx", "d2h": "tx"}
 
+#: Launch paths (``path`` column of bursts, windows and e2e records) and how tables name them.
+#: Reports from before the native loops have no ``path``: their loops ran in Python.
+LANGUAGES = {"native": "native C (pcietrace loops)", "python": "from Python (cuda.bindings)",
+             "torch": "from PyTorch (x.fill_)"}
+
+
+def primary(records: pd.DataFrame) -> pd.DataFrame:
+    """The records of a run's main launch path: the native loops where there are any, else all (an
+    older report, or one whose every loop ran in Python)."""
+    if "path" in records and (records["path"] == "native").any():
+        return records[records["path"] == "native"]
+    return records
+
 
 def per_launch_fits(wb: pd.DataFrame, fl: pd.DataFrame) -> pd.DataFrame:
     """Bytes per launch call from a fit of net window bytes (floor removed) against launch calls at
@@ -76,6 +89,7 @@ def cpu_cost(bursts: pd.DataFrame) -> pd.DataFrame:
     waits): ``host_us_per_call`` (wall time of the launch loop) and ``cpu_us_per_call`` (the launching
     thread's CPU time), medians over kernel durations, and ``host_us_per_kernel`` (per call / K).
     Columns: ``nvml_index, mode, graph_k, host_us_per_call, host_us_per_kernel, cpu_us_per_call``."""
+    bursts = primary(bursts)
     b = bursts.assign(host_us_per_call=bursts["host_ns"] / bursts["calls"] / 1e3,
                       cpu_us_per_call=bursts["cpu_ns"] / bursts["calls"] / 1e3)
     out = b.groupby(["nvml_index", "mode", "graph_k"], as_index=False)[["host_us_per_call", "cpu_us_per_call"]].median()
@@ -88,7 +102,8 @@ def gpu_time(bursts: pd.DataFrame, calibration: pd.DataFrame) -> pd.DataFrame:
     ``gap`` = per-kernel time minus the kernel's measured duration (the launch overhead the GPU
     sees); ``gpu_speedup`` = eager / graph. ``saturated`` False means the burst did not keep the queue
     full and the number is an upper bound."""
-    b = bursts.assign(us_per_kernel=bursts["gpu_ns"] / bursts["launches"] / 1e3)
+    b = primary(bursts)
+    b = b.assign(us_per_kernel=b["gpu_ns"] / b["launches"] / 1e3)
     piv = b.pivot_table(index=["nvml_index", "kernel_us"], columns="mode",
                         values=["us_per_kernel", "saturated"], aggfunc={"us_per_kernel": "median", "saturated": "all"})
     out = pd.DataFrame({
@@ -107,9 +122,41 @@ def gpu_time(bursts: pd.DataFrame, calibration: pd.DataFrame) -> pd.DataFrame:
 def speedup(e2e: pd.DataFrame) -> pd.DataFrame:
     """End-to-end wall time per kernel (``eager_wall_us``, ``graph_wall_us``; host launching as fast as it can, plus the final sync),
     eager vs graph, per kernel duration; ``speedup`` = eager / graph (the classic CUDA-graph figure)."""
+    e2e = primary(e2e)
     e = e2e.assign(us_per_kernel=e2e["wall_ns"] / e2e["launches"] / 1e3)
     piv = e.pivot_table(index=["nvml_index", "kernel_us"], columns="mode", values="us_per_kernel", aggfunc="median")
     out = pd.DataFrame({"eager_wall_us": piv["eager"], "graph_wall_us": piv["graph"]}).reset_index()
     out["graph_k"] = int(e.loc[e["mode"] == "graph", "graph_k"].iloc[0]) if (e["mode"] == "graph").any() else 0
     out["speedup"] = out["eager_wall_us"] / out["graph_wall_us"]
     return out
+
+
+HOST_COST_BY_LANGUAGE_COLUMNS = ["nvml_index", "language", "path", "kernel_us", "us_per_launch", "cpu_us_per_launch",
+                                 "extra_us_vs_native", "ratio_vs_native", "bursts", "saturated"]
+
+
+def host_cost_by_language(bursts: pd.DataFrame) -> pd.DataFrame:
+    """Host cost per eager launch call by the language that issues it, at the shortest kernel measured:
+    the same empty-kernel burst behind a blocker (the queue never fills, no call waits), launched from
+    the native C loops, from Python through cuda.bindings, and from PyTorch where it imported.
+    ``us_per_launch``: median wall time per call over the bursts; ``cpu_us_per_launch``: the thread's
+    CPU time per call; ``extra_us_vs_native`` / ``ratio_vs_native``: against the native row (NaN
+    without one); ``saturated``: every burst kept the blocker running (the precondition).
+    Columns: :data:`HOST_COST_BY_LANGUAGE_COLUMNS`."""
+    if not len(bursts):
+        return pd.DataFrame(columns=HOST_COST_BY_LANGUAGE_COLUMNS)
+    b = bursts if "path" in bursts else bursts.assign(path="python")
+    b = b[b["mode"] == "eager"]
+    b = b[b["kernel_us"] == b.groupby("nvml_index")["kernel_us"].transform("min")]
+    b = b.assign(us=b["host_ns"] / b["calls"] / 1e3, cpu=b["cpu_ns"] / b["calls"] / 1e3)
+    out = (b.groupby(["nvml_index", "path"], as_index=False)
+           .agg(kernel_us=("kernel_us", "first"), us_per_launch=("us", "median"), cpu_us_per_launch=("cpu", "median"),
+                bursts=("us", "size"), saturated=("saturated", "all")))
+    native = out[out["path"] == "native"].set_index("nvml_index")["us_per_launch"]
+    base = out["nvml_index"].map(native)
+    out["extra_us_vs_native"] = out["us_per_launch"] - base
+    out["ratio_vs_native"] = out["us_per_launch"] / base
+    out["language"] = out["path"].map(LANGUAGES).fillna(out["path"])
+    order = {p: i for i, p in enumerate(LANGUAGES)}
+    out = out.sort_values(["nvml_index", "path"], key=lambda c: c.map(order) if c.name == "path" else c)
+    return out[HOST_COST_BY_LANGUAGE_COLUMNS].reset_index(drop=True)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from pcietrace.device import native
+from pcietrace.device.base import Launch, Loops
 from pcietrace.device.cuda import Gpu, handle_return
-from pcietrace.device.base import Launch
 from pcietrace.device.kernels import SPIN_SOURCE
 
 
@@ -25,7 +26,7 @@ class CudaBackend:
         self._blocker = self.gpu.kernel(module, "pt_spin", 2)
         self._launch = self.gpu.launcher(self._kernel)
         self._blocker_launch = self.gpu.launcher(self._blocker)
-        self._graphs: dict[tuple[int, int], Launch] = {}
+        self._graphs: dict[tuple[int, int], Any] = {}  # (nodes, kernel ns) -> executable graph
         self._elapsed = self.gpu.alloc_device(8)
 
     def activate(self) -> None:
@@ -41,12 +42,32 @@ class CudaBackend:
         self._blocker.args[:] = (kernel_ns, 0)
         return self._blocker_launch
 
-    def graph_launcher(self, nodes: int, kernel_ns: int) -> Launch:
+    def _graph(self, nodes: int, kernel_ns: int) -> Any:
         key = (nodes, kernel_ns)
         if key not in self._graphs:
-            exe = self.gpu.capture_graph(self.launcher(kernel_ns), nodes)
-            self._graphs[key] = self.gpu.graph_launcher(exe)
+            self._graphs[key] = self.gpu.capture_graph(self.launcher(kernel_ns), nodes)
         return self._graphs[key]
+
+    def graph_launcher(self, nodes: int, kernel_ns: int) -> Launch:
+        return self.gpu.graph_launcher(self._graph(nodes, kernel_ns))
+
+    def native_loops(self, mode: str, nodes: int, kernel_ns: int) -> Loops:
+        """The C loops for an eager spin kernel of ``kernel_ns`` or a graph of ``nodes`` of them."""
+        stream = int(self.gpu.stream)
+        if mode == "graph":
+            return native.NativeLoops(native.GRAPH, int(self._graph(nodes, kernel_ns)), stream)
+        self.launcher(kernel_ns)  # sets the shared parameter block
+        return native.NativeLoops(native.EAGER, int(self._kernel.func), stream, self._kernel.params_address)
+
+    def torch_loops(self) -> Loops | None:
+        """Empty-ish kernels launched through PyTorch on this GPU's stream (None without torch);
+        made once, see :mod:`pcietrace.device.torch_launch`."""
+        if not hasattr(self, "_torch"):
+            from pcietrace.device.torch_launch import torch_loops
+
+            self._torch = torch_loops(self, self.gpu.ordinal, int(self.gpu.stream))
+            self.activate()
+        return self._torch
 
     def synchronize(self) -> None:
         self.gpu.synchronize()
@@ -90,6 +111,18 @@ def open_gpus(ordinals: list[int]) -> list[tuple[dict[str, Any], CudaBackend]]:
         meta = {**asdict(nvml.gpu_info(idx)), "cuda_ordinal": o, "compute_capability": list(be.gpu.cc)}
         out.append((meta, be))
     return out
+
+
+def describe_gpus(ordinals: list[int]) -> list[dict[str, Any]]:
+    """The GPU records :func:`open_gpus` gives, from NVML and the CUDA ordinals' bus ids alone (no
+    context is created here: workers open their own GPU)."""
+    from dataclasses import asdict
+
+    from pcietrace.collectors import nvml
+    from pcietrace.device.cuda import bus_ids
+
+    buses = bus_ids()
+    return [{**asdict(nvml.gpu_info(nvml.index_for_bus_id(buses[o]))), "cuda_ordinal": o} for o in ordinals]
 
 
 def driver_version() -> str:

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.errors import CudaError
-from pcietrace.device.base import Launch
+from pcietrace.device.base import Launch, Loops, PythonLoops
 
 _OK = (0,)
 QUEUE_DEPTH = 1000  # launches the driver queues before cuLaunchKernel blocks (measured ~1020 on H100)
@@ -165,6 +165,11 @@ class SimBackend:
 
     def graph_launcher(self, nodes: int, kernel_ns: int) -> Launch:
         return lambda: self.d.submit(nodes, kernel_ns, graph=True)
+
+    def native_loops(self, mode: str, nodes: int, kernel_ns: int) -> Loops:
+        # The simulated host pays the modelled cost per call whichever loop runs it.
+        launch = self.graph_launcher(nodes, kernel_ns) if mode == "graph" else self.launcher(kernel_ns)
+        return PythonLoops(self, launch, path="native")
 
     def synchronize(self) -> None:
         self.d.now = max(self.d.now, self.d.gpu_free)

@@ -10,12 +10,11 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import asdict, dataclass
-from itertools import repeat, starmap
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from pcietrace.device.base import Backend, Launch
+from pcietrace.device.base import Backend, Loops, PythonLoops
 from pcietrace.errors import UsageError
 
 try:  # nvtx is a declared dependency, but a missing one must not stop a measurement
@@ -75,22 +74,27 @@ def nvtx_range(message: str) -> Iterator[None]:
 
 
 class LaunchGenerator:
-    """Runs windows, bursts and end-to-end loops on one backend; each returns one record (a dict)."""
+    """Runs windows, bursts and end-to-end loops on one backend; each returns one record (a dict).
 
-    #: launches issued between clock checks when running as fast as possible
-    BATCH = 128
+    Launch loops run on ``path`` (:data:`~pcietrace.device.base.PATHS`): "native" (the C loops of
+    :mod:`pcietrace.device.native`, what a C/C++ program pays; the SIMULATED backend models them) or
+    "python" (the same launches from a Python loop through cuda.bindings). Records say which."""
 
-    def __init__(self, backend: Backend, probe: Callable[[], int] | None = None) -> None:
+    def __init__(self, backend: Backend, probe: Callable[[], int] | None = None, path: str = "native") -> None:
         """``probe``: reads the PCIe counters once and returns the read's timestamp (ns). When given,
         every window starts and ends with a probe, and the window's ``t_start_ns``/``t_end_ns`` are
         those reads' times, so window bytes are exact counter differences (no interpolation)."""
+        if path not in ("native", "python"):
+            raise UsageError(f"launch path must be native or python, not {path!r}")
         self.b = backend
         self.probe = probe
+        self.path = path
 
-    def _call(self, cfg: LaunchConfig) -> Launch:
-        if cfg.mode == "graph":
-            return self.b.graph_launcher(cfg.graph_k, cfg.kernel_ns)
-        return self.b.launcher(cfg.kernel_ns)
+    def _loops(self, cfg: LaunchConfig) -> Loops:
+        if self.path == "native":
+            return self.b.native_loops(cfg.mode, cfg.graph_k, cfg.kernel_ns)
+        launch = self.b.graph_launcher(cfg.graph_k, cfg.kernel_ns) if cfg.mode == "graph" else self.b.launcher(cfg.kernel_ns)
+        return PythonLoops(self.b, launch)
 
     # -- windows: traffic measured by the collector ------------------------------------------------
     def window(self, cfg: LaunchConfig) -> dict[str, Any]:
@@ -100,26 +104,23 @@ class LaunchGenerator:
         probe reads' times where there is a probe),
         ``enqueue_ns`` (the launch loop's wall time), ``cpu_ns`` (its thread CPU time), ``calls``
         (launch calls), ``launches`` (kernels = calls x K), ``achieved_rate_hz`` (calls per second of
-        the launch loop).
+        the launch loop), ``path`` (which launch loop).
         """
         b = self.b
-        launch = None if cfg.mode == "idle" else self._call(cfg)
-        if launch is not None:  # warm this launch path so first-call costs stay outside the window
-            b.raise_launch_error(launch())
-            b.synchronize()
+        loops = None if cfg.mode == "idle" else self._loops(cfg)
+        if loops is not None:  # warm this launch path so first-call costs stay outside the window
+            loops.calls(1, sync=True)
         dur_ns = int(cfg.duration_s * 1e9)
+        period = None if cfg.rate_hz is None else int(1e9 / cfg.rate_hz)
         with nvtx_range(cfg.label):
             t_a = self.probe() if self.probe else None
             cpu0 = b.thread_time_ns()
-            t0 = b.clock()
-            deadline = t0 + dur_ns
-            if launch is None:
-                calls = self._idle(deadline)
-            elif cfg.rate_hz is None:
-                calls = self._as_fast_as_possible(launch, deadline)
+            if loops is None:
+                t0 = b.clock()
+                calls = self._idle(t0 + dur_ns)
+                t1 = b.clock()
             else:
-                calls = self._paced(launch, int(1e9 / cfg.rate_hz), deadline)
-            t1 = b.clock()
+                calls, t0, t1 = loops.for_duration(dur_ns, period)
             cpu1 = b.thread_time_ns()
             b.synchronize()
             t2 = self.probe() if self.probe else b.clock()
@@ -130,6 +131,7 @@ class LaunchGenerator:
             "t_start_ns": t0 if t_a is None else t_a, "t_end_ns": t2, "enqueue_ns": t1 - t0, "cpu_ns": cpu1 - cpu0,
             "calls": calls, "launches": calls * k if cfg.mode != "idle" else 0,
             "achieved_rate_hz": calls / ((t1 - t0) / 1e9) if t1 > t0 else 0.0,
+            "path": self.path if loops is not None else "",
         }
 
     def _idle(self, deadline: int) -> int:
@@ -138,59 +140,31 @@ class LaunchGenerator:
             pass  # spin rather than sleep: the host stays as busy as in the launch windows
         return 0
 
-    def _calls(self, launch: Launch, n: int) -> None:
-        """``n`` launch calls with no Python bytecode between them (starmap runs the loop in C); the
-        distinct results are checked once afterwards."""
-        results = set(starmap(launch, repeat((), n)))
-        if len(results) != 1 or next(iter(results))[0]:
-            self.b.raise_launch_error(max(results, key=lambda r: int(r[0])))
-
-    def _as_fast_as_possible(self, launch: Launch, deadline: int) -> int:
-        clock, calls = self.b.clock, 0
-        while clock() < deadline:
-            self._calls(launch, self.BATCH)
-            calls += self.BATCH
-        return calls
-
-    def _paced(self, launch: Launch, period_ns: int, deadline: int) -> int:
-        clock, calls = self.b.clock, 0
-        next_t = clock()
-        while True:
-            now = clock()
-            if now >= deadline:
-                return calls
-            if now >= next_t:
-                r = launch()
-                if r[0]:
-                    self.b.raise_launch_error(r)
-                calls += 1
-                # Keep the average rate, but never burst more than a few periods to catch up.
-                next_t = max(next_t + period_ns, now - 4 * period_ns)
-
     # -- bursts: host cost per call and GPU time per kernel with the queue full -------------------
-    def burst(self, mode: str, kernel_us: float, graph_k: int, calls: int, blocker_ms: float = 20.0) -> dict[str, Any]:
+    def burst(self, mode: str, kernel_us: float, graph_k: int, calls: int, blocker_ms: float = 20.0,
+              loops: Loops | None = None) -> dict[str, Any]:
         """Queue ``calls`` launch calls behind a ``blocker_ms`` kernel, timing host and GPU separately.
 
         While the blocker runs, the GPU consumes nothing, so the host loop's wall time is the pure
         launch cost (``host_ns``), and the events after the blocker measure the GPU's own time to run
         the queued kernels back to back (``gpu_ns``). ``saturated`` is True when the blocker was still
         running after the last launch call (the measurement's precondition); keep ``calls`` below the
-        queue depth (~1000 launches on H100) or the host blocks.
+        queue depth (~1000 launches on H100) or the host blocks. ``loops``: launch through these
+        instead of the generator's path (e.g. PyTorch; they must launch on the backend's stream);
+        the record's ``path`` says which.
         """
         cfg = LaunchConfig(mode, kernel_us, graph_k, None, 1.0, "burst")
         b = self.b
-        launch = self._call(cfg)
-        b.raise_launch_error(launch())  # warm up
+        loops = loops or self._loops(cfg)
+        loops.calls(1)  # warm up
         blocker = b.blocker(int(blocker_ms * 1e6))
         ev_a, ev_b = b.event(), b.event()
         b.synchronize()
-        with nvtx_range(cfg.label):
+        with nvtx_range(f"{cfg.label} ({loops.path})"):
             b.raise_launch_error(blocker())
             b.record(ev_a)
             cpu0 = b.thread_time_ns()
-            t0 = b.clock()
-            self._calls(launch, calls)
-            t1 = b.clock()
+            t0, t1, _ = loops.calls(calls)
             cpu1 = b.thread_time_ns()
             saturated = not b.done(ev_a)
             b.record(ev_b)
@@ -198,24 +172,21 @@ class LaunchGenerator:
             b.synchronize()
         k = graph_k if mode == "graph" else 1
         return {"mode": mode, "kernel_us": kernel_us, "graph_k": k, "calls": calls, "launches": calls * k,
-                "host_ns": t1 - t0, "cpu_ns": cpu1 - cpu0, "gpu_ns": gpu_ms * 1e6, "saturated": saturated}
+                "host_ns": t1 - t0, "cpu_ns": cpu1 - cpu0, "gpu_ns": gpu_ms * 1e6, "saturated": saturated,
+                "path": loops.path}
 
     # -- end to end: wall time per kernel, host launching as fast as it can ----------------------
     def end_to_end(self, mode: str, kernel_us: float, graph_k: int, kernels: int) -> dict[str, Any]:
         """Wall time for ``kernels`` kernels launched as fast as possible plus the final synchronize."""
         cfg = LaunchConfig(mode, kernel_us, graph_k, None, 1.0, "e2e")
-        b = self.b
-        launch = self._call(cfg)
+        loops = self._loops(cfg)
         k = graph_k if mode == "graph" else 1
         calls = max(1, kernels // k)
-        b.raise_launch_error(launch())
-        b.synchronize()
+        loops.calls(1, sync=True)
         with nvtx_range(cfg.label):
-            t0 = b.clock()
-            self._calls(launch, calls)
-            b.synchronize()
-            t1 = b.clock()
-        return {"mode": mode, "kernel_us": kernel_us, "graph_k": k, "launches": calls * k, "wall_ns": t1 - t0}
+            t0, _, t2 = loops.calls(calls, sync=True)
+        return {"mode": mode, "kernel_us": kernel_us, "graph_k": k, "launches": calls * k, "wall_ns": t2 - t0,
+                "path": loops.path}
 
     # -- calibration -----------------------------------------------------------------------------
     def calibrate(self, kernel_us: float, repeats: int = 20) -> dict[str, Any]:

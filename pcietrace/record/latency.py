@@ -11,9 +11,9 @@ Tests:
 - ``device_read_l2`` / ``device_read_hbm``: the same chase in device memory, 2 MiB (L2-resident) and
   256 MiB (beyond L2; each repeat continues along the chain, so it meets lines not touched since).
 - ``peer_read_rtt``: the chase in a peer GPU's memory (every pair with peer access).
-- ``copy_h2d_4B`` / ``copy_d2h_4B``: a 4-byte cuMemcpy*Async plus stream synchronize, host-timed.
+- ``copy_h2d_4B`` / ``copy_d2h_4B``: a 4-byte cuMemcpy*Async plus stream synchronize, host-timed in C.
 - ``launch_sync_eager`` / ``launch_sync_graph1``: launch an empty kernel (or a graph of one) and
-  synchronize, host-timed.
+  synchronize, host-timed in C (pcietrace/native/pt_loops.c).
 - ``launch_to_first_instruction``: host clock before cuLaunchKernel until the host sees the kernel's
   first store to host-mapped memory (includes that store's one-way trip).
 - ``kernel_end_to_host``: from the host seeing the kernel's last store until cuStreamQuery reports
@@ -23,12 +23,12 @@ Tests:
 from __future__ import annotations
 
 import ctypes
-import time
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
+from pcietrace.device import native
 from pcietrace.device.backend import CudaBackend
 from pcietrace.device.kernels import LATENCY_SOURCE
 
@@ -96,92 +96,90 @@ class LatencyProbe:
         ns, self._pos[start] = (int(x) for x in gpu.read_u64(self.out, 2))
         return ns / steps / 1e3
 
-    def host_timed(self, fn: Callable[[], None]) -> float:
-        t0 = time.perf_counter_ns()
-        fn()
-        return (time.perf_counter_ns() - t0) / 1e3
-
-    def flag_times(self, spin_us: float = 20.0) -> tuple[float, float]:
-        """(launch -> first instruction seen, last instruction seen -> stream reported done), in us."""
+    def flag_us(self, repeats: int, spin_us: float = 20.0) -> tuple[np.ndarray, np.ndarray]:
+        """Per repeat, in us: (launch -> first instruction seen by the host, kernel end seen -> stream
+        reported done), timed by the native loop."""
         gpu = self.be.gpu
         if "flag" not in self._bufs:
             host = gpu.alloc_pinned(64, mapped=True)
             self._bufs["flag"] = (host, gpu.device_pointer(host))
             self._flag_value = 0
         host, dev = self._bufs["flag"]
-        flags = (ctypes.c_uint32 * 2).from_address(host)
-        self._flag_value += 1
-        v = self._flag_value
-        self.flag.args[:] = (dev, v, int(spin_us * 1000))
-        launch = gpu.launcher(self.flag)
-        t0 = time.perf_counter_ns()
-        gpu.check(launch(), "pt_flag")
-        while flags[0] != v:
-            if time.perf_counter_ns() - t0 > 2e9:  # never hang on a kernel that did not run
-                gpu.synchronize()
-                raise TimeoutError("pt_flag: the kernel's first store never reached host memory")
-        t1 = time.perf_counter_ns()
-        while flags[1] != v:
-            if time.perf_counter_ns() - t0 > 2e9:
-                raise TimeoutError("pt_flag: the kernel's last store never reached host memory")
-        t2 = time.perf_counter_ns()
-        while not gpu.query():
-            pass
-        t3 = time.perf_counter_ns()
-        return (t1 - t0) / 1e3, (t3 - t2) / 1e3
+        self.flag.args[:] = (dev, 0, int(spin_us * 1000))
+        first, end = native.flag_each(int(self.flag.func), int(gpu.stream), self.flag.params_address,
+                                      self.flag.args.ctypes.data + 8, host, self._flag_value + 1, repeats)
+        self._flag_value += repeats
+        return first / 1e3, end / 1e3
+
+
+Rows = list[tuple[int, str, int, int, float]]
+
+
+def _add(rows: Rows, idx: int, test: str, peer: int, values: Any) -> None:
+    rows.extend((idx, test, peer, r, float(v)) for r, v in enumerate(values))
+
+
+def measure_gpu(idx: int, pr: LatencyProbe, repeats: int = 11, steps: int = 2000,
+                progress: Callable[[str], None] = lambda _: None) -> Rows:
+    """Every single-GPU test on one GPU (NVML index ``idx``); rows as :data:`LATENCY_COLUMNS`. The
+    host-timed tests run in the native loops (:mod:`pcietrace.device.native`)."""
+    rows: Rows = []
+    gpu, be = pr.be.gpu, pr.be
+    gpu.make_current()
+    progress(f"GPU {gpu.ordinal}: PCIe read round trip")
+    for test, nbytes in (("host_read_rtt", 64 << 10), ("host_read_rtt_2mib", 2 << 20)):
+        host = pr._host_chain(nbytes)
+        pr.chase_us(host, 100)  # warm
+        _add(rows, idx, test, -1, [pr.chase_us(host, steps) for _ in range(repeats)])
+    progress(f"GPU {gpu.ordinal}: device memory chase")
+    for test, nbytes in (("device_read_l2", 2 << 20), ("device_read_hbm", 256 << 20)):
+        d = pr._device_chain(gpu, nbytes)
+        pr.chase_us(d, steps * 20)  # warm-up as long as a repeat: every page's translation is cached
+        _add(rows, idx, test, -1, [pr.chase_us(d, steps * 20) for _ in range(repeats)])
+    progress(f"GPU {gpu.ordinal}: small copies and launch round trips")
+    if "copy" not in pr._bufs:
+        pr._bufs["copy"] = (gpu.alloc_pinned(64), gpu.alloc_device(64))
+    src, dst = pr._bufs["copy"]
+    stream = int(gpu.stream)
+    n = repeats * 20  # host-timed tests are short: more repeats for the same confidence
+    for test, h2d in (("copy_h2d_4B", True), ("copy_d2h_4B", False)):
+        native.copy_sync_each(h2d, dst, src, 4, stream, 2)  # warm
+        _add(rows, idx, test, -1, native.copy_sync_each(h2d, dst, src, 4, stream, n) / 1e3)
+    for test, mode in (("launch_sync_eager", "eager"), ("launch_sync_graph1", "graph")):
+        loops = be.native_loops(mode, 1, 0)
+        loops.sync_each(2)
+        _add(rows, idx, test, -1, loops.sync_each(n) / 1e3)
+    progress(f"GPU {gpu.ordinal}: launch -> first instruction")
+    pr.flag_us(2)
+    first, end = pr.flag_us(n)
+    _add(rows, idx, "launch_to_first_instruction", -1, first)
+    _add(rows, idx, "kernel_end_to_host", -1, end)
+    return rows
+
+
+def measure_peers(idx: int, pr: LatencyProbe, peers: dict[int, Any], repeats: int = 11, steps: int = 2000,
+                  progress: Callable[[str], None] = lambda _: None) -> Rows:
+    """``peer_read_rtt`` from GPU ``idx`` into each peer it can access (``peers``: NVML index ->
+    :class:`pcietrace.device.cuda.Gpu`)."""
+    rows: Rows = []
+    for jdx, other in peers.items():
+        if jdx == idx or not pr.be.gpu.can_access_peer(other):
+            continue
+        progress(f"GPU {pr.be.gpu.ordinal} -> GPU {other.ordinal}: peer read round trip")
+        pr.be.gpu.enable_peer_access(other)
+        d = pr._device_chain(other, 2 << 20)
+        pr.chase_us(d, 100)
+        _add(rows, idx, "peer_read_rtt", jdx, [pr.chase_us(d, steps) for _ in range(repeats)])
+    return rows
 
 
 def measure(probes: dict[int, LatencyProbe], repeats: int = 11, steps: int = 2000,
             progress: Callable[[str], None] = lambda _: None) -> pd.DataFrame:
     """Run every test on every GPU (and every peer pair); one row per repeat (:data:`LATENCY_COLUMNS`)."""
-    rows: list[tuple[int, str, int, int, float]] = []
-
-    def add(idx: int, test: str, peer: int, values: list[float]) -> None:
-        rows.extend((idx, test, peer, r, v) for r, v in enumerate(values))
-
+    rows: Rows = []
     for idx, pr in probes.items():
-        gpu, be = pr.be.gpu, pr.be
-        gpu.make_current()
-        progress(f"GPU {gpu.ordinal}: PCIe read round trip")
-        for test, nbytes in (("host_read_rtt", 64 << 10), ("host_read_rtt_2mib", 2 << 20)):
-            host = pr._host_chain(nbytes)
-            pr.chase_us(host, 100)  # warm
-            add(idx, test, -1, [pr.chase_us(host, steps) for _ in range(repeats)])
-        progress(f"GPU {gpu.ordinal}: device memory chase")
-        for test, nbytes in (("device_read_l2", 2 << 20), ("device_read_hbm", 256 << 20)):
-            d = pr._device_chain(gpu, nbytes)
-            pr.chase_us(d, steps * 20)  # warm-up as long as a repeat: every page's translation is cached
-            add(idx, test, -1, [pr.chase_us(d, steps * 20) for _ in range(repeats)])
-        progress(f"GPU {gpu.ordinal}: small copies and launch round trips")
-        src = gpu.alloc_pinned(64)
-        dst = gpu.alloc_device(64)
-        n = repeats * 20  # host-timed tests are short: more repeats for the same confidence
-
-        def copy(fn: Callable[..., None], *args: int) -> Callable[[], None]:
-            return lambda: (fn(*args), gpu.synchronize())  # type: ignore[func-returns-value]
-
-        for test, fn in (("copy_h2d_4B", copy(gpu.copy_h2d, dst, src, 4)), ("copy_d2h_4B", copy(gpu.copy_d2h, src, dst, 4))):
-            fn()
-            add(idx, test, -1, [pr.host_timed(fn) for _ in range(n)])
-        eager, graph = be.launcher(0), be.graph_launcher(1, 0)
-        for test, launch in (("launch_sync_eager", eager), ("launch_sync_graph1", graph)):
-            def once(launch: Any = launch) -> None:
-                gpu.check(launch(), test)
-                gpu.synchronize()
-            once()
-            add(idx, test, -1, [pr.host_timed(once) for _ in range(n)])
-        progress(f"GPU {gpu.ordinal}: launch -> first instruction")
-        pr.flag_times()
-        ft = [pr.flag_times() for _ in range(n)]
-        add(idx, "launch_to_first_instruction", -1, [a for a, _ in ft])
-        add(idx, "kernel_end_to_host", -1, [b for _, b in ft])
+        rows += measure_gpu(idx, pr, repeats, steps, progress)
+    gpus = {idx: pr.be.gpu for idx, pr in probes.items()}
     for idx, pr in probes.items():
-        for jdx, other in probes.items():
-            if idx == jdx or not pr.be.gpu.can_access_peer(other.be.gpu):
-                continue
-            progress(f"GPU {pr.be.gpu.ordinal} -> GPU {other.be.gpu.ordinal}: peer read round trip")
-            pr.be.gpu.enable_peer_access(other.be.gpu)
-            d = pr._device_chain(other.be.gpu, 2 << 20)
-            pr.chase_us(d, 100)
-            add(idx, "peer_read_rtt", jdx, [pr.chase_us(d, steps) for _ in range(repeats)])
+        rows += measure_peers(idx, pr, gpus, repeats, steps, progress)
     return pd.DataFrame(rows, columns=LATENCY_COLUMNS)

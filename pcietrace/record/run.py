@@ -25,7 +25,9 @@ class RunPlan:
     ``durations_us``: kernel durations for the speedup and bytes-vs-duration tables; ``graph_ks``:
     graph sizes; ``rate_fractions``: paced rates, as fractions of the measured max rate, for the fits;
     ``window_s``: length of each counter window; ``burst_kernels``: kernels queued behind a blocker
-    (keep under the ~1000-launch queue); ``e2e_kernels``: kernels per end-to-end loop.
+    (keep under the ~1000-launch queue); ``e2e_kernels``: kernels per end-to-end loop;
+    ``language_repeats``: empty-kernel bursts per launch path (native, Python, PyTorch) for the
+    host cost by language.
     """
 
     durations_us: tuple[float, ...] = (0, 2, 5, 10, 20, 50)
@@ -37,6 +39,7 @@ class RunPlan:
     e2e_kernels: int = 2000
     e2e_graph_k: int = 100
     e2e_repeats: int = 3
+    language_repeats: int = 3
 
     def __post_init__(self) -> None:
         if not self.durations_us or any(d < 0 or d > 1e6 for d in self.durations_us):
@@ -45,8 +48,9 @@ class RunPlan:
             raise UsageError("graph sizes must be 1..100000")
         if not self.rate_fractions or self.rate_fractions[0] != 1.0 or any(not 0 < f <= 1 for f in self.rate_fractions):
             raise UsageError("rate fractions must start with 1.0 (max rate) and lie in (0, 1]")
-        if self.window_s <= 0 or self.idle_windows < 1 or self.burst_kernels < 1 or self.e2e_kernels < 1:
-            raise UsageError("window length, idle windows, burst and e2e kernels must be positive")
+        if (self.window_s <= 0 or self.idle_windows < 1 or self.burst_kernels < 1 or self.e2e_kernels < 1
+                or self.language_repeats < 0):
+            raise UsageError("window length, idle windows, burst and e2e kernels must be positive, language repeats >= 0")
 
     def steps(self) -> int:
         """Number of progress steps one GPU takes (for the progress bar)."""
@@ -91,10 +95,25 @@ def _steps(plan: RunPlan, gen: LaunchGenerator) -> Iterable[tuple[str, str, Call
         yield "bursts", f"burst eager {d:g} us", lambda d=d: gen.burst("eager", d, 1, plan.burst_kernels)
         k = plan.e2e_graph_k
         yield "bursts", f"burst graph {d:g} us", lambda d=d, k=k: gen.burst("graph", d, k, max(1, plan.burst_kernels // k))
+    # What the language adds: the same burst at the shortest kernel from each launch path, interleaved.
+    d0 = min(plan.durations_us)
+    python = LaunchGenerator(gen.b, path="python") if gen is not None else None
+    for _ in range(plan.language_repeats):
+        yield "bursts", "host cost: native", lambda: gen.burst("eager", d0, 1, plan.burst_kernels)
+        yield "bursts", "host cost: Python", lambda: python.burst("eager", d0, 1, plan.burst_kernels)
+        yield "bursts", "host cost: PyTorch", lambda: _torch_burst(gen, d0, plan.burst_kernels)
     for _ in range(plan.e2e_repeats):
         for d in plan.durations_us:
             yield "e2e", f"e2e eager {d:g} us", lambda d=d: gen.end_to_end("eager", d, 1, plan.e2e_kernels)
             yield "e2e", f"e2e graph {d:g} us", lambda d=d: gen.end_to_end("graph", d, plan.e2e_graph_k, plan.e2e_kernels)
+
+
+def _torch_burst(gen: LaunchGenerator, kernel_us: float, calls: int) -> dict[str, Any] | None:
+    """A burst launched through PyTorch, or None where torch does not import (or the backend has no
+    CUDA stream to share with it, e.g. the SIMULATED device)."""
+    torch_loops = getattr(gen.b, "torch_loops", None)
+    loops = torch_loops() if torch_loops is not None else None
+    return None if loops is None else gen.burst("eager", kernel_us, 1, calls, loops=loops)
 
 
 def base_meta(plan: RunPlan, simulated: bool, argv: list[str] | None = None) -> dict[str, Any]:
@@ -128,6 +147,8 @@ def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Bac
             for table, label, thunk in _steps(plan, gen):
                 progress(f"GPU {g['cuda_ordinal']}: {label}")
                 rec = thunk()
+                if rec is None:  # a step this machine cannot measure (e.g. no PyTorch)
+                    continue
                 rec.update(nvml_index=g["nvml_index"], cuda_ordinal=g["cuda_ordinal"])
                 tables[table].append(rec)
         session.meta["status"] = "complete"

@@ -398,3 +398,36 @@ def savings_table(sv: pd.DataFrame, paths: list[str]) -> Table:
                   err(r.error_attach_pct), _num(r.predicted_model_ms, ",.2f"), err(r.error_model_pct),
                   "yes" if r.launch_bound else "no")
     return t
+
+
+def per_gpu_table(pg: pd.DataFrame) -> Table:
+    """The per-GPU headline table (analysis ``per_gpu``) and, beside it, host cost by language."""
+    t = _table("Per GPU (headline figures)",
+               [("NVML", "right"), ("H2D B/launch", "right"), ("D2H B/launch", "right"), ("host us native", "right"),
+                ("host us Python", "right"), ("GPU us eager", "right"), ("GPU us graph", "right"),
+                ("wall × at kernel", "right"), ("host RTT us", "right"), ("switch levels", "right")],
+               caption="eager launches; host us = per launch call with the queue never full (native C loops / Python "
+                       "cuda.bindings); GPU us per empty kernel; wall × = eager / graph end-to-end at the shortest kernel")
+    for r in pg.to_dict("records"):
+        t.add_row(str(r["nvml_index"]), _num(r["h2d_bytes_per_launch"]), _num(r["d2h_bytes_per_launch"]),
+                  _num(r["host_us_per_launch"], ".3f"), _num(r["host_us_per_launch_python"], ".3f"),
+                  _num(r["eager_gpu_us"], ".3f"), _num(r["graph_gpu_us"], ".3f"),
+                  f"{_num(r['speedup'], '.2f', '×')} @ {_num(r['kernel_us'], 'g')} us", _num(r["host_rtt_us"], ".3f"),
+                  "?" if r["switch_levels"] is None or r["switch_levels"] != r["switch_levels"] else str(int(r["switch_levels"])))
+    return t
+
+
+def language_table(lang: pd.DataFrame) -> Table:
+    t = _table("Host cost per eager launch by language",
+               [("NVML", "right"), ("launched", "left"), ("us / launch", "right"), ("CPU us / launch", "right"),
+                ("+ us vs native", "right"), ("× native", "right"), ("bursts", "right")],
+               caption="the same empty-kernel burst behind a blocker (queue never full), at the shortest kernel")
+    for r in lang.to_dict("records"):
+        t.add_row(str(r["nvml_index"]), r["language"] + ("" if r["saturated"] else " [yellow](queue ran dry)[/]"),
+                  _num(r["us_per_launch"], ".3f"), _num(r["cpu_us_per_launch"], ".3f"),
+                  _num(r["extra_us_vs_native"], "+.3f"), _num(r["ratio_vs_native"], ".2f", "×"), str(r["bursts"]))
+    return t
+
+
+RENDERERS.insert(0, ("per_gpu", per_gpu_table))
+RENDERERS.append(("host_cost_by_language", language_table))

@@ -1,0 +1,283 @@
+"""Recording every GPU at once: one worker process per GPU, results merged into one Session.
+
+NVML reads serialize across the threads of one process (pynvml holds a lock per call), not across
+processes, so each worker owns its GPU's counter sampler and boundary probe, its CUDA context, launch
+loops and latency suite; GPUs then run side by side and a box of 8 takes about as long as one.
+Peer round trips need every worker's own suite to be over first (a peer chase reads another GPU's
+memory): the workers meet at a barrier, then each chases into its peers.
+
+Workers are started with ``spawn`` (CUDA contexts do not survive fork). What a worker opens is given by
+an *opener*: a picklable callable returning a :class:`GpuWorker` -- :func:`open_cuda` for a real GPU,
+:func:`open_sim` for the SIMULATED device -- so the recording here knows no backend. ``processes=False``
+runs the same workers one after another in this process (the simulator, tests).
+
+Ctrl-C: the terminal's SIGINT reaches every worker; each stops, keeps what it recorded (status
+"interrupted") and sends it back. A worker the signal did not reach gets it forwarded. The merged,
+partial session is kept and KeyboardInterrupt re-raised, as in a single-GPU run.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing as mp
+import os
+import queue
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pandas as pd
+
+from pcietrace.device.base import Backend
+from pcietrace.errors import PcietraceError
+from pcietrace.record.run import RunPlan, record
+from pcietrace.session import TABLES, Session
+
+#: Seconds a worker waits at the peer barrier for the slowest GPU's own suite.
+BARRIER_TIMEOUT_S = 300.0
+#: Seconds the parent waits, after Ctrl-C, for workers to send what they recorded.
+INTERRUPT_GRACE_S = 30.0
+
+Note = Callable[[str], None]
+
+
+@dataclass
+class GpuWorker:
+    """What one worker measures with: the GPU record (``nvml_index``, ``cuda_ordinal``, name, ...), its
+    backend, its own counter sampler and boundary probe, and (real GPUs) the latency suite:
+    ``latency(repeats, note)`` -> rows for this GPU, ``peer_latency(ordinals, repeats, note)`` -> rows
+    from this GPU into the others (both :data:`pcietrace.record.latency.LATENCY_COLUMNS` tuples)."""
+
+    meta: dict[str, Any]
+    backend: Backend
+    sampler: Any
+    probe: Any
+    latency: Callable[[int, Note], list[tuple[Any, ...]]] | None = None
+    peer_latency: Callable[[list[int], int, Note], list[tuple[Any, ...]]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def open_cuda(ordinal: int, force_throughput: bool = False, interval_ns: int = 10_000_000) -> GpuWorker:
+    """A worker on CUDA device ``ordinal`` (as CUDA_VISIBLE_DEVICES numbers it), sampling its counters
+    every ``interval_ns`` (fields 197/198, or the throughput API if forced)."""
+    from pcietrace.collectors import BoundaryProbe, CounterSampler, nvml
+    from pcietrace.device.backend import open_gpus
+    from pcietrace.device.cuda import Gpu
+    from pcietrace.record.latency import LatencyProbe, measure_gpu, measure_peers
+
+    (meta, be), = open_gpus([ordinal])
+    idx = meta["nvml_index"]
+    probes: list[LatencyProbe] = []
+
+    def latency_probe() -> LatencyProbe:
+        if not probes:
+            probes.append(LatencyProbe(be))
+        return probes[0]
+
+    def latency(repeats: int, note: Note) -> list[tuple[Any, ...]]:
+        return measure_gpu(idx, latency_probe(), repeats, progress=note)
+
+    def peer_latency(ordinals: list[int], repeats: int, note: Note) -> list[tuple[Any, ...]]:
+        peers = {}
+        for o in ordinals:
+            if o != ordinal:
+                g = Gpu(o)
+                peers[nvml.index_for_bus_id(g.bus_id)] = g
+        be.activate()
+        return measure_peers(idx, latency_probe(), peers, repeats, progress=note)
+
+    return GpuWorker(meta, be, CounterSampler([idx], force_throughput=force_throughput, interval_ns=interval_ns),
+                     BoundaryProbe(idx, force_throughput), latency, peer_latency)
+
+
+def cuda_openers(ordinals: list[int], force_throughput: bool = False,
+                 sample_interval_ms: float = 10.0) -> list[Callable[[], GpuWorker]]:
+    """One :func:`open_cuda` opener per CUDA ordinal (picklable, for the worker processes)."""
+    return [functools.partial(open_cuda, o, force_throughput, int(sample_interval_ms * 1e6)) for o in ordinals]
+
+
+def open_sim(slot: int, seed: int = 0) -> GpuWorker:
+    """A worker on a SIMULATED GPU number ``slot`` (NVML index and CUDA ordinal = slot; each its own
+    device model, seeded ``seed + slot``). No latency suite."""
+    from pcietrace.device.sim import SimBackend, SimDevice, SimParams, SimSampler
+
+    params = SimParams.default()
+    device = SimDevice(params, seed=seed + slot)
+    meta = {"nvml_index": slot, "cuda_ordinal": slot, "name": f"SIMULATED {params.gpu_name}", "bus_id": "sim",
+            "pcie_gen_current": None, "pcie_gen_max": None, "pcie_width_current": None, "pcie_width_max": None}
+    sampler = SimSampler(device, nvml_index=slot)
+    return GpuWorker(meta, SimBackend(device), sampler, sampler)
+
+
+def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_repeats: int | None,
+          ordinals: list[int], send: Callable[[tuple[Any, ...]], None], barrier: Any) -> None:
+    """One GPU's whole measurement; sends ("step"|"note", slot, label) while it runs and ("done", slot,
+    Session) at the end, whatever happened (an interrupted or failed session keeps what it recorded)."""
+    session = Session(meta={"gpus": [], "status": "starting"})
+    met = False
+    try:
+        w = opener()
+        session.meta["gpus"] = [w.meta]
+        record(session, plan, [(w.meta, w.backend)], w.sampler, {w.meta["nvml_index"]: w.probe},
+               progress=lambda label: send(("step", slot, label)))
+        rows: list[tuple[Any, ...]] = []
+        note: Note = lambda label: send(("note", slot, label))  # noqa: E731
+        if latency_repeats is not None and w.latency is not None:
+            session.meta["status"] = "running latency"
+            rows += w.latency(latency_repeats, note)
+            session.latency = _latency_frame(rows)
+            if barrier is not None and w.peer_latency is not None:
+                barrier.wait(BARRIER_TIMEOUT_S)  # every GPU's own suite is over: chase into the peers
+                met = True
+                rows += w.peer_latency(ordinals, latency_repeats, note)
+                session.latency = _latency_frame(rows)
+            session.meta["status"] = "complete"
+    except KeyboardInterrupt:
+        session.meta["status"] = "interrupted"
+    except threading.BrokenBarrierError:
+        session.meta["status"] = "complete"  # another worker failed: this GPU's figures stand, no peer reads
+        session.meta["peer_latency"] = "skipped: another GPU's worker did not reach the barrier"
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, never lost
+        session.meta["status"] = f"failed: {type(exc).__name__}: {exc}"
+    finally:
+        if barrier is not None and not met:
+            barrier.abort()  # nobody waits for a worker that will not come
+        send(("done", slot, session))
+
+
+def _latency_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    from pcietrace.record.latency import LATENCY_COLUMNS
+
+    return pd.DataFrame(rows, columns=LATENCY_COLUMNS)
+
+
+def _worker_main(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_repeats: int | None,
+                 ordinals: list[int], out: Any, barrier: Any) -> None:
+    def first_interrupt(signum: int, frame: Any) -> None:
+        # One Ctrl-C stops this worker; another (or the parent's forwarded one) must not cut short the
+        # clean-up that keeps what was recorded (stopping the sampler, sending the result).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, first_interrupt)
+    _work(opener, slot, plan, latency_repeats, ordinals, out.put, barrier)
+
+
+def merge(session: Session, parts: dict[int, Session]) -> Session:
+    """Fill ``session`` with the workers' sessions (slot order): tables concatenated, samples sorted per
+    GPU, GPU records replaced by the workers' own (each with its ``status``); the run's status is
+    "complete" only if every worker's is."""
+    ordered = [parts[k] for k in sorted(parts)]
+    gpus = {g["nvml_index"]: g for g in session.meta.get("gpus", [])}
+    statuses = []
+    for p in ordered:
+        statuses.append(p.meta.get("status", "unknown"))
+        for g in p.meta.get("gpus", []):
+            gpus[g["nvml_index"]] = {**gpus.get(g["nvml_index"], {}), **g, "status": statuses[-1]}
+        for k, v in p.meta.get("failed_reads", {}).items():
+            session.meta.setdefault("failed_reads", {})[k] = v
+        if "peer_latency" in p.meta:
+            session.meta["peer_latency"] = p.meta["peer_latency"]
+    session.meta["gpus"] = [gpus[k] for k in sorted(gpus)]
+    session.meta["status"] = next((s for s in statuses if s != "complete"), "complete") if ordered else "interrupted"
+    session.meta["parallel_workers"] = len(ordered)
+    frames = [p.samples for p in ordered if len(p.samples)]
+    if frames:
+        session.samples = (pd.concat(frames, ignore_index=True)
+                           .sort_values(["nvml_index", "t_ns"], kind="stable").reset_index(drop=True))
+    for t in TABLES:
+        got = [getattr(p, t) for p in ordered if len(getattr(p, t))]
+        if got:
+            setattr(session, t, pd.concat(got, ignore_index=True))
+    return session
+
+
+def record_all(session: Session, plan: RunPlan, openers: list[Callable[[], GpuWorker]],
+               latency_repeats: int | None = None, progress: Note = lambda _: None, note: Note = lambda _: None,
+               processes: bool = True, ordinals: list[int] | None = None) -> Session:
+    """Run ``plan`` (and, with ``latency_repeats``, the latency suite) on every opener's GPU at once and
+    merge the results into ``session``. ``progress`` gets one label per plan step of any GPU, ``note``
+    the latency suite's labels. ``processes=False``: one GPU after another in this process.
+    ``ordinals``: the CUDA ordinals of the openers' GPUs (for peer round trips between them).
+
+    KeyboardInterrupt (Ctrl-C) is re-raised after the partial results are merged; a failed worker
+    raises :class:`~pcietrace.errors.PcietraceError` (one line) after the merge."""
+    n = len(openers)
+    ordinals = list(range(n)) if ordinals is None else list(ordinals)
+    parts: dict[int, Session] = {}
+
+    def handle(msg: tuple[Any, ...]) -> None:
+        kind, slot, payload = msg
+        if kind == "step":
+            progress(payload)
+        elif kind == "note":
+            note(payload)
+        else:
+            parts[slot] = payload
+
+    if not processes:
+        for slot, opener in enumerate(openers):
+            _work(opener, slot, plan, latency_repeats, ordinals, handle, None)
+            if parts[slot].meta.get("status") == "interrupted":
+                merge(session, parts)
+                raise KeyboardInterrupt
+        merge(session, parts)
+        _raise_failures(parts)
+        return session
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    barrier = ctx.Barrier(n) if latency_repeats is not None and n > 1 else None
+    procs = [ctx.Process(target=_worker_main, args=(opener, slot, plan, latency_repeats, ordinals, out, barrier),
+                         name=f"pcietrace-gpu{slot}") for slot, opener in enumerate(openers)]
+    for p in procs:
+        p.start()
+    interrupted = False
+    try:
+        _collect(out, procs, parts, handle, deadline=None)
+    except KeyboardInterrupt:
+        interrupted = True
+        time.sleep(1.0)  # the terminal's SIGINT reached the workers too; forward it to any it did not
+        for slot, p in enumerate(procs):
+            if slot not in parts and p.is_alive():
+                try:
+                    os.kill(p.pid, signal.SIGINT)
+                except ProcessLookupError:
+                    pass
+        _collect(out, procs, parts, handle, deadline=time.monotonic() + INTERRUPT_GRACE_S)
+    finally:
+        for p in procs:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+    merge(session, parts)
+    if interrupted or any(p.meta.get("status") == "interrupted" for p in parts.values()):
+        raise KeyboardInterrupt  # (a worker interrupted on its own, too: the run is partial)
+    _raise_failures(parts)
+    return session
+
+
+def _raise_failures(parts: dict[int, Session]) -> None:
+    """A failed worker fails the run, as an exception in a one-GPU run would (the merged session keeps
+    every GPU's figures, so the caller can still save them)."""
+    failed = [f"GPU slot {k}: {p.meta['status'][len('failed: '):]}" for k, p in sorted(parts.items())
+              if str(p.meta.get("status", "")).startswith("failed")]
+    if failed:
+        raise PcietraceError("; ".join(failed))
+
+
+def _collect(out: Any, procs: list[Any], parts: dict[int, Session], handle: Callable[[tuple[Any, ...]], None],
+             deadline: float | None) -> None:
+    """Handle worker messages until every worker has sent its result, died without one, or the deadline."""
+    while len(parts) < len(procs):
+        if deadline is not None and time.monotonic() > deadline:
+            return
+        try:
+            handle(out.get(timeout=0.5))
+        except queue.Empty:
+            for slot, p in enumerate(procs):
+                if slot not in parts and not p.is_alive() and p.exitcode is not None:
+                    # Died without a word (killed, crashed in C): say so rather than wait forever.
+                    parts[slot] = Session(meta={"gpus": [], "status": f"failed: worker exited with code {p.exitcode}"})

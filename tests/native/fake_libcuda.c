@@ -1,0 +1,66 @@
+/*
+ * A fake libcuda.so.1 for CPU tests of pcietrace's native loops (tests/test_native.py): it exports only
+ * cuGetProcAddress_v2 and hands out stand-ins that count calls and return what the test asks for.
+ * Build: cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o libcuda.so.1 fake_libcuda.c
+ * Control (set from Python through ctypes): fake_fail_at (the launch call number that fails, 0 = never),
+ * fake_fail_code, fake_flag_mode (1: a "kernel" launch stores its value to both flags at once, as pt_flag
+ * does; 0: never, to test the timeout), fake_launch_ns (busy time per launch call).
+ */
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+long long fake_launches, fake_graph_launches, fake_syncs, fake_queries, fake_h2d, fake_d2h;
+long long fake_fail_at, fake_launch_ns;
+int fake_fail_code = 719, fake_flag_mode;
+unsigned long long fake_last_nbytes;
+
+static long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int spend(void)
+{
+    long long t = now_ns();
+    while (now_ns() - t < fake_launch_ns) {
+    }
+    long long n = fake_launches + fake_graph_launches;
+    return (fake_fail_at && n == fake_fail_at) ? fake_fail_code : 0;
+}
+
+static int launch_kernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned sh,
+                         void *stream, void **params, void **extra)
+{
+    (void)f, (void)a, (void)b, (void)c, (void)d, (void)e, (void)g, (void)sh, (void)stream, (void)extra;
+    ++fake_launches;
+    if (fake_flag_mode && params && params[0] && params[1]) {  /* pt_flag(flags, value, spin): store value */
+        volatile uint32_t *flags = *(volatile uint32_t **)params[0];
+        uint32_t v = *(uint32_t *)params[1];
+        if (flags) { flags[0] = v; flags[1] = v; }
+    }
+    return spend();
+}
+
+static int graph_launch(void *exe, void *stream) { (void)exe, (void)stream; ++fake_graph_launches; return spend(); }
+static int stream_sync(void *s) { (void)s; ++fake_syncs; return 0; }
+static int stream_query(void *s) { (void)s; return (++fake_queries % 3) ? 600 : 0; }  /* NOT_READY twice, then done */
+static int h2d(unsigned long long dst, const void *src, size_t n, void *s) { (void)dst, (void)src, (void)s; ++fake_h2d; fake_last_nbytes = n; return 0; }
+static int d2h(void *dst, unsigned long long src, size_t n, void *s) { (void)dst, (void)src, (void)s; ++fake_d2h; fake_last_nbytes = n; return 0; }
+static int error_name(int code, const char **name) { *name = code == 719 ? "CUDA_ERROR_LAUNCH_FAILED" : "CUDA_ERROR_FAKE"; return 0; }
+
+int cuGetProcAddress_v2(const char *sym, void **fn, int version, unsigned long long flags, int *status)
+{
+    (void)version, (void)flags;
+    static const struct { const char *name; void *fn; } table[] = {
+        {"cuLaunchKernel", (void *)launch_kernel}, {"cuGraphLaunch", (void *)graph_launch},
+        {"cuStreamSynchronize", (void *)stream_sync}, {"cuStreamQuery", (void *)stream_query},
+        {"cuMemcpyHtoDAsync", (void *)h2d}, {"cuMemcpyDtoHAsync", (void *)d2h}, {"cuGetErrorName", (void *)error_name},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i)
+        if (strcmp(sym, table[i].name) == 0) { *fn = table[i].fn; if (status) *status = 1; return 0; }
+    *fn = NULL;
+    return 500;  /* CUDA_ERROR_NOT_FOUND */
+}

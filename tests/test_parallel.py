@@ -1,0 +1,116 @@
+"""Every GPU at once (pcietrace/record/parallel.py), on SIMULATED GPUs: worker processes give the same
+figures as one GPU after another, a failing GPU keeps the others, Ctrl-C keeps what was recorded."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pcietrace.analysis import analyze
+from pcietrace.errors import PcietraceError
+from pcietrace.record.parallel import open_sim, record_all
+from pcietrace.record.run import RunPlan, base_meta
+from pcietrace.session import Session
+
+PLAN = RunPlan(durations_us=(0, 5), graph_ks=(1, 10), window_s=0.02, burst_kernels=200, e2e_kernels=200,
+               e2e_repeats=1, language_repeats=1)
+
+
+def _run(n: int, processes: bool) -> Session:
+    s = Session(meta=base_meta(PLAN, True))
+    return record_all(s, PLAN, [functools.partial(open_sim, i, 7) for i in range(n)], processes=processes)
+
+
+def test_all_gpus_at_once_give_the_figures_of_one_after_another() -> None:
+    together, serial = _run(2, True), _run(2, False)
+    assert together.meta["status"] == "complete" and together.meta["parallel_workers"] == 2
+    assert [g["status"] for g in together.meta["gpus"]] == ["complete", "complete"]
+    assert sorted(together.samples["nvml_index"].unique()) == [0, 1]
+    a, b = analyze(together)["per_gpu"], analyze(serial)["per_gpu"]
+    assert list(a["nvml_index"]) == [0, 1]
+    pd.testing.assert_frame_equal(a, b)  # the simulated devices are seeded: a process changes nothing
+    lang = analyze(together)["host_cost_by_language"]
+    assert set(lang["path"]) == {"native", "python"}  # no torch on a simulated device
+
+
+def _broken(slot: int) -> None:
+    raise RuntimeError(f"GPU {slot} fell off the bus")
+
+
+def test_a_failing_gpu_keeps_the_others_figures() -> None:
+    s = Session(meta=base_meta(PLAN, True))
+    with pytest.raises(PcietraceError, match="GPU slot 1: RuntimeError: GPU 1 fell off the bus"):
+        record_all(s, PLAN, [functools.partial(open_sim, 0, 1), functools.partial(_broken, 1)], processes=False)
+    assert s.meta["status"].startswith("failed: RuntimeError: GPU 1 fell off the bus")
+    assert set(s.windows["nvml_index"]) == {0} and len(analyze(s)["per_gpu"]) == 1
+
+
+SCRIPT = r"""
+import functools, json, sys
+from pcietrace.record.parallel import open_sim, record_all
+from pcietrace.record.run import RunPlan, base_meta
+from pcietrace.session import Session
+
+if __name__ == "__main__":
+    plan = RunPlan(durations_us=(0,), window_s=0.5)
+    s = Session(meta=base_meta(plan, True))
+    try:
+        record_all(s, plan, [functools.partial(open_sim, i) for i in range(2)],
+                   progress=lambda label: print("step", label, flush=True))
+        code = 0
+    except KeyboardInterrupt:
+        code = 130
+    print(json.dumps({"status": s.meta["status"], "gpus": [g.get("status") for g in s.meta["gpus"]],
+                      "windows": s.windows.groupby("nvml_index").size().to_dict() if len(s.windows) else {},
+                      "samples": int(len(s.samples))}))
+    sys.exit(code)
+"""
+
+
+def test_ctrl_c_stops_every_worker_and_keeps_what_they_recorded(tmp_path) -> None:
+    script = tmp_path / "run_all.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)  # its own process group, like a terminal's
+    steps = {"GPU 0:": 0, "GPU 1:": 0}
+    for line in proc.stdout:  # type: ignore[union-attr]
+        for gpu in steps:
+            steps[gpu] += line.startswith(f"step {gpu}")
+        if min(steps.values()) >= 3:  # both workers are into their counter windows
+            break
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: every process of the group gets it
+    out, _ = proc.communicate(timeout=60)
+    doc = json.loads(out.strip().splitlines()[-1])
+    assert proc.returncode == 130
+    assert doc["status"] == "interrupted" and doc["gpus"] == ["interrupted", "interrupted"]
+    assert set(doc["windows"]) == {"0", "1"} and doc["samples"] > 0  # partial results from both GPUs came back
+
+
+def test_run_command_measures_every_gpu_through_the_workers(monkeypatch, tmp_path, capsys) -> None:
+    # `pcietrace run`'s real-GPU wiring (parse -> describe GPUs -> one worker each -> merge -> analyse),
+    # with SIMULATED devices standing in for the GPUs and no driver.
+    from pcietrace.cli import main
+    from pcietrace.collectors import topology
+    from pcietrace.device import backend, cuda
+    from pcietrace.record import parallel
+
+    monkeypatch.setattr(cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(backend, "describe_gpus", lambda ords: [open_sim(o).meta for o in ords])
+    monkeypatch.setattr(backend, "driver_version", lambda: "SIMULATED")
+    monkeypatch.setattr(parallel, "cuda_openers", lambda ords, *a: [functools.partial(open_sim, o) for o in ords])
+    monkeypatch.setattr(topology, "collect", lambda gpus, root="/sys": {"gpus": [], "matrix": [], "notes": []})
+    out = tmp_path / "run"
+    assert main(["run", "--gpu", "0,2", "--quick", "--window-s", "0.02", "--no-latency", "--json", "-o", str(out)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["meta"]["parallel_workers"] == 2 and [g["cuda_ordinal"] for g in doc["meta"]["gpus"]] == [0, 2]
+    assert [r["nvml_index"] for r in doc["results"]["per_gpu"]] == [0, 2]
+    assert Session.load(out).meta["status"] == "complete"

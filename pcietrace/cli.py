@@ -144,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "programs that bypass dlsym, e.g. statically linked ones)")
     at.add_argument("--no-count-launches", action="store_true",
                     help="do not count kernel launches at all (lowest overhead)")
+    at.add_argument("--sampler-duty", type=float, default=0.25, metavar="FRACTION",
+                    help="the largest share of time a GPU's sampler may spend in NVML reads (0 < f <= 1). Reads are "
+                         "firmware calls that queue with the program's own driver work; the cap backs the sampler off "
+                         "when reads slow down (measured: 0.5 ms sampling without it slowed NCCL setup by 42 %%)")
     at.add_argument("--exact-edges", action="store_true",
                     help="the injection library also reads the counters itself at every range edge (costs the program "
                          "~0.3 ms per edge; for short critical ranges). Without it, every edge wakes the samplers, "

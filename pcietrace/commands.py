@@ -273,11 +273,14 @@ def cmd_attach(args: argparse.Namespace) -> int:
     session = Session(meta=base_meta(RunPlan(), False))
     session.meta.update(kind="attach", command=cmd, gpus=gpus, driver=nvml.driver_version(), launch_costs=costs,
                         sample_interval_ms=args.sample_interval_ms, topology=topology.collect(gpus),
-                        launch_counter=counter, exact_edges=args.exact_edges)
+                        launch_counter=counter, exact_edges=args.exact_edges, sampler_duty=args.sampler_duty)
     out_dir = args.output or Path("reports") / f"{time.strftime('%Y%m%d-%H%M%S')}-attach"
     trace_dir = Path(tempfile.mkdtemp(prefix="pcietrace-"))
     edge_file = edges.create()
-    sampler = CounterSampler(indices, interval_ns=int(args.sample_interval_ms * 1e6), edge_file=edge_file)
+    if not 0 < args.sampler_duty <= 1:
+        raise UsageError("--sampler-duty must be in (0, 1]")
+    sampler = CounterSampler(indices, interval_ns=int(args.sample_interval_ms * 1e6), edge_file=edge_file,
+                             max_duty=args.sampler_duty)
     sampler.start()
     for g in gpus:
         g["counter"] = sampler.modes.get(g["nvml_index"])

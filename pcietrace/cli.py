@@ -39,6 +39,12 @@ def _repeats(text: str) -> int:
     return v
 
 
+def _gpu_count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise argparse.ArgumentTypeError(f"expected 1..64 GPUs, got {text!r}")
+    return int(text)
+
+
 def _positive(text: str) -> float:
     try:
         v = float(text)
@@ -76,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "sampling the PCIe counters; print the analysis and save the run.")
     r.add_argument("--gpu", default="all", help="CUDA device numbers to measure, e.g. 0,1, or 'all'")
     r.add_argument("--simulate", action="store_true", help="use a SIMULATED device modelled on a recorded H100 run")
+    r.add_argument("--gpus", type=_gpu_count, default=1, metavar="N", help="with --simulate: simulate a box of N GPUs")
     r.add_argument("--quick", action="store_true", help="shorter windows and fewer durations/graph sizes")
     r.add_argument("--window-s", type=_positive, default=None, help="length of each counter window in seconds (default 0.4, quick 0.1)")
     r.add_argument("--durations", type=_float_list, default=None, metavar="US,US,..",

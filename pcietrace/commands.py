@@ -64,17 +64,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan = _plan(args)
     err = Console(stderr=True)
     if args.simulate:
-        from pcietrace.device.sim import SimBackend, SimDevice, SimParams, SimSampler
+        from pcietrace.device import sim
 
-        params = SimParams.default()
-        device = SimDevice(params, seed=args.seed)
-        gpu_meta = {"nvml_index": 0, "cuda_ordinal": 0, "name": f"SIMULATED {params.gpu_name}", "bus_id": "sim",
-                    "pcie_gen_current": None, "pcie_gen_max": None, "pcie_width_current": None, "pcie_width_max": None}
-        gpus: list[tuple[dict[str, Any], Any]] = [(gpu_meta, SimBackend(device))]
-        sampler: Any = SimSampler(device)
-        probes: dict[int, Any] | None = {0: sampler}
+        params = sim.SimParams.default()
+        host = sim.SimClock()
+        gpu_meta = [sim.gpu_records(params, args.gpus)[o] for o in parse_gpus(args.gpu, args.gpus)]
+        devices = {g["nvml_index"]: sim.SimDevice(params, seed=args.seed + g["nvml_index"], host=host) for g in gpu_meta}
+        gpus: list[tuple[dict[str, Any], Any]] = [(g, sim.SimBackend(devices[g["nvml_index"]])) for g in gpu_meta]
+        sampler: Any = sim.SimSampler(devices)
+        probes: dict[int, Any] | None = {i: sampler.probe(i) for i in devices}
         session = Session(meta=base_meta(plan, True))
-        session.meta.update(driver="simulated", sim_source=params.source, sim_params=params.__dict__)
+        session.meta.update(driver="simulated", sim_source=params.source, sim_params=params.__dict__,
+                            topology=sim.topology(params, gpu_meta))
     else:
         from pcietrace.device import backend, cuda
         from pcietrace.collectors import BoundaryProbe, CounterSampler
@@ -112,7 +113,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 prog.update(task, description=label)
 
             record(session, plan, gpus, sampler, probes, progress=advance)
-            if not args.simulate and not args.no_latency:
+            if args.simulate and not args.no_latency:
+                session.latency = sim.latency(params, gpu_meta, args.repeats, args.seed)
+            elif not args.no_latency:
                 from pcietrace.record.latency import LatencyProbe, measure
 
                 prog.update(task, total=None)

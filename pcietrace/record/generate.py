@@ -86,6 +86,9 @@ class LaunchGenerator:
         those reads' times, so window bytes are exact counter differences (no interpolation)."""
         self.b = backend
         self.probe = probe
+        # A simulated backend jumps its virtual clock instead of spinning on it (busy loops on a simulated
+        # clock cost real seconds); real GPUs have no such hook and spin, keeping the host as busy as ever.
+        self._wait_until: Callable[[int], None] | None = getattr(backend, "wait_until", None)
 
     def _call(self, cfg: LaunchConfig) -> Launch:
         if cfg.mode == "graph":
@@ -133,6 +136,9 @@ class LaunchGenerator:
         }
 
     def _idle(self, deadline: int) -> int:
+        if self._wait_until is not None:
+            self._wait_until(deadline)
+            return 0
         clock = self.b.clock
         while clock() < deadline:
             pass  # spin rather than sleep: the host stays as busy as in the launch windows
@@ -159,7 +165,9 @@ class LaunchGenerator:
             now = clock()
             if now >= deadline:
                 return calls
-            if now >= next_t:
+            if now < next_t and self._wait_until is not None:
+                self._wait_until(min(next_t, deadline))
+            elif now >= next_t:
                 r = launch()
                 if r[0]:
                     self.b.raise_launch_error(r)

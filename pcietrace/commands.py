@@ -135,22 +135,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if interrupted:
         err.print("interrupted" + (f"; `pcietrace report {out_dir}` shows what was recorded" if out_dir else ""))
         return 130
-    _emit(session.meta, results, args.json)
+    _emit(session.meta, results, args)
     return 0
 
 
-def _emit(meta: dict[str, Any], results: Any, as_json: bool) -> None:
-    from rich.console import Console
+def _emit(meta: dict[str, Any], results: Any, args: argparse.Namespace) -> None:
+    from pcietrace.analysis.summary import summarize
+    from pcietrace.report.output import emit
 
-    from pcietrace.analysis import to_jsonable
-    from pcietrace.report.console import render
-    from pcietrace.session import SCHEMA
-
-    if as_json:
-        json.dump({"schema": SCHEMA, "meta": meta, "results": to_jsonable(results)}, sys.stdout, indent=1, default=str)
-        sys.stdout.write("\n")
-    else:
-        render(meta, results, Console())
+    emit(meta, results, summarize(meta, results), "json" if args.json else args.format, args.detail, args.plot)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -163,7 +156,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         if session.meta.get("kind") != "attach":
             raise UsageError("--perfetto needs a report made by `pcietrace attach`")
         _write_perfetto(session, results, args.perfetto)
-    _emit(session.meta, results, args.json)
+    _emit(session.meta, results, args)
     return 0
 
 
@@ -172,6 +165,10 @@ def cmd_topo(args: argparse.Namespace) -> int:
 
     from pcietrace.collectors import nvml, topology
 
+    if args.fixture is not None:
+        from pcietrace.collectors import sysfs_fixture
+
+        return _emit_topology(sysfs_fixture.topology(args.fixture), args)
     gpus = None
     if args.sysfs_root == "/sys":
         try:
@@ -182,10 +179,16 @@ def cmd_topo(args: argparse.Namespace) -> int:
     topo = topology.collect(gpus, args.sysfs_root)
     if not topo["gpus"]:
         raise UsageError(f"no NVIDIA GPU found under {args.sysfs_root}")
+    return _emit_topology(topo, args)
+
+
+def _emit_topology(topo: dict[str, Any], args: argparse.Namespace) -> int:
     if args.json:
         json.dump(topo, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
+        from rich.console import Console
+
         from pcietrace.report.console import topology_tables
 
         for t in topology_tables(topo):
@@ -220,7 +223,7 @@ def cmd_latency(args: argparse.Namespace) -> int:
         out = args.output or Path(str(_output_dir(args, session.meta)) + "-latency")
         session.save(out, to_jsonable(results))
         err.print(f"saved to {out}")
-    _emit(session.meta, results, args.json)
+    _emit(session.meta, results, args)
     return 0
 
 
@@ -315,7 +318,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
             err.print(f"saved to {out_dir} (Perfetto trace: {out_dir / 'trace.json'})")
         else:
             err.print(f"saved what was recorded to {out_dir}")
-    _emit(session.meta, results, args.json)
+    _emit(session.meta, results, args)
     return rc
 
 
@@ -330,11 +333,10 @@ def _write_perfetto(session: Any, results: dict[str, Any], path: Path) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from pcietrace.analysis import analyze
     from pcietrace.analysis.compare import compare
-    from pcietrace.report.console import compare_table
+    from pcietrace.analysis.summary import compare_summary
+    from pcietrace.report.output import emit_compare
     from pcietrace.session import Session
 
     if len(args.paths) < 2:
@@ -342,14 +344,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     runs = []
     for i, p in enumerate(args.paths):
         s = Session.load(p)
-        gpu = s.meta["gpus"][0]["name"].replace("NVIDIA ", "") if s.meta.get("gpus") else "?"
-        name = f"{chr(65 + i)}: {gpu}{' (SIMULATED)' if s.meta.get('simulated') else ''}"
-        runs.append((name, analyze(s, args.us_per_level), s.meta))
+        gpus = sorted({g["name"].replace("NVIDIA ", "") for g in s.meta.get("gpus", [])}) or ["?"]
+        name = f"{'+'.join(gpus)} x{len(s.meta.get('gpus', []))}{' (SIMULATED)' if s.meta.get('simulated') else ''}"
+        runs.append((f"{chr(65 + i)}: {name}", analyze(s, args.us_per_level), s.meta))
     cmp = compare(runs, args.us_per_level)
-    if args.json:
-        sys.stdout.write(cmp.to_json(orient="records", indent=1) + "\n")
-    else:
-        Console().print(compare_table(cmp, [r[0] for r in runs]))
+    names = [r[0] for r in runs]
+    emit_compare(cmp, names, compare_summary(cmp, names), "json" if args.json else args.format)
     return 0
-
-

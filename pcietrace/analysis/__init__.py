@@ -16,7 +16,8 @@ from pcietrace.session import Session
 
 #: Result tables in display order; each is a DataFrame documented in its producing function.
 RESULT_TABLES = ("sampling", "floor", "calibration", "per_launch", "per_node", "by_duration",
-                 "cpu_cost", "gpu_time", "speedup", "latency", "topology_model", "ranges", "range_instances", "whole_run")
+                 "cpu_cost", "gpu_time", "speedup", "latency", "topology_model", "ranges", "range_instances", "whole_run",
+                 "fit_windows", "rates")
 
 
 def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_PER_LEVEL) -> dict[str, pd.DataFrame]:
@@ -37,6 +38,7 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
         if len(out["per_launch"]):
             out["per_node"] = launch.per_node(out["per_launch"])
         out["by_duration"] = launch.by_duration(wb)
+        out["fit_windows"] = launch.fit_windows(wb)
     if len(s.calibration):
         out["calibration"] = s.calibration
     if len(s.bursts):
@@ -69,6 +71,7 @@ def _attach(s: Session, out: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
     gap_ns = float(out["sampling"]["median_gap_us"].max()) * 1e3 if len(out["sampling"]) else 0.0
     ranges = attribution.ranges_from_events(s.events) if len(s.events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
     inst = attribution.attribute(ranges, cum, floor_bps) if len(ranges) else ranges
-    return {"floor": fl, "range_instances": inst,
+    bin_ns = max(int(float(s.meta.get("sample_interval_ms") or 1.0) * 1e6), 1_000_000)
+    return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, bin_ns),
             "ranges": attribution.summarize(inst, s.meta.get("launch_costs"), short_ns=2 * gap_ns),
             "whole_run": attribution.whole_run(cum, s.events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], floor_bps)}

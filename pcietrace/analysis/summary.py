@@ -161,6 +161,7 @@ def top_ranges(ranges: pd.DataFrame, n: int = TOP_RANGES) -> pd.DataFrame:
         return pd.DataFrame(columns=RANGE_COLUMNS)
     key = "launch_overhead_ms" if ranges["launch_overhead_ms"].notna().any() else "eager_launches"
     launched = ranges[(ranges["eager_launches"] + ranges["graph_launches"]) > 0]
+    launched = launched[launched[key] >= 0.01 * launched[key].max()]  # leave out ranges with next to no overhead
     return launched.sort_values(key, ascending=False, kind="stable").head(n)[RANGE_COLUMNS].reset_index(drop=True)
 
 
@@ -183,7 +184,7 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
                              + (f" (graphs could save up to {r.graph_savings_ms:,.1f} ms)" if pd.notna(r.graph_savings_ms) else ""))
             else:
                 items.append(f"{r.name} {r.eager_launches + r.graph_launches:,.0f} launches")
-        lines.append("Top ranges by launch overhead: " + "; ".join(items) + ".")
+        lines.append("Top ranges by launch overhead (nested ranges include their children's): " + "; ".join(items) + ".")
         total_save = results["ranges"]["graph_savings_ms"].dropna()
         if len(total_save) and len(wr) and "eager_launches" in wr:
             costs = meta.get("launch_costs") or {}

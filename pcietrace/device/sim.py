@@ -116,7 +116,7 @@ class SimDevice:
         self.gpu_free = self.now
         self.traffic: list[tuple[int, float, float]] = []  # (t_ns, rx_bytes, tx_bytes) per launch call
         self.pending: deque[int] = deque()  # completion times of queued launch calls
-        self._jitter = 1 + 0.02 * self.rng.standard_normal(4096)  # host-cost jitter, cycled (cheap)
+        self._jitter = (1 + 0.02 * self.rng.standard_normal(4096)).tolist()  # host-cost jitter, cycled (cheap)
         self._n = 0
 
     @property

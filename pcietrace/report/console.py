@@ -301,8 +301,8 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                                  ("graph", "right"), ("procs", "right"), ("ranges", "right"), ("exit", "right")],
                    caption="eager/graph: kernel launches; procs: processes followed")
         t.add_row(_num(w["duration_ms"], ",.1f"), _num(w["h2d_bytes"] / 1e6, ",.3f"), _num(w["d2h_bytes"] / 1e6, ",.3f"),
-                  _num(w["eager_launches"], ",.0f"), _num(w["graph_launches"], ",.0f"), str(w["processes"]),
-                  str(w["ranges"]), esc(meta.get("exit_code")))
+                  _num(w["eager_launches"], ",.0f"), _num(w["graph_launches"], ",.0f"), _num(w["processes"], ".0f"),
+                  _num(w["ranges"], ".0f"), esc(meta.get("exit_code")))
         parts.append(t)
     procs = meta.get("processes", [])
     if procs:
@@ -319,14 +319,17 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
 
 
 def gpu_summary_table(gpus: pd.DataFrame) -> Table:
-    """One row of key figures per GPU (the summary's ``gpus`` table)."""
-    t = _table("Per GPU", [("GPU", "right"), ("model", "left"), ("PCIe", "left"), ("lvl", "right"),
-                           ("H2D B ±95%", "right"), ("D2H B", "right"), ("host us", "right"), ("saved us", "right"),
-                           ("×", "right")],
+    """One row of key figures per GPU (the summary's ``gpus`` table); the model goes in the title when shared."""
+    shared = gpus["name"].nunique() == 1
+    cols = [("GPU", "right")] + ([] if shared else [("model", "left")]) + [
+        ("PCIe", "left"), ("lvl", "right"), ("H2D B ±95%", "right"), ("D2H B", "right"), ("host us", "right"),
+        ("saved us", "right"), ("×", "right")]
+    t = _table("Per GPU" + (f" ({esc(gpus['name'].iloc[0])})" if shared else ""), cols,
                caption="per eager launch: H2D/D2H bytes and host time; saved us: GPU time per kernel a graph saves; "
                        "×: wall-time graph speedup at the shortest kernel; lvl: PCIe switch levels")
     for r in gpus.itertuples():
-        t.add_row(r.gpu, esc(r.name), esc(r.link), "?" if r.switch_levels is None or pd.isna(r.switch_levels) else str(int(r.switch_levels)),
+        levels = "?" if r.switch_levels is None or pd.isna(r.switch_levels) else str(int(r.switch_levels))
+        t.add_row(r.gpu, *([] if shared else [esc(r.name)]), esc(r.link), levels,
                   _pm(r.eager_h2d_bytes, r.eager_h2d_ci95), _num(r.eager_d2h_bytes), _num(r.host_us_per_launch, ".1f"),
                   _num(r.gpu_saved_us_per_kernel, ".2f"), _num(r.speedup_min_kernel, ".1f", "×"))
     return t
@@ -367,6 +370,13 @@ def summary_lines(summary: dict[str, Any]) -> list[Any]:
 
 def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Console,
            summary: dict[str, Any] | None = None, detail: bool = False) -> None:
+    """Print :func:`parts` on ``console``."""
+    for part in parts(meta, results, summary, detail):
+        console.print(part)
+
+
+def parts(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[str, Any] | None = None,
+          detail: bool = False) -> list[Any]:
     """The summary first, then every result table that has data, with a SIMULATED banner where it applies.
     With more than :data:`DETAIL_GPUS` GPUs, detail tables only with ``detail``."""
     parts: list[Any] = []
@@ -375,8 +385,8 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Cons
                                 f"{meta.get('sim_source', 'a recorded real run')}", style="bold yellow")))
     if meta.get("status", "complete") != "complete":
         parts.append(Panel(Text(f"run status: {meta.get('status')} — tables show what was recorded", style="bold red")))
-    if summary:
-        parts.extend(summary_lines(summary))
+    if summary and summary.get("lines"):
+        parts.extend(summary_lines(summary) + [Text("")])
     many = len(meta.get("gpus", [])) > DETAIL_GPUS and not str(meta.get("kind", "")).startswith("attach")
     parts.append(system_table(meta, results.get("sampling", pd.DataFrame())))
     if many and not detail:
@@ -384,9 +394,7 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Cons
             parts.append(gpu_summary_table(summary["gpus"]))
         parts.append(Text(f"{len(meta['gpus'])} GPUs: per-GPU detail tables with --detail (always in the saved "
                           "report and in --format json/csv/md)", style="dim"))
-        for part in parts:
-            console.print(part)
-        return
+        return parts
     if str(meta.get("kind", "")).startswith("attach"):
         parts.extend(attach_tables(meta, results))
     for key, fn in RENDERERS:
@@ -403,5 +411,4 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Cons
         parts.append(latency_table(results["latency"]))
     if len(results.get("topology_model", ())):
         parts.append(model_table(results["topology_model"]))
-    for part in parts:
-        console.print(part)
+    return parts

@@ -40,8 +40,12 @@ def _title(meta: dict[str, Any], what: str) -> str:
 
 def bytes_vs_launches(plt: Any, meta: dict[str, Any], fw: pd.DataFrame, pl: pd.DataFrame) -> Any:
     groups = list(fw.groupby(["mode", "graph_k"]))
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 4), squeeze=False)
-    for ax, ((mode, k), g) in zip(axes[0], groups):
+    ncols = min(3, len(groups))
+    nrows = -(-len(groups) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.8 * nrows), squeeze=False)
+    for ax in axes.flat[len(groups):]:
+        ax.set_visible(False)
+    for i, (ax, ((mode, k), g)) in enumerate(zip(axes.flat, groups)):
         for d, color in DIR_COLOR.items():
             for idx, gi in g.groupby("nvml_index"):
                 ax.scatter(gi["calls"], gi[f"{d}_net_bytes"] / 1e6, s=14, color=color, label=f"GPU{idx} {d.upper()} windows")
@@ -54,12 +58,15 @@ def bytes_vs_launches(plt: Any, meta: dict[str, Any], fw: pd.DataFrame, pl: pd.D
                     ax.fill_between(x, (f["intercept_bytes"] + (f["bytes_per_call"] - f["ci95"]) * x) / 1e6,
                                     (f["intercept_bytes"] + (f["bytes_per_call"] + f["ci95"]) * x) / 1e6,
                                     color=color, alpha=0.2, lw=0)
-        ax.set_title(f"{mode}" + (f" K={k}" if mode == "graph" else ""))
+        ax.set_title(f"graphs of K={k} kernels" if mode == "graph" else "eager (one kernel per call)", fontsize=10)
         ax.set_xlabel("launch calls in window")
-        ax.set_ylabel("net bytes in window (MB, floor removed)")
+        if i % ncols == 0:
+            ax.set_ylabel("net MB in window (floor removed)")
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.suptitle(_title(meta, "PCIe bytes vs launch calls (fit, 95 % band)"))
+    fig.tight_layout()
     return fig
 
 
@@ -134,17 +141,30 @@ def attach_timeline(plt: Any, meta: dict[str, Any], rates: pd.DataFrame, inst: p
         ax.plot((g["t_ns"] - t0) / 1e6, g["tx_Bps"] / 1e6, lw=0.8, label=f"GPU{idx} D2H (TX)", color=DIR_COLOR["d2h"])
     ax.set_ylabel("PCIe MB/s")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper right")
-    rows = {key: i for i, key in enumerate(dict.fromkeys(zip(inst["pid"], inst["tid"], inst["depth"])))} if len(inst) else {}
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    rows = {key: i for i, key in enumerate(sorted(set(zip(inst["pid"], inst["tid"], inst["depth"]))))} if len(inst) else {}
+    app = [meta[k] for k in ("t_app_start_ns", "t_app_end_ns") if meta.get(k) is not None]
+    span = ((app[0] - t0) / 1e6, (app[1] - t0) / 1e6) if len(app) == 2 else None
+    colors = {name: plt.cm.tab10(i % 10) for i, name in enumerate(dict.fromkeys(inst["name"]))} if len(inst) else {}
+    width_ms = (span[1] - span[0]) if span else 1.0
     for r in inst.itertuples():
         y = rows[(r.pid, r.tid, r.depth)]
-        ax2.barh(y, (r.t_end_ns - r.t_start_ns) / 1e6, left=(r.t_start_ns - t0) / 1e6, height=0.8, alpha=0.6,
-                 edgecolor="black", lw=0.5)
-        ax2.text((r.t_start_ns - t0) / 1e6, y, f" {r.name}", va="center", fontsize=7, clip_on=True)
+        dur_ms = (r.t_end_ns - r.t_start_ns) / 1e6
+        ax2.barh(y, dur_ms, left=(r.t_start_ns - t0) / 1e6, height=0.8, color=colors[r.name], edgecolor="black", lw=0.5,
+                 label=str(r.name))
+        if dur_ms > 0.08 * width_ms:  # name inside the bar where it fits; the legend names them all
+            ax2.text((r.t_start_ns - t0) / 1e6, y, f" {r.name}", va="center", fontsize=7, clip_on=True)
+    if span:
+        ax.set_xlim(span[0] - 0.02 * width_ms, span[1] + 0.02 * width_ms)  # the program's run, not the idle edges
+    handles, names = ax2.get_legend_handles_labels()
+    if names:
+        uniq = dict(zip(names, handles))
+        ax2.legend(uniq.values(), uniq.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="ranges",
+                   title_fontsize=7)
     ax2.set_yticks(list(rows.values()), [f"pid {p} tid {t} depth {d}" for p, t, d in rows], fontsize=7)
     ax2.invert_yaxis()
     ax2.set_xlabel("ms since the first sample")
-    ax2.set_title("NVTX ranges", fontsize=9)
+    ax2.set_title("NVTX ranges (one row per process, thread and nesting depth)", fontsize=9)
     fig.suptitle(_title(meta, "attach: " + " ".join(str(c) for c in meta.get("command", []))[:80]))
     fig.tight_layout()
     return fig

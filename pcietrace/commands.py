@@ -131,9 +131,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if out_dir is not None:
             if results is not None:
                 session.save(out_dir, to_jsonable(results))
-            err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}")
+            err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}", markup=False)
     if interrupted:
-        err.print("interrupted" + (f"; `pcietrace report {out_dir}` shows what was recorded" if out_dir else ""))
+        err.print("interrupted" + (f"; `pcietrace report {out_dir}` shows what was recorded" if out_dir else ""), markup=False)
         return 130
     _emit(session.meta, results, args)
     return 0
@@ -222,7 +222,7 @@ def cmd_latency(args: argparse.Namespace) -> int:
     if not args.no_save:
         out = args.output or Path(str(_output_dir(args, session.meta)) + "-latency")
         session.save(out, to_jsonable(results))
-        err.print(f"saved to {out}")
+        err.print(f"saved to {out}", markup=False)
     _emit(session.meta, results, args)
     return 0
 
@@ -296,7 +296,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     rc = 1
     try:
         idle(args.idle_s)
-        err.print(f"pcietrace: running {' '.join(cmd)}")
+        err.print(f"pcietrace: running {' '.join(cmd)}", markup=False)
         counter = "none" if args.no_count_launches else args.launch_counter
         session.meta["launch_counter"] = counter
         rc, t0, t1 = run_program(cmd, trace_dir, cupti_library() if counter == "cupti" else None, counter)
@@ -315,9 +315,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
         session.save(out_dir, to_jsonable(results))
         if session.meta["kind"] == "attach":
             _write_perfetto(session, results, out_dir / "trace.json")
-            err.print(f"saved to {out_dir} (Perfetto trace: {out_dir / 'trace.json'})")
+            err.print(f"saved to {out_dir} (Perfetto trace: {out_dir / 'trace.json'})", markup=False)
         else:
-            err.print(f"saved what was recorded to {out_dir}")
+            err.print(f"saved what was recorded to {out_dir}", markup=False)
     _emit(session.meta, results, args)
     return rc
 

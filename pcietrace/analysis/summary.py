@@ -98,10 +98,14 @@ def _join(parts: list[str | None], sep: str = ", ") -> str:
     return sep.join(p for p in parts if p)
 
 
-def _gpu_sentence(row: pd.Series, lead: str) -> str:
-    """One GPU's figures as a sentence; clauses whose figures are missing are left out."""
+def _gpu_sentence(row: pd.Series, lead: str) -> str | None:
+    """One GPU's figures as a sentence; clauses whose figures are missing are left out (None: no figures)."""
     levels = "" if row["switch_levels"] is None or pd.isna(row["switch_levels"]) else f", {int(row['switch_levels'])} switch levels"
-    head = f"{lead} on {row['gpu']} ({row['name']}, {row['link']}{levels})"
+    where = f"{row['gpu']} ({row['name']}, {row['link']}{levels})"
+    if pd.isna(row["eager_h2d_bytes"]) and pd.isna(row["host_us_per_launch"]):  # e.g. a latency-only session
+        rtt = _f(row["host_rtt_us"], ".2f")
+        return f"Host-memory read round trip on {where}: {rtt} us." if rtt else None
+    head = f"{lead} on {where}"
     h2d = _f(row["eager_h2d_bytes"], ",.0f")
     ci = _f(row["eager_h2d_ci95"], ",.0f")
     d2h = _f(row["eager_d2h_bytes"], ",.0f")
@@ -135,7 +139,7 @@ def run_lines(gpus: pd.DataFrame, detail_gpus: int = 2) -> list[str]:
     if not len(gpus):
         return []
     if len(gpus) <= detail_gpus:
-        return [_gpu_sentence(r, "One eager launch") for _, r in gpus.iterrows()]
+        return [s for _, r in gpus.iterrows() if (s := _gpu_sentence(r, "One eager launch"))]
     names = ", ".join(sorted(set(gpus["name"])))
     parts = []
     for col, fmt, unit in (("eager_h2d_bytes", ",.0f", " B H2D"), ("eager_d2h_bytes", ",.0f", " B D2H"),

@@ -247,7 +247,8 @@ def compare_table(cmp: pd.DataFrame, names: list[str]) -> Table:
         cells = [esc(r["gpu"]), esc(r["metric"]) + unit]
         for i, n in enumerate(names):
             v, ci = r.get(f"value:{n}"), r.get(f"ci95:{n}")
-            cells.append(_pm(v, ci, ",.3f" if r["unit"] in ("us", "x") else ",.1f") if v is not None and not pd.isna(v) else "–")
+            small = r["unit"] in ("us", "x") or (v is not None and not pd.isna(v) and abs(v) < 10)
+            cells.append(_pm(v, ci, ",.3f" if small else ",.1f") if v is not None and not pd.isna(v) else "–")
             if i:
                 d, pct, sig = r.get(f"delta:{n}"), r.get(f"pct:{n}"), r.get(f"significant:{n}")
                 txt = "–" if d is None or pd.isna(d) else f"{d:+,.3f}"

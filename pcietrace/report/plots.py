@@ -20,6 +20,7 @@ import pandas as pd
 from pcietrace.errors import UsageError
 
 DIR_COLOR = {"h2d": "tab:blue", "d2h": "tab:orange"}
+MARKERS, LINES = "os^Dv<>p", ["-", "--", ":", "-."]  # told apart per GPU (colour = direction)
 
 
 def _plt() -> Any:
@@ -31,6 +32,14 @@ def _plt() -> Any:
     except ImportError:
         raise UsageError("--plot needs matplotlib: pip install 'pcietrace[plot]'") from None
     return plt
+
+
+def _label(meta: dict[str, Any], idx: int, text: str) -> str:
+    """Legend text per GPU; with many GPUs only the first is named (the others are drawn alike)."""
+    ids = sorted(g["nvml_index"] for g in meta.get("gpus", []))
+    if len(ids) <= 2:
+        return f"GPU{idx} {text}"
+    return f"GPU{ids[0]} {text} (+{len(ids) - 1} GPUs drawn alike)" if idx == ids[0] else "_nolegend_"
 
 
 def _title(meta: dict[str, Any], what: str) -> str:
@@ -48,13 +57,14 @@ def bytes_vs_launches(plt: Any, meta: dict[str, Any], fw: pd.DataFrame, pl: pd.D
     for i, (ax, ((mode, k), g)) in enumerate(zip(axes.flat, groups)):
         for d, color in DIR_COLOR.items():
             for idx, gi in g.groupby("nvml_index"):
-                ax.scatter(gi["calls"], gi[f"{d}_net_bytes"] / 1e6, s=14, color=color, label=f"GPU{idx} {d.upper()} windows")
+                ax.scatter(gi["calls"], gi[f"{d}_net_bytes"] / 1e6, s=14, color=color, marker=MARKERS[idx % 8],
+                           label=_label(meta, idx, f"{d.upper()} windows"))
                 fit = pl[(pl["nvml_index"] == idx) & (pl["mode"] == mode) & (pl["graph_k"] == k) & (pl["direction"] == d)]
                 if len(fit):
                     f = fit.iloc[0]
                     x = pd.Series([0.0, float(gi["calls"].max())])
-                    ax.plot(x, (f["intercept_bytes"] + f["bytes_per_call"] * x) / 1e6, color=color, lw=1,
-                            label=f"fit {f['bytes_per_call']:,.0f} ± {f['ci95']:,.0f} B/call")
+                    ax.plot(x, (f["intercept_bytes"] + f["bytes_per_call"] * x) / 1e6, color=color, lw=1, ls=LINES[idx % 4],
+                            label=_label(meta, idx, f"fit {f['bytes_per_call']:,.0f} ± {f['ci95']:,.0f} B/call"))
                     ax.fill_between(x, (f["intercept_bytes"] + (f["bytes_per_call"] - f["ci95"]) * x) / 1e6,
                                     (f["intercept_bytes"] + (f["bytes_per_call"] + f["ci95"]) * x) / 1e6,
                                     color=color, alpha=0.2, lw=0)
@@ -74,12 +84,13 @@ def bytes_vs_duration(plt: Any, meta: dict[str, Any], bd: pd.DataFrame, pl: pd.D
     fig, ax = plt.subplots(figsize=(7, 4))
     for idx, g in bd.groupby("nvml_index"):
         for d, color in DIR_COLOR.items():
-            ax.plot(g["kernel_us"], g[f"{d}_bytes_per_launch"], "o-", color=color, label=f"GPU{idx} {d.upper()} at max rate")
+            ax.plot(g["kernel_us"], g[f"{d}_bytes_per_launch"], marker=MARKERS[idx % 8], ls=LINES[idx % 4], color=color,
+                    label=_label(meta, idx, f"{d.upper()} at max rate"))
             fit = pl[(pl["nvml_index"] == idx) & (pl["mode"] == "eager") & (pl["direction"] == d)] if len(pl) else pl
             if len(fit):
                 f = fit.iloc[0]
                 ax.axhspan(f["bytes_per_call"] - f["ci95"], f["bytes_per_call"] + f["ci95"], color=color, alpha=0.15,
-                           label=f"GPU{idx} {d.upper()} fit {f['bytes_per_call']:,.0f} ± {f['ci95']:,.0f} B")
+                           label=_label(meta, idx, f"{d.upper()} fit {f['bytes_per_call']:,.0f} ± {f['ci95']:,.0f} B"))
     ax.set_xlabel("kernel duration (us)")
     ax.set_ylabel("PCIe bytes per eager launch")
     ax.set_ylim(bottom=0)
@@ -92,13 +103,13 @@ def bytes_vs_duration(plt: Any, meta: dict[str, Any], bd: pd.DataFrame, pl: pd.D
 def time_per_kernel(plt: Any, meta: dict[str, Any], gt: pd.DataFrame, sp: pd.DataFrame) -> Any:
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for idx, g in gt.groupby("nvml_index") if len(gt) else []:
-        ax.plot(g["kernel_us"], g["eager_gpu_us"], "o-", color="tab:red", label=f"GPU{idx} GPU time, eager")
-        ax.plot(g["kernel_us"], g["graph_gpu_us"], "o-", color="tab:green", label=f"GPU{idx} GPU time, graph")
-        ax2.plot(g["kernel_us"], g["gpu_speedup"], "o--", color="tab:purple", label=f"GPU{idx} GPU time ×")
+        ax.plot(g["kernel_us"], g["eager_gpu_us"], "o-", color="tab:red", label=_label(meta, idx, "GPU time, eager"))
+        ax.plot(g["kernel_us"], g["graph_gpu_us"], "o-", color="tab:green", label=_label(meta, idx, "GPU time, graph"))
+        ax2.plot(g["kernel_us"], g["gpu_speedup"], "o--", color="tab:purple", label=_label(meta, idx, "GPU time ×"))
     for idx, g in sp.groupby("nvml_index") if len(sp) else []:
-        ax.plot(g["kernel_us"], g["eager_wall_us"], "s:", color="tab:red", label=f"GPU{idx} wall, eager")
-        ax.plot(g["kernel_us"], g["graph_wall_us"], "s:", color="tab:green", label=f"GPU{idx} wall, graph")
-        ax2.plot(g["kernel_us"], g["speedup"], "s-", color="tab:purple", label=f"GPU{idx} wall ×")
+        ax.plot(g["kernel_us"], g["eager_wall_us"], "s:", color="tab:red", label=_label(meta, idx, "wall, eager"))
+        ax.plot(g["kernel_us"], g["graph_wall_us"], "s:", color="tab:green", label=_label(meta, idx, "wall, graph"))
+        ax2.plot(g["kernel_us"], g["speedup"], "s-", color="tab:purple", label=_label(meta, idx, "wall ×"))
     ax.set_xlabel("kernel duration (us)")
     ax.set_ylabel("us per kernel")
     ax.set_title("time per kernel")
@@ -137,8 +148,8 @@ def attach_timeline(plt: Any, meta: dict[str, Any], rates: pd.DataFrame, inst: p
     starts = ([int(rates["t_ns"].min())] if len(rates) else []) + ([int(inst["t_start_ns"].min())] if len(inst) else [])
     t0 = min(starts, default=0)
     for idx, g in rates.groupby("nvml_index"):
-        ax.plot((g["t_ns"] - t0) / 1e6, g["rx_Bps"] / 1e6, lw=0.8, label=f"GPU{idx} H2D (RX)", color=DIR_COLOR["h2d"])
-        ax.plot((g["t_ns"] - t0) / 1e6, g["tx_Bps"] / 1e6, lw=0.8, label=f"GPU{idx} D2H (TX)", color=DIR_COLOR["d2h"])
+        ax.plot((g["t_ns"] - t0) / 1e6, g["rx_Bps"] / 1e6, lw=0.8, label=_label(meta, idx, "H2D (RX)"), color=DIR_COLOR["h2d"])
+        ax.plot((g["t_ns"] - t0) / 1e6, g["tx_Bps"] / 1e6, lw=0.8, label=_label(meta, idx, "D2H (TX)"), color=DIR_COLOR["d2h"])
     ax.set_ylabel("PCIe MB/s")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))

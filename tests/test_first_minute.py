@@ -311,3 +311,25 @@ def test_help_never_says_default_none() -> None:
     for name, sub in subs.items():
         text = sub.format_help()
         assert "(default: None)" not in text and "(default: False)" not in text, name
+
+
+# -- on a GPU ---------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_real_run_answers_first_in_every_format(tmp_path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    parser = pytest.importorskip("prometheus_client.openmetrics.parser")
+    out = tmp_path / "run"
+    assert main(["run", "--gpu", "0", "--quick", "--no-latency", "-o", str(out), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    line = doc["summary"]["lines"][0]
+    assert line.startswith("One eager launch on GPU") and "B H2D" in line and "Graphs save" in line
+    ref = pcietrace.load(REPORTS[0]).summary["gpus"].iloc[0]  # the committed real H100 run
+    got = doc["summary"]["gpus"][0]
+    assert 0.5 < got["eager_h2d_bytes"] / ref["eager_h2d_bytes"] < 2  # same launch path, same order of bytes
+    assert main(["report", str(out), "--format", "csv"]) == 0 and "# table: per_launch" in capsys.readouterr().out
+    assert main(["report", str(out), "--format", "prometheus"]) == 0
+    names = {f.name for f in parser.text_string_to_metric_families(capsys.readouterr().out)}
+    assert {"pcietrace_launch_pcie_bytes", "pcietrace_launch_host_seconds"} <= names
+    assert main(["report", str(out), "--plot", str(tmp_path / "png"), "--format", "md"]) == 0
+    assert {"bytes_vs_launches.png", "time_per_kernel.png"} <= {p.name for p in (tmp_path / "png").iterdir()}

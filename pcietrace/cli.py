@@ -55,14 +55,13 @@ def _positive(text: str) -> float:
     return v
 
 
-def _output_options(p: argparse.ArgumentParser, plot: bool = True) -> None:
+def _output_options(p: argparse.ArgumentParser) -> None:
     """--format (``--json`` stays as its alias), --detail and --plot, the same on every command that renders."""
     p.add_argument("--format", choices=["table", "json", "csv", "md", "prometheus"], default="table",
                    help="output format: rich tables, JSON, CSV or Markdown tables, or OpenMetrics text for "
                         "node_exporter's textfile collector")
     p.add_argument("--detail", action="store_true", help="on the console, every per-GPU table even with many GPUs")
-    if plot:
-        p.add_argument("--plot", type=Path, default=None, metavar="DIR", help="also write PNG plots to DIR")
+    p.add_argument("--plot", type=Path, default=None, metavar="DIR", help="also write PNG plots to DIR")
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

@@ -63,6 +63,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     plan = _plan(args)
     err = Console(stderr=True)
+    if args.gpus != 1 and not args.simulate:
+        raise UsageError("--gpus N simulates an N-GPU box: it needs --simulate (real GPUs are chosen with --gpu)")
     if args.simulate:
         from pcietrace.device import sim
 
@@ -323,12 +325,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def _write_perfetto(session: Any, results: dict[str, Any], path: Path) -> None:
-    from pcietrace.analysis import counters
     from pcietrace.report.perfetto import chrome_trace
 
-    cum = counters.cumulative_bytes(session.samples, session.counters)
-    bin_ns = max(int(session.meta.get("sample_interval_ms", 1.0) * 1e6), 1_000_000)
-    trace = chrome_trace(session.meta, counters.rates(cum, bin_ns), results["range_instances"])
+    trace = chrome_trace(session.meta, results["rates"], results["range_instances"])  # rates: analysis, per attach
     path.write_text(json.dumps(trace))
 
 

@@ -210,15 +210,17 @@ def _hop(h: dict[str, Any]) -> str:
 
 def topology_tables(topo: dict[str, Any]) -> list[Any]:
     """Per-GPU placement, each GPU's PCIe path (as text under the table) and the GPU<->GPU matrix."""
+    named = any(g.get("name") for g in topo.get("gpus", []))  # fixtures and sysfs alone have no model names
     t = _table(esc(f"PCIe placement (source: {topo.get('source')})"),
-               [("GPU", "right"), ("model", "left"), ("bus id", "right"), ("NUMA", "right"), ("CPUs", "left"),
-                ("levels", "right")],
+               [("GPU", "right")] + ([("model", "left")] if named else []) + [
+                   ("bus id", "right"), ("NUMA", "right"), ("CPUs", "left"), ("levels", "right")],
                caption="levels: PCIe switch levels between the GPU and its root port")
     paths = []
     for g in topo.get("gpus", []):
         label = gpu_label(g["nvml_index"]) if g.get("nvml_index") is not None else esc(g["bdf"])
-        t.add_row(label, esc(short_name(g.get("name"))) if g.get("name") else "–", esc(g["bdf"]),
-                  esc(g.get("numa_node")), esc(g.get("local_cpulist")), esc(g.get("switch_levels")))
+        model = [esc(short_name(g.get("name"))) if g.get("name") else "–"] if named else []
+        t.add_row(label, *model, esc(g["bdf"]), esc(g.get("numa_node")), esc(g.get("local_cpulist")),
+                  esc(g.get("switch_levels")))
         paths.append("\n".join([f"{label}: {g['host_bridge']}"] + [f"  {_hop(h)}" for h in g.get("hops", [])]))
     parts: list[Any] = [t, Text("PCIe path from the root complex down:\n" + "\n".join(paths), style="dim")]
     labels = topo.get("labels", [])

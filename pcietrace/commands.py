@@ -163,8 +163,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_topo(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from pcietrace.collectors import nvml, topology
 
     if args.fixture is not None:

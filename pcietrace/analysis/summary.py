@@ -234,9 +234,3 @@ def compare_summary(cmp: pd.DataFrame, names: list[str], n: int = 4) -> dict[str
             lines.append(f"{name} vs {names[0]}: no difference the 95 % intervals call significant.")
     return {"kind": "compare", "lines": lines}
 
-
-def to_jsonable(summary: dict[str, Any]) -> dict[str, Any]:
-    """The summary with its tables as records (for JSON and the API's saved form)."""
-    import json
-
-    return {k: json.loads(v.to_json(orient="records")) if isinstance(v, pd.DataFrame) else v for k, v in summary.items()}

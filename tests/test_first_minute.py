@@ -333,3 +333,11 @@ def test_real_run_answers_first_in_every_format(tmp_path, capsys) -> None:
     assert {"pcietrace_launch_pcie_bytes", "pcietrace_launch_host_seconds"} <= names
     assert main(["report", str(out), "--plot", str(tmp_path / "png"), "--format", "md"]) == 0
     assert {"bytes_vs_launches.png", "time_per_kernel.png"} <= {p.name for p in (tmp_path / "png").iterdir()}
+
+
+def test_a_table_with_unexpected_columns_still_prints(loaded) -> None:
+    s, res = loaded["h100_run"]
+    odd = {**res, "by_duration": res["by_duration"].drop(columns=["h2d_bytes_per_launch"]),
+           "host_cost_by_language": pd.DataFrame({"nvml_index": [0], "language": ["C"], "us_per_launch": [2.5]})}
+    out = _render(console.parts(s.meta, odd), 80)
+    assert "by duration" in out and "host cost by language" in out and "2.500" in out

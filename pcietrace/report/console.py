@@ -358,6 +358,14 @@ def generic_table(name: str, df: pd.DataFrame) -> Table:
     return t
 
 
+def _dedicated_or_generic(key: str, fn: Callable[[pd.DataFrame], Table], df: pd.DataFrame) -> Table:
+    """A table whose columns are not what its renderer expects (an older or damaged report) still prints."""
+    try:
+        return fn(df)
+    except (KeyError, AttributeError, TypeError, ValueError):
+        return generic_table(key, df)
+
+
 RENDERERS: list[tuple[str, Callable[[pd.DataFrame], Table]]] = [
     ("floor", floor_table), ("calibration", calibration_table), ("per_launch", per_launch_table),
     ("per_node", per_node_table), ("by_duration", by_duration_table), ("cpu_cost", cpu_table),
@@ -402,7 +410,7 @@ def parts(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[
         parts.extend(attach_tables(meta, results))
     for key, fn in RENDERERS:
         if len(results.get(key, ())):
-            parts.append(fn(results[key]))
+            parts.append(_dedicated_or_generic(key, fn, results[key]))
     if len(results.get("gpu_time", ())) or len(results.get("speedup", ())):
         parts.append(speedup_table(results.get("gpu_time", pd.DataFrame()), results.get("speedup", pd.DataFrame())))
     for key, df in results.items():  # tables added later (other commands) still show

@@ -63,6 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     plan = _plan(args)
     err = Console(stderr=True)
+    _check_plot(args)
     if args.gpus != 1 and not args.simulate:
         raise UsageError("--gpus N simulates an N-GPU box: it needs --simulate (real GPUs are chosen with --gpu)")
     if args.simulate:
@@ -139,6 +140,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 130
     _emit(session.meta, results, args)
     return 0
+
+
+def _check_plot(args: argparse.Namespace) -> None:
+    if args.plot is not None:  # before measuring, not after
+        from pcietrace.report import plots
+
+        plots.check(args.plot)
 
 
 def _emit(meta: dict[str, Any], results: Any, args: argparse.Namespace) -> None:
@@ -262,6 +270,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise UsageError("attach needs a program to run: pcietrace attach -- CMD [ARGS...]")
+    _check_plot(args)
     if args.sample_interval_ms < 0:
         raise UsageError("--sample-interval-ms must be >= 0")
     try:

@@ -181,6 +181,15 @@ def attach_timeline(plt: Any, meta: dict[str, Any], rates: pd.DataFrame, inst: p
     return fig
 
 
+def check(directory: Path) -> None:
+    """Before a measurement: refuse now (UsageError) what would fail after it, no matplotlib or no folder."""
+    _plt()
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create plot folder {directory}: {exc.strerror}") from None
+
+
 def write(meta: dict[str, Any], results: dict[str, pd.DataFrame], directory: Path) -> list[Path]:
     """Every plot the results have data for, as PNGs in ``directory`` (created); returns their paths."""
     plt = _plt()

@@ -100,7 +100,8 @@ def placement(bdf: str, root: str | os.PathLike[str] = "/sys") -> GpuPlacement:
     link = root / "bus" / "pci" / "devices" / bdf.lower()
     real = Path(os.path.realpath(link))
     parts = real.parts
-    hb = next((i for i, p in enumerate(parts) if p.startswith("pci")), None)
+    # the host bridge folder (pciDDDD:BB), not any folder above the sysfs root that merely starts with "pci"
+    hb = next((i for i, p in enumerate(parts) if re.fullmatch(r"pci[0-9a-f]{4}:[0-9a-f]{2}", p)), None)
     if hb is None or not real.is_dir():
         raise FileNotFoundError(f"no PCI device {bdf} under {root}")
     chain = [real.parents[len(parts) - i - 2] for i in range(hb + 1, len(parts) - 1)] + [real]

@@ -17,3 +17,17 @@ _checkout = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 if _os.path.isfile(_os.path.join(_checkout, "collectors", "sampler.py")):
     __path__.append(_checkout)  # type: ignore[name-defined]  # noqa: F821
 del _os, _checkout
+
+
+def load(path, us_per_level: float = 0.3):  # type: ignore[no-untyped-def]
+    """A saved run as named result tables, summary and metadata: see :func:`pcietrace.api.load`."""
+    from pcietrace.api import load as _load
+
+    return _load(path, us_per_level)
+
+
+def measure(gpu="all", **options):  # type: ignore[no-untyped-def]
+    """``pcietrace run`` from Python: see :func:`pcietrace.api.measure`."""
+    from pcietrace.api import measure as _measure
+
+    return _measure(gpu, **options)

@@ -39,6 +39,12 @@ def _repeats(text: str) -> int:
     return v
 
 
+def _gpu_count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise argparse.ArgumentTypeError(f"expected 1..64 GPUs, got {text!r}")
+    return int(text)
+
+
 def _positive(text: str) -> float:
     try:
         v = float(text)
@@ -49,8 +55,22 @@ def _positive(text: str) -> float:
     return v
 
 
+def _output_options(p: argparse.ArgumentParser) -> None:
+    """--format (``--json`` stays as its alias), --detail and --plot, the same on every command that renders."""
+    p.add_argument("--format", choices=["table", "json", "csv", "md", "prometheus"], default="table",
+                   help="output format: rich tables, JSON, CSV or Markdown tables, or OpenMetrics text for "
+                        "node_exporter's textfile collector")
+    p.add_argument("--detail", action="store_true", help="on the console, every per-GPU table even with many GPUs")
+    p.add_argument("--plot", type=Path, default=None, metavar="DIR", help="also write PNG plots to DIR")
+
+
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+    """Shows defaults, except None/False ones (whose help text says what happens instead)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False:
+            return action.help or ""
+        return super()._get_help_string(action) or ""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,8 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "sampling the PCIe counters; print the analysis and save the run.")
     r.add_argument("--gpu", default="all", help="CUDA device numbers to measure, e.g. 0,1, or 'all'")
     r.add_argument("--simulate", action="store_true", help="use a SIMULATED device modelled on a recorded H100 run")
+    r.add_argument("--gpus", type=_gpu_count, default=1, metavar="N", help="with --simulate: simulate a box of N GPUs")
     r.add_argument("--quick", action="store_true", help="shorter windows and fewer durations/graph sizes")
-    r.add_argument("--window-s", type=_positive, default=None, help="length of each counter window in seconds (default 0.4, quick 0.1)")
+    r.add_argument("--window-s", type=_positive, default=None, help="length of each counter window in seconds (default 0.4, with --quick 0.1)")
     r.add_argument("--durations", type=_float_list, default=None, metavar="US,US,..",
                    help="kernel durations in us (default 0,2,5,10,20,50)")
     r.add_argument("--graph-k", type=_int_list, default=None, metavar="K,K,..",
@@ -90,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="force NVML's low-resolution throughput API instead of the byte counters")
     r.add_argument("-o", "--output", type=Path, default=None, help="folder to save the run in (default reports/<time>-<gpu>)")
     r.add_argument("--no-save", action="store_true", help="do not save the run")
-    r.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
+    r.add_argument("--json", action="store_true", help="the same as --format json")
+    _output_options(r)
     r.add_argument("--seed", type=int, default=0, help="random seed of the simulated device")
     r.add_argument("--no-latency", action="store_true", help="skip the latency suite (saves ~10 s per GPU)")
     r.add_argument("--repeats", type=_repeats, default=11, help="repeats of each latency test (host-timed ones do 20x)")
@@ -99,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", formatter_class=_Formatter, help="re-analyse and re-render a saved run (no GPU needed)")
     rp.add_argument("path", type=Path, help="a run folder or its report.json")
-    rp.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
+    rp.add_argument("--json", action="store_true", help="the same as --format json")
+    _output_options(rp)
     rp.add_argument("--us-per-level", type=_positive, default=0.3, help="round trip added per PCIe switch level (us)")
     rp.add_argument("--perfetto", type=Path, default=None, metavar="FILE",
                     help="also write the attach run's Chrome/Perfetto trace (PCIe counter tracks + NVTX ranges) to FILE")
@@ -110,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(link speed/width per hop, switch levels), and a GPU<->GPU matrix like "
                                     "`nvidia-smi topo -m`. Works without a driver from sysfs alone.")
     tp.add_argument("--sysfs-root", default="/sys", help="read this sysfs tree instead (e.g. a test fixture); implies no NVML")
+    tp.add_argument("--fixture", type=Path, default=None, metavar="JSON",
+                    help="show the machine a topology fixture describes, e.g. tests/data/topo/dgx2_half_two_switch_levels.json")
     tp.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
     tp.set_defaults(func="cmd_topo")
 
@@ -122,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--repeats", type=_repeats, default=11, help="repeats of each test (host-timed ones do 20x)")
     lt.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-<gpu>-latency)")
     lt.add_argument("--no-save", action="store_true", help="do not save")
-    lt.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
+    lt.add_argument("--json", action="store_true", help="the same as --format json")
+    _output_options(lt)
     lt.set_defaults(func="cmd_latency")
 
     at = sub.add_parser("attach", formatter_class=_Formatter, help="PCIe bytes and launches per NVTX range of a program",
@@ -154,8 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "which read right after it without the program waiting")
     at.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-attach)")
     at.add_argument("--json", action="store_true",
-                    help="print the machine-readable result on stdout instead of tables; the program's own stdout is "
-                         "then sent to stderr, so stdout stays valid JSON (it is also saved in the report folder)")
+                    help="the same as --format json; the program's own stdout is then sent to stderr, so stdout "
+                         "carries the report alone (it is also saved in the report folder)")
+    _output_options(at)
     at.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the program to run")
     at.set_defaults(func="cmd_attach")
 
@@ -165,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "delta is set against what the switch-level difference predicts.")
     cp.add_argument("paths", type=Path, nargs="+", help="run folders or report.json files (the first is the baseline)")
     cp.add_argument("--us-per-level", type=_positive, default=0.3, help="round trip added per PCIe switch level (us)")
-    cp.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
+    cp.add_argument("--json", action="store_true", help="the same as --format json")
+    cp.add_argument("--format", choices=["table", "json", "csv", "md"], default="table", help="output format")
     cp.set_defaults(func="cmd_compare")
 
     gr = sub.add_parser("graphs", formatter_class=_Formatter, help="what each way of using CUDA graphs costs when parameters change",
@@ -192,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--sample-interval-ms", type=float, default=10.0, help="background counter sampling interval")
     gr.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-<gpu>-graphs)")
     gr.add_argument("--no-save", action="store_true", help="do not save")
-    gr.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
+    gr.add_argument("--json", action="store_true", help="the same as --format json")
+    _output_options(gr)
     gr.add_argument("--seed", type=int, default=0, help="seed of the parameter sets (and of the simulated device)")
     gr.set_defaults(func="cmd_graphs")
     return p

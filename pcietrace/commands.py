@@ -64,18 +64,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     plan = _plan(args)
     err = Console(stderr=True)
+    _check_plot(args)
+    if args.gpus != 1 and not args.simulate:
+        raise UsageError("--gpus N simulates an N-GPU box: it needs --simulate (real GPUs are chosen with --gpu)")
     if args.simulate:
-        from pcietrace.device.sim import SimBackend, SimDevice, SimParams, SimSampler
+        from pcietrace.device import sim
 
-        params = SimParams.default()
-        device = SimDevice(params, seed=args.seed)
-        gpu_meta = {"nvml_index": 0, "cuda_ordinal": 0, "name": f"SIMULATED {params.gpu_name}", "bus_id": "sim",
-                    "pcie_gen_current": None, "pcie_gen_max": None, "pcie_width_current": None, "pcie_width_max": None}
-        gpus: list[tuple[dict[str, Any], Any]] = [(gpu_meta, SimBackend(device))]
-        sampler: Any = SimSampler(device)
-        probes: dict[int, Any] | None = {0: sampler}
+        params = sim.SimParams.default()
+        host = sim.SimClock()
+        gpu_meta = [sim.gpu_records(params, args.gpus)[o] for o in parse_gpus(args.gpu, args.gpus)]
+        devices = {g["nvml_index"]: sim.SimDevice(params, seed=args.seed + g["nvml_index"], host=host) for g in gpu_meta}
+        gpus: list[tuple[dict[str, Any], Any]] = [(g, sim.SimBackend(devices[g["nvml_index"]])) for g in gpu_meta]
+        sampler: Any = sim.SimSampler(devices)
+        probes: dict[int, Any] | None = {i: sampler.probe(i) for i in devices}
         session = Session(meta=base_meta(plan, True))
-        session.meta.update(driver="simulated", sim_source=params.source, sim_params=params.__dict__)
+        session.meta.update(driver="simulated", sim_source=params.source, sim_params=params.__dict__,
+                            topology=sim.topology(params, gpu_meta))
     else:
         from pcietrace.device import backend, cuda
 
@@ -110,6 +114,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             if args.simulate:
                 record(session, plan, gpus, sampler, probes, progress=advance)
+                if not args.no_latency:
+                    session.latency = sim.latency(params, gpu_meta, args.repeats, args.seed)
             else:  # every GPU at once, one worker process each (pcietrace/record/parallel.py)
                 from pcietrace.record.parallel import cuda_openers, record_all
 
@@ -126,26 +132,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         if out_dir is not None:
             if results is not None:
                 session.save(out_dir, to_jsonable(results))
-            err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}")
+            err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}", markup=False)
     if interrupted:
-        err.print("interrupted" + (f"; `pcietrace report {out_dir}` shows what was recorded" if out_dir else ""))
+        err.print("interrupted" + (f"; `pcietrace report {out_dir}` shows what was recorded" if out_dir else ""), markup=False)
         return 130
-    _emit(session.meta, results, args.json)
+    _emit(session.meta, results, args)
     return 0
 
 
-def _emit(meta: dict[str, Any], results: Any, as_json: bool) -> None:
-    from rich.console import Console
+def _check_plot(args: argparse.Namespace) -> None:
+    if args.plot is not None:  # before measuring, not after
+        from pcietrace.report import plots
 
-    from pcietrace.analysis import to_jsonable
-    from pcietrace.report.console import render
-    from pcietrace.session import SCHEMA
+        plots.check(args.plot)
 
-    if as_json:
-        json.dump({"schema": SCHEMA, "meta": meta, "results": to_jsonable(results)}, sys.stdout, indent=1, default=str)
-        sys.stdout.write("\n")
-    else:
-        render(meta, results, Console())
+
+def _emit(meta: dict[str, Any], results: Any, args: argparse.Namespace) -> None:
+    from pcietrace.analysis.summary import summarize
+    from pcietrace.report.output import emit
+
+    emit(meta, results, summarize(meta, results), "json" if args.json else args.format, args.detail, args.plot)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -158,15 +164,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         if session.meta.get("kind") != "attach":
             raise UsageError("--perfetto needs a report made by `pcietrace attach`")
         _write_perfetto(session, results, args.perfetto)
-    _emit(session.meta, results, args.json)
+    _emit(session.meta, results, args)
     return 0
 
 
 def cmd_topo(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from pcietrace.collectors import nvml, topology
 
+    if args.fixture is not None:
+        from pcietrace.collectors import sysfs_fixture
+
+        return _emit_topology(sysfs_fixture.topology(args.fixture), args)
     gpus = None
     if args.sysfs_root == "/sys":
         try:
@@ -177,10 +185,16 @@ def cmd_topo(args: argparse.Namespace) -> int:
     topo = topology.collect(gpus, args.sysfs_root)
     if not topo["gpus"]:
         raise UsageError(f"no NVIDIA GPU found under {args.sysfs_root}")
+    return _emit_topology(topo, args)
+
+
+def _emit_topology(topo: dict[str, Any], args: argparse.Namespace) -> int:
     if args.json:
         json.dump(topo, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
+        from rich.console import Console
+
         from pcietrace.report.console import topology_tables
 
         for t in topology_tables(topo):
@@ -214,8 +228,8 @@ def cmd_latency(args: argparse.Namespace) -> int:
     if not args.no_save:
         out = args.output or Path(str(_output_dir(args, session.meta)) + "-latency")
         session.save(out, to_jsonable(results))
-        err.print(f"saved to {out}")
-    _emit(session.meta, results, args.json)
+        err.print(f"saved to {out}", markup=False)
+    _emit(session.meta, results, args)
     return 0
 
 
@@ -255,6 +269,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise UsageError("attach needs a program to run: pcietrace attach -- CMD [ARGS...]")
+    _check_plot(args)
     if args.sample_interval_ms < 0:
         raise UsageError("--sample-interval-ms must be >= 0")
     try:
@@ -288,7 +303,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     rc = 1
     try:
         idle_windows(sampler, indices, args.idle_s, windows)
-        err.print(f"pcietrace: running {' '.join(cmd)}")
+        err.print(f"pcietrace: running {' '.join(cmd)}", markup=False)
         env = injection_env(trace_dir, counter, edge_file, indices, args.exact_edges)
         # --json: stdout carries the report alone; the program's own output goes to stderr
         rc, t0, t1 = run_program(cmd, env, stdout=sys.stderr if args.json else None)
@@ -309,30 +324,28 @@ def cmd_attach(args: argparse.Namespace) -> int:
         session.save(out_dir, to_jsonable(results))
         if session.meta["kind"] == "attach":
             _write_perfetto(session, results, out_dir / "trace.json")
-            err.print(f"saved to {out_dir} (Perfetto trace: {out_dir / 'trace.json'})")
+            err.print(f"saved to {out_dir} (Perfetto trace: {out_dir / 'trace.json'})", markup=False)
         else:
-            err.print(f"saved what was recorded to {out_dir}")
-    _emit(session.meta, results, args.json)
+            err.print(f"saved what was recorded to {out_dir}", markup=False)
+    _emit(session.meta, results, args)
     return rc
 
 
 def _write_perfetto(session: Any, results: dict[str, Any], path: Path) -> None:
-    from pcietrace.analysis import attribution, counters
+    from pcietrace.analysis import attribution
     from pcietrace.report.perfetto import chrome_trace
 
-    cum = counters.cumulative_bytes(session.samples, session.counters)
-    bin_ns = max(int(session.meta.get("sample_interval_ms", 1.0) * 1e6), 1_000_000)
-    trace = chrome_trace(session.meta, counters.rates(cum, bin_ns), results["range_instances"],
+    bin_ns = max(int(float(session.meta.get("sample_interval_ms") or 1.0) * 1e6), 1_000_000)
+    trace = chrome_trace(session.meta, results["rates"], results["range_instances"],
                          attribution.launch_rate(session.events, bin_ns))
     path.write_text(json.dumps(trace))
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from pcietrace.analysis import analyze
     from pcietrace.analysis.compare import compare
-    from pcietrace.report.console import compare_table
+    from pcietrace.analysis.summary import compare_summary
+    from pcietrace.report.output import emit_compare
     from pcietrace.session import Session
 
     if len(args.paths) < 2:
@@ -342,17 +355,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return _compare_attach(args, sessions)
     runs = []
     for i, (p, s) in enumerate(zip(args.paths, sessions)):
-        gpu = s.meta["gpus"][0]["name"].replace("NVIDIA ", "") if s.meta.get("gpus") else "?"
-        name = f"{chr(65 + i)}: {gpu}{' (SIMULATED)' if s.meta.get('simulated') else ''}"
-        runs.append((name, analyze(s, args.us_per_level), s.meta))
+        gpus = sorted({g["name"].replace("NVIDIA ", "") for g in s.meta.get("gpus", [])}) or ["?"]
+        name = f"{'+'.join(gpus)} x{len(s.meta.get('gpus', []))}{' (SIMULATED)' if s.meta.get('simulated') else ''}"
+        runs.append((f"{chr(65 + i)}: {name}", analyze(s, args.us_per_level), s.meta))
     cmp = compare(runs, args.us_per_level)
-    if args.json:
-        sys.stdout.write(cmp.to_json(orient="records", indent=1) + "\n")
-    else:
-        Console().print(compare_table(cmp, [r[0] for r in runs]))
+    names = [r[0] for r in runs]
+    emit_compare(cmp, names, compare_summary(cmp, names), "json" if args.json else args.format)
     return 0
-
-
 
 
 def cmd_graphs(args: argparse.Namespace) -> int:
@@ -384,8 +393,8 @@ def cmd_graphs(args: argparse.Namespace) -> int:
     results = analyze(session)
     if out_dir is not None:
         session.save(out_dir, to_jsonable(results))
-        err.print(f"saved to {out_dir}")
-    _emit(session.meta, results, args.json)
+        err.print(f"saved to {out_dir}", markup=False)
+    _emit(session.meta, results, args)
     return 0
 
 

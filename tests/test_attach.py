@@ -115,7 +115,7 @@ def test_attach_session_analyses_renders_and_exports(events, tmp_path, capsys, m
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["report", str(tmp_path / "att")]) == 0
     out = capsys.readouterr().out
-    assert "PCIe bytes and launches per NVTX range" in out and "Whole run" in out and "Processes followed" in out
+    assert "PCIe bytes per NVTX range" in out and "Launches per NVTX range" in out and "Whole run" in out and "Processes followed" in out
 
 
 def test_edge_values_follow_neighbouring_rates() -> None:

@@ -18,7 +18,7 @@ from pcietrace.session import Session
 #: Result tables in display order; each is a DataFrame documented in its producing function.
 RESULT_TABLES = ("sampling", "per_gpu", "floor", "calibration", "per_launch", "per_node", "by_duration",
                  "cpu_cost", "host_cost_by_language", "gpu_time", "speedup", "latency", "topology_model", "ranges",
-                 "range_instances", "whole_run", "notes", "graphs")
+                 "range_instances", "whole_run", "notes", "graphs", "fit_windows", "rates")
 
 
 def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_PER_LEVEL) -> dict[str, pd.DataFrame]:
@@ -42,6 +42,7 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
         if len(out["per_launch"]):
             out["per_node"] = launch.per_node(out["per_launch"])
         out["by_duration"] = launch.by_duration(wb)
+        out["fit_windows"] = launch.fit_windows(wb)
     if len(s.calibration):
         out["calibration"] = s.calibration
     if len(s.bursts):
@@ -87,7 +88,8 @@ def _attach(s: Session, out: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
     inst = attribution.attribute(ranges, cum, fl) if len(ranges) else ranges
     for r in fl[fl["status"] == "no floor"].itertuples():
         notes.append(f"GPU{r.nvml_index}: no floor (no idle window covered by its samples); its bytes are shown raw only")
-    return {"floor": fl, "range_instances": inst,
+    bin_ns = max(int(float(s.meta.get("sample_interval_ms") or 1.0) * 1e6), 1_000_000)
+    return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, bin_ns),
             "ranges": attribution.summarize(inst, s.meta.get("launch_costs"), short_ns=2 * gap_ns),
             "whole_run": attribution.whole_run(cum, s.events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl),
             "notes": pd.DataFrame({"note": notes}, dtype=str)}

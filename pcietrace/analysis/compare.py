@@ -8,13 +8,21 @@ from typing import Any
 import pandas as pd
 
 from pcietrace.analysis.latency import DEFAULT_US_PER_LEVEL
+from pcietrace.analysis.summary import gpu_label
 
 
 def metrics(results: dict[str, pd.DataFrame], meta: dict[str, Any]) -> pd.DataFrame:
-    """The headline figures of one run (its first GPU): ``metric``, ``unit``, ``value``, ``ci95``
-    (half-width; NaN where the run gives no interval)."""
+    """The headline figures of one run, for every GPU: ``gpu`` (GPU0, ...), ``metric``, ``unit``, ``value``,
+    ``ci95`` (half-width; NaN where the run gives no interval)."""
+    frames = [gpu_metrics(results, meta, g["nvml_index"]).assign(gpu=gpu_label(g["nvml_index"]))
+              for g in meta.get("gpus", [])]
+    cols = ["gpu", "metric", "unit", "value", "ci95"]
+    return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
+
+
+def gpu_metrics(results: dict[str, pd.DataFrame], meta: dict[str, Any], idx: int) -> pd.DataFrame:
+    """The headline figures of one GPU (NVML index ``idx``) of a run."""
     rows: list[tuple[str, str, float, float]] = []
-    idx = min((g["nvml_index"] for g in meta.get("gpus", [])), default=0)
 
     def first(df: pd.DataFrame, **eq: Any) -> pd.Series | None:
         if not len(df):
@@ -67,30 +75,35 @@ def metrics(results: dict[str, pd.DataFrame], meta: dict[str, Any]) -> pd.DataFr
 
 def compare(runs: list[tuple[str, dict[str, pd.DataFrame], dict[str, Any]]],
             us_per_level: float = DEFAULT_US_PER_LEVEL) -> pd.DataFrame:
-    """One row per metric, one ``value:<name>``/``ci95:<name>`` pair per run, and for every run after
-    the first a ``delta:<name>`` (vs the first) and ``significant:<name>`` (True when the difference
-    exceeds the combined 95 % half-widths; None where a run gives no interval).
+    """One row per GPU label and metric, one ``value:<name>``/``ci95:<name>`` pair per run, and for every
+    run after the first a ``delta:<name>`` (vs the first), ``pct:<name>`` (the delta in % of the first's
+    value) and ``significant:<name>`` (True when the difference exceeds the combined 95 % half-widths;
+    None where a run gives no interval). GPUs pair by label (GPU0 with GPU0); a GPU only one run has
+    gets NaN deltas.
 
-    A last row, ``round trip expected from switch levels``, puts the host-read round-trip delta beside
+    Per GPU, a row ``round trip expected from switch levels`` puts the host-read round-trip delta beside
     what the switch-level difference predicts (``us_per_level`` per level)."""
     out: pd.DataFrame | None = None
-    order: list[str] = []
+    keys = ["gpu", "metric", "unit"]
+    order: list[tuple[str, str]] = []
     for name, res, meta in runs:
         m = metrics(res, meta).rename(columns={"value": f"value:{name}", "ci95": f"ci95:{name}"})
-        order += [x for x in m["metric"] if x not in order]
-        out = m if out is None else out.merge(m, on=["metric", "unit"], how="outer")
+        order += [x for x in zip(m["gpu"], m["metric"]) if x not in order]
+        out = m if out is None else out.merge(m, on=keys, how="outer")
     assert out is not None
-    out = out.set_index("metric").loc[order].reset_index()  # first-seen order, not alphabetical
+    out = out.set_index(["gpu", "metric"]).loc[order].reset_index()  # first-seen order, not alphabetical
     base = runs[0][0]
     for name, _, _ in runs[1:]:
         d = out[f"value:{name}"] - out[f"value:{base}"]
         comb = (out[f"ci95:{name}"] ** 2 + out[f"ci95:{base}"] ** 2) ** 0.5
         out[f"delta:{name}"] = d
+        out[f"pct:{name}"] = d / out[f"value:{base}"].abs().where(out[f"value:{base}"] != 0) * 100
         out[f"significant:{name}"] = [None if math.isnan(c) else bool(abs(x) > c) for x, c in zip(d, comb)]
-    levels = out[out["metric"] == "PCIe switch levels"]
-    if len(levels) and len(runs) > 1:
-        row: dict[str, Any] = {"metric": "round trip expected from switch levels", "unit": "us"}
-        for name, _, _ in runs[1:]:
-            row[f"delta:{name}"] = float(levels[f"value:{name}"].iloc[0] - levels[f"value:{base}"].iloc[0]) * us_per_level
-        out = pd.concat([out, pd.DataFrame([row])], ignore_index=True)
-    return out
+    extra = []
+    for gpu, levels in out[out["metric"] == "PCIe switch levels"].groupby("gpu", sort=False):
+        if len(runs) > 1:
+            row: dict[str, Any] = {"gpu": gpu, "metric": "round trip expected from switch levels", "unit": "us"}
+            for name, _, _ in runs[1:]:
+                row[f"delta:{name}"] = float(levels[f"value:{name}"].iloc[0] - levels[f"value:{base}"].iloc[0]) * us_per_level
+            extra.append(row)
+    return pd.concat([out, pd.DataFrame(extra)], ignore_index=True) if extra else out

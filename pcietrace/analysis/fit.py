@@ -6,7 +6,6 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 
 def linear_fit(x: Any, y: Any) -> dict[str, float]:
@@ -22,6 +21,8 @@ def linear_fit(x: Any, y: Any) -> dict[str, float]:
     nan = float("nan")
     if n < 2 or np.ptp(x) == 0:
         return {"slope": nan, "slope_ci95": nan, "intercept": nan, "intercept_ci95": nan, "r2": nan, "n": n}
+    from scipy import stats  # here, not at import: scipy.stats alone takes ~1 s to import
+
     r = stats.linregress(x, y)
     t = stats.t.ppf(0.975, n - 2) if n > 2 else nan
     return {"slope": float(r.slope), "slope_ci95": float(t * r.stderr) if n > 2 else nan,

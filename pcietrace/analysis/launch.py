@@ -37,7 +37,7 @@ def per_launch_fits(wb: pd.DataFrame, fl: pd.DataFrame) -> pd.DataFrame:
     over the ``graph`` windows. Net bytes are fitted because windows differ in length (a full queue
     takes time to drain), so raw bytes would mix floor into the slope. Columns: ``nvml_index, mode,
     graph_k, direction, bytes_per_call, ci95`` (95 % half-width), ``bytes_per_kernel`` (per call / K),
-    ``intercept_Bps`` (fit intercept over the mean window length: traffic neither launches nor the
+    ``intercept_bytes`` (the fit's intercept), ``intercept_Bps`` (fit intercept over the mean window length: traffic neither launches nor the
     floor explain), ``floor_Bps`` (the idle floor that was removed), ``intercept_ok`` (0 lies inside
     the intercept's 95 % interval, i.e. the measured floor accounts for all non-launch traffic),
     ``r2``, ``n``.
@@ -53,10 +53,21 @@ def per_launch_fits(wb: pd.DataFrame, fl: pd.DataFrame) -> pd.DataFrame:
             icpt, icpt_ci = f["intercept"] / dur, f["intercept_ci95"] / dur
             rows.append({"nvml_index": int(idx), "mode": mode, "graph_k": int(k), "direction": direction,
                          "bytes_per_call": f["slope"], "ci95": f["slope_ci95"],
-                         "bytes_per_kernel": f["slope"] / k, "intercept_Bps": icpt, "intercept_ci95_Bps": icpt_ci,
+                         "bytes_per_kernel": f["slope"] / k, "intercept_bytes": f["intercept"], "intercept_Bps": icpt, "intercept_ci95_Bps": icpt_ci,
                          "floor_Bps": floor_bps, "intercept_ok": bool(abs(icpt) <= icpt_ci),
                          "r2": f["r2"], "n": f["n"]})
     return pd.DataFrame(rows)
+
+
+FIT_WINDOW_COLUMNS = ["nvml_index", "mode", "graph_k", "calls", "duration_s", "h2d_net_bytes", "d2h_net_bytes"]
+
+
+def fit_windows(wb: pd.DataFrame) -> pd.DataFrame:
+    """The points behind :func:`per_launch_fits`: net bytes (floor removed) and launch calls of every fit
+    window (:data:`FIT_WINDOW_COLUMNS`), for plots and exports."""
+    sel = wb[wb["purpose"].isin(["fit", "graph"])]
+    out = sel.rename(columns={f"{c}_net_bytes": f"{d}_net_bytes" for d, c in DIRECTIONS.items()})
+    return out.reindex(columns=FIT_WINDOW_COLUMNS).reset_index(drop=True)
 
 
 def per_node(fits: pd.DataFrame) -> pd.DataFrame:

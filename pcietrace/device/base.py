@@ -77,11 +77,14 @@ class PythonLoops:
                 calls += self.BATCH
             return calls, t0, clock()
         launch, next_t = self.launch, t0
+        wait_until = getattr(self.b, "wait_until", None)  # the SIMULATED clock jumps instead of spinning
         while True:
             now = clock()
             if now >= deadline:
                 return calls, t0, now
-            if now >= next_t:
+            if now < next_t and wait_until is not None:
+                wait_until(min(next_t, deadline))
+            elif now >= next_t:
                 r = launch()
                 if self.checked and r[0]:
                     self.b.raise_launch_error(r)

@@ -14,7 +14,7 @@ import json
 import math
 import sys
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,13 @@ class SimParams:
     gap_ns_graph: float
     sample_period_ns: float
     read_ns: float
+    pcie_gen: int = 5
+    pcie_width: int = 16
+    link_speed: str = "32.0 GT/s PCIe"
+    pci_device: str = "0x2330"
+    #: per latency test: median and interquartile spread (% of the median) of the real run
+    latency_median_us: dict[str, float] = field(default_factory=dict)
+    latency_spread_pct: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def default(cls) -> "SimParams":
@@ -64,6 +71,10 @@ def params_from_results(results: dict[str, pd.DataFrame], meta: dict[str, Any], 
     gt = results["gpu_time"]
     g0 = gt.loc[gt["kernel_us"].idxmin()]
     sm = results["sampling"].iloc[0]
+    g = meta["gpus"][0]
+    hop = next((h for t in meta.get("topology", {}).get("gpus", [])[:1] for h in t.get("hops", []) if h.get("role") == "endpoint"), {})
+    lat = results.get("latency", pd.DataFrame())
+    lat = lat[(lat["nvml_index"] == g["nvml_index"]) & (lat["peer"] < 0)] if len(lat) else lat
     return SimParams(
         source=source, gpu_name=meta["gpus"][0]["name"],
         floor_rx_Bps=float(fl["rx_Bps"].iloc[0]), floor_tx_Bps=float(fl["tx_Bps"].iloc[0]),
@@ -75,11 +86,22 @@ def params_from_results(results: dict[str, pd.DataFrame], meta: dict[str, Any], 
         host_ns_eager=float(cc.loc["eager", "host_us_per_call"]) * 1e3,
         host_ns_graph=float(cc.loc["graph", "host_us_per_call"]) * 1e3,
         gap_ns_eager=max(0.0, float(g0["eager_gap_us"])) * 1e3, gap_ns_graph=max(0.0, float(g0["graph_gap_us"])) * 1e3,
-        sample_period_ns=float(sm["median_gap_us"]) * 1e3, read_ns=float(sm["median_read_us"]) * 1e3)
+        sample_period_ns=float(sm["median_gap_us"]) * 1e3, read_ns=float(sm["median_read_us"]) * 1e3,
+        pcie_gen=int(g.get("pcie_gen_max") or 5), pcie_width=int(g.get("pcie_width_max") or 16),
+        link_speed=str(hop.get("link_speed", "32.0 GT/s PCIe")), pci_device=str(hop.get("device", "0x2330")),
+        latency_median_us={r.test: float(r.median_us) for r in lat.itertuples()},
+        latency_spread_pct={r.test: float(r.spread_pct) for r in lat.itertuples()})
 
 
 class _Event:
     t_ns = 0
+
+
+class SimClock:
+    """The simulated host's clock (ns), shared by every simulated GPU of one box."""
+
+    def __init__(self, start_ns: int = 1_000_000_000) -> None:
+        self.now = start_ns
 
 
 class SimDevice:
@@ -87,41 +109,50 @@ class SimDevice:
 
     CLOCK_READ_NS = 40  # simulated cost of reading the clock, so busy-wait loops advance time
 
-    def __init__(self, params: SimParams, seed: int = 0) -> None:
+    def __init__(self, params: SimParams, seed: int = 0, host: SimClock | None = None) -> None:
         self.p = params
         self.rng = np.random.default_rng(seed)
-        self.now = 1_000_000_000
+        self.host = host or SimClock()
         self.gpu_free = self.now
         self.traffic: list[tuple[int, float, float]] = []  # (t_ns, rx_bytes, tx_bytes) per launch call
         self.pending: deque[int] = deque()  # completion times of queued launch calls
-        self._jitter = 1 + 0.02 * self.rng.standard_normal(4096)  # host-cost jitter, cycled (cheap)
+        self._jitter = (1 + 0.02 * self.rng.standard_normal(4096)).tolist()  # host-cost jitter, cycled (cheap)
         self._n = 0
 
+    @property
+    def now(self) -> int:
+        return self.host.now
+
+    @now.setter
+    def now(self, t_ns: int) -> None:
+        self.host.now = t_ns
+
     def clock(self) -> int:
-        self.now += self.CLOCK_READ_NS
-        return self.now
+        self.host.now += self.CLOCK_READ_NS
+        return self.host.now
 
     def submit(self, nodes: int, kernel_ns: int, graph: bool) -> tuple[int]:
         p = self.p
         host = p.host_ns_graph if graph else p.host_ns_eager
         self._n += 1
-        self.now += int(host * self._jitter[self._n & 4095])
+        now = self.host.now + int(host * self._jitter[self._n & 4095])
         q = self.pending
-        while q and q[0] <= self.now:
+        while q and q[0] <= now:
             q.popleft()
         if len(q) >= QUEUE_DEPTH:  # the driver blocks until the queue has room
-            self.now = q[len(q) - QUEUE_DEPTH]
-            while q and q[0] <= self.now:
+            now = q[len(q) - QUEUE_DEPTH]
+            while q and q[0] <= now:
                 q.popleft()
+        self.host.now = now
         per_kernel = kernel_ns + (p.gap_ns_graph if graph else p.gap_ns_eager)
-        self.gpu_free = max(self.gpu_free, self.now) + int(nodes * per_kernel)
+        self.gpu_free = max(self.gpu_free, now) + int(nodes * per_kernel)
         q.append(self.gpu_free)
         if graph:
             rx = p.graph_fixed_rx_bytes + nodes * p.graph_node_rx_bytes
             tx = p.graph_fixed_tx_bytes + nodes * p.graph_node_tx_bytes
         else:
             rx, tx = p.eager_rx_bytes, p.eager_tx_bytes
-        self.traffic.append((self.now, rx, tx))
+        self.traffic.append((now, rx, tx))
         return _OK
 
     def counter_samples(self, t0: int, t1: int, nvml_index: int = 0, extra_t: list[int] | None = None) -> pd.DataFrame:
@@ -154,6 +185,10 @@ class SimBackend:
 
     def clock(self) -> int:
         return self.d.clock()
+
+    def wait_until(self, t_ns: int) -> None:
+        """Idle or paced loops: jump the virtual clock instead of spinning on it."""
+        self.d.now = max(self.d.now, int(t_ns))
 
     def thread_time_ns(self) -> int:
         return self.d.now  # the simulated host does nothing but launch: CPU time = wall time
@@ -196,14 +231,32 @@ class SimBackend:
 
 
 class SimSampler:
-    """Stands in for both :class:`pcietrace.collectors.CounterSampler` and its boundary probe: calling
-    it marks a boundary read; samples are synthesised from the device model at :meth:`stop`."""
+    """Stands in for :class:`pcietrace.collectors.CounterSampler` over the simulated GPUs (``devices``: NVML
+    index -> device) and for their boundary probes (:meth:`probe`); samples are synthesised at :meth:`stop`."""
 
-    def __init__(self, device: SimDevice, nvml_index: int = 0) -> None:
-        self.d, self.index = device, nvml_index
-        self.modes = {nvml_index: {"mode": "fields", "bits": 32}}
-        self.failed_reads = {nvml_index: 0}
-        self._marks: list[int] = []
+    def __init__(self, devices: dict[int, SimDevice]) -> None:
+        self.devices = devices
+        self.modes = {i: {"mode": "fields", "bits": 32} for i in devices}
+        self.failed_reads = {i: 0 for i in devices}
+        self._marks: dict[int, list[int]] = {i: [] for i in devices}
+
+    def probe(self, nvml_index: int) -> "_SimProbe":
+        return _SimProbe(self.devices[nvml_index], self._marks[nvml_index])
+
+    def start(self) -> None:
+        self._t0 = min(d.now for d in self.devices.values())
+
+    def stop(self) -> pd.DataFrame:
+        t1 = max(d.now for d in self.devices.values()) + 1_000_000
+        return pd.concat([d.counter_samples(self._t0, t1, i, self._marks[i]) for i, d in self.devices.items()],
+                         ignore_index=True)
+
+
+class _SimProbe:
+    """A boundary read of one simulated GPU's counters: marks the time; the value is synthesised later."""
+
+    def __init__(self, device: SimDevice, marks: list[int]) -> None:
+        self.d, self._marks = device, marks
 
     def __call__(self) -> int:
         self._marks.append(self.d.clock())
@@ -212,11 +265,41 @@ class SimSampler:
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame()  # boundary reads are synthesised together with the samples in stop()
 
-    def start(self) -> None:
-        self._t0 = self.d.now
 
-    def stop(self) -> pd.DataFrame:
-        return self.d.counter_samples(self._t0, self.d.now + 1_000_000, self.index, self._marks)
+def gpu_records(params: SimParams, n: int) -> list[dict[str, Any]]:
+    """GPU metadata of an ``n``-GPU simulated box (names say SIMULATED; link fields from the modelled GPU)."""
+    return [{"nvml_index": i, "cuda_ordinal": i, "name": f"SIMULATED {params.gpu_name}", "uuid": f"GPU-SIMULATED-{i}",
+             "bus_id": f"sim:{i:02x}:00.0", "pcie_gen_current": params.pcie_gen, "pcie_gen_max": params.pcie_gen,
+             "pcie_width_current": params.pcie_width, "pcie_width_max": params.pcie_width} for i in range(n)]
+
+
+def topology(params: SimParams, gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """A topology record (as :func:`pcietrace.collectors.topology.collect` returns) for the simulated box: every
+    GPU on the root complex (0 switch levels, like the modelled VM), PCIe host bridge between GPUs, no NVLink."""
+    n = len(gpus)
+    hop = {"role": "endpoint", "vendor": "0x10de", "device": params.pci_device, "pci_class": "0x030200",
+           "link_speed": params.link_speed, "link_width": params.pcie_width,
+           "max_link_speed": params.link_speed, "max_link_width": params.pcie_width}
+    return {"source": "SIMULATED", "sysfs_root": None,
+            "gpus": [{"bdf": g["bus_id"], "host_bridge": "sim0000:00", "numa_node": 0, "local_cpulist": "0-15",
+                      "hops": [{"bdf": g["bus_id"], **hop}], "switch_levels": 0, "nvml_index": g["nvml_index"],
+                      "name": g["name"]} for g in gpus],
+            "labels": [f"GPU{g['nvml_index']}" for g in gpus],
+            "matrix": [["X" if i == j else "PHB" for j in range(n)] for i in range(n)],
+            "nvlinks": [[0] * n for _ in range(n)], "notes": ["SIMULATED box: GPUs on one host bridge, no NVLink"]}
+
+
+def latency(params: SimParams, gpus: list[dict[str, Any]], repeats: int, seed: int = 0) -> pd.DataFrame:
+    """Latency rows (:data:`pcietrace.record.latency.LATENCY_COLUMNS`) drawn around the modelled run's medians
+    with its interquartile spread (normal: IQR = 1.35 sigma)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for g in gpus:
+        for test, med in params.latency_median_us.items():
+            sigma = med * params.latency_spread_pct.get(test, 1.0) / 100 / 1.35
+            for rep, v in enumerate(med + sigma * rng.standard_normal(repeats)):
+                rows.append({"nvml_index": g["nvml_index"], "test": test, "peer": -1, "repeat": rep, "value_us": float(v)})
+    return pd.DataFrame(rows, columns=["nvml_index", "test", "peer", "repeat", "value_us"])
 
 
 def main(argv: list[str]) -> int:

@@ -89,6 +89,9 @@ class LaunchGenerator:
         self.b = backend
         self.probe = probe
         self.path = path
+        # A simulated backend jumps its virtual clock instead of spinning on it (busy loops on a simulated
+        # clock cost real seconds); real GPUs have no such hook and spin, keeping the host as busy as ever.
+        self._wait_until: Callable[[int], None] | None = getattr(backend, "wait_until", None)
 
     def _loops(self, cfg: LaunchConfig) -> Loops:
         if self.path == "native":
@@ -135,6 +138,9 @@ class LaunchGenerator:
         }
 
     def _idle(self, deadline: int) -> int:
+        if self._wait_until is not None:
+            self._wait_until(deadline)
+            return 0
         clock = self.b.clock
         while clock() < deadline:
             pass  # spin rather than sleep: the host stays as busy as in the launch windows

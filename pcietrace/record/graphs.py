@@ -168,11 +168,11 @@ def open_device(simulate: bool, ordinal: int, seed: int = 0,
 
         params, costs = SimParams.default(), GraphSimCosts.default()
         sim = SimDevice(params, seed=seed)
-        sampler = SimSampler(sim)
+        sampler = SimSampler({0: sim})
         gpu = {"nvml_index": 0, "cuda_ordinal": 0, "name": f"SIMULATED {costs.gpu_name}", "bus_id": "sim"}
         extra = {"driver": "simulated", "sim_source": costs.source, "sim_costs": asdict(costs),
                  "sim_params": asdict(params)}
-        return gpu, SimGraphsDevice(sim, costs), sampler, sampler, extra
+        return gpu, SimGraphsDevice(sim, costs), sampler, sampler.probe(0), extra
     from pcietrace.collectors import BoundaryProbe, CounterSampler
     from pcietrace.device import backend
     from pcietrace.device.graphs import CudaGraphsDevice

@@ -101,14 +101,13 @@ def cuda_openers(ordinals: list[int], force_throughput: bool = False,
 def open_sim(slot: int, seed: int = 0) -> GpuWorker:
     """A worker on a SIMULATED GPU number ``slot`` (NVML index and CUDA ordinal = slot; each its own
     device model, seeded ``seed + slot``). No latency suite."""
-    from pcietrace.device.sim import SimBackend, SimDevice, SimParams, SimSampler
+    from pcietrace.device.sim import SimBackend, SimDevice, SimParams, SimSampler, gpu_records
 
     params = SimParams.default()
     device = SimDevice(params, seed=seed + slot)
-    meta = {"nvml_index": slot, "cuda_ordinal": slot, "name": f"SIMULATED {params.gpu_name}", "bus_id": "sim",
-            "pcie_gen_current": None, "pcie_gen_max": None, "pcie_width_current": None, "pcie_width_max": None}
-    sampler = SimSampler(device, nvml_index=slot)
-    return GpuWorker(meta, SimBackend(device), sampler, sampler)
+    meta = gpu_records(params, slot + 1)[slot]
+    sampler = SimSampler({slot: device})
+    return GpuWorker(meta, SimBackend(device), sampler, sampler.probe(slot))
 
 
 def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_repeats: int | None,

@@ -1,4 +1,10 @@
-"""Rich tables for a run's results (see :func:`pcietrace.analysis.analyze` for the columns)."""
+"""Rich tables for a run's results (see :func:`pcietrace.analysis.analyze` for the columns).
+
+Readable at 80 columns: number cells never wrap or get cut (``no_wrap`` numeric columns, short headers,
+GPU labels instead of bus ids, long text under the table rather than in it); only text cells (names)
+wrap. Text from outside (range names, GPU names, sysfs strings, paths, commands) goes through
+:func:`esc` before rich sees it, so ``loss[/total]`` prints as written instead of being read as markup.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +14,26 @@ from typing import Any, Callable
 import pandas as pd
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
-from rich.markup import escape
 from rich.text import Text
 
+from pcietrace.analysis.launch import LANGUAGES
+from pcietrace.analysis.summary import gpu_label, short_name
+
 DIR_LABEL = {"h2d": "H2D", "d2h": "D2H"}
+#: More GPUs than this: the console shows one summary row per GPU; detail tables need ``--detail``.
+DETAIL_GPUS = 2
+
+
+def esc(x: Any) -> str:
+    """Outside text made safe for rich markup (the one place that escapes)."""
+    return escape(str(x))
 
 
 def _num(x: Any, fmt: str = ",.0f", unit: str = "") -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
+    if x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA:
         return "–"
     return f"{x:{fmt}}{unit}"
 
@@ -29,95 +45,100 @@ def _pm(x: Any, ci: Any, fmt: str = ",.0f") -> str:
 
 
 def _table(title: str, columns: list[tuple[str, str]], caption: str | None = None) -> Table:
-    t = Table(title=title, caption=caption, box=box.SIMPLE_HEAVY, title_justify="left", caption_justify="left",
-              title_style="bold", caption_style="dim")
+    """Right-justified columns hold numbers: they never wrap (rich then wraps the text columns instead)."""
+    t = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, title_justify="left", caption_justify="left",
+              title_style="bold", caption_style="dim", pad_edge=False, collapse_padding=True)
     for name, justify in columns:
-        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+        t.add_column(name, justify=justify, no_wrap=justify != "left")  # type: ignore[arg-type]
     return t
 
 
+def _link(g: dict[str, Any]) -> str:
+    now = f"Gen{g.get('pcie_gen_current')} x{g.get('pcie_width_current')}"
+    best = f"Gen{g.get('pcie_gen_max')} x{g.get('pcie_width_max')}"
+    return now if now == best else f"{now} (max {best})"
+
+
 def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
-    t = _table("System", [("GPU", "left"), ("CUDA", "right"), ("NVML", "right"), ("bus id", "left"),
-                          ("PCIe now / max", "left"), ("counters", "left"), ("samples/s", "right"),
-                          ("gap", "right")],
-               caption=f"driver {meta.get('driver', '?')}  host {meta.get('host', '?')}  {meta.get('created', '')}")
+    t = _table("System", [("GPU", "right"), ("model", "left"), ("bus id", "right"), ("PCIe", "left"),
+                          ("counter", "left"), ("reads/s", "right"), ("gap ms", "right")],
+               caption=esc(f"driver {meta.get('driver', '?')}, host {meta.get('host', '?')}, {meta.get('created', '')}; "
+                           "counter: NVML fields 197/198 (32-bit, wrapping) or the 20 ms throughput API (LOW RES); "
+                           "gap: median time between background samples"))
     smp = sampling.set_index("nvml_index") if len(sampling) else None
     for g in meta.get("gpus", []):
         c = g.get("counter", {})
-        src = f"197/198 {c.get('bits', 32)}-bit" if c.get("mode") == "fields" else "[yellow]throughput API (20 ms, LOW RES)[/]"
+        src = f"{c.get('bits', 32)}-bit" if c.get("mode") == "fields" else "[yellow]LOW RES[/]"
         row = smp.loc[g["nvml_index"]] if smp is not None and g["nvml_index"] in smp.index else None
-        link = (f"Gen{g.get('pcie_gen_current')} x{g.get('pcie_width_current')} / "
-                f"Gen{g.get('pcie_gen_max')} x{g.get('pcie_width_max')}")
-        t.add_row(g.get("name", "?").replace("NVIDIA ", ""), str(g.get("cuda_ordinal", "–")), str(g["nvml_index"]),
-                  g.get("bus_id", "?"), link, src,
-                  _num(row["rate_hz"] if row is not None else None),
-                  _num(row["median_gap_us"] if row is not None else None, ".0f", " us"))
+        t.add_row(gpu_label(g["nvml_index"]), esc(short_name(g.get("name"))), esc(g.get("bus_id", "?")),
+                  esc(_link(g)), src, _num(row["rate_hz"] if row is not None else None),
+                  _num(row["median_gap_us"] / 1e3 if row is not None else None, ".1f"))
     return t
 
 
 def floor_table(fl: pd.DataFrame) -> Table:
-    t = _table("Background floor (idle windows, sampler running; subtracted from every window)",
-               [("NVML", "right"), ("H2D MB/s", "right"), ("D2H MB/s", "right"), ("windows", "right"),
-                ("counter reads/s", "right")],
-               caption="mean ± standard deviation over idle windows; MB = 10^6 B; includes the traffic of the "
-                       "counter reads themselves")
+    t = _table("Background floor (idle windows, subtracted from every window)",
+               [("GPU", "right"), ("H2D MB/s", "right"), ("D2H MB/s", "right"), ("windows", "right"),
+                ("reads/s", "right")],
+               caption="mean ± standard deviation over idle windows with the sampler running; MB = 10^6 B; includes "
+                       "the traffic of the counter reads themselves")
     for r in fl.itertuples():
-        t.add_row(str(r.nvml_index), _pm(r.rx_Bps / 1e6, r.rx_Bps_std / 1e6, ".3f"),
+        t.add_row(gpu_label(r.nvml_index), _pm(r.rx_Bps / 1e6, r.rx_Bps_std / 1e6, ".3f"),
                   _pm(r.tx_Bps / 1e6, r.tx_Bps_std / 1e6, ".3f"), str(r.windows), _num(r.reads_per_s))
     return t
 
 
 def calibration_table(cal: pd.DataFrame) -> Table:
-    t = _table("Kernel duration calibration", [("NVML", "right"), ("requested us", "right"),
-                                               ("measured us (median)", "right"), ("min – max", "right")],
+    t = _table("Kernel duration calibration", [("GPU", "right"), ("asked us", "right"), ("median us", "right"),
+                                               ("min – max us", "right")],
                caption="measured on the GPU's global timer inside the kernel")
     for r in cal.itertuples():
-        t.add_row(str(r.nvml_index), _num(r.kernel_us, "g"), _num(r.measured_us, ".3f"),
+        t.add_row(gpu_label(r.nvml_index), _num(r.kernel_us, "g"), _num(r.measured_us, ".3f"),
                   f"{r.min_us:.3f} – {r.max_us:.3f}")
     return t
 
 
 def per_launch_table(pl: pd.DataFrame) -> Table:
     t = _table("PCIe bytes per launch (fit of net window bytes vs launch calls)",
-               [("NVML", "right"), ("mode", "left"), ("K", "right"), ("direction", "left"),
-                ("B/call ±95%", "right"), ("B/kernel", "right"), ("R²", "right"), ("n", "right"),
-                ("residual", "right")],
+               [("GPU", "right"), ("mode", "left"), ("K", "right"), ("dir", "left"), ("B/call ±95%", "right"),
+                ("B/kernel", "right"), ("R²", "right"), ("n", "right"), ("resid", "right")],
                caption="call = one cuLaunchKernel (eager) or one cuGraphLaunch of K kernels (graph); H2D = GPU RX, "
-                       "D2H = GPU TX; bytes include TLP headers; residual = fit intercept in MB/s after floor "
+                       "D2H = GPU TX; bytes include TLP headers; resid = fit intercept in MB/s after floor "
                        "removal (ok = consistent with 0)")
     for r in pl.itertuples():
         check = "ok" if r.intercept_ok else f"[yellow]{r.intercept_Bps / 1e6:+.3f}[/]"
-        t.add_row(str(r.nvml_index), r.mode, str(r.graph_k), DIR_LABEL[r.direction], _pm(r.bytes_per_call, r.ci95),
+        t.add_row(gpu_label(r.nvml_index), r.mode, str(r.graph_k), DIR_LABEL[r.direction], _pm(r.bytes_per_call, r.ci95),
                   _num(r.bytes_per_kernel, ",.1f"), _num(r.r2, ".4f"), str(r.n), check)
     return t
 
 
 def per_node_table(pn: pd.DataFrame) -> Table:
-    t = _table("Graph launch bytes = fixed + per node × K", [("NVML", "right"), ("direction", "left"),
-               ("fixed B (95% CI)", "right"), ("B per node (95% CI)", "right"), ("graph sizes", "right")])
+    t = _table("Graph launch bytes = fixed + per node × K", [("GPU", "right"), ("dir", "left"),
+               ("fixed B ±95%", "right"), ("B/node ±95%", "right"), ("sizes", "right")],
+               caption="sizes: how many graph sizes K the fit used")
     for r in pn.itertuples():
-        t.add_row(str(r.nvml_index), DIR_LABEL[r.direction], _pm(r.fixed_bytes, r.fixed_ci95),
+        t.add_row(gpu_label(r.nvml_index), DIR_LABEL[r.direction], _pm(r.fixed_bytes, r.fixed_ci95),
                   _pm(r.per_node_bytes, r.per_node_ci95, ",.2f"), str(r.ks))
     return t
 
 
 def by_duration_table(bd: pd.DataFrame) -> Table:
     t = _table("Eager bytes per launch vs kernel duration (max rate, floor removed)",
-               [("NVML", "right"), ("kernel us", "right"), ("launches/s", "right"), ("H2D B/launch", "right"),
+               [("GPU", "right"), ("kernel us", "right"), ("launches/s", "right"), ("H2D B/launch", "right"),
                 ("D2H B/launch", "right")])
     for r in bd.itertuples():
-        t.add_row(str(r.nvml_index), _num(r.kernel_us, "g"), _num(r.achieved_rate_hz),
+        t.add_row(gpu_label(r.nvml_index), _num(r.kernel_us, "g"), _num(r.achieved_rate_hz),
                   _num(r.h2d_bytes_per_launch, ",.1f"), _num(r.d2h_bytes_per_launch, ",.1f"))
     return t
 
 
 def cpu_table(cc: pd.DataFrame) -> Table:
-    t = _table("Host cost per launch call", [("NVML", "right"), ("mode", "left"), ("K", "right"),
-               ("us / call", "right"), ("us / kernel", "right"), ("CPU us / call", "right")],
+    t = _table("Host cost per launch call", [("GPU", "right"), ("mode", "left"), ("K", "right"),
+               ("us/call", "right"), ("us/kernel", "right"), ("CPU us/call", "right")],
                caption="launch loop while the GPU is blocked (the queue never fills, no call waits): wall time "
                        "and the thread's CPU time per call")
     for r in cc.itertuples():
-        t.add_row(str(r.nvml_index), r.mode, str(r.graph_k), _num(r.host_us_per_call, ".3f"),
+        t.add_row(gpu_label(r.nvml_index), r.mode, str(r.graph_k), _num(r.host_us_per_call, ".3f"),
                   _num(r.host_us_per_kernel, ".3f"), _num(r.cpu_us_per_call, ".3f"))
     return t
 
@@ -126,14 +147,14 @@ def speedup_table(gt: pd.DataFrame, sp: pd.DataFrame) -> Table:
     keys = ["nvml_index", "kernel_us"]
     merged = gt.merge(sp, on=keys, how="outer") if len(gt) and len(sp) else (gt if len(gt) else sp)
     k = int(sp["graph_k"].iloc[0]) if len(sp) else 0
-    t = _table(f"Eager vs CUDA graph (K={k}) per kernel duration",
-               [("NVML", "right"), ("kernel us", "right"), ("GPU eager", "right"), ("GPU graph", "right"),
-                ("GPU ×", "right"), ("wall eager", "right"), ("wall graph", "right"), ("wall ×", "right")],
-               caption="us per kernel. GPU: queue kept full behind a blocker kernel (* = queue ran dry: upper bound); "
+    t = _table(f"Eager vs CUDA graph (K={k}), us per kernel",
+               [("GPU", "right"), ("kernel", "right"), ("GPU eager", "right"), ("graph", "right"),
+                ("×", "right"), ("wall eager", "right"), ("graph", "right"), ("×", "right")],
+               caption="GPU: queue kept full behind a blocker kernel (* = queue ran dry: upper bound); "
                        "wall: host launching as fast as it can, incl. final sync; × = eager / graph")
     for r in merged.to_dict("records"):
         star = "*" if r.get("saturated") is False else ""
-        t.add_row(str(r["nvml_index"]), _num(r["kernel_us"], "g"), _num(r.get("eager_gpu_us"), ".3f") + star,
+        t.add_row(gpu_label(r["nvml_index"]), _num(r["kernel_us"], "g"), _num(r.get("eager_gpu_us"), ".3f") + star,
                   _num(r.get("graph_gpu_us"), ".3f") + star, _num(r.get("gpu_speedup"), ".2f", "×"),
                   _num(r.get("eager_wall_us"), ".3f"), _num(r.get("graph_wall_us"), ".3f"),
                   _num(r.get("speedup"), ".2f", "×"))
@@ -151,78 +172,98 @@ LATENCY_LABELS = {
 
 
 def latency_table(lat: pd.DataFrame) -> Table:
-    t = _table("Latency", [("NVML", "right"), ("test", "left"), ("peer", "right"), ("median us", "right"),
-                           ("95% CI", "right"), ("p10 – p90 us", "right"), ("IQR %", "right"), ("n", "right")],
-               caption="chase tests: per dependent load; others: per operation, host-timed; CI = bootstrap of the median")
+    t = _table("Latency", [("GPU", "right"), ("test", "left"), ("median us", "right"), ("95% CI", "right"),
+                           ("p10 – p90 us", "right"), ("IQR %", "right"), ("n", "right")],
+               caption="chase tests: per dependent load; others: per operation, host-timed; CI = bootstrap of the "
+                       "median")
     for r in lat.itertuples():
-        t.add_row(str(r.nvml_index), LATENCY_LABELS.get(r.test, r.test), "–" if r.peer < 0 else str(r.peer),
-                  _num(r.median_us, ".3f"), f"± {r.ci95_us:.3f}", f"{r.p10_us:.3f} – {r.p90_us:.3f}", _num(r.spread_pct, ".1f"), str(r.n))
+        test = esc(LATENCY_LABELS.get(r.test, r.test)) + ("" if r.peer < 0 else f" -> {gpu_label(r.peer)}")
+        t.add_row(gpu_label(r.nvml_index), test, _num(r.median_us, ".3f"), f"± {r.ci95_us:.3f}",
+                  f"{r.p10_us:.3f} – {r.p90_us:.3f}", _num(r.spread_pct, ".1f"), str(r.n))
     return t
 
 
 def model_table(m: pd.DataFrame) -> Table:
     r0 = m.iloc[0]
     t = _table("Topology model: what each added PCIe switch level would cost",
-               [("NVML", "right"), ("kernel us", "right"), ("switch levels now", "right"), ("eager GPU us/kernel", "right"),
-                ("+1 level", "right"), ("+2 levels", "right"), ("share / level", "right")],
-               caption=(f"assumptions: eager launch costs the GPU {r0.eager_extra_us:.3f} us more than a graph node "
-                        f"(empty kernels, queue full) = {r0.rtts_per_launch:.2f} serialized host round trips of "
-                        f"{r0.host_rtt_us:.3f} us (measured); each switch level adds {r0.us_per_level:g} us per round "
-                        f"trip, so +{r0.added_us_per_level:.3f} us per launch per level"))
+               [("GPU", "right"), ("kernel us", "right"), ("levels", "right"), ("eager us", "right"),
+                ("+1 level", "right"), ("+2 levels", "right"), ("share/level", "right")],
+               caption=(f"eager us: GPU time per kernel, eager. Assumptions: an eager launch costs the GPU "
+                        f"{r0.eager_extra_us:.3f} us more than a graph node (empty kernels, queue full) = "
+                        f"{r0.rtts_per_launch:.2f} serialized host round trips of {r0.host_rtt_us:.3f} us (measured); "
+                        f"each switch level adds {r0.us_per_level:g} us per round trip, so +{r0.added_us_per_level:.3f} "
+                        "us per launch per level"))
     for r in m.itertuples():
-        t.add_row(str(r.nvml_index), _num(r.kernel_us, "g"), _num(r.switch_levels, "d") if r.switch_levels is not None else "?",
-                  _num(r.eager_gpu_us, ".3f"), _num(r.eager_gpu_us_plus1, ".3f"), _num(r.eager_gpu_us_plus2, ".3f"),
+        levels = "?" if r.switch_levels is None or pd.isna(r.switch_levels) else _num(int(r.switch_levels), "d")
+        t.add_row(gpu_label(r.nvml_index), _num(r.kernel_us, "g"), levels, _num(r.eager_gpu_us, ".3f"),
+                  _num(r.eager_gpu_us_plus1, ".3f"), _num(r.eager_gpu_us_plus2, ".3f"),
                   _num(r.share_per_level_pct, ".1f", " %"))
     return t
 
 
-def topology_tables(topo: dict[str, Any]) -> list[Table]:
-    """Per-GPU placement (with its PCIe path) and the GPU<->GPU matrix."""
-    legend = ("GPU <-> GPU: X self; NV# NVLink links; PIX one PCIe switch; PXB several switches; PHB host bridge; "
-              "NODE across host bridges in a NUMA node; SYS across NUMA nodes"
-              + "".join(f"\nnote: {n}" for n in topo.get("notes", [])))
-    t = _table(f"PCIe placement (source: {topo.get('source')})",
-               [("GPU", "left"), ("bus id", "left"), ("NUMA", "right"), ("CPUs", "left"), ("switch levels", "right"),
-                ("path from root complex", "left")], caption=legend)
+def _hop(h: dict[str, Any]) -> str:
+    link = f" {h['link_speed'].replace(' PCIe', '')} x{h['link_width']}" if h.get("link_speed") else ""
+    best = ""
+    if h.get("max_link_speed") and (h["max_link_speed"], h["max_link_width"]) != (h.get("link_speed"), h.get("link_width")):
+        best = f" (max {h['max_link_speed'].replace(' PCIe', '')} x{h['max_link_width']})"
+    return f"{h['bdf']} {h['role']} {str(h.get('vendor', ''))[2:]}:{str(h.get('device', ''))[2:]}{link}{best}"
+
+
+def topology_tables(topo: dict[str, Any]) -> list[Any]:
+    """Per-GPU placement, each GPU's PCIe path (as text under the table) and the GPU<->GPU matrix."""
+    named = any(g.get("name") for g in topo.get("gpus", []))  # fixtures and sysfs alone have no model names
+    t = _table(esc(f"PCIe placement (source: {topo.get('source')})"),
+               [("GPU", "right")] + ([("model", "left")] if named else []) + [
+                   ("bus id", "right"), ("NUMA", "right"), ("CPUs", "left"), ("levels", "right")],
+               caption="levels: PCIe switch levels between the GPU and its root port")
+    paths = []
     for g in topo.get("gpus", []):
-        hops = "\n".join(f"{h['bdf']} {h['role']} {h['vendor'][2:]}:{h['device'][2:]}"
-                         + (f" {h['link_speed'].replace(' PCIe', '')} x{h['link_width']}" if h.get("link_speed") else "")
-                         + (f" (max {h['max_link_speed'].replace(' PCIe', '')} x{h['max_link_width']})"
-                            if h.get("max_link_speed") and (h["max_link_speed"], h["max_link_width"]) != (h.get("link_speed"), h.get("link_width")) else "")
-                         for h in g.get("hops", []))
-        label = f"GPU{g['nvml_index']}" if g.get("nvml_index") is not None else g["bdf"]
-        t.add_row(label + (f" {g['name']}" if g.get("name") else ""), g["bdf"], str(g.get("numa_node")),
-                  str(g.get("local_cpulist")), str(g.get("switch_levels")), f"{g['host_bridge']}\n{hops}")
+        label = gpu_label(g["nvml_index"]) if g.get("nvml_index") is not None else esc(g["bdf"])
+        model = [esc(short_name(g.get("name"))) if g.get("name") else "–"] if named else []
+        t.add_row(label, *model, esc(g["bdf"]), esc(g.get("numa_node")), esc(g.get("local_cpulist")),
+                  esc(g.get("switch_levels")))
+        paths.append("\n".join([f"{label}: {g['host_bridge']}"] + [f"  {_hop(h)}" for h in g.get("hops", [])]))
+    parts: list[Any] = [t, Text("PCIe path from the root complex down:\n" + "\n".join(paths), style="dim")]
     labels = topo.get("labels", [])
-    m = _table("GPU <-> GPU", [("", "left")] + [(lab, "center") for lab in labels])
-    for lab, row in zip(labels, topo.get("matrix", [])):
-        m.add_row(lab, *row)
-    return [t, m] if labels else [t]
+    if labels:
+        m = _table("GPU <-> GPU", [("", "left")] + [(esc(lab), "right") for lab in labels])
+        for lab, row in zip(labels, topo.get("matrix", [])):
+            m.add_row(esc(lab), *(esc(x) for x in row))
+        parts += [m, Text("X self; NV# NVLink links; PIX one PCIe switch; PXB several switches; PHB host bridge; "
+                          "NODE across host bridges in a NUMA node; SYS across NUMA nodes", style="dim")]
+    parts.extend(Text(f"note: {n}", style="dim") for n in topo.get("notes", []))
+    return parts
 
 
 def compare_table(cmp: pd.DataFrame, names: list[str]) -> Table:
-    cols: list[tuple[str, str]] = [("metric", "left"), ("unit", "left")]
+    """Runs side by side; for each run after the first its delta and % delta, ``*`` where significant."""
+    cols: list[tuple[str, str]] = [("GPU", "right"), ("metric", "left")]
     for i, n in enumerate(names):
-        cols.append((n, "right"))
+        cols.append((chr(65 + i), "right"))
         if i:
-            cols.append((f"Δ vs {names[0]}", "right"))
-    t = _table("Comparison", cols, caption="Δ in bold where the 95 % intervals say it is significant, dim where they "
-                                             "say it is not, plain where a run gives no interval")
+            cols.append((f"Δ {chr(65 + i)}", "right"))
+    runs = "; ".join(f"{chr(65 + i)} = {esc(n)}" for i, n in enumerate(names))
+    t = _table("Comparison", cols, caption=f"{runs}. Δ vs A, with % of A; * = significant (the 95 % intervals "
+                                           "do not overlap the difference), no mark = not significant or no interval")
     for r in cmp.to_dict("records"):
-        cells = [r["metric"], r["unit"]]
+        unit = f" ({r['unit']})" if r["unit"] else ""
+        cells = [esc(r["gpu"]), esc(r["metric"]) + unit]
         for i, n in enumerate(names):
             v, ci = r.get(f"value:{n}"), r.get(f"ci95:{n}")
-            cells.append(_pm(v, ci, ",.3f" if r["unit"] in ("us", "x") else ",.1f") if v is not None and not pd.isna(v) else "–")
+            small = r["unit"] in ("us", "x") or (v is not None and not pd.isna(v) and abs(v) < 10)
+            cells.append(_pm(v, ci, ",.3f" if small else ",.1f") if v is not None and not pd.isna(v) else "–")
             if i:
-                d, sig = r.get(f"delta:{n}"), r.get(f"significant:{n}")
+                d, pct, sig = r.get(f"delta:{n}"), r.get(f"pct:{n}"), r.get(f"significant:{n}")
                 txt = "–" if d is None or pd.isna(d) else f"{d:+,.3f}"
-                cells.append(f"[bold]{txt}[/]" if sig is True else (f"[dim]{txt}[/]" if sig is False else txt))
+                if pct is not None and not pd.isna(pct):
+                    txt += f" ({pct:+.1f}%)"
+                cells.append(txt + ("*" if sig is True else ""))
         t.add_row(*cells)
     return t
 
 
 def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list[Any]:
-    """Per-range table, whole-run line, processes, and the notes a reader needs."""
+    """Per-range tables (bytes and time; launches and costs), whole-run line, processes, and notes."""
     parts: list[Any] = []
     costs = meta.get("launch_costs")
     rg = results.get("ranges", pd.DataFrame())
@@ -230,25 +271,39 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
     if len(results.get("floor", ())):
         parts.append(attach_floor_table(results["floor"]))
     if len(rg):
-        t = _table("PCIe bytes and launches per NVTX range",
-                   [("range", "left"), ("domain", "left"), ("GPUs", "left"), ("calls", "right"), ("incl ms", "right"),
-                    ("excl ms", "right"), ("H2D MB ± edges", "right"), ("D2H MB", "right"), ("eager", "right"),
-                    ("graph", "right"), ("H2D B/launch", "right"), ("launch ms", "right"), ("graph saves ≤ ms", "right")],
-                   caption="bytes inclusive of nested ranges, floor removed, summed over the range's own GPUs (those its "
-                           "thread used, else its process's); MB = 10^6 B; ± edges: how far interpolating the counters "
-                           "at the range's edges can be off; eager/graph = launches made by the range's own thread; "
-                           "launch ms = launches x host cost per launch "
-                           f"({escape(costs['source']) if costs else 'not measured'})")
-        for r in rg.itertuples():
+        domains = rg["domain"].astype(str).unique()
+        one_domain = len(domains) == 1
+
+        def name(r: Any) -> str:
             marks = (f" [yellow]({r.short_calls} short)[/]" if r.short_calls else "") + \
                     (f" [yellow]({r.stalls} stalls)[/]" if getattr(r, "stalls", 0) else "")
-            status = getattr(r, "status", "ok")
-            h2d = _pm(r.h2d_bytes / 1e6, r.h2d_edge_bytes / 1e6, ",.3f") if status == "ok" else f"[red]{status}[/]"
-            d2h = _num(r.d2h_bytes / 1e6, ",.3f") if status == "ok" else f"[red]{status}[/]"
-            t.add_row(escape(str(r.name)) + marks, escape(str(r.domain)), str(getattr(r, "gpus", "")), str(r.calls),
-                      _num(r.incl_ms, ",.2f"), _num(r.excl_ms, ",.2f"), h2d, d2h, _num(r.eager_launches, ",.0f"),
-                      _num(r.graph_launches, ",.0f"), _num(r.h2d_bytes_per_launch, ",.0f"),
-                      _num(r.launch_overhead_ms, ",.2f"), _num(r.graph_savings_ms, ",.2f"))
+            return esc(r.name) + ("" if one_domain else f" [dim]({esc(r.domain)})[/]") + marks
+
+        def mb(r: Any, d: str, edge: bool) -> str:
+            if getattr(r, "status", "ok") != "ok":  # no floor / no data / wrap risk: never a silent number
+                return f"[red]{r.status}[/]"
+            v = getattr(r, f"{d}_bytes") / 1e6
+            return _pm(v, getattr(r, f"{d}_edge_bytes") / 1e6, ",.3f") if edge else _num(v, ",.3f")
+
+        t = _table("PCIe bytes per NVTX range" + (esc(f" (domain {domains[0]})") if one_domain else ""),
+                   [("range", "left"), ("GPUs", "left"), ("calls", "right"), ("incl ms", "right"), ("excl ms", "right"),
+                    ("H2D MB ± edges", "right"), ("D2H MB", "right")],
+                   caption="bytes inclusive of nested ranges, floor removed, summed over the range's own GPUs (those "
+                           "its thread used, else its process's); MB = 10^6 B; ± edges: how far the counters at the "
+                           "range's edges can be off")
+        for r in rg.itertuples():
+            t.add_row(name(r), esc(getattr(r, "gpus", "")), str(r.calls), _num(r.incl_ms, ",.2f"),
+                      _num(r.excl_ms, ",.2f"), mb(r, "h2d", True), mb(r, "d2h", False))
+        parts.append(t)
+        t = _table("Launches per NVTX range", [("range", "left"), ("eager", "right"), ("graph", "right"),
+                   ("H2D B/launch", "right"), ("launch ms", "right"), ("graphs save ≤ ms", "right")],
+                   caption="eager/graph = launches made by the range's own thread; launch ms = launches x host cost "
+                           f"per launch ({esc(costs['source']) if costs else 'not measured'}); graphs save: eager "
+                           "launches x (eager - graph) wall time per empty kernel")
+        for r in rg.itertuples():
+            t.add_row(name(r), _num(r.eager_launches, ",.0f"), _num(r.graph_launches, ",.0f"),
+                      _num(r.h2d_bytes_per_launch, ",.0f"), _num(r.launch_overhead_ms, ",.2f"),
+                      _num(r.graph_savings_ms, ",.2f"))
         parts.append(t)
         if rg["short_calls"].sum():
             parts.append(Text(f"note: ranges marked short lasted less than two counter samples ({interval} ms sampling, "
@@ -258,17 +313,18 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                               "updates: their edge errors are larger (see ± edges)", style="yellow"))
     wr = results.get("whole_run", pd.DataFrame())
     if len(wr):
-        t = _table("Whole run", [("GPU", "left"), ("duration ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
-                                 ("eager launches", "right"), ("graph launches", "right"), ("processes", "right"),
-                                 ("ranges", "right"), ("exit code", "right")],
-                   caption="launches, processes and ranges are the program's totals")
+        t = _table("Whole run", [("GPU", "left"), ("ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
+                                 ("eager", "right"), ("graph", "right"), ("procs", "right"), ("ranges", "right"),
+                                 ("exit", "right")],
+                   caption="per sampled GPU; eager/graph: kernel launches, procs: processes followed, ranges (the "
+                           "program's totals)")
         for w in wr.to_dict("records"):
             ok = w.get("status", "ok") == "ok"
             t.add_row(f"GPU{w['nvml_index']}" if "nvml_index" in w else "all", _num(w["duration_ms"], ",.1f"),
                       _num(w["h2d_bytes"] / 1e6, ",.3f") if ok else f"[red]{w['status']}[/]",
                       _num(w["d2h_bytes"] / 1e6, ",.3f") if ok else f"[red]{w['status']}[/]",
-                      _num(w["eager_launches"], ",.0f"), _num(w["graph_launches"], ",.0f"), str(w["processes"]),
-                      str(w["ranges"]), str(meta.get("exit_code")))
+                      _num(w["eager_launches"], ",.0f"), _num(w["graph_launches"], ",.0f"), _num(w["processes"], ".0f"),
+                      _num(w["ranges"], ".0f"), esc(meta.get("exit_code")))
         parts.append(t)
     for note in results.get("notes", pd.DataFrame(columns=["note"]))["note"]:
         parts.append(Text("note: " + note, style="yellow"))
@@ -277,7 +333,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
         t = _table("Processes followed", [("pid", "right"), ("NVTX", "left"), ("launch counting", "left"), ("ranges", "right")],
                    caption="processes that cleared their environment, or never called NVTX or CUDA, do not appear")
         for p in procs:
-            t.add_row(str(p["pid"]), "yes" if p["nvtx"] else "no", p["cupti"], str(p["ranges"]))
+            t.add_row(str(p["pid"]), "yes" if p["nvtx"] else "no", esc(p["cupti"]), str(p["ranges"]))
         parts.append(t)
     if not len(rg):
         parts.append(Text("no NVTX ranges were seen: whole-run totals only. Wrap the phases you care about in "
@@ -286,21 +342,91 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
     return parts
 
 
+def gpu_summary_table(gpus: pd.DataFrame) -> Table:
+    """One row of key figures per GPU (the summary's ``gpus`` table); the model goes in the title when shared."""
+    shared = gpus["name"].nunique() == 1
+    cols = [("GPU", "right")] + ([] if shared else [("model", "left")]) + [
+        ("PCIe", "left"), ("lvl", "right"), ("H2D B ±95%", "right"), ("D2H B", "right"), ("host us", "right"),
+        ("saved us", "right"), ("×", "right")]
+    t = _table("Per GPU" + (f" ({esc(gpus['name'].iloc[0])})" if shared else ""), cols,
+               caption="per eager launch: H2D/D2H bytes and host time; saved us: GPU time per kernel a graph saves; "
+                       "×: wall-time graph speedup at the shortest kernel; lvl: PCIe switch levels")
+    for r in gpus.itertuples():
+        levels = "?" if r.switch_levels is None or pd.isna(r.switch_levels) else str(int(r.switch_levels))
+        t.add_row(r.gpu, *([] if shared else [esc(r.name)]), esc(r.link), levels,
+                  _pm(r.eager_h2d_bytes, r.eager_h2d_ci95), _num(r.eager_d2h_bytes), _num(r.host_us_per_launch, ".1f"),
+                  _num(r.gpu_saved_us_per_kernel, ".2f"), _num(r.speedup_min_kernel, ".1f", "×"))
+    return t
+
+
+def _cell(x: Any, col: str) -> str:
+    if col == "nvml_index" and isinstance(x, (int, float)) and not pd.isna(x):
+        return gpu_label(int(x))
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return esc(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    return _num(x, ",.3f" if abs(x) < 1000 else ",.0f")
+
+
+def generic_table(name: str, df: pd.DataFrame) -> Table:
+    """Any result table without a dedicated renderer: its columns as they are (numbers right-aligned)."""
+    cols = [(("GPU" if c == "nvml_index" else esc(c)), "right" if pd.api.types.is_numeric_dtype(df[c]) else "left")
+            for c in df.columns]
+    t = _table(esc(name.replace("_", " ")), cols)
+    for rec in df.itertuples(index=False):
+        t.add_row(*(_cell(x, c) for x, c in zip(rec, df.columns)))
+    return t
+
+
+def _dedicated_or_generic(key: str, fn: Callable[[pd.DataFrame], Table], df: pd.DataFrame) -> Table:
+    """A table whose columns are not what its renderer expects (an older or damaged report) still prints."""
+    try:
+        return fn(df)
+    except (KeyError, AttributeError, TypeError, ValueError):
+        return generic_table(key, df)
+
+
 RENDERERS: list[tuple[str, Callable[[pd.DataFrame], Table]]] = [
     ("floor", floor_table), ("calibration", calibration_table), ("per_launch", per_launch_table),
     ("per_node", per_node_table), ("by_duration", by_duration_table), ("cpu_cost", cpu_table),
 ]
+#: Tables rendered elsewhere in :func:`render` or not meant for the console (per-instance rows: JSON/CSV).
+HANDLED = {"sampling", "gpu_time", "speedup", "latency", "topology_model", "ranges", "range_instances", "whole_run",
+           "fit_windows", "rates", "notes", "graphs", "per_gpu"}
 
 
-def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Console) -> None:
-    """Print every result table that has data, with a SIMULATED banner where it applies."""
+def summary_lines(summary: dict[str, Any]) -> list[Any]:
+    return [Text(line, style="bold") for line in summary.get("lines", [])]
+
+
+def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Console,
+           summary: dict[str, Any] | None = None, detail: bool = False) -> None:
+    """Print :func:`parts` on ``console``."""
+    for part in parts(meta, results, summary, detail):
+        console.print(part)
+
+
+def parts(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[str, Any] | None = None,
+          detail: bool = False) -> list[Any]:
+    """The summary first, then every result table that has data, with a SIMULATED banner where it applies.
+    With more than :data:`DETAIL_GPUS` GPUs, detail tables only with ``detail``."""
     parts: list[Any] = []
     if meta.get("simulated"):
         parts.append(Panel(Text("SIMULATED — no GPU was used; figures come from a model of "
                                 f"{meta.get('sim_source', 'a recorded real run')}", style="bold yellow")))
     if meta.get("status", "complete") != "complete":
         parts.append(Panel(Text(f"run status: {meta.get('status')} — tables show what was recorded", style="bold red")))
+    if summary and summary.get("lines"):
+        parts.extend(summary_lines(summary) + [Text("")])
+    many = len(meta.get("gpus", [])) > DETAIL_GPUS and not str(meta.get("kind", "")).startswith("attach")
     parts.append(system_table(meta, results.get("sampling", pd.DataFrame())))
+    if many and not detail:
+        if summary is not None and len(summary.get("gpus", ())):
+            parts.append(gpu_summary_table(summary["gpus"]))
+        parts.append(Text(f"{len(meta['gpus'])} GPUs: per-GPU detail tables with --detail (always in the saved "
+                          "report and in --format json/csv/md)", style="dim"))
+        return parts
     if str(meta.get("kind", "")).startswith("attach"):
         parts.extend(attach_tables(meta, results))
     if meta.get("kind") == "graphs":
@@ -309,33 +435,35 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Cons
         if key == "floor" and str(meta.get("kind", "")).startswith("attach"):
             continue  # attach's floor model has its own table
         if len(results.get(key, ())):
-            parts.append(fn(results[key]))
+            parts.append(_dedicated_or_generic(key, fn, results[key]))
     if len(results.get("gpu_time", ())) or len(results.get("speedup", ())):
         parts.append(speedup_table(results.get("gpu_time", pd.DataFrame()), results.get("speedup", pd.DataFrame())))
+    for key, df in results.items():  # tables added later (other commands) still show
+        if key not in HANDLED and key not in dict(RENDERERS) and len(df):
+            parts.append(generic_table(key, df))
     if meta.get("topology"):
         parts.extend(topology_tables(meta["topology"]))
     if len(results.get("latency", ())):
         parts.append(latency_table(results["latency"]))
     if len(results.get("topology_model", ())):
         parts.append(model_table(results["topology_model"]))
-    for part in parts:
-        console.print(part)
+    return parts
 
 
 def attach_floor_table(fl: pd.DataFrame) -> Table:
     """Attach's floor model per GPU (:func:`pcietrace.analysis.floor.floor_model`)."""
-    t = _table("Background floor per GPU (idle windows before and after the program)",
-               [("GPU", "left"), ("model", "left"), ("windows", "right"), ("reads/s", "right"),
-                ("H2D B/read", "right"), ("D2H B/read", "right"), ("H2D MB/s else", "right"), ("D2H MB/s else", "right")],
-               caption="floor of an interval = bytes per counter read x the sampler's reads in it + the remaining "
-                       "background rate x its duration (NVML reads are PCIe traffic themselves); MB = 10^6 B")
+    t = _table("Background floor per GPU", [("GPU", "left"), ("model", "left"), ("reads/s", "right"),
+                                            ("H2D B/read", "right"), ("D2H B/read", "right"), ("other MB/s", "right")],
+               caption="from idle windows before and after the program; floor of an interval = bytes per counter "
+                       "read x the sampler's reads in it + the other background (H2D / D2H) x its duration; NVML "
+                       "reads are PCIe traffic themselves; MB = 10^6 B")
     for r in fl.to_dict("records"):
         if r["status"] == "no floor":
-            t.add_row(f"GPU{r['nvml_index']}", "[red]no floor[/]", str(r["windows"]), *["–"] * 5)
+            t.add_row(f"GPU{r['nvml_index']}", "[red]no floor[/]", *["–"] * 4)
             continue
-        t.add_row(f"GPU{r['nvml_index']}", r["status"], str(r["windows"]), _num(r["reads_per_s"]),
-                  _num(r["h2d_bytes_per_read"]), _num(r["d2h_bytes_per_read"]),
-                  _num(r["h2d_background_Bps"] / 1e6, ",.3f"), _num(r["d2h_background_Bps"] / 1e6, ",.3f"))
+        t.add_row(f"GPU{r['nvml_index']}", r["status"], _num(r["reads_per_s"]), _num(r["h2d_bytes_per_read"]),
+                  _num(r["d2h_bytes_per_read"]),
+                  f"{_num(r['h2d_background_Bps'] / 1e6, '.2f')} / {_num(r['d2h_background_Bps'] / 1e6, '.2f')}")
     return t
 
 
@@ -400,34 +528,17 @@ def savings_table(sv: pd.DataFrame, paths: list[str]) -> Table:
     return t
 
 
-def per_gpu_table(pg: pd.DataFrame) -> Table:
-    """The per-GPU headline table (analysis ``per_gpu``) and, beside it, host cost by language."""
-    t = _table("Per GPU (headline figures)",
-               [("NVML", "right"), ("H2D B/launch", "right"), ("D2H B/launch", "right"), ("host us native", "right"),
-                ("host us Python", "right"), ("GPU us eager", "right"), ("GPU us graph", "right"),
-                ("wall × at kernel", "right"), ("host RTT us", "right"), ("switch levels", "right")],
-               caption="eager launches; host us = per launch call with the queue never full (native C loops / Python "
-                       "cuda.bindings); GPU us per empty kernel; wall × = eager / graph end-to-end at the shortest kernel")
-    for r in pg.to_dict("records"):
-        t.add_row(str(r["nvml_index"]), _num(r["h2d_bytes_per_launch"]), _num(r["d2h_bytes_per_launch"]),
-                  _num(r["host_us_per_launch"], ".3f"), _num(r["host_us_per_launch_python"], ".3f"),
-                  _num(r["eager_gpu_us"], ".3f"), _num(r["graph_gpu_us"], ".3f"),
-                  f"{_num(r['speedup'], '.2f', '×')} @ {_num(r['kernel_us'], 'g')} us", _num(r["host_rtt_us"], ".3f"),
-                  "?" if r["switch_levels"] is None or r["switch_levels"] != r["switch_levels"] else str(int(r["switch_levels"])))
-    return t
-
-
 def language_table(lang: pd.DataFrame) -> Table:
-    t = _table("Host cost per eager launch by language",
-               [("NVML", "right"), ("launched", "left"), ("us / launch", "right"), ("CPU us / launch", "right"),
-                ("+ us vs native", "right"), ("× native", "right"), ("bursts", "right")],
-               caption="the same empty-kernel burst behind a blocker (queue never full), at the shortest kernel")
+    t = _table("Host cost per eager launch, by what launches it",
+               [("GPU", "left"), ("from", "left"), ("us/launch", "right"), ("CPU us", "right"), ("+us vs C", "right"),
+                ("× C", "right")],
+               caption="the same empty-kernel burst behind a blocker (queue never full), at the shortest kernel; from: "
+                       + "; ".join(f"{p} = {name}" for p, name in LANGUAGES.items()))
     for r in lang.to_dict("records"):
-        t.add_row(str(r["nvml_index"]), r["language"] + ("" if r["saturated"] else " [yellow](queue ran dry)[/]"),
+        t.add_row(f"GPU{r['nvml_index']}", esc(r["path"]) + ("" if r["saturated"] else " [yellow](queue ran dry)[/]"),
                   _num(r["us_per_launch"], ".3f"), _num(r["cpu_us_per_launch"], ".3f"),
-                  _num(r["extra_us_vs_native"], "+.3f"), _num(r["ratio_vs_native"], ".2f", "×"), str(r["bursts"]))
+                  _num(r["extra_us_vs_native"], "+.3f"), _num(r["ratio_vs_native"], ".2f", "×"))
     return t
 
 
-RENDERERS.insert(0, ("per_gpu", per_gpu_table))
 RENDERERS.append(("host_cost_by_language", language_table))

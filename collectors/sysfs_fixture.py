@@ -1,0 +1,67 @@
+"""Sysfs trees from fixture descriptions (tests/data/topo/*.json, see its README): for tests, and for
+``pcietrace topo --fixture`` to show a described machine without having it."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def config_space(port_type: int | None) -> bytes:
+    """256 bytes of config space whose capability list holds one PCIe capability with ``port_type``."""
+    cfg = bytearray(256)
+    if port_type is not None:
+        cfg[0x06] = 0x10  # status: capabilities list present
+        cfg[0x34] = 0x40  # first capability
+        cfg[0x40:0x44] = bytes([0x10, 0x00, (port_type << 4) | 0x2, 0x00])
+    return bytes(cfg)
+
+
+def build(fixture: Path, root: Path) -> Path:
+    """Write the sysfs-like tree the fixture describes under ``root``; returns ``root``."""
+    doc = json.loads(Path(fixture).read_text())
+    by_bdf = {d["bdf"]: d for d in doc["devices"]}
+
+    def folder(d: dict) -> Path:
+        parent = folder(by_bdf[d["parent"]]) if d["parent"] else root / "devices" / d["host_bridge"]
+        return parent / d["bdf"]
+
+    links = root / "bus" / "pci" / "devices"
+    links.mkdir(parents=True, exist_ok=True)
+    for d in doc["devices"]:
+        f = folder(d)
+        f.mkdir(parents=True, exist_ok=True)
+        files = {"vendor": d["vendor"], "device": d["device"], "class": d["class"],
+                 "numa_node": str(d["numa_node"]), "local_cpulist": d["local_cpulist"]}
+        if "link" in d:
+            files.update(current_link_speed=d["link"][0], current_link_width=str(d["link"][1]),
+                         max_link_speed=d["link"][2], max_link_width=str(d["link"][3]))
+        for name, text in files.items():
+            (f / name).write_text(text + "\n")
+        (f / "config").write_bytes(config_space(d["port_type"]))
+        os.symlink(os.path.relpath(f, links), links / d["bdf"])
+    return root
+
+
+def topology(fixture: Path) -> dict[str, Any]:
+    """The topology record (:func:`pcietrace.collectors.topology.collect`) of the machine a fixture describes,
+    read through a temporary sysfs tree built from it. Raises UsageError for a file that is not a fixture."""
+    import tempfile
+
+    from pcietrace.collectors import topology as topo
+    from pcietrace.errors import UsageError
+
+    with tempfile.TemporaryDirectory(prefix="topo-") as tmp:
+        try:
+            build(Path(fixture), Path(tmp))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"{fixture} is not a topology fixture ({type(exc).__name__}: {exc})") from None
+        out = topo.collect(None, tmp)
+    # No NVML here: number the GPUs in bus order so narrow tables can say GPU0 instead of a bus id.
+    for i, g in enumerate(out["gpus"]):
+        g["nvml_index"] = i
+    out.update(source=f"fixture {Path(fixture).name}", sysfs_root=None, labels=[f"GPU{i}" for i in range(len(out["gpus"]))],
+               notes=out.get("notes", []) + ["GPUs numbered in bus-id order (a fixture has no NVML indices)"])
+    return out

@@ -1,0 +1,236 @@
+"""The answer first: a few plain sentences and the key figures behind them, taken from the result tables.
+
+Stateless: result tables (and the run's metadata) in, plain data out. Every figure is read from a
+result table; the sentences only format them. ``summarize`` returns ``{"kind", "lines": [str],
+"gpus": DataFrame}`` for a run (one row of key figures per GPU, columns :data:`GPU_COLUMNS`), an
+attach (``"ranges"``: the top ranges by launch overhead, :data:`RANGE_COLUMNS`) or a comparison
+(:func:`compare_summary`, ``"deltas"``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+#: Key figures per GPU of a run: bytes per eager launch (95 % half-widths), graph launch bytes (fixed +
+#: per node, H2D), host cost per launch call (us), GPU time per empty kernel eager/graph (us) and what
+#: graphs save of it, wall-time speedup at the shortest and longest kernel, and the host read round trip.
+GPU_COLUMNS = ["nvml_index", "gpu", "name", "link", "switch_levels", "eager_h2d_bytes", "eager_h2d_ci95",
+               "eager_d2h_bytes", "eager_d2h_ci95", "graph_fixed_h2d_bytes", "graph_node_h2d_bytes",
+               "host_us_per_launch", "host_us_per_graph_launch", "eager_gpu_us", "graph_gpu_us",
+               "gpu_saved_us_per_kernel", "min_kernel_us", "speedup_min_kernel", "max_kernel_us",
+               "speedup_max_kernel", "host_rtt_us"]
+#: Top attach ranges by launch overhead.
+RANGE_COLUMNS = ["domain", "name", "incl_ms", "eager_launches", "graph_launches", "launch_overhead_ms",
+                 "graph_savings_ms"]
+TOP_RANGES = 3
+
+
+def gpu_label(nvml_index: Any) -> str:
+    """``GPU0``: the short label narrow tables and sentences use instead of bus ids."""
+    return f"GPU{nvml_index}"
+
+
+def short_name(name: Any) -> str:
+    return str(name or "?").replace("NVIDIA ", "")
+
+
+def _nan(x: Any) -> float:
+    return float("nan") if x is None or pd.isna(x) else float(x)
+
+
+def _pick(df: pd.DataFrame, col: str, **eq: Any) -> float:
+    """The first value of ``col`` where every ``eq`` column matches, NaN if none."""
+    if not len(df) or col not in df:
+        return math.nan
+    m = pd.Series(True, index=df.index)
+    for k, v in eq.items():
+        if k not in df:
+            return math.nan
+        m &= df[k] == v
+    return _nan(df.loc[m, col].iloc[0]) if m.any() else math.nan
+
+
+def _link(g: dict[str, Any]) -> str:
+    gen, width = g.get("pcie_gen_current"), g.get("pcie_width_current")
+    return f"Gen{gen} x{width}" if gen is not None and width is not None else "link unknown"
+
+
+def gpu_figures(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row of key figures per GPU of a run (:data:`GPU_COLUMNS`)."""
+    r = {k: results.get(k, pd.DataFrame()) for k in ("per_launch", "per_node", "cpu_cost", "gpu_time", "speedup", "latency")}
+    levels = {t.get("nvml_index"): t.get("switch_levels") for t in meta.get("topology", {}).get("gpus", [])}
+    rows = []
+    for g in meta.get("gpus", []):
+        i = g["nvml_index"]
+        gt = r["gpu_time"][r["gpu_time"]["nvml_index"] == i].sort_values("kernel_us") if len(r["gpu_time"]) else r["gpu_time"]
+        sp = r["speedup"][r["speedup"]["nvml_index"] == i].sort_values("kernel_us") if len(r["speedup"]) else r["speedup"]
+        eager_gpu = _nan(gt["eager_gpu_us"].iloc[0]) if len(gt) else math.nan
+        graph_gpu = _nan(gt["graph_gpu_us"].iloc[0]) if len(gt) else math.nan
+        rows.append({
+            "nvml_index": i, "gpu": gpu_label(i), "name": short_name(g.get("name")), "link": _link(g),
+            "switch_levels": levels.get(i),
+            "eager_h2d_bytes": _pick(r["per_launch"], "bytes_per_call", nvml_index=i, mode="eager", direction="h2d"),
+            "eager_h2d_ci95": _pick(r["per_launch"], "ci95", nvml_index=i, mode="eager", direction="h2d"),
+            "eager_d2h_bytes": _pick(r["per_launch"], "bytes_per_call", nvml_index=i, mode="eager", direction="d2h"),
+            "eager_d2h_ci95": _pick(r["per_launch"], "ci95", nvml_index=i, mode="eager", direction="d2h"),
+            "graph_fixed_h2d_bytes": _pick(r["per_node"], "fixed_bytes", nvml_index=i, direction="h2d"),
+            "graph_node_h2d_bytes": _pick(r["per_node"], "per_node_bytes", nvml_index=i, direction="h2d"),
+            "host_us_per_launch": _pick(r["cpu_cost"], "host_us_per_call", nvml_index=i, mode="eager"),
+            "host_us_per_graph_launch": _pick(r["cpu_cost"], "host_us_per_call", nvml_index=i, mode="graph"),
+            "eager_gpu_us": eager_gpu, "graph_gpu_us": graph_gpu, "gpu_saved_us_per_kernel": eager_gpu - graph_gpu,
+            "min_kernel_us": _nan(sp["kernel_us"].iloc[0]) if len(sp) else math.nan,
+            "speedup_min_kernel": _nan(sp["speedup"].iloc[0]) if len(sp) else math.nan,
+            "max_kernel_us": _nan(sp["kernel_us"].iloc[-1]) if len(sp) else math.nan,
+            "speedup_max_kernel": _nan(sp["speedup"].iloc[-1]) if len(sp) else math.nan,
+            "host_rtt_us": _pick(r["latency"], "median_us", nvml_index=i, test="host_read_rtt", peer=-1),
+        })
+    return pd.DataFrame(rows, columns=GPU_COLUMNS)
+
+
+def _f(x: float, fmt: str) -> str | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def _join(parts: list[str | None], sep: str = ", ") -> str:
+    return sep.join(p for p in parts if p)
+
+
+def _gpu_sentence(row: pd.Series, lead: str) -> str | None:
+    """One GPU's figures as a sentence; clauses whose figures are missing are left out (None: no figures)."""
+    levels = "" if row["switch_levels"] is None or pd.isna(row["switch_levels"]) else f", {int(row['switch_levels'])} switch levels"
+    where = f"{row['gpu']} ({row['name']}, {row['link']}{levels})"
+    if pd.isna(row["eager_h2d_bytes"]) and pd.isna(row["host_us_per_launch"]):  # e.g. a latency-only session
+        rtt = _f(row["host_rtt_us"], ".2f")
+        return f"Host-memory read round trip on {where}: {rtt} us." if rtt else None
+    head = f"{lead} on {where}"
+    h2d = _f(row["eager_h2d_bytes"], ",.0f")
+    ci = _f(row["eager_h2d_ci95"], ",.0f")
+    d2h = _f(row["eager_d2h_bytes"], ",.0f")
+    eager = _join([f"{h2d}{f' ± {ci}' if ci else ''} B H2D" if h2d else None, f"{d2h} B D2H" if d2h else None], " + ")
+    host = _f(row["host_us_per_launch"], ".1f")
+    clauses = [_join([eager, f"{host} us of host time" if host else None])]
+    fixed, node = _f(row["graph_fixed_h2d_bytes"], ",.0f"), _f(row["graph_node_h2d_bytes"], ".2f")
+    if fixed and node:
+        clauses.append(f"a graph launch: {fixed} B + {node} B per kernel H2D")
+    text = head + ": " + "; ".join(c for c in clauses if c) + "."
+    saved = _f(row["gpu_saved_us_per_kernel"], ".2f")
+    s_min, s_max = _f(row["speedup_min_kernel"], ".1f"), _f(row["speedup_max_kernel"], ".2f")
+    speed = None
+    if s_min and s_max:
+        speed = (f"{s_min}x faster at {row['min_kernel_us']:g} us kernels, {s_max}x at {row['max_kernel_us']:g} us"
+                 if row["max_kernel_us"] != row["min_kernel_us"] else f"{s_min}x faster at {row['min_kernel_us']:g} us kernels")
+    if saved or speed:
+        text += " Graphs " + _join([f"save {saved} us of GPU time per kernel" if saved else None, speed], "; ") + "."
+    rtt = _f(row["host_rtt_us"], ".2f")
+    if rtt:
+        text += f" Host-memory read round trip: {rtt} us."
+    return text
+
+
+def _range_text(lo: float, hi: float, fmt: str) -> str:
+    return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else f"{format(lo, fmt)}–{format(hi, fmt)}"
+
+
+def run_lines(gpus: pd.DataFrame, detail_gpus: int = 2) -> list[str]:
+    """Sentences for a run: one per GPU up to ``detail_gpus`` GPUs, else one over all GPUs (ranges)."""
+    if not len(gpus):
+        return []
+    if len(gpus) <= detail_gpus:
+        return [s for _, r in gpus.iterrows() if (s := _gpu_sentence(r, "One eager launch"))]
+    names = ", ".join(sorted(set(gpus["name"])))
+    parts = []
+    for col, fmt, unit in (("eager_h2d_bytes", ",.0f", " B H2D"), ("eager_d2h_bytes", ",.0f", " B D2H"),
+                           ("host_us_per_launch", ".1f", " us of host time")):
+        v = gpus[col].dropna()
+        if len(v):
+            parts.append(_range_text(v.min(), v.max(), fmt) + unit)
+    text = f"One eager launch on {len(gpus)} GPUs ({names}): " + ", ".join(parts) + "."
+    saved = gpus["gpu_saved_us_per_kernel"].dropna()
+    sp = gpus["speedup_min_kernel"].dropna()
+    if len(saved) and len(sp):
+        text += (f" Graphs save {_range_text(saved.min(), saved.max(), '.2f')} us of GPU time per kernel; "
+                 f"{_range_text(sp.min(), sp.max(), '.1f')}x faster at {gpus['min_kernel_us'].min():g} us kernels.")
+    levels = gpus["switch_levels"].dropna()
+    if len(levels):
+        text += f" Switch levels: {_range_text(levels.min(), levels.max(), '.0f')}."
+    return [text]
+
+
+def top_ranges(ranges: pd.DataFrame, n: int = TOP_RANGES) -> pd.DataFrame:
+    """The ``n`` ranges with the most launch overhead (by launches where no overhead was measured)."""
+    if not len(ranges):
+        return pd.DataFrame(columns=RANGE_COLUMNS)
+    key = "launch_overhead_ms" if ranges["launch_overhead_ms"].notna().any() else "eager_launches"
+    launched = ranges[(ranges["eager_launches"] + ranges["graph_launches"]) > 0]
+    launched = launched[launched[key] >= 0.01 * launched[key].max()]  # leave out ranges with next to no overhead
+    return launched.sort_values(key, ascending=False, kind="stable").head(n)[RANGE_COLUMNS].reset_index(drop=True)
+
+
+def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list[str]:
+    lines = []
+    wr = results.get("whole_run", pd.DataFrame())
+    cmd = " ".join(str(c) for c in meta.get("command", []))
+    gpus = ", ".join(gpu_label(g["nvml_index"]) for g in meta.get("gpus", []))
+    if len(wr):
+        w = wr.iloc[0]
+        lines.append(f"`{cmd}` ran {w['duration_ms'] / 1e3:,.2f} s (exit code {meta.get('exit_code')}) on {gpus}: "
+                     f"{w['h2d_bytes'] / 1e6:,.1f} MB H2D, {w['d2h_bytes'] / 1e6:,.1f} MB D2H, "
+                     f"{w['eager_launches']:,.0f} eager and {w['graph_launches']:,.0f} graph launches.")
+    top = top_ranges(results.get("ranges", pd.DataFrame()))
+    if len(top):
+        items = []
+        for r in top.itertuples():
+            if pd.notna(r.launch_overhead_ms):
+                items.append(f"{r.name} {r.launch_overhead_ms:,.1f} ms of launch overhead"
+                             + (f" (graphs could save up to {r.graph_savings_ms:,.1f} ms)" if pd.notna(r.graph_savings_ms) else ""))
+            else:
+                items.append(f"{r.name} {r.eager_launches + r.graph_launches:,.0f} launches")
+        lines.append("Top ranges by launch overhead (nested ranges include their children's): " + "; ".join(items) + ".")
+        total_save = results["ranges"]["graph_savings_ms"].dropna()
+        if len(total_save) and len(wr) and "eager_launches" in wr:
+            costs = meta.get("launch_costs") or {}
+            if costs:
+                whole = wr.iloc[0]["eager_launches"] * max(0.0, costs["wall_us_per_kernel_eager"] - costs["wall_us_per_kernel_graph"]) / 1e3
+                lines.append(f"Capturing every eager launch into graphs could save up to {whole:,.1f} ms of the run.")
+    elif len(results.get("ranges", ())):
+        lines.append(f"None of the {len(results['ranges'])} NVTX ranges launched kernels.")
+    elif meta.get("kind") == "attach":
+        lines.append("No NVTX ranges were seen: whole-run totals only.")
+    return lines
+
+
+def summarize(meta: dict[str, Any], results: dict[str, pd.DataFrame], detail_gpus: int = 2) -> dict[str, Any]:
+    """The summary of a run or attach: ``kind``, ``lines`` (plain sentences), and per-GPU figures
+    (``gpus``) or the top ranges (``ranges``)."""
+    kind = str(meta.get("kind", "run"))
+    out: dict[str, Any] = {"kind": kind, "simulated": bool(meta.get("simulated")), "lines": []}
+    if kind.startswith("attach"):
+        out["ranges"] = top_ranges(results.get("ranges", pd.DataFrame()))
+        out["lines"] = attach_lines(meta, results)
+    else:
+        out["gpus"] = gpu_figures(meta, results)
+        out["lines"] = run_lines(out["gpus"], detail_gpus)
+    if meta.get("simulated"):
+        out["lines"] = [f"SIMULATED (no GPU was used): {line}" if i == 0 else line for i, line in enumerate(out["lines"])]
+    return out
+
+
+def compare_summary(cmp: pd.DataFrame, names: list[str], n: int = 4) -> dict[str, Any]:
+    """For every run after the first: its significant deltas (largest relative first), as sentences."""
+    lines = []
+    for name in names[1:]:
+        sig_col, pct_col = f"significant:{name}", f"pct:{name}"
+        if sig_col not in cmp:
+            continue
+        sig = cmp[(cmp[sig_col] == True) & cmp[pct_col].notna()]  # noqa: E712  (None/NaN are not True)
+        sig = sig.reindex(sig[pct_col].abs().sort_values(ascending=False).index).head(n)
+        if len(sig):
+            items = [f"{r['gpu']} {r['metric']} {r[pct_col]:+.1f} %" for _, r in sig.iterrows()]
+            lines.append(f"{name} vs {names[0]}: significant: " + "; ".join(items) + ".")
+        else:
+            lines.append(f"{name} vs {names[0]}: no difference the 95 % intervals call significant.")
+    return {"kind": "compare", "lines": lines}
+

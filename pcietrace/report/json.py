@@ -1,0 +1,34 @@
+"""JSON: the schema, the run's metadata, the summary and every result table as records (NaN -> null)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pandas as pd
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return json.loads(df.to_json(orient="records")) if len(df) else []
+
+
+def _finite(o: Any) -> Any:
+    """NaN/inf (not JSON) -> null, through nested metadata."""
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return o
+
+
+def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[str, Any]) -> str:
+    """The whole result as one strict JSON document (``summary`` first among the figures)."""
+    from pcietrace.session import SCHEMA
+
+    doc = {"schema": SCHEMA, "meta": _finite(meta),
+           "summary": {k: _records(v) if isinstance(v, pd.DataFrame) else v for k, v in summary.items()},
+           "results": {k: _records(v) for k, v in results.items()}}
+    return json.dumps(doc, indent=1, default=str, allow_nan=False) + "\n"

@@ -1,0 +1,35 @@
+"""Markdown: the summary as a list, then one pipe table per non-empty result table.
+
+(pandas' ``DataFrame.to_markdown`` needs the ``tabulate`` package; a pipe table is a few lines.)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+
+def _cell(x: Any) -> str:
+    if isinstance(x, float):
+        return "" if math.isnan(x) else f"{x:.6g}"
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def table(df: pd.DataFrame) -> str:
+    """``df`` as a GitHub-flavoured pipe table."""
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(df[c]) else "---"
+                                                       for c in df.columns) + "|"]
+    lines += ["| " + " | ".join(_cell(x) for x in rec) + " |" for rec in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[str, Any]) -> str:
+    title = "pcietrace " + str(meta.get("kind", "run")) + (" (SIMULATED)" if meta.get("simulated") else "")
+    parts = [f"# {title}\n\n"] + [f"- {_cell(line)}\n" for line in summary.get("lines", [])]
+    for name, df in results.items():
+        if len(df):
+            parts.append(f"\n## {name}\n\n{table(df)}")
+    return "".join(parts)

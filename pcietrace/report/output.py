@@ -1,0 +1,56 @@
+"""Picks the renderer for ``--format`` and writes plots for ``--plot``: the one place commands hand results to."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import pandas as pd
+
+FORMATS = ("table", "json", "csv", "md", "prometheus")
+
+
+def emit(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[str, Any], fmt: str = "table",
+         detail: bool = False, plot_dir: Path | None = None, out: TextIO | None = None) -> list[Path]:
+    """Render ``results`` (with ``summary`` first) in ``fmt`` to ``out`` (stdout); PNGs to ``plot_dir``.
+    Returns the plot paths written."""
+    out = out or sys.stdout
+    if fmt == "table":
+        from rich.console import Console
+
+        from pcietrace.report import console
+
+        console.render(meta, results, Console(file=out) if out is not sys.stdout else Console(), summary, detail)
+    else:
+        from importlib import import_module
+
+        module = {"json": "json", "csv": "csv", "md": "markdown", "prometheus": "prometheus"}[fmt]
+        out.write(import_module(f"pcietrace.report.{module}").render(meta, results, summary))
+    if plot_dir is None:
+        return []
+    from pcietrace.report import plots
+
+    paths = plots.write(meta, results, plot_dir)
+    print(f"plots: {', '.join(str(p) for p in paths) or 'nothing to plot'}", file=sys.stderr)
+    return paths
+
+
+def emit_compare(cmp: pd.DataFrame, names: list[str], summary: dict[str, Any], fmt: str = "table",
+                 out: TextIO | None = None) -> None:
+    """The comparison (:func:`pcietrace.analysis.compare.compare`) with its summary lines first."""
+    out = out or sys.stdout
+    if fmt == "table":
+        from rich.console import Console
+
+        from pcietrace.report.console import compare_table, summary_lines
+
+        con = Console(file=out) if out is not sys.stdout else Console()
+        for part in summary_lines(summary) + [compare_table(cmp, names)]:
+            con.print(part)
+        return
+    from importlib import import_module
+
+    module = {"json": "json", "csv": "csv", "md": "markdown"}[fmt]
+    out.write(import_module(f"pcietrace.report.{module}").render({"kind": "compare", "runs": names},
+                                                                 {"compare": cmp}, summary))

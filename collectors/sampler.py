@@ -35,6 +35,7 @@ _CHUNK_NS = 20_000_000  # send samples to the parent every 20 ms
 #: ranges themselves ran at full speed. Reads slow down (0.3 -> 0.6-4 ms) exactly when the program needs
 #: the firmware, so a duty cap backs the sampler off then and costs nothing when the GPU is quiet.
 DEFAULT_MAX_DUTY = 0.25
+MAX_REST_NS = 5_000_000
 
 
 def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str | None, max_duty: float,
@@ -87,7 +88,9 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
             continue
         seen = waiter.seq
         t0, t1 = sample()
-        rest = t1 + int(quiet * (t1 - t0))
+        # the rest never outgrows MAX_REST_NS: a gap long enough to hide a counter wrap (~67 ms at 64 GB/s)
+        # would cost every range over it its figure
+        rest = t1 + min(int(quiet * (t1 - t0)), MAX_REST_NS)
         if rest > now():
             time.sleep((rest - now()) / 1e9)  # an edge during the rest is still seen below (seq != seen)
         waiter.wait_until(max(t0 + interval_ns, rest), seen)

@@ -49,7 +49,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("scenario")
     ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="which configurations (alone is always run)")
     a = ap.parse_args()
+    for c in set(CONFIGS) - {"alone", *a.configs.split(",")}:
+        del CONFIGS[c]
     work = Path(tempfile.mkdtemp())
     cmd = command(a.scenario, work)
     res: dict[str, list[pd.Series]] = {c: [] for c in CONFIGS}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -50,22 +49,8 @@ def build_oracle() -> Path:
     return exe
 
 
-#: ``taskset`` prefix that runs the oracle on the CPU this process is pinned to (set in :func:`pin`).
-PIN: list[str] = []
-
-
-def pin() -> int:
-    """Pin this process (and, through :data:`PIN`, the oracle) to one CPU, the last one allowed (CPU 0 takes
-    most interrupts): both sides then pay the same core, caches and scheduler; without it the two
-    processes land on different cores and synchronize-bound figures differ by a few %."""
-    cpu = sorted(os.sched_getaffinity(0))[-1]
-    os.sched_setaffinity(0, {cpu})
-    PIN[:] = ["taskset", "-c", str(cpu)]
-    return cpu
-
-
 def oracle_round(exe: Path, n_rate: int) -> dict[str, float]:
-    out = subprocess.run([*PIN, str(exe), str(n_rate), str(REPEATS), str(BURSTS), str(BURST_CALLS)], check=True,
+    out = subprocess.run([str(exe), str(n_rate), str(REPEATS), str(BURSTS), str(BURST_CALLS)], check=True,
                          capture_output=True, text=True).stdout
     return {k: float(v) for k, v in re.findall(r"^(\S+) (\S+)$", out, re.M)}
 
@@ -122,10 +107,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3, help="alternating oracle / pcietrace rounds (medians taken)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
-    ap.add_argument("--no-pin", action="store_true", help="let the OS place both processes (figures vary more)")
     a = ap.parse_args()
     exe = build_oracle()
-    cpu = None if a.no_pin else pin()
     be = CudaBackend(0)
     bufs = (be.gpu.alloc_pinned(64), be.gpu.alloc_device(64))
     rounds: dict[str, list[dict[str, float]]] = {"oracle": [], "native": [], "python": []}
@@ -142,8 +125,7 @@ def main() -> int:
         print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
     med = {src: {k: statistics.median(x[k] for x in rs) for k, *_ in FIGURES} for src, rs in rounds.items()}
     print(f"device: {be.gpu.name} ({be.gpu.bus_id}), driver {nvml.driver_version()}, "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {a.rounds} alternating rounds (medians), "
-          f"{'both on CPU ' + str(cpu) if cpu is not None else 'not pinned'}")
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {a.rounds} alternating rounds (medians)")
     head = f"{'figure':<34} {'C++ oracle':>12} {'pcietrace native':>17} {'Python':>10} {'error %':>8}  goal"
     print(head + "\n" + "-" * len(head))
     met_all, table = True, []

@@ -29,12 +29,13 @@ from pcietrace.errors import NvmlError
 SAMPLE_COLUMNS = ["nvml_index", "t_ns", "read_ns", "tx_raw", "rx_raw"]
 
 _CHUNK_NS = 20_000_000  # send samples to the parent every 20 ms
-#: Most of the time one GPU's sampler may spend inside NVML reads. Each read is an RPC to the GPU's
-#: firmware (GSP) that serializes with the program's own driver work: measured on 4x H200 under torchrun,
-#: reading every 0.5 ms (~64 % of the time in reads) slowed NCCL's first collectives by +42 %, while the
-#: ranges themselves ran at full speed. Reads slow down (0.3 -> 0.6-4 ms) exactly when the program needs
-#: the firmware, so a duty cap backs the sampler off then and costs nothing when the GPU is quiet.
-DEFAULT_MAX_DUTY = 0.25
+#: Most of the time one GPU's sampler may spend inside NVML reads (1 = no cap). Each read is an RPC to the
+#: GPU's firmware (GSP) that queues with the program's own driver work. Measured on 4x H200 under torchrun
+#: (2026-11-22): reading every 0.5 ms slowed NCCL's collectives outside the ranges (the loop +42 %, with a bare
+#: sampler beside the app as with attach) while the ranges themselves ran at full speed; a cap of 0.25 cut
+#: that to +17-23 % but stretched the sampling gap to 2.5 ms and put copies 20-50 % off. So no cap by
+#: default; `attach --sampler-duty` trades accuracy for less interference where that matters more.
+DEFAULT_MAX_DUTY = 1.0
 MAX_REST_NS = 5_000_000
 
 

@@ -67,9 +67,15 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
     return out
 
 
+#: Timelines recomputed from the raw samples whenever needed (plots, Perfetto): one row per GPU and
+#: millisecond, so saving them would multiply a long run's report.json (21 MB for 8 GPUs x 20 s).
+TIMELINES = ("rates",)
+
+
 def to_jsonable(results: dict[str, pd.DataFrame]) -> dict[str, Any]:
-    """Result tables as lists of records (NaN -> null), for the JSON report and ``--json``."""
-    return {k: json.loads(v.to_json(orient="records")) for k, v in results.items()}
+    """Result tables as lists of records (NaN -> null), for the JSON report and ``--json`` (timelines left out:
+    :data:`TIMELINES`)."""
+    return {k: json.loads(v.to_json(orient="records")) for k, v in results.items() if k not in TIMELINES}
 
 
 def _attach(s: Session, out: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:

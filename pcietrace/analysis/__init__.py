@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from pcietrace.analysis import attribution, counters, launch
+from pcietrace.analysis import attribution, counters, launch, validate
 from pcietrace.analysis import latency as latency_analysis
 from pcietrace.session import Session
 
@@ -21,7 +21,9 @@ RESULT_TABLES = ("sampling", "floor", "calibration", "per_launch", "per_node", "
 
 def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_PER_LEVEL) -> dict[str, pd.DataFrame]:
     """All result tables of a session (tables whose inputs are missing come back empty).
-    ``us_per_level``: round trip added per PCIe switch level, for the topology model."""
+    ``us_per_level``: round trip added per PCIe switch level, for the topology model. A session that
+    breaks an invariant the figures rely on raises :class:`~pcietrace.errors.DataError` first."""
+    validate.check(session)
     out: dict[str, pd.DataFrame] = {t: pd.DataFrame() for t in RESULT_TABLES}
     s = session
     if len(s.samples):

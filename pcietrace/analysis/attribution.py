@@ -14,6 +14,9 @@ import pandas as pd
 
 RANGE_COLUMNS = ["pid", "tid", "domain", "name", "kind", "t_start_ns", "t_end_ns", "depth", "eager_launches",
                  "graph_launches", "eager_launches_process", "graph_launches_process", "closed"]
+SUMMARY_COLUMNS = ["domain", "name", "calls", "incl_ms", "excl_ms", "h2d_bytes", "d2h_bytes", "excl_h2d_bytes",
+                   "h2d_edge_bytes", "d2h_edge_bytes", "eager_launches", "graph_launches", "short_calls",
+                   "h2d_bytes_per_launch", "launch_overhead_ms", "graph_savings_ms"]
 
 
 def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
@@ -124,7 +127,7 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     them into graphs could save at most) and ``short_calls`` (calls shorter than ``short_ns``, whose
     bytes rest on interpolation between counter samples)."""
     if not len(attributed):
-        return pd.DataFrame()
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
     g = attributed.groupby(["domain", "name"], sort=False)
     out = g.agg(calls=("name", "size"), incl_ms=("duration_ns", "sum"), excl_ms=("excl_ns", "sum"),
                 h2d_bytes=("h2d_bytes", "sum"), d2h_bytes=("d2h_bytes", "sum"), excl_h2d_bytes=("excl_h2d_bytes", "sum"),

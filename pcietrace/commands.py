@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import sys
 import time
@@ -45,12 +44,19 @@ def _plan(args: argparse.Namespace) -> Any:
     return RunPlan(**kw)
 
 
-def _output_dir(args: argparse.Namespace, meta: dict[str, Any]) -> Path:
+def _run_folder(args: argparse.Namespace, meta: dict[str, Any], ordinals: list[int], suffix: str = "") -> Any:
+    """Where the run will be saved (checked and staged before measuring), or None with --no-save."""
+    from pcietrace.record.guard import RunFolder, default_folder
+
+    if args.no_save:
+        return None
     if args.output is not None:
-        return args.output
-    name = meta["gpus"][0]["name"] if meta.get("gpus") else "gpu"
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    return Path("reports") / f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}{'-simulated' if meta['simulated'] else ''}"
+        return RunFolder(args.output, explicit=True, force=args.force)
+    return RunFolder(default_folder(meta, ordinals, suffix), explicit=False)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -58,12 +64,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.record import guard
     from pcietrace.record.run import base_meta, record
     from pcietrace.session import Session
 
     plan = _plan(args)
     err = Console(stderr=True)
     if args.simulate:
+        ordinals = parse_gpus(args.gpu, 1)  # one simulated GPU: --gpu 5 is an error, not ignored
         from pcietrace.device.sim import SimBackend, SimDevice, SimParams, SimSampler
 
         params = SimParams.default()
@@ -97,8 +105,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from pcietrace.collectors import topology
 
         session.meta["topology"] = topology.collect([g for g, _ in gpus])
-    out_dir = None if args.no_save else _output_dir(args, session.meta)
-    interrupted = False
+    folder = _run_folder(args, session.meta, ordinals)
+    interrupted: KeyboardInterrupt | None = None
+    intr = guard.Interrupts.install()  # SIGTERM/SIGHUP save like Ctrl-C; a second signal waits for the save
     try:
         with Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err, transient=True, disable=args.json and not err.is_terminal) as prog:
@@ -118,22 +127,22 @@ def cmd_run(args: argparse.Namespace) -> int:
                 prog.update(task, total=None)
                 session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
                                           progress=lambda label: prog.update(task, description=label))
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as exc:
+        interrupted = exc
     finally:
         # Whatever happened, keep what was recorded: raw data first, so no analysis error can lose it.
-        if out_dir is not None:
-            session.save(out_dir)
-        results = analyze(session, args.us_per_level) if session.meta.get("status") == "complete" else None
-        if out_dir is not None:
-            if results is not None:
-                session.save(out_dir, to_jsonable(results))
-            err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}")
-    if interrupted:
-        err.print("interrupted" + (f"; `pcietrace report {out_dir}` shows what was recorded" if out_dir else ""))
-        return 130
+        with intr.finishing():
+            results, out_dir = guard.finish(
+                session, folder, lambda: analyze(session, args.us_per_level) if session.meta.get("status") == "complete"
+                else None, to_jsonable, _say)
+            if out_dir is not None:
+                err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}", markup=False, soft_wrap=True)
+    if interrupted is not None:
+        err.print("interrupted" + (f"; `pcietrace report {out_dir}` shows what was recorded" if out_dir else ""),
+                  markup=False, soft_wrap=True)
+        return guard.exit_code(interrupted)
     _emit(session.meta, results, args.json)
-    return 0
+    return 0 if folder is None or out_dir is not None else 2
 
 
 def _emit(meta: dict[str, Any], results: Any, as_json: bool) -> None:
@@ -159,7 +168,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.perfetto is not None:
         if session.meta.get("kind") != "attach":
             raise UsageError("--perfetto needs a report made by `pcietrace attach`")
-        _write_perfetto(session, results, args.perfetto)
+        try:
+            _write_perfetto(session, results, args.perfetto)
+        except OSError as exc:
+            raise UsageError(f"cannot write the Perfetto trace to {args.perfetto}: {exc.strerror or exc}") from None
     _emit(session.meta, results, args.json)
     return 0
 
@@ -196,29 +208,36 @@ def cmd_latency(args: argparse.Namespace) -> int:
     from pcietrace.device import backend, cuda
     from pcietrace.analysis import analyze, to_jsonable
     from pcietrace.collectors import topology
+    from pcietrace.record import guard
     from pcietrace.record.latency import LatencyProbe, measure
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.session import Session
 
     try:
-        gpus = backend.open_gpus(parse_gpus(args.gpu, cuda.device_count()))
+        ordinals = parse_gpus(args.gpu, cuda.device_count())
+        gpus = backend.open_gpus(ordinals)
     except NoGpuError as exc:
         raise NoGpuError(f"{exc}; `pcietrace topo` works without a GPU") from None
     session = Session(meta=base_meta(RunPlan(), False))
     session.meta.update(kind="latency", status="running", driver=backend.driver_version(), gpus=[g for g, _ in gpus],
                         topology=topology.collect([g for g, _ in gpus]))
     err = Console(stderr=True)
-    with err.status("measuring latency") as status:
-        session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
-                                  progress=lambda label: status.update(label))
+    folder = _run_folder(args, session.meta, ordinals, "-latency")
+    try:
+        with guard.Interrupts(), err.status("measuring latency") as status:
+            session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
+                                      progress=lambda label: status.update(label))
+    except BaseException:
+        if folder is not None:
+            folder.discard()  # nothing was recorded: no folder at all
+        raise
     session.meta["status"] = "complete"
-    results = analyze(session)
-    if not args.no_save:
-        out = args.output or Path(str(_output_dir(args, session.meta)) + "-latency")
-        session.save(out, to_jsonable(results))
-        err.print(f"saved to {out}")
+    with guard.Interrupts.install().finishing():
+        results, out = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
+    if out is not None:
+        err.print(f"saved to {out}", markup=False, soft_wrap=True)
     _emit(session.meta, results, args.json)
-    return 0
+    return 0 if folder is None or out is not None else 2
 
 
 def _launch_costs(args: argparse.Namespace, ordinal: int) -> dict[str, Any] | None:

@@ -184,14 +184,14 @@ def topology_tables(topo: dict[str, Any]) -> list[Table]:
                [("GPU", "left"), ("bus id", "left"), ("NUMA", "right"), ("CPUs", "left"), ("switch levels", "right"),
                 ("path from root complex", "left")], caption=legend)
     for g in topo.get("gpus", []):
-        hops = "\n".join(f"{h['bdf']} {h['role']} {h['vendor'][2:]}:{h['device'][2:]}"
-                         + (f" {h['link_speed'].replace(' PCIe', '')} x{h['link_width']}" if h.get("link_speed") else "")
-                         + (f" (max {h['max_link_speed'].replace(' PCIe', '')} x{h['max_link_width']})"
+        hops = "\n".join(f"{h['bdf']} {h['role']} {_id(h['vendor'])}:{_id(h['device'])}"
+                         + (f" {h['link_speed'].replace(' PCIe', '')} x{_unknown(h['link_width'])}" if h.get("link_speed") else "")
+                         + (f" (max {h['max_link_speed'].replace(' PCIe', '')} x{_unknown(h['max_link_width'])})"
                             if h.get("max_link_speed") and (h["max_link_speed"], h["max_link_width"]) != (h.get("link_speed"), h.get("link_width")) else "")
                          for h in g.get("hops", []))
         label = f"GPU{g['nvml_index']}" if g.get("nvml_index") is not None else g["bdf"]
-        t.add_row(label + (f" {g['name']}" if g.get("name") else ""), g["bdf"], str(g.get("numa_node")),
-                  str(g.get("local_cpulist")), str(g.get("switch_levels")), f"{g['host_bridge']}\n{hops}")
+        t.add_row(label + (f" {g['name']}" if g.get("name") else ""), g["bdf"], _unknown(g.get("numa_node")),
+                  _unknown(g.get("local_cpulist")), _unknown(g.get("switch_levels")), f"{g['host_bridge']}\n{hops}")
     labels = topo.get("labels", [])
     m = _table("GPU <-> GPU", [("", "left")] + [(lab, "center") for lab in labels])
     for lab, row in zip(labels, topo.get("matrix", [])):
@@ -300,3 +300,13 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Cons
         parts.append(model_table(results["topology_model"]))
     for part in parts:
         console.print(part)
+
+
+def _unknown(v: Any) -> str:
+    """A sysfs value for display, '?' where it is unknown."""
+    return "?" if v is None else str(v)
+
+
+def _id(v: Any) -> str:
+    """A PCI id ("0x10de") without its "0x", '?' where it is unknown."""
+    return v[2:] if isinstance(v, str) and v.startswith("0x") else "?"

@@ -130,7 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as exc:
         interrupted = exc
     finally:
-        # Whatever happened, keep what was recorded: raw data first, so no analysis error can lose it.
+        # Whatever happened, keep what was recorded: an analysis error still saves (and publishes) the raw data.
         with intr.finishing():
             results, out_dir = guard.finish(
                 session, folder, lambda: analyze(session, args.us_per_level) if session.meta.get("status") == "complete"

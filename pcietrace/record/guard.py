@@ -7,7 +7,7 @@ signals.
   partial) report or absent, never empty or half-written; a taken name gets ``-2``, ``-3``...
 - :class:`Interrupts` turns SIGTERM and SIGHUP (``timeout``, ``kill``, a closed terminal) into the same
   :class:`KeyboardInterrupt` as Ctrl-C, and holds a second signal while the recording is being saved.
-- :func:`finish` saves the raw data, analyses, saves again with the results and publishes; if saving
+- :func:`finish` analyses, saves (the raw data alone if the analysis fails) and publishes; if saving
   fails it says so in one line and the results are still returned for printing.
 """
 
@@ -168,34 +168,31 @@ class Interrupts:
 
 def finish(session: Any, folder: RunFolder | None, analyze: Callable[[], Any], to_jsonable: Callable[[Any], Any],
            say: Callable[[str], None]) -> tuple[Any, Path | None]:
-    """Save ``session``'s raw data into ``folder``'s staging folder, run ``analyze`` (None: nothing to
-    analyse), save again with the results, then publish. Returns ``(results, saved path or None)``.
-    A save that fails is one line through ``say``; the results are returned all the same, and an
-    error from ``analyze`` propagates only after the raw data are in place."""
-    saved, where = False, None
-    if folder is not None:
-        try:
-            session.save(folder.staging)
-            saved = True
-        except Exception as exc:  # disk full, folder removed under us...: keep going, print the results
-            say(f"pcietrace: error: could not save the run to {folder.target}: {_one_line(exc)}")
-    results = None
+    """Run ``analyze`` (None: nothing to analyse), save ``session`` with the results into ``folder``'s
+    staging folder, then publish it. Returns ``(results, saved path or None)``. If ``analyze`` fails the
+    raw data are saved and published before its error propagates; a save that fails is one line through
+    ``say`` and the results are returned all the same; nothing half-written is left behind."""
+    where, results = None, None
     try:
-        results = analyze()
+        try:
+            results = analyze()
+        finally:
+            if folder is not None:
+                where = _save(session, folder, results, to_jsonable, say)
     finally:
-        if folder is not None and saved:
-            try:
-                if results is not None:
-                    session.save(folder.staging, to_jsonable(results))
-            except Exception as exc:  # the raw data saved above still make a loadable report
-                say(f"pcietrace: warning: could not add the results to the saved run ({_one_line(exc)})")
-            try:
-                where = folder.publish()
-            except (OSError, UsageError) as exc:
-                say(f"pcietrace: error: could not save the run to {folder.target}: {_one_line(exc)}")
         if folder is not None and where is None:
-            folder.discard()
+            folder.discard()  # a half-written staging folder never stays behind
     return results, where
+
+
+def _save(session: Any, folder: RunFolder, results: Any, to_jsonable: Callable[[Any], Any],
+          say: Callable[[str], None]) -> Path | None:
+    try:
+        session.save(folder.staging, to_jsonable(results) if results is not None else None)
+        return folder.publish()
+    except Exception as exc:  # disk full, folder removed under us...: say so, the results still print
+        say(f"pcietrace: error: could not save the run to {folder.target}: {_one_line(exc)}")
+        return None
 
 
 def _one_line(exc: BaseException) -> str:

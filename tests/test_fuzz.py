@@ -52,7 +52,7 @@ def exercise(path: Path) -> None:
         s = Session.load(path)
         results = analyze(s)
         json.dumps(to_jsonable(results))
-        render(s.meta, results, Console(file=io.StringIO(), width=200))
+        render(s.meta, results, Console(file=io.StringIO(), width=200, markup=False))
     except PcietraceError:
         pass
 
@@ -151,7 +151,7 @@ def test_sysfs_walker_survives_garbage_files(tmp_path_factory, data, fixture) ->
     topo = topology.collect(None, root)
     buf = io.StringIO()
     for t in topology_tables(topo):
-        Console(file=buf, width=200).print(t)
+        Console(file=buf, width=200, markup=False).print(t)
     found = {g["bdf"] for g in topo["gpus"]}
     untouched = [b for b in clean if not any(f.parent.name == b and f.name in ("vendor", "class") for f in touched)]
     assert set(untouched) <= found  # a GPU is dropped only if its own vendor/class file says it is no GPU
@@ -208,25 +208,28 @@ def sessions(draw: Any) -> Session:
     gpus = draw(st.lists(st.integers(0, 3), min_size=1, max_size=2, unique=True))
     attach = draw(st.booleans())
     n = draw(st.integers(0, 40))
-    t = draw(st.lists(st.integers(-10, 10**12), min_size=n, max_size=n))
-    if draw(st.booleans()):
+    times = st.integers(0, 10**9)
+    t = draw(st.lists(st.one_of(times, st.integers(-10, -1)) if draw(st.integers(0, 5)) == 0 else times,
+                      min_size=n, max_size=n))
+    if draw(st.integers(0, 3)):  # mostly in order, as recorded
         t = sorted(t)
-    big = st.one_of(st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1), st.integers(0, 4096))
+    big = st.integers(0, 2**32 - 1) if draw(st.integers(0, 5)) else st.integers(0, 2**64 - 1)
     samples = pd.DataFrame({"nvml_index": [draw(st.sampled_from(gpus)) for _ in range(n)], "t_ns": t,
                             "read_ns": draw(st.lists(st.integers(0, 10**6), min_size=n, max_size=n)),
                             "tx_raw": np.array(draw(st.lists(big, min_size=n, max_size=n)), np.uint64),
                             "rx_raw": np.array(draw(st.lists(big, min_size=n, max_size=n)), np.uint64)})
     samples = samples.sort_values(["nvml_index"], kind="stable").reset_index(drop=True)
-    counter = st.fixed_dictionaries({"mode": st.sampled_from(["fields", "throughput", "unknown"]),
-                                     "bits": st.sampled_from([32, 64, 0, 65])})
+    counter = st.fixed_dictionaries({"mode": st.sampled_from(["fields"] * 4 + ["throughput", "unknown"]),
+                                     "bits": st.sampled_from([32] * 4 + [64, 0, 65])})
     meta: dict[str, Any] = {"gpus": [{"nvml_index": g, "name": "fuzz", "counter": draw(counter)} for g in gpus],
                             "status": "complete", "simulated": False}
     w = draw(st.integers(0, 12))
-    times = st.integers(-10, 10**12)
+    start = draw(st.lists(times, min_size=w, max_size=w))
+    length = st.integers(1, 10**8) if draw(st.integers(0, 5)) else st.integers(-10**3, 10**8)
     windows = pd.DataFrame({"nvml_index": [draw(st.sampled_from(gpus)) for _ in range(w)],
                             "mode": [draw(st.sampled_from(["idle", "eager", "graph"])) for _ in range(w)],
-                            "t_start_ns": draw(st.lists(times, min_size=w, max_size=w)),
-                            "t_end_ns": draw(st.lists(times, min_size=w, max_size=w))})
+                            "t_start_ns": start,
+                            "t_end_ns": [a + draw(length) for a in start]})
     events = pd.DataFrame()
     if attach:
         t0, t1 = sorted(draw(st.lists(times, min_size=2, max_size=2)))
@@ -261,7 +264,7 @@ def test_analysis_of_random_sample_streams_gives_figures_or_a_typed_error(sessio
     except PcietraceError:
         return
     json.dumps(to_jsonable(results))
-    render(session.meta, results, Console(file=io.StringIO(), width=200))
+    render(session.meta, results, Console(file=io.StringIO(), width=200, markup=False))
 
 
 @FUZZ

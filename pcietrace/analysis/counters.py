@@ -66,7 +66,7 @@ def sample_gaps(samples: pd.DataFrame, bits: int = 32) -> pd.DataFrame:
         d = np.diff(t) if t.size > 1 else np.array([0])
         span_s = (t[-1] - t[0]) / 1e9 if t.size > 1 else float("nan")
         rows.append({"nvml_index": int(idx), "samples": int(t.size),
-                     "rate_hz": (t.size - 1) / span_s if t.size > 1 else float("nan"),
+                     "rate_hz": (t.size - 1) / span_s if t.size > 1 and span_s > 0 else float("nan"),
                      "median_gap_us": float(np.median(d)) / 1e3, "max_gap_us": float(d.max()) / 1e3,
                      "median_read_us": float(g["read_ns"].median()) / 1e3,
                      "wrap_risk": bool(d.max() / 1e9 * MAX_LINK_BPS >= 2**bits)})

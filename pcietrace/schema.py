@@ -44,7 +44,7 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-INT = _type("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool))
+INT = _type("a 64-bit integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63)
 NUM = _type("a number", _is_num)
 FINITE = _type("a finite number >= 0", lambda v: _is_num(v) and math.isfinite(v) and v >= 0)
 STR = _type("a string", lambda v: isinstance(v, str))

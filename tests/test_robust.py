@@ -406,3 +406,46 @@ def test_an_analysis_error_still_publishes_the_raw_data(tmp_path, h100) -> None:
         guard.finish(h100, folder, refuse, lambda r: r, print)
     assert len(Session.load(tmp_path / "run").samples) == len(h100.samples)
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+# --- on a GPU (the lead runs these: python3 -m pytest -q -m gpu tests/test_robust.py) ---------------
+
+def _start_and_signal(argv: list[str], staging_glob: Path, sig: int, after_s: float) -> subprocess.CompletedProcess:
+    p = subprocess.Popen([sys.executable, "-m", "pcietrace", *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(staging_glob.parent.glob(staging_glob.name)) and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    time.sleep(after_s)
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=180)
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_real_run_stopped_by_a_signal_keeps_a_loadable_partial_report(tmp_path, sig) -> None:
+    r = _start_and_signal(["run", "--no-latency", "-o", str(tmp_path / "run")], tmp_path / ".run.partial-*", sig, 4.0)
+    assert r.returncode == 128 + sig and "Traceback" not in r.stderr, r.stderr
+    s = Session.load(tmp_path / "run")
+    assert s.meta["status"] == "interrupted" and len(s.samples) and len(s.windows)
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+    assert main(["report", str(tmp_path / "run"), "--json"]) == 0
+
+
+@pytest.mark.gpu
+def test_real_latency_stopped_by_sigterm_leaves_no_folder(tmp_path) -> None:
+    r = _start_and_signal(["latency", "-o", str(tmp_path / "lat")], tmp_path / ".lat.partial-*", signal.SIGTERM, 1.0)
+    assert r.returncode == 128 + signal.SIGTERM and r.stderr.strip().endswith("pcietrace: interrupted"), r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.gpu
+def test_two_real_runs_started_together_keep_both(tmp_path) -> None:
+    procs = [subprocess.Popen([sys.executable, "-m", "pcietrace", "run", "--quick", "--no-latency", "--json"],
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read() if p.stderr else ""
+    runs = sorted((tmp_path / "reports").iterdir())
+    assert len(runs) == 2 and all(Session.load(r).meta["status"] == "complete" for r in runs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -449,3 +450,14 @@ def test_two_real_runs_started_together_keep_both(tmp_path) -> None:
         assert p.wait(timeout=300) == 0, p.stderr.read() if p.stderr else ""
     runs = sorted((tmp_path / "reports").iterdir())
     assert len(runs) == 2 and all(Session.load(r).meta["status"] == "complete" for r in runs)
+
+
+def test_simulated_runs_started_together_keep_every_run(tmp_path) -> None:
+    procs = [subprocess.Popen([sys.executable, "-m", "pcietrace", *QUICK_SIM, "--json"], cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0, p.stderr.read() if p.stderr else ""
+    runs = sorted((tmp_path / "reports").iterdir())
+    assert len(runs) == 3 and all(Session.load(r).meta["status"] == "complete" for r in runs)
+    assert all(re.search(r"simulated-nvidia-h100.*-gpu0(-[23])?$", r.name) for r in runs), runs

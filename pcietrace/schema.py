@@ -45,7 +45,7 @@ def _is_num(v: Any) -> bool:
 
 
 INT = _type("a 64-bit integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63)
-NUM = _type("a number", _is_num)
+NUM = _type("a number", lambda v: _is_num(v) and (isinstance(v, float) or -2**63 <= v < 2**63))
 FINITE = _type("a finite number >= 0", lambda v: _is_num(v) and math.isfinite(v) and v >= 0)
 STR = _type("a string", lambda v: isinstance(v, str))
 BOOL = _type("true or false", lambda v: isinstance(v, bool))
@@ -82,18 +82,17 @@ def obj(required: dict[str, Check], optional: dict[str, Check] | None = None) ->
 
 COUNTER = obj({"mode": STR, "bits": INT})
 GPU = obj({"nvml_index": INT}, {"cuda_ordinal": opt(INT), "name": STR, "bus_id": STR, "uuid": opt(STR),
-                                "counter": opt(COUNTER), "pcie_gen_current": opt(INT), "pcie_gen_max": opt(INT),
+                                "counter": COUNTER, "pcie_gen_current": opt(INT), "pcie_gen_max": opt(INT),
                                 "pcie_width_current": opt(INT), "pcie_width_max": opt(INT), "numa_node": opt(INT)})
-HOP = obj({"bdf": STR, "role": STR, "vendor": STR, "device": STR},
-          {"pci_class": STR, "link_speed": opt(STR), "link_width": opt(INT), "max_link_speed": opt(STR),
-           "max_link_width": opt(INT)})
-TOPOLOGY = obj({"gpus": list_of(obj({"bdf": STR, "host_bridge": STR, "hops": list_of(HOP)},
-                                    {"numa_node": opt(INT), "local_cpulist": opt(STR), "switch_levels": opt(INT),
-                                     "nvml_index": opt(INT), "name": opt(STR)}))},
+HOP = obj({"bdf": STR, "role": STR, "vendor": STR, "device": STR, "link_speed": opt(STR), "link_width": opt(INT),
+           "max_link_speed": opt(STR), "max_link_width": opt(INT)}, {"pci_class": STR})
+TOPOLOGY = obj({"gpus": list_of(obj({"bdf": STR, "host_bridge": STR, "hops": list_of(HOP), "switch_levels": opt(INT)},
+                                    {"numa_node": opt(INT), "local_cpulist": opt(STR), "nvml_index": opt(INT),
+                                     "name": opt(STR)}))},
                {"source": STR, "sysfs_root": STR, "labels": list_of(STR), "matrix": list_of(list_of(STR)),
                 "nvlinks": list_of(list_of(INT)), "notes": list_of(STR)})
 LAUNCH_COSTS = obj({"host_us_per_eager_launch": NUM, "host_us_per_graph_launch": NUM, "wall_us_per_kernel_eager": NUM,
-                    "wall_us_per_kernel_graph": NUM}, {"source": STR})
+                    "wall_us_per_kernel_graph": NUM, "source": STR})
 PROCESS = obj({"pid": INT, "nvtx": BOOL, "cupti": STR, "ranges": INT})
 META = obj({"gpus": list_of(GPU)},
            {"simulated": BOOL, "status": STR, "kind": STR, "topology": opt(TOPOLOGY), "launch_costs": opt(LAUNCH_COSTS),

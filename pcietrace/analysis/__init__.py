@@ -52,7 +52,7 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
     if len(s.latency):
         out["latency"] = latency_analysis.summary(s.latency)
         if len(out["gpu_time"]):
-            levels = {g["nvml_index"]: g["switch_levels"] for g in s.meta.get("topology", {}).get("gpus", [])
+            levels = {g["nvml_index"]: g["switch_levels"] for g in (s.meta.get("topology") or {}).get("gpus", [])
                       if g.get("nvml_index") is not None}
             out["topology_model"] = latency_analysis.topology_model(out["gpu_time"], out["latency"], levels, us_per_level)
     return out

@@ -38,3 +38,9 @@ class ReportError(UsageError):
 class DataError(PcietraceError):
     """Recorded data break an invariant the analysis relies on (time order, finite counters, known counter
     modes, positive windows): refusing beats printing wrong figures."""
+
+
+def one_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception's message on one line, shortened to ``limit`` characters (for the one-line errors)."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -123,6 +123,13 @@ RUN_WINDOW_COLUMNS = {**WINDOW_COLUMNS, "purpose": "str", "graph_k": "int", "cal
                       "kernel_us": "num", "target_rate_hz": "num", "achieved_rate_hz": "num"}
 
 
+def table_columns(name: str, meta: dict[str, Any]) -> dict[str, str]:
+    """The declared columns of table ``name`` in a session with ``meta`` (run windows carry the plan)."""
+    if name == "windows" and not str(meta.get("kind", "")).startswith("attach"):
+        return RUN_WINDOW_COLUMNS
+    return TABLE_COLUMNS[name]
+
+
 def schema_version(schema: Any) -> int | None:
     """The version number of a ``pcietrace.report/N`` schema string, else None."""
     if not isinstance(schema, str) or not schema.startswith(SCHEMA_NAME + "/"):

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from pcietrace import schema
-from pcietrace.errors import ReportError
+from pcietrace.errors import ReportError, one_line
 
 SCHEMA = schema.SCHEMA
 TABLES = ("windows", "bursts", "e2e", "calibration", "latency")
@@ -81,7 +81,7 @@ class Session:
         except RecursionError:
             raise ReportError(f"{report} is not a readable JSON report (nested too deeply)") from None
         except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-            raise ReportError(f"{report} is not a readable JSON report ({_one_line(exc)})") from None
+            raise ReportError(f"{report} is not a readable JSON report ({one_line(exc)})") from None
         try:
             schema.check_doc(doc)
         except schema.Invalid as exc:
@@ -94,11 +94,8 @@ class Session:
 
 def _table(file: Path, name: str, df: pd.DataFrame, meta: dict[str, Any]) -> pd.DataFrame:
     """``df`` checked against the declared columns of table ``name`` (errors name ``file``)."""
-    columns = schema.TABLE_COLUMNS[name]
-    if name == "windows" and not str(meta.get("kind", "")).startswith("attach"):
-        columns = schema.RUN_WINDOW_COLUMNS
     try:
-        return schema.check_table(df, name, columns)
+        return schema.check_table(df, name, schema.table_columns(name, meta))
     except schema.Invalid as exc:
         raise ReportError(f"{file}: {exc}") from None
 
@@ -111,13 +108,8 @@ def _parquet(file: Path, meta: dict[str, Any], required: bool) -> pd.DataFrame:
     try:
         df = pd.read_parquet(file)
     except Exception as exc:  # pyarrow raises its own types for truncated or garbage files; all mean "damaged"
-        raise ReportError(f"{file} is not a readable Parquet table ({_one_line(exc)})") from None
+        raise ReportError(f"{file} is not a readable Parquet table ({one_line(exc)})") from None
     return _table(file, file.stem, df, meta)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

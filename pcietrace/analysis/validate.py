@@ -25,11 +25,9 @@ WINDOW_MODES = ("idle", "eager", "graph")
 def check(session: Any) -> None:
     """Raise :class:`DataError` naming the table, column and GPU/row if ``session`` breaks an invariant."""
     s = session
-    for name, columns in schema.TABLE_COLUMNS.items():
-        if name == "windows" and not str(s.meta.get("kind", "")).startswith("attach"):
-            columns = schema.RUN_WINDOW_COLUMNS
+    for name in schema.TABLE_COLUMNS:
         try:
-            schema.check_table(getattr(s, name), name, columns)
+            schema.check_table(getattr(s, name), name, schema.table_columns(name, s.meta))
         except schema.Invalid as exc:
             raise DataError(str(exc)) from None
     counters = s.counters

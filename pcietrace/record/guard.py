@@ -26,10 +26,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Iterator
 
-from pcietrace.errors import UsageError
+from pcietrace.errors import UsageError, one_line
+from pcietrace.session import REPORT_FILE, SAMPLES_FILE
 
-#: A folder holding either of these is a saved run (see :mod:`pcietrace.session`).
-RUN_FILES = ("report.json", "samples.parquet")
+#: A folder holding either of these is a saved run.
+RUN_FILES = (REPORT_FILE, SAMPLES_FILE)
 SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
 
 
@@ -90,7 +91,11 @@ class RunFolder:
         if self.force and self.target.is_dir() and is_run(self.target):
             old = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.replaced-", dir=self.target.parent))
             os.replace(self.target, old / "run")  # aside first: the new run lands in one rename below
-            os.replace(self.staging, self.target)
+            try:
+                os.replace(self.staging, self.target)
+            except OSError:
+                os.replace(old / "run", self.target)  # the old run stays where it was
+                raise
             shutil.rmtree(old, ignore_errors=True)
             return self.target
         for n in range(1, 1000):
@@ -191,9 +196,5 @@ def _save(session: Any, folder: RunFolder, results: Any, to_jsonable: Callable[[
         session.save(folder.staging, to_jsonable(results) if results is not None else None)
         return folder.publish()
     except Exception as exc:  # disk full, folder removed under us...: say so, the results still print
-        say(f"pcietrace: error: could not save the run to {folder.target}: {_one_line(exc)}")
+        say(f"pcietrace: error: could not save the run to {folder.target}: {one_line(exc)}")
         return None
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200]

@@ -129,6 +129,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                                           progress=lambda label: prog.update(task, description=label))
     except KeyboardInterrupt as exc:
         interrupted = exc
+        if session.meta.get("status") == "complete":  # the windows were done, the latency suite was not
+            session.meta["status"] = "interrupted in the latency suite"
     finally:
         # Whatever happened, keep what was recorded: an analysis error still saves (and publishes) the raw data.
         with intr.finishing():

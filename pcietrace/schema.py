@@ -49,7 +49,6 @@ NUM = _type("a number", lambda v: _is_num(v) and (isinstance(v, float) or -2**63
 FINITE = _type("a finite number >= 0", lambda v: _is_num(v) and math.isfinite(v) and v >= 0)
 STR = _type("a string", lambda v: isinstance(v, str))
 BOOL = _type("true or false", lambda v: isinstance(v, bool))
-ANY: Check = lambda v, where: None  # noqa: E731
 
 
 def opt(check: Check) -> Check:

@@ -285,3 +285,30 @@ def test_window_bytes_are_covered_or_nan(session) -> None:
     for _, w in wb[covered].iterrows():
         t = session.samples.loc[session.samples["nvml_index"] == w["nvml_index"], "t_ns"]
         assert t.min() <= w["t_start_ns"] and w["t_end_ns"] <= t.max()
+
+
+CLI_WORDS = st.sampled_from(["--json", "--perfetto", "--us-per-level", "--sysfs-root", "0.3", "nan", "-1", "x",
+                             "out.json", "/dev/full", "/nonexistent", str(DATA / "h100_run"),
+                             str(DATA / "attach_h100_python"), str(DATA / "h100_run" / "samples.parquet"),
+                             str(DATA / "topo"), str(DATA / "h200x2_run" / "report.json")])
+
+
+@FUZZ
+@given(cmd=st.sampled_from(["report", "compare", "topo"]), argv=st.lists(CLI_WORDS, max_size=5))
+def test_reading_commands_exit_0_or_2_with_one_line(tmp_path_factory, cmd, argv) -> None:
+    from pcietrace.cli import main
+
+    cwd = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))  # a relative --perfetto FILE lands in a scratch folder
+    err, out = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            try:
+                code = main([cmd, *argv])
+            except SystemExit as exc:
+                code = exc.code
+    finally:
+        os.chdir(cwd)
+    assert code in (0, 2), (code, err.getvalue()[-500:])
+    if code == 2:
+        assert err.getvalue().count("\n") == 1 and "Traceback" not in err.getvalue()

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from pcietrace.analysis import analyze, to_jsonable
+from pcietrace.analysis import RESULT_TABLES, analyze, to_jsonable
 from pcietrace.analysis.counters import unwrap, window_bytes
 from pcietrace.cli import build_parser
 from pcietrace.errors import PcietraceError, UsageError
@@ -50,7 +50,8 @@ def exercise(path: Path) -> None:
     try:
         s = Session.load(path)
         results = analyze(s)
-        json.dumps(to_jsonable(results))
+        assert set(results) == set(RESULT_TABLES)
+        json.loads(json.dumps(to_jsonable(results)))
         render(s.meta, results, Console(file=io.StringIO(), width=200, markup=False))
     except PcietraceError:
         pass
@@ -262,7 +263,8 @@ def test_analysis_of_random_sample_streams_gives_figures_or_a_typed_error(sessio
         results = analyze(session)
     except PcietraceError:
         return
-    json.dumps(to_jsonable(results))
+    assert set(results) == set(RESULT_TABLES) and all(isinstance(v, pd.DataFrame) for v in results.values())
+    json.loads(json.dumps(to_jsonable(results)))
     render(session.meta, results, Console(file=io.StringIO(), width=200, markup=False))
 
 

@@ -392,8 +392,14 @@ def test_topo_command_on_a_garbage_tree_is_not_a_traceback(tmp_path, data_dir, c
 
 
 def test_render_survives_an_empty_result_set(h100) -> None:
-    render(h100.meta, {}, Console(file=io.StringIO()))
-    with pytest.raises(UsageError):
+    buf = io.StringIO()
+    render(h100.meta, {}, Console(file=buf, width=200))
+    assert "System" in buf.getvalue() and "H100" in buf.getvalue()
+
+
+def test_report_errors_are_usage_errors() -> None:
+    """ReportError is a UsageError: every existing `except UsageError` and the CLI's exit 2 still apply."""
+    with pytest.raises(UsageError, match="no pcietrace report"):
         Session.load(Path("/nonexistent/run"))
 
 

@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--gpu", default="all", help="CUDA device numbers to measure, e.g. 0,1, or 'all'")
     r.add_argument("--simulate", action="store_true", help="use a SIMULATED device modelled on a recorded H100 run")
     r.add_argument("--quick", action="store_true", help="shorter windows and fewer durations/graph sizes")
-    r.add_argument("--window-s", type=_number(0, 3600), default=None, help="length of each counter window in seconds (default 0.4, quick 0.1)")
+    r.add_argument("--window-s", type=_number(0.001, 3600, low_open=False), default=None,
+                   help="length of each counter window in seconds, 0.001..3600 (default 0.4, quick 0.1)")
     r.add_argument("--durations", type=_float_list, default=None, metavar="US,US,..",
                    help="kernel durations in us (default 0,2,5,10,20,50)")
     r.add_argument("--graph-k", type=_int_list, default=None, metavar="K,K,..",

@@ -316,7 +316,7 @@ def test_perfetto_to_a_missing_folder_or_a_full_disk_is_one_line(data_dir, tmp_p
 @pytest.mark.parametrize("argv", [
     ["run", "--durations", "nan"], ["run", "--durations", "1,inf"], ["run", "--graph-k", "inf"],
     ["run", "--graph-k", "1e400"], ["run", "--seed", "-1"], ["run", "--window-s", "nan"], ["run", "--window-s", "inf"],
-    ["run", "--window-s", "-0.1"], ["run", "--sample-interval-ms", "-1"], ["run", "--sample-interval-ms", "nan"],
+    ["run", "--window-s", "-0.1"], ["run", "--window-s", "1e-9"], ["run", "--sample-interval-ms", "-1"], ["run", "--sample-interval-ms", "nan"],
     ["run", "--us-per-level", "inf"], ["run", "--repeats", "2"], ["attach", "--idle-s", "nan", "--", "true"],
     ["attach", "--idle-s", "-1", "--", "true"], ["attach", "--sample-interval-ms", "-5", "--", "true"],
     ["report", "x", "--us-per-level", "nan"],

@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "window edges are always read exactly")
     r.add_argument("--throughput-api", action="store_true",
                    help="force NVML's low-resolution throughput API instead of the byte counters")
-    r.add_argument("-o", "--output", type=Path, default=None, help="folder to save the run in (default reports/<time>-<gpu>)")
+    r.add_argument("-o", "--output", type=Path, default=None, help="folder to save the run in: new, empty, or a saved run with --force "
+                        "(default reports/<time>-<gpu>-gpu<N>, with -2, -3... if taken)")
     r.add_argument("--no-save", action="store_true", help="do not save the run")
     r.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
     r.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
@@ -142,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "notices; median with spread over repeats. Saved like a run, for `compare`.")
     lt.add_argument("--gpu", default="all", help="CUDA device numbers, e.g. 0,1, or 'all'")
     lt.add_argument("--repeats", type=_repeats, default=11, help="repeats of each test (host-timed ones do 20x)")
-    lt.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-<gpu>-latency)")
+    lt.add_argument("-o", "--output", type=Path, default=None, help="folder to save in: new, empty, or a saved run with --force "
+                         "(default reports/<time>-<gpu>-gpu<N>-latency)")
     lt.add_argument("--no-save", action="store_true", help="do not save")
     lt.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
     lt.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_DECIMAL = re.compile(r"-?[0-9]{1,12}")
+_HEX = re.compile(r"0[xX][0-9a-fA-F]{1,8}")
 #: PCIe capability "device/port type" values (PCIe base spec, Express Capabilities register bits 7:4)
 PORT_TYPES = {0: "endpoint", 1: "legacy endpoint", 4: "root port", 5: "switch upstream", 6: "switch downstream",
               7: "pcie-to-pci bridge", 8: "pci-to-pcie bridge", 9: "root complex endpoint"}
@@ -56,17 +58,33 @@ class GpuPlacement:
 
 
 def _read(path: Path) -> str | None:
+    """A sysfs attribute's text, or None if it is unreadable or not printable text (binary garbage)."""
     try:
-        return path.read_text().strip()
+        with open(path, "rb") as f:
+            raw = f.read(4096)  # attributes are short; a huge file is not one
     except OSError:
         return None
+    try:
+        text = raw.decode("utf-8").strip().strip("\x00").strip()
+    except UnicodeDecodeError:
+        return None
+    return text if text.isprintable() else None
 
 
 def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
+    """A plain decimal integer (sysfs spelling), else None: no ``1_6``, no Unicode digits."""
+    return int(text) if text is not None and _DECIMAL.fullmatch(text) else None
+
+
+def _width(text: str | None) -> int | None:
+    """A link width in lanes (1..32); 0, negative or garbage -> None (unknown)."""
+    v = _int(text)
+    return v if v is not None and 1 <= v <= 32 else None
+
+
+def _hex(text: str | None) -> str | None:
+    """An id such as ``0x10de`` (vendor, device, class), lower case; else None."""
+    return text.lower() if text is not None and _HEX.fullmatch(text) else None
 
 
 def port_type(config: bytes) -> int | None:
@@ -87,10 +105,10 @@ def _hop(dev: Path) -> tuple[PciHop, int | None]:
             ptype = port_type(f.read(256))
     except OSError:
         ptype = None
-    hop = PciHop(bdf=dev.name, role="", vendor=_read(dev / "vendor") or "?", device=_read(dev / "device") or "?",
-                 pci_class=_read(dev / "class") or "?", link_speed=_read(dev / "current_link_speed"),
-                 link_width=_int(_read(dev / "current_link_width")), max_link_speed=_read(dev / "max_link_speed"),
-                 max_link_width=_int(_read(dev / "max_link_width")))
+    hop = PciHop(bdf=dev.name, role="", vendor=_hex(_read(dev / "vendor")) or "?",
+                 device=_hex(_read(dev / "device")) or "?", pci_class=_hex(_read(dev / "class")) or "?",
+                 link_speed=_read(dev / "current_link_speed"), link_width=_width(_read(dev / "current_link_width")),
+                 max_link_speed=_read(dev / "max_link_speed"), max_link_width=_width(_read(dev / "max_link_width")))
     return hop, ptype
 
 
@@ -127,7 +145,9 @@ def nvidia_gpus(root: str | os.PathLike[str] = "/sys") -> list[str]:
     out = []
     base = Path(root) / "bus" / "pci" / "devices"
     for dev in sorted(base.iterdir()) if base.is_dir() else []:
-        if _read(dev / "vendor") == NVIDIA and (_read(dev / "class") or "").startswith("0x03"):
+        pci_class = _hex(_read(dev / "class"))
+        # An unreadable class still lists an NVIDIA function: better an unknown row than a GPU dropped.
+        if _hex(_read(dev / "vendor")) == NVIDIA and (pci_class is None or pci_class.startswith("0x03")):
             out.append(dev.name)
     return out
 

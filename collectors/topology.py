@@ -25,7 +25,7 @@ def collect(gpus: list[dict[str, Any]] | None = None, sysfs_root: str = "/sys") 
     for g in entries:
         try:
             p = sysfs.placement(g["bus_id"], sysfs_root)
-        except FileNotFoundError:
+        except OSError:  # not in this tree, or unreadable: keep the GPU, with its placement unknown
             p = sysfs.GpuPlacement(bdf=g["bus_id"], host_bridge="?", numa_node=None, local_cpulist=None)
         places.append((g, p))
     n = len(places)

@@ -4,9 +4,10 @@ failures print one line and exit 2."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 from pcietrace import __version__
 from pcietrace.errors import PcietraceError
@@ -17,7 +18,7 @@ def _float_list(text: str) -> tuple[float, ...]:
         vals = tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not vals or any(v < 0 for v in vals):
+    if not vals or any(not math.isfinite(v) or v < 0 for v in vals):
         raise argparse.ArgumentTypeError(f"expected non-negative numbers, got {text!r}")
     return vals
 
@@ -36,6 +37,8 @@ def _repeats(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if v < 3:
         raise argparse.ArgumentTypeError("at least 3 repeats are needed for a median with a spread")
+    if v > 100_000:
+        raise argparse.ArgumentTypeError(f"at most 100000 repeats, got {v}")
     return v
 
 
@@ -45,13 +48,30 @@ def _gpu_count(text: str) -> int:
     return int(text)
 
 
-def _positive(text: str) -> float:
+def _number(low: float, high: float, low_open: bool = True) -> Callable[[str], float]:
+    """A finite number in (low, high] (``low_open``) or [low, high]; nan, inf and out-of-range are errors."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (math.isfinite(v) and (v > low if low_open else v >= low) and v <= high):
+            raise argparse.ArgumentTypeError(f"expected a number {'>' if low_open else '>='} {low:g} and "
+                                             f"<= {high:g}, got {text!r}")
+        return v
+    return parse
+
+
+_positive = _number(0, 1e6)
+
+
+def _seed(text: str) -> int:
     try:
-        v = float(text)
+        v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= v < 2**63:
+        raise argparse.ArgumentTypeError(f"expected a seed >= 0, got {text!r}")
     return v
 
 
@@ -98,22 +118,25 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--simulate", action="store_true", help="use a SIMULATED device modelled on a recorded H100 run")
     r.add_argument("--gpus", type=_gpu_count, default=1, metavar="N", help="with --simulate: simulate a box of N GPUs")
     r.add_argument("--quick", action="store_true", help="shorter windows and fewer durations/graph sizes")
-    r.add_argument("--window-s", type=_positive, default=None, help="length of each counter window in seconds (default 0.4, with --quick 0.1)")
+    r.add_argument("--window-s", type=_number(0.001, 3600, low_open=False), default=None,
+                   help="length of each counter window in seconds, 0.001..3600 (default 0.4, quick 0.1)")
     r.add_argument("--durations", type=_float_list, default=None, metavar="US,US,..",
                    help="kernel durations in us (default 0,2,5,10,20,50)")
     r.add_argument("--graph-k", type=_int_list, default=None, metavar="K,K,..",
                    help="kernels per graph for the graph fits (default 1,10,100,1000)")
-    r.add_argument("--sample-interval-ms", type=float, default=10.0,
+    r.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=10.0,
                    help="background counter sampling interval (0 = as fast as NVML answers, ~0.16 ms). Each NVML "
                         "read is itself ~30 KB of PCIe traffic (GSP RPC), so fast sampling adds a large floor; "
                         "window edges are always read exactly")
     r.add_argument("--throughput-api", action="store_true",
                    help="force NVML's low-resolution throughput API instead of the byte counters")
-    r.add_argument("-o", "--output", type=Path, default=None, help="folder to save the run in (default reports/<time>-<gpu>)")
+    r.add_argument("-o", "--output", type=Path, default=None, help="folder to save the run in: new, empty, or a saved run with --force "
+                        "(default reports/<time>-<gpu>-gpu<N>, with -2, -3... if taken)")
     r.add_argument("--no-save", action="store_true", help="do not save the run")
+    r.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
     r.add_argument("--json", action="store_true", help="the same as --format json")
     _output_options(r)
-    r.add_argument("--seed", type=int, default=0, help="random seed of the simulated device")
+    r.add_argument("--seed", type=_seed, default=0, help="random seed of the simulated device")
     r.add_argument("--no-latency", action="store_true", help="skip the latency suite (saves ~10 s per GPU)")
     r.add_argument("--repeats", type=_repeats, default=11, help="repeats of each latency test (host-timed ones do 20x)")
     r.add_argument("--us-per-level", type=_positive, default=0.3, help="round trip added per PCIe switch level (us), for the topology model")
@@ -145,8 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     "notices; median with spread over repeats. Saved like a run, for `compare`.")
     lt.add_argument("--gpu", default="all", help="CUDA device numbers, e.g. 0,1, or 'all'")
     lt.add_argument("--repeats", type=_repeats, default=11, help="repeats of each test (host-timed ones do 20x)")
-    lt.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-<gpu>-latency)")
+    lt.add_argument("-o", "--output", type=Path, default=None, help="folder to save in: new, empty, or a saved run with --force "
+                         "(default reports/<time>-<gpu>-gpu<N>-latency)")
     lt.add_argument("--no-save", action="store_true", help="do not save")
+    lt.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
     lt.add_argument("--json", action="store_true", help="the same as --format json")
     _output_options(lt)
     lt.set_defaults(func="cmd_latency")
@@ -157,10 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     "NVTX's and CUDA's injection hooks. The program's exit code is passed through.",
                         epilog="example:\n  pcietrace attach -- python train.py --steps 10")
     at.add_argument("--gpu", default="all", help="CUDA device numbers whose counters to sample, e.g. 0,1, or 'all'")
-    at.add_argument("--sample-interval-ms", type=float, default=0.5,
+    at.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=0.5,
                     help="counter sampling interval (0 = as fast as NVML answers). Range edges are interpolated between "
                          "samples: at rate R an edge is off by at most R x interval / 4; each read is ~30 KB of PCIe traffic")
-    at.add_argument("--idle-s", type=_positive, default=0.5, help="idle time sampled before the program, for the floor")
+    at.add_argument("--idle-s", type=_number(0, 3600), default=0.5, help="idle time sampled before the program, for the floor")
     at.add_argument("--baseline", type=Path, default=None,
                     help="take per-launch costs from this saved `pcietrace run` instead of measuring them on the spot")
     at.add_argument("--no-calibrate", action="store_true", help="skip the per-launch cost measurement (no overhead columns)")
@@ -181,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "~0.3 ms per edge; for short critical ranges). Without it, every edge wakes the samplers, "
                          "which read right after it without the program waiting")
     at.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-attach)")
+    at.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
     at.add_argument("--json", action="store_true",
                     help="the same as --format json; the program's own stdout is then sent to stderr, so stdout "
                          "carries the report alone (it is also saved in the report folder)")
@@ -222,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--sample-interval-ms", type=float, default=10.0, help="background counter sampling interval")
     gr.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-<gpu>-graphs)")
     gr.add_argument("--no-save", action="store_true", help="do not save")
+    gr.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
     gr.add_argument("--json", action="store_true", help="the same as --format json")
     _output_options(gr)
     gr.add_argument("--seed", type=int, default=0, help="seed of the parameter sets (and of the simulated device)")
@@ -230,20 +257,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    from pcietrace import commands  # imported here: `pcietrace --help` stays light
-
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        from pcietrace import commands  # imported here: `pcietrace --help` stays light
+
         return int(getattr(commands, args.func)(args))
     except PcietraceError as exc:
         print(f"pcietrace: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # also during the imports above; SIGTERM/SIGHUP carry their signal
         print("pcietrace: interrupted", file=sys.stderr)
-        return 130
+        return 128 + int(getattr(exc, "signum", 2))
     except BrokenPipeError:
         return 1

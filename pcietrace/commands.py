@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +44,19 @@ def _plan(args: argparse.Namespace) -> Any:
     return RunPlan(**kw)
 
 
-def _output_dir(args: argparse.Namespace, meta: dict[str, Any]) -> Path:
+def _run_folder(args: argparse.Namespace, meta: dict[str, Any], ordinals: list[int], suffix: str = "") -> Any:
+    """Where the run will be saved (checked and staged before measuring), or None with --no-save."""
+    from pcietrace.record.guard import RunFolder, default_folder
+
+    if getattr(args, "no_save", False):
+        return None
     if args.output is not None:
-        return args.output
-    name = meta["gpus"][0]["name"] if meta.get("gpus") else "gpu"
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    return Path("reports") / f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}{'-simulated' if meta['simulated'] else ''}"
+        return RunFolder(args.output, explicit=True, force=args.force)
+    return RunFolder(default_folder(meta, ordinals, suffix), explicit=False)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -59,6 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.record import guard
     from pcietrace.record.run import base_meta, record
     from pcietrace.session import Session
 
@@ -72,7 +78,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         params = sim.SimParams.default()
         host = sim.SimClock()
-        gpu_meta = [sim.gpu_records(params, args.gpus)[o] for o in parse_gpus(args.gpu, args.gpus)]
+        ordinals = parse_gpus(args.gpu, args.gpus)  # --gpu beyond the simulated box is an error, not ignored
+        gpu_meta = [sim.gpu_records(params, args.gpus)[o] for o in ordinals]
         devices = {g["nvml_index"]: sim.SimDevice(params, seed=args.seed + g["nvml_index"], host=host) for g in gpu_meta}
         gpus: list[tuple[dict[str, Any], Any]] = [(g, sim.SimBackend(devices[g["nvml_index"]])) for g in gpu_meta]
         sampler: Any = sim.SimSampler(devices)
@@ -98,8 +105,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from pcietrace.collectors import topology
 
         session.meta["topology"] = topology.collect([g for g, _ in gpus])
-    out_dir = None if args.no_save else _output_dir(args, session.meta)
-    interrupted = False
+    folder = _run_folder(args, session.meta, ordinals)
+    interrupted: KeyboardInterrupt | None = None
+    intr = guard.Interrupts.install()  # SIGTERM/SIGHUP save like Ctrl-C; a second signal waits for the save
     try:
         with Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err, transient=True, disable=args.json and not err.is_terminal) as prog:
@@ -122,22 +130,22 @@ def cmd_run(args: argparse.Namespace) -> int:
                 record_all(session, plan, cuda_openers(ordinals, args.throughput_api, args.sample_interval_ms),
                            None if args.no_latency else args.repeats, progress=advance, ordinals=ordinals,
                            note=lambda label: prog.update(task, description=label))
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as exc:
+        interrupted = exc
     finally:
-        # Whatever happened, keep what was recorded: raw data first, so no analysis error can lose it.
-        if out_dir is not None:
-            session.save(out_dir)
-        results = analyze(session, args.us_per_level) if session.meta.get("status") == "complete" else None
-        if out_dir is not None:
-            if results is not None:
-                session.save(out_dir, to_jsonable(results))
-            err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}", markup=False)
-    if interrupted:
-        err.print("interrupted" + (f"; `pcietrace report {out_dir}` shows what was recorded" if out_dir else ""), markup=False)
-        return 130
+        # Whatever happened, keep what was recorded: an analysis error still saves (and publishes) the raw data.
+        with intr.finishing():
+            results, out_dir = guard.finish(
+                session, folder, lambda: analyze(session, args.us_per_level) if session.meta.get("status") == "complete"
+                else None, to_jsonable, _say)
+            if out_dir is not None:
+                err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}", markup=False, soft_wrap=True)
+    if interrupted is not None:
+        err.print("interrupted" + (f"; `pcietrace report {out_dir}` shows what was recorded" if out_dir else ""),
+                  markup=False, soft_wrap=True)
+        return guard.exit_code(interrupted)
     _emit(session.meta, results, args)
-    return 0
+    return 0 if folder is None or out_dir is not None else 2
 
 
 def _check_plot(args: argparse.Namespace) -> None:
@@ -163,7 +171,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.perfetto is not None:
         if session.meta.get("kind") != "attach":
             raise UsageError("--perfetto needs a report made by `pcietrace attach`")
-        _write_perfetto(session, results, args.perfetto)
+        try:
+            _write_perfetto(session, results, args.perfetto)
+        except OSError as exc:
+            raise UsageError(f"cannot write the Perfetto trace to {args.perfetto}: {exc.strerror or exc}") from None
     _emit(session.meta, results, args)
     return 0
 
@@ -208,29 +219,36 @@ def cmd_latency(args: argparse.Namespace) -> int:
     from pcietrace.device import backend, cuda
     from pcietrace.analysis import analyze, to_jsonable
     from pcietrace.collectors import topology
+    from pcietrace.record import guard
     from pcietrace.record.latency import LatencyProbe, measure
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.session import Session
 
     try:
-        gpus = backend.open_gpus(parse_gpus(args.gpu, cuda.device_count()))
+        ordinals = parse_gpus(args.gpu, cuda.device_count())
+        gpus = backend.open_gpus(ordinals)
     except NoGpuError as exc:
         raise NoGpuError(f"{exc}; `pcietrace topo` works without a GPU") from None
     session = Session(meta=base_meta(RunPlan(), False))
     session.meta.update(kind="latency", status="running", driver=backend.driver_version(), gpus=[g for g, _ in gpus],
                         topology=topology.collect([g for g, _ in gpus]))
     err = Console(stderr=True)
-    with err.status("measuring latency") as status:
-        session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
-                                  progress=lambda label: status.update(label))
+    folder = _run_folder(args, session.meta, ordinals, "-latency")
+    try:
+        with guard.Interrupts(), err.status("measuring latency") as status:
+            session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
+                                      progress=lambda label: status.update(label))
+    except BaseException:
+        if folder is not None:
+            folder.discard()  # nothing was recorded: no folder at all
+        raise
     session.meta["status"] = "complete"
-    results = analyze(session)
-    if not args.no_save:
-        out = args.output or Path(str(_output_dir(args, session.meta)) + "-latency")
-        session.save(out, to_jsonable(results))
-        err.print(f"saved to {out}", markup=False)
+    with guard.Interrupts.install().finishing():
+        results, out = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
+    if out is not None:
+        err.print(f"saved to {out}", markup=False, soft_wrap=True)
     _emit(session.meta, results, args)
-    return 0
+    return 0 if folder is None or out is not None else 2
 
 
 def _launch_costs(args: argparse.Namespace, ordinal: int) -> dict[str, Any] | None:
@@ -261,6 +279,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     from pcietrace.analysis import analyze, to_jsonable
     from pcietrace.collectors import CounterSampler, edges, nvml, topology
     from pcietrace.device import cuda
+    from pcietrace.record import guard
     from pcietrace.record.attach import (edge_samples, idle_windows, injection_env, processes, read_traces,
                                          run_program)
     from pcietrace.record.run import RunPlan, base_meta
@@ -289,7 +308,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     session.meta.update(kind="attach", command=cmd, gpus=gpus, driver=nvml.driver_version(), launch_costs=costs,
                         sample_interval_ms=args.sample_interval_ms, topology=topology.collect(gpus),
                         launch_counter=counter, exact_edges=args.exact_edges, sampler_duty=args.sampler_duty)
-    out_dir = args.output or Path("reports") / f"{time.strftime('%Y%m%d-%H%M%S')}-attach"
+    folder = _run_folder(args, session.meta, ordinals, "-attach")  # checked before the program runs
     trace_dir = Path(tempfile.mkdtemp(prefix="pcietrace-"))
     edge_file = edges.create()
     if not 0 < args.sampler_duty <= 1:
@@ -319,14 +338,12 @@ def cmd_attach(args: argparse.Namespace) -> int:
         os.unlink(edge_file)
         if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
             session.meta.update(kind="attach-failed", status="interrupted before the program ran")
-        session.save(out_dir)  # raw data first: nothing below can lose it
-        results = analyze(session)
-        session.save(out_dir, to_jsonable(results))
-        if session.meta["kind"] == "attach":
+        results, out_dir = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
+        if out_dir is not None and session.meta["kind"] == "attach":
             _write_perfetto(session, results, out_dir / "trace.json")
-            err.print(f"saved to {out_dir} (Perfetto trace: {out_dir / 'trace.json'})", markup=False)
-        else:
-            err.print(f"saved what was recorded to {out_dir}", markup=False)
+            err.print(f"saved to {out_dir} (Perfetto trace: {out_dir / 'trace.json'})", markup=False, soft_wrap=True)
+        elif out_dir is not None:
+            err.print(f"saved what was recorded to {out_dir}", markup=False, soft_wrap=True)
     _emit(session.meta, results, args)
     return rc
 
@@ -368,7 +385,7 @@ def cmd_graphs(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from pcietrace.analysis import analyze, to_jsonable
-    from pcietrace.record import graphs
+    from pcietrace.record import graphs, guard
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.session import Session
 
@@ -382,20 +399,25 @@ def cmd_graphs(args: argparse.Namespace) -> int:
         raise NoGpuError(f"{exc}; `pcietrace graphs --simulate` runs on a simulated device") from None
     session = Session(meta={**base_meta(RunPlan(), args.simulate), **graphs.meta_for(plan, device), **extra, "gpus": [gpu]})
     session.meta.pop("plan")  # that is `run`'s plan; this run's is graphs_plan
-    out_dir = None if args.no_save else (args.output or Path(str(_output_dir(args, session.meta)) + "-graphs"))
+    folder = _run_folder(args, session.meta, [args.gpu], "-graphs")
     err = Console(stderr=True)
+    interrupted: KeyboardInterrupt | None = None
+    intr = guard.Interrupts.install()
     try:
         with err.status("graphs") as status:
             graphs.record(session, plan, device, gpu["nvml_index"], sampler, probe, progress=status.update)
+    except KeyboardInterrupt as exc:
+        interrupted = exc
     finally:
-        if out_dir is not None:
-            session.save(out_dir)  # raw data first, so no analysis error can lose it
-    results = analyze(session)
-    if out_dir is not None:
-        session.save(out_dir, to_jsonable(results))
-        err.print(f"saved to {out_dir}", markup=False)
+        with intr.finishing():
+            results, out_dir = guard.finish(session, folder, lambda: analyze(session) if interrupted is None else None,
+                                            to_jsonable, _say)
+            if out_dir is not None:
+                err.print(f"saved to {out_dir}", markup=False, soft_wrap=True)
+    if interrupted is not None:
+        return guard.exit_code(interrupted)
     _emit(session.meta, results, args)
-    return 0
+    return 0 if folder is None or out_dir is not None else 2
 
 
 def _compare_attach(args: argparse.Namespace, sessions: list[Any]) -> int:

@@ -29,3 +29,18 @@ class CudaError(PcietraceError):
     def __init__(self, call: str, code: int, name: str, detail: str = "") -> None:
         self.call, self.code, self.name = call, code, name
         super().__init__(f"{call} failed: {name} ({code}){': ' + detail if detail else ''}")
+
+
+class ReportError(UsageError):
+    """A saved report is damaged, incomplete or from a newer pcietrace; the message names the file and field."""
+
+
+class DataError(PcietraceError):
+    """Recorded data break an invariant the analysis relies on (time order, finite counters, known counter
+    modes, positive windows): refusing beats printing wrong figures."""
+
+
+def one_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception's message on one line, shortened to ``limit`` characters (for the one-line errors)."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

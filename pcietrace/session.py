@@ -16,9 +16,10 @@ from typing import Any
 
 import pandas as pd
 
-from pcietrace.errors import UsageError
+from pcietrace import schema
+from pcietrace.errors import ReportError, one_line
 
-SCHEMA = "pcietrace.report/1"
+SCHEMA = schema.SCHEMA
 TABLES = ("windows", "bursts", "e2e", "calibration", "latency", "graphs")
 REPORT_FILE = "report.json"
 SAMPLES_FILE = "samples.parquet"
@@ -53,7 +54,7 @@ class Session:
     @property
     def counters(self) -> dict[int, dict[str, Any]]:
         """Per NVML index: the counter source (``mode``: fields/throughput, ``bits``)."""
-        return {int(g["nvml_index"]): g.get("counter", {"mode": "fields", "bits": 32}) for g in self.meta.get("gpus", [])}
+        return {int(g["nvml_index"]): g.get("counter") or {"mode": "fields", "bits": 32} for g in self.meta.get("gpus", [])}
 
     def save(self, directory: Path, results: dict[str, Any] | None = None) -> Path:
         """Write the session (and, if given, analysis results as JSON-ready data) to ``directory``."""
@@ -70,23 +71,47 @@ class Session:
 
     @classmethod
     def load(cls, path: Path) -> "Session":
-        """Load a saved session from its folder or its ``report.json``."""
+        """Load a saved session from its folder or its ``report.json``, checked against
+        :mod:`pcietrace.schema`. Anything damaged, missing or from a newer schema raises
+        :class:`~pcietrace.errors.ReportError` naming the file and the field."""
         path = Path(path)
         report = path / REPORT_FILE if path.is_dir() else path
         if not report.is_file():
-            raise UsageError(f"no pcietrace report at {path}")
+            raise ReportError(f"no pcietrace report at {path}")
         try:
-            doc = json.loads(report.read_text())
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"{report} is not a readable JSON report ({exc})") from exc
-        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-            raise UsageError(f"{report} is not a {SCHEMA} report (schema: {doc.get('schema') if isinstance(doc, dict) else None})")
-        samples_path = report.parent / SAMPLES_FILE
-        samples = pd.read_parquet(samples_path) if samples_path.is_file() else _empty()
-        tables = {t: pd.DataFrame.from_records(doc["tables"].get(t, [])) for t in TABLES}
-        events_path = report.parent / EVENTS_FILE
-        events = pd.read_parquet(events_path) if events_path.is_file() else _empty()
+            doc = json.loads(report.read_bytes())
+        except RecursionError:
+            raise ReportError(f"{report} is not a readable JSON report (nested too deeply)") from None
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise ReportError(f"{report} is not a readable JSON report ({one_line(exc)})") from None
+        try:
+            schema.check_doc(doc)
+        except schema.Invalid as exc:
+            raise ReportError(f"{report}: {exc}") from None
+        tables = {t: _table(report, t, pd.DataFrame.from_records(doc["tables"].get(t, [])), doc["meta"]) for t in TABLES}
+        samples = _parquet(report.parent / SAMPLES_FILE, doc["meta"], required=True)
+        events = _parquet(report.parent / EVENTS_FILE, doc["meta"], required=False)
         return cls(meta=doc["meta"], samples=samples, events=events, **tables)
+
+
+def _table(file: Path, name: str, df: pd.DataFrame, meta: dict[str, Any]) -> pd.DataFrame:
+    """``df`` checked against the declared columns of table ``name`` (errors name ``file``)."""
+    try:
+        return schema.check_table(df, name, schema.table_columns(name, meta))
+    except schema.Invalid as exc:
+        raise ReportError(f"{file}: {exc}") from None
+
+
+def _parquet(file: Path, meta: dict[str, Any], required: bool) -> pd.DataFrame:
+    if not file.is_file():
+        if required:
+            raise ReportError(f"{file} is missing: the report's raw samples are needed to analyse it")
+        return _empty()
+    try:
+        df = pd.read_parquet(file)
+    except Exception as exc:  # pyarrow raises its own types for truncated or garbage files; all mean "damaged"
+        raise ReportError(f"{file} is not a readable Parquet table ({one_line(exc)})") from None
+    return _table(file, file.stem, df, meta)
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from pcietrace.analysis import attribution, counters, floor, gpus, launch
+from pcietrace.analysis import attribution, counters, floor, gpus, launch, validate
 from pcietrace.analysis import graphs as graphs_analysis
 from pcietrace.analysis import latency as latency_analysis
 from pcietrace.session import Session
@@ -23,7 +23,9 @@ RESULT_TABLES = ("sampling", "per_gpu", "floor", "calibration", "per_launch", "p
 
 def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_PER_LEVEL) -> dict[str, pd.DataFrame]:
     """All result tables of a session (tables whose inputs are missing come back empty).
-    ``us_per_level``: round trip added per PCIe switch level, for the topology model."""
+    ``us_per_level``: round trip added per PCIe switch level, for the topology model. A session that
+    breaks an invariant the figures rely on raises :class:`~pcietrace.errors.DataError` first."""
+    validate.check(session)
     out: dict[str, pd.DataFrame] = {t: pd.DataFrame() for t in RESULT_TABLES}
     s = session
     if len(s.samples):
@@ -57,7 +59,7 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
     if len(s.latency):
         out["latency"] = latency_analysis.summary(s.latency)
         if len(out["gpu_time"]):
-            levels = {g["nvml_index"]: g["switch_levels"] for g in s.meta.get("topology", {}).get("gpus", [])
+            levels = {g["nvml_index"]: g["switch_levels"] for g in (s.meta.get("topology") or {}).get("gpus", [])
                       if g.get("nvml_index") is not None}
             out["topology_model"] = latency_analysis.topology_model(out["gpu_time"], out["latency"], levels, us_per_level)
     if not attach:

@@ -68,11 +68,12 @@ def sample_gaps(samples: pd.DataFrame, bits: int = 32) -> pd.DataFrame:
         d = np.diff(t) if t.size > 1 else np.array([0])
         span_s = (t[-1] - t[0]) / 1e9 if t.size > 1 else float("nan")
         rows.append({"nvml_index": int(idx), "samples": int(t.size),
-                     "rate_hz": (t.size - 1) / span_s if t.size > 1 else float("nan"),
+                     "rate_hz": (t.size - 1) / span_s if t.size > 1 and span_s > 0 else float("nan"),
                      "median_gap_us": float(np.median(d)) / 1e3, "max_gap_us": float(d.max()) / 1e3,
                      "median_read_us": float(g["read_ns"].median()) / 1e3,
                      "wrap_risk": bool(d.max() / 1e9 * MAX_LINK_BPS >= 2**bits)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["nvml_index", "samples", "rate_hz", "median_gap_us", "max_gap_us",
+                                       "median_read_us", "wrap_risk"])
 
 
 def window_bytes(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
@@ -115,7 +116,8 @@ def subtract_floor(wb: pd.DataFrame, fl: pd.DataFrame) -> pd.DataFrame:
     """Adds ``tx_net_bytes``/``rx_net_bytes``: window bytes minus floor rate x window duration."""
     out = wb.merge(fl[["nvml_index", "tx_Bps", "rx_Bps"]], on="nvml_index", how="left")
     for d in ("tx", "rx"):
-        out[f"{d}_net_bytes"] = out[f"{d}_bytes"] - out[f"{d}_Bps"].fillna(0.0) * out["duration_s"]
+        out[f"{d}_net_bytes"] = (out[f"{d}_bytes"].astype(float)
+                                 - out[f"{d}_Bps"].astype(float).fillna(0.0) * out["duration_s"])
     return out.drop(columns=["tx_Bps", "rx_Bps"])
 
 

@@ -56,4 +56,7 @@ def topology_model(gpu_time: pd.DataFrame, lat: pd.DataFrame, switch_levels: dic
                          "us_per_level": us_per_level, "added_us_per_level": added,
                          "eager_gpu_us": r.eager_gpu_us, "share_per_level_pct": added / r.eager_gpu_us * 100,
                          "eager_gpu_us_plus1": r.eager_gpu_us + added, "eager_gpu_us_plus2": r.eager_gpu_us + 2 * added})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if len(out):  # whole numbers or None (a GPU the topology does not place), never NaN
+        out["switch_levels"] = pd.Series([r["switch_levels"] for r in rows], dtype=object)
+    return out

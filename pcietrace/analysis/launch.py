@@ -14,6 +14,11 @@ import pandas as pd
 from pcietrace.analysis.fit import linear_fit
 
 DIRECTIONS = {"h2d": "rx", "d2h": "tx"}
+BY_DURATION_COLUMNS = ["nvml_index", "kernel_us", "launches", "achieved_rate_hz", "h2d_bytes_per_launch",
+                       "d2h_bytes_per_launch"]
+PER_LAUNCH_COLUMNS = ["nvml_index", "mode", "graph_k", "direction", "bytes_per_call", "ci95", "bytes_per_kernel",
+                      "intercept_bytes", "intercept_Bps", "intercept_ci95_Bps", "floor_Bps", "intercept_ok", "r2", "n"]
+PER_NODE_COLUMNS = ["nvml_index", "direction", "fixed_bytes", "fixed_ci95", "per_node_bytes", "per_node_ci95", "ks"]
 
 #: Launch paths (``path`` column of bursts, windows and e2e records) and how tables name them.
 #: Reports from before the native loops have no ``path``: their loops ran in Python.
@@ -56,7 +61,7 @@ def per_launch_fits(wb: pd.DataFrame, fl: pd.DataFrame) -> pd.DataFrame:
                          "bytes_per_kernel": f["slope"] / k, "intercept_bytes": f["intercept"], "intercept_Bps": icpt, "intercept_ci95_Bps": icpt_ci,
                          "floor_Bps": floor_bps, "intercept_ok": bool(abs(icpt) <= icpt_ci),
                          "r2": f["r2"], "n": f["n"]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=PER_LAUNCH_COLUMNS)
 
 
 FIT_WINDOW_COLUMNS = ["nvml_index", "mode", "graph_k", "calls", "duration_s", "h2d_net_bytes", "d2h_net_bytes"]
@@ -81,7 +86,7 @@ def per_node(fits: pd.DataFrame) -> pd.DataFrame:
         rows.append({"nvml_index": int(idx), "direction": direction, "fixed_bytes": f["intercept"],
                      "fixed_ci95": f["intercept_ci95"], "per_node_bytes": f["slope"],
                      "per_node_ci95": f["slope_ci95"], "ks": f["n"]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=PER_NODE_COLUMNS)
 
 
 def by_duration(wb: pd.DataFrame) -> pd.DataFrame:
@@ -91,8 +96,9 @@ def by_duration(wb: pd.DataFrame) -> pd.DataFrame:
     sel = wb[(wb["mode"] == "eager") & wb["target_rate_hz"].isna() & (wb["launches"] > 0)]
     out = sel[["nvml_index", "kernel_us", "launches", "achieved_rate_hz"]].copy()
     for direction, c in DIRECTIONS.items():
-        out[f"{direction}_bytes_per_launch"] = sel[f"{c}_net_bytes"] / sel["launches"]
-    return out.groupby(["nvml_index", "kernel_us"], as_index=False).mean(numeric_only=True)
+        # float: windows no sample covers have NaN bytes, which must stay a column, not vanish from the mean
+        out[f"{direction}_bytes_per_launch"] = sel[f"{c}_net_bytes"].astype(float) / sel["launches"]
+    return out.groupby(["nvml_index", "kernel_us"], as_index=False)[BY_DURATION_COLUMNS[2:]].mean()
 
 
 def cpu_cost(bursts: pd.DataFrame) -> pd.DataFrame:

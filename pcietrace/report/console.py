@@ -202,11 +202,11 @@ def model_table(m: pd.DataFrame) -> Table:
 
 
 def _hop(h: dict[str, Any]) -> str:
-    link = f" {h['link_speed'].replace(' PCIe', '')} x{h['link_width']}" if h.get("link_speed") else ""
+    link = f" {h['link_speed'].replace(' PCIe', '')} x{_unknown(h['link_width'])}" if h.get("link_speed") else ""
     best = ""
     if h.get("max_link_speed") and (h["max_link_speed"], h["max_link_width"]) != (h.get("link_speed"), h.get("link_width")):
-        best = f" (max {h['max_link_speed'].replace(' PCIe', '')} x{h['max_link_width']})"
-    return f"{h['bdf']} {h['role']} {str(h.get('vendor', ''))[2:]}:{str(h.get('device', ''))[2:]}{link}{best}"
+        best = f" (max {h['max_link_speed'].replace(' PCIe', '')} x{_unknown(h['max_link_width'])})"
+    return esc(f"{h['bdf']} {h['role']} {_id(h.get('vendor'))}:{_id(h.get('device'))}{link}{best}")
 
 
 def topology_tables(topo: dict[str, Any]) -> list[Any]:
@@ -220,8 +220,8 @@ def topology_tables(topo: dict[str, Any]) -> list[Any]:
     for g in topo.get("gpus", []):
         label = gpu_label(g["nvml_index"]) if g.get("nvml_index") is not None else esc(g["bdf"])
         model = [esc(short_name(g.get("name"))) if g.get("name") else "–"] if named else []
-        t.add_row(label, *model, esc(g["bdf"]), esc(g.get("numa_node")), esc(g.get("local_cpulist")),
-                  esc(g.get("switch_levels")))
+        t.add_row(label, *model, esc(g["bdf"]), esc(_unknown(g.get("numa_node"))),
+                  esc(_unknown(g.get("local_cpulist"))), esc(_unknown(g.get("switch_levels"))))
         paths.append("\n".join([f"{label}: {g['host_bridge']}"] + [f"  {_hop(h)}" for h in g.get("hops", [])]))
     parts: list[Any] = [t, Text("PCIe path from the root complex down:\n" + "\n".join(paths), style="dim")]
     labels = topo.get("labels", [])
@@ -542,3 +542,13 @@ def language_table(lang: pd.DataFrame) -> Table:
 
 
 RENDERERS.append(("host_cost_by_language", language_table))
+
+
+def _unknown(v: Any) -> str:
+    """A sysfs value for display, '?' where it is unknown."""
+    return "?" if v is None else str(v)
+
+
+def _id(v: Any) -> str:
+    """A PCI id ("0x10de") without its "0x", '?' where it is unknown."""
+    return v[2:] if isinstance(v, str) and v.startswith("0x") else "?"

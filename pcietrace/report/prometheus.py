@@ -78,8 +78,6 @@ def families(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> Iterator
                      [(g.get("nvml_index"), (), g.get("switch_levels")) for g in topo])
     rg = table("ranges")
     if len(rg):
-        from prometheus_client.core import GaugeMetricFamily
-
         host = str(meta.get("host", ""))
         gpus = ",".join(str(g["nvml_index"]) for g in meta.get("gpus", []))
         base = ["Hostname", "gpu", "range", "domain"]

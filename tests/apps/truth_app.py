@@ -86,7 +86,6 @@ def torch_work(dev: int):
 
 
 def bindings_work(dev: int):
-    import numpy as np
     from cuda.bindings import driver as drv, nvrtc
 
     def ok(r):

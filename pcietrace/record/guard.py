@@ -1,0 +1,200 @@
+"""Never lose a run: the output folder is settled before measuring, saved atomically, and kept through
+signals.
+
+- :class:`RunFolder` checks (and creates) where a run will go before anything is measured, so a
+  read-only folder or a ``reports`` that is a file fails up front; the run is written into a hidden
+  staging folder beside it and renamed into place in one step, so a folder is either a whole (possibly
+  partial) report or absent, never empty or half-written; a taken name gets ``-2``, ``-3``...
+- :class:`Interrupts` turns SIGTERM and SIGHUP (``timeout``, ``kill``, a closed terminal) into the same
+  :class:`KeyboardInterrupt` as Ctrl-C, and holds a second signal while the recording is being saved.
+- :func:`finish` analyses, saves (the raw data alone if the analysis fails) and publishes; if saving
+  fails it says so in one line and the results are still returned for printing.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any, Callable, Iterator
+
+from pcietrace.errors import UsageError, one_line
+from pcietrace.session import REPORT_FILE, SAMPLES_FILE
+
+#: A folder holding either of these is a saved run.
+RUN_FILES = (REPORT_FILE, SAMPLES_FILE)
+SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, delivered like Ctrl-C so the same code saves what was recorded."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The shell's code for a run ended by ``exc``: 128 + the signal (130 for Ctrl-C)."""
+    return 128 + (exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
+
+
+def default_folder(meta: dict[str, Any], ordinals: list[int], suffix: str = "") -> Path:
+    """``reports/<time>-<gpu model>-gpu<ordinals>[-simulated]<suffix>``: runs on different GPUs of one box
+    started in the same second get different names (and :meth:`RunFolder.publish` adds ``-2``... on top)."""
+    name = meta["gpus"][0].get("name", "gpu") if meta.get("gpus") else "gpu"
+    slug = re.sub(r"[^a-z0-9]+", "-", str(name).lower()).strip("-") or "gpu"
+    sel = "gpu" + "-".join(str(o) for o in ordinals) if ordinals else "gpu"
+    sim = "-simulated" if meta.get("simulated") and "simulated" not in slug else ""
+    return Path("reports") / f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}-{sel}{sim}{suffix}"
+
+
+def is_run(path: Path) -> bool:
+    return any((path / f).exists() for f in RUN_FILES)
+
+
+class RunFolder:
+    """Where a run will be saved, settled before measuring.
+
+    ``target``: the folder asked for (``-o``) or the default name; ``explicit``: it came from ``-o``
+    (an existing run there is refused unless ``force``; a default name just takes the next suffix).
+    ``staging``: the hidden sibling folder the run is written into until :meth:`publish`.
+    """
+
+    def __init__(self, target: Path, explicit: bool = True, force: bool = False) -> None:
+        self.target, self.explicit, self.force = Path(target), explicit, force
+        t = self.target
+        if t.exists() or t.is_symlink():
+            if not t.is_dir():
+                raise UsageError(f"cannot save to {t}: it exists and is not a folder")
+            if explicit and is_run(t) and not force:
+                raise UsageError(f"{t} already holds a pcietrace run: pass --force to replace it, or choose another -o")
+            if explicit and not is_run(t) and any(t.iterdir()):
+                raise UsageError(f"cannot save to {t}: the folder is not empty and holds no pcietrace run")
+        try:
+            t.parent.mkdir(parents=True, exist_ok=True)
+            self.staging = Path(tempfile.mkdtemp(prefix=f".{t.name}.partial-", dir=t.parent))
+        except OSError as exc:
+            raise UsageError(f"cannot save to {t}: {exc.strerror or exc} ({exc.filename or t.parent})") from None
+
+    def publish(self) -> Path:
+        """Move the staged run into place in one rename and return where it went. The target taken by
+        now (another run finished first) -> the next free ``-2``, ``-3``...; ``force`` replaces a run there."""
+        if self.force and self.target.is_dir() and is_run(self.target):
+            old = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.replaced-", dir=self.target.parent))
+            os.replace(self.target, old / "run")  # aside first: the new run lands in one rename below
+            try:
+                os.replace(self.staging, self.target)
+            except OSError:
+                os.replace(old / "run", self.target)  # the old run stays where it was
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+            return self.target
+        for n in range(1, 1000):
+            dest = self.target if n == 1 else self.target.with_name(f"{self.target.name}-{n}")
+            try:
+                os.rename(self.staging, dest)  # replaces only an empty folder; fails on a non-empty one or a file
+                return dest
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                    raise
+        raise UsageError(f"no free folder name next to {self.target}")
+
+    def discard(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+class Interrupts:
+    """While active (a context manager, main thread only): the first SIGINT, SIGTERM or SIGHUP raises
+    :class:`KeyboardInterrupt` (:class:`Terminated` for the last two); inside :meth:`held` (saving) one
+    more waits until the block ends instead of cutting the save short; a third gives up waiting."""
+
+    def __init__(self) -> None:
+        self.fired: BaseException | None = None
+        self.pending: list[int] = []
+        self._holding = False
+        self._old: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        exc = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+        if self._holding and len(self.pending) < 2:
+            self.pending.append(signum)
+            return
+        if self.fired is None:
+            self.fired = exc
+        raise exc
+
+    def __enter__(self) -> "Interrupts":
+        if threading.current_thread() is threading.main_thread():
+            self._old = {s: signal.signal(s, self._handler) for s in SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+        self._old = {}
+
+    @classmethod
+    def install(cls) -> "Interrupts":
+        """Active until :meth:`finishing` ends (for a ``try`` whose ``finally`` saves)."""
+        return cls().__enter__()
+
+    @contextmanager
+    def finishing(self) -> Iterator[None]:
+        """:meth:`held` for the save, then the previous handlers back."""
+        try:
+            with self.held():
+                yield
+        finally:
+            self.__exit__()
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Signals wait while the block runs; one that arrived is raised after it (unless the run was
+        already interrupted, which is being handled)."""
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+            if self.pending and self.fired is None:
+                signum = self.pending[0]
+                self.fired = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+                raise self.fired
+
+
+def finish(session: Any, folder: RunFolder | None, analyze: Callable[[], Any], to_jsonable: Callable[[Any], Any],
+           say: Callable[[str], None]) -> tuple[Any, Path | None]:
+    """Run ``analyze`` (None: nothing to analyse), save ``session`` with the results into ``folder``'s
+    staging folder, then publish it. Returns ``(results, saved path or None)``. If ``analyze`` fails the
+    raw data are saved and published before its error propagates; a save that fails is one line through
+    ``say`` and the results are returned all the same; nothing half-written is left behind."""
+    where, results = None, None
+    try:
+        try:
+            results = analyze()
+        finally:
+            if folder is not None:
+                where = _save(session, folder, results, to_jsonable, say)
+    finally:
+        if folder is not None and where is None:
+            folder.discard()  # a half-written staging folder never stays behind
+    return results, where
+
+
+def _save(session: Any, folder: RunFolder, results: Any, to_jsonable: Callable[[Any], Any],
+          say: Callable[[str], None]) -> Path | None:
+    try:
+        session.save(folder.staging, to_jsonable(results) if results is not None else None)
+        return folder.publish()
+    except Exception as exc:  # disk full, folder removed under us...: say so, the results still print
+        say(f"pcietrace: error: could not save the run to {folder.target}: {one_line(exc)}")
+        return None

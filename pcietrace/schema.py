@@ -1,0 +1,193 @@
+"""The declared shape of a saved report: ``report.json``'s metadata keys and types, and each table's
+columns. :func:`check_doc` and :func:`check_table` raise :class:`Invalid` naming the field;
+:meth:`pcietrace.session.Session.load` turns that into a :class:`~pcietrace.errors.ReportError` naming
+the file too. Unknown extra keys are allowed (a later schema-1 writer may add some)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import pandas as pd
+
+from pcietrace.collectors.sampler import SAMPLE_COLUMNS
+
+SCHEMA_NAME = "pcietrace.report"
+SCHEMA_VERSION = 1
+SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
+
+
+class Invalid(Exception):
+    """``where``: the field (``meta.gpus[0].nvml_index``); the message says what was wrong."""
+
+    def __init__(self, where: str, what: str) -> None:
+        self.where, self.what = where, what
+        super().__init__(f"{where}: {what}")
+
+
+Check = Callable[[Any, str], None]
+
+
+def _show(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _type(name: str, ok: Callable[[Any], bool]) -> Check:
+    def check(v: Any, where: str) -> None:
+        if not ok(v):
+            raise Invalid(where, f"expected {name}, got {_show(v)}")
+    return check
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+INT = _type("a 64-bit integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63)
+NUM = _type("a number", lambda v: _is_num(v) and (isinstance(v, float) or -2**63 <= v < 2**63))
+FINITE = _type("a finite number >= 0", lambda v: _is_num(v) and math.isfinite(v) and v >= 0)
+STR = _type("a string", lambda v: isinstance(v, str))
+BOOL = _type("true or false", lambda v: isinstance(v, bool))
+
+
+def opt(check: Check) -> Check:
+    """``check``, or null."""
+    return lambda v, where: None if v is None else check(v, where)
+
+
+def list_of(check: Check) -> Check:
+    def run(v: Any, where: str) -> None:
+        if not isinstance(v, list):
+            raise Invalid(where, f"expected a list, got {_show(v)}")
+        for i, x in enumerate(v):
+            check(x, f"{where}[{i}]")
+    return run
+
+
+def obj(required: dict[str, Check], optional: dict[str, Check] | None = None) -> Check:
+    def run(v: Any, where: str) -> None:
+        if not isinstance(v, dict):
+            raise Invalid(where, f"expected an object, got {_show(v)}")
+        for key, check in required.items():
+            if key not in v:
+                raise Invalid(f"{where}.{key}", "missing")
+            check(v[key], f"{where}.{key}")
+        for key, check in (optional or {}).items():
+            if key in v:
+                check(v[key], f"{where}.{key}")
+    return run
+
+
+COUNTER = obj({"mode": STR, "bits": INT})
+GPU = obj({"nvml_index": INT}, {"cuda_ordinal": opt(INT), "name": STR, "bus_id": STR, "uuid": opt(STR),
+                                "counter": COUNTER, "pcie_gen_current": opt(INT), "pcie_gen_max": opt(INT),
+                                "pcie_width_current": opt(INT), "pcie_width_max": opt(INT), "numa_node": opt(INT)})
+HOP = obj({"bdf": STR, "role": STR, "vendor": STR, "device": STR, "link_speed": opt(STR), "link_width": opt(INT),
+           "max_link_speed": opt(STR), "max_link_width": opt(INT)}, {"pci_class": STR})
+TOPOLOGY = obj({"gpus": list_of(obj({"bdf": STR, "host_bridge": STR, "hops": list_of(HOP), "switch_levels": opt(INT)},
+                                    {"numa_node": opt(INT), "local_cpulist": opt(STR), "nvml_index": opt(INT),
+                                     "name": opt(STR)}))},
+               {"source": STR, "sysfs_root": opt(STR), "labels": list_of(STR), "matrix": list_of(list_of(STR)),
+                "nvlinks": list_of(list_of(INT)), "notes": list_of(STR)})
+LAUNCH_COSTS = obj({"host_us_per_eager_launch": NUM, "host_us_per_graph_launch": NUM, "wall_us_per_kernel_eager": NUM,
+                    "wall_us_per_kernel_graph": NUM, "source": STR})
+PROCESS = obj({"pid": INT, "nvtx": BOOL, "cupti": STR, "ranges": INT}, {"devices": list_of(STR)})
+META = obj({"gpus": list_of(GPU)},
+           {"simulated": BOOL, "status": STR, "kind": STR, "topology": opt(TOPOLOGY), "launch_costs": opt(LAUNCH_COSTS),
+            "t_app_start_ns": INT, "t_app_end_ns": INT, "exit_code": opt(INT), "processes": list_of(PROCESS),
+            "sample_interval_ms": FINITE, "driver": opt(STR), "host": STR, "created": STR, "sim_source": STR,
+            "plan": obj({}), "command": list_of(STR), "failed_reads": obj({}), "exact_edges": BOOL,
+            "sampler_duty": FINITE, "graphs_plan": obj({}), "timing": STR})
+ATTACH_META = obj({"t_app_start_ns": INT, "t_app_end_ns": INT})
+DOC = obj({"schema": STR, "meta": META, "tables": obj({})}, {"results": obj({})})
+
+#: Column kinds: "int" (integers, no nulls), "num" (numbers, nulls allowed), "str" (strings, nulls
+#: allowed), "bool" (true/false, no nulls).
+WINDOW_COLUMNS = {"nvml_index": "int", "mode": "str", "t_start_ns": "int", "t_end_ns": "int"}
+TABLE_COLUMNS: dict[str, dict[str, str]] = {
+    "samples": {c: "int" if c in ("nvml_index", "t_ns") else "num" for c in SAMPLE_COLUMNS},
+    "windows": WINDOW_COLUMNS,
+    "bursts": {"nvml_index": "int", "mode": "str", "graph_k": "int", "kernel_us": "num", "calls": "num",
+               "launches": "num", "host_ns": "num", "cpu_ns": "num", "gpu_ns": "num", "saturated": "bool"},
+    "e2e": {"nvml_index": "int", "mode": "str", "graph_k": "int", "kernel_us": "num", "launches": "num",
+            "wall_ns": "num"},
+    "calibration": {"nvml_index": "int", "kernel_us": "num", "measured_us": "num", "min_us": "num", "max_us": "num"},
+    "latency": {"nvml_index": "int", "test": "str", "peer": "int", "value_us": "num"},
+    "events": {"t_ns": "int", "tid": "int", "event": "str", "domain": "str", "id": "int", "depth": "int",
+               "eager_thread": "int", "graph_thread": "int", "eager_process": "int", "graph_process": "int",
+               "message": "str", "pid": "int"},
+    # `pcietrace graphs`: one row per timed iteration (see pcietrace.record.graphs)
+    "graphs": {"kernels": "int", "strategy": "str", "round": "int", "iteration": "int", "wall_ns": "num",
+               "cpu_ns": "num", "captures": "int", "instantiations": "int", "updates": "int", "node_updates": "int",
+               "cache_hits": "int", "update_failures": "int"},
+}
+#: The windows of `pcietrace graphs` carry the workload size and round.
+GRAPHS_WINDOW_COLUMNS = {**WINDOW_COLUMNS, "kernels": "int", "round": "int", "iterations": "int"}
+#: The windows of `pcietrace run` (not attach) carry the launch plan too.
+RUN_WINDOW_COLUMNS = {**WINDOW_COLUMNS, "purpose": "str", "graph_k": "int", "calls": "num", "launches": "num",
+                      "kernel_us": "num", "target_rate_hz": "num", "achieved_rate_hz": "num"}
+
+
+def table_columns(name: str, meta: dict[str, Any]) -> dict[str, str]:
+    """The declared columns of table ``name`` in a session with ``meta`` (run windows carry the plan)."""
+    if name == "windows" and meta.get("kind") == "graphs":
+        return GRAPHS_WINDOW_COLUMNS
+    if name == "windows" and not str(meta.get("kind", "")).startswith("attach"):
+        return RUN_WINDOW_COLUMNS
+    return TABLE_COLUMNS[name]
+
+
+def schema_version(schema: Any) -> int | None:
+    """The version number of a ``pcietrace.report/N`` schema string, else None."""
+    if not isinstance(schema, str) or not schema.startswith(SCHEMA_NAME + "/"):
+        return None
+    tail = schema[len(SCHEMA_NAME) + 1:]
+    return int(tail) if tail.isdigit() else None
+
+
+def check_doc(doc: Any) -> None:
+    """The parsed ``report.json``: schema version, metadata keys and types, tables as lists of records."""
+    if not isinstance(doc, dict):
+        raise Invalid("top level", f"expected an object, got {_show(doc)}")
+    version = schema_version(doc.get("schema"))
+    if version is None:
+        raise Invalid("schema", f"not a {SCHEMA} report (schema: {_show(doc.get('schema'))})")
+    if version > SCHEMA_VERSION:
+        raise Invalid("schema", f"written by a newer pcietrace ({doc['schema']}); this version reads {SCHEMA}: upgrade it")
+    if version < SCHEMA_VERSION:
+        raise Invalid("schema", f"{doc['schema']} is older than {SCHEMA} and cannot be read")
+    DOC(doc, "report")
+    if str(doc["meta"].get("kind")) == "attach":
+        ATTACH_META(doc["meta"], "meta")
+    for name, records in doc["tables"].items():
+        list_of(obj({}))(records, f"tables.{name}")
+
+
+def check_table(df: pd.DataFrame, name: str, columns: dict[str, str]) -> pd.DataFrame:
+    """``df`` (an empty table passes) with its declared ``columns`` present and of their kind; a numeric
+    column that came back as objects only because all its values are null becomes float."""
+    if not len(df):
+        return df
+    for col, kind in columns.items():
+        where = f"{name}.{col}"
+        if col not in df.columns:
+            raise Invalid(where, "missing column")
+        s = df[col]
+        if kind in ("int", "num"):
+            if s.dtype == object and s.isna().all():
+                df[col] = s = s.astype(float)
+            if not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
+                raise Invalid(where, f"expected numbers, got {_show(_odd(s, _is_num))}")
+            if kind == "int" and (s.isna().any() or (s.dtype.kind == "f" and not (s == s.round()).all())):
+                raise Invalid(where, "expected whole numbers with no nulls")
+        elif kind == "str" and not s.map(lambda v: v is None or isinstance(v, str)).all():
+            raise Invalid(where, f"expected strings, got {_show(_odd(s, lambda v: isinstance(v, str)))}")
+        elif kind == "bool" and not pd.api.types.is_bool_dtype(s):
+            raise Invalid(where, f"expected true/false, got {_show(_odd(s, lambda v: isinstance(v, bool)))}")
+    return df
+
+
+def _odd(s: pd.Series, ok: Callable[[Any], bool]) -> Any:
+    """The first value of ``s`` that is not what was expected (for the error message)."""
+    return next((v for v in s if not ok(v)), s.dtype)

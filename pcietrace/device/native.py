@@ -41,13 +41,29 @@ _SIGNATURES = {
 }
 
 
+def built(module: str) -> str:
+    """Path of one of pcietrace's built C libraries (``_pt_native``, ``_pt_inject``). Run from a source checkout
+    whose ``pcietrace/`` comes first on sys.path (``python3 -m pytest`` in its root) while the package is
+    installed elsewhere, the libraries are those of the installed copy."""
+    spec = importlib.util.find_spec(f"pcietrace.{module}")
+    if spec is not None and spec.origin and os.path.exists(spec.origin):
+        return spec.origin
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        files = distribution("pcietrace").files or []
+    except (ImportError, PackageNotFoundError):
+        files = []
+    for f in files:
+        if f.name.startswith(module + ".") and f.suffix == ".so" and os.path.exists(f.locate()):
+            return str(f.locate())
+    raise UsageError(f"pcietrace's C library {module} is not built; reinstall pcietrace where a C compiler is available")
+
+
 @functools.lru_cache(maxsize=1)
 def library() -> ctypes.CDLL:
     """The loaded native library; raises UsageError if the package was installed without it."""
-    spec = importlib.util.find_spec("pcietrace._pt_native")
-    if spec is None or not spec.origin or not os.path.exists(spec.origin):
-        raise UsageError("pcietrace's native library is not built; reinstall pcietrace where a C compiler is available")
-    lib = ctypes.CDLL(spec.origin)
+    lib = ctypes.CDLL(built("_pt_native"))
     if lib.pt_native_abi() != ABI:
         raise UsageError(f"pcietrace's native library is stale (ABI {lib.pt_native_abi()}, want {ABI}); reinstall")
     for name, (args, res) in _SIGNATURES.items():

@@ -8,7 +8,6 @@ its NVTX ranges and launch counts to ``trace-<pid>.tsv`` in a trace folder. See
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import os
 import signal
@@ -30,10 +29,9 @@ EVENT_COLUMNS_V1 = [c for c in EVENT_COLUMNS if c not in ("dev", "devmask")]
 
 def injection_library() -> str:
     """Path of the built injection library (installed with the package)."""
-    spec = importlib.util.find_spec("pcietrace._pt_inject")
-    if spec is None or not spec.origin or not os.path.exists(spec.origin):
-        raise UsageError("pcietrace's injection library is not built; reinstall pcietrace where a C compiler is available")
-    return spec.origin
+    from pcietrace.device.native import built
+
+    return built("_pt_inject")
 
 
 def cupti_library() -> str | None:

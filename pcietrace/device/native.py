@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.machinery
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,15 +50,11 @@ def built(module: str) -> str:
     spec = importlib.util.find_spec(f"pcietrace.{module}")
     if spec is not None and spec.origin and os.path.exists(spec.origin):
         return spec.origin
-    try:
-        from importlib.metadata import PackageNotFoundError, distribution
-
-        files = distribution("pcietrace").files or []
-    except (ImportError, PackageNotFoundError):
-        files = []
-    for f in files:
-        if f.name.startswith(module + ".") and f.suffix == ".so" and os.path.exists(f.locate()):
-            return str(f.locate())
+    for entry in sys.path:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = os.path.join(entry or ".", "pcietrace", module + suffix)
+            if os.path.exists(path):
+                return path
     raise UsageError(f"pcietrace's C library {module} is not built; reinstall pcietrace where a C compiler is available")
 
 

@@ -1,24 +1,19 @@
-"""Benchmark (run on a GPU machine; not a test): launch-rate and collector-overhead ratios in one run.
+"""Benchmark (run on a GPU machine; not a test): what the collector costs, in one run.
 
-1. Eager launch rate of pcietrace's generator (Python, cuda.bindings, prebuilt parameters) vs a native
-   C++ loop (bench/native_launch.cu, built here with nvcc): goal >= 0.95x.
-2. Slowdown the collector causes on a launch-bound loop (generator at max rate, sampler off vs on,
+1. Slowdown the collector causes on a launch-bound loop (the generator at max rate, sampler off vs on,
    interleaved): goal < 3 %.
-3. The idle PCIe floor with the sampler reading as fast as it can vs once per ms (NVML reads are
+2. The idle PCIe floor with the sampler reading as fast as it can vs once per ms (NVML reads are
    themselves PCIe traffic).
-Usage: python3 bench/launch_rate.py [--seconds 1.0]
+(The launch loops against a C++ oracle are bench/native_core.py.)
+Usage: python3 bench/launch_rate.py [--pairs 30]
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -26,16 +21,6 @@ from pcietrace.analysis.counters import unwrap
 from pcietrace.device.backend import CudaBackend
 from pcietrace.collectors import CounterSampler, nvml
 from pcietrace.record.generate import LaunchConfig, LaunchGenerator
-
-HERE = Path(__file__).parent
-
-
-def native_rate(n: int, reps: int) -> list[float]:
-    exe = Path(tempfile.mkdtemp()) / "native_launch"
-    subprocess.run(["nvcc", "-O2", "-o", str(exe), str(HERE / "native_launch.cu"), "-lcuda"], check=True)
-    out = subprocess.run([str(exe), str(n), str(reps)], check=True, capture_output=True, text=True).stdout
-    return [float(x) for x in re.findall(r"native_launches_per_s (\S+)", out)]
-
 
 def idle_floor(idx: int, interval_ns: int, seconds: float) -> tuple[float, float]:
     s = CounterSampler([idx], interval_ns=interval_ns)
@@ -49,24 +34,12 @@ def idle_floor(idx: int, interval_ns: int, seconds: float) -> tuple[float, float
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=1.0)
-    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--pairs", type=int, default=30, help="off/on window pairs for the collector overhead")
     a = ap.parse_args()
     be = CudaBackend(0)
     idx = nvml.index_for_bus_id(be.gpu.bus_id)
     gen = LaunchGenerator(be)
-    cfg = LaunchConfig("eager", 0.0, 1, None, a.seconds, "bench")
-    gen.window(cfg)  # warm up
-    plain = []  # the same launches from a plain Python for loop (what starmap saves)
-    launch = be.launcher(0)
-    for _ in range(a.reps):
-        n = 200_000
-        t0 = time.monotonic_ns()
-        for _ in range(n):
-            launch()
-        plain.append(n / ((time.monotonic_ns() - t0) / 1e9))
-        be.synchronize()
+    gen.window(LaunchConfig("eager", 0.0, 1, None, 1.0, "bench"))  # warm up
     # Collector overhead: the sampler process keeps running and is paused/resumed between short
     # windows, so off/on pairs sit side by side in time; the paired ratios' median is the estimate.
     short = LaunchConfig("eager", 0.0, 1, None, 0.25, "bench")
@@ -87,18 +60,12 @@ def main() -> int:
     rng = np.random.default_rng(0)
     boot = np.median(rng.choice(pairs, (2000, len(pairs))), axis=1)
     slow_lo, slow_hi = 1 - np.percentile(boot, 97.5), 1 - np.percentile(boot, 2.5)
-    n_native = int(statistics.median(py_off) * a.seconds * 2)
-    nat = native_rate(n_native, a.reps)
     floor_fast = idle_floor(idx, 0, 1.0)
     floor_slow = idle_floor(idx, 1_000_000, 1.0)
     med = statistics.median
     print(f"device: {be.gpu.name} ({be.gpu.bus_id}), driver {nvml.driver_version()}, {time.strftime('%Y-%m-%d')}")
-    print(f"native C++ eager launches/s:     {', '.join(f'{x:,.0f}' for x in nat)}  (median {med(nat):,.0f})")
-    print(f"plain Python for loop:           {', '.join(f'{x:,.0f}' for x in plain)}  (median {med(plain):,.0f})")
     print(f"pcietrace eager, sampler off:    median {med(py_off):,.0f} over {len(py_off)} windows of 0.25 s")
     print(f"pcietrace eager, sampler on:     median {med(py_on):,.0f} over {len(py_on)} windows of 0.25 s")
-    print(f"RATIO generator/native = {med(py_off) / med(nat):.3f}  (goal >= 0.95)")
-    print(f"RATIO plain-loop/native = {med(plain) / med(nat):.3f}")
     print(f"RATIO collector slowdown = {1 - med(pairs):+.2%} (95% CI {slow_lo:+.2%} .. {slow_hi:+.2%}, "
           f"{len(pairs)} paired 0.25 s windows)  (goal < 3 %)")
     print(f"idle H2D floor: sampler as fast as possible {floor_fast[0] / 1e6:.2f} MB/s at {floor_fast[1]:,.0f} reads/s; "

@@ -16,6 +16,7 @@ import pandas as pd
 
 from pcietrace.device.graphs import COUNT_COLUMNS, STRATEGIES, GraphsDevice
 from pcietrace.errors import UsageError
+from pcietrace.record.run import recording_status
 from pcietrace.session import Session
 
 ORDERS = ("cycle", "random", "all-new")
@@ -104,40 +105,34 @@ def record(session: Session, plan: GraphsPlan, device: GraphsDevice, nvml_index:
     for g in session.meta.get("gpus", []):
         g["counter"] = sampler.modes.get(g["nvml_index"], {"mode": "unknown", "bits": 0})
     try:
-        for n in plan.kernels:
-            sets, order = plan.parameter_sets(n), plan.order_of(n)
-            warm = device.runner("eager", sets, True)  # module load and first-launch costs stay outside
-            warm.run(order[:1])
-            warm.close()
-            idle(n)
-            current = {s: device.runner(s, sets, plan.sync) for s in plan.strategies}
-            runners.extend(current.values())
-            for r in range(plan.rounds):
-                sl = slice(r * plan.iterations, (r + 1) * plan.iterations)
-                for s in plan.strategies:
-                    progress(f"{n} kernels: {s} round {r + 1}/{plan.rounds}")
-                    t0 = probe()
-                    recs = current[s].run(order[sl])
-                    t1 = probe()
-                    windows.append({"nvml_index": nvml_index, "mode": s, "kernels": n, "round": r,
-                                    "iterations": len(recs), "t_start_ns": t0, "t_end_ns": t1})
-                    df = pd.DataFrame(recs)
-                    df.insert(0, "iteration", np.arange(sl.start, sl.start + len(recs)))
-                    df.insert(0, "round", r)
-                    df.insert(0, "strategy", s)
-                    df.insert(0, "kernels", n)
-                    rows.append(df)
-            for run in current.values():
-                run.close()
-            runners.clear()
-            idle(n)
-        session.meta["status"] = "complete"
-    except KeyboardInterrupt:
-        session.meta["status"] = "interrupted"
-        raise
-    except BaseException as exc:
-        session.meta["status"] = f"failed: {type(exc).__name__}: {exc}"
-        raise
+        with recording_status(session):
+            for n in plan.kernels:
+                sets, order = plan.parameter_sets(n), plan.order_of(n)
+                warm = device.runner("eager", sets, True)  # module load and first-launch costs stay outside
+                warm.run(order[:1])
+                warm.close()
+                idle(n)
+                current = {s: device.runner(s, sets, plan.sync) for s in plan.strategies}
+                runners.extend(current.values())
+                for r in range(plan.rounds):
+                    sl = slice(r * plan.iterations, (r + 1) * plan.iterations)
+                    for s in plan.strategies:
+                        progress(f"{n} kernels: {s} round {r + 1}/{plan.rounds}")
+                        t0 = probe()
+                        recs = current[s].run(order[sl])
+                        t1 = probe()
+                        windows.append({"nvml_index": nvml_index, "mode": s, "kernels": n, "round": r,
+                                        "iterations": len(recs), "t_start_ns": t0, "t_end_ns": t1})
+                        df = pd.DataFrame(recs)
+                        df.insert(0, "iteration", np.arange(sl.start, sl.start + len(recs)))
+                        df.insert(0, "round", r)
+                        df.insert(0, "strategy", s)
+                        df.insert(0, "kernels", n)
+                        rows.append(df)
+                for run in current.values():
+                    run.close()
+                runners.clear()
+                idle(n)
     finally:
         for run in runners:
             try:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import platform
 import socket
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
 
@@ -123,6 +124,21 @@ def base_meta(plan: RunPlan, simulated: bool, argv: list[str] | None = None) -> 
             "plan": asdict(plan), "gpus": []}
 
 
+@contextlib.contextmanager
+def recording_status(session: Session) -> Iterator[None]:
+    """Sets ``session.meta["status"]`` to how the recording inside ended: "complete", "interrupted" or
+    "failed: <error>" (the error propagates; the caller's ``finally`` keeps what was recorded)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        session.meta["status"] = "interrupted"
+        raise
+    except BaseException as exc:
+        session.meta["status"] = f"failed: {type(exc).__name__}: {exc}"
+        raise
+    session.meta["status"] = "complete"
+
+
 def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Backend]],
            sampler: Any, probes: dict[int, Any] | None = None, progress: Progress = lambda _: None) -> Session:
     """Run ``plan`` on each ``(gpu meta, backend)`` while ``sampler`` samples; fill ``session``.
@@ -141,23 +157,17 @@ def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Bac
         if hasattr(probe, "agree") and idx in sampler.modes:
             probe.agree(sampler.modes[idx]["mode"])  # edge reads and samples in one counter mode
     try:
-        for g, backend in gpus:
-            backend.activate()
-            gen = LaunchGenerator(backend, (probes or {}).get(g["nvml_index"]))
-            for table, label, thunk in _steps(plan, gen):
-                progress(f"GPU {g['cuda_ordinal']}: {label}")
-                rec = thunk()
-                if rec is None:  # a step this machine cannot measure (e.g. no PyTorch)
-                    continue
-                rec.update(nvml_index=g["nvml_index"], cuda_ordinal=g["cuda_ordinal"])
-                tables[table].append(rec)
-        session.meta["status"] = "complete"
-    except KeyboardInterrupt:
-        session.meta["status"] = "interrupted"
-        raise
-    except BaseException as exc:
-        session.meta["status"] = f"failed: {type(exc).__name__}: {exc}"
-        raise
+        with recording_status(session):
+            for g, backend in gpus:
+                backend.activate()
+                gen = LaunchGenerator(backend, (probes or {}).get(g["nvml_index"]))
+                for table, label, thunk in _steps(plan, gen):
+                    progress(f"GPU {g['cuda_ordinal']}: {label}")
+                    rec = thunk()
+                    if rec is None:  # a step this machine cannot measure (e.g. no PyTorch)
+                        continue
+                    rec.update(nvml_index=g["nvml_index"], cuda_ordinal=g["cuda_ordinal"])
+                    tables[table].append(rec)
     finally:
         frames = [sampler.stop()] + [p.frame() for p in (probes or {}).values()]
         session.samples = (pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)

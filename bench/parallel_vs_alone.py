@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-FIGURES = ["h2d_bytes_per_launch", "d2h_bytes_per_launch", "host_us_per_launch", "host_us_per_launch_python",
-           "eager_gpu_us", "graph_gpu_us", "speedup", "host_rtt_us"]
+FIGURES = ["eager_h2d_bytes", "eager_d2h_bytes", "host_us_per_launch", "host_us_per_launch_python",
+           "eager_gpu_us", "graph_gpu_us", "speedup_min_kernel", "host_rtt_us"]
 
 
 def run(gpu: str, extra: list[str]) -> tuple[dict[str, Any], float]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from pcietrace.analysis import attribution, counters, floor, gpus, launch, validate
+from pcietrace.analysis import attribution, counters, floor, launch, summary, validate
 from pcietrace.analysis import graphs as graphs_analysis
 from pcietrace.analysis import latency as latency_analysis
 from pcietrace.session import Session
@@ -63,9 +63,7 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
                       if g.get("nvml_index") is not None}
             out["topology_model"] = latency_analysis.topology_model(out["gpu_time"], out["latency"], levels, us_per_level)
     if not attach:
-        levels = {g["nvml_index"]: g.get("switch_levels") for g in s.meta.get("topology", {}).get("gpus", [])
-                  if g.get("nvml_index") is not None}
-        out["per_gpu"] = gpus.per_gpu(out, levels)
+        out["per_gpu"] = summary.gpu_figures(s.meta, out)
     return out
 
 

@@ -14,12 +14,13 @@ from typing import Any
 
 import pandas as pd
 
-#: Key figures per GPU of a run: bytes per eager launch (95 % half-widths), graph launch bytes (fixed +
-#: per node, H2D), host cost per launch call (us), GPU time per empty kernel eager/graph (us) and what
-#: graphs save of it, wall-time speedup at the shortest and longest kernel, and the host read round trip.
+#: Key figures per GPU of a run (the ``per_gpu`` result table): bytes per eager launch (95 % half-widths),
+#: graph launch bytes (fixed + per node, H2D), host cost per launch call (us; native loops, and from Python
+#: where measured), GPU time per empty kernel eager/graph (us) and what graphs save of it, wall-time speedup
+#: at the shortest and longest kernel, and the host read round trip.
 GPU_COLUMNS = ["nvml_index", "gpu", "name", "link", "switch_levels", "eager_h2d_bytes", "eager_h2d_ci95",
                "eager_d2h_bytes", "eager_d2h_ci95", "graph_fixed_h2d_bytes", "graph_node_h2d_bytes",
-               "host_us_per_launch", "host_us_per_graph_launch", "eager_gpu_us", "graph_gpu_us",
+               "host_us_per_launch", "host_us_per_launch_python", "host_us_per_graph_launch", "eager_gpu_us", "graph_gpu_us",
                "gpu_saved_us_per_kernel", "min_kernel_us", "speedup_min_kernel", "max_kernel_us",
                "speedup_max_kernel", "host_rtt_us"]
 #: Top attach ranges by launch overhead.
@@ -60,7 +61,8 @@ def _link(g: dict[str, Any]) -> str:
 
 def gpu_figures(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One row of key figures per GPU of a run (:data:`GPU_COLUMNS`)."""
-    r = {k: results.get(k, pd.DataFrame()) for k in ("per_launch", "per_node", "cpu_cost", "gpu_time", "speedup", "latency")}
+    r = {k: results.get(k, pd.DataFrame()) for k in ("per_launch", "per_node", "cpu_cost", "gpu_time", "speedup", "latency",
+                                                     "host_cost_by_language")}
     levels = {t.get("nvml_index"): t.get("switch_levels") for t in meta.get("topology", {}).get("gpus", [])}
     rows = []
     for g in meta.get("gpus", []):
@@ -79,6 +81,7 @@ def gpu_figures(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> pd.Da
             "graph_fixed_h2d_bytes": _pick(r["per_node"], "fixed_bytes", nvml_index=i, direction="h2d"),
             "graph_node_h2d_bytes": _pick(r["per_node"], "per_node_bytes", nvml_index=i, direction="h2d"),
             "host_us_per_launch": _pick(r["cpu_cost"], "host_us_per_call", nvml_index=i, mode="eager"),
+            "host_us_per_launch_python": _pick(r["host_cost_by_language"], "us_per_launch", nvml_index=i, path="python"),
             "host_us_per_graph_launch": _pick(r["cpu_cost"], "host_us_per_call", nvml_index=i, mode="graph"),
             "eager_gpu_us": eager_gpu, "graph_gpu_us": graph_gpu, "gpu_saved_us_per_kernel": eager_gpu - graph_gpu,
             "min_kernel_us": _nan(sp["kernel_us"].iloc[0]) if len(sp) else math.nan,
@@ -211,7 +214,7 @@ def summarize(meta: dict[str, Any], results: dict[str, pd.DataFrame], detail_gpu
         out["ranges"] = top_ranges(results.get("ranges", pd.DataFrame()))
         out["lines"] = attach_lines(meta, results)
     else:
-        out["gpus"] = gpu_figures(meta, results)
+        out["gpus"] = results["per_gpu"] if len(results.get("per_gpu", ())) else gpu_figures(meta, results)
         out["lines"] = run_lines(out["gpus"], detail_gpus)
     if meta.get("simulated"):
         out["lines"] = [f"SIMULATED (no GPU was used): {line}" if i == 0 else line for i, line in enumerate(out["lines"])]

@@ -179,9 +179,14 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
     gpus = ", ".join(gpu_label(g["nvml_index"]) for g in meta.get("gpus", []))
     if len(wr):
         w = wr.iloc[0]
+        # one whole-run row per GPU; a GPU whose counters could not be followed throughout has no figure
+        ok = wr[wr["status"] == "ok"] if "status" in wr else wr
+        unknown = [f"{gpu_label(r.nvml_index)} {r.status}" for r in wr.drop(ok.index).itertuples()]
+        moved = (f"{ok['h2d_bytes'].sum() / 1e6:,.1f} MB H2D, {ok['d2h_bytes'].sum() / 1e6:,.1f} MB D2H"
+                 + (f" on the GPUs it could follow (not: {', '.join(unknown)})" if unknown else "")) if len(ok) \
+            else f"bytes unknown ({', '.join(unknown)})"
         lines.append(f"`{cmd}` ran {w['duration_ms'] / 1e3:,.2f} s (exit code {meta.get('exit_code')}) on {gpus}: "
-                     f"{w['h2d_bytes'] / 1e6:,.1f} MB H2D, {w['d2h_bytes'] / 1e6:,.1f} MB D2H, "
-                     f"{w['eager_launches']:,.0f} eager and {w['graph_launches']:,.0f} graph launches.")
+                     f"{moved}, {w['eager_launches']:,.0f} eager and {w['graph_launches']:,.0f} graph launches.")
     top = top_ranges(results.get("ranges", pd.DataFrame()))
     if len(top):
         items = []

@@ -292,7 +292,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                            "its thread used, else its process's); MB = 10^6 B; ± edges: how far the counters at the "
                            "range's edges can be off")
         for r in rg.itertuples():
-            t.add_row(name(r), esc(getattr(r, "gpus", "")), str(r.calls), _num(r.incl_ms, ",.2f"),
+            t.add_row(name(r), _gpu_list(getattr(r, "gpus", "")), str(r.calls), _num(r.incl_ms, ",.2f"),
                       _num(r.excl_ms, ",.2f"), mb(r, "h2d", True), mb(r, "d2h", False))
         parts.append(t)
         t = _table("Launches per NVTX range", [("range", "left"), ("eager", "right"), ("graph", "right"),
@@ -552,3 +552,18 @@ def _unknown(v: Any) -> str:
 def _id(v: Any) -> str:
     """A PCI id ("0x10de") without its "0x", '?' where it is unknown."""
     return v[2:] if isinstance(v, str) and v.startswith("0x") else "?"
+
+
+def _gpu_list(text: Any) -> str:
+    """"0,1,2,3,5" -> "0-3,5": runs of NVML indices shortened, so the column stays narrow on big boxes."""
+    try:
+        idx = sorted({int(x) for x in str(text).split(",") if x.strip()})
+    except ValueError:
+        return esc(text)
+    runs: list[list[int]] = []
+    for i in idx:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)

@@ -195,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "programs that bypass dlsym, e.g. statically linked ones)")
     at.add_argument("--no-count-launches", action="store_true",
                     help="do not count kernel launches at all (lowest overhead)")
-    at.add_argument("--sampler-duty", type=float, default=1.0, metavar="FRACTION",
+    at.add_argument("--sampler-duty", type=_number(0, 1), default=1.0, metavar="FRACTION",
                     help="the largest share of time a GPU's sampler may spend in NVML reads (0 < f <= 1; 1 = no cap). "
                          "Reads are firmware calls that queue with the program's own driver work: measured on 4x H200, "
                          "0.5 ms sampling slowed torchrun's NCCL barriers (not the ranges); 0.25 halved that but made "

@@ -291,6 +291,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
     _check_plot(args)
     if args.sample_interval_ms < 0:
         raise UsageError("--sample-interval-ms must be >= 0")
+    if not 0 < args.sampler_duty <= 1:  # before anything is created (the parser checks this too)
+        raise UsageError("--sampler-duty must be in (0, 1]")
     try:
         buses = cuda.bus_ids()
         ordinals = parse_gpus(args.gpu, len(buses))
@@ -311,11 +313,16 @@ def cmd_attach(args: argparse.Namespace) -> int:
     folder = _run_folder(args, session.meta, ordinals, "-attach")  # checked before the program runs
     trace_dir = Path(tempfile.mkdtemp(prefix="pcietrace-"))
     edge_file = edges.create()
-    if not 0 < args.sampler_duty <= 1:
-        raise UsageError("--sampler-duty must be in (0, 1]")
     sampler = CounterSampler(indices, interval_ns=int(args.sample_interval_ms * 1e6), edge_file=edge_file,
                              max_duty=args.sampler_duty)
-    sampler.start()
+    try:
+        sampler.start()
+    except BaseException:  # nothing was recorded: leave no trace folder, edge file or staging folder behind
+        shutil.rmtree(trace_dir, ignore_errors=True)
+        os.unlink(edge_file)
+        if folder is not None:
+            folder.discard()
+        raise
     for g in gpus:
         g["counter"] = sampler.modes.get(g["nvml_index"])
     windows: list[dict[str, Any]] = []

@@ -326,7 +326,8 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                       _num(w["eager_launches"], ",.0f"), _num(w["graph_launches"], ",.0f"), _num(w["processes"], ".0f"),
                       _num(w["ranges"], ".0f"), esc(meta.get("exit_code")))
         parts.append(t)
-    for note in results.get("notes", pd.DataFrame(columns=["note"]))["note"]:
+    notes = results.get("notes", pd.DataFrame())
+    for note in notes["note"] if "note" in notes else []:  # an attach run with no samples has an empty, column-less table
         parts.append(Text("note: " + note, style="yellow"))
     procs = meta.get("processes", [])
     if procs:

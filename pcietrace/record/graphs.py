@@ -104,6 +104,8 @@ def record(session: Session, plan: GraphsPlan, device: GraphsDevice, nvml_index:
     sampler.start()
     for g in session.meta.get("gpus", []):
         g["counter"] = sampler.modes.get(g["nvml_index"], {"mode": "unknown", "bits": 0})
+    if hasattr(probe, "agree") and nvml_index in sampler.modes:
+        probe.agree(sampler.modes[nvml_index]["mode"])  # edge reads and samples in one counter mode
     try:
         with recording_status(session):
             for n in plan.kernels:

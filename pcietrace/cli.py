@@ -245,13 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--pipelined", action="store_true",
                     help="do not synchronize after each iteration (the host prepares the next while the GPU runs); "
                          "times are then per window, not per iteration")
-    gr.add_argument("--sample-interval-ms", type=float, default=10.0, help="background counter sampling interval")
+    gr.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=10.0,
+                    help="background counter sampling interval")
     gr.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-<gpu>-graphs)")
     gr.add_argument("--no-save", action="store_true", help="do not save")
     gr.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
     gr.add_argument("--json", action="store_true", help="the same as --format json")
     _output_options(gr)
-    gr.add_argument("--seed", type=int, default=0, help="seed of the parameter sets (and of the simulated device)")
+    gr.add_argument("--seed", type=_seed, default=0, help="seed of the parameter sets (and of the simulated device)")
     gr.set_defaults(func="cmd_graphs")
     return p
 

@@ -19,7 +19,8 @@ from pcietrace.errors import NoGpuError, NvmlError, NvmlNotSupported
 FI_PCIE_COUNT_TX_BYTES = 197  # GPU -> host (device-to-host)
 FI_PCIE_COUNT_RX_BYTES = 198  # host -> GPU (host-to-device)
 VALUE_TYPE_UINT = 1  # nvmlValueType_t NVML_VALUE_TYPE_UNSIGNED_INT
-VALUE_TYPE_ULL = 2  # NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+#: NVML_VALUE_TYPE_UNSIGNED_LONG (2) and _UNSIGNED_LONG_LONG (3): both 8 bytes on 64-bit Linux, same union slot
+VALUE_TYPES_64 = {2, 3}
 
 _lock = threading.Lock()
 _nvml: Any = None
@@ -176,7 +177,7 @@ class CounterReader:
             raise NvmlError(f"GPU {self.index}: PCIe counter fields failed {PROBE_TRIES} times (NVML {ret}, "
                             f"fields {sorted(codes)})")
         vtypes = {v.valueType for v in self._values}
-        if vtypes == {VALUE_TYPE_ULL}:
+        if vtypes <= VALUE_TYPES_64:
             self.bits = 64
         elif vtypes != {VALUE_TYPE_UINT}:
             if required:

@@ -247,7 +247,7 @@ static void read_one(void *h)
     if (rc || f[0].nvmlReturn || f[1].nvmlReturn || nvml_index_of(h, &idx)) return;
     long long t0 = (long long)a.tv_sec * 1000000000LL + a.tv_nsec, t1 = (long long)b.tv_sec * 1000000000LL + b.tv_nsec;
     char m[96];
-    int wide = f[0].valueType == 2;  /* NVML_VALUE_TYPE_UNSIGNED_LONG_LONG */
+    int wide = f[0].valueType == 2 || f[0].valueType == 3;  /* UNSIGNED_LONG, UNSIGNED_LONG_LONG: 8 bytes on LP64 */
     snprintf(m, sizeof m, "%lld %lld %llu %llu", (t0 + t1) / 2, t1 - t0,
              wide ? f[0].value.ullVal : f[0].value.uiVal, wide ? f[1].value.ullVal : f[1].value.uiVal);
     emit("ctr", NULL, idx, m);

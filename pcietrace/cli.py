@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the injection library also reads the counters itself at every range edge (costs the program "
                          "~0.3 ms per edge; for short critical ranges). Without it, every edge wakes the samplers, "
                          "which read right after it without the program waiting")
-    at.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-attach)")
+    at.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-<gpu>-gpu<N>-attach)")
     at.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
     at.add_argument("--json", action="store_true",
                     help="the same as --format json; the program's own stdout is then sent to stderr, so stdout "
@@ -247,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "times are then per window, not per iteration")
     gr.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=10.0,
                     help="background counter sampling interval")
-    gr.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-<gpu>-graphs)")
+    gr.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-<gpu>-gpu<N>-graphs)")
     gr.add_argument("--no-save", action="store_true", help="do not save")
     gr.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
     gr.add_argument("--json", action="store_true", help="the same as --format json")

@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from pcietrace.analysis.latency import DEFAULT_US_PER_LEVEL
-from pcietrace.errors import UsageError
+from pcietrace.errors import PcietraceError, UsageError
 
 
 @dataclass
@@ -85,8 +85,14 @@ def measure(gpu: str | int = "all", *, simulate: bool = False, quick: bool = Fal
             args = build_parser().parse_args(argv + ["--output", str(folder)])
         except SystemExit:
             raise UsageError(f"invalid options for measure(): {' '.join(argv[1:])}") from None
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            commands.cmd_run(args)
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = commands.cmd_run(args)
+        if code >= 128:  # Ctrl-C or SIGTERM: cmd_run saved what it had and returned the shell's code
+            raise KeyboardInterrupt
+        if code:  # the run was measured but could not be saved: say why (stderr was captured)
+            lines = [ln for ln in err.getvalue().splitlines() if "error" in ln]
+            raise PcietraceError(lines[-1].removeprefix("pcietrace: error: ") if lines else f"run exited with code {code}")
         result = load(folder)
         if output is None:
             result.path = None

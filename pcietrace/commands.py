@@ -356,12 +356,11 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def _write_perfetto(session: Any, results: dict[str, Any], path: Path) -> None:
-    from pcietrace.analysis import attribution
+    from pcietrace.analysis import attribution, timeline_bin_ns
     from pcietrace.report.perfetto import chrome_trace
 
-    bin_ns = max(int(float(session.meta.get("sample_interval_ms") or 1.0) * 1e6), 1_000_000)
     trace = chrome_trace(session.meta, results["rates"], results["range_instances"],
-                         attribution.launch_rate(session.events, bin_ns))
+                         attribution.launch_rate(session.events, timeline_bin_ns(session.meta)))
     path.write_text(json.dumps(trace))
 
 

@@ -72,6 +72,11 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
 TIMELINES = ("rates",)
 
 
+def timeline_bin_ns(meta: dict[str, Any]) -> int:
+    """Bin of the attach timelines (PCIe rates, launch rates): the sampling interval, at least 1 ms."""
+    return max(int(float(meta.get("sample_interval_ms") or 1.0) * 1e6), 1_000_000)
+
+
 def to_jsonable(results: dict[str, pd.DataFrame]) -> dict[str, Any]:
     """Result tables as lists of records (NaN -> null), for the JSON report and ``--json`` (timelines left out:
     :data:`TIMELINES`)."""
@@ -94,8 +99,7 @@ def _attach(s: Session, out: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
     inst = attribution.attribute(ranges, cum, fl) if len(ranges) else ranges
     for r in fl[fl["status"] == "no floor"].itertuples():
         notes.append(f"GPU{r.nvml_index}: no floor (no idle window covered by its samples); its bytes are shown raw only")
-    bin_ns = max(int(float(s.meta.get("sample_interval_ms") or 1.0) * 1e6), 1_000_000)
-    return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, bin_ns),
+    return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta)),
             "ranges": attribution.summarize(inst, s.meta.get("launch_costs"), short_ns=2 * gap_ns),
             "whole_run": attribution.whole_run(cum, s.events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl),
             "notes": pd.DataFrame({"note": notes}, dtype=str)}

@@ -177,12 +177,10 @@ static const char *message_of(const EventAttributes *a, char *tmp, size_t tmpsiz
 /* ---- NVTX handlers: domain handles and registered strings are strdup'ed names ---- */
 /* ---- range edges: wake the samplers; optionally read the counters here (PCIETRACE_EXACT_EDGES) ---- */
 static atomic_uint *g_edge_seq;
-static int g_edges_ready;
+static pthread_once_t g_edges_once = PTHREAD_ONCE_INIT;
 
-static void edges_open(void)
+static void edges_map(void)
 {
-    if (g_edges_ready) return;
-    g_edges_ready = 1;
     const char *path = getenv("PCIETRACE_EDGE_FILE");
     if (!path || !*path) return;
     int fd = open(path, O_RDWR);
@@ -191,6 +189,9 @@ static void edges_open(void)
     close(fd);
     if (m != MAP_FAILED) g_edge_seq = (atomic_uint *)m;
 }
+
+/* once, and every thread waits for it: a flag set before the mapping let a second thread skip its edge */
+static void edges_open(void) { pthread_once(&g_edges_once, edges_map); }
 
 static void edge_signal(void)
 {

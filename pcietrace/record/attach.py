@@ -1,8 +1,9 @@
 """`pcietrace attach`: run an unmodified program under the counter sampler with the injection library.
 
-The program inherits NVTX_INJECTION64_PATH / CUDA_INJECTION64_PATH pointing at pcietrace's injection
-library, so every process it starts (children included, unless they clear their environment) writes
-its NVTX ranges and launch counts to ``trace-<pid>.tsv`` in a trace folder. See
+The program inherits NVTX_INJECTION64_PATH pointing at pcietrace's injection library, and LD_PRELOAD
+(launches counted by interposition, the default) or CUDA_INJECTION64_PATH (``--launch-counter cupti``) too
+(:func:`injection_env`), so every process it starts (children included, unless they clear their environment)
+writes its NVTX ranges and launch counts to ``trace-<pid>.tsv`` in a trace folder. See
 ``pcietrace/native/pt_inject.c`` for the record format.
 """
 

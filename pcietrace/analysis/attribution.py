@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pcietrace.analysis.costs import graph_saving_us_per_launch
 from pcietrace.analysis.counters import COUNTER_UPDATE_NS, MAX_LINK_BPS
 from pcietrace.analysis.floor import floor_bytes
 from pcietrace.analysis.launch import DIRECTIONS
@@ -274,8 +275,7 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     if costs:
         out["launch_overhead_ms"] = (out["eager_launches"] * costs["host_us_per_eager_launch"]
                                      + out["graph_launches"] * costs["host_us_per_graph_launch"]) / 1e3
-        saving = max(0.0, costs["wall_us_per_kernel_eager"] - costs["wall_us_per_kernel_graph"])
-        out["graph_savings_ms"] = out["eager_launches"] * saving / 1e3
+        out["graph_savings_ms"] = out["eager_launches"] * graph_saving_us_per_launch(costs) / 1e3
     else:
         out["launch_overhead_ms"] = np.nan
         out["graph_savings_ms"] = np.nan

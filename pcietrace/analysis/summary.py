@@ -14,6 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from pcietrace.analysis.costs import graph_saving_us_per_launch
+
 #: Key figures per GPU of a run (the ``per_gpu`` result table): bytes per eager launch (95 % half-widths),
 #: graph launch bytes (fixed + per node, H2D), host cost per launch call (us; native loops, and from Python
 #: where measured), GPU time per empty kernel eager/graph (us) and what graphs save of it, wall-time speedup
@@ -201,7 +203,7 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
         if len(total_save) and len(wr) and "eager_launches" in wr:
             costs = meta.get("launch_costs") or {}
             if costs:
-                whole = wr.iloc[0]["eager_launches"] * max(0.0, costs["wall_us_per_kernel_eager"] - costs["wall_us_per_kernel_graph"]) / 1e3
+                whole = wr.iloc[0]["eager_launches"] * graph_saving_us_per_launch(costs) / 1e3
                 lines.append(f"Capturing every eager launch into graphs could save up to {whole:,.1f} ms of the run.")
     elif len(results.get("ranges", ())):
         lines.append(f"None of the {len(results['ranges'])} NVTX ranges launched kernels.")

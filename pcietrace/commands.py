@@ -278,7 +278,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
     from pcietrace.analysis import analyze, to_jsonable
     from pcietrace.collectors import CounterSampler, edges, nvml, topology
-    from pcietrace.device import cuda
+    from pcietrace.device import backend, cuda
     from pcietrace.record import guard
     from pcietrace.record.attach import (edge_samples, idle_windows, injection_env, processes, read_traces,
                                          run_program)
@@ -294,12 +294,11 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if not 0 < args.sampler_duty <= 1:  # before anything is created (the parser checks this too)
         raise UsageError("--sampler-duty must be in (0, 1]")
     try:
-        buses = cuda.bus_ids()
-        ordinals = parse_gpus(args.gpu, len(buses))
+        ordinals = parse_gpus(args.gpu, len(cuda.bus_ids()))
     except NoGpuError as exc:
         raise NoGpuError(f"{exc}; attach needs an NVIDIA GPU") from None
     err = Console(stderr=True)
-    gpus = [{**nvml.gpu_info(nvml.index_for_bus_id(buses[o])).__dict__, "cuda_ordinal": o} for o in ordinals]
+    gpus = backend.describe_gpus(ordinals)
     indices = [g["nvml_index"] for g in gpus]
     costs = None
     if not args.no_calibrate:

@@ -189,8 +189,8 @@ def cmd_topo(args: argparse.Namespace) -> int:
     gpus = None
     if args.sysfs_root == "/sys":
         try:
-            gpus = [{"nvml_index": i, "bus_id": nvml.gpu_info(i).bus_id, "name": nvml.gpu_info(i).name}
-                    for i in range(nvml.device_count())]
+            infos = [nvml.gpu_info(i) for i in range(nvml.device_count())]
+            gpus = [{"nvml_index": g.nvml_index, "bus_id": g.bus_id, "name": g.name} for g in infos]
         except NoGpuError:
             gpus = None  # no driver: sysfs alone still shows the placement
     topo = topology.collect(gpus, args.sysfs_root)

@@ -134,7 +134,9 @@ class Interrupts:
 
     def __enter__(self) -> "Interrupts":
         if threading.current_thread() is threading.main_thread():
-            self._old = {s: signal.signal(s, self._handler) for s in SIGNALS}
+            # a signal already ignored stays ignored: `nohup pcietrace run` must outlive the terminal
+            self._old = {s: signal.signal(s, self._handler) for s in SIGNALS
+                         if signal.getsignal(s) is not signal.SIG_IGN}
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -92,7 +92,8 @@ def measure(gpu: str | int = "all", *, simulate: bool = False, quick: bool = Fal
             raise KeyboardInterrupt
         if code:  # the run was measured but could not be saved: say why (stderr was captured)
             lines = [ln for ln in err.getvalue().splitlines() if "error" in ln]
-            raise PcietraceError(lines[-1].removeprefix("pcietrace: error: ") if lines else f"run exited with code {code}")
+            raise PcietraceError(lines[-1].removeprefix("pcietrace: error: ") if lines
+                                 else f"run exited with code {code}")
         result = load(folder)
         if output is None:
             result.path = None

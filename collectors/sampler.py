@@ -28,6 +28,13 @@ from pcietrace.errors import NvmlError
 #: them (fields mode: cumulative bytes modulo 2**bits; throughput mode: KB/s over ~20 ms).
 SAMPLE_COLUMNS = ["nvml_index", "t_ns", "read_ns", "tx_raw", "rx_raw"]
 
+
+def empty_samples() -> pd.DataFrame:
+    """A sample frame with no rows, in the dtypes of real samples (raw counters uint64: an int64 empty
+    frame concatenated with real samples turns the counters into float64)."""
+    return pd.DataFrame({c: pd.Series(dtype="uint64" if c.endswith("_raw") else "int64") for c in SAMPLE_COLUMNS})
+
+
 _CHUNK_NS = 20_000_000  # send samples to the parent every 20 ms
 #: Most of the time one GPU's sampler may spend inside NVML reads (1 = no cap). Each read is an RPC to the
 #: GPU's firmware (GSP) that queues with the program's own driver work. Measured on 4x H200 under torchrun
@@ -224,7 +231,7 @@ class CounterSampler:
         """Samples received so far (also usable after a crash), sorted by GPU and time."""
         chunks = list(self._chunks)
         if not chunks:
-            return pd.DataFrame({c: pd.Series(dtype="int64") for c in SAMPLE_COLUMNS})
+            return empty_samples()
         df = pd.DataFrame({
             "nvml_index": np.concatenate([np.full(len(c[1]), c[0], np.int64) for c in chunks]),
             "t_ns": np.concatenate([c[1] for c in chunks]),

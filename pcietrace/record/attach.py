@@ -74,11 +74,11 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
 def edge_samples(events: pd.DataFrame) -> pd.DataFrame:
     """The counter reads the injection library made at range edges (``--exact-edges``: "ctr" events,
     message "t_mid_ns read_ns tx rx") as samples (``SAMPLE_COLUMNS``), to merge with the sampler's."""
-    from pcietrace.collectors import SAMPLE_COLUMNS
+    from pcietrace.collectors import empty_samples
 
     ctr = events[events["event"] == "ctr"] if len(events) else events
     if not len(ctr):
-        return pd.DataFrame({c: pd.Series(dtype="int64") for c in SAMPLE_COLUMNS})
+        return empty_samples()
     parts = ctr["message"].str.split(" ", expand=True).astype(np.uint64)
     return pd.DataFrame({"nvml_index": ctr["id"].astype(np.int64).to_numpy(), "t_ns": parts[0].astype(np.int64).to_numpy(),
                          "read_ns": parts[1].astype(np.int64).to_numpy(), "tx_raw": parts[2].to_numpy(),

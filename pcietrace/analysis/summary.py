@@ -29,6 +29,9 @@ GPU_COLUMNS = ["nvml_index", "gpu", "name", "link", "switch_levels", "eager_h2d_
 RANGE_COLUMNS = ["domain", "name", "incl_ms", "eager_launches", "graph_launches", "launch_overhead_ms",
                  "graph_savings_ms"]
 TOP_RANGES = 3
+#: More GPUs than this: one sentence over all GPUs, and on the console one summary row per GPU (detail tables
+#: need ``--detail``).
+DETAIL_GPUS = 2
 
 
 def gpu_label(nvml_index: Any) -> str:
@@ -139,7 +142,7 @@ def _range_text(lo: float, hi: float, fmt: str) -> str:
     return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else f"{format(lo, fmt)}–{format(hi, fmt)}"
 
 
-def run_lines(gpus: pd.DataFrame, detail_gpus: int = 2) -> list[str]:
+def run_lines(gpus: pd.DataFrame, detail_gpus: int = DETAIL_GPUS) -> list[str]:
     """Sentences for a run: one per GPU up to ``detail_gpus`` GPUs, else one over all GPUs (ranges)."""
     if not len(gpus):
         return []
@@ -212,7 +215,8 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
     return lines
 
 
-def summarize(meta: dict[str, Any], results: dict[str, pd.DataFrame], detail_gpus: int = 2) -> dict[str, Any]:
+def summarize(meta: dict[str, Any], results: dict[str, pd.DataFrame],
+              detail_gpus: int = DETAIL_GPUS) -> dict[str, Any]:
     """The summary of a run or attach: ``kind``, ``lines`` (plain sentences), and per-GPU figures
     (``gpus``) or the top ranges (``ranges``)."""
     kind = str(meta.get("kind", "run"))

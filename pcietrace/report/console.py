@@ -20,11 +20,9 @@ from rich.table import Table
 from rich.text import Text
 
 from pcietrace.analysis.launch import LANGUAGES
-from pcietrace.analysis.summary import gpu_label, short_name
+from pcietrace.analysis.summary import DETAIL_GPUS, gpu_label, short_name
 
 DIR_LABEL = {"h2d": "H2D", "d2h": "D2H"}
-#: More GPUs than this: the console shows one summary row per GPU; detail tables need ``--detail``.
-DETAIL_GPUS = 2
 
 
 def esc(x: Any) -> str:

@@ -12,10 +12,15 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from pcietrace.analysis.launch import DIRECTIONS
 from pcietrace.device.graphs import COUNT_COLUMNS as COUNTS  # what each iteration counts (a plain tuple)
+
+def _t975(dof: int) -> float:
+    from scipy import stats  # here, not at import (as in fit.py): scipy.stats alone takes ~0.5-1 s to import
+
+    return float(stats.t.ppf(0.975, dof))
+
 
 #: Columns of :func:`summary`, in order.
 SUMMARY_COLUMNS = ["kernels", "strategy", "iterations", "wall_us_median", "wall_us_median_lo", "wall_us_median_hi",
@@ -98,7 +103,7 @@ def summary(iters: pd.DataFrame, wb: pd.DataFrame, per_window: bool = False, see
             for d in DIRECTIONS:
                 v = r[f"{d}_bytes_per_iter"].to_numpy(float)
                 row[f"{d}_bytes_per_iter"] = float(v.mean()) if v.size else math.nan
-                row[f"{d}_ci95"] = (float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
+                row[f"{d}_ci95"] = (float(_t975(v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
                                     if v.size > 1 else math.nan)
             built = g[g["instantiations"] > 0]
             row["build_us"] = float(built["prep_ns"].median()) / 1e3 if len(built) and s != "eager" else math.nan

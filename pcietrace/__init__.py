@@ -19,11 +19,12 @@ if _os.path.isfile(_os.path.join(_checkout, "collectors", "sampler.py")):
 del _os, _checkout
 
 
-def load(path, us_per_level: float = 0.3):  # type: ignore[no-untyped-def]
-    """A saved run as named result tables, summary and metadata: see :func:`pcietrace.api.load`."""
+def load(path, us_per_level: float | None = None):  # type: ignore[no-untyped-def]
+    """A saved run as named result tables, summary and metadata: see :func:`pcietrace.api.load` (whose
+    default ``us_per_level`` applies when None; it lives with the analysis, not imported here)."""
     from pcietrace.api import load as _load
 
-    return _load(path, us_per_level)
+    return _load(path) if us_per_level is None else _load(path, us_per_level)
 
 
 def measure(gpu="all", **options):  # type: ignore[no-untyped-def]

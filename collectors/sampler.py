@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import signal
 import threading
 import time
 from typing import Any
@@ -49,6 +50,9 @@ MAX_REST_NS = 5_000_000
 def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str | None, max_duty: float,
                 out: "mp.Queue[Any]", stop: Any, pause: Any) -> None:
     """One GPU's sampling loop (runs in its own process)."""
+    # Ctrl-C reaches the whole process group: the parent decides when sampling stops (its stop event, or its
+    # death), so the samples after the interrupt, the last read and the "done" message are not lost.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from pcietrace.collectors.edges import EdgeWaiter
     from pcietrace.collectors.nvml import CounterReader  # imported in the child: NVML is per process
 

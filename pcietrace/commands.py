@@ -326,12 +326,14 @@ def cmd_attach(args: argparse.Namespace) -> int:
         g["counter"] = sampler.modes.get(g["nvml_index"])
     windows: list[dict[str, Any]] = []
     rc = 1
-    try:
+    intr = guard.Interrupts.install()  # before and after the program: signals save like Ctrl-C (during it,
+    try:                               # run_program passes them on to the program and waits for it)
         idle_windows(sampler, indices, args.idle_s, windows)
         err.print(f"pcietrace: running {' '.join(cmd)}", markup=False)
         env = injection_env(trace_dir, counter, edge_file, indices, args.exact_edges)
-        # --json: stdout carries the report alone; the program's own output goes to stderr
-        rc, t0, t1 = run_program(cmd, env, stdout=sys.stderr if args.json else None)
+        # --json/--format: stdout carries the report alone; the program's own output goes to stderr
+        machine_output = args.json or args.format != "table"
+        rc, t0, t1 = run_program(cmd, env, stdout=sys.stderr if machine_output else None)
         session.meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")
         idle_windows(sampler, indices, args.idle_s, windows)
     finally:
@@ -344,12 +346,14 @@ def cmd_attach(args: argparse.Namespace) -> int:
         os.unlink(edge_file)
         if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
             session.meta.update(kind="attach-failed", status="interrupted before the program ran")
-        results, out_dir = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
-        if out_dir is not None and session.meta["kind"] == "attach":
-            _write_perfetto(session, results, out_dir / "trace.json")
-            err.print(f"saved to {out_dir} (Perfetto trace: {out_dir / 'trace.json'})", markup=False, soft_wrap=True)
-        elif out_dir is not None:
-            err.print(f"saved what was recorded to {out_dir}", markup=False, soft_wrap=True)
+        with intr.finishing():
+            results, out_dir = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
+            if out_dir is not None and session.meta["kind"] == "attach":
+                _write_perfetto(session, results, out_dir / "trace.json")
+                err.print(f"saved to {out_dir} (Perfetto trace: {out_dir / 'trace.json'})", markup=False,
+                          soft_wrap=True)
+            elif out_dir is not None:
+                err.print(f"saved what was recorded to {out_dir}", markup=False, soft_wrap=True)
     _emit(session.meta, results, args)
     return rc
 

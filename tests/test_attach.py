@@ -156,3 +156,32 @@ def test_real_attach_run_on_the_h100(data_dir, h100, tmp_path, capsys) -> None:
     names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
     assert {"eager_launches", "graph_launch", "h2d_copy", "idle", "worker_thread", "demo_app"} <= names
     assert main(["report", str(data_dir / "h100_run"), "--perfetto", str(tmp_path / "x.json")]) == 2
+
+
+def test_sigterm_reaches_the_program_and_attach_survives_to_save(tmp_path) -> None:
+    """`timeout`/`kill` on pcietrace during attach: the program is told the same signal, pcietrace waits for it
+    and gets its exit code back (then saves, like after Ctrl-C) instead of dying with the samples unsaved."""
+    import os
+    import signal
+    import sys
+    import threading
+    import time
+
+    from pcietrace.record.attach import run_program
+
+    ready = tmp_path / "ready"
+    prog = ("import pathlib, signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))\n"
+            f"pathlib.Path({str(ready)!r}).touch()\n"
+            "time.sleep(30)\n")
+
+    def terminate_us() -> None:
+        while not ready.exists():
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    threading.Thread(target=terminate_us, daemon=True).start()
+    rc, t0, t1 = run_program([sys.executable, "-c", prog], dict(os.environ))
+    assert rc == 7 and t1 - t0 < 20e9  # the program's own answer to SIGTERM, well before its sleep ended
+    assert signal.getsignal(signal.SIGTERM) is before

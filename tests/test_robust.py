@@ -255,12 +255,13 @@ def test_a_second_interrupt_waits_for_the_save(tmp_path, h100) -> None:
         return real_save(self, directory, results)
 
     s.save = save_with_ctrl_c.__get__(s)
+    before = signal.getsignal(signal.SIGINT)  # default_int_handler, or SIG_IGN where pytest runs in the background
     intr = guard.Interrupts.install()
     with pytest.raises(KeyboardInterrupt):
         with intr.finishing():
             _, where = guard.finish(s, folder, lambda: None, lambda r: r, print)
     assert where == tmp_path / "run" and len(Session.load(where).samples) == len(h100.samples)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_interrupted_save_leaves_nothing_not_an_empty_folder(tmp_path, h100) -> None:

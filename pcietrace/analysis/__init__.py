@@ -29,7 +29,7 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
     out: dict[str, pd.DataFrame] = {t: pd.DataFrame() for t in RESULT_TABLES}
     s = session
     if len(s.samples):
-        out["sampling"] = counters.sample_gaps(s.samples)
+        out["sampling"] = counters.sample_gaps(s.samples, _counter_bits(s))
     if s.meta.get("kind") == "graphs":
         out.update(_graphs(s))
         return out
@@ -83,6 +83,11 @@ def to_jsonable(results: dict[str, pd.DataFrame]) -> dict[str, Any]:
     return {k: json.loads(v.to_json(orient="records")) for k, v in results.items() if k not in TIMELINES}
 
 
+def _counter_bits(s: Session) -> dict[int, int]:
+    """Each GPU's counter width (bits), which sets how long a sampling gap may be before it could hide a wrap."""
+    return {i: int(c.get("bits") or 32) for i, c in s.counters.items()}
+
+
 def _attach(s: Session, out: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     """Attribution for an attach session: idle windows before/after the program give each GPU's floor
     (per counter read + background); each range is charged to its own GPUs."""
@@ -96,12 +101,13 @@ def _attach(s: Session, out: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
         notes.append("this recording has no device information (made before pcietrace recorded it): every range "
                      "is charged all sampled GPUs")
     ranges = attribution.range_gpus(ranges, s.events, s.meta.get("gpus", []))
-    inst = attribution.attribute(ranges, cum, fl) if len(ranges) else ranges
+    bits = _counter_bits(s)
+    inst = attribution.attribute(ranges, cum, fl, bits) if len(ranges) else ranges
     for r in fl[fl["status"] == "no floor"].itertuples():
         notes.append(f"GPU{r.nvml_index}: no floor (no idle window covered by its samples); its bytes are shown raw only")
     return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta)),
             "ranges": attribution.summarize(inst, s.meta.get("launch_costs"), short_ns=2 * gap_ns),
-            "whole_run": attribution.whole_run(cum, s.events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl),
+            "whole_run": attribution.whole_run(cum, s.events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl, bits),
             "notes": pd.DataFrame({"note": notes}, dtype=str)}
 
 

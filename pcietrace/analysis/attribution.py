@@ -130,7 +130,7 @@ def _device_bits(events: pd.DataFrame) -> np.ndarray:
     return mask | cur
 
 
-def sampling_gaps(cum: pd.DataFrame, bits: int = 32) -> dict[int, dict[str, np.ndarray]]:
+def sampling_gaps(cum: pd.DataFrame, bits: dict[int, int] | None = None) -> dict[int, dict[str, np.ndarray]]:
     """Per GPU: sample times ``t``, and per gap between consecutive samples whether it is a ``stall``
     (longer than 4 counter updates and twice the median gap) or a ``wrap`` risk (long enough for a
     saturated link to wrap the counter unseen)."""
@@ -139,7 +139,8 @@ def sampling_gaps(cum: pd.DataFrame, bits: int = 32) -> dict[int, dict[str, np.n
         t = g["t_ns"].to_numpy(np.int64)
         gap = np.diff(t)
         limit = max(4 * COUNTER_UPDATE_NS, 2 * float(np.median(gap))) if gap.size else 0
-        out[int(idx)] = {"t": t, "stall": gap > limit, "wrap": gap / 1e9 * MAX_LINK_BPS >= 2**bits}
+        wrap_bytes = 2 ** (bits or {}).get(int(idx), 32)
+        out[int(idx)] = {"t": t, "stall": gap > limit, "wrap": gap / 1e9 * MAX_LINK_BPS >= wrap_bytes}
     return out
 
 
@@ -151,7 +152,8 @@ def _gaps_overlapping(t: np.ndarray, flags: np.ndarray, a: np.ndarray, b: np.nda
     return csum[np.maximum(hi, lo)] - csum[lo]
 
 
-def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame) -> pd.DataFrame:
+def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
+              bits: dict[int, int] | None = None) -> pd.DataFrame:
     """Adds ``duration_ns``; per direction ``{d}_raw_bytes`` (counter change over the range, interpolated
     between samples, summed over the range's ``gpus``), ``{d}_bytes`` (raw minus the floor model; NaN unless
     ``status`` is "ok") and ``{d}_edge_bytes`` (how far the counter values at the two edges can be off, from
@@ -159,14 +161,15 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame) -> p
     ``status`` (:data:`STATUSES`: "no data" where a GPU's samples do not cover the range, "wrap risk" where a
     gap could hide a counter wrap, "no floor" where a GPU has none); and the exclusive figures (``excl_ns``,
     ``excl_h2d_bytes``, ``excl_d2h_bytes``: minus the direct children of push/pop ranges on the same thread).
-    ``ranges`` must carry ``gpus`` (:func:`range_gpus`); ``floor``: :func:`pcietrace.analysis.floor.floor_model`."""
+    ``ranges`` must carry ``gpus`` (:func:`range_gpus`); ``floor``: :func:`pcietrace.analysis.floor.floor_model`;
+    ``bits``: each GPU's counter width (default 32)."""
     out = ranges.copy()
     out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
     a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
     n = a.size
     acc = {k: np.zeros(n) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor", "d2h_floor", "stalls")}
     status = np.zeros(n, np.int64)  # index into STATUSES; the worst over the range's GPUs wins
-    gaps = sampling_gaps(cum)
+    gaps = sampling_gaps(cum, bits)
     models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
     for idx, g in cum.groupby("nvml_index"):
         mine = np.array([int(idx) in r for r in out["gpus"]], bool)
@@ -288,14 +291,15 @@ SUMMARY_COLUMNS = ["domain", "name", "calls", "gpus", "incl_ms", "excl_ms", "h2d
                    "graph_savings_ms"]
 
 
-def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame) -> pd.DataFrame:
+def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,
+              bits: dict[int, int] | None = None) -> pd.DataFrame:
     """One row per sampled GPU for the whole program run: duration, H2D/D2H bytes (floor removed; NaN with
     the reason in ``status`` where that GPU has no floor or no data), launches, processes and ranges (the
     last four are the program's totals, the same on every row)."""
     gpus = sorted(int(i) for i in cum["nvml_index"].unique())
     span = pd.DataFrame({"t_start_ns": [t0] * len(gpus), "t_end_ns": [t1] * len(gpus), "kind": "start",
                          "pid": 0, "tid": 0, "depth": 0, "gpus": [[g] for g in gpus]})
-    at = attribute(span, cum, floor) if gpus else span
+    at = attribute(span, cum, floor, bits) if gpus else span
     last = events.groupby("pid").tail(1) if len(events) else events
     out = pd.DataFrame({"nvml_index": gpus, "duration_ms": (t1 - t0) / 1e6,
                         "h2d_bytes": at.get("h2d_bytes", []), "d2h_bytes": at.get("d2h_bytes", []),

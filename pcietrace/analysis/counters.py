@@ -59,9 +59,10 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
     return pd.concat(parts, ignore_index=True)
 
 
-def sample_gaps(samples: pd.DataFrame, bits: int = 32) -> pd.DataFrame:
+def sample_gaps(samples: pd.DataFrame, bits: dict[int, int] | None = None) -> pd.DataFrame:
     """Per GPU: samples, sample rate (Hz), median and max gap (us), and whether the max gap is long
-    enough that a saturated link could have wrapped the counter unseen (``wrap_risk``)."""
+    enough that a saturated link could have wrapped the counter unseen (``wrap_risk``; ``bits``: each
+    GPU's counter width, default 32)."""
     rows = []
     for idx, g in samples.groupby("nvml_index", sort=True):
         t = g["t_ns"].to_numpy(np.int64)
@@ -71,7 +72,7 @@ def sample_gaps(samples: pd.DataFrame, bits: int = 32) -> pd.DataFrame:
                      "rate_hz": (t.size - 1) / span_s if t.size > 1 and span_s > 0 else float("nan"),
                      "median_gap_us": float(np.median(d)) / 1e3, "max_gap_us": float(d.max()) / 1e3,
                      "median_read_us": float(g["read_ns"].median()) / 1e3,
-                     "wrap_risk": bool(d.max() / 1e9 * MAX_LINK_BPS >= 2**bits)})
+                     "wrap_risk": bool(d.max() / 1e9 * MAX_LINK_BPS >= 2 ** (bits or {}).get(int(idx), 32))})
     return pd.DataFrame(rows, columns=["nvml_index", "samples", "rate_hz", "median_gap_us", "max_gap_us",
                                        "median_read_us", "wrap_risk"])
 

@@ -100,20 +100,24 @@ def calibrate(ordinal: int) -> dict[str, Any]:
 
 
 def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tuple[int, int, int]:
-    """Run ``cmd`` with ``env``; return (exit code, start and end on CLOCK_MONOTONIC in ns). Ctrl-C reaches
-    the program (same process group) and is not fatal to pcietrace, which then saves what was collected.
-    A signal death is reported as 128 + signal, like a shell. ``stdout``: where the program's output goes
-    (default: ours)."""
+    """Run ``cmd`` with ``env``; return (exit code, start and end on CLOCK_MONOTONIC in ns). Ctrl-C, SIGTERM and
+    SIGHUP sent to pcietrace are passed on to the program and are not fatal to pcietrace, which waits for the
+    program and then saves what was collected (``timeout``, ``kill`` and a closed terminal included); signals
+    already ignored stay ignored. A signal death is reported as 128 + signal, like a shell. ``stdout``: where
+    the program's output goes (default: ours)."""
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=stdout)
     except OSError as exc:
         raise UsageError(f"cannot start {cmd[0]!r}: {exc.strerror}") from None
     t0 = time.monotonic_ns()
-    old = signal.signal(signal.SIGINT, lambda *_: proc.send_signal(signal.SIGINT))
+    passed_on = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None))
+                 if s is not None and signal.getsignal(s) is not signal.SIG_IGN]
+    old = {s: signal.signal(s, lambda signum, _: proc.send_signal(signum)) for s in passed_on}
     try:
         rc = proc.wait()
     finally:
-        signal.signal(signal.SIGINT, old)
+        for s, handler in old.items():
+            signal.signal(s, handler)
     t1 = time.monotonic_ns()
     return (128 - rc if rc < 0 else rc), t0, t1
 

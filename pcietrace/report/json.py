@@ -1,5 +1,5 @@
 """JSON: the schema, the run's metadata, the summary and every result table as records (NaN -> null), the
-timelines left out as in the saved report (:data:`pcietrace.analysis.TIMELINES`)."""
+timelines are left out by :func:`pcietrace.report.output.emit`, as in the saved report."""
 
 from __future__ import annotations
 
@@ -27,10 +27,9 @@ def _finite(o: Any) -> Any:
 
 def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[str, Any]) -> str:
     """The whole result as one strict JSON document (``summary`` first among the figures)."""
-    from pcietrace.analysis import TIMELINES
     from pcietrace.session import SCHEMA
 
     doc = {"schema": SCHEMA, "meta": _finite(meta),
            "summary": {k: _records(v) if isinstance(v, pd.DataFrame) else v for k, v in summary.items()},
-           "results": {k: _records(v) for k, v in results.items() if k not in TIMELINES}}
+           "results": {k: _records(v) for k, v in results.items()}}
     return json.dumps(doc, indent=1, default=str, allow_nan=False) + "\n"

@@ -25,8 +25,11 @@ def emit(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[s
     else:
         from importlib import import_module
 
+        from pcietrace.analysis import TIMELINES
+
         module = {"json": "json", "csv": "csv", "md": "markdown", "prometheus": "prometheus"}[fmt]
-        out.write(import_module(f"pcietrace.report.{module}").render(meta, results, summary))
+        tables = {k: v for k, v in results.items() if k not in TIMELINES}  # as in the saved report: no timelines
+        out.write(import_module(f"pcietrace.report.{module}").render(meta, tables, summary))
     if plot_dir is None:
         return []
     from pcietrace.report import plots

@@ -57,8 +57,8 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
             continue
         dur, reads = g["duration_s"].to_numpy(), g["reads"].to_numpy(float)
         density = reads / dur
-        row["reads_per_s"] = float(reads[g["sampling"].to_numpy() == "on"].sum() / dur[g["sampling"].to_numpy() == "on"].sum()) \
-            if (g["sampling"] == "on").any() else 0.0
+        on = g["sampling"].to_numpy() == "on"
+        row["reads_per_s"] = float(reads[on].sum() / dur[on].sum()) if on.any() else 0.0
         two_terms = len(g) >= 2 and np.ptp(density) > 0.5 * density.max()
         row["status"] = "per read" if two_terms else "rate only"
         for d in DIRECTIONS:

@@ -44,3 +44,30 @@ def h100():
     from pcietrace.session import Session
 
     return Session.load(DATA / "h100_run")
+
+
+#: The signals a terminal delivers (a job started in the background or under nohup inherits them ignored).
+TERMINAL_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+def terminal_signals() -> None:
+    """In a child process (``subprocess.Popen(..., preexec_fn=terminal_signals)``): SIGINT, SIGTERM and SIGHUP
+    as a terminal delivers them, whatever the test runner inherited."""
+    import signal
+
+    for name in TERMINAL_SIGNALS:
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+
+
+@pytest.fixture()
+def as_in_a_terminal():
+    """This process handles SIGINT, SIGTERM and SIGHUP as under a terminal for the test, then as before."""
+    import signal
+
+    old = {s: signal.getsignal(getattr(signal, s)) for s in TERMINAL_SIGNALS}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    for name, handler in old.items():
+        signal.signal(getattr(signal, name), handler)

@@ -158,7 +158,7 @@ def test_real_attach_run_on_the_h100(data_dir, h100, tmp_path, capsys) -> None:
     assert main(["report", str(data_dir / "h100_run"), "--perfetto", str(tmp_path / "x.json")]) == 2
 
 
-def test_sigterm_reaches_the_program_and_attach_survives_to_save(tmp_path) -> None:
+def test_sigterm_reaches_the_program_and_attach_survives_to_save(tmp_path, as_in_a_terminal) -> None:
     """`timeout`/`kill` on pcietrace during attach: the program is told the same signal, pcietrace waits for it
     and gets its exit code back (then saves, like after Ctrl-C) instead of dying with the samples unsaved."""
     import os

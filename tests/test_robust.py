@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from conftest import terminal_signals
 from pcietrace.analysis import analyze
 from pcietrace.cli import main
 from pcietrace.errors import DataError, ReportError, UsageError
@@ -244,7 +245,7 @@ def test_default_names_carry_the_gpu_selection_and_never_collide(tmp_path, h100)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "run-2", "run-3"]  # no staging left
 
 
-def test_a_second_interrupt_waits_for_the_save(tmp_path, h100) -> None:
+def test_a_second_interrupt_waits_for_the_save(tmp_path, h100, as_in_a_terminal) -> None:
     """Ctrl-C during the save: the save completes into a loadable report, then the interrupt is raised."""
     folder = guard.RunFolder(tmp_path / "run")
     s = Session(meta=dict(h100.meta), samples=h100.samples, windows=h100.windows)
@@ -293,7 +294,7 @@ def test_failed_save_still_prints_the_results(tmp_path, capsys, monkeypatch) -> 
 def test_sigterm_and_sighup_save_like_ctrl_c(tmp_path, sig) -> None:
     out = tmp_path / "run"
     p = subprocess.Popen([sys.executable, "-m", "pcietrace", "run", "--simulate", "--gpus", "8", "-o", str(out)],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         preexec_fn=terminal_signals, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while not list(tmp_path.glob(".run.partial-*")) and time.monotonic() < deadline:
         time.sleep(0.05)  # the staging folder exists: the measurement is about to start
@@ -420,7 +421,8 @@ def test_an_analysis_error_still_publishes_the_raw_data(tmp_path, h100) -> None:
 # --- on a GPU (the lead runs these: python3 -m pytest -q -m gpu tests/test_robust.py) ---------------
 
 def _start_and_signal(argv: list[str], staging_glob: Path, sig: int, after_s: float) -> subprocess.CompletedProcess:
-    p = subprocess.Popen([sys.executable, "-m", "pcietrace", *argv], cwd=ROOT, stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "-m", "pcietrace", *argv], cwd=ROOT, preexec_fn=terminal_signals,
+                         stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not list(staging_glob.parent.glob(staging_glob.name)) and time.monotonic() < deadline and p.poll() is None:

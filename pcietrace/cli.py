@@ -75,8 +75,19 @@ def _seed(text: str) -> int:
     return v
 
 
-def _output_options(p: argparse.ArgumentParser) -> None:
+def _save_options(p: argparse.ArgumentParser, suffix: str = "", no_save: bool = True) -> None:
+    """-o, --force (and --no-save) the same on every command that saves a run (see record/guard.py)."""
+    p.add_argument("-o", "--output", type=Path, default=None,
+                   help="folder to save in: new, empty, or a saved run with --force (default "
+                        f"reports/<time>-<gpu>-gpu<N>{suffix}, with -2, -3... if taken)")
+    if no_save:
+        p.add_argument("--no-save", action="store_true", help="do not save")
+    p.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
+
+
+def _output_options(p: argparse.ArgumentParser, json_help: str = "the same as --format json") -> None:
     """--format (``--json`` stays as its alias), --detail and --plot, the same on every command that renders."""
+    p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument("--format", choices=["table", "json", "csv", "md", "prometheus"], default="table",
                    help="output format: rich tables, JSON, CSV or Markdown tables, or OpenMetrics text for "
                         "node_exporter's textfile collector")
@@ -130,11 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "window edges are always read exactly")
     r.add_argument("--throughput-api", action="store_true",
                    help="force NVML's low-resolution throughput API instead of the byte counters")
-    r.add_argument("-o", "--output", type=Path, default=None, help="folder to save the run in: new, empty, or a saved run with --force "
-                        "(default reports/<time>-<gpu>-gpu<N>, with -2, -3... if taken)")
-    r.add_argument("--no-save", action="store_true", help="do not save the run")
-    r.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
-    r.add_argument("--json", action="store_true", help="the same as --format json")
+    _save_options(r)
     _output_options(r)
     r.add_argument("--seed", type=_seed, default=0, help="random seed of the simulated device")
     r.add_argument("--no-latency", action="store_true", help="skip the latency suite (saves ~10 s per GPU)")
@@ -144,7 +151,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", formatter_class=_Formatter, help="re-analyse and re-render a saved run (no GPU needed)")
     rp.add_argument("path", type=Path, help="a run folder or its report.json")
-    rp.add_argument("--json", action="store_true", help="the same as --format json")
     _output_options(rp)
     rp.add_argument("--us-per-level", type=_positive, default=0.3, help="round trip added per PCIe switch level (us)")
     rp.add_argument("--perfetto", type=Path, default=None, metavar="FILE",
@@ -168,11 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "notices; median with spread over repeats. Saved like a run, for `compare`.")
     lt.add_argument("--gpu", default="all", help="CUDA device numbers, e.g. 0,1, or 'all'")
     lt.add_argument("--repeats", type=_repeats, default=11, help="repeats of each test (host-timed ones do 20x)")
-    lt.add_argument("-o", "--output", type=Path, default=None, help="folder to save in: new, empty, or a saved run with --force "
-                         "(default reports/<time>-<gpu>-gpu<N>-latency)")
-    lt.add_argument("--no-save", action="store_true", help="do not save")
-    lt.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
-    lt.add_argument("--json", action="store_true", help="the same as --format json")
+    _save_options(lt, "-latency")
     _output_options(lt)
     lt.set_defaults(func="cmd_latency")
 
@@ -205,12 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the injection library also reads the counters itself at every range edge (costs the program "
                          "~0.3 ms per edge; for short critical ranges). Without it, every edge wakes the samplers, "
                          "which read right after it without the program waiting")
-    at.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-<gpu>-gpu<N>-attach)")
-    at.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
-    at.add_argument("--json", action="store_true",
-                    help="the same as --format json; the program's own stdout is then sent to stderr, so stdout "
-                         "carries the report alone (it is also saved in the report folder)")
-    _output_options(at)
+    _save_options(at, "-attach", no_save=False)
+    _output_options(at, json_help="the same as --format json. With any --format but table the program's own stdout "
+                                  "is sent to stderr, so stdout carries the report alone (also saved in the folder)")
     at.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the program to run")
     at.set_defaults(func="cmd_attach")
 
@@ -247,10 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "times are then per window, not per iteration")
     gr.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=10.0,
                     help="background counter sampling interval")
-    gr.add_argument("-o", "--output", type=Path, default=None, help="folder to save in (default reports/<time>-<gpu>-gpu<N>-graphs)")
-    gr.add_argument("--no-save", action="store_true", help="do not save")
-    gr.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
-    gr.add_argument("--json", action="store_true", help="the same as --format json")
+    _save_options(gr, "-graphs")
     _output_options(gr)
     gr.add_argument("--seed", type=_seed, default=0, help="seed of the parameter sets (and of the simulated device)")
     gr.set_defaults(func="cmd_graphs")

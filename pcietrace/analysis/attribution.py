@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.analysis.costs import graph_saving_us_per_launch
-from pcietrace.analysis.counters import COUNTER_UPDATE_NS, MAX_LINK_BPS
+from pcietrace.analysis.counters import COUNTER_UPDATE_NS, could_hide_wrap
 from pcietrace.analysis.floor import floor_bytes
 from pcietrace.analysis.launch import DIRECTIONS
 
@@ -92,12 +92,12 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
 
     ev = events.assign(bits=_device_bits(events))
     threads = {k: (g["t_ns"].to_numpy(np.int64), g["bits"].to_numpy(np.uint64)) for k, g in ev.groupby(["pid", "tid"])}
-    process = {int(pid): int(np.bitwise_or.reduce(g["bits"].to_numpy(np.uint64))) for pid, g in ev.groupby("pid")}
     procs_t = {int(pid): (g["t_ns"].to_numpy(np.int64), g["bits"].to_numpy(np.uint64)) for pid, g in ev.groupby("pid")}
+    process = {pid: int(np.bitwise_or.reduce(bits)) for pid, (_, bits) in procs_t.items()}
+    none = (np.zeros(0, np.int64), np.zeros(0, np.uint64))
     result, rule = [], []
     for r in out.itertuples():
-        t, bits = threads.get((r.pid, r.tid), (np.zeros(0, np.int64), np.zeros(0, np.uint64))) if r.kind == "push" \
-            else procs_t.get(int(r.pid), (np.zeros(0, np.int64), np.zeros(0, np.uint64)))
+        t, bits = threads.get((r.pid, r.tid), none) if r.kind == "push" else procs_t.get(int(r.pid), none)
         # devmask counts launches since the thread's previous event, so (start, end] holds the range's own
         i, j = np.searchsorted(t, r.t_start_ns, "left"), np.searchsorted(t, r.t_end_ns, "right")
         mine = to_nvml(int(r.pid), int(np.bitwise_or.reduce(bits[i:j])) if j > i else 0)
@@ -139,8 +139,7 @@ def sampling_gaps(cum: pd.DataFrame, bits: dict[int, int] | None = None) -> dict
         t = g["t_ns"].to_numpy(np.int64)
         gap = np.diff(t)
         limit = max(4 * COUNTER_UPDATE_NS, 2 * float(np.median(gap))) if gap.size else 0
-        wrap_bytes = 2 ** (bits or {}).get(int(idx), 32)
-        out[int(idx)] = {"t": t, "stall": gap > limit, "wrap": gap / 1e9 * MAX_LINK_BPS >= wrap_bytes}
+        out[int(idx)] = {"t": t, "stall": gap > limit, "wrap": could_hide_wrap(gap, (bits or {}).get(int(idx), 32))}
     return out
 
 

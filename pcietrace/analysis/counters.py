@@ -14,6 +14,14 @@ import pandas as pd
 
 #: Fastest a x16 Gen5 link can move (B/s), used only to say whether a gap between samples could hide a wrap.
 MAX_LINK_BPS = 64e9
+
+
+def could_hide_wrap(gap_ns: Any, bits: int = 32) -> Any:
+    """Whether a gap between samples (ns; scalar or array) is long enough for a saturated link to move
+    ``2**bits`` bytes, i.e. to wrap the counter unseen (then nothing after it can be trusted)."""
+    return np.asarray(gap_ns) / 1e9 * MAX_LINK_BPS >= 2**bits
+
+
 #: How often NVML's PCIe byte counters change (measured on the lent H100/H200, driver 580): ~0.2 ms.
 COUNTER_UPDATE_NS = 200_000
 
@@ -72,7 +80,7 @@ def sample_gaps(samples: pd.DataFrame, bits: dict[int, int] | None = None) -> pd
                      "rate_hz": (t.size - 1) / span_s if t.size > 1 and span_s > 0 else float("nan"),
                      "median_gap_us": float(np.median(d)) / 1e3, "max_gap_us": float(d.max()) / 1e3,
                      "median_read_us": float(g["read_ns"].median()) / 1e3,
-                     "wrap_risk": bool(d.max() / 1e9 * MAX_LINK_BPS >= 2 ** (bits or {}).get(int(idx), 32))})
+                     "wrap_risk": bool(could_hide_wrap(d.max(), (bits or {}).get(int(idx), 32)))})
     return pd.DataFrame(rows, columns=["nvml_index", "samples", "rate_hz", "median_gap_us", "max_gap_us",
                                        "median_read_us", "wrap_risk"])
 

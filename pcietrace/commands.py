@@ -95,8 +95,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             gpus = [(g, None) for g in backend.describe_gpus(ordinals)]  # each worker opens its own GPU
         except NoGpuError as exc:
             raise NoGpuError(f"{exc}; {SIM_HINT}") from None
-        if args.sample_interval_ms < 0:
-            raise UsageError("--sample-interval-ms must be >= 0")
         session = Session(meta=base_meta(plan, False))
         session.meta["driver"] = backend.driver_version()
         session.meta["sample_interval_ms"] = args.sample_interval_ms
@@ -289,10 +287,6 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if not cmd:
         raise UsageError("attach needs a program to run: pcietrace attach -- CMD [ARGS...]")
     _check_plot(args)
-    if args.sample_interval_ms < 0:
-        raise UsageError("--sample-interval-ms must be >= 0")
-    if not 0 < args.sampler_duty <= 1:  # before anything is created (the parser checks this too)
-        raise UsageError("--sampler-duty must be in (0, 1]")
     try:
         ordinals = parse_gpus(args.gpu, len(cuda.bus_ids()))
     except NoGpuError as exc:

@@ -36,6 +36,16 @@ def empty_samples() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="uint64" if c.endswith("_raw") else "int64") for c in SAMPLE_COLUMNS})
 
 
+def merge_samples(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Sample frames from several readers (background samplers, boundary probes, edge reads) as one,
+    sorted by GPU and time; no rows gives :func:`empty_samples`."""
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return empty_samples()
+    return (pd.concat(frames, ignore_index=True)
+            .sort_values(["nvml_index", "t_ns"], kind="stable").reset_index(drop=True))
+
+
 _CHUNK_NS = 20_000_000  # send samples to the parent every 20 ms
 #: Most of the time one GPU's sampler may spend inside NVML reads (1 = no cap). Each read is an RPC to the
 #: GPU's firmware (GSP) that queues with the program's own driver work. Measured on 4x H200 under torchrun
@@ -236,14 +246,13 @@ class CounterSampler:
         chunks = list(self._chunks)
         if not chunks:
             return empty_samples()
-        df = pd.DataFrame({
+        return merge_samples([pd.DataFrame({
             "nvml_index": np.concatenate([np.full(len(c[1]), c[0], np.int64) for c in chunks]),
             "t_ns": np.concatenate([c[1] for c in chunks]),
             "read_ns": np.concatenate([c[2] for c in chunks]),
             "tx_raw": np.concatenate([c[3] for c in chunks]),
             "rx_raw": np.concatenate([c[4] for c in chunks]),
-        })
-        return df.sort_values(["nvml_index", "t_ns"], kind="stable").reset_index(drop=True)
+        })])
 
     def stop(self) -> pd.DataFrame:
         """Stop sampling and return all samples (columns: :data:`SAMPLE_COLUMNS`)."""

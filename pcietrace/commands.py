@@ -275,7 +275,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from pcietrace.analysis import analyze, to_jsonable
-    from pcietrace.collectors import CounterSampler, edges, nvml, topology
+    from pcietrace.collectors import CounterSampler, edges, merge_samples, nvml, topology
     from pcietrace.device import backend, cuda
     from pcietrace.record import guard
     from pcietrace.record.attach import (edge_samples, idle_windows, injection_env, processes, read_traces,
@@ -332,8 +332,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         idle_windows(sampler, indices, args.idle_s, windows)
     finally:
         session.events = read_traces(trace_dir)
-        session.samples = (pd.concat([sampler.stop(), edge_samples(session.events)], ignore_index=True)
-                           .sort_values(["nvml_index", "t_ns"], kind="stable").reset_index(drop=True))
+        session.samples = merge_samples([sampler.stop(), edge_samples(session.events)])
         session.windows = pd.DataFrame(windows)
         session.meta["processes"] = processes(session.events)
         shutil.rmtree(trace_dir, ignore_errors=True)  # its events now live in the session

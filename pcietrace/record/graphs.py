@@ -14,6 +14,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from pcietrace.collectors import merge_samples
 from pcietrace.device.graphs import COUNT_COLUMNS, STRATEGIES, GraphsDevice
 from pcietrace.errors import UsageError
 from pcietrace.record.run import recording_status
@@ -141,9 +142,7 @@ def record(session: Session, plan: GraphsPlan, device: GraphsDevice, nvml_index:
                 run.close()
             except Exception:  # the original error matters more than a failed clean-up
                 pass
-        frames = [sampler.stop(), getattr(probe, "frame", pd.DataFrame)()]
-        session.samples = (pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
-                           .sort_values(["nvml_index", "t_ns"], kind="stable").reset_index(drop=True))
+        session.samples = merge_samples([sampler.stop(), getattr(probe, "frame", pd.DataFrame)()])
         session.graphs = (pd.concat(rows, ignore_index=True) if rows
                           else pd.DataFrame(columns=["kernels", "strategy", "round", "iteration", *ITERATION_FIELDS]))
         session.windows = pd.DataFrame(windows)

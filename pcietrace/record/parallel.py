@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from pcietrace.collectors import merge_samples
 from pcietrace.device.base import Backend
 from pcietrace.errors import PcietraceError
 from pcietrace.record.run import RunPlan, record
@@ -182,10 +183,7 @@ def merge(session: Session, parts: dict[int, Session]) -> Session:
     session.meta["gpus"] = [gpus[k] for k in sorted(gpus)]
     session.meta["status"] = next((s for s in statuses if s != "complete"), "complete") if ordered else "interrupted"
     session.meta["parallel_workers"] = len(ordered)
-    frames = [p.samples for p in ordered if len(p.samples)]
-    if frames:
-        session.samples = (pd.concat(frames, ignore_index=True)
-                           .sort_values(["nvml_index", "t_ns"], kind="stable").reset_index(drop=True))
+    session.samples = merge_samples([p.samples for p in ordered])
     for t in TABLES:
         got = [getattr(p, t) for p in ordered if len(getattr(p, t))]
         if got:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, Iterator
 import pandas as pd
 
 from pcietrace import __version__
+from pcietrace.collectors import merge_samples
 from pcietrace.errors import UsageError
 from pcietrace.record.generate import Backend, LaunchConfig, LaunchGenerator
 from pcietrace.session import Session
@@ -169,9 +170,7 @@ def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Bac
                     rec.update(nvml_index=g["nvml_index"], cuda_ordinal=g["cuda_ordinal"])
                     tables[table].append(rec)
     finally:
-        frames = [sampler.stop()] + [p.frame() for p in (probes or {}).values()]
-        session.samples = (pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
-                           .sort_values(["nvml_index", "t_ns"], kind="stable").reset_index(drop=True))
+        session.samples = merge_samples([sampler.stop()] + [p.frame() for p in (probes or {}).values()])
         session.meta["failed_reads"] = {str(k): v for k, v in getattr(sampler, "failed_reads", {}).items()}
         for t, rows in tables.items():
             setattr(session, t, pd.DataFrame(rows))

@@ -28,8 +28,9 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
     validate.check(session)
     out: dict[str, pd.DataFrame] = {t: pd.DataFrame() for t in RESULT_TABLES}
     s = session
+    bits = _counter_bits(s)
     if len(s.samples):
-        out["sampling"] = counters.sample_gaps(s.samples, _counter_bits(s))
+        out["sampling"] = counters.sample_gaps(s.samples, bits)
     if s.meta.get("kind") == "graphs":
         out.update(_graphs(s))
         return out
@@ -55,7 +56,7 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
     if len(s.e2e):
         out["speedup"] = launch.speedup(s.e2e)
     if s.meta.get("kind") == "attach" and len(s.samples):  # ("attach-failed": the program never ran)
-        out.update(_attach(s, out))
+        out.update(_attach(s, out, bits))
     if len(s.latency):
         out["latency"] = latency_analysis.summary(s.latency)
         if len(out["gpu_time"]):
@@ -88,7 +89,7 @@ def _counter_bits(s: Session) -> dict[int, int]:
     return {i: int(c.get("bits") or 32) for i, c in s.counters.items()}
 
 
-def _attach(s: Session, out: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> dict[str, pd.DataFrame]:
     """Attribution for an attach session: idle windows before/after the program give each GPU's floor
     (per counter read + background); each range is charged to its own GPUs."""
     sampled = [int(g["nvml_index"]) for g in s.meta.get("gpus", [])]
@@ -101,7 +102,6 @@ def _attach(s: Session, out: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
         notes.append("this recording has no device information (made before pcietrace recorded it): every range "
                      "is charged all sampled GPUs")
     ranges = attribution.range_gpus(ranges, s.events, s.meta.get("gpus", []))
-    bits = _counter_bits(s)
     inst = attribution.attribute(ranges, cum, fl, bits) if len(ranges) else ranges
     for r in fl[fl["status"] == "no floor"].itertuples():
         notes.append(f"GPU{r.nvml_index}: no floor (no idle window covered by its samples); its bytes are shown raw only")

@@ -29,14 +29,14 @@ def aligned_windows(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     idle = windows[windows["mode"] == "idle"] if len(windows) else windows
     for idx, g in cum.groupby("nvml_index"):
         t = g["t_ns"].to_numpy(np.int64)
+        ys = {d: g[f"{c}_bytes"].to_numpy(float) for d, c in DIRECTIONS.items()}
         for w in idle[idle["nvml_index"] == idx].itertuples():
             i, j = np.searchsorted(t, w.t_start_ns, "right") - 1, np.searchsorted(t, w.t_end_ns, "left")
             if i < 0 or j >= t.size or j <= i:
                 continue
             row = {"nvml_index": int(idx), "sampling": getattr(w, "sampling", "on"), "t_a_ns": int(t[i]),
                    "t_b_ns": int(t[j]), "duration_s": (t[j] - t[i]) / 1e9, "reads": int(j - i)}
-            for d, c in DIRECTIONS.items():
-                y = g[f"{c}_bytes"].to_numpy(float)
+            for d, y in ys.items():
                 row[f"{d}_bytes"] = float(y[j] - y[i])
             rows.append(row)
     return pd.DataFrame(rows, columns=["nvml_index", "sampling", "t_a_ns", "t_b_ns", "duration_s", "reads",

@@ -55,6 +55,7 @@ def test_a_failing_gpu_keeps_the_others_figures() -> None:
 
 SCRIPT = r"""
 import functools, json, sys
+from pcietrace.record import guard
 from pcietrace.record.parallel import open_sim, record_all
 from pcietrace.record.run import RunPlan, base_meta
 from pcietrace.session import Session
@@ -62,12 +63,13 @@ from pcietrace.session import Session
 if __name__ == "__main__":
     plan = RunPlan(durations_us=(0,), window_s=0.5)
     s = Session(meta=base_meta(plan, True))
+    guard.Interrupts.install()  # as `pcietrace run` does: SIGTERM/SIGHUP stop it like Ctrl-C
     try:
         record_all(s, plan, [functools.partial(open_sim, i) for i in range(2)],
                    progress=lambda label: print("step", label, flush=True))
         code = 0
-    except KeyboardInterrupt:
-        code = 130
+    except KeyboardInterrupt as exc:
+        code = guard.exit_code(exc)
     print(json.dumps({"status": s.meta["status"], "gpus": [g.get("status") for g in s.meta["gpus"]],
                       "windows": s.windows.groupby("nvml_index").size().to_dict() if len(s.windows) else {},
                       "samples": int(len(s.samples))}))
@@ -75,7 +77,10 @@ if __name__ == "__main__":
 """
 
 
-def test_ctrl_c_stops_every_worker_and_keeps_what_they_recorded(tmp_path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_every_worker_and_keeps_what_they_recorded(tmp_path, sig) -> None:
+    # SIGINT goes to the whole process group (Ctrl-C); SIGTERM only to the parent (`kill`), which forwards it
+    # and exits with the shell's code for the signal it got.
     script = tmp_path / "run_all.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
@@ -87,10 +92,13 @@ def test_ctrl_c_stops_every_worker_and_keeps_what_they_recorded(tmp_path) -> Non
             steps[gpu] += line.startswith(f"step {gpu}")
         if min(steps.values()) >= 3:  # both workers are into their counter windows
             break
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: every process of the group gets it
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, sig)  # what Ctrl-C does: every process of the group gets it
+    else:
+        proc.send_signal(sig)
     out, _ = proc.communicate(timeout=60)
     doc = json.loads(out.strip().splitlines()[-1])
-    assert proc.returncode == 130
+    assert proc.returncode == 128 + sig
     assert doc["status"] == "interrupted" and doc["gpus"] == ["interrupted", "interrupted"]
     assert set(doc["windows"]) == {"0", "1"} and doc["samples"] > 0  # partial results from both GPUs came back
 

@@ -33,6 +33,7 @@ import pandas as pd
 from pcietrace.collectors import merge_samples
 from pcietrace.device.base import Backend
 from pcietrace.errors import PcietraceError
+from pcietrace.record.guard import Terminated
 from pcietrace.record.run import RunPlan, record
 from pcietrace.session import TABLES, Session
 
@@ -231,12 +232,13 @@ def record_all(session: Session, plan: RunPlan, openers: list[Callable[[], GpuWo
                          name=f"pcietrace-gpu{slot}") for slot, opener in enumerate(openers)]
     for p in procs:
         p.start()
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None
     try:
         _collect(out, procs, parts, handle, deadline=None)
-    except KeyboardInterrupt:
-        interrupted = True
-        time.sleep(1.0)  # the terminal's SIGINT reached the workers too; forward it to any it did not
+    except KeyboardInterrupt as exc:  # (guard.Terminated for SIGTERM/SIGHUP: re-raised as is, for the exit code)
+        interrupted = exc
+        if not isinstance(exc, Terminated):
+            time.sleep(1.0)  # a terminal's Ctrl-C reached the workers too; forward it to any it did not
         for slot, p in enumerate(procs):
             if slot not in parts and p.is_alive():
                 try:
@@ -250,8 +252,11 @@ def record_all(session: Session, plan: RunPlan, openers: list[Callable[[], GpuWo
             if p.is_alive():
                 p.kill()
     merge(session, parts)
-    if interrupted or any(p.meta.get("status") == "interrupted" for p in parts.values()):
-        raise KeyboardInterrupt  # (a worker interrupted on its own, too: the run is partial)
+    if interrupted is not None:
+        session.meta["status"] = "interrupted"  # even where every worker had finished before the signal came
+        raise interrupted
+    if any(p.meta.get("status") == "interrupted" for p in parts.values()):
+        raise KeyboardInterrupt  # a worker interrupted on its own: the run is partial
     _raise_failures(parts)
     return session
 

@@ -207,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the injection library also reads the counters itself at every range edge (costs the program "
                          "~0.3 ms per edge; for short critical ranges). Without it, every edge wakes the samplers, "
                          "which read right after it without the program waiting")
+    at.add_argument("--gpu-time", action="store_true",
+                    help="also record when each kernel ran on the GPU (CUPTI kernel activity): per range the GPU's busy "
+                         "time, and a graph-savings prediction from it (the host time a graph would remove). Costs the "
+                         "program ~1 us per launch")
     _save_options(at, "-attach", no_save=False)
     _output_options(at, json_help="the same as --format json. With any --format but table the program's own stdout "
                                   "is sent to stderr, so stdout carries the report alone (also saved in the folder)")

@@ -303,6 +303,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     session.meta.update(kind="attach", command=cmd, gpus=gpus, driver=nvml.driver_version(), launch_costs=costs,
                         sample_interval_ms=args.sample_interval_ms, topology=topology.collect(gpus),
                         launch_counter=counter, exact_edges=args.exact_edges, sampler_duty=args.sampler_duty)
+    session.meta["gpu_time"] = args.gpu_time
     folder = _run_folder(args, session.meta, ordinals, "-attach")  # checked before the program runs
     trace_dir = Path(tempfile.mkdtemp(prefix="pcietrace-"))
     edge_file = edges.create()
@@ -324,7 +325,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     try:                               # run_program passes them on to the program and waits for it)
         idle_windows(sampler, indices, args.idle_s, windows)
         err.print(f"pcietrace: running {' '.join(cmd)}", markup=False)
-        env = injection_env(trace_dir, counter, edge_file, indices, args.exact_edges)
+        env = injection_env(trace_dir, counter, edge_file, indices, args.exact_edges, gpu_time=args.gpu_time)
         # --json/--format: stdout carries the report alone; the program's own output goes to stderr
         machine_output = args.json or args.format != "table"
         rc, t0, t1 = run_program(cmd, env, stdout=sys.stderr if machine_output else None)
@@ -352,11 +353,11 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def _write_perfetto(session: Any, results: dict[str, Any], path: Path) -> None:
-    from pcietrace.analysis import attribution, timeline_bin_ns
+    from pcietrace.analysis import attribution, gpu_time, timeline_bin_ns
     from pcietrace.report.perfetto import chrome_trace
 
     trace = chrome_trace(session.meta, results["rates"], results["range_instances"],
-                         attribution.launch_rate(session.events, timeline_bin_ns(session.meta)))
+                         attribution.launch_rate(gpu_time.host_events(session.events), timeline_bin_ns(session.meta)))
     path.write_text(json.dumps(trace))
 
 

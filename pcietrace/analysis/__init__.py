@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from pcietrace.analysis import attribution, counters, floor, launch, summary, validate
+from pcietrace.analysis import attribution, counters, floor, gpu_time, launch, summary, validate
 from pcietrace.analysis import graphs as graphs_analysis
 from pcietrace.analysis import latency as latency_analysis
 from pcietrace.session import Session
@@ -96,18 +96,23 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
     cum = counters.cumulative_bytes(s.samples, s.counters)
     fl = floor.floor_model(cum, s.windows, sampled)
     gap_ns = float(out["sampling"]["median_gap_us"].max()) * 1e3 if len(out["sampling"]) else 0.0
-    ranges = attribution.ranges_from_events(s.events) if len(s.events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
+    events = gpu_time.host_events(s.events)
+    ranges = attribution.ranges_from_events(events) if len(events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
     notes = []
-    if len(ranges) and "devmask" not in s.events.columns:
+    if len(ranges) and "devmask" not in events.columns:
         notes.append("this recording has no device information (made before pcietrace recorded it): every range "
                      "is charged all sampled GPUs")
-    ranges = attribution.range_gpus(ranges, s.events, s.meta.get("gpus", []))
+    ranges = attribution.range_gpus(ranges, events, s.meta.get("gpus", []))
     inst = attribution.attribute(ranges, cum, fl, bits) if len(ranges) else ranges
+    costs = s.meta.get("launch_costs")
+    pids = gpu_time.recording_pids(s.events)
+    if pids and len(inst):  # attach --gpu-time: the GPU's busy time per range
+        inst = gpu_time.busy(inst, gpu_time.kernels(s.events), pids, (costs or {}).get("wall_us_per_kernel_graph", 0.0) * 1e3)
     for r in fl[fl["status"] == "no floor"].itertuples():
         notes.append(f"GPU{r.nvml_index}: no floor (no idle window covered by its samples); its bytes are shown raw only")
     return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta)),
-            "ranges": attribution.summarize(inst, s.meta.get("launch_costs"), short_ns=2 * gap_ns),
-            "whole_run": attribution.whole_run(cum, s.events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl, bits),
+            "ranges": attribution.summarize(inst, costs, short_ns=2 * gap_ns),
+            "whole_run": attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl, bits),
             "notes": pd.DataFrame({"note": notes}, dtype=str)}
 
 

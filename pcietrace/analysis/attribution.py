@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pcietrace.analysis.costs import graph_saving_us_per_launch
+from pcietrace.analysis import nesting
+from pcietrace.analysis.savings import predict_ms
 from pcietrace.analysis.counters import COUNTER_UPDATE_NS, could_hide_wrap
 from pcietrace.analysis.floor import floor_bytes
 from pcietrace.analysis.launch import DIRECTIONS
@@ -200,15 +201,9 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
         out[f"{d}_edge_bytes"] = acc[f"{d}_edge"]
     for c in ("ns", "h2d_bytes", "d2h_bytes"):
         out[f"excl_{c}"] = out["duration_ns" if c == "ns" else c].astype(float)
-    push = out[out["kind"] == "push"]
-    for (pid, tid), g in push.groupby(["pid", "tid"]):
-        g = g.sort_values(["t_start_ns", "depth"])
-        for idx, r in g.iterrows():
-            kids = g[(g["depth"] == r["depth"] + 1) & (g["t_start_ns"] >= r["t_start_ns"]) & (g["t_end_ns"] <= r["t_end_ns"])]
-            if len(kids):
-                out.loc[idx, "excl_ns"] -= kids["duration_ns"].sum()
-                out.loc[idx, "excl_h2d_bytes"] -= kids["h2d_bytes"].sum(min_count=len(kids))
-                out.loc[idx, "excl_d2h_bytes"] -= kids["d2h_bytes"].sum(min_count=len(kids))
+    parent = nesting.parents(out)
+    for c in ("ns", "h2d_bytes", "d2h_bytes"):
+        out[f"excl_{c}"] -= nesting.children_sum(out, parent, "duration_ns" if c == "ns" else c)
     return out
 
 
@@ -250,14 +245,17 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     figure) with their worst-case edge errors ``h2d_edge_bytes``/``d2h_edge_bytes``, ``status`` (the worst
     of its calls), ``stalls`` (sampling stalls its calls overlap), ``eager_launches``, ``graph_launches``,
     ``h2d_bytes_per_launch`` (over eager + graph launches), ``launch_overhead_ms`` (launches x the measured
-    host cost per launch), ``graph_savings_ms`` (eager launches x (eager - graph) wall time per empty
-    kernel: what capturing them into graphs could save at most) and ``short_calls`` (calls shorter than
-    ``short_ns``, whose bytes rest on interpolation between counter samples)."""
+    host cost per launch), ``graph_savings_ms`` (what capturing its launches into graphs could save at most:
+    :func:`pcietrace.analysis.savings.predict_ms`, from its GPU busy time where recorded), ``gpu_busy_ms``
+    (``attach --gpu-time``: the GPU ran its process's kernels; NaN unknown) and ``short_calls`` (calls shorter
+    than ``short_ns``, whose bytes rest on interpolation between counter samples)."""
     if not len(attributed):
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     rank = {s: i for i, s in enumerate(STATUSES)}
     at = attributed.assign(status_rank=attributed["status"].map(rank),
-                           gpus_text=attributed["gpus"].map(lambda g: ",".join(str(i) for i in g)))
+                           gpus_text=attributed["gpus"].map(lambda g: ",".join(str(i) for i in g)),
+                           predicted_ms=predict_ms(attributed, costs)["predicted_ms"] if costs else np.nan,
+                           busy_ns=attributed["gpu_busy_ns"] if "gpu_busy_ns" in attributed else np.nan)
     g = at.groupby(["domain", "name"], sort=False)
     out = g.agg(calls=("name", "size"), incl_ms=("duration_ns", "sum"), excl_ms=("excl_ns", "sum"),
                 h2d_bytes=("h2d_bytes", lambda s: s.sum(min_count=len(s))),
@@ -268,6 +266,8 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
                 status_rank=("status_rank", "max"), stalls=("stalls", "sum"),
                 gpus=("gpus_text", lambda s: ",".join(sorted(set(",".join(s).split(",")) - {""}, key=int))),
                 eager_launches=("eager_launches", "sum"), graph_launches=("graph_launches", "sum"),
+                graph_savings_ms=("predicted_ms", lambda s: s.sum(min_count=len(s))),
+                gpu_busy_ms=("busy_ns", lambda s: s.sum(min_count=len(s)) / 1e6),
                 short_calls=("duration_ns", lambda s: int((s < short_ns).sum()))).reset_index()
     out["status"] = out.pop("status_rank").map(dict(enumerate(STATUSES)))
     out["incl_ms"] /= 1e6
@@ -277,17 +277,15 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     if costs:
         out["launch_overhead_ms"] = (out["eager_launches"] * costs["host_us_per_eager_launch"]
                                      + out["graph_launches"] * costs["host_us_per_graph_launch"]) / 1e3
-        out["graph_savings_ms"] = out["eager_launches"] * graph_saving_us_per_launch(costs) / 1e3
     else:
         out["launch_overhead_ms"] = np.nan
-        out["graph_savings_ms"] = np.nan
     return out[SUMMARY_COLUMNS].sort_values("incl_ms", ascending=False, kind="stable").reset_index(drop=True)
 
 
 SUMMARY_COLUMNS = ["domain", "name", "calls", "gpus", "incl_ms", "excl_ms", "h2d_bytes", "d2h_bytes", "excl_h2d_bytes",
                    "h2d_raw_bytes", "d2h_raw_bytes", "h2d_edge_bytes", "d2h_edge_bytes", "status", "stalls",
                    "eager_launches", "graph_launches", "short_calls", "h2d_bytes_per_launch", "launch_overhead_ms",
-                   "graph_savings_ms"]
+                   "graph_savings_ms", "gpu_busy_ms"]
 
 
 def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,

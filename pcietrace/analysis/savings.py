@@ -16,10 +16,12 @@ Two predictions are set beside the measured saving (eager minus graphed range ti
   it; else the calibration's wall difference, an upper bound). A parent adds up its children's savings.
 
 What the model cannot know from launch counts alone is how busy the GPU was: a PyTorch range whose host
-spends ~10-20 us per operator looks GPU-bound by its time per launch, yet a graph removes most of that host
-time. Where an instance carries ``gpu_busy_ns`` (the GPU's busy time inside the range, e.g. from CUPTI kernel
-activity, which attach does not record today), :func:`predict_ms` uses it instead: the graphed range takes
-the GPU's busy time less the per-kernel overhead graphs remove, and never less than a graph kernel each.
+spends ~10-30 us per operator looks GPU-bound by its time per launch, yet a graph removes most of that host
+time. Where an instance carries ``gpu_busy_ns`` (``attach --gpu-time``: the GPU's busy time inside the range
+from CUPTI kernel records, :mod:`pcietrace.analysis.gpu_time`), :func:`predict_ms` uses it instead: captured
+whole into a graph, the range's own part takes what its kernels take on the GPU -- its busy time, each kernel
+at least a graph kernel's time (``gpu_short_ns``) -- and the rest of its time is saved. That is an upper
+bound where the range also does host work a graph would not replace (the figure is "graph saves <= X").
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from pcietrace.analysis import nesting
 
 #: A range whose time per eager launch is at most this many times the host cost of a launch is launch-bound.
 LAUNCH_BOUND_FACTOR = 1.5
@@ -52,46 +56,43 @@ def per_launch_saving_us(us_per_launch: float, costs: dict[str, Any]) -> tuple[f
     return max(0.0, min(us_per_launch, costs["wall_us_per_kernel_eager"]) - graph), False
 
 
-def graphed_saving_ms(range_ms: float, gpu_busy_ms: float, launches: float, costs: dict[str, Any]) -> float:
-    """Saving of a range that took ``range_ms`` with ``launches`` eager launches while the GPU was busy for
-    ``gpu_busy_ms``: graphed, it takes the busy time less the per-kernel overhead graphs remove (GPU time per
-    empty kernel eager - graph, or the calibration's wall difference), and at least a graph kernel's time each."""
-    per_kernel = (costs["gpu_us_per_kernel_eager"] - costs["gpu_us_per_kernel_graph"]
-                  if "gpu_us_per_kernel_eager" in costs and "gpu_us_per_kernel_graph" in costs
-                  else costs["wall_us_per_kernel_eager"] - costs["wall_us_per_kernel_graph"])
-    graphed = max(gpu_busy_ms - launches * max(per_kernel, 0.0) / 1e3, launches * costs["wall_us_per_kernel_graph"] / 1e3)
-    return max(0.0, range_ms - graphed)
+def graphed_saving_ms(range_ms: float, gpu_busy_ms: float, gpu_short_ms: float) -> float:
+    """Saving of a range that took ``range_ms`` while the GPU ran its kernels for ``gpu_busy_ms``, captured
+    whole into a graph: the graph takes the kernels' busy time plus ``gpu_short_ms`` (what its kernels fall
+    short of a graph kernel's minimum time, :func:`pcietrace.analysis.gpu_time.busy`)."""
+    return max(0.0, range_ms - gpu_busy_ms - gpu_short_ms)
 
 
 def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     """Per range instance (attach's ``range_instances``): ``own_eager_launches`` (minus direct children's),
     ``launch_bound`` and ``predicted_ms`` (own launches x :func:`per_launch_saving_us` at the instance's own
     time per launch, plus its direct children's predictions). Children are the push/pop ranges one level
-    deeper on the same thread inside it; start/end ranges have none. With a ``gpu_busy_ns`` column, instances
-    that have it use :func:`graphed_saving_ms` instead."""
+    deeper on the same thread inside it; start/end ranges have none. With ``gpu_busy_ns``/``gpu_short_ns``
+    columns, instances that have them use :func:`graphed_saving_ms` on their own part (minus children's)."""
     out = instances.copy()
-    out["own_eager_launches"] = out["eager_launches"].astype(float)
+    parent = nesting.parents(out)
+    out["own_eager_launches"] = out["eager_launches"].astype(float) - nesting.children_sum(out, parent, "eager_launches")
     out["own_ns"] = out["excl_ns"].astype(float)
     out["launch_bound"] = False
     out["predicted_ms"] = 0.0
-    kids: dict[Any, list[Any]] = {i: [] for i in out.index}
-    push = out[out["kind"] == "push"]
-    for _, g in push.groupby(["pid", "tid"]):
-        for i, r in g.iterrows():
-            inside = g[(g["depth"] == r["depth"] + 1) & (g["t_start_ns"] >= r["t_start_ns"]) & (g["t_end_ns"] <= r["t_end_ns"])]
-            kids[i] = list(inside.index)
-            out.loc[i, "own_eager_launches"] -= inside["eager_launches"].sum()
     busy = "gpu_busy_ns" in out.columns
-    for i in out.sort_values("depth", ascending=False).index:  # children first
-        n = out.at[i, "own_eager_launches"]
-        own = 0.0
-        if n > 0 and busy and not pd.isna(out.at[i, "gpu_busy_ns"]):
-            own = graphed_saving_ms(out.at[i, "own_ns"] / 1e6, out.at[i, "gpu_busy_ns"] / 1e6, n, costs)
-        elif n > 0:
-            per_us, bound = per_launch_saving_us(out.at[i, "own_ns"] / 1e3 / n, costs)
-            own = n * per_us / 1e3
-            out.at[i, "launch_bound"] = bound
-        out.at[i, "predicted_ms"] = own + sum(out.at[k, "predicted_ms"] for k in kids[i])
+    if busy:  # children are disjoint in time, so busy time and shortfall add up
+        out["own_busy_ns"] = out["gpu_busy_ns"] - nesting.children_sum(out, parent, "gpu_busy_ns")
+        out["own_short_ns"] = out["gpu_short_ns"] - nesting.children_sum(out, parent, "gpu_short_ns")
+    n = out["own_eager_launches"].to_numpy()
+    own = np.zeros(len(out))
+    for k, i in enumerate(out.index):
+        if n[k] <= 0:
+            continue
+        if busy and not pd.isna(out.at[i, "own_busy_ns"]):
+            own[k] = graphed_saving_ms(out.at[i, "own_ns"] / 1e6, out.at[i, "own_busy_ns"] / 1e6, out.at[i, "own_short_ns"] / 1e6)
+        else:
+            per_us, out.at[i, "launch_bound"] = per_launch_saving_us(out.at[i, "own_ns"] / 1e3 / n[k], costs)
+            own[k] = n[k] * per_us / 1e3
+    out["predicted_ms"] = own
+    for depth in sorted(out["depth"].unique(), reverse=True):  # children first: a parent adds its children's
+        at = out["depth"] == depth
+        out.loc[at, "predicted_ms"] += nesting.children_sum(out, parent, "predicted_ms")[at]
     return out
 
 

@@ -141,26 +141,36 @@ static int trace_open(void)
     return g_buf != NULL;
 }
 
-static void emit(const char *event, const char *domain, unsigned long long id, const char *message)
+static unsigned long long mono_ns(void)
 {
-    if (!trace_open()) return;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+/* One trace line at time t_ns; dev = the CUDA ordinal to record (emit: the thread's current one). */
+static void emit_line(unsigned long long t_ns, const char *event, const char *domain, unsigned long long id,
+                      const char *message, int dev)
+{
+    if (!trace_open()) return;
     if (!t_tid) t_tid = (long)syscall(SYS_gettid);
     char line[1300], msg[1024];
     size_t i = 0;
     for (const char *p = message ? message : ""; *p && i < sizeof msg - 1; ++p) msg[i++] = (*p == '\t' || *p == '\n') ? ' ' : *p;
     msg[i] = 0;
-    int dev = current_device();
     uint64_t mask = t_devmask;
     t_devmask = 0;
     int n = snprintf(line, sizeof line, "%llu\t%ld\t%s\t%s\t%llu\t%d\t%lu\t%lu\t%lu\t%lu\t%d\t%llu\t%s\n",
-                     (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec, t_tid, event,
-                     domain ? domain : "default", id, t_depth, t_eager, t_graph, atomic_load(&g_eager),
-                     atomic_load(&g_graph), dev, (unsigned long long)mask, msg);
+                     t_ns, t_tid, event, domain ? domain : "default", id, t_depth, t_eager, t_graph,
+                     atomic_load(&g_eager), atomic_load(&g_graph), dev, (unsigned long long)mask, msg);
     if (n <= 0 || n >= (int)sizeof line) return;
     size_t at = atomic_fetch_add(&g_pos, (size_t)n);
     if (at + (size_t)n <= g_cap) memcpy(g_buf + at, line, (size_t)n);
+}
+
+static void emit(const char *event, const char *domain, unsigned long long id, const char *message)
+{
+    emit_line(mono_ns(), event, domain, id, message, current_device());
 }
 
 static const char *message_of(const EventAttributes *a, char *tmp, size_t tmpsize)
@@ -446,11 +456,76 @@ static void on_driver_api(void *userdata, int domain, uint32_t cbid, const void 
     else if (!strncmp(d->functionName, "cuLaunchKernel", 14)) count_eager();
 }
 
+/* ---- GPU time (PCIETRACE_GPU_TIME=1): CUPTI concurrent-kernel activity records ----
+ * One "kernel" event per kernel that ran: t_ns = its start, id = its CUDA ordinal, message = its end (ns), both
+ * on CLOCK_MONOTONIC (CUPTI's timestamp callback; where this CUPTI lacks one, its CLOCK_REALTIME stamps are
+ * shifted by the clocks' offset at each buffer). Records are read by offset, as CUpti_ActivityKernel4..11 all
+ * lay them out (cupti_activity.h): kind (u32) at 0, start at 16, end at 24, deviceId (u32) at 40. */
+enum { CUPTI_KIND_CONCURRENT_KERNEL = 10, CUPTI_FLUSH_FORCED = 1, GPU_TIME_BUFFER = 4 << 20 };
+static int (*p_next_record)(uint8_t *, size_t, void **);
+static int (*p_flush_all)(uint32_t);
+static int g_cupti_realtime;  /* CUPTI stamps on CLOCK_REALTIME (no timestamp callback) */
+
+static void gpu_time_request(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+    *buffer = aligned_alloc(8, GPU_TIME_BUFFER);
+    *size = *buffer ? GPU_TIME_BUFFER : 0;
+    *max_records = 0;
+}
+
+static void gpu_time_complete(void *ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid)
+{
+    (void)ctx; (void)stream; (void)size;
+    long long shift = 0;
+    if (g_cupti_realtime) {
+        struct timespec rt;
+        clock_gettime(CLOCK_REALTIME, &rt);
+        shift = (long long)rt.tv_sec * 1000000000LL + rt.tv_nsec - (long long)mono_ns();
+    }
+    void *rec = NULL;
+    while (buffer && p_next_record(buffer, valid, &rec) == 0) {
+        const uint8_t *r = (const uint8_t *)rec;
+        uint32_t kind, dev;
+        uint64_t start, end;
+        memcpy(&kind, r, 4);
+        if (kind != CUPTI_KIND_CONCURRENT_KERNEL) continue;
+        memcpy(&start, r + 16, 8); memcpy(&end, r + 24, 8); memcpy(&dev, r + 40, 4);
+        char m[32];
+        snprintf(m, sizeof m, "%lld", (long long)end - shift);
+        emit_line((unsigned long long)((long long)start - shift), "kernel", NULL, dev, m, (int)dev);
+    }
+    free(buffer);
+}
+
+static uint64_t gpu_time_clock(void) { return mono_ns(); }
+static void gpu_time_flush(void) { if (p_flush_all) p_flush_all(CUPTI_FLUSH_FORCED); }
+
+static void gpu_time_on(void *lib)
+{
+    int (*reg)(void *, void *) = (int (*)(void *, void *))dlsym(lib, "cuptiActivityRegisterCallbacks");
+    int (*enable)(int) = (int (*)(int))dlsym(lib, "cuptiActivityEnable");
+    int (*clock_cb)(uint64_t (*)(void)) = (int (*)(uint64_t (*)(void)))dlsym(lib, "cuptiActivityRegisterTimestampCallback");
+    p_next_record = (int (*)(uint8_t *, size_t, void **))dlsym(lib, "cuptiActivityGetNextRecord");
+    p_flush_all = (int (*)(uint32_t))dlsym(lib, "cuptiActivityFlushAll");
+    if (!reg || !enable || !p_next_record || !p_flush_all) { emit("gputime", NULL, 0, "off: CUPTI activity API missing"); return; }
+    g_cupti_realtime = !clock_cb || clock_cb(gpu_time_clock) != 0;  /* before enabling, as CUPTI asks */
+    int rc = reg((void *)gpu_time_request, (void *)gpu_time_complete);
+    if (rc == 0) rc = enable(CUPTI_KIND_CONCURRENT_KERNEL);
+    char m[96];
+    if (rc) snprintf(m, sizeof m, "off: CUPTI activity error %d", rc);
+    else snprintf(m, sizeof m, "on (CUPTI kernel activity, %s clock)", g_cupti_realtime ? "realtime" : "monotonic");
+    emit("gputime", NULL, 0, m);
+    if (!rc) atexit(gpu_time_flush);  /* records still buffered reach the trace before the process ends */
+}
+
 EXPORT int InitializeInjection(void)
 {
     const char *path = getenv("PCIETRACE_CUPTI");
+    const char *gpu_time = getenv("PCIETRACE_GPU_TIME");
     void *lib = dlopen(path && *path ? path : "libcupti.so", RTLD_NOW | RTLD_GLOBAL);
     if (!lib) { emit("cupti", NULL, 0, dlerror()); return 1; }
+    if (gpu_time && !strcmp(gpu_time, "1")) gpu_time_on(lib);
+    if (interposing()) return 1;  /* launches are counted by the trampolines: no callbacks on top */
     int (*subscribe)(void **, CuptiCallback, void *) = (int (*)(void **, CuptiCallback, void *))dlsym(lib, "cuptiSubscribe");
     int (*enable)(uint32_t, void *, int, uint32_t) = (int (*)(uint32_t, void *, int, uint32_t))dlsym(lib, "cuptiEnableCallback");
     void *sub = NULL;

@@ -123,11 +123,12 @@ def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tupl
 
 
 def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, nvml_indices: list[int],
-                  exact_edges: bool) -> dict[str, str]:
-    """The program's environment: NVTX (and CUDA, for CUPTI counting) injection, the trace folder, the edge
-    file the samplers wait on, and whether the library reads the counters itself at range edges.
+                  exact_edges: bool, gpu_time: bool = False) -> dict[str, str]:
+    """The program's environment: NVTX (and CUDA, for CUPTI) injection, the trace folder, the edge file the
+    samplers wait on, and whether the library reads the counters itself at range edges.
     ``launch_counter``: "interpose" (the library in LD_PRELOAD hands out counting trampolines for the launch
-    entry points), "cupti" (CUDA_INJECTION64_PATH, CUPTI driver callbacks) or "none"."""
+    entry points), "cupti" (CUDA_INJECTION64_PATH, CUPTI driver callbacks) or "none". ``gpu_time``: CUPTI
+    kernel activity records too (each kernel's start and end on the GPU: "kernel" events)."""
     lib = injection_library()
     env = dict(os.environ, NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=str(trace_dir),
                PCIETRACE_NVML_INDICES=",".join(str(i) for i in nvml_indices))
@@ -135,12 +136,14 @@ def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, n
         env["PCIETRACE_EDGE_FILE"] = edge_file
     if exact_edges:
         env["PCIETRACE_EXACT_EDGES"] = "1"
-    if launch_counter == "cupti":
+    if launch_counter == "cupti" or gpu_time:
         env["CUDA_INJECTION64_PATH"] = lib
         cupti = cupti_library()
         if cupti:
             env["PCIETRACE_CUPTI"] = cupti
-    elif launch_counter == "interpose":
+    if gpu_time:
+        env["PCIETRACE_GPU_TIME"] = "1"
+    if launch_counter == "interpose":
         env["LD_PRELOAD"] = " ".join(filter(None, [lib, os.environ.get("LD_PRELOAD")]))
         env["PCIETRACE_COUNT"] = "interpose"
     return env

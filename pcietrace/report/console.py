@@ -293,15 +293,20 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
             t.add_row(name(r), _gpu_list(getattr(r, "gpus", "")), str(r.calls), _num(r.incl_ms, ",.2f"),
                       _num(r.excl_ms, ",.2f"), mb(r, "h2d", True), mb(r, "d2h", False))
         parts.append(t)
+        busy = "gpu_busy_ms" in rg and rg["gpu_busy_ms"].notna().any()
         t = _table("Launches per NVTX range", [("range", "left"), ("eager", "right"), ("graph", "right"),
-                   ("H2D B/launch", "right"), ("launch ms", "right"), ("graphs save ≤ ms", "right")],
+                   ("H2D B/launch", "right"), ("launch ms", "right")] + ([("GPU busy ms", "right")] if busy else [])
+                   + [("graphs save ≤ ms", "right")],
                    caption="eager/graph = launches made by the range's own thread; launch ms = launches x host cost "
-                           f"per launch ({esc(costs['source']) if costs else 'not measured'}); graphs save: eager "
-                           "launches x (eager - graph) wall time per empty kernel")
+                           f"per launch ({esc(costs['source']) if costs else 'not measured'}); graphs save: "
+                           + ("the range's time less what its kernels take on the GPU in a graph (GPU busy: CUPTI "
+                              "kernel records)" if busy else "per eager launch, the range's own time per launch less "
+                              "a graph kernel's where it is launch-bound, else the GPU's per-kernel overhead")
+                           + " (pcietrace/analysis/savings.py)")
         for r in rg.itertuples():
             t.add_row(name(r), _num(r.eager_launches, ",.0f"), _num(r.graph_launches, ",.0f"),
                       _num(r.h2d_bytes_per_launch, ",.0f"), _num(r.launch_overhead_ms, ",.2f"),
-                      _num(r.graph_savings_ms, ",.2f"))
+                      *([_num(r.gpu_busy_ms, ",.2f")] if busy else []), _num(r.graph_savings_ms, ",.2f"))
         parts.append(t)
         if rg["short_calls"].sum():
             parts.append(Text(f"note: ranges marked short lasted less than two counter samples ({interval} ms sampling, "

@@ -6,11 +6,12 @@ Never imports rich or touches a GPU. :func:`analyze` is the one entry point the 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pandas as pd
 
-from pcietrace.analysis import attribution, counters, floor, gpu_time, launch, summary, validate
+from pcietrace.analysis import attribution, counters, floor, gpu_time, launch, savings, summary, validate
 from pcietrace.analysis import graphs as graphs_analysis
 from pcietrace.analysis import latency as latency_analysis
 from pcietrace.session import Session
@@ -110,9 +111,10 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
         inst = gpu_time.busy(inst, gpu_time.kernels(s.events), pids, (costs or {}).get("wall_us_per_kernel_graph", 0.0) * 1e3)
     for r in fl[fl["status"] == "no floor"].itertuples():
         notes.append(f"GPU{r.nvml_index}: no floor (no idle window covered by its samples); its bytes are shown raw only")
+    whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl, bits)
+    whole["graph_savings_ms"] = savings.outermost_ms(inst, costs) if costs and len(inst) else math.nan
     return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta)),
-            "ranges": attribution.summarize(inst, costs, short_ns=2 * gap_ns),
-            "whole_run": attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl, bits),
+            "ranges": attribution.summarize(inst, costs, short_ns=2 * gap_ns), "whole_run": whole,
             "notes": pd.DataFrame({"note": notes}, dtype=str)}
 
 

@@ -16,12 +16,6 @@ LAUNCH_COST_KEYS = ("host_us_per_eager_launch", "host_us_per_graph_launch", "wal
                     "wall_us_per_kernel_graph")
 
 
-def graph_saving_us_per_launch(costs: dict[str, Any]) -> float:
-    """What capturing one eager launch into a graph can save at most (us): eager minus graph wall time per
-    empty kernel, never negative (attach's "graphs save" figure)."""
-    return max(0.0, costs["wall_us_per_kernel_eager"] - costs["wall_us_per_kernel_graph"])
-
-
 def launch_costs(cpu_cost: pd.DataFrame, speedup: pd.DataFrame, source: str,
                  nvml_index: int | None = None) -> dict[str, Any]:
     """:data:`LAUNCH_COST_KEYS` from the ``cpu_cost`` and ``speedup`` tables of one GPU (``nvml_index``,

@@ -96,6 +96,13 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     return out
 
 
+def outermost_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> float:
+    """What capturing every range into graphs could save at most (ms): :func:`predict_ms` summed over the
+    outermost push/pop ranges of each thread (their children are inside their figures)."""
+    p = predict_ms(instances, costs)
+    return float(p.loc[(p["kind"] == "push") & nesting.parents(p).isna(), "predicted_ms"].sum())
+
+
 def _pct(pred: pd.Series, meas: pd.Series) -> pd.Series:
     return pd.Series(np.where(meas.abs() > 0, (pred - meas) / meas.abs() * 100, np.nan), index=pred.index)
 

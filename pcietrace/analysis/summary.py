@@ -14,7 +14,6 @@ from typing import Any
 
 import pandas as pd
 
-from pcietrace.analysis.costs import graph_saving_us_per_launch
 
 #: Key figures per GPU of a run (the ``per_gpu`` result table): bytes per eager launch (95 % half-widths),
 #: graph launch bytes (fixed + per node, H2D), host cost per launch call (us; native loops, and from Python
@@ -202,12 +201,9 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
             else:
                 items.append(f"{r.name} {r.eager_launches + r.graph_launches:,.0f} launches")
         lines.append("Top ranges by launch overhead (nested ranges include their children's): " + "; ".join(items) + ".")
-        total_save = results["ranges"]["graph_savings_ms"].dropna()
-        if len(total_save) and len(wr) and "eager_launches" in wr:
-            costs = meta.get("launch_costs") or {}
-            if costs:
-                whole = wr.iloc[0]["eager_launches"] * graph_saving_us_per_launch(costs) / 1e3
-                lines.append(f"Capturing every eager launch into graphs could save up to {whole:,.1f} ms of the run.")
+        if len(wr) and pd.notna(wr.iloc[0].get("graph_savings_ms", math.nan)):
+            lines.append(f"Capturing the outermost ranges into graphs could save up to "
+                         f"{wr.iloc[0]['graph_savings_ms']:,.1f} ms of the run.")
     elif len(results.get("ranges", ())):
         lines.append(f"None of the {len(results['ranges'])} NVTX ranges launched kernels.")
     elif meta.get("kind") == "attach":

@@ -39,10 +39,13 @@ pcietrace compare "$R/decode-eager" "$R/decode-graph" --json > "$R/savings-decod
 # the prediction from the GPU's busy time (attach --gpu-time), and what recording it costs the eager run
 step pcietrace compare "$R/decode-eager-gputime" "$R/decode-graph"
 pcietrace compare "$R/decode-eager-gputime" "$R/decode-graph" --json > "$R/savings-decode-gputime.json"
+step python3 bench/savings_truth.py "$R/decode-eager" "$R/decode-eager-gputime" "$R/decode-graph" --json "$R/savings-truth-decode.json"
 step pcietrace attach --gpu-time -o "$R/demo-py-eager-gputime" -- python3 tests/apps/demo_nvtx.py 20000 1000 1024
 step pcietrace compare "$R/demo-py-eager-gputime" "$R/demo-py-graph"
 pcietrace compare "$R/demo-py-eager-gputime" "$R/demo-py-graph" --json > "$R/savings-demo-py-gputime.json"
+step python3 bench/savings_truth.py "$R/demo-py-eager" "$R/demo-py-eager-gputime" "$R/demo-py-graph" --json "$R/savings-truth-demo-py.json"
 step pcietrace attach --gpu-time -o "$R/demo-cpp-eager-gputime" -- /tmp/demo_nvtx 20000 1000 1024
 step pcietrace compare "$R/demo-cpp-eager-gputime" "$R/demo-cpp-graph"
 pcietrace compare "$R/demo-cpp-eager-gputime" "$R/demo-cpp-graph" --json > "$R/savings-demo-cpp-gputime.json"
+step python3 bench/savings_truth.py "$R/demo-cpp-eager" "$R/demo-cpp-eager-gputime" "$R/demo-cpp-graph" --json "$R/savings-truth-demo-cpp.json"
 echo "== done"

@@ -20,7 +20,8 @@ def pct_diff(x: float, ref: float) -> float:
 def median_ci(values: Sequence[float], level: float = 0.95, draws: int = 10_000,
               seed: int = 0) -> tuple[float, float, float]:
     """(median, lo, hi): the median of ``values`` and its percentile-bootstrap ``level`` interval
-    (``draws`` resamples with replacement; seeded, so a rerun on the same numbers prints the same)."""
+    (``draws`` resamples with replacement; seeded, so a rerun on the same numbers prints the same).
+    With few values it is optimistic: for 7 normal values it held the true median ~90 % of the time."""
     v = np.asarray(values, dtype=float)
     if v.size == 0:
         return (float("nan"),) * 3

@@ -26,6 +26,7 @@ import argparse
 import json
 import multiprocessing as mp
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -54,6 +55,8 @@ RATIO_GOAL, TIME_GOAL_PCT = 0.97, 3.0
 
 
 def build_oracle() -> Path:
+    if shutil.which("nvcc") is None:
+        sys.exit("native_core: nvcc not found (the C++ oracle is built in the same call; run on a GPU machine)")
     exe = Path(tempfile.mkdtemp()) / "oracle_loops"
     subprocess.run(["nvcc", "-O2", "-o", str(exe), str(HERE / "oracle_loops.cu"), "-lcuda"], check=True)
     return exe

@@ -58,7 +58,8 @@ def build_oracle() -> Path:
     if shutil.which("nvcc") is None:
         sys.exit("native_core: nvcc not found (the C++ oracle is built in the same call; run on a GPU machine)")
     exe = Path(tempfile.mkdtemp()) / "oracle_loops"
-    subprocess.run(["nvcc", "-O2", "-o", str(exe), str(HERE / "oracle_loops.cu"), "-lcuda"], check=True)
+    if subprocess.run(["nvcc", "-O2", "-o", str(exe), str(HERE / "oracle_loops.cu"), "-lcuda"]).returncode:
+        sys.exit("native_core: building bench/oracle_loops.cu failed (nvcc's message above)")
     return exe
 
 

@@ -1,0 +1,45 @@
+"""Small statistics the bench/ scripts share (numpy only): medians with bootstrap intervals, spreads in %.
+
+Kept out of the package: only the benchmarks use it.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def pct_diff(x: float, ref: float) -> float:
+    """(x - ref) / ref in %; NaN where either is missing or ref is 0."""
+    if x is None or ref is None or not np.isfinite(x) or not np.isfinite(ref) or ref == 0:
+        return float("nan")
+    return (x - ref) / ref * 100
+
+
+def median_ci(values: Sequence[float], level: float = 0.95, draws: int = 10_000,
+              seed: int = 0) -> tuple[float, float, float]:
+    """(median, lo, hi): the median of ``values`` and its percentile-bootstrap ``level`` interval
+    (``draws`` resamples with replacement; seeded, so a rerun on the same numbers prints the same).
+    With few values it is optimistic: for 7 normal values it held the true median ~90 % of the time."""
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        return (float("nan"),) * 3
+    boot = np.median(np.random.default_rng(seed).choice(v, size=(draws, v.size), replace=True), axis=1)
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(boot, [tail, 100 - tail])
+    return float(np.median(v)), float(lo), float(hi)
+
+
+def iqr_pct(values: Sequence[float]) -> float:
+    """Interquartile range over the median, in %: the round-to-round spread of one side."""
+    v = np.asarray(values, dtype=float)
+    q1, med, q3 = np.percentile(v, [25, 50, 75])
+    return float((q3 - q1) / med * 100) if med else float("nan")
+
+
+def range_pct(values: Sequence[float]) -> float:
+    """(max - min) over the median, in %: the spread of a few repeats (0 for one value)."""
+    v = np.asarray(values, dtype=float)
+    med = np.median(v)
+    return float((v.max() - v.min()) / med * 100) if med else float("nan")

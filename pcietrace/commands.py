@@ -265,7 +265,7 @@ def _launch_costs(args: argparse.Namespace, ordinal: int) -> dict[str, Any] | No
     from pcietrace.record.attach import calibrate
 
     with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
-        return ex.submit(calibrate, ordinal, args.gpu_time).result(timeout=120)
+        return ex.submit(calibrate, ordinal).result(timeout=120)
 
 
 def cmd_attach(args: argparse.Namespace) -> int:

@@ -144,25 +144,18 @@ def test_savings_prediction_on_the_python_demo(tmp_path, opts) -> None:
 @pytest.mark.gpu
 def test_savings_prediction_on_pytorch_decode_from_gpu_time(tmp_path) -> None:
     # PyTorch spends ~27 us of host time per operator, all of which a graph removes: only the GPU's own busy
-    # time (attach --gpu-time) tells that apart from a GPU-bound range. Truth: a plain eager run minus the
-    # graphed run, so the host cost the kernel records add is not in the measured saving.
-    import subprocess
+    # time (attach --gpu-time) tells that apart from a GPU-bound range
     import sys
 
     pytest.importorskip("torch")
     app = [sys.executable, str(APPS.parent.parent / "examples" / "decode_nvtx.py"), "--batch-sizes", "1,64", "--steps", "20"]
-    truth = _attach_pair(tmp_path, "decode", app, [*app, "--graph"])
-    p = subprocess.run([sys.executable, "-m", "pcietrace", "attach", "--gpu-time", "-o", str(tmp_path / "traced"), "--", *app],
-                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert p.returncode == 0, p.stderr
-    traced = Session.load(tmp_path / "traced")
-    assert traced.meta["launch_costs"]["gpu_time_us_per_launch"] > 0  # calibrated on the spot
-    ranges = analyze(traced)["ranges"].set_index("name")
+    sv = _attach_pair(tmp_path, "decode", app, [*app, "--graph"], ("--gpu-time",))
+    ranges = analyze(Session.load(tmp_path / "decode-eager"))["ranges"].set_index("name")
     for b in (1, 64):
-        step, pred = truth.loc[f"decode_step_b{b}"], ranges.loc[f"decode_step_b{b}"]
+        step = sv.loc[f"decode_step_b{b}"]
         assert step["graph_launches_graphed"] == 20 and step["measured_ms"] > 0
-        assert abs(pred["graph_savings_ms"] - step["measured_ms"]) <= 0.2 * step["measured_ms"], (pred, step)
-        assert 0 < pred["gpu_busy_ms"] < pred["incl_ms"]
+        assert abs(step["error_model_pct"]) <= 20, step  # the goal for a PyTorch app
+        assert 0 < ranges.loc[f"decode_step_b{b}", "gpu_busy_ms"] < ranges.loc[f"decode_step_b{b}", "incl_ms"]
 
 
 @pytest.mark.gpu

@@ -21,7 +21,9 @@ time. Where an instance carries ``gpu_busy_ns`` (``attach --gpu-time``: the GPU'
 from CUPTI kernel records, :mod:`pcietrace.analysis.gpu_time`), :func:`predict_ms` uses it instead: captured
 whole into a graph, the range's own part takes what its kernels take on the GPU -- its busy time, each kernel
 at least a graph kernel's time (``gpu_short_ns``) -- and the rest of its time is saved. That is an upper
-bound where the range also does host work a graph would not replace (the figure is "graph saves <= X").
+bound where the range also does host work a graph would not replace (the figure is "graph saves <= X"). The
+kernel records cost the program 1-3 us per launch (H100), which the recorded range times and so the prediction
+include: it predicts the saving of the run as recorded.
 """
 
 from __future__ import annotations
@@ -68,8 +70,7 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     ``launch_bound`` and ``predicted_ms`` (own launches x :func:`per_launch_saving_us` at the instance's own
     time per launch, plus its direct children's predictions). Children are the push/pop ranges one level
     deeper on the same thread inside it; start/end ranges have none. With ``gpu_busy_ns``/``gpu_short_ns``
-    columns, instances that have them use :func:`graphed_saving_ms` on their own part (minus children's), less
-    the host time recording kernel activity added to each launch (``costs["gpu_time_us_per_launch"]``)."""
+    columns, instances that have them use :func:`graphed_saving_ms` on their own part (minus children's)."""
     out = instances.copy()
     parent = nesting.parents(out)
     out["own_eager_launches"] = out["eager_launches"].astype(float) - nesting.children_sum(out, parent, "eager_launches")
@@ -81,14 +82,12 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
         out["own_busy_ns"] = out["gpu_busy_ns"] - nesting.children_sum(out, parent, "gpu_busy_ns")
         out["own_short_ns"] = out["gpu_short_ns"] - nesting.children_sum(out, parent, "gpu_short_ns")
     n = out["own_eager_launches"].to_numpy()
-    traced_us = costs.get("gpu_time_us_per_launch", 0.0)  # what recording kernel activity adds per launch
     own = np.zeros(len(out))
     for k, i in enumerate(out.index):
         if n[k] <= 0:
             continue
         if busy and not pd.isna(out.at[i, "own_busy_ns"]):
-            untraced_ms = out.at[i, "own_ns"] / 1e6 - n[k] * traced_us / 1e3  # the range as it runs without --gpu-time
-            own[k] = graphed_saving_ms(untraced_ms, out.at[i, "own_busy_ns"] / 1e6, out.at[i, "own_short_ns"] / 1e6)
+            own[k] = graphed_saving_ms(out.at[i, "own_ns"] / 1e6, out.at[i, "own_busy_ns"] / 1e6, out.at[i, "own_short_ns"] / 1e6)
         else:
             per_us, out.at[i, "launch_bound"] = per_launch_saving_us(out.at[i, "own_ns"] / 1e3 / n[k], costs)
             own[k] = n[k] * per_us / 1e3

@@ -500,14 +500,14 @@ static void gpu_time_complete(void *ctx, uint32_t stream, uint8_t *buffer, size_
 static uint64_t gpu_time_clock(void) { return mono_ns(); }
 static void gpu_time_flush(void) { if (p_flush_all) p_flush_all(CUPTI_FLUSH_FORCED); }
 
-static int gpu_time_on(void *lib)
+static void gpu_time_on(void *lib)
 {
     int (*reg)(void *, void *) = (int (*)(void *, void *))dlsym(lib, "cuptiActivityRegisterCallbacks");
     int (*enable)(int) = (int (*)(int))dlsym(lib, "cuptiActivityEnable");
     int (*clock_cb)(uint64_t (*)(void)) = (int (*)(uint64_t (*)(void)))dlsym(lib, "cuptiActivityRegisterTimestampCallback");
     p_next_record = (int (*)(uint8_t *, size_t, void **))dlsym(lib, "cuptiActivityGetNextRecord");
     p_flush_all = (int (*)(uint32_t))dlsym(lib, "cuptiActivityFlushAll");
-    if (!reg || !enable || !p_next_record || !p_flush_all) { emit("gputime", NULL, 0, "off: CUPTI activity API missing"); return -1; }
+    if (!reg || !enable || !p_next_record || !p_flush_all) { emit("gputime", NULL, 0, "off: CUPTI activity API missing"); return; }
     g_cupti_realtime = !clock_cb || clock_cb(gpu_time_clock) != 0;  /* before enabling, as CUPTI asks */
     int rc = reg((void *)gpu_time_request, (void *)gpu_time_complete);
     if (rc == 0) rc = enable(CUPTI_KIND_CONCURRENT_KERNEL);
@@ -516,15 +516,6 @@ static int gpu_time_on(void *lib)
     else snprintf(m, sizeof m, "on (CUPTI kernel activity, %s clock)", g_cupti_realtime ? "realtime" : "monotonic");
     emit("gputime", NULL, 0, m);
     if (!rc) atexit(gpu_time_flush);  /* records still buffered reach the trace before the process ends */
-    return rc;
-}
-
-/* For attach's calibration: kernel activity on in this process (without a trace folder the records are
- * dropped), so the host cost it adds per launch can be measured. 0 = on. */
-EXPORT int pt_gpu_time_on(const char *cupti_path)
-{
-    void *lib = dlopen(cupti_path && *cupti_path ? cupti_path : "libcupti.so", RTLD_NOW | RTLD_GLOBAL);
-    return lib ? gpu_time_on(lib) : -1;
 }
 
 EXPORT int InitializeInjection(void)

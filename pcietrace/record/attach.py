@@ -85,15 +85,10 @@ def edge_samples(events: pd.DataFrame) -> pd.DataFrame:
                          "rx_raw": parts[3].to_numpy()})
 
 
-def calibrate(ordinal: int, gpu_time: bool = False) -> dict[str, Any]:
+def calibrate(ordinal: int) -> dict[str, Any]:
     """Per-launch costs measured on the spot on one GPU (run in a child process, so no CUDA context
     stays open while the application runs): host us per eager launch / per graph launch (queue never
-    full) and wall us per kernel eager vs graph (K=100, empty kernels). ``gpu_time``: also what recording
-    kernel activity (``attach --gpu-time``) adds to the host cost of an eager launch
-    (``gpu_time_us_per_launch``: median of 5 bursts with it on minus 5 with it off)."""
-    import ctypes
-    import statistics
-
+    full) and wall us per kernel eager vs graph (K=100, empty kernels)."""
     from pcietrace.analysis.costs import from_records
     from pcietrace.device.backend import CudaBackend
     from pcietrace.record.generate import LaunchGenerator
@@ -101,15 +96,7 @@ def calibrate(ordinal: int, gpu_time: bool = False) -> dict[str, Any]:
     gen = LaunchGenerator(CudaBackend(ordinal))
     bursts = [gen.burst("eager", 0.0, 1, 900), gen.burst("graph", 0.0, 100, 9)]
     e2e = [gen.end_to_end(mode, 0.0, k, 4000) for _ in range(3) for mode, k in (("eager", 1), ("graph", 100))]
-    costs = from_records(bursts, e2e, "measured on the spot")
-    if gpu_time:
-        def host_us() -> float:
-            return statistics.median(gen.burst("eager", 0.0, 1, 900)["host_ns"] / 900 / 1e3 for _ in range(5))
-
-        off = host_us()
-        if ctypes.CDLL(injection_library()).pt_gpu_time_on((cupti_library() or "").encode()) == 0:
-            costs["gpu_time_us_per_launch"] = max(0.0, host_us() - off)
-    return costs
+    return from_records(bursts, e2e, "measured on the spot")
 
 
 def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tuple[int, int, int]:

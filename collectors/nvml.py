@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from pcietrace.errors import NoGpuError, NvmlError, NvmlNotSupported
+from pcietrace.schema import normalize_bus_id
 
 # Field ids from nvml.h (driver >= 555). The values are cumulative, 32-bit, wrapping, and count TLP headers.
 FI_PCIE_COUNT_TX_BYTES = 197  # GPU -> host (device-to-host)
@@ -69,12 +70,6 @@ def query_or(default: Any, name: str, *args: Any) -> Any:
 
 def _str(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def normalize_bus_id(bus_id: str) -> str:
-    """'00000000:1A:00.0' / '0000:1a:00.0' -> '0000:1a:00.0' (the sysfs spelling, lower case)."""
-    domain, rest = bus_id.strip().lower().split(":", 1)
-    return f"{int(domain, 16):04x}:{rest}"
 
 
 def device_count() -> int:

@@ -75,6 +75,12 @@ def _seed(text: str) -> int:
     return v
 
 
+def _us_per_level(p: argparse.ArgumentParser) -> None:
+    # the literal is analysis.latency.DEFAULT_US_PER_LEVEL (not imported: the parser loads no pandas)
+    p.add_argument("--us-per-level", type=_positive, default=0.3,
+                   help="round trip added per PCIe switch level (us), for the topology model")
+
+
 def _save_options(p: argparse.ArgumentParser, suffix: str = "", no_save: bool = True) -> None:
     """-o, --force (and --no-save) the same on every command that saves a run (see record/guard.py)."""
     p.add_argument("-o", "--output", type=Path, default=None,
@@ -146,13 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=_seed, default=0, help="random seed of the simulated device")
     r.add_argument("--no-latency", action="store_true", help="skip the latency suite (saves ~10 s per GPU)")
     r.add_argument("--repeats", type=_repeats, default=11, help="repeats of each latency test (host-timed ones do 20x)")
-    r.add_argument("--us-per-level", type=_positive, default=0.3, help="round trip added per PCIe switch level (us), for the topology model")
+    _us_per_level(r)
     r.set_defaults(func="cmd_run")
 
     rp = sub.add_parser("report", formatter_class=_Formatter, help="re-analyse and re-render a saved run (no GPU needed)")
     rp.add_argument("path", type=Path, help="a run folder or its report.json")
     _output_options(rp)
-    rp.add_argument("--us-per-level", type=_positive, default=0.3, help="round trip added per PCIe switch level (us)")
+    _us_per_level(rp)
     rp.add_argument("--perfetto", type=Path, default=None, metavar="FILE",
                     help="also write the attach run's Chrome/Perfetto trace (PCIe counter tracks + NVTX ranges) to FILE")
     rp.set_defaults(func="cmd_report")
@@ -222,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "marked significant only where the 95 % intervals say so, and the host round-trip "
                                     "delta is set against what the switch-level difference predicts.")
     cp.add_argument("paths", type=Path, nargs="+", help="run folders or report.json files (the first is the baseline)")
-    cp.add_argument("--us-per-level", type=_positive, default=0.3, help="round trip added per PCIe switch level (us)")
+    _us_per_level(cp)
     cp.add_argument("--json", action="store_true", help="the same as --format json")
     cp.add_argument("--format", choices=["table", "json", "csv", "md"], default="table", help="output format")
     cp.set_defaults(func="cmd_compare")

@@ -12,6 +12,20 @@ import pandas as pd
 
 from pcietrace.collectors.sampler import SAMPLE_COLUMNS
 
+#: `pcietrace graphs` strategies, in display order; their index is the C enum in pt_graphs.c.
+STRATEGIES = ("eager", "recapture", "exec_update", "node_update", "recognize")
+
+#: What each iteration counts (C int32 fields of pt_iter, in order).
+COUNT_COLUMNS = ("captures", "instantiations", "updates", "node_updates", "cache_hits", "update_failures", "evictions",
+                 "graph_launches", "eager_launches")
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """'00000000:1A:00.0' / '0000:1a:00.0' -> '0000:1a:00.0' (the sysfs spelling, lower case), as reports key GPUs."""
+    domain, rest = bus_id.strip().lower().split(":", 1)
+    return f"{int(domain, 16):04x}:{rest}"
+
+
 SCHEMA_NAME = "pcietrace.report"
 SCHEMA_VERSION = 1
 SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"

@@ -102,3 +102,11 @@ def test_attach_without_a_program_is_one_line(capsys) -> None:
     assert main(["attach"]) == 2 and main(["attach", "--"]) == 2
     err = capsys.readouterr().err
     assert "needs a program" in err and "Traceback" not in err
+
+
+def test_the_parser_default_switch_level_cost_is_the_analysis_default() -> None:
+    from pcietrace.analysis.latency import DEFAULT_US_PER_LEVEL
+    from pcietrace.cli import build_parser
+
+    for cmd in (["run"], ["report", "x"], ["compare", "x"]):
+        assert build_parser().parse_args(cmd).us_per_level == DEFAULT_US_PER_LEVEL

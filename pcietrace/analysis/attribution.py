@@ -113,7 +113,7 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
 
 
 def _bus(message: Any) -> str:
-    from pcietrace.collectors.nvml import normalize_bus_id
+    from pcietrace.schema import normalize_bus_id
 
     try:
         return normalize_bus_id(str(message))

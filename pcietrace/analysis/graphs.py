@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.analysis.launch import DIRECTIONS
-from pcietrace.device.graphs import COUNT_COLUMNS as COUNTS  # what each iteration counts (a plain tuple)
+from pcietrace.schema import COUNT_COLUMNS as COUNTS  # what each iteration counts (a plain tuple)
 
 def _t975(dof: int) -> float:
     from scipy import stats  # here, not at import (as in fit.py): scipy.stats alone takes ~0.5-1 s to import

@@ -58,9 +58,13 @@ def _pick(df: pd.DataFrame, col: str, **eq: Any) -> float:
     return _nan(df.loc[m, col].iloc[0]) if m.any() else math.nan
 
 
-def _link(g: dict[str, Any]) -> str:
+def link_label(g: dict[str, Any]) -> str:
+    """A GPU record's PCIe link as running ("Gen5 x16"), with the best it could do where that differs."""
     gen, width = g.get("pcie_gen_current"), g.get("pcie_width_current")
-    return f"Gen{gen} x{width}" if gen is not None and width is not None else "link unknown"
+    if gen is None or width is None:
+        return "link unknown"
+    now, best = f"Gen{gen} x{width}", f"Gen{g.get('pcie_gen_max', gen)} x{g.get('pcie_width_max', width)}"
+    return now if now == best else f"{now} (max {best})"
 
 
 def gpu_figures(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -76,7 +80,7 @@ def gpu_figures(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> pd.Da
         eager_gpu = _nan(gt["eager_gpu_us"].iloc[0]) if len(gt) else math.nan
         graph_gpu = _nan(gt["graph_gpu_us"].iloc[0]) if len(gt) else math.nan
         rows.append({
-            "nvml_index": i, "gpu": gpu_label(i), "name": short_name(g.get("name")), "link": _link(g),
+            "nvml_index": i, "gpu": gpu_label(i), "name": short_name(g.get("name")), "link": link_label(g),
             "switch_levels": levels.get(i),
             "eager_h2d_bytes": _pick(r["per_launch"], "bytes_per_call", nvml_index=i, mode="eager", direction="h2d"),
             "eager_h2d_ci95": _pick(r["per_launch"], "ci95", nvml_index=i, mode="eager", direction="h2d"),

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace import schema
-from pcietrace.device.graphs import STRATEGIES
+from pcietrace.schema import STRATEGIES
 from pcietrace.errors import DataError
 
 #: Counter sources the analysis knows how to turn into bytes (see ``collectors/nvml.py: CounterReader``).

@@ -11,13 +11,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from pcietrace.errors import CudaError, UsageError
+from pcietrace.schema import COUNT_COLUMNS, STRATEGIES  # noqa: F401 - the C enum and pt_iter fields, named once
 
-#: The strategies, in display order; their index is the C enum in pt_graphs.c.
-STRATEGIES = ("eager", "recapture", "exec_update", "node_update", "recognize")
-
-#: What each iteration counts (C int32 fields of pt_iter, in order).
-COUNT_COLUMNS = ("captures", "instantiations", "updates", "node_updates", "cache_hits", "update_failures", "evictions",
-                 "graph_launches", "eager_launches")
 
 #: One iteration (mirrors pt_iter). Times in ns on CLOCK_MONOTONIC: ``t_start_ns``; ``prep_ns`` (capture +
 #: instantiate / update / node updates; 0 for eager and cache hits); ``submit_ns`` (start -> work submitted);

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pcietrace.analysis.launch import LANGUAGES
-from pcietrace.analysis.summary import DETAIL_GPUS, gpu_label, short_name
+from pcietrace.analysis.summary import DETAIL_GPUS, gpu_label, link_label, short_name
 
 DIR_LABEL = {"h2d": "H2D", "d2h": "D2H"}
 
@@ -51,12 +51,6 @@ def _table(title: str, columns: list[tuple[str, str]], caption: str | None = Non
     return t
 
 
-def _link(g: dict[str, Any]) -> str:
-    now = f"Gen{g.get('pcie_gen_current')} x{g.get('pcie_width_current')}"
-    best = f"Gen{g.get('pcie_gen_max')} x{g.get('pcie_width_max')}"
-    return now if now == best else f"{now} (max {best})"
-
-
 def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
     t = _table("System", [("GPU", "right"), ("model", "left"), ("bus id", "right"), ("PCIe", "left"),
                           ("counter", "left"), ("reads/s", "right"), ("gap ms", "right")],
@@ -69,7 +63,7 @@ def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
         src = f"{c.get('bits', 32)}-bit" if c.get("mode") == "fields" else "[yellow]LOW RES[/]"
         row = smp.loc[g["nvml_index"]] if smp is not None and g["nvml_index"] in smp.index else None
         t.add_row(gpu_label(g["nvml_index"]), esc(short_name(g.get("name"))), esc(g.get("bus_id", "?")),
-                  esc(_link(g)), src, _num(row["rate_hz"] if row is not None else None),
+                  esc(link_label(g)), src, _num(row["rate_hz"] if row is not None else None),
                   _num(row["median_gap_us"] / 1e3 if row is not None else None, ".1f"))
     return t
 

@@ -26,6 +26,10 @@ def normalize_bus_id(bus_id: str) -> str:
     return f"{int(domain, 16):04x}:{rest}"
 
 
+#: The event attach adds to a process's events where its trace file filled up (``id``: the file's size in
+#: bytes, ``t_ns``: its last event; what came later was lost).
+TRACE_FULL = "tracefull"
+
 SCHEMA_NAME = "pcietrace.report"
 SCHEMA_VERSION = 1
 SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"

@@ -185,3 +185,38 @@ def test_sigterm_reaches_the_program_and_attach_survives_to_save(tmp_path, as_in
     rc, t0, t1 = run_program([sys.executable, "-c", prog], dict(os.environ))
     assert rc == 7 and t1 - t0 < 20e9  # the program's own answer to SIGTERM, well before its sleep ended
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_full_trace_file_is_said_not_silently_cut(tmp_path) -> None:
+    # the real injection library with a trace file too small for what the program writes (the nvtx package
+    # drives it through NVTX's injection hook; no GPU needed)
+    import os
+    import subprocess
+    import sys
+
+    from pcietrace.record.attach import injection_library, processes, read_traces
+    from pcietrace.schema import TRACE_FULL
+
+    pytest.importorskip("nvtx")
+    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path),
+               PCIETRACE_TRACE_BYTES="8192")
+    prog = "import nvtx\nfor i in range(500):\n    nvtx.push_range(f'step{i}')\n    nvtx.pop_range()\n"
+    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
+    ev = read_traces(tmp_path)
+    full = ev[ev["event"] == TRACE_FULL]
+    assert len(full) == 1 and full["id"].iloc[0] == 8192
+    assert (ev["event"] == "push").sum() < 500  # the rest really was lost...
+    assert full["t_ns"].iloc[0] == ev["t_ns"].iloc[-2]  # ...and the marker sits at the last event that made it
+    assert processes(ev)[0]["trace_full"]
+
+
+def test_the_report_notes_a_full_trace(data_dir) -> None:
+    # the real H100 recording with a TRACE_FULL marker added after its last event (CONSTRUCTED marker)
+    from pcietrace.analysis import analyze
+    from pcietrace.schema import TRACE_FULL
+    from pcietrace.session import Session
+
+    s = Session.load(data_dir / "attach_h100_python")
+    s.events = pd.concat([s.events, s.events.tail(1).assign(event=TRACE_FULL, id=2**28)], ignore_index=True)
+    notes = " ".join(analyze(s)["notes"]["note"])
+    assert "trace file filled up (256 MiB)" in notes and "PCIETRACE_TRACE_BYTES" in notes

@@ -14,6 +14,7 @@ import pandas as pd
 from pcietrace.analysis import attribution, counters, floor, gpu_time, launch, savings, summary, validate
 from pcietrace.analysis import graphs as graphs_analysis
 from pcietrace.analysis import latency as latency_analysis
+from pcietrace.schema import TRACE_FULL
 from pcietrace.session import Session
 
 #: Result tables in display order; each is a DataFrame documented in its producing function.
@@ -109,6 +110,10 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
     pids = gpu_time.recording_pids(s.events)
     if pids and len(inst):  # attach --gpu-time: the GPU's busy time per range
         inst = gpu_time.busy(inst, gpu_time.kernels(s.events), pids, (costs or {}).get("wall_us_per_kernel_graph", 0.0) * 1e3)
+    for r in events[events["event"] == TRACE_FULL].itertuples() if len(events) else []:
+        notes.append(f"process {r.pid}: its trace file filled up ({int(r.id) / 2**20:,.0f} MiB) at t = "
+                     f"{(r.t_ns - s.meta['t_app_start_ns']) / 1e9:,.3f} s; later events were lost (ranges still open are "
+                     "closed there, later launches uncounted): set PCIETRACE_TRACE_BYTES higher")
     for r in fl[fl["status"] == "no floor"].itertuples():
         notes.append(f"GPU{r.nvml_index}: no floor (no idle window covered by its samples); its bytes are shown raw only")
     whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl, bits)

@@ -21,11 +21,17 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.errors import UsageError
+from pcietrace.schema import TRACE_FULL
 
 EVENT_COLUMNS = ["t_ns", "tid", "event", "domain", "id", "depth", "eager_thread", "graph_thread",
                  "eager_process", "graph_process", "dev", "devmask", "message"]
 #: The columns of traces written before device tracking (no ``dev``/``devmask``).
 EVENT_COLUMNS_V1 = [c for c in EVENT_COLUMNS if c not in ("dev", "devmask")]
+#: The longest line the injection library writes (its line buffer): less room than that left in a trace file
+#: means it filled up, and read_traces adds a :data:`~pcietrace.schema.TRACE_FULL` event.
+LINE_MAX_BYTES = 1300
+#: Trace file size per process with ``--gpu-time`` (one line per kernel; sparse, so unused space costs nothing).
+GPU_TIME_TRACE_BYTES = 1 << 30
 
 
 def injection_library() -> str:
@@ -53,7 +59,9 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
     frames = []
     for f in sorted(Path(trace_dir).glob("trace-*.tsv")):
         raw = f.read_bytes()
+        size = len(raw)
         raw = raw[: raw.find(b"\0")] if b"\0" in raw else raw
+        full = size - len(raw) < LINE_MAX_BYTES  # the next line could not fit: the library dropped the rest
         with open(f, "r+b") as fh:  # the file was preallocated (sparse): cut it to what was written
             fh.truncate(len(raw))
         if not raw.strip():
@@ -62,6 +70,10 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
         names = EVENT_COLUMNS if fields == len(EVENT_COLUMNS) else EVENT_COLUMNS_V1
         df = pd.read_csv(io.BytesIO(raw), sep="\t", names=names, header=None, quoting=3,
                          keep_default_na=False, dtype={"message": str, "domain": str, "event": str})
+        if full and len(df):  # say so in the trace itself, at the last event that made it
+            df = pd.concat([df, df.tail(1).assign(event=TRACE_FULL, tid=0, id=size, message=(
+                f"trace file full ({size:,} bytes): later events lost; set PCIETRACE_TRACE_BYTES higher"))],
+                ignore_index=True)
         frames.append(df.assign(pid=int(f.stem.split("-")[1])))
     if not frames:
         return pd.DataFrame(columns=EVENT_COLUMNS + ["pid"])
@@ -143,6 +155,7 @@ def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, n
             env["PCIETRACE_CUPTI"] = cupti
     if gpu_time:
         env["PCIETRACE_GPU_TIME"] = "1"
+        env.setdefault("PCIETRACE_TRACE_BYTES", str(GPU_TIME_TRACE_BYTES))
     if launch_counter == "interpose":
         env["LD_PRELOAD"] = " ".join(filter(None, [lib, os.environ.get("LD_PRELOAD")]))
         env["PCIETRACE_COUNT"] = "interpose"
@@ -162,13 +175,14 @@ def idle_windows(sampler: Any, nvml_indices: list[int], seconds: float, windows:
 
 
 def processes(events: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per process seen: pid, whether NVTX initialised, how its launches were counted, its ranges, and the
-    PCI bus ids of the CUDA devices it used."""
+    """Per process seen: pid, whether NVTX initialised, how its launches were counted, its ranges, the PCI
+    bus ids of the CUDA devices it used, and whether its trace file filled up (later events lost)."""
     out = []
     for pid, g in events.groupby("pid"):
         cupti = g[g["event"].isin(["cupti", "interpose"])]["message"].tolist()
         out.append({"pid": int(pid), "nvtx": bool((g["event"] == "nvtx").any()),
                     "cupti": cupti[-1] if cupti else "not loaded (process made no CUDA driver call)",
                     "ranges": int(g["event"].isin(["push", "start"]).sum()),
-                    "devices": sorted(set(g.loc[g["event"] == "cudevice", "message"]))})
+                    "devices": sorted(set(g.loc[g["event"] == "cudevice", "message"])),
+                    "trace_full": bool((g["event"] == TRACE_FULL).any())})
     return out

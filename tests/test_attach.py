@@ -199,14 +199,16 @@ def test_a_full_trace_file_is_said_not_silently_cut(tmp_path) -> None:
 
     pytest.importorskip("nvtx")
     env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path),
-               PCIETRACE_TRACE_BYTES="8192")
-    prog = "import nvtx\nfor i in range(500):\n    nvtx.push_range(f'step{i}')\n    nvtx.pop_range()\n"
+               PCIETRACE_TRACE_BYTES="65536")
+    prog = "import nvtx\nfor i in range(2000):\n    nvtx.push_range(f'step{i}')\n    nvtx.pop_range()\n"
     subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
     ev = read_traces(tmp_path)
     full = ev[ev["event"] == TRACE_FULL]
-    assert len(full) == 1 and full["id"].iloc[0] == 8192
-    assert (ev["event"] == "push").sum() < 500  # the rest really was lost...
-    assert full["t_ns"].iloc[0] == ev["t_ns"].iloc[-2]  # ...and the marker sits at the last event that made it
+    assert len(full) == 1 and full["id"].iloc[0] == 65536
+    assert (ev["event"] == "push").sum() < 2000  # the rest really was lost...
+    assert ev["event"].iloc[-1] == TRACE_FULL  # ...and the marker is at the first event that did not make it
+    assert full["t_ns"].iloc[0] >= ev["t_ns"].iloc[-2]
+    assert read_traces(tmp_path).equals(ev)  # the file was cut to its lines: reading it again gives the same
     assert processes(ev)[0]["trace_full"]
 
 

@@ -68,6 +68,8 @@ static const uint32_t LAUNCH_CBIDS[] = {307 /* cuLaunchKernel */, 442 /* _ptsz *
 static char *g_buf;
 static size_t g_cap;
 static atomic_size_t g_pos;
+static atomic_int g_full;                    /* a line did not fit: the "tracefull" line was written */
+enum { TRACE_RESERVE = 256, TRACE_MIN = 1 << 16 };  /* room kept at the end of the file for that line */
 static atomic_ulong g_eager, g_graph, g_range_id;
 static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread unsigned long t_eager, t_graph;
@@ -115,7 +117,7 @@ static inline void note_launch_device(void)
     }
 }
 
-static void child_after_fork(void) { g_buf = NULL; atomic_store(&g_pos, 0); }
+static void child_after_fork(void) { g_buf = NULL; atomic_store(&g_pos, 0); atomic_store(&g_full, 0); }
 
 static int trace_open(void)
 {
@@ -126,6 +128,7 @@ static int trace_open(void)
         const char *cap = getenv("PCIETRACE_TRACE_BYTES");
         char path[4096];
         size_t want = cap ? strtoull(cap, NULL, 10) : (size_t)256 << 20;
+        if (want < TRACE_MIN) want = TRACE_MIN;
         if (dir && snprintf(path, sizeof path, "%s/trace-%d.tsv", dir, (int)getpid()) < (int)sizeof path) {
             int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
             if (fd >= 0 && ftruncate(fd, (off_t)want) == 0) {
@@ -165,7 +168,13 @@ static void emit_line(unsigned long long t_ns, const char *event, const char *do
                      atomic_load(&g_eager), atomic_load(&g_graph), dev, (unsigned long long)mask, msg);
     if (n <= 0 || n >= (int)sizeof line) return;
     size_t at = atomic_fetch_add(&g_pos, (size_t)n);
-    if (at + (size_t)n <= g_cap) memcpy(g_buf + at, line, (size_t)n);
+    if (at + (size_t)n <= g_cap - TRACE_RESERVE) { memcpy(g_buf + at, line, (size_t)n); return; }
+    if (atomic_exchange(&g_full, 1)) return;
+    /* the first line that does not fit: say so, at its time, in the space kept for that at the end */
+    n = snprintf(line, sizeof line, "%llu\t%ld\ttracefull\tdefault\t%llu\t%d\t%lu\t%lu\t%lu\t%lu\t%d\t0\tlater events lost\n",
+                 t_ns, t_tid, (unsigned long long)g_cap, t_depth, t_eager, t_graph, atomic_load(&g_eager),
+                 atomic_load(&g_graph), dev);
+    if (n > 0 && n < TRACE_RESERVE) memcpy(g_buf + g_cap - TRACE_RESERVE, line, (size_t)n);
 }
 
 static void emit(const char *event, const char *domain, unsigned long long id, const char *message)

@@ -10,6 +10,7 @@ writes its NVTX ranges and launch counts to ``trace-<pid>.tsv`` in a trace folde
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import signal
 import subprocess
@@ -27,9 +28,6 @@ EVENT_COLUMNS = ["t_ns", "tid", "event", "domain", "id", "depth", "eager_thread"
                  "eager_process", "graph_process", "dev", "devmask", "message"]
 #: The columns of traces written before device tracking (no ``dev``/``devmask``).
 EVENT_COLUMNS_V1 = [c for c in EVENT_COLUMNS if c not in ("dev", "devmask")]
-#: The longest line the injection library writes (its line buffer): less room than that left in a trace file
-#: means it filled up, and read_traces adds a :data:`~pcietrace.schema.TRACE_FULL` event.
-LINE_MAX_BYTES = 1300
 #: Trace file size per process with ``--gpu-time`` (one line per kernel; sparse, so unused space costs nothing).
 GPU_TIME_TRACE_BYTES = 1 << 30
 
@@ -53,27 +51,40 @@ def cupti_library() -> str | None:
         return None
 
 
+#: Bytes the injection library keeps free at the end of a trace file for its "tracefull" line (TRACE_RESERVE).
+TRACE_RESERVE_BYTES = 256
+
+
+def _trace_lines(f: Path) -> bytes:
+    """A trace file's lines. The file was preallocated (sparse): lines, zeros, and, where it filled up, a
+    "tracefull" line in the last :data:`TRACE_RESERVE_BYTES`. The file is cut to what was written."""
+    with open(f, "r+b") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if not size:
+            return b""
+        with mmap.mmap(fh.fileno(), 0) as mm:
+            end = mm.find(b"\0")  # stops at the first zero: the unwritten part is never read
+            if end < 0:  # already cut (read before) or from an older library
+                return mm[:]
+            lines = mm[:min(end, max(size - TRACE_RESERVE_BYTES, 0))] + mm[max(size - TRACE_RESERVE_BYTES, end):].strip(b"\0")
+        fh.seek(0)
+        fh.write(lines)
+        fh.truncate(len(lines))
+    return lines
+
+
 def read_traces(trace_dir: Path) -> pd.DataFrame:
     """All ``trace-<pid>.tsv`` files of a folder as one frame (:data:`EVENT_COLUMNS` plus ``pid``; traces
     from before device tracking keep :data:`EVENT_COLUMNS_V1`)."""
     frames = []
     for f in sorted(Path(trace_dir).glob("trace-*.tsv")):
-        raw = f.read_bytes()
-        size = len(raw)
-        raw = raw[: raw.find(b"\0")] if b"\0" in raw else raw
-        full = size - len(raw) < LINE_MAX_BYTES  # the next line could not fit: the library dropped the rest
-        with open(f, "r+b") as fh:  # the file was preallocated (sparse): cut it to what was written
-            fh.truncate(len(raw))
+        raw = _trace_lines(f)
         if not raw.strip():
             continue
         fields = raw.split(b"\n", 1)[0].count(b"\t") + 1
         names = EVENT_COLUMNS if fields == len(EVENT_COLUMNS) else EVENT_COLUMNS_V1
         df = pd.read_csv(io.BytesIO(raw), sep="\t", names=names, header=None, quoting=3,
                          keep_default_na=False, dtype={"message": str, "domain": str, "event": str})
-        if full and len(df):  # say so in the trace itself, at the last event that made it
-            df = pd.concat([df, df.tail(1).assign(event=TRACE_FULL, tid=0, id=size, message=(
-                f"trace file full ({size:,} bytes): later events lost; set PCIETRACE_TRACE_BYTES higher"))],
-                ignore_index=True)
         frames.append(df.assign(pid=int(f.stem.split("-")[1])))
     if not frames:
         return pd.DataFrame(columns=EVENT_COLUMNS + ["pid"])

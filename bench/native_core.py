@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from _stats import iqr_pct, median_ci, pct_diff
+from pcietrace.errors import PcietraceError
 
 HERE = Path(__file__).parent
 #: Per separate-process round: timed repeats of each synchronize loop, bursts behind a blocker and calls per
@@ -395,6 +396,15 @@ def main() -> int:
     if a.chunk_repeats < 1 or a.chunk_bursts < 1 or not 0 < a.rate_chunk_s <= 10:
         ap.error("--chunk-repeats and --chunk-bursts must be >= 1, --rate-chunk-s in (0, 10]")
     lib_or_exe = build_oracle(shared=not a.separate_processes)
+    try:
+        return measure(a, lib_or_exe)
+    except (PcietraceError, RuntimeError, subprocess.CalledProcessError) as exc:  # e.g. no GPU: one line
+        print(f"native_core: {exc}", file=sys.stderr)
+        return 2
+
+
+def measure(a: argparse.Namespace, lib_or_exe: Path) -> int:
+    """Measure in the mode ``a`` asks for, print the table (and write --json); 0."""
     t0 = time.monotonic()
     if a.separate_processes:
         oracle, ours = run_rounds(a.rounds, lambda: oracle_round(lib_or_exe, a.rate_launches),

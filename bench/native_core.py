@@ -54,6 +54,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 from _stats import iqr_pct, median_ci, pct_diff
 from pcietrace.errors import PcietraceError
 
@@ -73,6 +74,7 @@ FIGURES = [
 RATIO_GOAL, TIME_GOAL_PCT = 0.97, 3.0
 #: Bytes per copy in the copy rows.
 COPY_BYTES = 4
+_LLP = ctypes.POINTER(ctypes.c_longlong)
 
 
 def build_oracle(shared: bool = False) -> Path:
@@ -110,11 +112,8 @@ class CppOracle:
     per figure, each running one chunk and returning its samples (launches/s, or us)."""
 
     def __init__(self, path: Path, ordinal: int = 0) -> None:
-        import numpy as np
-
-        self._np = np
         lib = ctypes.CDLL(str(path))
-        i, ll, dp, llp = ctypes.c_int, ctypes.c_longlong, ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_longlong)
+        i, ll, dp, llp = ctypes.c_int, ctypes.c_longlong, ctypes.POINTER(ctypes.c_double), _LLP
         for name, args in (("oracle_init", [i]), ("oracle_launch_rate", [ll, dp]),
                            ("oracle_host_per_launch", [i, i, dp]), ("oracle_launch_sync_each", [i, i, llp]),
                            ("oracle_copy_sync_each", [i, i, i, llp]), ("oracle_close", [])):
@@ -126,7 +125,8 @@ class CppOracle:
     @staticmethod
     def _check(rc: int, call: str) -> None:
         if rc:
-            raise RuntimeError(f"{call} failed with {rc} (CUresult; -1: cudaGetFuncBySymbol; the oracle's stderr names the call)")
+            raise RuntimeError(f"{call} failed with {rc} (a CUresult; -1: cudaGetFuncBySymbol failed; "
+                               "the oracle's stderr names the call)")
 
     def rate(self, n: int) -> list[float]:
         """Launches per second of ``n`` eager launches as fast as possible (one sample)."""
@@ -140,19 +140,19 @@ class CppOracle:
         self._check(self._lib.oracle_host_per_launch(bursts, BURST_CALLS, out), "oracle_host_per_launch")
         return list(out)
 
-    def _each(self, call: Callable[..., int], name: str, first: int, *args: int) -> list[float]:
-        repeats = args[-1]
-        out = self._np.zeros(repeats, self._np.int64)
-        self._check(call(first, *args, out.ctypes.data_as(ctypes.POINTER(ctypes.c_longlong))), name)
+    def _each(self, name: str, args: tuple[int, ...], repeats: int) -> list[float]:
+        """Run ``name(*args, repeats, out_ns)``; the per-repeat times in us."""
+        out = np.zeros(repeats, np.int64)
+        self._check(getattr(self._lib, name)(*args, repeats, out.ctypes.data_as(_LLP)), name)
         return (out / 1e3).tolist()
 
     def sync_us(self, graph: bool, repeats: int) -> list[float]:
         """Per repeat: us of one launch (eager, or the graph of one) + stream synchronize (2 warm-ups untimed)."""
-        return self._each(self._lib.oracle_launch_sync_each, "oracle_launch_sync_each", int(graph), repeats)
+        return self._each("oracle_launch_sync_each", (int(graph),), repeats)
 
     def copy_us(self, h2d: bool, repeats: int) -> list[float]:
         """Per repeat: us of one COPY_BYTES copy + stream synchronize (2 warm-ups untimed)."""
-        return self._each(self._lib.oracle_copy_sync_each, "oracle_copy_sync_each", int(h2d), COPY_BYTES, repeats)
+        return self._each("oracle_copy_sync_each", (int(h2d), COPY_BYTES), repeats)
 
     def close(self) -> None:
         self._check(self._lib.oracle_close(), "oracle_close")
@@ -286,13 +286,14 @@ def in_process_run(lib: Path, pairs: int, chunk_repeats: int, chunk_bursts: int,
     oracle = CppOracle(lib)  # the same primary context, its own stream
     # The oracle launches a fixed count per rate chunk: as many as it calls in rate_chunk_s.
     n_rate = max(1000, int(oracle.rate(20_000)[0] * rate_chunk_s))
+    r, b = chunk_repeats, chunk_bursts
     sides = {
         "eager_launches_per_s": (lambda: oracle.rate(n_rate), lambda: ours.rate(rate_chunk_s)),
-        "host_us_per_launch": (lambda: oracle.host_us(chunk_bursts), lambda: ours.host_us(chunk_bursts)),
-        "launch_sync_eager_us": (lambda: oracle.sync_us(False, chunk_repeats), lambda: ours.sync_us(False, chunk_repeats)),
-        "launch_sync_graph1_us": (lambda: oracle.sync_us(True, chunk_repeats), lambda: ours.sync_us(True, chunk_repeats)),
-        "copy_h2d_4B_us": (lambda: oracle.copy_us(True, chunk_repeats), lambda: ours.copy_us(True, chunk_repeats)),
-        "copy_d2h_4B_us": (lambda: oracle.copy_us(False, chunk_repeats), lambda: ours.copy_us(False, chunk_repeats)),
+        "host_us_per_launch": (lambda: oracle.host_us(b), lambda: ours.host_us(b)),
+        "launch_sync_eager_us": (lambda: oracle.sync_us(False, r), lambda: ours.sync_us(False, r)),
+        "launch_sync_graph1_us": (lambda: oracle.sync_us(True, r), lambda: ours.sync_us(True, r)),
+        "copy_h2d_4B_us": (lambda: oracle.copy_us(True, r), lambda: ours.copy_us(True, r)),
+        "copy_d2h_4B_us": (lambda: oracle.copy_us(False, r), lambda: ours.copy_us(False, r)),
     }
     chunks = {}
     for key, *_ in FIGURES:

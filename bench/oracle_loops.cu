@@ -63,7 +63,8 @@ int oracle_init(int ordinal)
     CUdevice dev; CK(cuDeviceGet(&dev, ordinal));
     CUcontext ctx; CK(cuDevicePrimaryCtxRetain(&ctx, dev)); CK(cuCtxSetCurrent(ctx));
     CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    if (cudaSetDevice(ordinal) != cudaSuccess || cudaGetFuncBySymbol((cudaFunction_t*)&f, (const void*)pt_spin) != cudaSuccess) {
+    if (cudaSetDevice(ordinal) != cudaSuccess ||
+        cudaGetFuncBySymbol((cudaFunction_t*)&f, (const void*)pt_spin) != cudaSuccess) {
         std::fprintf(stderr, "oracle: cudaGetFuncBySymbol failed\n");
         return -1;
     }
@@ -180,7 +181,8 @@ static int run(long n_rate, int repeats, int bursts, int burst_calls)
     const char* names[] = {"launch_sync_eager_us", "launch_sync_graph1_us", "copy_h2d_4B_us", "copy_d2h_4B_us"};
     std::vector<long long> t(repeats);
     for (int k = 0; k < 4; ++k) {
-        rc = k < 2 ? oracle_launch_sync_each(k, repeats, t.data()) : oracle_copy_sync_each(k == 2, 4, repeats, t.data());
+        rc = k < 2 ? oracle_launch_sync_each(k, repeats, t.data())
+                   : oracle_copy_sync_each(k == 2, 4, repeats, t.data());
         if (rc) return rc;
         std::printf("%s %.4f\n", names[k], median(std::vector<double>(t.begin(), t.end())) / 1e3);
     }

@@ -11,8 +11,9 @@ oracle chunk, ...): a chunk is ``--chunk-repeats`` launch/copy + synchronize rep
 bursts of 900 launches behind a 20 ms blocker, or ``--rate-chunk-s`` of launching as fast as possible.
 Why this resolves a few %: between processes the same loops differ by 5-13 % (CPU placement, context and
 allocation layout, clock and power state), which 7 separate-process pairs cannot average below 3 %. Within
-one process both sides share the CPU placement, the context, the driver's threads and state; a pair's two
-chunks are milliseconds apart, so drift cancels within the pair and only the loops' own difference is left.
+one process both sides run on the same thread (so the same CPU placement across a pair), the same context,
+the same driver threads and state; a pair's two chunks are milliseconds apart, so drift cancels within the
+pair and only the loops' own difference is left.
 Per figure: each side's median over all its samples, the per-pair errors (pcietrace chunk median - oracle
 chunk median) / oracle chunk median, their median with a 95 % bootstrap interval, and the oracle's
 chunk-to-chunk spread (IQR / median of its chunk medians). After the pairs, the same process measures the

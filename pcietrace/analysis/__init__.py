@@ -78,6 +78,13 @@ def timeline_bin_ns(meta: dict[str, Any]) -> int:
     return max(int(float(meta.get("sample_interval_ms") or 1.0) * 1e6), 1_000_000)
 
 
+def idle_interval_ns(meta: dict[str, Any]) -> int:
+    """The sampler's interval while no range was open (attach's idle-aware sampling; 0 = off, also for
+    recordings made before it): never shorter than the sampling interval, as in the sampler."""
+    idle = float(meta.get("idle_sample_interval_ms") or 0.0)
+    return int(max(idle, float(meta.get("sample_interval_ms") or 0.0)) * 1e6) if idle > 0 else 0
+
+
 def to_jsonable(results: dict[str, pd.DataFrame]) -> dict[str, Any]:
     """Result tables as lists of records (NaN -> null), for the JSON report and ``--json`` (timelines left out:
     :data:`TIMELINES`)."""
@@ -95,14 +102,15 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
     sampled = [int(g["nvml_index"]) for g in s.meta.get("gpus", [])]
     cum = counters.cumulative_bytes(s.samples, s.counters)
     fl = floor.floor_model(cum, s.windows, sampled)
-    gap_ns = float(out["sampling"]["median_gap_us"].max()) * 1e3 if len(out["sampling"]) else 0.0
     ranges = attribution.ranges_from_events(s.events) if len(s.events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
+    gaps = attribution.sampling_gaps(cum, bits, idle_interval_ns(s.meta), ranges)
+    gap_ns = max((g["median_ns"] for g in gaps.values()), default=0.0)  # the in-range gap: what edges rest on
     notes = []
     if len(ranges) and "devmask" not in s.events.columns:
         notes.append("this recording has no device information (made before pcietrace recorded it): every range "
                      "is charged all sampled GPUs")
     ranges = attribution.range_gpus(ranges, s.events, s.meta.get("gpus", []))
-    inst = attribution.attribute(ranges, cum, fl, bits) if len(ranges) else ranges
+    inst = attribution.attribute(ranges, cum, fl, bits, gaps) if len(ranges) else ranges
     for r in fl[fl["status"] == "no floor"].itertuples():
         notes.append(f"GPU{r.nvml_index}: no floor (no idle window covered by its samples); its bytes are shown raw only")
     return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta)),

@@ -1,0 +1,257 @@
+"""Idle-aware sampling (attach): the injection library counts the ranges open right now in the edge page, and
+the sampler reads fast only while one is open (or pcietrace holds the fast rate), slowly otherwise."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import mmap
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pcietrace.collectors import edges
+from pcietrace.collectors.sampler import CounterSampler, _child_main
+from pcietrace.errors import UsageError
+
+#: Run under the real nvtx package with the injection library: each NVTX call, then the page's words
+#: (sequence number, open ranges) as the library left them.
+NVTX_SCRIPT = """
+import ctypes, json, mmap, sys, threading
+import nvtx
+f = open(sys.argv[1], "r+b")
+w = (ctypes.c_uint32 * 2).from_buffer(mmap.mmap(f.fileno(), 4096))
+seen = []
+def note(what):
+    seen.append([what, w[0], w[1]])
+note("start")
+nvtx.push_range("a"); note("push a")
+nvtx.push_range("b", domain="d"); note("push b")
+nvtx.pop_range(domain="d"); note("pop b")
+nvtx.pop_range(); note("pop a")
+nvtx.pop_range(); note("pop at depth 0")
+r = nvtx.start_range("s"); note("start s")
+nvtx.end_range((r[0] + 1000, r[1])); note("end of an unknown id")
+nvtx.end_range(r); note("end s")
+nvtx.end_range(r); note("end s again")
+nvtx.push_range("held"); note("push held")
+t = threading.Thread(target=nvtx.pop_range); t.start(); t.join(); note("pop on a thread with depth 0")
+nvtx.pop_range(); note("pop held")
+print(json.dumps(seen))
+"""
+
+
+def test_injection_library_counts_open_ranges_through_real_nvtx(tmp_path) -> None:
+    pytest.importorskip("nvtx")
+    from pcietrace.record.attach import injection_library
+
+    try:
+        lib = injection_library()
+    except UsageError:
+        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
+    page = edges.create()
+    try:
+        env = dict(os.environ, NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=str(tmp_path), PCIETRACE_EDGE_FILE=page)
+        proc = subprocess.run([sys.executable, "-c", NVTX_SCRIPT, page], env=env, capture_output=True, text=True,
+                              timeout=30)
+    finally:
+        os.unlink(page)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout)
+    opened = {what: n for what, _, n in seen}
+    assert [n for _, _, n in seen[:6]] == [0, 1, 2, 1, 0, 0]  # push, push, pop, pop; a pop at depth 0 keeps 0
+    assert opened["start s"] == 1 and opened["end of an unknown id"] == 1  # an unknown id closes nothing
+    assert opened["end s"] == 0 and opened["end s again"] == 0
+    assert opened["push held"] == 1 and opened["pop on a thread with depth 0"] == 1 and opened["pop held"] == 0
+    # never negative (the word is unsigned: a negative count would read as ~4e9)
+    assert max(n for _, _, n in seen) == 2
+    # every range edge (matched or not) still bumps the sequence word the samplers wait on
+    seq = [s for _, s, _ in seen]
+    assert all(b == a + 1 for a, b in zip(seq, seq[1:]))
+
+
+class _FakeReader:
+    """Stands in for NVML's CounterReader: a counter read that returns at once (no driver here)."""
+
+    def __init__(self, index: int, mode: str | None = None) -> None:
+        self.index, self.mode, self.bits, self.n = index, "fields", 32, 0
+
+    def read(self) -> tuple[int, int]:
+        self.n += 1
+        return self.n, self.n
+
+
+def _sample_in_this_process(monkeypatch, page: str, interval_ms: float, idle_ms: float, app) -> np.ndarray:
+    """Run one GPU's sampling loop (the body of a sampler child) here with a fake NVML, while ``app`` (run on a
+    thread with the page's words, a mark function and the stop event) plays the traced program; returns the
+    read times (ns)."""
+    from pcietrace.collectors import nvml
+
+    monkeypatch.setattr(nvml, "CounterReader", _FakeReader)
+    out: queue.Queue = queue.Queue()
+    stop, pause = threading.Event(), threading.Event()
+    with open(page, "r+b") as f:
+        mm = mmap.mmap(f.fileno(), edges.PAGE)
+    words = (ctypes.c_uint32 * 3).from_buffer(mm)
+    libc = ctypes.CDLL(None)
+
+    def edge() -> None:  # what the injection library does at an edge: bump the sequence, wake the waiters
+        words[edges.SEQ] += 1
+        libc.syscall(edges._SYS_FUTEX, ctypes.byref(words, 0), edges._FUTEX_WAKE, 2**31 - 1, None, None, 0)
+
+    def run_app() -> None:
+        try:
+            app(words, edge)
+        finally:
+            stop.set()
+            edge()  # as CounterSampler.stop does
+
+    before = signal.getsignal(signal.SIGINT)  # the loop ignores SIGINT (as a child must): restore it for pytest
+    th = threading.Thread(target=run_app)
+    th.start()
+    try:
+        _child_main(0, None, int(interval_ms * 1e6), page, 1.0, out, stop, pause, int(idle_ms * 1e6))
+    finally:
+        signal.signal(signal.SIGINT, before)
+        th.join()
+        del words
+        mm.close()
+    msgs = [out.get_nowait() for _ in range(out.qsize())]
+    assert msgs[-1][0] == "done"
+    return np.concatenate([m[2] for m in msgs if m[0] == "chunk"])
+
+
+@pytest.mark.skipif(edges._SYS_FUTEX is None, reason="futex syscall number unknown on this machine")
+def test_sampler_reads_fast_only_while_a_range_is_open_and_wakes_at_an_edge(monkeypatch) -> None:
+    page = edges.create()
+    marks: dict[str, int] = {}
+
+    def app(words, edge) -> None:
+        time.sleep(0.12)                                   # no range open: idle rate
+        words[edges.OPEN_RANGES] += 1
+        marks["push"] = time.monotonic_ns()
+        edge()
+        time.sleep(0.06)                                   # a range open: fast rate
+        words[edges.OPEN_RANGES] -= 1
+        marks["pop"] = time.monotonic_ns()
+        edge()
+        time.sleep(0.12)                                   # idle again
+        words[edges.FORCE_FAST] = 1                        # pcietrace holds the fast rate (idle windows)
+        marks["hold"] = time.monotonic_ns()
+        edge()
+        time.sleep(0.06)
+        marks["stop"] = time.monotonic_ns()
+
+    try:
+        t = _sample_in_this_process(monkeypatch, page, interval_ms=1.0, idle_ms=20.0, app=app)
+    finally:
+        os.unlink(page)
+    gap = np.diff(t)
+    start = t[:-1]
+    idle = (start < marks["push"]) | ((start > marks["pop"]) & (start < marks["hold"]))
+    open_ = (start > marks["push"]) & (start < marks["pop"])
+    held = start > marks["hold"]
+    # idle: ~20 ms apart; with the range open (and while held fast): ~1 ms apart
+    assert 15e6 < np.median(gap[idle]) < 30e6
+    assert np.median(gap[open_]) < 3e6 and np.median(gap[held]) < 3e6
+    assert open_.sum() > 15
+    # the push, the pop and the hold each woke the sampler at once, not at the end of its 20 ms wait
+    for what in ("push", "pop", "hold"):
+        assert t[np.searchsorted(t, marks[what])] - marks[what] < 5e6, what
+    # and the stop too: the last read (after the loop) follows it at once
+    assert t[-1] - marks["stop"] < 5e6
+
+
+def test_without_an_edge_file_a_stop_cuts_a_long_wait_short(monkeypatch) -> None:
+    """`pcietrace run` (no edge file): a 1 s sampling interval, stopped 50 ms in, must not wait out the second."""
+    from pcietrace.collectors import nvml
+
+    monkeypatch.setattr(nvml, "CounterReader", _FakeReader)
+    out: queue.Queue = queue.Queue()
+    stop, pause = threading.Event(), threading.Event()
+    timer = threading.Timer(0.05, stop.set)
+    before = signal.getsignal(signal.SIGINT)
+    t0 = time.monotonic_ns()
+    timer.start()
+    try:
+        _child_main(0, None, 1_000_000_000, None, 1.0, out, stop, pause, 5_000_000)
+    finally:
+        signal.signal(signal.SIGINT, before)
+        timer.cancel()
+    assert time.monotonic_ns() - t0 < 0.5e9
+    assert [m for m in (out.get_nowait() for _ in range(out.qsize())) if m[0] == "done"]
+
+
+def test_idle_interval_is_validated() -> None:
+    for bad in (-1, 20_000_001):
+        with pytest.raises(UsageError):
+            CounterSampler([0], idle_interval_ns=bad)
+    assert CounterSampler([0], idle_interval_ns=0).idle_interval_ns == 0  # 0 = off
+
+
+def test_attach_option_bad_values_are_one_line_exit_2(capsys) -> None:
+    from pcietrace.cli import main
+
+    for bad in ("25", "-1", "nan"):
+        with pytest.raises(SystemExit) as exc:
+            main(["attach", "--idle-sample-interval-ms", bad, "--", "true"])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--idle-sample-interval-ms" in err and "Traceback" not in err
+
+
+def _idle_aware_trace() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """CONSTRUCTED (not measured): one GPU read every 5 ms while no range is open and every 0.5 ms while
+    one is, with a read right after each push and pop, as the idle-aware sampler does; 1 GB/s of steady
+    traffic, so every interval's bytes are known."""
+    ranges = pd.DataFrame({"t_start_ns": [20_000_000, 60_100_000], "t_end_ns": [30_000_000, 62_100_000]})
+    t = sorted(set(range(0, 100_000_000, 5_000_000))
+               | {int(x) for a, b in zip(ranges["t_start_ns"], ranges["t_end_ns"]) for x in range(a + 50_000, b, 500_000)}
+               | {int(b) + 50_000 for b in ranges["t_end_ns"]})
+    t = np.array(t, np.int64)
+    cum = pd.DataFrame({"nvml_index": 0, "t_ns": t, "rx_bytes": t.astype(float), "tx_bytes": t / 2.0})
+    return cum, ranges
+
+
+def test_idle_gaps_are_not_stalls_but_a_stall_inside_a_range_still_is() -> None:
+    from pcietrace.analysis import attribution
+
+    cum, ranges = _idle_aware_trace()
+    one_rate = attribution.sampling_gaps(cum)[0]
+    assert one_rate["stall"].any()  # read as one rate, the 5 ms idle gaps look like stalls
+    gp = attribution.sampling_gaps(cum, idle_ns=5_000_000, ranges=ranges)[0]
+    assert not gp["stall"].any() and gp["median_ns"] == 500_000
+    # a 3 ms hole inside the first range is a stall all the same
+    holed = cum[~cum["t_ns"].between(24_000_000, 26_900_000)].reset_index(drop=True)
+    gp = attribution.sampling_gaps(holed, idle_ns=5_000_000, ranges=ranges)[0]
+    assert gp["stall"].sum() == 1
+    t = gp["t"][:-1][gp["stall"]]
+    assert 20_000_000 < t[0] < 30_000_000
+
+
+def test_floor_counts_reads_where_the_read_rate_varies() -> None:
+    """Per-read floor under idle-aware sampling: each range is charged the reads it holds, so a range read
+    every 0.5 ms carries ten times the per-read bytes of the same time read every 5 ms."""
+    from pcietrace.analysis import attribution
+
+    cum, ranges = _idle_aware_trace()
+    per_read = 10_000.0
+    floor = pd.DataFrame([{"nvml_index": 0, "status": "per read", "windows": 4, "reads_per_s": 2000.0,
+                           "h2d_bytes_per_read": per_read, "d2h_bytes_per_read": 0.0, "h2d_background_Bps": 0.0,
+                           "d2h_background_Bps": 0.0, "h2d_Bps": 0.0, "d2h_Bps": 0.0}])
+    rg = ranges.assign(kind="start", pid=1, tid=1, depth=0, gpus=[[0], [0]])
+    gaps = attribution.sampling_gaps(cum, idle_ns=5_000_000, ranges=ranges)
+    at = attribution.attribute(rg, cum, floor, gaps=gaps)
+    t = cum["t_ns"].to_numpy()
+    reads = [int(((t > a) & (t <= b)).sum()) for a, b in zip(ranges["t_start_ns"], ranges["t_end_ns"])]
+    truth = (ranges["t_end_ns"] - ranges["t_start_ns"]).to_numpy(float)  # 1 byte per ns
+    np.testing.assert_allclose(at["h2d_bytes"], truth - per_read * np.array(reads), rtol=1e-9)
+    assert (at["stalls"] == 0).all() and (at["status"] == "ok").all()

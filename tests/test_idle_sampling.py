@@ -255,3 +255,56 @@ def test_floor_counts_reads_where_the_read_rate_varies() -> None:
     truth = (ranges["t_end_ns"] - ranges["t_start_ns"]).to_numpy(float)  # 1 byte per ns
     np.testing.assert_allclose(at["h2d_bytes"], truth - per_read * np.array(reads), rtol=1e-9)
     assert (at["stalls"] == 0).all() and (at["status"] == "ok").all()
+
+
+def test_sampler_processes_follow_the_page_and_the_held_fast_rate() -> None:
+    """The real CounterSampler (spawned child processes, a stand-in counter reader: no driver here): ~10 ms
+    between reads with no range open, ~1 ms while held fast (attach's idle windows) or while a range is
+    open, none while paused; stop() returns promptly."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "tests" / "apps" / "sampler_fake_nvml.py")], cwd=root,
+                          env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    for p in res["phases"]:
+        if p["phase"] == "idle":
+            assert 8 < p["median_gap_ms"] < 15 and p["reads"] <= 10, p
+        elif p["phase"] == "paused":
+            assert p["reads"] == 0, p
+        else:
+            assert p["median_gap_ms"] < 3 and p["reads"] > 30, p
+    assert res["stop_s"] < 1.0
+
+
+@pytest.mark.gpu
+def test_real_sampler_processes_follow_open_ranges_and_the_held_fast_rate() -> None:
+    """On a GPU (NVML): the sampler child processes read GPU 0 every ~10 ms with no range open, fast while
+    the page says a range is open or pcietrace holds the fast rate (as in attach's idle windows)."""
+    page = edges.create()
+    s = CounterSampler([0], interval_ns=500_000, edge_file=page, idle_interval_ns=10_000_000)
+    with open(page, "r+b") as f:
+        mm = mmap.mmap(f.fileno(), edges.PAGE)
+    words = (ctypes.c_uint32 * 3).from_buffer(mm)
+    marks = []
+    try:
+        s.start()
+        for phase in ("idle", "held", "idle", "open", "idle"):
+            if phase == "held":
+                s.hold_fast(True)
+            elif phase == "open":
+                words[edges.OPEN_RANGES] = 1
+                words[edges.SEQ] += 1  # the futex wake is not needed here: the wait ends within 10 ms anyway
+            marks.append((phase, time.monotonic_ns()))
+            time.sleep(0.2)
+            s.hold_fast(False)
+            words[edges.OPEN_RANGES] = 0
+    finally:
+        t = s.stop()["t_ns"].to_numpy()
+        del words
+        mm.close()
+        os.unlink(page)
+    for (phase, a), (_, b) in zip(marks, marks[1:] + [("end", time.monotonic_ns())]):
+        gap = np.diff(t[(t > a + 20_000_000) & (t < b)])  # skip the first 20 ms of each phase
+        assert (8e6 < np.median(gap) < 15e6) if phase == "idle" else (np.median(gap) < 3e6), (phase, np.median(gap))

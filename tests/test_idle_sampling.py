@@ -45,6 +45,7 @@ nvtx.end_range(r); note("end s again")
 nvtx.push_range("held"); note("push held")
 t = threading.Thread(target=nvtx.pop_range); t.start(); t.join(); note("pop on a thread with depth 0")
 nvtx.pop_range(); note("pop held")
+nvtx.push_range("left open"); nvtx.start_range("never ended"); note("left open at exit")
 print(json.dumps(seen))
 """
 
@@ -62,6 +63,8 @@ def test_injection_library_counts_open_ranges_through_real_nvtx(tmp_path) -> Non
         env = dict(os.environ, NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=str(tmp_path), PCIETRACE_EDGE_FILE=page)
         proc = subprocess.run([sys.executable, "-c", NVTX_SCRIPT, page], env=env, capture_output=True, text=True,
                               timeout=30)
+        with open(page, "rb") as f:
+            after_exit = np.frombuffer(f.read(8), np.uint32)
     finally:
         os.unlink(page)
     assert proc.returncode == 0, proc.stderr
@@ -71,6 +74,8 @@ def test_injection_library_counts_open_ranges_through_real_nvtx(tmp_path) -> Non
     assert opened["start s"] == 1 and opened["end of an unknown id"] == 1  # an unknown id closes nothing
     assert opened["end s"] == 0 and opened["end s again"] == 0
     assert opened["push held"] == 1 and opened["pop on a thread with depth 0"] == 1 and opened["pop held"] == 0
+    # ranges left open by a process that exits normally are closed with it (and the samplers woken)
+    assert opened["left open at exit"] == 2 and after_exit[1] == 0 and after_exit[0] > seen[-1][1]
     # never negative (the word is unsigned: a negative count would read as ~4e9)
     assert max(n for _, _, n in seen) == 2
     # every range edge (matched or not) still bumps the sequence word the samplers wait on

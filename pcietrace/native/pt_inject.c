@@ -208,29 +208,50 @@ static void edge_signal(void)
  * is above 0, an end only for an id whose start was counted (kept in a small table; a start that finds the
  * table full is simply not counted, and neither is its end). The shared word is lowered with a CAS loop that
  * stops at 0, so even a range counted by a parent before fork() and closed in both processes cannot drive it
- * negative. A range left open at exit (crash, thread killed) keeps the samplers fast: the safe direction. */
+ * negative. Ranges still open when the process exits normally are uncounted then (at_exit); one killed
+ * inside a range keeps the samplers fast for the rest of the run: the safe direction. */
 #define OPEN_IDS 256
 static _Atomic unsigned long long g_open_ids[OPEN_IDS];
 static __thread int t_counted;               /* this thread's push ranges counted in the shared word */
+static atomic_int g_counted;                 /* this process's ranges counted in the shared word */
 
 static void open_ranges_forget(void)
 {
     t_counted = 0;  /* after fork: the parent's ranges are the parent's to close */
+    atomic_store(&g_counted, 0);
     for (int i = 0; i < OPEN_IDS; ++i) atomic_store(&g_open_ids[i], 0);
 }
 
 static void open_ranges_add(void)
 {
     edges_open();
-    if (g_edge_seq) atomic_fetch_add(&g_edge_seq[1], 1);
+    if (!g_edge_seq) return;
+    atomic_fetch_add(&g_counted, 1);
+    atomic_fetch_add(&g_edge_seq[1], 1);
+}
+
+static void open_ranges_sub_n(unsigned k)
+{
+    unsigned n = atomic_load(&g_edge_seq[1]);
+    while (n > 0 && !atomic_compare_exchange_weak(&g_edge_seq[1], &n, n > k ? n - k : 0)) {}
 }
 
 static void open_ranges_sub(void)
 {
     edges_open();
     if (!g_edge_seq) return;
-    unsigned n = atomic_load(&g_edge_seq[1]);
-    while (n > 0 && !atomic_compare_exchange_weak(&g_edge_seq[1], &n, n - 1)) {}
+    atomic_fetch_sub(&g_counted, 1);
+    open_ranges_sub_n(1);
+}
+
+/* At normal exit: this process's ranges are closed for good (the samplers may go idle), and the samplers
+ * are woken to see it. */
+static void open_ranges_exit(void)
+{
+    int k = atomic_exchange(&g_counted, 0);
+    if (!g_edge_seq || k <= 0) return;
+    open_ranges_sub_n((unsigned)k);
+    edge_signal();
 }
 
 static void open_push(void) { ++t_counted; open_ranges_add(); }
@@ -488,6 +509,7 @@ EXPORT void *dlsym(void *handle, const char *name)
 __attribute__((destructor)) static void at_exit(void)
 {
     if (g_buf) emit("exit", NULL, 0, "");
+    open_ranges_exit();
 }
 
 /* ---- CUDA injection: count launches through CUPTI callbacks ---- */

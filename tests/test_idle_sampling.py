@@ -80,7 +80,7 @@ def test_injection_library_counts_open_ranges_through_real_nvtx(tmp_path) -> Non
     assert max(n for _, _, n in seen) == 2
     # every range edge (matched or not) still bumps the sequence word the samplers wait on
     seq = [s for _, s, _ in seen]
-    assert all(b == a + 1 for a, b in zip(seq, seq[1:]))
+    assert [b - a for a, b in zip(seq, seq[1:])] == [1] * (len(seq) - 2) + [2]  # the last note follows two edges
 
 
 class _FakeReader:

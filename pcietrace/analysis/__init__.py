@@ -109,6 +109,9 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
     if len(ranges) and "devmask" not in s.events.columns:
         notes.append("this recording has no device information (made before pcietrace recorded it): every range "
                      "is charged all sampled GPUs")
+    if idle_interval_ns(s.meta) and len(gaps):
+        notes.append(f"idle-aware sampling: counters read every {idle_interval_ns(s.meta) / 1e6:g} ms while no range "
+                     f"was open; median gap while one was: {gap_ns / 1e6:.2f} ms (the sampling table mixes both)")
     ranges = attribution.range_gpus(ranges, s.events, s.meta.get("gpus", []))
     inst = attribution.attribute(ranges, cum, fl, bits, gaps) if len(ranges) else ranges
     for r in fl[fl["status"] == "no floor"].itertuples():

@@ -59,8 +59,8 @@ MAX_REST_NS = 5_000_000
 #: open (or pcietrace holds the fast rate, as in attach's idle windows), else every ``idle_interval_ns``; an
 #: edge still wakes the sampler at once, so a range that opens is read right after its push. Measured on 4x
 #: H200 under torchrun (2026-11-22): 0.5 ms reads slowed NCCL's collectives outside the ranges by 40-48 %,
-#: 10 ms reads by -1...+14 %. The idle interval stays far below a counter wrap (~67 ms at 64 GB/s for 32 bits).
-DEFAULT_IDLE_INTERVAL_NS = 5_000_000
+#: 10 ms reads by -1...+14 %. attach's default idle interval is 5 ms (`--idle-sample-interval-ms`); the longest
+#: allowed stays far below a counter wrap (~67 ms at 64 GB/s for 32 bits; `analysis.counters.could_hide_wrap`).
 MAX_IDLE_INTERVAL_NS = 20_000_000
 
 

@@ -21,8 +21,9 @@
  * Range edges: with PCIETRACE_EDGE_FILE, every push/pop/start/end bumps a shared 32-bit sequence number and
  * wakes the sampler processes waiting on it (a shared futex), so they read the counters right after the
  * edge. The next 32-bit word counts the ranges open right now over every traced process and thread (raised
- * at push/start, lowered at pop/end, before the wake-up), so the samplers read fast only while one is open. With PCIETRACE_EXACT_EDGES=1 the library also reads the counters itself through NVML at every edge
- * (a "ctr" event: id = NVML index, message = "read_ns tx rx"), before a push and after a pop.
+ * at push/start, lowered at pop/end, before the wake-up), so the samplers read fast only while one is open.
+ * With PCIETRACE_EXACT_EDGES=1 the library also reads the counters itself through NVML at every edge (a "ctr"
+ * event: id = NVML index, message = "read_ns tx rx"), before a push and after a pop.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

@@ -371,3 +371,62 @@ def test_real_recordings_thinned_to_idle_aware_sampling_keep_their_figures(data_
     cum = counters.cumulative_bytes(thin.samples, thin.counters)
     one_rate = attribution.attribute(b.drop(columns=["stalls"]), cum, rb["floor"])
     assert ((one_rate["stalls"] > 0) != (b["stalls"] > 0)).any()
+
+
+#: The traced program: three 20 ms ranges, 40 ms apart, after 50 ms without one.
+RANGES_APP = """
+import time, nvtx
+time.sleep(0.05)
+for _ in range(3):
+    with nvtx.annotate("work", domain="app"):
+        time.sleep(0.02)
+    time.sleep(0.04)
+"""
+
+
+def test_attach_end_to_end_reads_fast_in_ranges_slowly_between_and_keeps_the_floor(tmp_path) -> None:
+    """`pcietrace attach` with stand-ins for the GPU (tests/apps/attach_fake_gpu.py: every counter read is
+    1,000 B of traffic and there is no other): reads ~0.5 ms apart inside the ranges and in the idle windows
+    (held fast), ~5 ms apart between ranges, the first read right after each push; the per-read floor is
+    fitted as 1,000 B and takes every range's bytes to ~0 although its read rate differs from the windows'."""
+    pytest.importorskip("nvtx")
+    from pathlib import Path
+
+    from pcietrace.analysis import analyze, attribution
+    from pcietrace.record.attach import injection_library
+    from pcietrace.session import Session
+
+    try:
+        injection_library()
+    except UsageError:
+        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
+    root = Path(__file__).resolve().parents[1]
+    app = tmp_path / "app.py"
+    app.write_text(RANGES_APP)
+    out = tmp_path / "rec"
+    proc = subprocess.run([sys.executable, str(root / "tests" / "apps" / "attach_fake_gpu.py"), "attach", "--gpu", "0",
+                           "--no-calibrate", "--no-count-launches", "--idle-s", "0.1", "-o", str(out), "--json", "--",
+                           sys.executable, str(app)],
+                          cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    s = Session.load(out)
+    assert s.meta["idle_sample_interval_ms"] == 5.0
+    ranges = attribution.ranges_from_events(s.events)
+    assert len(ranges) == 3
+    t = s.samples["t_ns"].to_numpy()
+    gap, start = np.diff(t), t[:-1]
+    in_app = (start > s.meta["t_app_start_ns"]) & (t[1:] < s.meta["t_app_end_ns"])
+    open_ = attribution.open_ranges_at(ranges, start) > 0
+    held = np.zeros(start.size, bool)
+    for w in s.windows[s.windows["sampling"] == "on"].itertuples():
+        held |= (start > w.t_start_ns) & (t[1:] < w.t_end_ns)
+    assert np.median(gap[in_app & open_]) < 2e6 and np.median(gap[held]) < 2e6
+    assert 4e6 < np.median(gap[in_app & ~open_]) < 8e6
+    assert (t[np.searchsorted(t, ranges["t_start_ns"])] - ranges["t_start_ns"] < 3e6).all()  # woken by the push
+    res = analyze(s)
+    fl = res["floor"].iloc[0]
+    assert fl["status"] == "per read" and abs(fl["h2d_bytes_per_read"] - 1000) < 20
+    inst = res["range_instances"]
+    assert (inst["status"] == "ok").all() and (inst["stalls"] == 0).all()
+    assert (inst["h2d_bytes"].abs() <= inst["h2d_edge_bytes"] + 2000).all()
+    assert abs(res["whole_run"]["h2d_bytes"].item()) < 0.01 * s.samples["t_ns"].size * 1000

@@ -5,8 +5,9 @@ app's timed loop and of each range's duration per configuration.
     python3 bench/attach_overhead_matrix.py SCENARIO [--pairs N]
 Configurations: alone; attach (defaults, --no-calibrate: idle-aware sampling, 0.5 ms in ranges, 5 ms outside);
 attach-idle0 (--idle-sample-interval-ms 0: 0.5 ms throughout, the default before idle-aware sampling); attach with
-the sampler's duty cap at 0.5 and 1 (off); attach-10ms (--sample-interval-ms 10). (A first run on 4x H200 also had `sampler`: a bare CounterSampler at
-0.5 ms beside the app, no injection: +41.8 %, the same as attach: the reads, not the injection, cost.)
+the sampler's duty cap at 0.5 and 1 (off); attach-10ms (--sample-interval-ms 10). (A first run on 4x H200 also had
+`sampler`: a bare CounterSampler at 0.5 ms beside the app, no injection: +41.8 %, the same as attach: the reads,
+not the injection, cost.)
 """
 
 from __future__ import annotations

@@ -189,9 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "--idle-sample-interval-ms for the time between). Range edges are interpolated between "
                          "samples: at rate R an edge is off by at most R x interval / 4; each read is ~30 KB of PCIe traffic")
     at.add_argument("--idle-sample-interval-ms", type=_number(0, 20, low_open=False), default=5.0, metavar="MS",
-                    help="while no NVTX range is open in any traced process, read the counters only this often (0 = off: "
-                         "always --sample-interval-ms). Every range edge still wakes the samplers at once. Reads are "
-                         "firmware calls that slowed NCCL's collectives outside the ranges at 0.5 ms on 4x H200")
+                    help="while no NVTX range is open in any traced process, read the counters only this often "
+                         "(0 = off: always --sample-interval-ms). Every range edge still wakes the samplers at once. "
+                         "Reads are firmware calls that slowed NCCL's collectives outside the ranges at 0.5 ms on 4x H200")
     at.add_argument("--idle-s", type=_number(0, 3600), default=0.5, help="idle time sampled before the program, for the floor")
     at.add_argument("--baseline", type=Path, default=None,
                     help="take per-launch costs from this saved `pcietrace run` instead of measuring them on the spot")

@@ -127,7 +127,7 @@ def _sample_in_this_process(monkeypatch, page: str, interval_ms: float, idle_ms:
     finally:
         signal.signal(signal.SIGINT, before)
         th.join()
-        del words
+        words = None  # release the buffer export before closing the map
         mm.close()
     msgs = [out.get_nowait() for _ in range(out.qsize())]
     assert msgs[-1][0] == "done"
@@ -218,9 +218,8 @@ def _idle_aware_trace() -> tuple[pd.DataFrame, pd.DataFrame]:
     one is, with a read right after each push and pop, as the idle-aware sampler does; 1 GB/s of steady
     traffic, so every interval's bytes are known."""
     ranges = pd.DataFrame({"t_start_ns": [20_000_000, 60_100_000], "t_end_ns": [30_000_000, 62_100_000]})
-    t = sorted(set(range(0, 100_000_000, 5_000_000))
-               | {int(x) for a, b in zip(ranges["t_start_ns"], ranges["t_end_ns"]) for x in range(a + 50_000, b, 500_000)}
-               | {int(b) + 50_000 for b in ranges["t_end_ns"]})
+    in_ranges = {int(x) for a, b in zip(ranges["t_start_ns"], ranges["t_end_ns"]) for x in range(a + 50_000, b, 500_000)}
+    t = sorted(set(range(0, 100_000_000, 5_000_000)) | in_ranges | {int(b) + 50_000 for b in ranges["t_end_ns"]})
     t = np.array(t, np.int64)
     cum = pd.DataFrame({"nvml_index": 0, "t_ns": t, "rx_bytes": t.astype(float), "tx_bytes": t / 2.0})
     return cum, ranges
@@ -361,7 +360,8 @@ def test_real_recordings_thinned_to_idle_aware_sampling_keep_their_figures(data_
         diff = (b[f"{d}_raw_bytes"] - a[f"{d}_raw_bytes"]).abs()
         assert (diff <= a[f"{d}_edge_bytes"] + b[f"{d}_edge_bytes"] + 1e3).all(), d
         ok = (a["status"] == "ok") & (b["status"] == "ok")
-        assert ((b[f"{d}_bytes"] - a[f"{d}_bytes"]).abs()[ok] <= (a[f"{d}_edge_bytes"] + b[f"{d}_edge_bytes"])[ok] + 1e4).all()
+        edge = a[f"{d}_edge_bytes"] + b[f"{d}_edge_bytes"]
+        assert ((b[f"{d}_bytes"] - a[f"{d}_bytes"]).abs()[ok] <= edge[ok] + 1e4).all()
     # no range is newly marked (the counts of ranges already marked move with the in-range median gap)
     assert not ((b["stalls"] > 0) & (a["stalls"] == 0)).any()
     # ranges shorter than two in-range gaps are the same ones: the idle gaps do not stretch the median
@@ -407,7 +407,8 @@ def test_attach_end_to_end_reads_fast_in_ranges_slowly_between_and_keeps_the_flo
     proc = subprocess.run([sys.executable, str(root / "tests" / "apps" / "attach_fake_gpu.py"), "attach", "--gpu", "0",
                            "--no-calibrate", "--no-count-launches", "--idle-s", "0.1", "-o", str(out), "--json", "--",
                            sys.executable, str(app)],
-                          cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True, timeout=60)
+                          cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = Session.load(out)
     assert s.meta["idle_sample_interval_ms"] == 5.0

@@ -37,8 +37,9 @@ if __name__ == "__main__":
 
     cuda.bus_ids = lambda: ["0000:00:06.0", "0000:00:07.0"]
     backend.describe_gpus = lambda ordinals: [
-        {"nvml_index": o, "name": "FAKE (no GPU)", "bus_id": f"0000:00:0{6 + o}.0", "uuid": "none", "pcie_gen_current": None,
-         "pcie_gen_max": None, "pcie_width_current": None, "pcie_width_max": None, "numa_node": None, "cuda_ordinal": o}
+        {"nvml_index": o, "name": "FAKE (no GPU)", "bus_id": f"0000:00:0{6 + o}.0", "uuid": "none",
+         "pcie_gen_current": None, "pcie_gen_max": None, "pcie_width_current": None, "pcie_width_max": None,
+         "numa_node": None, "cuda_ordinal": o}
         for o in ordinals]
     nvml.driver_version = lambda: "none (stand-in)"
     topology.collect = lambda gpus=None, sysfs_root="/sys": None

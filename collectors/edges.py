@@ -1,12 +1,14 @@
 """Range edges as a wake-up signal shared between the traced program and the samplers.
 
-A one-page file (normally under /dev/shm) holds three 32-bit words. The injection library maps it
+A one-page file (normally under /dev/shm) holds four 32-bit words. The injection library maps it
 (``PCIETRACE_EDGE_FILE``), increments the sequence number (word 0) at every NVTX push/pop/start/end and wakes
 every waiter with a shared futex; each sampler process waits on that futex instead of sleeping between reads,
 so the counters are read right after each range edge without the program ever waiting for a read. Word 1 is
 the number of ranges open right now over every traced process and thread (kept by the injection library,
-never below 0), so a sampler can read fast only while a range is open. Word 2 is pcietrace's own: non-zero
-while the recording process wants the fast rate with no range open (attach's idle calibration windows).
+never below 0), so a sampler can read fast only while a range is open; the library sets word 3 when it maps
+the page, to say it keeps that count (an older library does not: then the samplers never slow down). Word 2
+is pcietrace's own: non-zero while the recording process wants the fast rate with no range open (attach's
+idle calibration windows).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 PAGE = 4096
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1  # shared (not FUTEX_PRIVATE_FLAG): waker and waiters live in different processes
-SEQ, OPEN_RANGES, FORCE_FAST = 0, 1, 2  # 32-bit word indices in the page
+SEQ, OPEN_RANGES, FORCE_FAST, COUNTING = 0, 1, 2, 3  # 32-bit word indices in the page
 
 
 class _Timespec(ctypes.Structure):
@@ -49,7 +51,7 @@ class EdgeWaiter:
         if path and _SYS_FUTEX is not None:
             with open(path, "r+b") as f:
                 self._mm = mmap.mmap(f.fileno(), PAGE)
-            self._words = (ctypes.c_uint32 * 3).from_buffer(self._mm)
+            self._words = (ctypes.c_uint32 * 4).from_buffer(self._mm)
             self._word = ctypes.c_uint32.from_buffer(self._mm)
             self._libc = ctypes.CDLL(None, use_errno=True)
 
@@ -67,6 +69,12 @@ class EdgeWaiter:
     def open_ranges(self) -> int:
         """Ranges open right now over every traced process and thread (0 without a file)."""
         return self._words[OPEN_RANGES] if self._words is not None else 0
+
+    @property
+    def counting(self) -> bool:
+        """Whether an injection library that keeps :attr:`open_ranges` has mapped the page (until then, or
+        with an older library, the open-range count says nothing)."""
+        return bool(self._words[COUNTING]) if self._words is not None else False
 
     @property
     def force_fast(self) -> bool:

@@ -28,7 +28,7 @@ NVTX_SCRIPT = """
 import ctypes, json, mmap, sys, threading
 import nvtx
 f = open(sys.argv[1], "r+b")
-w = (ctypes.c_uint32 * 2).from_buffer(mmap.mmap(f.fileno(), 4096))
+w = (ctypes.c_uint32 * 4).from_buffer(mmap.mmap(f.fileno(), 4096))
 seen = []
 def note(what):
     seen.append([what, w[0], w[1]])
@@ -46,7 +46,7 @@ nvtx.push_range("held"); note("push held")
 t = threading.Thread(target=nvtx.pop_range); t.start(); t.join(); note("pop on a thread with depth 0")
 nvtx.pop_range(); note("pop held")
 nvtx.push_range("left open"); nvtx.start_range("never ended"); note("left open at exit")
-print(json.dumps(seen))
+print(json.dumps({"seen": seen, "counting": w[3]}))
 """
 
 
@@ -68,7 +68,9 @@ def test_injection_library_counts_open_ranges_through_real_nvtx(tmp_path) -> Non
     finally:
         os.unlink(page)
     assert proc.returncode == 0, proc.stderr
-    seen = json.loads(proc.stdout)
+    doc = json.loads(proc.stdout)
+    seen = doc["seen"]
+    assert doc["counting"] == 1  # the library says it keeps the count
     opened = {what: n for what, _, n in seen}
     assert [n for _, _, n in seen[:6]] == [0, 1, 2, 1, 0, 0]  # push, push, pop, pop; a pop at depth 0 keeps 0
     assert opened["start s"] == 1 and opened["end of an unknown id"] == 1  # an unknown id closes nothing
@@ -121,7 +123,7 @@ def _sample_in_this_process(monkeypatch, page: str, interval_ms: float, idle_ms:
     stop, pause = threading.Event(), threading.Event()
     with open(page, "r+b") as f:
         mm = mmap.mmap(f.fileno(), edges.PAGE)
-    words = (ctypes.c_uint32 * 3).from_buffer(mm)
+    words = (ctypes.c_uint32 * 4).from_buffer(mm)
     libc = ctypes.CDLL(None)
 
     def edge() -> None:  # what the injection library does at an edge: bump the sequence, wake the waiters
@@ -160,6 +162,10 @@ def _fast_only_in_ranges(monkeypatch) -> dict[str, bool]:
     marks: dict[str, int] = {}
 
     def app(words, edge) -> None:
+        time.sleep(0.06)                                   # no library counts ranges yet: fast rate
+        words[edges.COUNTING] = 1                          # the injection library maps the page
+        marks["counting"] = time.monotonic_ns()
+        edge()
         time.sleep(0.12)                                   # no range open: idle rate
         words[edges.OPEN_RANGES] += 1
         marks["push"] = time.monotonic_ns()
@@ -181,7 +187,8 @@ def _fast_only_in_ranges(monkeypatch) -> dict[str, bool]:
         os.unlink(page)
     gap = np.diff(t)
     start = t[:-1]
-    idle = (start < marks["push"]) | ((start > marks["pop"]) & (start < marks["hold"]))
+    uncounted = start < marks["counting"]
+    idle = ((start > marks["counting"]) & (start < marks["push"])) | ((start > marks["pop"]) & (start < marks["hold"]))
     open_ = (start > marks["push"]) & (start < marks["pop"])
     held = start > marks["hold"]
     checks = {
@@ -189,6 +196,7 @@ def _fast_only_in_ranges(monkeypatch) -> dict[str, bool]:
         "idle ~20 ms": 15e6 < np.median(gap[idle]) < 30e6,
         "open ~1 ms": np.median(gap[open_]) < 3e6 and open_.sum() > 15,
         "held ~1 ms": np.median(gap[held]) < 3e6,
+        "fast before a counting library maps the page": np.median(gap[uncounted]) < 3e6,
         # the stop: the last read (after the loop) follows it at once
         "stop wakes": t[-1] - marks["stop"] < 5e6,
     }
@@ -317,7 +325,8 @@ def test_real_sampler_processes_follow_open_ranges_and_the_held_fast_rate() -> N
     s = CounterSampler([0], interval_ns=500_000, edge_file=page, idle_interval_ns=10_000_000)
     with open(page, "r+b") as f:
         mm = mmap.mmap(f.fileno(), edges.PAGE)
-    words = (ctypes.c_uint32 * 3).from_buffer(mm)
+    words = (ctypes.c_uint32 * 4).from_buffer(mm)
+    words[edges.COUNTING] = 1  # as the injection library does when it maps the page
     marks = []
     try:
         s.start()
@@ -454,7 +463,8 @@ def test_attach_end_to_end_reads_fast_in_ranges_slowly_between_and_keeps_the_flo
         # the rates
         t = s.samples["t_ns"].to_numpy()
         gap, start = np.diff(t), t[:-1]
-        in_app = (start > s.meta["t_app_start_ns"]) & (t[1:] < s.meta["t_app_end_ns"])
+        # from the first push on: before it the library (loaded by NVTX at its first call) has not mapped the page
+        in_app = (start > ranges["t_start_ns"].min()) & (t[1:] < s.meta["t_app_end_ns"])
         open_ = attribution.open_ranges_at(ranges, start) > 0
         held = np.zeros(start.size, bool)
         for w in s.windows[s.windows["sampling"] == "on"].itertuples():

@@ -21,7 +21,9 @@
  * Range edges: with PCIETRACE_EDGE_FILE, every push/pop/start/end bumps a shared 32-bit sequence number and
  * wakes the sampler processes waiting on it (a shared futex), so they read the counters right after the
  * edge. The next 32-bit word counts the ranges open right now over every traced process and thread (raised
- * at push/start, lowered at pop/end, before the wake-up), so the samplers read fast only while one is open.
+ * at push/start, lowered at pop/end, before the wake-up), so the samplers read fast only while one is open;
+ * word 3 says this library keeps that count (set when it maps the page), so that an older library, which
+ * does not, never makes the samplers slow down inside ranges.
  * With PCIETRACE_EXACT_EDGES=1 the library also reads the counters itself through NVML at every edge (a "ctr"
  * event: id = NVML index, message = "read_ns tx rx"), before a push and after a pop.
  */
@@ -190,7 +192,9 @@ static void edges_map(void)
     if (fd < 0) return;
     void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
-    if (m != MAP_FAILED) g_edge_seq = (atomic_uint *)m;
+    if (m == MAP_FAILED) return;
+    g_edge_seq = (atomic_uint *)m;
+    atomic_store(&g_edge_seq[3], 1);  /* "open ranges are counted" (word 1) */
 }
 
 /* once, and every thread waits for it: a flag set before the mapping let a second thread skip its edge */
@@ -505,6 +509,10 @@ EXPORT void *dlsym(void *handle, const char *name)
     if (!p || name[0] != 'c' || name[1] != 'u' || !interposing()) return p;
     return wrap_entry(name, p);
 }
+
+/* Loaded at process start (LD_PRELOAD): map the edge page now, so the samplers know from the start that open
+ * ranges are counted here (else they read fast until the first NVTX call). */
+__attribute__((constructor)) static void at_load(void) { edges_open(); }
 
 /* Final counters at normal exit (a crash skips this; the report then ends at the last event). */
 __attribute__((destructor)) static void at_exit(void)

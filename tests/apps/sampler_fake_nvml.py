@@ -38,7 +38,8 @@ if __name__ == "__main__":
     fd = os.open(page, os.O_RDWR)
     mm = mmap.mmap(fd, edges.PAGE)
     os.close(fd)
-    words = (ctypes.c_uint32 * 3).from_buffer(mm)
+    words = (ctypes.c_uint32 * 4).from_buffer(mm)
+    words[edges.COUNTING] = 1  # as the injection library does when it maps the page
     s = CounterSampler([0], interval_ns=1_000_000, edge_file=page, idle_interval_ns=10_000_000)
     marks = []
     try:

@@ -3,7 +3,7 @@ alone (its own in-app NVML reads around every range are the truth) and under `pc
 compares per (rank, range): truth vs attach bytes per call, error, and attach's stated edge error; plus the
 GPUs each rank's ranges were charged, the per-GPU sampling rate, and the app's runtime alone vs attached.
 
-    python3 bench/attach_truth.py SCENARIO [...] [--out DIR] [--exact-edges]
+    python3 bench/attach_truth.py SCENARIO [...] [--out DIR] [--exact-edges] [--idle-sample-interval-ms MS]
 Scenarios: python (cuda.bindings), cpp (NVTX3 + runtime, built with nvcc), torch (eager + CUDA graph),
 torchrun (one process per GPU, --torch). Done means: ranges >= 2 ms within 5 % (H2D and D2H), shorter
 ranges within their stated error, idle ranges within their error of the truth.
@@ -51,7 +51,7 @@ def truth_rows(path: Path) -> tuple[pd.DataFrame, dict[int, float]]:
     return pd.DataFrame([r for r in rows if "range" in r]), walls
 
 
-def overhead(scenario: str, work: Path, pairs: int, gpu: str) -> dict:
+def overhead(scenario: str, work: Path, pairs: int, gpu: str, extra: list[str] | None = None) -> dict:
     """The app's own runtime (its timed loop, without its truth reads) alone vs under attach, alternated."""
     cmd = command(scenario, work / "build")
     walls: dict[str, list[float]] = {"alone": [], "attached": []}
@@ -60,14 +60,14 @@ def overhead(scenario: str, work: Path, pairs: int, gpu: str) -> dict:
             path = work / f"{scenario}-overhead-{mode}-{i}.jsonl"
             env = dict(os.environ, TRUTH_OUT=str(path), TRUTH_READS="0")
             pre = [] if mode == "alone" else [sys.executable, "-m", "pcietrace", "attach", "--gpu", gpu, "-o",
-                                              str(work / f"ovh-{i}"), "--no-calibrate", "--"]
+                                              str(work / f"ovh-{i}"), "--no-calibrate", *(extra or []), "--"]
             subprocess.run(pre + cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             walls[mode].append(np.mean(list(truth_rows(path)[1].values())) / 1e6)
     a, b = np.median(walls["alone"]), np.median(walls["attached"])
     return {"alone_ms": walls["alone"], "attached_ms": walls["attached"], "median_overhead": b / a - 1}
 
 
-def run(scenario: str, work: Path, exact: bool, gpu: str = "all") -> dict:
+def run(scenario: str, work: Path, exact: bool, gpu: str = "all", extra: list[str] | None = None) -> dict:
     build = work / "build"
     build.mkdir(parents=True, exist_ok=True)
     cmd = command(scenario, build)
@@ -77,7 +77,8 @@ def run(scenario: str, work: Path, exact: bool, gpu: str = "all") -> dict:
     out = work / f"{scenario}-attach"
     shutil.rmtree(out, ignore_errors=True)
     env["TRUTH_OUT"] = str(work / f"{scenario}-attached.jsonl")
-    pt = [sys.executable, "-m", "pcietrace", "attach", "--gpu", gpu, "--json", "-o", str(out)] + (["--exact-edges"] if exact else [])
+    pt = ([sys.executable, "-m", "pcietrace", "attach", "--gpu", gpu, "--json", "-o", str(out)]
+          + (["--exact-edges"] if exact else []) + (extra or []))
     proc = subprocess.run(pt + ["--", *cmd], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"attach failed ({proc.returncode}): {proc.stderr[-3000:]}")
@@ -117,13 +118,17 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path(tempfile.mkdtemp()))
     ap.add_argument("--gpu", default="all", help="GPUs attach samples (e.g. 0, to compare 1-GPU and N-GPU sampling rates)")
     ap.add_argument("--overhead-pairs", type=int, default=0, help="alone/attached runs without truth reads, alternated")
+    ap.add_argument("--idle-sample-interval-ms", default=None, metavar="MS",
+                    help="passed to attach (default: attach's own, 5; 0 = fast sampling throughout, as before)")
     a = ap.parse_args()
-    tag = ("-exact" if a.exact_edges else "") + ("" if a.gpu == "all" else f"-gpu{a.gpu}")
+    extra = [] if a.idle_sample_interval_ms is None else ["--idle-sample-interval-ms", a.idle_sample_interval_ms]
+    tag = (("-exact" if a.exact_edges else "") + ("" if a.gpu == "all" else f"-gpu{a.gpu}")
+           + ("" if a.idle_sample_interval_ms is None else f"-idle{a.idle_sample_interval_ms}"))
     everything = {}
     for sc in a.scenarios:
-        res = run(sc, a.work, a.exact_edges, a.gpu)
+        res = run(sc, a.work, a.exact_edges, a.gpu, extra)
         if a.overhead_pairs:
-            res["overhead"] = overhead(sc, a.work, a.overhead_pairs, a.gpu)
+            res["overhead"] = overhead(sc, a.work, a.overhead_pairs, a.gpu, extra)
         everything[sc] = res
         df = pd.DataFrame(res["ranges"])
         cols = ["rank", "range", "calls", "ms", "h2d_truth", "h2d_ours", "h2d_err_pct", "h2d_edge", "d2h_truth",

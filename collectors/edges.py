@@ -1,9 +1,14 @@
 """Range edges as a wake-up signal shared between the traced program and the samplers.
 
-A one-page file (normally under /dev/shm) holds a 32-bit sequence number. The injection library maps it
-(``PCIETRACE_EDGE_FILE``), increments the number at every NVTX push/pop/start/end and wakes every waiter
-with a shared futex; each sampler process waits on that futex instead of sleeping between reads, so the
-counters are read right after each range edge without the program ever waiting for a read.
+A one-page file (normally under /dev/shm) holds four 32-bit words. The injection library maps it
+(``PCIETRACE_EDGE_FILE``), increments the sequence number (word 0) at every NVTX push/pop/start/end and wakes
+every waiter with a shared futex; each sampler process waits on that futex instead of sleeping between reads,
+so the counters are read right after each range edge without the program ever waiting for a read. Word 1 is
+the number of ranges open right now over every traced process and thread (kept by the injection library,
+never below 0), so a sampler can read fast only while a range is open; the library sets word 3 when it maps
+the page, to say it keeps that count (an older library does not: then the samplers never slow down). Word 2
+is pcietrace's own: non-zero while the recording process wants the fast rate with no range open (attach's
+idle calibration windows).
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ import os
 import platform
 import tempfile
 import time
+from typing import Any
 
 PAGE = 4096
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
-_FUTEX_WAIT = 0  # shared (not FUTEX_PRIVATE_FLAG): waker and waiters live in different processes
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1  # shared (not FUTEX_PRIVATE_FLAG): waker and waiters live in different processes
+SEQ, OPEN_RANGES, FORCE_FAST, COUNTING = 0, 1, 2, 3  # 32-bit word indices in the page
 
 
 class _Timespec(ctypes.Structure):
@@ -34,21 +41,60 @@ def create() -> str:
 
 
 class EdgeWaiter:
-    """Waits until the next range edge or a deadline, whichever comes first (plain sleep without a file)."""
+    """Waits until the next range edge or a deadline, whichever comes first. Without a file it waits on
+    ``stop`` (a threading/multiprocessing Event) if given, else sleeps, so a stop still cuts a wait short."""
 
-    def __init__(self, path: str | None) -> None:
-        self._mm = self._word = None
+    def __init__(self, path: str | None, stop: Any = None) -> None:
+        self._mm = self._word = self._words = None
         self._libc = None
+        self._stop = stop
         if path and _SYS_FUTEX is not None:
             with open(path, "r+b") as f:
                 self._mm = mmap.mmap(f.fileno(), PAGE)
+            self._words = (ctypes.c_uint32 * 4).from_buffer(self._mm)
             self._word = ctypes.c_uint32.from_buffer(self._mm)
             self._libc = ctypes.CDLL(None, use_errno=True)
+
+    @property
+    def mapped(self) -> bool:
+        """Whether an edge file is mapped (without one there are no edges and no open-range count)."""
+        return self._word is not None
 
     @property
     def seq(self) -> int:
         """Edges signalled so far (modulo 2**32)."""
         return self._word.value if self._word is not None else 0
+
+    @property
+    def open_ranges(self) -> int:
+        """Ranges open right now over every traced process and thread (0 without a file)."""
+        return self._words[OPEN_RANGES] if self._words is not None else 0
+
+    @property
+    def counting(self) -> bool:
+        """Whether an injection library that keeps :attr:`open_ranges` has mapped the page (until then, or
+        with an older library, the open-range count says nothing)."""
+        return bool(self._words[COUNTING]) if self._words is not None else False
+
+    @property
+    def force_fast(self) -> bool:
+        """Whether pcietrace itself asks for the fast rate although no range is open."""
+        return bool(self._words[FORCE_FAST]) if self._words is not None else False
+
+    @force_fast.setter
+    def force_fast(self, on: bool) -> None:
+        if self._words is not None:
+            self._words[FORCE_FAST] = int(on)
+            self.signal()  # a sampler in a long idle wait takes the new rate at once
+
+    def signal(self) -> None:
+        """Wake every waiter now, as a range edge would (pcietrace's own wake-ups: rate change, pause, stop).
+        Not atomic against the injection library's increments (Python has no atomics): at worst an edge at
+        the same instant swallows this wake-up and the waiter wakes at its own deadline instead."""
+        if self._word is None:
+            return
+        self._word.value = (self._word.value + 1) & 0xFFFFFFFF
+        self._libc.syscall(_SYS_FUTEX, ctypes.byref(self._word), _FUTEX_WAKE, 2**31 - 1, None, None, 0)
 
     def wait_until(self, deadline_ns: int, seen: int) -> None:
         """Return at ``deadline_ns`` (CLOCK_MONOTONIC) or as soon as the sequence differs from ``seen``."""
@@ -57,7 +103,10 @@ class EdgeWaiter:
             if left <= 0:
                 return
             if self._word is None:
-                time.sleep(left / 1e9)
+                if self._stop is not None:
+                    self._stop.wait(left / 1e9)
+                else:
+                    time.sleep(left / 1e9)
                 return
             if self._word.value != seen:
                 return
@@ -66,7 +115,7 @@ class EdgeWaiter:
                                ctypes.byref(ts), None, 0)
 
     def close(self) -> None:
-        self._word = None  # release the buffer export before closing the map
+        self._word = self._words = None  # release the buffer exports before closing the map
         if self._mm is not None:
             self._mm.close()
             self._mm = None

@@ -191,8 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog="example:\n  pcietrace attach -- python train.py --steps 10")
     at.add_argument("--gpu", default="all", help="CUDA device numbers whose counters to sample, e.g. 0,1, or 'all'")
     at.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=0.5,
-                    help="counter sampling interval (0 = as fast as NVML answers). Range edges are interpolated between "
+                    help="counter sampling interval while an NVTX range is open (0 = as fast as NVML answers; see "
+                         "--idle-sample-interval-ms for the time between). Range edges are interpolated between "
                          "samples: at rate R an edge is off by at most R x interval / 4; each read is ~30 KB of PCIe traffic")
+    at.add_argument("--idle-sample-interval-ms", type=_number(0, 20, low_open=False), default=5.0, metavar="MS",
+                    help="while no NVTX range is open in any traced process, read the counters only this often "
+                         "(0 = off: always --sample-interval-ms). Every range edge still wakes the samplers at once. "
+                         "Reads are firmware calls that slowed NCCL's collectives outside the ranges at 0.5 ms on 4x H200")
     at.add_argument("--idle-s", type=_number(0, 3600), default=0.5, help="idle time sampled before the program, for the floor")
     at.add_argument("--baseline", type=Path, default=None,
                     help="take per-launch costs from this saved `pcietrace run` instead of measuring them on the spot")

@@ -302,13 +302,14 @@ def cmd_attach(args: argparse.Namespace) -> int:
     session = Session(meta=base_meta(RunPlan(), False))
     session.meta.update(kind="attach", command=cmd, gpus=gpus, driver=nvml.driver_version(), launch_costs=costs,
                         sample_interval_ms=args.sample_interval_ms, topology=topology.collect(gpus),
-                        launch_counter=counter, exact_edges=args.exact_edges, sampler_duty=args.sampler_duty)
+                        launch_counter=counter, exact_edges=args.exact_edges, sampler_duty=args.sampler_duty,
+                        idle_sample_interval_ms=args.idle_sample_interval_ms)
     session.meta["gpu_time"] = args.gpu_time
     folder = _run_folder(args, session.meta, ordinals, "-attach")  # checked before the program runs
     trace_dir = Path(tempfile.mkdtemp(prefix="pcietrace-"))
     edge_file = edges.create()
     sampler = CounterSampler(indices, interval_ns=int(args.sample_interval_ms * 1e6), edge_file=edge_file,
-                             max_duty=args.sampler_duty)
+                             max_duty=args.sampler_duty, idle_interval_ns=int(args.idle_sample_interval_ms * 1e6))
     try:
         sampler.start()
     except BaseException:  # nothing was recorded: leave no trace folder, edge file or staging folder behind

@@ -80,6 +80,13 @@ def timeline_bin_ns(meta: dict[str, Any]) -> int:
     return max(int(float(meta.get("sample_interval_ms") or 1.0) * 1e6), 1_000_000)
 
 
+def idle_interval_ns(meta: dict[str, Any]) -> int:
+    """The sampler's interval while no range was open (attach's idle-aware sampling; 0 = off, also for
+    recordings made before it): never shorter than the sampling interval, as in the sampler."""
+    idle = float(meta.get("idle_sample_interval_ms") or 0.0)
+    return int(max(idle, float(meta.get("sample_interval_ms") or 0.0)) * 1e6) if idle > 0 else 0
+
+
 def to_jsonable(results: dict[str, pd.DataFrame]) -> dict[str, Any]:
     """Result tables as lists of records (NaN -> null), for the JSON report and ``--json`` (timelines left out:
     :data:`TIMELINES`)."""
@@ -97,15 +104,19 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
     sampled = [int(g["nvml_index"]) for g in s.meta.get("gpus", [])]
     cum = counters.cumulative_bytes(s.samples, s.counters)
     fl = floor.floor_model(cum, s.windows, sampled)
-    gap_ns = float(out["sampling"]["median_gap_us"].max()) * 1e3 if len(out["sampling"]) else 0.0
     events = gpu_time.host_events(s.events)
     ranges = attribution.ranges_from_events(events) if len(events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
+    gaps = attribution.sampling_gaps(cum, bits, idle_interval_ns(s.meta), ranges)
+    gap_ns = max((g["median_ns"] for g in gaps.values()), default=0.0)  # the in-range gap: what edges rest on
     notes = []
     if len(ranges) and "devmask" not in events.columns:
         notes.append("this recording has no device information (made before pcietrace recorded it): every range "
                      "is charged all sampled GPUs")
+    if idle_interval_ns(s.meta) and len(gaps):
+        notes.append(f"idle-aware sampling: counters read every {idle_interval_ns(s.meta) / 1e6:g} ms while no range "
+                     f"was open; median gap while one was: {gap_ns / 1e6:.2f} ms (the sampling table mixes both)")
     ranges = attribution.range_gpus(ranges, events, s.meta.get("gpus", []))
-    inst = attribution.attribute(ranges, cum, fl, bits) if len(ranges) else ranges
+    inst = attribution.attribute(ranges, cum, fl, bits, gaps) if len(ranges) else ranges
     costs = s.meta.get("launch_costs")
     pids = gpu_time.recording_pids(s.events)
     if pids and len(inst):  # attach --gpu-time: the GPU's busy time per range

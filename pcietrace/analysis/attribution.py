@@ -131,16 +131,32 @@ def _device_bits(events: pd.DataFrame) -> np.ndarray:
     return mask | cur
 
 
-def sampling_gaps(cum: pd.DataFrame, bits: dict[int, int] | None = None) -> dict[int, dict[str, np.ndarray]]:
-    """Per GPU: sample times ``t``, and per gap between consecutive samples whether it is a ``stall``
-    (longer than 4 counter updates and twice the median gap) or a ``wrap`` risk (long enough for a
-    saturated link to wrap the counter unseen)."""
+def open_ranges_at(ranges: pd.DataFrame, t_ns: np.ndarray) -> np.ndarray:
+    """How many ranges (of every process and thread) are open at each time ``t_ns``: what the injection
+    library counts in the edge page, which picks the sampler's rate under idle-aware sampling."""
+    starts = np.sort(ranges["t_start_ns"].to_numpy(np.int64))
+    ends = np.sort(ranges["t_end_ns"].to_numpy(np.int64))
+    return np.searchsorted(starts, t_ns, "right") - np.searchsorted(ends, t_ns, "right")
+
+
+def sampling_gaps(cum: pd.DataFrame, bits: dict[int, int] | None = None, idle_ns: int = 0,
+                  ranges: pd.DataFrame | None = None) -> dict[int, dict[str, Any]]:
+    """Per GPU: sample times ``t``; per gap between consecutive samples whether it is a ``stall`` (longer
+    than 4 counter updates and twice the median in-range gap) or a ``wrap`` risk (long enough for a
+    saturated link to wrap the counter unseen); and ``median_ns``, the median gap the sampler keeps while
+    a range is open. With idle-aware sampling (``idle_ns`` > 0, the sampler's idle interval, and the
+    recording's ``ranges``) a gap that starts while no range is open was meant to last up to ``idle_ns``:
+    it is a stall only beyond twice that, and it does not count towards the median."""
     out = {}
     for idx, g in cum.groupby("nvml_index"):
         t = g["t_ns"].to_numpy(np.int64)
         gap = np.diff(t)
-        limit = max(4 * COUNTER_UPDATE_NS, 2 * float(np.median(gap))) if gap.size else 0
-        out[int(idx)] = {"t": t, "stall": gap > limit, "wrap": could_hide_wrap(gap, (bits or {}).get(int(idx), 32))}
+        idle = (open_ranges_at(ranges, t[:-1]) == 0) if idle_ns > 0 and ranges is not None else np.zeros(gap.size, bool)
+        fast = gap[~idle] if (~idle).any() else gap
+        median = float(np.median(fast)) if fast.size else 0.0
+        limit = max(4 * COUNTER_UPDATE_NS, 2 * median) if gap.size else 0
+        out[int(idx)] = {"t": t, "stall": gap > np.where(idle, max(limit, 2 * idle_ns), limit), "median_ns": median,
+                         "wrap": could_hide_wrap(gap, (bits or {}).get(int(idx), 32))}
     return out
 
 
@@ -153,7 +169,7 @@ def _gaps_overlapping(t: np.ndarray, flags: np.ndarray, a: np.ndarray, b: np.nda
 
 
 def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
-              bits: dict[int, int] | None = None) -> pd.DataFrame:
+              bits: dict[int, int] | None = None, gaps: dict[int, dict[str, Any]] | None = None) -> pd.DataFrame:
     """Adds ``duration_ns``; per direction ``{d}_raw_bytes`` (counter change over the range, interpolated
     between samples, summed over the range's ``gpus``), ``{d}_bytes`` (raw minus the floor model; NaN unless
     ``status`` is "ok") and ``{d}_edge_bytes`` (how far the counter values at the two edges can be off, from
@@ -162,14 +178,17 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     gap could hide a counter wrap, "no floor" where a GPU has none); and the exclusive figures (``excl_ns``,
     ``excl_h2d_bytes``, ``excl_d2h_bytes``: minus the direct children of push/pop ranges on the same thread).
     ``ranges`` must carry ``gpus`` (:func:`range_gpus`); ``floor``: :func:`pcietrace.analysis.floor.floor_model`;
-    ``bits``: each GPU's counter width (default 32)."""
+    ``bits``: each GPU's counter width (default 32); ``gaps``: :func:`sampling_gaps` where the sampler's rate
+    varied (idle-aware sampling; default: computed with one rate).
+    The floor counts the reads inside each range, so a read rate that changes between ranges, idle time and
+    the floor's calibration windows is accounted for read by read."""
     out = ranges.copy()
     out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
     a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
     n = a.size
     acc = {k: np.zeros(n) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor", "d2h_floor", "stalls")}
     status = np.zeros(n, np.int64)  # index into STATUSES; the worst over the range's GPUs wins
-    gaps = sampling_gaps(cum, bits)
+    gaps = gaps if gaps is not None else sampling_gaps(cum, bits)
     models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
     for idx, g in cum.groupby("nvml_index"):
         mine = np.array([int(idx) in r for r in out["gpus"]], bool)

@@ -20,8 +20,12 @@
  *
  * Range edges: with PCIETRACE_EDGE_FILE, every push/pop/start/end bumps a shared 32-bit sequence number and
  * wakes the sampler processes waiting on it (a shared futex), so they read the counters right after the
- * edge. With PCIETRACE_EXACT_EDGES=1 the library also reads the counters itself through NVML at every edge
- * (a "ctr" event: id = NVML index, message = "read_ns tx rx"), before a push and after a pop.
+ * edge. The next 32-bit word counts the ranges open right now over every traced process and thread (raised
+ * at push/start, lowered at pop/end, before the wake-up), so the samplers read fast only while one is open;
+ * word 3 says this library keeps that count (set when it maps the page), so that an older library, which
+ * does not, never makes the samplers slow down inside ranges.
+ * With PCIETRACE_EXACT_EDGES=1 the library also reads the counters itself through NVML at every edge (a "ctr"
+ * event: id = NVML index, message = "read_ns tx rx"), before a push and after a pop.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -117,7 +121,8 @@ static inline void note_launch_device(void)
     }
 }
 
-static void child_after_fork(void) { g_buf = NULL; atomic_store(&g_pos, 0); atomic_store(&g_full, 0); }
+static void open_ranges_forget(void);
+static void child_after_fork(void) { g_buf = NULL; atomic_store(&g_pos, 0); atomic_store(&g_full, 0); open_ranges_forget(); }
 
 static int trace_open(void)
 {
@@ -206,7 +211,9 @@ static void edges_map(void)
     if (fd < 0) return;
     void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
-    if (m != MAP_FAILED) g_edge_seq = (atomic_uint *)m;
+    if (m == MAP_FAILED) return;
+    g_edge_seq = (atomic_uint *)m;
+    atomic_store(&g_edge_seq[3], 1);  /* "open ranges are counted" (word 1) */
 }
 
 /* once, and every thread waits for it: a flag set before the mapping let a second thread skip its edge */
@@ -218,6 +225,80 @@ static void edge_signal(void)
     if (!g_edge_seq) return;
     atomic_fetch_add(g_edge_seq, 1);
     syscall(SYS_futex, (void *)g_edge_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);  /* shared: no FUTEX_PRIVATE_FLAG */
+}
+
+/* ---- ranges open now (word 1 of the edge page) ----
+ * Only ranges this process counted are uncounted: a pop is counted only where the thread's own counted depth
+ * is above 0, an end only for an id whose start was counted (kept in a small table; a start that finds the
+ * table full is simply not counted, and neither is its end). The shared word is lowered with a CAS loop that
+ * stops at 0, so even a range counted by a parent before fork() and closed in both processes cannot drive it
+ * negative. Ranges still open when the process exits normally are uncounted then (at_exit); one killed
+ * inside a range keeps the samplers fast for the rest of the run: the safe direction. */
+#define OPEN_IDS 256
+static _Atomic unsigned long long g_open_ids[OPEN_IDS];
+static __thread int t_counted;               /* this thread's push ranges counted in the shared word */
+static atomic_int g_counted;                 /* this process's ranges counted in the shared word */
+
+static void open_ranges_forget(void)
+{
+    t_counted = 0;  /* after fork: the parent's ranges are the parent's to close */
+    atomic_store(&g_counted, 0);
+    for (int i = 0; i < OPEN_IDS; ++i) atomic_store(&g_open_ids[i], 0);
+}
+
+static void open_ranges_add(void)
+{
+    edges_open();
+    if (!g_edge_seq) return;
+    atomic_fetch_add(&g_counted, 1);
+    atomic_fetch_add(&g_edge_seq[1], 1);
+}
+
+static void open_ranges_sub_n(unsigned k)
+{
+    unsigned n = atomic_load(&g_edge_seq[1]);
+    while (n > 0 && !atomic_compare_exchange_weak(&g_edge_seq[1], &n, n > k ? n - k : 0)) {}
+}
+
+static void open_ranges_sub(void)
+{
+    edges_open();
+    if (!g_edge_seq) return;
+    atomic_fetch_sub(&g_counted, 1);
+    open_ranges_sub_n(1);
+}
+
+/* At normal exit: this process's ranges are closed for good (the samplers may go idle), and the samplers
+ * are woken to see it. */
+static void open_ranges_exit(void)
+{
+    int k = atomic_exchange(&g_counted, 0);
+    if (!g_edge_seq || k <= 0) return;
+    open_ranges_sub_n((unsigned)k);
+    edge_signal();
+}
+
+static void open_push(void) { ++t_counted; open_ranges_add(); }
+static void close_pop(void) { if (t_counted > 0) { --t_counted; open_ranges_sub(); } }
+
+static void open_start(unsigned long long id)
+{
+    edges_open();
+    for (int i = 0; g_edge_seq && i < OPEN_IDS; ++i) {
+        unsigned long long empty = 0;  /* a plain load first: a CAS per occupied slot would be a locked op each */
+        if (!atomic_load_explicit(&g_open_ids[i], memory_order_relaxed)
+            && atomic_compare_exchange_strong(&g_open_ids[i], &empty, id)) { open_ranges_add(); return; }
+    }
+}
+
+static void close_end(unsigned long long id)
+{
+    edges_open();
+    for (int i = 0; g_edge_seq && id && i < OPEN_IDS; ++i) {
+        unsigned long long want = id;
+        if (atomic_load_explicit(&g_open_ids[i], memory_order_relaxed) == id
+            && atomic_compare_exchange_strong(&g_open_ids[i], &want, 0)) { open_ranges_sub(); return; }
+    }
 }
 
 /* nvmlFieldValue_t (nvml.h): fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn, value (8 B) */
@@ -296,10 +377,10 @@ static void exact_read(void)
 static void edge_open_range(void) { exact_read(); }
 static void edge_close_range(void) { edge_signal(); exact_read(); }
 
-static int push_(const char *domain, const char *msg) { edge_open_range(); emit("push", domain, 0, msg); edge_signal(); return t_depth++; }
-static int pop_(const char *domain) { if (t_depth > 0) --t_depth; emit("pop", domain, 0, ""); edge_close_range(); return t_depth; }
-static uint64_t start_(const char *domain, const char *msg) { unsigned long long id = atomic_fetch_add(&g_range_id, 1) + 1; edge_open_range(); emit("start", domain, id, msg); edge_signal(); return id; }
-static void end_(const char *domain, uint64_t id) { emit("end", domain, id, ""); edge_close_range(); }
+static int push_(const char *domain, const char *msg) { edge_open_range(); emit("push", domain, 0, msg); open_push(); edge_signal(); return t_depth++; }
+static int pop_(const char *domain) { if (t_depth > 0) --t_depth; emit("pop", domain, 0, ""); close_pop(); edge_close_range(); return t_depth; }
+static uint64_t start_(const char *domain, const char *msg) { unsigned long long id = atomic_fetch_add(&g_range_id, 1) + 1; edge_open_range(); emit("start", domain, id, msg); open_start(id); edge_signal(); return id; }
+static void end_(const char *domain, uint64_t id) { emit("end", domain, id, ""); close_end(id); edge_close_range(); }
 
 static int RangePushA(const char *m) { return push_(NULL, m); }
 static int RangePushEx(const EventAttributes *a) { char t[1024]; return push_(NULL, message_of(a, t, sizeof t)); }
@@ -448,10 +529,15 @@ EXPORT void *dlsym(void *handle, const char *name)
     return wrap_entry(name, p);
 }
 
+/* Loaded at process start (LD_PRELOAD): map the edge page now, so the samplers know from the start that open
+ * ranges are counted here (else they read fast until the first NVTX call). */
+__attribute__((constructor)) static void at_load(void) { edges_open(); }
+
 /* Final counters at normal exit (a crash skips this; the report then ends at the last event). */
 __attribute__((destructor)) static void at_exit(void)
 {
     if (g_buf) emit("exit", NULL, 0, "");
+    open_ranges_exit();
 }
 
 /* ---- CUDA injection: count launches through CUPTI callbacks ---- */

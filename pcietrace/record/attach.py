@@ -175,14 +175,20 @@ def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, n
 
 def idle_windows(sampler: Any, nvml_indices: list[int], seconds: float, windows: list[dict[str, Any]]) -> None:
     """``seconds`` of idle time as four windows per GPU, the sampler alternately reading and paused, so the
-    floor model can tell bytes per counter read from the remaining background (appends to ``windows``)."""
-    for sampling in ("on", "paused", "on", "paused"):
-        sampler.pause(sampling == "paused")
-        t = time.monotonic_ns()
-        time.sleep(seconds / 4)
-        windows.extend({"nvml_index": i, "mode": "idle", "sampling": sampling, "t_start_ns": t,
-                        "t_end_ns": time.monotonic_ns()} for i in nvml_indices)
-    sampler.pause(False)
+    floor model can tell bytes per counter read from the remaining background (appends to ``windows``).
+    No range is open then, so the sampler is held at its fast rate: the reading windows must span the read
+    densities the program's ranges see, or the per-read term is fitted on idle-rate reads alone."""
+    sampler.hold_fast(True)
+    try:
+        for sampling in ("on", "paused", "on", "paused"):
+            sampler.pause(sampling == "paused")
+            t = time.monotonic_ns()
+            time.sleep(seconds / 4)
+            windows.extend({"nvml_index": i, "mode": "idle", "sampling": sampling, "t_start_ns": t,
+                            "t_end_ns": time.monotonic_ns()} for i in nvml_indices)
+    finally:
+        sampler.pause(False)
+        sampler.hold_fast(False)
 
 
 def processes(events: pd.DataFrame) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ not the injection, cost.)
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -45,7 +46,9 @@ def once(config: str, cmd: list[str], work: Path, i: int) -> pd.DataFrame:
         subprocess.run(pre + cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rows, walls = truth_rows(out)
     per_range = rows.groupby("range")["dur_ns"].median() / 1e6
-    return pd.concat([per_range, pd.Series({"LOOP (mean over ranks)": sum(walls.values()) / len(walls) / 1e6})])
+    inits = [json.loads(x).get("init_ns", 0) for x in out.read_text().splitlines() if '"wall_ns"' in x]
+    return pd.concat([per_range, pd.Series({"LOOP (mean over ranks)": sum(walls.values()) / len(walls) / 1e6,
+                                            "NCCL first barrier (mean over ranks)": sum(inits) / len(inits) / 1e6})])
 
 
 def main() -> int:

@@ -150,6 +150,10 @@ def main() -> None:
         bus = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
     truth = Truth(bus, rank)  # TRUTH_READS=0: no reads in ranges (for runtime-overhead runs)
     eager(), graphed(), [c() for c in copies.values()]  # warm every path outside the ranges
+    t_init = time.monotonic_ns()
+    if dist:  # NCCL sets up its communicator at the first collective: a one-time cost, timed on its own
+        dist.barrier()
+    init_ns = time.monotonic_ns() - t_init
     t_start = time.monotonic_ns()
     for _ in range(a.reps):
         if dist:
@@ -163,7 +167,7 @@ def main() -> None:
     with open(os.environ.get("TRUTH_OUT", "truth.jsonl"), "a") as f:
         for r in truth.rows:
             f.write(json.dumps(r) + "\n")
-        f.write(json.dumps({"pid": os.getpid(), "rank": rank, "wall_ns": wall_ns}) + "\n")
+        f.write(json.dumps({"pid": os.getpid(), "rank": rank, "wall_ns": wall_ns, "init_ns": init_ns}) + "\n")
     if dist:
         dist.destroy_process_group()
 

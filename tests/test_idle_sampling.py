@@ -446,7 +446,8 @@ def test_attach_end_to_end_reads_fast_in_ranges_slowly_between_and_keeps_the_flo
         proc = subprocess.run([sys.executable, str(root / "tests" / "apps" / "attach_fake_gpu.py"), "attach",
                                "--gpu", "0", "--no-calibrate", "--no-count-launches", "--idle-s", "0.1", "-o", str(out),
                                "--json", "--", sys.executable, str(app)],
-                              cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True,
+                              cwd=root, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                                  filter(None, [str(root), os.environ.get("PYTHONPATH")]))), capture_output=True, text=True,
                               timeout=60)
         assert proc.returncode == 0, proc.stderr[-2000:]
         s = Session.load(out)

@@ -124,8 +124,7 @@ def test_latency_suite_is_stable_run_to_run() -> None:
     be = CudaBackend(0)
     idx = nvml.index_for_bus_id(be.gpu.bus_id)
     probes = {idx: LatencyProbe(be)}
-    # 31 repeats (the suite's default is 11): with 11 the two medians' CIs were too wide to catch a real
-    # change yet once still missed a 3 % drift between suites on the H100 (failed 1 of 3 runs)
+    # 31 repeats (the suite's default is 11): with 11 this check failed once in three runs on the H100
     a, b = (summary(measure(probes, repeats=31)).set_index("test") for _ in range(2))
     print(a[["median_us", "ci95_us", "p10_us", "p90_us", "spread_pct"]].join(b[["median_us", "ci95_us"]], rsuffix="_again").to_string())
     assert 0.3 < a.loc["host_read_rtt", "median_us"] < 5  # a PCIe read round trip, in us

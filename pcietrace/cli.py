@@ -197,7 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--idle-sample-interval-ms", type=_number(0, 20, low_open=False), default=5.0, metavar="MS",
                     help="while no NVTX range is open in any traced process, read the counters only this often "
                          "(0 = off: always --sample-interval-ms). Every range edge still wakes the samplers at once. "
-                         "Reads are firmware calls that slowed NCCL's collectives outside the ranges at 0.5 ms on 4x H200")
+                         "Reads are firmware calls: at 0.5 ms they doubled NCCL's communicator set-up on 4x H200")
+    at.add_argument("--slow-domains", default="NCCL", metavar="D1,D2",
+                    help="NVTX domains whose open ranges do not hold the fast rate (their bytes are still measured, "
+                         "with the wider edge error stated); default NCCL, whose own ranges cover its communicator "
+                         "set-up; '' = none")
     at.add_argument("--idle-s", type=_number(0, 3600), default=0.5, help="idle time sampled before the program, for the floor")
     at.add_argument("--baseline", type=Path, default=None,
                     help="take per-launch costs from this saved `pcietrace run` instead of measuring them on the spot")

@@ -303,7 +303,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     session.meta.update(kind="attach", command=cmd, gpus=gpus, driver=nvml.driver_version(), launch_costs=costs,
                         sample_interval_ms=args.sample_interval_ms, topology=topology.collect(gpus),
                         launch_counter=counter, exact_edges=args.exact_edges, sampler_duty=args.sampler_duty,
-                        idle_sample_interval_ms=args.idle_sample_interval_ms)
+                        idle_sample_interval_ms=args.idle_sample_interval_ms, slow_domains=args.slow_domains)
     session.meta["gpu_time"] = args.gpu_time
     folder = _run_folder(args, session.meta, ordinals, "-attach")  # checked before the program runs
     trace_dir = Path(tempfile.mkdtemp(prefix="pcietrace-"))
@@ -326,7 +326,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
     try:                               # run_program passes them on to the program and waits for it)
         idle_windows(sampler, indices, args.idle_s, windows)
         err.print(f"pcietrace: running {' '.join(cmd)}", markup=False)
-        env = injection_env(trace_dir, counter, edge_file, indices, args.exact_edges, gpu_time=args.gpu_time)
+        env = injection_env(trace_dir, counter, edge_file, indices, args.exact_edges, gpu_time=args.gpu_time,
+                            slow_domains=args.slow_domains)
         # --json/--format: stdout carries the report alone; the program's own output goes to stderr
         machine_output = args.json or args.format != "table"
         rc, t0, t1 = run_program(cmd, env, stdout=sys.stderr if machine_output else None)

@@ -116,7 +116,7 @@ META = obj({"gpus": list_of(GPU)},
             "t_app_start_ns": INT, "t_app_end_ns": INT, "exit_code": opt(INT), "processes": list_of(PROCESS),
             "sample_interval_ms": FINITE, "driver": opt(STR), "host": STR, "created": STR, "sim_source": STR,
             "plan": obj({}), "command": list_of(STR), "failed_reads": obj({}), "exact_edges": BOOL,
-            "sampler_duty": FINITE, "idle_sample_interval_ms": FINITE, "graphs_plan": obj({}), "timing": STR})
+            "sampler_duty": FINITE, "idle_sample_interval_ms": FINITE, "slow_domains": STR, "graphs_plan": obj({}), "timing": STR})
 ATTACH_META = obj({"t_app_start_ns": INT, "t_app_end_ns": INT})
 DOC = obj({"schema": STR, "meta": META, "tables": obj({})}, {"results": obj({})})
 

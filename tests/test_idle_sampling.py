@@ -85,6 +85,42 @@ def test_injection_library_counts_open_ranges_through_real_nvtx(tmp_path) -> Non
     assert [b - a for a, b in zip(seq, seq[1:])] == [1] * (len(seq) - 2) + [2]  # the last note follows two edges
 
 
+SLOW_DOMAIN_SCRIPT = """
+import ctypes, json, mmap, sys
+import nvtx
+f = open(sys.argv[1], "r+b")
+w = (ctypes.c_uint32 * 4).from_buffer(mmap.mmap(f.fileno(), 4096))
+seen = []
+nvtx.push_range("init", domain="NCCL"); seen.append(w[1])
+nvtx.push_range("step"); seen.append(w[1])
+nvtx.pop_range(); seen.append(w[1])
+nvtx.pop_range(domain="NCCL"); seen.append(w[1])
+r = nvtx.start_range("a", domain="NCCL"); seen.append(w[1]); nvtx.end_range(r); seen.append(w[1])
+print(json.dumps(seen))
+"""
+
+
+def test_ranges_of_slow_domains_do_not_hold_the_fast_rate(tmp_path) -> None:
+    # NCCL's own range around its communicator set-up must not keep the samplers fast (attach --slow-domains)
+    pytest.importorskip("nvtx")
+    from pcietrace.record.attach import injection_library
+
+    try:
+        lib = injection_library()
+    except UsageError:
+        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
+    page = edges.create()
+    try:
+        env = dict(os.environ, NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=str(tmp_path), PCIETRACE_EDGE_FILE=page,
+                   PCIETRACE_SLOW_DOMAINS="other,NCCL")
+        proc = subprocess.run([sys.executable, "-c", SLOW_DOMAIN_SCRIPT, page], env=env, capture_output=True,
+                              text=True, timeout=30)
+    finally:
+        os.unlink(page)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [0, 1, 0, 0, 0, 0]  # only the default-domain range counted
+
+
 #: Timing claims (gaps, wake-ups) hold on the best of a few attempts: the suite may share a small machine with
 #: other jobs, and a sampler starved of CPU reads late through no fault of its own. Everything else must hold
 #: on every attempt.

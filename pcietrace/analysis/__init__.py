@@ -106,7 +106,8 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
     fl = floor.floor_model(cum, s.windows, sampled)
     events = gpu_time.host_events(s.events)
     ranges = attribution.ranges_from_events(events) if len(events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
-    gaps = attribution.sampling_gaps(cum, bits, idle_interval_ns(s.meta), ranges)
+    slow = [d for d in str(s.meta.get("slow_domains") or "").split(",") if d]  # ranges that did not hold the fast rate
+    gaps = attribution.sampling_gaps(cum, bits, idle_interval_ns(s.meta), ranges[~ranges["domain"].isin(slow)])
     gap_ns = max((g["median_ns"] for g in gaps.values()), default=0.0)  # the in-range gap: what edges rest on
     notes = []
     if len(ranges) and "devmask" not in events.columns:

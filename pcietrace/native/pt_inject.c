@@ -278,6 +278,21 @@ static void open_ranges_exit(void)
     edge_signal();
 }
 
+/* Ranges of the domains in PCIETRACE_SLOW_DOMAINS (comma-separated, e.g. NCCL) do not hold the samplers at
+ * the fast rate: NVML reads during NCCL's communicator set-up (inside NCCL's own range) doubled it. */
+static int holds_fast(const char *domain)
+{
+    const char *list = getenv("PCIETRACE_SLOW_DOMAINS");
+    size_t n = domain ? strlen(domain) : 0;
+    for (const char *p = list; p && *p && n;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && !strncmp(p, domain, n)) return 0;
+        p = end ? end + 1 : p + len;
+    }
+    return 1;
+}
+
 static void open_push(void) { ++t_counted; open_ranges_add(); }
 static void close_pop(void) { if (t_counted > 0) { --t_counted; open_ranges_sub(); } }
 
@@ -377,9 +392,9 @@ static void exact_read(void)
 static void edge_open_range(void) { exact_read(); }
 static void edge_close_range(void) { edge_signal(); exact_read(); }
 
-static int push_(const char *domain, const char *msg) { edge_open_range(); emit("push", domain, 0, msg); open_push(); edge_signal(); return t_depth++; }
-static int pop_(const char *domain) { if (t_depth > 0) --t_depth; emit("pop", domain, 0, ""); close_pop(); edge_close_range(); return t_depth; }
-static uint64_t start_(const char *domain, const char *msg) { unsigned long long id = atomic_fetch_add(&g_range_id, 1) + 1; edge_open_range(); emit("start", domain, id, msg); open_start(id); edge_signal(); return id; }
+static int push_(const char *domain, const char *msg) { edge_open_range(); emit("push", domain, 0, msg); if (holds_fast(domain)) open_push(); edge_signal(); return t_depth++; }
+static int pop_(const char *domain) { if (t_depth > 0) --t_depth; emit("pop", domain, 0, ""); if (holds_fast(domain)) close_pop(); edge_close_range(); return t_depth; }
+static uint64_t start_(const char *domain, const char *msg) { unsigned long long id = atomic_fetch_add(&g_range_id, 1) + 1; edge_open_range(); emit("start", domain, id, msg); if (holds_fast(domain)) open_start(id); edge_signal(); return id; }
 static void end_(const char *domain, uint64_t id) { emit("end", domain, id, ""); close_end(id); edge_close_range(); }
 
 static int RangePushA(const char *m) { return push_(NULL, m); }

@@ -146,12 +146,13 @@ def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tupl
 
 
 def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, nvml_indices: list[int],
-                  exact_edges: bool, gpu_time: bool = False) -> dict[str, str]:
+                  exact_edges: bool, gpu_time: bool = False, slow_domains: str = "") -> dict[str, str]:
     """The program's environment: NVTX (and CUDA, for CUPTI) injection, the trace folder, the edge file the
     samplers wait on, and whether the library reads the counters itself at range edges.
     ``launch_counter``: "interpose" (the library in LD_PRELOAD hands out counting trampolines for the launch
     entry points), "cupti" (CUDA_INJECTION64_PATH, CUPTI driver callbacks) or "none". ``gpu_time``: CUPTI
-    kernel activity records too (each kernel's start and end on the GPU: "kernel" events)."""
+    kernel activity records too (each kernel's start and end on the GPU: "kernel" events). ``slow_domains``:
+    comma-separated NVTX domains whose ranges do not keep the samplers at the fast rate."""
     lib = injection_library()
     env = dict(os.environ, NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=str(trace_dir),
                PCIETRACE_NVML_INDICES=",".join(str(i) for i in nvml_indices))
@@ -159,6 +160,8 @@ def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, n
         env["PCIETRACE_EDGE_FILE"] = edge_file
     if exact_edges:
         env["PCIETRACE_EXACT_EDGES"] = "1"
+    if slow_domains:
+        env["PCIETRACE_SLOW_DOMAINS"] = slow_domains
     if launch_counter == "cupti" or gpu_time:
         env["CUDA_INJECTION64_PATH"] = lib
         cupti = cupti_library()

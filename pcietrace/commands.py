@@ -259,13 +259,9 @@ def _launch_costs(args: argparse.Namespace, ordinal: int) -> dict[str, Any] | No
 
         res = analyze(Session.load(args.baseline))
         return launch_costs(res["cpu_cost"], res["speedup"], str(args.baseline))
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
+    from pcietrace.record.attach import calibrate_in_child
 
-    from pcietrace.record.attach import calibrate
-
-    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
-        return ex.submit(calibrate, ordinal).result(timeout=120)
+    return calibrate_in_child(ordinal)
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
@@ -294,18 +290,21 @@ def cmd_attach(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     gpus = backend.describe_gpus(ordinals)
     indices = [g["nvml_index"] for g in gpus]
-    costs = None
-    if not args.no_calibrate:
-        with err.status("measuring per-launch costs on this GPU"):
-            costs = _launch_costs(args, ordinals[0])
     counter = "none" if args.no_count_launches else args.launch_counter
     session = Session(meta=base_meta(RunPlan(), False))
-    session.meta.update(kind="attach", command=cmd, gpus=gpus, driver=nvml.driver_version(), launch_costs=costs,
+    session.meta.update(kind="attach", command=cmd, gpus=gpus, driver=nvml.driver_version(), launch_costs=None,
                         sample_interval_ms=args.sample_interval_ms, topology=topology.collect(gpus),
                         launch_counter=counter, exact_edges=args.exact_edges, sampler_duty=args.sampler_duty,
                         idle_sample_interval_ms=args.idle_sample_interval_ms, slow_domains=args.slow_domains)
     session.meta["gpu_time"] = args.gpu_time
-    folder = _run_folder(args, session.meta, ordinals, "-attach")  # checked before the program runs
+    folder = _run_folder(args, session.meta, ordinals, "-attach")  # checked before anything is measured
+    try:
+        with err.status("measuring per-launch costs on this GPU"):
+            session.meta["launch_costs"] = _launch_costs(args, ordinals[0])
+    except BaseException:
+        if folder is not None:
+            folder.discard()
+        raise
     trace_dir = Path(tempfile.mkdtemp(prefix="pcietrace-"))
     edge_file = edges.create()
     sampler = CounterSampler(indices, interval_ns=int(args.sample_interval_ms * 1e6), edge_file=edge_file,

@@ -222,3 +222,17 @@ def test_the_report_notes_a_full_trace(data_dir) -> None:
     s.events = pd.concat([s.events, s.events.tail(1).assign(event=TRACE_FULL, id=2**28)], ignore_index=True)
     notes = " ".join(analyze(s)["notes"]["note"])
     assert "trace file filled up (256 MiB)" in notes and "PCIETRACE_TRACE_BYTES" in notes
+
+
+def test_a_hung_calibration_is_killed_and_said_in_one_line() -> None:
+    # the child here just sleeps (time.sleep stands in for a driver call that never returns)
+    import time
+
+    from pcietrace.errors import PcietraceError
+    from pcietrace.record.attach import calibrate_in_child
+
+    t0 = time.monotonic()
+    with pytest.raises(PcietraceError, match="did not finish within 0.5 s"):
+        calibrate_in_child(30, timeout_s=0.5, fn=time.sleep)
+    assert time.monotonic() - t0 < 10  # killed, not waited for
+    assert calibrate_in_child(0, timeout_s=30, fn=abs) == 0  # an answer comes back

@@ -16,12 +16,12 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
-from pcietrace.errors import UsageError
+from pcietrace.errors import PcietraceError, UsageError
 from pcietrace.schema import TRACE_FULL
 
 EVENT_COLUMNS = ["t_ns", "tid", "event", "domain", "id", "depth", "eager_thread", "graph_thread",
@@ -121,6 +121,26 @@ def calibrate(ordinal: int) -> dict[str, Any]:
     e2e = [gen.end_to_end(mode, 0.0, k, 4000) for _ in range(3) for mode, k in (("eager", 1), ("graph", 100))]
     return from_records(bursts, e2e, "measured on the spot")
 
+
+
+#: How long attach waits for the per-launch cost measurement (it takes ~2 s on an H100).
+CALIBRATE_TIMEOUT_S = 120.0
+
+
+def calibrate_in_child(ordinal: int, timeout_s: float = CALIBRATE_TIMEOUT_S,
+                       fn: Callable[[int], Any] = calibrate) -> Any:
+    """``fn(ordinal)`` (default :func:`calibrate`) in a spawned child, so no CUDA context stays open in
+    pcietrace while the program runs. A child that has not answered within ``timeout_s`` is killed and the
+    measurement fails with one line (a hung driver call must not hang attach)."""
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(1) as pool:  # leaving the block terminates the child, answered or not
+        pending = pool.apply_async(fn, (ordinal,))
+        try:
+            return pending.get(timeout_s)
+        except mp.TimeoutError:
+            raise PcietraceError(f"the per-launch cost measurement did not finish within {timeout_s:g} s "
+                                 "(--no-calibrate skips it)") from None
 
 def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tuple[int, int, int]:
     """Run ``cmd`` with ``env``; return (exit code, start and end on CLOCK_MONOTONIC in ns). Ctrl-C, SIGTERM and

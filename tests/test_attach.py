@@ -236,3 +236,23 @@ def test_a_hung_calibration_is_killed_and_said_in_one_line() -> None:
         calibrate_in_child(30, timeout_s=0.5, fn=time.sleep)
     assert time.monotonic() - t0 < 10  # killed, not waited for
     assert calibrate_in_child(0, timeout_s=30, fn=abs) == 0  # an answer comes back
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_sigint_is_passed_on_once(monkeypatch, tmp_path, terminal) -> None:
+    # SIGINT to pcietrace while the program runs: passed on, unless pcietrace is a terminal's foreground job
+    # (then Ctrl-C reached the program from the terminal already; here nothing else sends it, so it gets 0)
+    import os
+    import signal
+    import sys
+    import threading
+
+    from pcietrace.record import attach
+
+    monkeypatch.setattr(attach, "_terminal_foreground", lambda: terminal)
+    out = tmp_path / "count"
+    prog = ("import signal, sys, time\nn = []\nsignal.signal(signal.SIGINT, lambda *a: n.append(1))\n"
+            "time.sleep(2.0)\nopen(sys.argv[1], 'w').write(str(len(n)))\n")
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    rc, _, _ = attach.run_program([sys.executable, "-c", prog, str(out)], dict(os.environ))
+    assert rc == 0 and out.read_text() == ("0" if terminal else "1")

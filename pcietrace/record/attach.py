@@ -14,6 +14,7 @@ import mmap
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -146,7 +147,8 @@ def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tupl
     """Run ``cmd`` with ``env``; return (exit code, start and end on CLOCK_MONOTONIC in ns). Ctrl-C, SIGTERM and
     SIGHUP sent to pcietrace are passed on to the program and are not fatal to pcietrace, which waits for the
     program and then saves what was collected (``timeout``, ``kill`` and a closed terminal included); signals
-    already ignored stay ignored. A signal death is reported as 128 + signal, like a shell. ``stdout``: where
+    already ignored stay ignored. A SIGINT while pcietrace runs in a terminal's foreground is taken to be
+    Ctrl-C, which the program got from the terminal itself, and is not passed on a second time. A signal death is reported as 128 + signal, like a shell. ``stdout``: where
     the program's output goes (default: ours)."""
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=stdout)
@@ -155,7 +157,15 @@ def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tupl
     t0 = time.monotonic_ns()
     passed_on = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None))
                  if s is not None and signal.getsignal(s) is not signal.SIG_IGN]
-    old = {s: signal.signal(s, lambda signum, _: proc.send_signal(signum)) for s in passed_on}
+    from_terminal = _terminal_foreground()
+
+    def pass_on(signum: int, _: Any) -> None:
+        # Ctrl-C in a terminal reaches the whole foreground process group, the program included: passing it
+        # on as well would interrupt the program twice (e.g. its clean-up after the first KeyboardInterrupt)
+        if not (signum == signal.SIGINT and from_terminal):
+            proc.send_signal(signum)
+
+    old = {s: signal.signal(s, pass_on) for s in passed_on}
     try:
         rc = proc.wait()
     finally:
@@ -163,6 +173,14 @@ def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tupl
             signal.signal(s, handler)
     t1 = time.monotonic_ns()
     return (128 - rc if rc < 0 else rc), t0, t1
+
+
+def _terminal_foreground() -> bool:
+    """Whether pcietrace (and so the program it starts) is the foreground process group of a terminal."""
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):  # no terminal (pipes, CI, a service)
+        return False
 
 
 def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, nvml_indices: list[int],

@@ -122,7 +122,14 @@ static inline void note_launch_device(void)
 }
 
 static void open_ranges_forget(void);
-static void child_after_fork(void) { g_buf = NULL; atomic_store(&g_pos, 0); atomic_store(&g_full, 0); open_ranges_forget(); }
+/* A forked child writes its own trace: its launch totals start at 0 and it names its devices again there. */
+static void child_after_fork(void)
+{
+    g_buf = NULL;
+    atomic_store(&g_pos, 0); atomic_store(&g_full, 0);
+    atomic_store(&g_eager, 0); atomic_store(&g_graph, 0); atomic_store(&g_announced, 0);
+    open_ranges_forget();
+}
 
 static int trace_open(void)
 {

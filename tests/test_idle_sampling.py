@@ -50,7 +50,9 @@ print(json.dumps({"seen": seen, "counting": w[3]}))
 """
 
 
-def test_injection_library_counts_open_ranges_through_real_nvtx(tmp_path) -> None:
+def _under_the_library(tmp_path, script: str, **env: str) -> tuple[subprocess.CompletedProcess, np.ndarray]:
+    """``script`` (argument: the edge page) run with the real injection library under NVTX's hook; its result
+    and the page's first two words (sequence number, open ranges) after it exited."""
     pytest.importorskip("nvtx")
     from pcietrace.record.attach import injection_library
 
@@ -60,13 +62,17 @@ def test_injection_library_counts_open_ranges_through_real_nvtx(tmp_path) -> Non
         pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
     page = edges.create()
     try:
-        env = dict(os.environ, NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=str(tmp_path), PCIETRACE_EDGE_FILE=page)
-        proc = subprocess.run([sys.executable, "-c", NVTX_SCRIPT, page], env=env, capture_output=True, text=True,
-                              timeout=30)
+        proc = subprocess.run([sys.executable, "-c", script, page], capture_output=True, text=True, timeout=30,
+                              env=dict(os.environ, NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=str(tmp_path),
+                                       PCIETRACE_EDGE_FILE=page, **env))
         with open(page, "rb") as f:
-            after_exit = np.frombuffer(f.read(8), np.uint32)
+            return proc, np.frombuffer(f.read(8), np.uint32)
     finally:
         os.unlink(page)
+
+
+def test_injection_library_counts_open_ranges_through_real_nvtx(tmp_path) -> None:
+    proc, after_exit = _under_the_library(tmp_path, NVTX_SCRIPT)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     seen = doc["seen"]
@@ -102,21 +108,7 @@ print(json.dumps(seen))
 
 def test_ranges_of_slow_domains_do_not_hold_the_fast_rate(tmp_path) -> None:
     # NCCL's own range around its communicator set-up must not keep the samplers fast (attach --slow-domains)
-    pytest.importorskip("nvtx")
-    from pcietrace.record.attach import injection_library
-
-    try:
-        lib = injection_library()
-    except UsageError:
-        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
-    page = edges.create()
-    try:
-        env = dict(os.environ, NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=str(tmp_path), PCIETRACE_EDGE_FILE=page,
-                   PCIETRACE_SLOW_DOMAINS="other,NCCL")
-        proc = subprocess.run([sys.executable, "-c", SLOW_DOMAIN_SCRIPT, page], env=env, capture_output=True,
-                              text=True, timeout=30)
-    finally:
-        os.unlink(page)
+    proc, _ = _under_the_library(tmp_path, SLOW_DOMAIN_SCRIPT, PCIETRACE_SLOW_DOMAINS="other,NCCL")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == [0, 1, 0, 0, 0, 0]  # only the default-domain range counted
 

@@ -212,6 +212,32 @@ def test_a_full_trace_file_is_said_not_silently_cut(tmp_path) -> None:
     assert processes(ev)[0]["trace_full"]
 
 
+def test_a_trace_whose_lines_end_where_the_reserve_begins_keeps_its_tracefull_line(tmp_path) -> None:
+    # lines from the real injection library (nvtx drives it), laid out as the library leaves a file whose lines
+    # fill it exactly up to the reserve: the "tracefull" line then follows the last line with no zero between
+    # (CONSTRUCTED layout: the tracefull line is the real last line with its event renamed)
+    import os
+    import subprocess
+    import sys
+
+    from pcietrace.record.attach import TRACE_RESERVE_BYTES, injection_library
+    from pcietrace.schema import TRACE_FULL
+
+    pytest.importorskip("nvtx")
+    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
+    prog = "import nvtx\nfor i in range(5):\n    nvtx.push_range(f'step{i}')\n    nvtx.pop_range()\n"
+    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
+    f = next(tmp_path.glob("trace-*.tsv"))
+    lines = f.read_bytes().split(b"\0", 1)[0].splitlines(keepends=True)
+    marker = lines[-1].split(b"\t")
+    marker[2] = TRACE_FULL.encode()
+    marker = b"\t".join(marker)
+    f.write_bytes(b"".join(lines[:-1]) + marker + b"\0" * (TRACE_RESERVE_BYTES - len(marker)))
+    ev = read_traces(tmp_path)
+    assert len(ev) == len(lines) and ev["event"].iloc[-1] == TRACE_FULL
+    assert (ev["event"] == "push").sum() == 5
+
+
 def test_the_report_notes_a_full_trace(data_dir) -> None:
     # the real H100 recording with a TRACE_FULL marker added after its last event (CONSTRUCTED marker)
     from pcietrace.analysis import analyze

@@ -67,7 +67,8 @@ def _trace_lines(f: Path) -> bytes:
             end = mm.find(b"\0")  # stops at the first zero: the unwritten part is never read
             if end < 0:  # already cut (read before) or from an older library
                 return mm[:]
-            lines = mm[:min(end, max(size - TRACE_RESERVE_BYTES, 0))] + mm[max(size - TRACE_RESERVE_BYTES, end):].strip(b"\0")
+            tail = max(size - TRACE_RESERVE_BYTES, 0)  # lines may end right where the reserve begins
+            lines = mm[:min(end, tail)] + mm[tail:].strip(b"\0")
         fh.seek(0)
         fh.write(lines)
         fh.truncate(len(lines))

@@ -264,6 +264,23 @@ def test_a_hung_calibration_is_killed_and_said_in_one_line() -> None:
     assert calibrate_in_child(0, timeout_s=30, fn=abs) == 0  # an answer comes back
 
 
+def test_a_calibration_child_that_dies_fails_at_once_not_at_the_timeout() -> None:
+    # os._exit stands in for a crash in the driver: the child ends without an answer
+    import math
+    import os
+    import time
+
+    from pcietrace.errors import PcietraceError
+    from pcietrace.record.attach import calibrate_in_child
+
+    t0 = time.monotonic()
+    with pytest.raises(PcietraceError, match=r"ended without an answer \(exit code 3"):
+        calibrate_in_child(3, timeout_s=60, fn=os._exit)
+    assert time.monotonic() - t0 < 30
+    with pytest.raises(ValueError, match="math domain error"):  # the child's own exception comes back as is
+        calibrate_in_child(-1, timeout_s=60, fn=math.sqrt)
+
+
 @pytest.mark.parametrize("terminal", [False, True])
 def test_sigint_is_passed_on_once(monkeypatch, tmp_path, terminal) -> None:
     # SIGINT to pcietrace while the program runs: passed on, unless pcietrace is a terminal's foreground job

@@ -129,20 +129,49 @@ def calibrate(ordinal: int) -> dict[str, Any]:
 CALIBRATE_TIMEOUT_S = 120.0
 
 
+def _answer(conn: Any, fn: Callable[[int], Any], ordinal: int) -> None:
+    """The calibration child: ``fn(ordinal)`` or the exception it raised, sent back through ``conn``."""
+    try:
+        conn.send((True, fn(ordinal)))
+    except BaseException as exc:  # noqa: BLE001 -- the parent re-raises it
+        try:
+            conn.send((False, exc))
+        except Exception:  # an exception that does not pickle: its text
+            conn.send((False, PcietraceError(f"{type(exc).__name__}: {exc}")))
+
+
 def calibrate_in_child(ordinal: int, timeout_s: float = CALIBRATE_TIMEOUT_S,
                        fn: Callable[[int], Any] = calibrate) -> Any:
     """``fn(ordinal)`` (default :func:`calibrate`) in a spawned child, so no CUDA context stays open in
     pcietrace while the program runs. A child that has not answered within ``timeout_s`` is killed and the
-    measurement fails with one line (a hung driver call must not hang attach)."""
+    measurement fails with one line (a hung driver call must not hang attach); one that dies without an
+    answer (a crash in the driver) fails at once (a Pool would have waited out the timeout for it)."""
     import multiprocessing as mp
 
-    with mp.get_context("spawn").Pool(1) as pool:  # leaving the block terminates the child, answered or not
-        pending = pool.apply_async(fn, (ordinal,))
-        try:
-            return pending.get(timeout_s)
-        except mp.TimeoutError:
+    ctx = mp.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_answer, args=(send, fn, ordinal), daemon=True, name="pcietrace-calibrate")
+    child.start()
+    send.close()  # only the child holds the sending end: its death ends the pipe (EOF)
+    try:
+        if not recv.poll(timeout_s):
             raise PcietraceError(f"the per-launch cost measurement did not finish within {timeout_s:g} s "
-                                 "(--no-calibrate skips it)") from None
+                                 "(--no-calibrate skips it)")
+        try:
+            ok, value = recv.recv()
+        except EOFError:
+            child.join(5)
+            raise PcietraceError(f"the per-launch cost measurement ended without an answer (exit code "
+                                 f"{child.exitcode}; --no-calibrate skips it)") from None
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+        recv.close()
+    if not ok:
+        raise value
+    return value
+
 
 def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tuple[int, int, int]:
     """Run ``cmd`` with ``env``; return (exit code, start and end on CLOCK_MONOTONIC in ns). Ctrl-C, SIGTERM and

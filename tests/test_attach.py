@@ -299,3 +299,45 @@ def test_sigint_is_passed_on_once(monkeypatch, tmp_path, terminal) -> None:
     threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
     rc, _, _ = attach.run_program([sys.executable, "-c", prog, str(out)], dict(os.environ))
     assert rc == 0 and out.read_text() == ("0" if terminal else "1")
+
+
+FAKE_CUPTI = """
+int subscribed;
+int cuptiSubscribe(void **sub, void *callback, void *userdata) { ++subscribed; *sub = 0; return 0; }
+int cuptiEnableCallback(unsigned enable, void *sub, int domain, unsigned cbid) { return 0; }
+"""
+
+
+@pytest.mark.parametrize("counter", ["cupti", "none"])
+def test_gpu_time_without_launch_counting_subscribes_no_launch_callbacks(tmp_path, counter) -> None:
+    # --gpu-time --no-count-launches: CUDA loads the injection library for the kernel records, but "do not count
+    # launches" must not turn CUPTI's launch callbacks on (~0.6-0.9 us per launch). The real library's CUDA entry
+    # point is called here the way the driver calls it, against a STAND-IN libcupti (no activity API, no GPU)
+    import subprocess
+    import sys
+
+    from pcietrace.record.attach import injection_env, read_traces
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler for the stand-in CUPTI library")
+    (tmp_path / "cupti.c").write_text(FAKE_CUPTI)
+    fake = tmp_path / "libcupti_standin.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(fake), str(tmp_path / "cupti.c")], check=True)
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    env = injection_env(traces, counter, None, [0], False, gpu_time=True)
+    env["PCIETRACE_CUPTI"] = str(fake)
+    env.pop("LD_PRELOAD", None)
+    prog = ("import ctypes, os\n"
+            "lib = ctypes.CDLL(os.environ['CUDA_INJECTION64_PATH'])\n"
+            "assert lib.InitializeInjection() == 1\n"
+            "print(ctypes.c_int.in_dll(ctypes.CDLL(os.environ['PCIETRACE_CUPTI']), 'subscribed').value)\n")
+    out = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True, timeout=60, check=True)
+    ev = read_traces(traces)
+    said = dict(zip(ev["event"], ev["message"]))
+    assert said["gputime"].startswith("off: CUPTI activity API missing")  # the stand-in has no activity API
+    if counter == "none":
+        assert out.stdout.strip() == "0" and "cupti" not in said
+    else:
+        assert out.stdout.strip() == "1" and said["cupti"].startswith("launch counting on")

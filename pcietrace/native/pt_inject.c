@@ -643,6 +643,8 @@ EXPORT int InitializeInjection(void)
     if (!lib) { emit("cupti", NULL, 0, dlerror()); return 1; }
     if (gpu_time && !strcmp(gpu_time, "1")) gpu_time_on(lib);
     if (interposing()) return 1;  /* launches are counted by the trampolines: no callbacks on top */
+    const char *count = getenv("PCIETRACE_COUNT");
+    if (count && !strcmp(count, "none")) return 1;  /* here for --gpu-time only: launches are not counted */
     int (*subscribe)(void **, CuptiCallback, void *) = (int (*)(void **, CuptiCallback, void *))dlsym(lib, "cuptiSubscribe");
     int (*enable)(uint32_t, void *, int, uint32_t) = (int (*)(uint32_t, void *, int, uint32_t))dlsym(lib, "cuptiEnableCallback");
     void *sub = NULL;

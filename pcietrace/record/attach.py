@@ -238,9 +238,9 @@ def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, n
     if gpu_time:
         env["PCIETRACE_GPU_TIME"] = "1"
         env.setdefault("PCIETRACE_TRACE_BYTES", str(GPU_TIME_TRACE_BYTES))
+    env["PCIETRACE_COUNT"] = launch_counter  # "none" with --gpu-time: CUPTI is loaded, its launch callbacks are not
     if launch_counter == "interpose":
         env["LD_PRELOAD"] = " ".join(filter(None, [lib, os.environ.get("LD_PRELOAD")]))
-        env["PCIETRACE_COUNT"] = "interpose"
     return env
 
 

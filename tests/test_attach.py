@@ -341,3 +341,30 @@ def test_gpu_time_without_launch_counting_subscribes_no_launch_callbacks(tmp_pat
         assert out.stdout.strip() == "0" and "cupti" not in said
     else:
         assert out.stdout.strip() == "1" and said["cupti"].startswith("launch counting on")
+
+
+@pytest.mark.parametrize("stdin_from_terminal", [True, False])
+def test_a_terminal_foreground_job_is_seen_with_stdin_redirected(tmp_path, stdin_from_terminal) -> None:
+    # a real pseudo-terminal made the controlling terminal of a new session (as a shell's foreground job has
+    # one): `pcietrace attach ... < file` still gets Ctrl-C from it, so SIGINT must not be passed on again
+    import os
+    import subprocess
+    import sys
+
+    master, slave = os.openpty()
+    prog = ("import os, sys\n"
+            "os.close(os.open(sys.argv[1], os.O_RDWR))  # a session leader's first terminal becomes its own\n"
+            "from pcietrace.record.attach import _terminal_foreground\n"
+            "print(_terminal_foreground())\n")
+    try:
+        out = subprocess.run([sys.executable, "-c", prog, os.ttyname(slave)], start_new_session=True,
+                             stdin=slave if stdin_from_terminal else subprocess.DEVNULL, capture_output=True,
+                             text=True, timeout=60, check=True)
+    finally:
+        os.close(master), os.close(slave)
+    assert out.stdout.strip() == "True"
+    # and without a controlling terminal (a new session that opened none): not a terminal's job
+    none = subprocess.run([sys.executable, "-c", prog.replace("os.close(os.open(sys.argv[1], os.O_RDWR))", "pass"), "x"],
+                          start_new_session=True, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                          check=True)
+    assert none.stdout.strip() == "False"

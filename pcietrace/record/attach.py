@@ -14,7 +14,6 @@ import mmap
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -206,11 +205,19 @@ def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tupl
 
 
 def _terminal_foreground() -> bool:
-    """Whether pcietrace (and so the program it starts) is the foreground process group of a terminal."""
+    """Whether pcietrace (and so the program it starts) is the foreground process group of its controlling
+    terminal, the group a Ctrl-C there reaches (asked of /dev/tty, not stdin: with stdin redirected the
+    terminal still sends Ctrl-C to the group)."""
     try:
-        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
-    except (OSError, ValueError, AttributeError):  # no terminal (pipes, CI, a service)
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:  # no controlling terminal (CI, a service, setsid)
         return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, nvml_indices: list[int],

@@ -292,7 +292,7 @@ def test_sigint_is_passed_on_once(monkeypatch, tmp_path, terminal) -> None:
 
     from pcietrace.record import attach
 
-    monkeypatch.setattr(attach, "_terminal_foreground", lambda: terminal)
+    monkeypatch.setattr(attach, "_terminal_foreground", lambda pid=0: terminal)
     out = tmp_path / "count"
     prog = ("import signal, sys, time\nn = []\nsignal.signal(signal.SIGINT, lambda *a: n.append(1))\n"
             "time.sleep(2.0)\nopen(sys.argv[1], 'w').write(str(len(n)))\n")
@@ -346,7 +346,8 @@ def test_gpu_time_without_launch_counting_subscribes_no_launch_callbacks(tmp_pat
 @pytest.mark.parametrize("stdin_from_terminal", [True, False])
 def test_a_terminal_foreground_job_is_seen_with_stdin_redirected(tmp_path, stdin_from_terminal) -> None:
     # a real pseudo-terminal made the controlling terminal of a new session (as a shell's foreground job has
-    # one): `pcietrace attach ... < file` still gets Ctrl-C from it, so SIGINT must not be passed on again
+    # one): `pcietrace attach ... < file` still gets Ctrl-C from it, so SIGINT must not be passed on again; a
+    # program that started its own session gets no Ctrl-C from it, so SIGINT must be passed on to that one
     import os
     import subprocess
     import sys
@@ -354,17 +355,21 @@ def test_a_terminal_foreground_job_is_seen_with_stdin_redirected(tmp_path, stdin
     master, slave = os.openpty()
     prog = ("import os, sys\n"
             "os.close(os.open(sys.argv[1], os.O_RDWR))  # a session leader's first terminal becomes its own\n"
+            "import subprocess\n"
             "from pcietrace.record.attach import _terminal_foreground\n"
-            "print(_terminal_foreground())\n")
+            "p = subprocess.Popen(['sleep', '30'])\n"
+            "q = subprocess.Popen(['sleep', '30'], start_new_session=True)  # a program that left our group\n"
+            "print(_terminal_foreground(), _terminal_foreground(p.pid), _terminal_foreground(q.pid))\n"
+            "p.kill(), q.kill()\n")
     try:
         out = subprocess.run([sys.executable, "-c", prog, os.ttyname(slave)], start_new_session=True,
                              stdin=slave if stdin_from_terminal else subprocess.DEVNULL, capture_output=True,
                              text=True, timeout=60, check=True)
     finally:
         os.close(master), os.close(slave)
-    assert out.stdout.strip() == "True"
+    assert out.stdout.split() == ["True", "True", "False"]
     # and without a controlling terminal (a new session that opened none): not a terminal's job
     none = subprocess.run([sys.executable, "-c", prog.replace("os.close(os.open(sys.argv[1], os.O_RDWR))", "pass"), "x"],
                           start_new_session=True, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
                           check=True)
-    assert none.stdout.strip() == "False"
+    assert none.stdout.split() == ["False"] * 3

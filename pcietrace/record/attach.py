@@ -186,12 +186,12 @@ def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tupl
     t0 = time.monotonic_ns()
     passed_on = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None))
                  if s is not None and signal.getsignal(s) is not signal.SIG_IGN]
-    from_terminal = _terminal_foreground()
 
     def pass_on(signum: int, _: Any) -> None:
         # Ctrl-C in a terminal reaches the whole foreground process group, the program included: passing it
-        # on as well would interrupt the program twice (e.g. its clean-up after the first KeyboardInterrupt)
-        if not (signum == signal.SIGINT and from_terminal):
+        # on as well would interrupt the program twice (e.g. its clean-up after the first KeyboardInterrupt).
+        # Asked at the signal, of the program's group: one that left ours (setsid) gets no Ctrl-C but ours.
+        if not (signum == signal.SIGINT and _terminal_foreground(proc.pid)):
             proc.send_signal(signum)
 
     old = {s: signal.signal(s, pass_on) for s in passed_on}
@@ -204,16 +204,16 @@ def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tupl
     return (128 - rc if rc < 0 else rc), t0, t1
 
 
-def _terminal_foreground() -> bool:
-    """Whether pcietrace (and so the program it starts) is the foreground process group of its controlling
-    terminal, the group a Ctrl-C there reaches (asked of /dev/tty, not stdin: with stdin redirected the
-    terminal still sends Ctrl-C to the group)."""
+def _terminal_foreground(pid: int = 0) -> bool:
+    """Whether the process group of ``pid`` (0: pcietrace's own, which the program it starts is in unless it
+    leaves it) is the foreground group of pcietrace's controlling terminal, the group a Ctrl-C there reaches
+    (asked of /dev/tty, not stdin: with stdin redirected the terminal still sends Ctrl-C to the group)."""
     try:
         fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
     except OSError:  # no controlling terminal (CI, a service, setsid)
         return False
     try:
-        return os.tcgetpgrp(fd) == os.getpgrp()
+        return os.tcgetpgrp(fd) == os.getpgid(pid)
     except OSError:
         return False
     finally:

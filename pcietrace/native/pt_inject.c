@@ -576,7 +576,7 @@ static void on_driver_api(void *userdata, int domain, uint32_t cbid, const void 
 /* ---- GPU time (PCIETRACE_GPU_TIME=1): CUPTI concurrent-kernel activity records ----
  * One "kernel" event per kernel that ran: t_ns = its start, id = its CUDA ordinal, message = its end (ns), both
  * on CLOCK_MONOTONIC (CUPTI's timestamp callback; where this CUPTI lacks one, its CLOCK_REALTIME stamps are
- * shifted by the clocks' offset at each buffer). Records are read by offset, as CUpti_ActivityKernel4..11 all
+ * shifted by the clocks' offset at each buffer); a kernel CUPTI could not time (start = end = 0) is written 0 0. Records are read by offset, as CUpti_ActivityKernel4..11 all
  * lay them out (cupti_activity.h): kind (u32) at 0, start at 16, end at 24, deviceId (u32) at 40. */
 enum { CUPTI_KIND_CONCURRENT_KERNEL = 10, CUPTI_FLUSH_FORCED = 1, GPU_TIME_BUFFER = 4 << 20 };
 static int (*p_next_record)(uint8_t *, size_t, void **);
@@ -607,9 +607,10 @@ static void gpu_time_complete(void *ctx, uint32_t stream, uint8_t *buffer, size_
         memcpy(&kind, r, 4);
         if (kind != CUPTI_KIND_CONCURRENT_KERNEL) continue;
         memcpy(&start, r + 16, 8); memcpy(&end, r + 24, 8); memcpy(&dev, r + 40, 4);
+        long long s = start || end ? shift : 0;  /* both 0: CUPTI could not time this kernel; kept as 0 0 */
         char m[32];
-        snprintf(m, sizeof m, "%lld", (long long)end - shift);
-        emit_line((unsigned long long)((long long)start - shift), "kernel", NULL, dev, m, (int)dev);
+        snprintf(m, sizeof m, "%lld", (long long)end - s);
+        emit_line((unsigned long long)((long long)start - s), "kernel", NULL, dev, m, (int)dev);
     }
     free(buffer);
 }

@@ -369,7 +369,7 @@ def test_a_terminal_foreground_job_is_seen_with_stdin_redirected(tmp_path, stdin
         os.close(master), os.close(slave)
     assert out.stdout.split() == ["True", "True", "False"]
     # and without a controlling terminal (a new session that opened none): not a terminal's job
-    none = subprocess.run([sys.executable, "-c", prog.replace("os.close(os.open(sys.argv[1], os.O_RDWR))", "pass"), "x"],
-                          start_new_session=True, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
-                          check=True)
+    no_terminal = prog.replace("os.close(os.open(sys.argv[1], os.O_RDWR))", "pass")
+    none = subprocess.run([sys.executable, "-c", no_terminal, "x"], start_new_session=True, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60, check=True)
     assert none.stdout.split() == ["False"] * 3

@@ -36,7 +36,8 @@ def _all_kernels(events: pd.DataFrame) -> pd.DataFrame:
     if not len(k):
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in KERNEL_COLUMNS})
     return pd.DataFrame({"pid": k["pid"].astype("int64"), "cuda_ordinal": k["id"].astype("int64"),
-                         "t_start_ns": k["t_ns"].astype("int64"), "t_end_ns": pd.to_numeric(k["message"]).astype("int64")})
+                         "t_start_ns": k["t_ns"].astype("int64"),
+                         "t_end_ns": pd.to_numeric(k["message"]).astype("int64")})
 
 
 def kernels(events: pd.DataFrame) -> pd.DataFrame:

@@ -577,8 +577,8 @@ static void on_driver_api(void *userdata, int domain, uint32_t cbid, const void 
  * One "kernel" event per kernel that ran: t_ns = its start, id = its CUDA ordinal, message = its end (ns), both
  * on CLOCK_MONOTONIC (CUPTI's timestamp callback; where this CUPTI lacks one, its CLOCK_REALTIME stamps are
  * shifted by the clocks' offset at each buffer); a kernel CUPTI could not time (start = end = 0) is written 0 0.
- * Records are read by offset, as CUpti_ActivityKernel4..11 all
- * lay them out (cupti_activity.h): kind (u32) at 0, start at 16, end at 24, deviceId (u32) at 40. */
+ * Records are read by offset, as CUpti_ActivityKernel4..11 all lay them out (cupti_activity.h): kind (u32) at 0,
+ * start at 16, end at 24, deviceId (u32) at 40. */
 enum { CUPTI_KIND_CONCURRENT_KERNEL = 10, CUPTI_FLUSH_FORCED = 1, GPU_TIME_BUFFER = 4 << 20 };
 static int (*p_next_record)(uint8_t *, size_t, void **);
 static int (*p_flush_all)(uint32_t);

@@ -373,3 +373,24 @@ def test_a_terminal_foreground_job_is_seen_with_stdin_redirected(tmp_path, stdin
     none = subprocess.run([sys.executable, "-c", no_terminal, "x"], start_new_session=True, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=60, check=True)
     assert none.stdout.split() == ["False"] * 3
+
+
+def test_a_forked_childs_events_carry_its_own_thread_id(tmp_path) -> None:
+    # the real injection library through nvtx: a child forked by a thread that had already written events
+    # writes its own trace with its own thread id (its main thread's id is its pid), not the parent's
+    import os
+    import subprocess
+    import sys
+
+    from pcietrace.record.attach import injection_library
+
+    pytest.importorskip("nvtx")
+    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
+    prog = ("import os, nvtx\nnvtx.push_range('parent')\nnvtx.pop_range()\npid = os.fork()\n"
+            "if pid == 0:\n    nvtx.push_range('child')\n    nvtx.pop_range()\n    os._exit(0)\nos.waitpid(pid, 0)\n")
+    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
+    ev = read_traces(tmp_path)
+    assert ev["pid"].nunique() == 2
+    assert (ev["tid"] == ev["pid"]).all(), ev[["pid", "tid", "event", "message"]]
+    ranges = attribution.ranges_from_events(ev).set_index("name")
+    assert ranges.loc["child", "tid"] == ranges.loc["child", "pid"] != ranges.loc["parent", "pid"]

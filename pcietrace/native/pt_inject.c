@@ -122,10 +122,12 @@ static inline void note_launch_device(void)
 }
 
 static void open_ranges_forget(void);
-/* A forked child writes its own trace: its launch totals start at 0 and it names its devices again there. */
+/* A forked child writes its own trace: its launch totals start at 0, it names its devices again there, and its
+ * thread is its own. */
 static void child_after_fork(void)
 {
     g_buf = NULL;
+    t_tid = 0;  /* the forking thread has a new id in the child */
     atomic_store(&g_pos, 0); atomic_store(&g_full, 0);
     atomic_store(&g_eager, 0); atomic_store(&g_graph, 0); atomic_store(&g_announced, 0);
     open_ranges_forget();

@@ -212,6 +212,32 @@ def test_a_full_trace_file_is_said_not_silently_cut(tmp_path) -> None:
     assert processes(ev)[0]["trace_full"]
 
 
+def test_a_trace_whose_lines_end_where_the_reserve_begins_keeps_its_tracefull_line(tmp_path) -> None:
+    # lines from the real injection library (nvtx drives it), laid out as the library leaves a file whose lines
+    # fill it exactly up to the reserve: the "tracefull" line then follows the last line with no zero between
+    # (CONSTRUCTED layout: the tracefull line is the real last line with its event renamed)
+    import os
+    import subprocess
+    import sys
+
+    from pcietrace.record.attach import TRACE_RESERVE_BYTES, injection_library
+    from pcietrace.schema import TRACE_FULL
+
+    pytest.importorskip("nvtx")
+    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
+    prog = "import nvtx\nfor i in range(5):\n    nvtx.push_range(f'step{i}')\n    nvtx.pop_range()\n"
+    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
+    f = next(tmp_path.glob("trace-*.tsv"))
+    lines = f.read_bytes().split(b"\0", 1)[0].splitlines(keepends=True)
+    marker = lines[-1].split(b"\t")
+    marker[2] = TRACE_FULL.encode()
+    marker = b"\t".join(marker)
+    f.write_bytes(b"".join(lines[:-1]) + marker + b"\0" * (TRACE_RESERVE_BYTES - len(marker)))
+    ev = read_traces(tmp_path)
+    assert len(ev) == len(lines) and ev["event"].iloc[-1] == TRACE_FULL
+    assert (ev["event"] == "push").sum() == 5
+
+
 def test_the_report_notes_a_full_trace(data_dir) -> None:
     # the real H100 recording with a TRACE_FULL marker added after its last event (CONSTRUCTED marker)
     from pcietrace.analysis import analyze
@@ -238,6 +264,23 @@ def test_a_hung_calibration_is_killed_and_said_in_one_line() -> None:
     assert calibrate_in_child(0, timeout_s=30, fn=abs) == 0  # an answer comes back
 
 
+def test_a_calibration_child_that_dies_fails_at_once_not_at_the_timeout() -> None:
+    # os._exit stands in for a crash in the driver: the child ends without an answer
+    import math
+    import os
+    import time
+
+    from pcietrace.errors import PcietraceError
+    from pcietrace.record.attach import calibrate_in_child
+
+    t0 = time.monotonic()
+    with pytest.raises(PcietraceError, match=r"ended without an answer \(exit code 3"):
+        calibrate_in_child(3, timeout_s=60, fn=os._exit)
+    assert time.monotonic() - t0 < 30
+    with pytest.raises(ValueError, match="math domain error"):  # the child's own exception comes back as is
+        calibrate_in_child(-1, timeout_s=60, fn=math.sqrt)
+
+
 @pytest.mark.parametrize("terminal", [False, True])
 def test_sigint_is_passed_on_once(monkeypatch, tmp_path, terminal) -> None:
     # SIGINT to pcietrace while the program runs: passed on, unless pcietrace is a terminal's foreground job
@@ -249,10 +292,105 @@ def test_sigint_is_passed_on_once(monkeypatch, tmp_path, terminal) -> None:
 
     from pcietrace.record import attach
 
-    monkeypatch.setattr(attach, "_terminal_foreground", lambda: terminal)
+    monkeypatch.setattr(attach, "_terminal_foreground", lambda pid=0: terminal)
     out = tmp_path / "count"
     prog = ("import signal, sys, time\nn = []\nsignal.signal(signal.SIGINT, lambda *a: n.append(1))\n"
             "time.sleep(2.0)\nopen(sys.argv[1], 'w').write(str(len(n)))\n")
     threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
     rc, _, _ = attach.run_program([sys.executable, "-c", prog, str(out)], dict(os.environ))
     assert rc == 0 and out.read_text() == ("0" if terminal else "1")
+
+
+FAKE_CUPTI = """
+int subscribed;
+int cuptiSubscribe(void **sub, void *callback, void *userdata) { ++subscribed; *sub = 0; return 0; }
+int cuptiEnableCallback(unsigned enable, void *sub, int domain, unsigned cbid) { return 0; }
+"""
+
+
+@pytest.mark.parametrize("counter", ["cupti", "none"])
+def test_gpu_time_without_launch_counting_subscribes_no_launch_callbacks(tmp_path, counter) -> None:
+    # --gpu-time --no-count-launches: CUDA loads the injection library for the kernel records, but "do not count
+    # launches" must not turn CUPTI's launch callbacks on (~0.6-0.9 us per launch). The real library's CUDA entry
+    # point is called here the way the driver calls it, against a STAND-IN libcupti (no activity API, no GPU)
+    import subprocess
+    import sys
+
+    from pcietrace.record.attach import injection_env, read_traces
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler for the stand-in CUPTI library")
+    (tmp_path / "cupti.c").write_text(FAKE_CUPTI)
+    fake = tmp_path / "libcupti_standin.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(fake), str(tmp_path / "cupti.c")], check=True)
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    env = injection_env(traces, counter, None, [0], False, gpu_time=True)
+    env["PCIETRACE_CUPTI"] = str(fake)
+    env.pop("LD_PRELOAD", None)
+    prog = ("import ctypes, os\n"
+            "lib = ctypes.CDLL(os.environ['CUDA_INJECTION64_PATH'])\n"
+            "assert lib.InitializeInjection() == 1\n"
+            "print(ctypes.c_int.in_dll(ctypes.CDLL(os.environ['PCIETRACE_CUPTI']), 'subscribed').value)\n")
+    out = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True, timeout=60, check=True)
+    ev = read_traces(traces)
+    said = dict(zip(ev["event"], ev["message"]))
+    assert said["gputime"].startswith("off: CUPTI activity API missing")  # the stand-in has no activity API
+    if counter == "none":
+        assert out.stdout.strip() == "0" and "cupti" not in said
+    else:
+        assert out.stdout.strip() == "1" and said["cupti"].startswith("launch counting on")
+
+
+@pytest.mark.parametrize("stdin_from_terminal", [True, False])
+def test_a_terminal_foreground_job_is_seen_with_stdin_redirected(tmp_path, stdin_from_terminal) -> None:
+    # a real pseudo-terminal made the controlling terminal of a new session (as a shell's foreground job has
+    # one): `pcietrace attach ... < file` still gets Ctrl-C from it, so SIGINT must not be passed on again; a
+    # program that started its own session gets no Ctrl-C from it, so SIGINT must be passed on to that one
+    import os
+    import subprocess
+    import sys
+
+    master, slave = os.openpty()
+    prog = ("import os, sys\n"
+            "os.close(os.open(sys.argv[1], os.O_RDWR))  # a session leader's first terminal becomes its own\n"
+            "import subprocess\n"
+            "from pcietrace.record.attach import _terminal_foreground\n"
+            "p = subprocess.Popen(['sleep', '30'])\n"
+            "q = subprocess.Popen(['sleep', '30'], start_new_session=True)  # a program that left our group\n"
+            "print(_terminal_foreground(), _terminal_foreground(p.pid), _terminal_foreground(q.pid))\n"
+            "p.kill(), q.kill()\n")
+    try:
+        out = subprocess.run([sys.executable, "-c", prog, os.ttyname(slave)], start_new_session=True,
+                             stdin=slave if stdin_from_terminal else subprocess.DEVNULL, capture_output=True,
+                             text=True, timeout=60, check=True)
+    finally:
+        os.close(master), os.close(slave)
+    assert out.stdout.split() == ["True", "True", "False"]
+    # and without a controlling terminal (a new session that opened none): not a terminal's job
+    no_terminal = prog.replace("os.close(os.open(sys.argv[1], os.O_RDWR))", "pass")
+    none = subprocess.run([sys.executable, "-c", no_terminal, "x"], start_new_session=True, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert none.stdout.split() == ["False"] * 3
+
+
+def test_a_forked_childs_events_carry_its_own_thread_id(tmp_path) -> None:
+    # the real injection library through nvtx: a child forked by a thread that had already written events
+    # writes its own trace with its own thread id (its main thread's id is its pid), not the parent's
+    import os
+    import subprocess
+    import sys
+
+    from pcietrace.record.attach import injection_library
+
+    pytest.importorskip("nvtx")
+    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
+    prog = ("import os, nvtx\nnvtx.push_range('parent')\nnvtx.pop_range()\npid = os.fork()\n"
+            "if pid == 0:\n    nvtx.push_range('child')\n    nvtx.pop_range()\n    os._exit(0)\nos.waitpid(pid, 0)\n")
+    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
+    ev = read_traces(tmp_path)
+    assert ev["pid"].nunique() == 2
+    assert (ev["tid"] == ev["pid"]).all(), ev[["pid", "tid", "event", "message"]]
+    ranges = attribution.ranges_from_events(ev).set_index("name")
+    assert ranges.loc["child", "tid"] == ranges.loc["child", "pid"] != ranges.loc["parent", "pid"]

@@ -71,3 +71,22 @@ def test_summary_states_the_whole_run_saving_from_the_outermost_ranges(decode) -
     s, res = decode["decode-eager-gputime"]
     outer = res["ranges"].set_index("name").loc[[f"batch_{b}" for b in (1, 4, 16, 64)], "graph_savings_ms"].sum()
     assert res["whole_run"]["graph_savings_ms"].iloc[0] == pytest.approx(outer)
+
+
+def test_kernels_cupti_could_not_time_are_left_out_and_said(decode) -> None:
+    # the real recording with three kernel records rewritten as CUPTI writes a kernel it could not time
+    # (start = end = 0; CONSTRUCTED): busy times are those of the run without them, and a note says so
+    from pcietrace.analysis import analyze
+    from pcietrace.session import Session
+
+    s, _ = decode["decode-eager-gputime"]
+    picked = s.events.index[s.events["event"] == "kernel"][[10, 500, 5000]]
+    zeroed = s.events.copy()
+    zeroed.loc[picked, "t_ns"], zeroed.loc[picked, "message"] = 0, "0"
+    res = analyze(Session(meta=s.meta, samples=s.samples, events=zeroed, windows=s.windows))
+    without = analyze(Session(meta=s.meta, samples=s.samples, events=s.events.drop(picked), windows=s.windows))
+    assert gpu_time.untimed(zeroed).to_dict() == {int(zeroed.loc[picked[0], "pid"]): 3}
+    assert len(gpu_time.kernels(zeroed)) == len(gpu_time.kernels(s.events)) - 3
+    assert res["range_instances"]["gpu_busy_ns"].equals(without["range_instances"]["gpu_busy_ns"])
+    assert any("3 kernel records had no timestamps" in n for n in res["notes"]["note"])
+    assert not any("no timestamps" in n for n in without["notes"]["note"])

@@ -31,14 +31,29 @@ def recording_pids(events: pd.DataFrame) -> set[int]:
     return {int(p) for p in ev.loc[ev["message"].str.startswith("on"), "pid"]}
 
 
-def kernels(events: pd.DataFrame) -> pd.DataFrame:
-    """The kernels in attach's events (:data:`KERNEL_COLUMNS`, ns on CLOCK_MONOTONIC), by process and start."""
+def _all_kernels(events: pd.DataFrame) -> pd.DataFrame:
     k = events[events["event"] == "kernel"] if len(events) and "event" in events else pd.DataFrame()
     if not len(k):
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in KERNEL_COLUMNS})
-    out = pd.DataFrame({"pid": k["pid"].astype("int64"), "cuda_ordinal": k["id"].astype("int64"),
-                        "t_start_ns": k["t_ns"].astype("int64"), "t_end_ns": pd.to_numeric(k["message"]).astype("int64")})
+    return pd.DataFrame({"pid": k["pid"].astype("int64"), "cuda_ordinal": k["id"].astype("int64"),
+                         "t_start_ns": k["t_ns"].astype("int64"),
+                         "t_end_ns": pd.to_numeric(k["message"]).astype("int64")})
+
+
+def kernels(events: pd.DataFrame) -> pd.DataFrame:
+    """The kernels in attach's events (:data:`KERNEL_COLUMNS`, ns on CLOCK_MONOTONIC), by process and start;
+    without those CUPTI could not time (:func:`untimed`)."""
+    out = _all_kernels(events)
+    out = out[(out["t_start_ns"] != 0) | (out["t_end_ns"] != 0)]
     return out.sort_values(["pid", "t_start_ns"], kind="stable").reset_index(drop=True)
+
+
+def untimed(events: pd.DataFrame) -> pd.Series:
+    """Per process (index ``pid``): kernel records CUPTI could not time (start = end = 0 in its record), which
+    busy times leave out, so a range holding them looks less busy than it was. Only processes with any."""
+    k = _all_kernels(events)
+    n = ((k["t_start_ns"] == 0) & (k["t_end_ns"] == 0)).groupby(k["pid"]).sum()
+    return n[n > 0].astype("int64")
 
 
 def _busy_before(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -3,10 +3,10 @@ kernels captured into graphs. Stateless: the two runs' range tables in, one tabl
 
 Two predictions are set beside the measured saving (eager minus graphed range time):
 
-- ``attach`` — what :func:`pcietrace.analysis.attribution.summarize` prints today (``graph_savings_ms``):
-  eager launches x (eager - graph) end-to-end wall time per *empty* kernel from the launch-cost calibration.
-  It ignores how the range actually spent its time: a Python loop that launches slower than the calibration's
-  generator saves more, a range whose GPU is the bottleneck saves much less.
+- ``attach`` — what :func:`pcietrace.analysis.attribution.summarize` prints (``graph_savings_ms``). Since
+  attach's figure became this module's model it is ``model`` summed over the range's calls (NaN where any
+  call's is): the two columns agree. (Before, it was eager launches x (eager - graph) wall time per *empty*
+  kernel, which ignored how the range spent its time.)
 - ``model`` — :func:`predict_ms`, per range instance, bottom-up through the nesting: a range's own
   (exclusive) eager launches and time decide whether it is *launch-bound* (its time per launch is within
   :data:`LAUNCH_BOUND_FACTOR` of the host cost of a launch: it did little but launch). A launch-bound range

@@ -122,10 +122,12 @@ static inline void note_launch_device(void)
 }
 
 static void open_ranges_forget(void);
-/* A forked child writes its own trace: its launch totals start at 0 and it names its devices again there. */
+/* A forked child writes its own trace: its launch totals start at 0, it names its devices again there, and its
+ * thread is its own. */
 static void child_after_fork(void)
 {
     g_buf = NULL;
+    t_tid = 0;  /* the forking thread has a new id in the child */
     atomic_store(&g_pos, 0); atomic_store(&g_full, 0);
     atomic_store(&g_eager, 0); atomic_store(&g_graph, 0); atomic_store(&g_announced, 0);
     open_ranges_forget();
@@ -576,8 +578,9 @@ static void on_driver_api(void *userdata, int domain, uint32_t cbid, const void 
 /* ---- GPU time (PCIETRACE_GPU_TIME=1): CUPTI concurrent-kernel activity records ----
  * One "kernel" event per kernel that ran: t_ns = its start, id = its CUDA ordinal, message = its end (ns), both
  * on CLOCK_MONOTONIC (CUPTI's timestamp callback; where this CUPTI lacks one, its CLOCK_REALTIME stamps are
- * shifted by the clocks' offset at each buffer). Records are read by offset, as CUpti_ActivityKernel4..11 all
- * lay them out (cupti_activity.h): kind (u32) at 0, start at 16, end at 24, deviceId (u32) at 40. */
+ * shifted by the clocks' offset at each buffer); a kernel CUPTI could not time (start = end = 0) is written 0 0.
+ * Records are read by offset, as CUpti_ActivityKernel4..11 all lay them out (cupti_activity.h): kind (u32) at 0,
+ * start at 16, end at 24, deviceId (u32) at 40. */
 enum { CUPTI_KIND_CONCURRENT_KERNEL = 10, CUPTI_FLUSH_FORCED = 1, GPU_TIME_BUFFER = 4 << 20 };
 static int (*p_next_record)(uint8_t *, size_t, void **);
 static int (*p_flush_all)(uint32_t);
@@ -607,9 +610,10 @@ static void gpu_time_complete(void *ctx, uint32_t stream, uint8_t *buffer, size_
         memcpy(&kind, r, 4);
         if (kind != CUPTI_KIND_CONCURRENT_KERNEL) continue;
         memcpy(&start, r + 16, 8); memcpy(&end, r + 24, 8); memcpy(&dev, r + 40, 4);
+        long long s = start || end ? shift : 0;  /* both 0: CUPTI could not time this kernel; kept as 0 0 */
         char m[32];
-        snprintf(m, sizeof m, "%lld", (long long)end - shift);
-        emit_line((unsigned long long)((long long)start - shift), "kernel", NULL, dev, m, (int)dev);
+        snprintf(m, sizeof m, "%lld", (long long)end - s);
+        emit_line((unsigned long long)((long long)start - s), "kernel", NULL, dev, m, (int)dev);
     }
     free(buffer);
 }
@@ -643,6 +647,8 @@ EXPORT int InitializeInjection(void)
     if (!lib) { emit("cupti", NULL, 0, dlerror()); return 1; }
     if (gpu_time && !strcmp(gpu_time, "1")) gpu_time_on(lib);
     if (interposing()) return 1;  /* launches are counted by the trampolines: no callbacks on top */
+    const char *count = getenv("PCIETRACE_COUNT");
+    if (count && !strcmp(count, "none")) return 1;  /* here for --gpu-time only: launches are not counted */
     int (*subscribe)(void **, CuptiCallback, void *) = (int (*)(void **, CuptiCallback, void *))dlsym(lib, "cuptiSubscribe");
     int (*enable)(uint32_t, void *, int, uint32_t) = (int (*)(uint32_t, void *, int, uint32_t))dlsym(lib, "cuptiEnableCallback");
     void *sub = NULL;

@@ -14,7 +14,6 @@ import mmap
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -67,7 +66,8 @@ def _trace_lines(f: Path) -> bytes:
             end = mm.find(b"\0")  # stops at the first zero: the unwritten part is never read
             if end < 0:  # already cut (read before) or from an older library
                 return mm[:]
-            lines = mm[:min(end, max(size - TRACE_RESERVE_BYTES, 0))] + mm[max(size - TRACE_RESERVE_BYTES, end):].strip(b"\0")
+            tail = max(size - TRACE_RESERVE_BYTES, 0)  # lines may end right where the reserve begins
+            lines = mm[:min(end, tail)] + mm[tail:].strip(b"\0")
         fh.seek(0)
         fh.write(lines)
         fh.truncate(len(lines))
@@ -128,20 +128,49 @@ def calibrate(ordinal: int) -> dict[str, Any]:
 CALIBRATE_TIMEOUT_S = 120.0
 
 
+def _answer(conn: Any, fn: Callable[[int], Any], ordinal: int) -> None:
+    """The calibration child: ``fn(ordinal)`` or the exception it raised, sent back through ``conn``."""
+    try:
+        conn.send((True, fn(ordinal)))
+    except BaseException as exc:  # noqa: BLE001 -- the parent re-raises it
+        try:
+            conn.send((False, exc))
+        except Exception:  # an exception that does not pickle: its text
+            conn.send((False, PcietraceError(f"{type(exc).__name__}: {exc}")))
+
+
 def calibrate_in_child(ordinal: int, timeout_s: float = CALIBRATE_TIMEOUT_S,
                        fn: Callable[[int], Any] = calibrate) -> Any:
     """``fn(ordinal)`` (default :func:`calibrate`) in a spawned child, so no CUDA context stays open in
     pcietrace while the program runs. A child that has not answered within ``timeout_s`` is killed and the
-    measurement fails with one line (a hung driver call must not hang attach)."""
+    measurement fails with one line (a hung driver call must not hang attach); one that dies without an
+    answer (a crash in the driver) fails at once (a Pool would have waited out the timeout for it)."""
     import multiprocessing as mp
 
-    with mp.get_context("spawn").Pool(1) as pool:  # leaving the block terminates the child, answered or not
-        pending = pool.apply_async(fn, (ordinal,))
-        try:
-            return pending.get(timeout_s)
-        except mp.TimeoutError:
+    ctx = mp.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_answer, args=(send, fn, ordinal), daemon=True, name="pcietrace-calibrate")
+    child.start()
+    send.close()  # only the child holds the sending end: its death ends the pipe (EOF)
+    try:
+        if not recv.poll(timeout_s):
             raise PcietraceError(f"the per-launch cost measurement did not finish within {timeout_s:g} s "
-                                 "(--no-calibrate skips it)") from None
+                                 "(--no-calibrate skips it)")
+        try:
+            ok, value = recv.recv()
+        except EOFError:
+            child.join(5)
+            raise PcietraceError(f"the per-launch cost measurement ended without an answer (exit code "
+                                 f"{child.exitcode}; --no-calibrate skips it)") from None
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+        recv.close()
+    if not ok:
+        raise value
+    return value
+
 
 def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tuple[int, int, int]:
     """Run ``cmd`` with ``env``; return (exit code, start and end on CLOCK_MONOTONIC in ns). Ctrl-C, SIGTERM and
@@ -157,12 +186,12 @@ def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tupl
     t0 = time.monotonic_ns()
     passed_on = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None))
                  if s is not None and signal.getsignal(s) is not signal.SIG_IGN]
-    from_terminal = _terminal_foreground()
 
     def pass_on(signum: int, _: Any) -> None:
         # Ctrl-C in a terminal reaches the whole foreground process group, the program included: passing it
-        # on as well would interrupt the program twice (e.g. its clean-up after the first KeyboardInterrupt)
-        if not (signum == signal.SIGINT and from_terminal):
+        # on as well would interrupt the program twice (e.g. its clean-up after the first KeyboardInterrupt).
+        # Asked at the signal, of the program's group: one that left ours (setsid) gets no Ctrl-C but ours.
+        if not (signum == signal.SIGINT and _terminal_foreground(proc.pid)):
             proc.send_signal(signum)
 
     old = {s: signal.signal(s, pass_on) for s in passed_on}
@@ -175,12 +204,20 @@ def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tupl
     return (128 - rc if rc < 0 else rc), t0, t1
 
 
-def _terminal_foreground() -> bool:
-    """Whether pcietrace (and so the program it starts) is the foreground process group of a terminal."""
+def _terminal_foreground(pid: int = 0) -> bool:
+    """Whether the process group of ``pid`` (0: pcietrace's own, which the program it starts is in unless it
+    leaves it) is the foreground group of pcietrace's controlling terminal, the group a Ctrl-C there reaches
+    (asked of /dev/tty, not stdin: with stdin redirected the terminal still sends Ctrl-C to the group)."""
     try:
-        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
-    except (OSError, ValueError, AttributeError):  # no terminal (pipes, CI, a service)
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:  # no controlling terminal (CI, a service, setsid)
         return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgid(pid)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, nvml_indices: list[int],
@@ -208,9 +245,9 @@ def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, n
     if gpu_time:
         env["PCIETRACE_GPU_TIME"] = "1"
         env.setdefault("PCIETRACE_TRACE_BYTES", str(GPU_TIME_TRACE_BYTES))
+    env["PCIETRACE_COUNT"] = launch_counter  # "none" with --gpu-time: CUPTI is loaded, its launch callbacks are not
     if launch_counter == "interpose":
         env["LD_PRELOAD"] = " ".join(filter(None, [lib, os.environ.get("LD_PRELOAD")]))
-        env["PCIETRACE_COUNT"] = "interpose"
     return env
 
 

@@ -511,7 +511,7 @@ def savings_table(sv: pd.DataFrame, paths: list[str]) -> Table:
                 ("eager launches", "right"), ("measured ms", "right"), ("attach predicted ms", "right"),
                 ("error", "right"), ("model predicted ms", "right"), ("error", "right"), ("launch-bound", "left")],
                caption=f"eager: {paths[0]}; graphed: {paths[1]}; measured = eager - graphed inclusive range time; "
-                       "attach = launches x (eager - graph) wall per empty kernel (what attach prints); model = per "
+                       "attach = what attach prints (the model, summed over calls); model = per "
                        "range, launch-bound ranges save their own time per launch minus a graph kernel's, others the "
                        "GPU overhead difference (pcietrace/analysis/savings.py); error in % of the measured saving")
 

@@ -194,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="counter sampling interval while an NVTX range is open (0 = as fast as NVML answers; see "
                          "--idle-sample-interval-ms for the time between). Range edges are interpolated between "
                          "samples: at rate R an edge is off by at most R x interval / 4; each read is ~30 KB of PCIe traffic")
+    # 20 ms: collectors.sampler.MAX_IDLE_INTERVAL_NS (not imported: the parser loads no numpy)
     at.add_argument("--idle-sample-interval-ms", type=_number(0, 20, low_open=False), default=5.0, metavar="MS",
                     help="while no NVTX range is open in any traced process, read the counters only this often "
                          "(0 = off: always --sample-interval-ms). Every range edge still wakes the samplers at once. "

@@ -5,6 +5,7 @@ recordings from the lent H100 (tests/data/attach_h100_decode): examples/decode_n
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from pcietrace.analysis import analyze, gpu_time
@@ -90,3 +91,17 @@ def test_kernels_cupti_could_not_time_are_left_out_and_said(decode) -> None:
     assert res["range_instances"]["gpu_busy_ns"].equals(without["range_instances"]["gpu_busy_ns"])
     assert any("3 kernel records had no timestamps" in n for n in res["notes"]["note"])
     assert not any("no timestamps" in n for n in without["notes"]["note"])
+
+
+def test_dropped_kernel_records_are_said(decode) -> None:
+    # the real recording with a "dropped" event added as the library writes one when CUPTI reports drops
+    # (CONSTRUCTED event)
+    from pcietrace.analysis import analyze
+    from pcietrace.session import Session
+
+    s, _ = decode["decode-eager-gputime"]
+    on = s.events[s.events["event"] == "gputime"].tail(1)
+    ev = pd.concat([s.events, on.assign(message="dropped", id=42)], ignore_index=True)
+    assert gpu_time.dropped(ev).to_dict() == {int(on["pid"].iloc[0]): 42} and gpu_time.dropped(s.events).empty
+    notes = " ".join(analyze(Session(meta=s.meta, samples=s.samples, events=ev, windows=s.windows))["notes"]["note"])
+    assert "CUPTI dropped 42 kernel records" in notes

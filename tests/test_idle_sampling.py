@@ -111,6 +111,8 @@ def test_ranges_of_slow_domains_do_not_hold_the_fast_rate(tmp_path) -> None:
     proc, _ = _under_the_library(tmp_path, SLOW_DOMAIN_SCRIPT, PCIETRACE_SLOW_DOMAINS="other,NCCL")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == [0, 1, 0, 0, 0, 0]  # only the default-domain range counted
+    proc, _ = _under_the_library(tmp_path, SLOW_DOMAIN_SCRIPT, PCIETRACE_SLOW_DOMAINS="default")
+    assert json.loads(proc.stdout) == [1, 1, 1, 0, 1, 0]  # the core API's ranges are domain "default", as in the trace
 
 
 #: Timing claims (gaps, wake-ups) hold on the best of a few attempts: the suite may share a small machine with
@@ -503,3 +505,13 @@ def test_attach_end_to_end_reads_fast_in_ranges_slowly_between_and_keeps_the_flo
                 "between ranges ~5 ms": 4e6 < np.median(gap[in_app & ~open_]) < 8e6}
 
     _best_of(measure)
+
+
+def test_the_parser_limit_of_the_idle_interval_is_the_sampler_s() -> None:
+    from pcietrace.cli import build_parser
+    from pcietrace.collectors.sampler import MAX_IDLE_INTERVAL_NS
+
+    limit_ms = MAX_IDLE_INTERVAL_NS / 1e6
+    assert build_parser().parse_args(["attach", "--idle-sample-interval-ms", str(limit_ms), "--", "x"]).idle_sample_interval_ms == limit_ms
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["attach", "--idle-sample-interval-ms", str(limit_ms * 1.01), "--", "x"])

@@ -56,6 +56,15 @@ def untimed(events: pd.DataFrame) -> pd.Series:
     return n[n > 0].astype("int64")
 
 
+def dropped(events: pd.DataFrame) -> pd.Series:
+    """Per process (index ``pid``): kernel records CUPTI dropped for want of buffer room ("gputime" events
+    "dropped", ``id`` = how many), which busy times cannot hold. Only processes with any."""
+    if not len(events) or "event" not in events:
+        return pd.Series(dtype="int64")
+    ev = events[(events["event"] == "gputime") & (events["message"] == "dropped")]
+    return ev.groupby("pid")["id"].sum().astype("int64")
+
+
 def _busy_before(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """For each time in ``t`` (ns): how long before it at least one of the kernels [start, end) ran (ns)."""
     if not len(start):

@@ -291,8 +291,11 @@ static void open_ranges_exit(void)
  * the fast rate: NVML reads during NCCL's communicator set-up (inside NCCL's own range) doubled it. */
 static int holds_fast(const char *domain)
 {
-    const char *list = getenv("PCIETRACE_SLOW_DOMAINS");
-    size_t n = domain ? strlen(domain) : 0;
+    static const char *list;
+    static int looked;
+    if (!looked) { list = getenv("PCIETRACE_SLOW_DOMAINS"); looked = 1; }  /* racing threads read the same value */
+    if (!domain) domain = "default";  /* the core (domain-less) API, named as in the trace */
+    size_t n = strlen(domain);
     for (const char *p = list; p && *p && n;) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
@@ -584,6 +587,7 @@ static void on_driver_api(void *userdata, int domain, uint32_t cbid, const void 
 enum { CUPTI_KIND_CONCURRENT_KERNEL = 10, CUPTI_FLUSH_FORCED = 1, GPU_TIME_BUFFER = 4 << 20 };
 static int (*p_next_record)(uint8_t *, size_t, void **);
 static int (*p_flush_all)(uint32_t);
+static int (*p_dropped)(void *, uint32_t, size_t *);
 static int g_cupti_realtime;  /* CUPTI stamps on CLOCK_REALTIME (no timestamp callback) */
 
 static void gpu_time_request(uint8_t **buffer, size_t *size, size_t *max_records)
@@ -595,7 +599,9 @@ static void gpu_time_request(uint8_t **buffer, size_t *size, size_t *max_records
 
 static void gpu_time_complete(void *ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid)
 {
-    (void)ctx; (void)stream; (void)size;
+    (void)size;
+    size_t dropped = 0;  /* records CUPTI had no buffer room for: busy times are low by them, say so */
+    if (p_dropped && p_dropped(ctx, stream, &dropped) == 0 && dropped) emit("gputime", NULL, dropped, "dropped");
     long long shift = 0;
     if (g_cupti_realtime) {
         struct timespec rt;
@@ -628,6 +634,7 @@ static void gpu_time_on(void *lib)
     int (*clock_cb)(uint64_t (*)(void)) = (int (*)(uint64_t (*)(void)))dlsym(lib, "cuptiActivityRegisterTimestampCallback");
     p_next_record = (int (*)(uint8_t *, size_t, void **))dlsym(lib, "cuptiActivityGetNextRecord");
     p_flush_all = (int (*)(uint32_t))dlsym(lib, "cuptiActivityFlushAll");
+    p_dropped = (int (*)(void *, uint32_t, size_t *))dlsym(lib, "cuptiActivityGetNumDroppedRecords");
     if (!reg || !enable || !p_next_record || !p_flush_all) { emit("gputime", NULL, 0, "off: CUPTI activity API missing"); return; }
     g_cupti_realtime = !clock_cb || clock_cb(gpu_time_clock) != 0;  /* before enabling, as CUPTI asks */
     int rc = reg((void *)gpu_time_request, (void *)gpu_time_complete);

@@ -122,11 +122,7 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
     pids = gpu_time.recording_pids(s.events)
     if pids and len(inst):  # attach --gpu-time: the GPU's busy time per range
         inst = gpu_time.busy(inst, gpu_time.kernels(s.events), pids, (costs or {}).get("wall_us_per_kernel_graph", 0.0) * 1e3)
-        notes += [f"process {pid}: {n:,} kernel records had no timestamps (CUPTI could not time them); GPU busy times "
-                  "leave them out, so its ranges' busy times may be low and their graph savings high"
-                  for pid, n in gpu_time.untimed(s.events).items()]
-        notes += [f"process {pid}: CUPTI dropped {n:,} kernel records (no buffer room); its ranges' GPU busy times "
-                  "may be low and their graph savings high" for pid, n in gpu_time.dropped(s.events).items()]
+        notes += gpu_time.notes(s.events)
     for r in events[events["event"] == TRACE_FULL].itertuples() if len(events) else []:
         notes.append(f"process {r.pid}: its trace file filled up ({int(r.id) / 2**20:,.0f} MiB) at t = "
                      f"{(r.t_ns - s.meta['t_app_start_ns']) / 1e9:,.3f} s; later events were lost (ranges still open are "

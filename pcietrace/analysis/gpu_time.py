@@ -65,6 +65,15 @@ def dropped(events: pd.DataFrame) -> pd.Series:
     return ev.groupby("pid")["id"].sum().astype("int64")
 
 
+def notes(events: pd.DataFrame) -> list[str]:
+    """What the report must say about kernel records that busy times could not hold."""
+    return ([f"process {pid}: {n:,} kernel records had no timestamps (CUPTI could not time them); GPU busy times "
+             "leave them out, so its ranges' busy times may be low and their graph savings high"
+             for pid, n in untimed(events).items()]
+            + [f"process {pid}: CUPTI dropped {n:,} kernel records (no buffer room); its ranges' GPU busy times "
+               "may be low and their graph savings high" for pid, n in dropped(events).items()])
+
+
 def _busy_before(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """For each time in ``t`` (ns): how long before it at least one of the kernels [start, end) ran (ns)."""
     if not len(start):

@@ -28,13 +28,13 @@ def table(plain: Path, gputime: Path, graphed: Path) -> pd.DataFrame:
     res = {k: analyze(s) for k, s in runs.items()}
     same = savings(res["gputime"], res["graphed"], runs["gputime"].meta.get("launch_costs")).set_index(["domain", "name"])
     out = savings(res["plain"], res["graphed"], runs["plain"].meta.get("launch_costs"))[
-        ["domain", "name", "eager_ms", "graphed_ms", "eager_launches", "measured_ms", "predicted_model_ms"]].rename(
+        ["domain", "name", "eager_ms", "graphed_ms", "eager_launches", "measured_ms", "predicted_ms"]].rename(
         columns={"eager_ms": "plain_eager_ms", "measured_ms": "measured_plain_run_ms",
-                 "predicted_model_ms": "predicted_launch_counts_ms"})
+                 "predicted_ms": "predicted_launch_counts_ms"})
     key = list(zip(out["domain"], out["name"]))
     out["gpu_time_eager_ms"] = [same["eager_ms"].get(k) for k in key]
     out["measured_same_run_ms"] = [same["measured_ms"].get(k) for k in key]
-    out["predicted_gpu_time_ms"] = [same["predicted_model_ms"].get(k) for k in key]
+    out["predicted_gpu_time_ms"] = [same["predicted_ms"].get(k) for k in key]
 
     def err(pred: str, truth: str) -> pd.Series:
         return (out[pred] - out[truth]) / out[truth].abs() * 100

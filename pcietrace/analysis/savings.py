@@ -1,13 +1,10 @@
 """Attach's "graph saves" prediction checked: an eager attach run against the same program run with its
 kernels captured into graphs. Stateless: the two runs' range tables in, one table out.
 
-Two predictions are set beside the measured saving (eager minus graphed range time):
+The prediction set beside the measured saving (eager minus graphed range time) is what attach prints
+(``graph_savings_ms``), :func:`predict_ms` summed over the range's calls:
 
-- ``attach`` — what :func:`pcietrace.analysis.attribution.summarize` prints (``graph_savings_ms``). Since
-  attach's figure became this module's model it is ``model`` summed over the range's calls (NaN where any
-  call's is): the two columns agree. (Before, it was eager launches x (eager - graph) wall time per *empty*
-  kernel, which ignored how the range spent its time.)
-- ``model`` — :func:`predict_ms`, per range instance, bottom-up through the nesting: a range's own
+- :func:`predict_ms`, per range instance, bottom-up through the nesting: a range's own
   (exclusive) eager launches and time decide whether it is *launch-bound* (its time per launch is within
   :data:`LAUNCH_BOUND_FACTOR` of the host cost of a launch: it did little but launch). A launch-bound range
   saves, per launch, what it spent per launch minus what a kernel still costs inside a graph (the GPU runs
@@ -28,7 +25,6 @@ include: it predicts the saving of the run as recorded.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -40,8 +36,7 @@ from pcietrace.analysis import nesting
 LAUNCH_BOUND_FACTOR = 1.5
 
 SAVINGS_COLUMNS = ["domain", "name", "calls_eager", "calls_graphed", "eager_ms", "graphed_ms", "eager_launches",
-                   "graph_launches_graphed", "launch_bound", "measured_ms", "predicted_attach_ms", "error_attach_pct",
-                   "predicted_model_ms", "error_model_pct"]
+                   "graph_launches_graphed", "launch_bound", "measured_ms", "predicted_ms", "error_pct"]
 
 
 def per_launch_saving_us(us_per_launch: float, costs: dict[str, Any]) -> tuple[float, bool]:
@@ -112,10 +107,10 @@ def _pct(pred: pd.Series, meas: pd.Series) -> pd.Series:
 def savings(eager: dict[str, pd.DataFrame], graphed: dict[str, pd.DataFrame], costs: dict[str, Any] | None) -> pd.DataFrame:
     """Per (domain, name) present in both runs: calls and total inclusive time in each, the eager run's
     launches, the graphed run's graph launches, ``measured_ms`` (eager - graphed, scaled to the eager run's
-    calls where the counts differ), the two predictions from the eager run with their errors in % of the
-    measured saving (NaN where nothing was saved), and ``launch_bound`` (any instance was). ``eager`` and
-    ``graphed``: the analysis results of the two attach runs (``ranges`` and ``range_instances``);
-    ``costs``: the eager run's ``meta["launch_costs"]`` (None: no model prediction)."""
+    calls where the counts differ), ``predicted_ms`` (the eager run's "graphs save" figure) with ``error_pct``
+    in % of the measured saving (NaN where nothing was saved), and ``launch_bound`` (any instance was, by
+    launch counts). ``eager`` and ``graphed``: the analysis results of the two attach runs (``ranges`` and
+    ``range_instances``); ``costs``: the eager run's ``meta["launch_costs"]`` (None: no prediction)."""
     e, g = eager.get("ranges", pd.DataFrame()), graphed.get("ranges", pd.DataFrame())
     if not len(e) or not len(g):
         return pd.DataFrame(columns=SAVINGS_COLUMNS)
@@ -124,14 +119,12 @@ def savings(eager: dict[str, pd.DataFrame], graphed: dict[str, pd.DataFrame], co
                         "eager_ms": m["incl_ms_e"], "graphed_ms": m["incl_ms_g"], "eager_launches": m["eager_launches_e"],
                         "graph_launches_graphed": m["graph_launches_g"]})
     out["measured_ms"] = out["eager_ms"] - out["graphed_ms"] * out["calls_eager"] / out["calls_graphed"]
-    out["predicted_attach_ms"] = m["graph_savings_ms_e"]
-    out["error_attach_pct"] = _pct(out["predicted_attach_ms"], out["measured_ms"])
+    out["predicted_ms"] = m["graph_savings_ms_e"]  # attach's own figure: predict_ms summed over the calls
+    out["error_pct"] = _pct(out["predicted_ms"], out["measured_ms"])
     inst = eager.get("range_instances", pd.DataFrame())
     if costs and len(inst):
-        p = predict_ms(inst, costs).groupby(["domain", "name"]).agg(predicted_model_ms=("predicted_ms", "sum"),
-                                                                   launch_bound=("launch_bound", "any")).reset_index()
-        out = out.merge(p, on=["domain", "name"], how="left")
+        bound = predict_ms(inst, costs).groupby(["domain", "name"])["launch_bound"].any().reset_index()
+        out = out.merge(bound, on=["domain", "name"], how="left")
     else:
-        out["predicted_model_ms"], out["launch_bound"] = math.nan, False
-    out["error_model_pct"] = _pct(out["predicted_model_ms"], out["measured_ms"])
+        out["launch_bound"] = False
     return out[SAVINGS_COLUMNS].sort_values("eager_ms", ascending=False, kind="stable").reset_index(drop=True)

@@ -508,20 +508,20 @@ def savings_table(sv: pd.DataFrame, paths: list[str]) -> Table:
     """Attach's predicted graph savings against the measured (see :func:`pcietrace.analysis.savings.savings`)."""
     t = _table("Graph savings per NVTX range: predicted from the eager run vs measured",
                [("range", "left"), ("domain", "left"), ("eager ms", "right"), ("graphed ms", "right"),
-                ("eager launches", "right"), ("measured ms", "right"), ("attach predicted ms", "right"),
-                ("error", "right"), ("model predicted ms", "right"), ("error", "right"), ("launch-bound", "left")],
+                ("eager launches", "right"), ("measured ms", "right"), ("predicted ms", "right"), ("error", "right"),
+                ("launch-bound", "left")],
                caption=f"eager: {paths[0]}; graphed: {paths[1]}; measured = eager - graphed inclusive range time; "
-                       "attach = what attach prints (the model, summed over calls); model = per "
-                       "range, launch-bound ranges save their own time per launch minus a graph kernel's, others the "
-                       "GPU overhead difference (pcietrace/analysis/savings.py); error in % of the measured saving")
+                       "predicted = attach's \"graphs save\" figure from the eager run (from the GPU's busy time where it "
+                       "was recorded, --gpu-time; else from launch counts: launch-bound ranges save their own time per "
+                       "launch minus a graph kernel's, others the GPU overhead difference; pcietrace/analysis/savings.py); "
+                       "error in % of the measured saving")
 
     def err(x: Any) -> str:
         return "–" if x is None or pd.isna(x) else f"{x:+.0f} %"
 
     for r in sv.itertuples():
         t.add_row(str(r.name), str(r.domain), _num(r.eager_ms, ",.2f"), _num(r.graphed_ms, ",.2f"),
-                  _num(r.eager_launches), _num(r.measured_ms, ",.2f"), _num(r.predicted_attach_ms, ",.2f"),
-                  err(r.error_attach_pct), _num(r.predicted_model_ms, ",.2f"), err(r.error_model_pct),
+                  _num(r.eager_launches), _num(r.measured_ms, ",.2f"), _num(r.predicted_ms, ",.2f"), err(r.error_pct),
                   "yes" if r.launch_bound else "no")
     return t
 

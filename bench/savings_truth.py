@@ -26,8 +26,8 @@ from pcietrace.session import Session
 def table(plain: Path, gputime: Path, graphed: Path) -> pd.DataFrame:
     runs = {k: Session.load(p) for k, p in (("plain", plain), ("gputime", gputime), ("graphed", graphed))}
     res = {k: analyze(s) for k, s in runs.items()}
-    same = savings(res["gputime"], res["graphed"], runs["gputime"].meta.get("launch_costs")).set_index(["domain", "name"])
-    out = savings(res["plain"], res["graphed"], runs["plain"].meta.get("launch_costs"))[
+    same = savings(res["gputime"], res["graphed"]).set_index(["domain", "name"])
+    out = savings(res["plain"], res["graphed"])[
         ["domain", "name", "eager_ms", "graphed_ms", "eager_launches", "measured_ms", "predicted_ms"]].rename(
         columns={"eager_ms": "plain_eager_ms", "measured_ms": "measured_plain_run_ms",
                  "predicted_ms": "predicted_launch_counts_ms"})

@@ -435,7 +435,7 @@ def _compare_attach(args: argparse.Namespace, sessions: list[Any]) -> int:
     if len(sessions) != 2:
         raise UsageError("attach runs are compared in pairs: EAGER_ATTACH GRAPHED_ATTACH")
     eager, graphed = sessions
-    table = savings(analyze(eager), analyze(graphed), eager.meta.get("launch_costs"))
+    table = savings(analyze(eager), analyze(graphed))
     if args.json:
         sys.stdout.write(table.to_json(orient="records", indent=1) + "\n")
     else:

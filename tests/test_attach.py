@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from pcietrace.analysis import analyze, attribution
+from pcietrace.analysis.savings import predict_ms
 from pcietrace.record.attach import read_traces
 from pcietrace.session import Session
 
@@ -84,8 +85,10 @@ def test_launch_counts_overhead_and_savings() -> None:
     r = attribution.ranges_from_events(ev)
     assert r[["eager_launches", "graph_launches", "eager_launches_process"]].iloc[0].tolist() == [100, 2, 150]
     a = attribution.attribute(_on_gpu0(r, ev), _counters(-10**6, 2 * 10**6, 10**5, 0.0), _floor(0.0))
-    s = attribution.summarize(a, {"host_us_per_eager_launch": 4.0, "host_us_per_graph_launch": 2.0,
-                                  "wall_us_per_kernel_eager": 5.0, "wall_us_per_kernel_graph": 1.0}, short_ns=0).iloc[0]
+    costs = {"host_us_per_eager_launch": 4.0, "host_us_per_graph_launch": 2.0, "wall_us_per_kernel_eager": 5.0,
+             "wall_us_per_kernel_graph": 1.0}
+    a = a.assign(graph_savings_ms=predict_ms(a, costs)["predicted_ms"])  # as analysis does for attach runs
+    s = attribution.summarize(a, costs, short_ns=0).iloc[0]
     assert s["launch_overhead_ms"] == pytest.approx((100 * 4 + 2 * 2) / 1e3)
     assert s["graph_savings_ms"] == pytest.approx(100 * 4 / 1e3)
 

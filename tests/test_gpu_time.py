@@ -52,7 +52,7 @@ def test_without_gpu_time_figures_are_unknown_not_zero(decode) -> None:
 def test_prediction_from_gpu_time_is_within_20_percent_of_the_measured_saving(decode) -> None:
     # truth: eager minus graphed range time, measured in two real runs; the prediction only sees the eager one
     (s, eager), (_, graphed) = decode["decode-eager-gputime"], decode["decode-graph"]
-    sv = savings(eager, graphed, s.meta["launch_costs"]).set_index("name")
+    sv = savings(eager, graphed).set_index("name")
     steps = sv.loc[[f"decode_step_b{b}" for b in (1, 4, 16, 64)]]
     assert (steps["measured_ms"] > 0.5 * steps["eager_ms"]).all()  # host-bound: graphs remove most of it
     assert (steps["error_pct"].abs() <= 20).all(), steps[["measured_ms", "predicted_ms", "error_pct"]]
@@ -64,7 +64,7 @@ def test_the_launch_count_model_alone_misses_pytorch_host_time(decode) -> None:
     # the same eager run with its GPU-time records dropped: PyTorch's ~27 us per operator looks GPU-bound
     (s, _), (_, graphed) = decode["decode-eager-gputime"], decode["decode-graph"]
     blind = Session(meta=s.meta, samples=s.samples, events=s.events[~s.events["event"].isin(["kernel", "gputime"])], windows=s.windows)
-    sv = savings(analyze(blind), graphed, s.meta["launch_costs"]).set_index("name")
+    sv = savings(analyze(blind), graphed).set_index("name")
     assert (sv.loc[["decode_step_b1", "decode_step_b64"], "error_pct"] < -50).all()
 
 

@@ -58,7 +58,7 @@ def test_savings_table_measures_and_scores_both_predictions(eager) -> None:
     s, res = eager
     costs = s.meta["launch_costs"]
     graph_ms = 20000 * costs["wall_us_per_kernel_graph"] / 1e3  # what 20,000 empty graph kernels take on the GPU
-    sv = savings(res, _graphed(res, graph_ms), costs).set_index("name")
+    sv = savings(res, _graphed(res, graph_ms)).set_index("name")
     row = sv.loc["eager_launches"]
     eager_ms = res["ranges"].set_index("name").loc["eager_launches", "incl_ms"]
     assert row["measured_ms"] == pytest.approx(eager_ms - graph_ms)
@@ -71,7 +71,7 @@ def test_savings_table_measures_and_scores_both_predictions(eager) -> None:
 
 
 def test_savings_without_costs_or_ranges() -> None:
-    assert list(savings({}, {}, None).columns)[:2] == ["domain", "name"]
+    assert list(savings({}, {}).columns)[:2] == ["domain", "name"]
 
 
 def test_compare_dispatches_two_attach_runs(data_dir, tmp_path, capsys) -> None:

@@ -130,7 +130,11 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
     for r in fl[fl["status"] == "no floor"].itertuples():
         notes.append(f"GPU{r.nvml_index}: no floor (no idle window covered by its samples); its bytes are shown raw only")
     whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl, bits)
-    whole["graph_savings_ms"] = savings.outermost_ms(inst, costs) if costs and len(inst) else math.nan
+    whole["graph_savings_ms"] = math.nan
+    if costs and len(inst):  # attach's "graphs save" figure, per call and for the run (one prediction each)
+        p = savings.predict_ms(inst, costs)
+        inst = inst.assign(graph_savings_ms=p["predicted_ms"], launch_bound=p["launch_bound"])
+        whole["graph_savings_ms"] = savings.outermost_ms(p)
     return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta)),
             "ranges": attribution.summarize(inst, costs, short_ns=2 * gap_ns), "whole_run": whole,
             "notes": pd.DataFrame({"note": notes}, dtype=str)}

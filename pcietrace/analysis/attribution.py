@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.analysis import nesting
-from pcietrace.analysis.savings import predict_ms
 from pcietrace.analysis.counters import COUNTER_UPDATE_NS, could_hide_wrap
 from pcietrace.analysis.floor import floor_bytes
 from pcietrace.analysis.launch import DIRECTIONS
@@ -264,8 +263,9 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     figure) with their worst-case edge errors ``h2d_edge_bytes``/``d2h_edge_bytes``, ``status`` (the worst
     of its calls), ``stalls`` (sampling stalls its calls overlap), ``eager_launches``, ``graph_launches``,
     ``h2d_bytes_per_launch`` (over eager + graph launches), ``launch_overhead_ms`` (launches x the measured
-    host cost per launch), ``graph_savings_ms`` (what capturing its launches into graphs could save at most:
-    :func:`pcietrace.analysis.savings.predict_ms`, from its GPU busy time where recorded), ``gpu_busy_ms``
+    host cost per launch), ``graph_savings_ms`` (what capturing its launches into graphs could save at most: the
+    instances' ``graph_savings_ms``, :func:`pcietrace.analysis.savings.predict_ms` per call; NaN without it),
+    ``gpu_busy_ms``
     (``attach --gpu-time``: the GPU ran its process's kernels; NaN unknown) and ``short_calls`` (calls shorter
     than ``short_ns``, whose bytes rest on interpolation between counter samples)."""
     if not len(attributed):
@@ -273,7 +273,7 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     rank = {s: i for i, s in enumerate(STATUSES)}
     at = attributed.assign(status_rank=attributed["status"].map(rank),
                            gpus_text=attributed["gpus"].map(lambda g: ",".join(str(i) for i in g)),
-                           predicted_ms=predict_ms(attributed, costs)["predicted_ms"] if costs else np.nan,
+                           predicted_ms=attributed["graph_savings_ms"] if "graph_savings_ms" in attributed else np.nan,
                            busy_ns=attributed["gpu_busy_ns"] if "gpu_busy_ns" in attributed else np.nan)
     g = at.groupby(["domain", "name"], sort=False)
     out = g.agg(calls=("name", "size"), incl_ms=("duration_ns", "sum"), excl_ms=("excl_ns", "sum"),

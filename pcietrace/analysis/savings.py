@@ -61,13 +61,14 @@ def graphed_saving_ms(range_ms: float, gpu_busy_ms: float, gpu_short_ms: float) 
 
 
 def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
-    """Per range instance (attach's ``range_instances``): ``own_eager_launches`` (minus direct children's),
+    """Per range instance (attach's ``range_instances``): ``parent`` (:func:`pcietrace.analysis.nesting.parents`),
+    ``own_eager_launches`` (minus direct children's),
     ``launch_bound`` and ``predicted_ms`` (own launches x :func:`per_launch_saving_us` at the instance's own
     time per launch, plus its direct children's predictions). Children are the push/pop ranges one level
     deeper on the same thread inside it; start/end ranges have none. With ``gpu_busy_ns``/``gpu_short_ns``
     columns, instances that have them use :func:`graphed_saving_ms` on their own part (minus children's)."""
     out = instances.copy()
-    parent = nesting.parents(out)
+    out["parent"] = parent = nesting.parents(out)
     out["own_eager_launches"] = out["eager_launches"].astype(float) - nesting.children_sum(out, parent, "eager_launches")
     out["own_ns"] = out["excl_ns"].astype(float)
     out["launch_bound"] = False
@@ -93,24 +94,24 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     return out
 
 
-def outermost_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> float:
-    """What capturing every range into graphs could save at most (ms): :func:`predict_ms` summed over the
-    outermost push/pop ranges of each thread (their children are inside their figures)."""
-    p = predict_ms(instances, costs)
-    return float(p.loc[(p["kind"] == "push") & nesting.parents(p).isna(), "predicted_ms"].sum())
+def outermost_ms(predicted: pd.DataFrame) -> float:
+    """What capturing every range into graphs could save at most (ms): the ``predicted_ms`` of
+    :func:`predict_ms`'s output summed over the outermost push/pop ranges of each thread (their children are
+    inside their figures)."""
+    return float(predicted.loc[(predicted["kind"] == "push") & predicted["parent"].isna(), "predicted_ms"].sum())
 
 
 def _pct(pred: pd.Series, meas: pd.Series) -> pd.Series:
     return pd.Series(np.where(meas.abs() > 0, (pred - meas) / meas.abs() * 100, np.nan), index=pred.index)
 
 
-def savings(eager: dict[str, pd.DataFrame], graphed: dict[str, pd.DataFrame], costs: dict[str, Any] | None) -> pd.DataFrame:
+def savings(eager: dict[str, pd.DataFrame], graphed: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Per (domain, name) present in both runs: calls and total inclusive time in each, the eager run's
     launches, the graphed run's graph launches, ``measured_ms`` (eager - graphed, scaled to the eager run's
     calls where the counts differ), ``predicted_ms`` (the eager run's "graphs save" figure) with ``error_pct``
     in % of the measured saving (NaN where nothing was saved), and ``launch_bound`` (any instance was, by
     launch counts). ``eager`` and ``graphed``: the analysis results of the two attach runs (``ranges`` and
-    ``range_instances``); ``costs``: the eager run's ``meta["launch_costs"]`` (None: no prediction)."""
+    ``range_instances``, which carry attach's per-call prediction)."""
     e, g = eager.get("ranges", pd.DataFrame()), graphed.get("ranges", pd.DataFrame())
     if not len(e) or not len(g):
         return pd.DataFrame(columns=SAVINGS_COLUMNS)
@@ -122,8 +123,8 @@ def savings(eager: dict[str, pd.DataFrame], graphed: dict[str, pd.DataFrame], co
     out["predicted_ms"] = m["graph_savings_ms_e"]  # attach's own figure: predict_ms summed over the calls
     out["error_pct"] = _pct(out["predicted_ms"], out["measured_ms"])
     inst = eager.get("range_instances", pd.DataFrame())
-    if costs and len(inst):
-        bound = predict_ms(inst, costs).groupby(["domain", "name"])["launch_bound"].any().reset_index()
+    if "launch_bound" in inst:  # set with the prediction (no launch costs: none)
+        bound = inst.groupby(["domain", "name"])["launch_bound"].any().reset_index()
         out = out.merge(bound, on=["domain", "name"], how="left")
     else:
         out["launch_bound"] = False

@@ -336,7 +336,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         session.events = read_traces(trace_dir)
         session.samples = merge_samples([sampler.stop(), edge_samples(session.events)])
         session.windows = pd.DataFrame(windows)
-        session.meta["processes"] = processes(session.events)
+        session.meta["processes"] = processes(session.events, counter)
         shutil.rmtree(trace_dir, ignore_errors=True)  # its events now live in the session
         os.unlink(edge_file)
         if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
@@ -357,8 +357,10 @@ def _write_perfetto(session: Any, results: dict[str, Any], path: Path) -> None:
     from pcietrace.analysis import attribution, gpu_time, timeline_bin_ns
     from pcietrace.report.perfetto import chrome_trace
 
+    counted = session.meta.get("launch_counter") != "none"  # --no-count-launches: no launch track, not a flat 0
     trace = chrome_trace(session.meta, results["rates"], results["range_instances"],
-                         attribution.launch_rate(gpu_time.host_events(session.events), timeline_bin_ns(session.meta)))
+                         attribution.launch_rate(gpu_time.host_events(session.events), timeline_bin_ns(session.meta))
+                         if counted else None)
     path.write_text(json.dumps(trace))
 
 

@@ -213,6 +213,8 @@ def test_a_full_trace_file_is_said_not_silently_cut(tmp_path) -> None:
     assert full["t_ns"].iloc[0] >= ev["t_ns"].iloc[-2]
     assert read_traces(tmp_path).equals(ev)  # the file was cut to its lines: reading it again gives the same
     assert processes(ev)[0]["trace_full"]
+    assert processes(ev)[0]["cupti"].startswith("not loaded")  # no CUDA call: nothing to count
+    assert processes(ev, "none")[0]["cupti"] == "off (--no-count-launches)"  # not counted is not "no launches"
 
 
 def test_a_trace_whose_lines_end_where_the_reserve_begins_keeps_its_tracefull_line(tmp_path) -> None:

@@ -105,3 +105,19 @@ def test_dropped_kernel_records_are_said(decode) -> None:
     assert gpu_time.dropped(ev).to_dict() == {int(on["pid"].iloc[0]): 42} and gpu_time.dropped(s.events).empty
     notes = " ".join(analyze(Session(meta=s.meta, samples=s.samples, events=ev, windows=s.windows))["notes"]["note"])
     assert "CUPTI dropped 42 kernel records" in notes
+
+
+def test_uncounted_launches_are_unknown_not_zero(data_dir) -> None:
+    # real H100 run with --gpu-time --no-count-launches: the kernels ran (CUPTI saw them), nothing counted them
+    from pcietrace.analysis.summary import attach_lines
+
+    s = Session.load(data_dir / "attach_h100_nocount")
+    res = analyze(s)
+    ranges = res["ranges"].set_index("name")
+    assert ranges.loc["eager_launches", "gpu_busy_ms"] > 0
+    for col in ("eager_launches", "graph_launches", "launch_overhead_ms", "graph_savings_ms"):
+        assert ranges[col].isna().all(), col
+    assert res["whole_run"]["eager_launches"].isna().all() and res["whole_run"]["graph_savings_ms"].isna().all()
+    text = " ".join(attach_lines(s.meta, res))
+    assert "launches not counted" in text and "launched kernels" not in text and "0 eager" not in text
+    assert any("not counted" in n for n in res["notes"]["note"])

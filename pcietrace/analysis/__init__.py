@@ -98,6 +98,10 @@ def _counter_bits(s: Session) -> dict[int, int]:
     return {i: int(c.get("bits") or 32) for i, c in s.counters.items()}
 
 
+#: Launch counts of a range instance, unknown (NaN) where the program ran with ``--no-count-launches``.
+LAUNCH_COUNTS = ("eager_launches", "graph_launches", "eager_launches_process", "graph_launches_process")
+
+
 def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> dict[str, pd.DataFrame]:
     """Attribution for an attach session: idle windows before/after the program give each GPU's floor
     (per counter read + background); each range is charged to its own GPUs."""
@@ -131,6 +135,10 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
         notes.append(f"GPU{r.nvml_index}: no floor (no idle window covered by its samples); its bytes are shown raw only")
     whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl, bits)
     whole["graph_savings_ms"] = math.nan
+    if s.meta.get("launch_counter") == "none":  # --no-count-launches: the counts are unknown, not 0
+        inst = inst.assign(**{c: math.nan for c in LAUNCH_COUNTS if c in inst})
+        whole = whole.assign(eager_launches=math.nan, graph_launches=math.nan)
+        notes.append("launches were not counted (--no-count-launches): no launch overhead or graph-savings figures")
     if costs and len(inst):  # attach's "graphs save" figure, per call and for the run (one prediction each)
         p = savings.predict_ms(inst, costs)
         inst = inst.assign(graph_savings_ms=p["predicted_ms"], launch_bound=p["launch_bound"])

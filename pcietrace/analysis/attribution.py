@@ -284,7 +284,8 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
                 h2d_edge_bytes=("h2d_edge_bytes", "sum"), d2h_edge_bytes=("d2h_edge_bytes", "sum"),
                 status_rank=("status_rank", "max"), stalls=("stalls", "sum"),
                 gpus=("gpus_text", lambda s: ",".join(sorted(set(",".join(s).split(",")) - {""}, key=int))),
-                eager_launches=("eager_launches", "sum"), graph_launches=("graph_launches", "sum"),
+                eager_launches=("eager_launches", lambda s: s.sum(min_count=len(s))),
+                graph_launches=("graph_launches", lambda s: s.sum(min_count=len(s))),
                 graph_savings_ms=("predicted_ms", lambda s: s.sum(min_count=len(s))),
                 gpu_busy_ms=("busy_ns", lambda s: s.sum(min_count=len(s)) / 1e6),
                 short_calls=("duration_ns", lambda s: int((s < short_ns).sum()))).reset_index()

@@ -66,7 +66,9 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     ``launch_bound`` and ``predicted_ms`` (own launches x :func:`per_launch_saving_us` at the instance's own
     time per launch, plus its direct children's predictions). Children are the push/pop ranges one level
     deeper on the same thread inside it; start/end ranges have none. With ``gpu_busy_ns``/``gpu_short_ns``
-    columns, instances that have them use :func:`graphed_saving_ms` on their own part (minus children's)."""
+    columns, instances that have them use :func:`graphed_saving_ms` on their own part (minus children's).
+    Launch counts that are NaN (not counted) give NaN: CUPTI's kernel records alone cannot tell a graph's
+    kernels from eager ones, so they would predict savings for ranges that already launch graphs."""
     out = instances.copy()
     out["parent"] = parent = nesting.parents(out)
     out["own_eager_launches"] = out["eager_launches"].astype(float) - nesting.children_sum(out, parent, "eager_launches")
@@ -80,7 +82,8 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     n = out["own_eager_launches"].to_numpy()
     own = np.zeros(len(out))
     for k, i in enumerate(out.index):
-        if n[k] <= 0:
+        if np.isnan(n[k]) or n[k] <= 0:  # unknown stays unknown
+            own[k] = np.nan if np.isnan(n[k]) else 0.0
             continue
         if busy and not pd.isna(out.at[i, "own_busy_ns"]):
             own[k] = graphed_saving_ms(out.at[i, "own_ns"] / 1e6, out.at[i, "own_busy_ns"] / 1e6, out.at[i, "own_short_ns"] / 1e6)
@@ -98,7 +101,8 @@ def outermost_ms(predicted: pd.DataFrame) -> float:
     """What capturing every range into graphs could save at most (ms): the ``predicted_ms`` of
     :func:`predict_ms`'s output summed over the outermost push/pop ranges of each thread (their children are
     inside their figures)."""
-    return float(predicted.loc[(predicted["kind"] == "push") & predicted["parent"].isna(), "predicted_ms"].sum())
+    outer = predicted.loc[(predicted["kind"] == "push") & predicted["parent"].isna(), "predicted_ms"]
+    return float(outer.sum(min_count=len(outer)))  # NaN where any is unknown
 
 
 def _pct(pred: pd.Series, meas: pd.Series) -> pd.Series:

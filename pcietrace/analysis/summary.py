@@ -193,10 +193,16 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
         moved = (f"{ok['h2d_bytes'].sum() / 1e6:,.1f} MB H2D, {ok['d2h_bytes'].sum() / 1e6:,.1f} MB D2H"
                  + (f" on the GPUs it could follow (not: {', '.join(unknown)})" if unknown else "")) if len(ok) \
             else f"bytes unknown ({', '.join(unknown)})"
+        launches = (f"{w['eager_launches']:,.0f} eager and {w['graph_launches']:,.0f} graph launches"
+                    if pd.notna(w["eager_launches"]) else "launches not counted")
         lines.append(f"`{cmd}` ran {w['duration_ms'] / 1e3:,.2f} s (exit code {meta.get('exit_code')}) on {gpus}: "
-                     f"{moved}, {w['eager_launches']:,.0f} eager and {w['graph_launches']:,.0f} graph launches.")
-    top = top_ranges(results.get("ranges", pd.DataFrame()))
-    if len(top):
+                     f"{moved}, {launches}.")
+    ranges = results.get("ranges", pd.DataFrame())
+    top = top_ranges(ranges)
+    if len(ranges) and ranges["eager_launches"].isna().all():  # --no-count-launches
+        lines.append("Launches were not counted (--no-count-launches): no range's launch overhead or graph saving "
+                     "is known.")
+    elif len(top):
         items = []
         for r in top.itertuples():
             if pd.notna(r.launch_overhead_ms):

@@ -269,14 +269,16 @@ def idle_windows(sampler: Any, nvml_indices: list[int], seconds: float, windows:
         sampler.hold_fast(False)
 
 
-def processes(events: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per process seen: pid, whether NVTX initialised, how its launches were counted, its ranges, the PCI
-    bus ids of the CUDA devices it used, and whether its trace file filled up (later events lost)."""
+def processes(events: pd.DataFrame, launch_counter: str = "interpose") -> list[dict[str, Any]]:
+    """Per process seen: pid, whether NVTX initialised, how its launches were counted (``launch_counter``
+    "none": not at all), its ranges, the PCI bus ids of the CUDA devices it used, and whether its trace file
+    filled up (later events lost)."""
     out = []
     for pid, g in events.groupby("pid"):
         cupti = g[g["event"].isin(["cupti", "interpose"])]["message"].tolist()
-        out.append({"pid": int(pid), "nvtx": bool((g["event"] == "nvtx").any()),
-                    "cupti": cupti[-1] if cupti else "not loaded (process made no CUDA driver call)",
+        how = ("off (--no-count-launches)" if launch_counter == "none" else
+               cupti[-1] if cupti else "not loaded (process made no CUDA driver call)")
+        out.append({"pid": int(pid), "nvtx": bool((g["event"] == "nvtx").any()), "cupti": how,
                     "ranges": int(g["event"].isin(["push", "start"]).sum()),
                     "devices": sorted(set(g.loc[g["event"] == "cudevice", "message"])),
                     "trace_full": bool((g["event"] == TRACE_FULL).any())})

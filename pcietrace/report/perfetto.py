@@ -8,6 +8,11 @@ from typing import Any
 import pandas as pd
 
 
+def _count(x: float) -> int | None:
+    """A launch count, or None where launches were not counted (NaN)."""
+    return None if pd.isna(x) else int(x)
+
+
 def chrome_trace(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame,
                  launches: pd.DataFrame | None = None) -> dict[str, Any]:
     """``rates``: :func:`pcietrace.analysis.counters.rates`; ``ranges``: attributed ranges
@@ -34,7 +39,7 @@ def chrome_trace(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame
         ev.append({"ph": "C", "pid": int(r.pid), "name": "launches per ms", "ts": (r.t_ns - t0) / 1e3,
                    "args": {"eager": round(float(r.eager_per_ms), 2), "graph": round(float(r.graph_per_ms), 2)}})
     for r in ranges.itertuples():
-        args = {"eager launches": int(r.eager_launches), "graph launches": int(r.graph_launches),
+        args = {"eager launches": _count(r.eager_launches), "graph launches": _count(r.graph_launches),
                 "gpus": [int(g) for g in getattr(r, "gpus", [])], "status": getattr(r, "status", "ok")}
         for d in ("h2d", "d2h"):
             v = float(getattr(r, f"{d}_bytes"))

@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _stats import median_ci  # noqa: E402
 from attach_truth import command, truth_rows  # noqa: E402
 
 SAMPLER = ("import sys, time\nfrom pcietrace.collectors import CounterSampler, nvml\n"
@@ -63,12 +64,20 @@ def main() -> int:
     cmd = command(a.scenario, work)
     res: dict[str, list[pd.Series]] = {c: [] for c in CONFIGS}
     for i in range(a.pairs):
-        for c in CONFIGS:
+        for c in (list(CONFIGS) if i % 2 == 0 else list(CONFIGS)[::-1]):  # ABBA: drift cancels in the pairs
             res[c].append(once(c, cmd, work, i))
     table = pd.DataFrame({c: pd.concat(v, axis=1).median(axis=1) for c, v in res.items()})
     print(f"== {a.scenario}: median ms ({a.pairs} interleaved runs each)")
     print(table.round(2).to_string())
     print((table.div(table["alone"], axis=0) - 1).map(lambda x: f"{x:+.1%}").to_string())
+    loop = "LOOP (mean over ranks)"
+    for c in CONFIGS:  # the app's runtime per pair (same round), then the median over pairs with its 95 % CI
+        if c == "alone":
+            continue
+        ratios = [100 * (x[loop] / y[loop] - 1) for x, y in zip(res[c], res["alone"])]
+        med, lo, hi = median_ci(ratios)
+        print(f"{c}: app runtime per pair {', '.join(f'{r:+.1f}' for r in ratios)} % -> median {med:+.2f} % "
+              f"[95 % CI {lo:+.2f}, {hi:+.2f}]")
     return 0
 
 

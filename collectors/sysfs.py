@@ -172,3 +172,35 @@ def pcie_relation(a: GpuPlacement, b: GpuPlacement) -> str:
         return "PHB"
     deeper = sum(h.role == "switch upstream" for h in a.hops[common:] + b.hops[common:])
     return "PIX" if deeper == 0 else "PXB"
+
+
+def parse_cpulist(text: str | None) -> set[int]:
+    """CPUs of a sysfs cpulist such as "0-15,32-47" (empty for None or garbage)."""
+    out: set[int] = set()
+    for part in (text or "").split(","):
+        lo, _, hi = part.strip().partition("-")
+        if _int(lo) is None or (hi and _int(hi) is None):
+            return set()
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def timing_cpu(bdf: str, slot: int, allowed: set[int], root: str | os.PathLike[str] = "/sys") -> int | None:
+    """The CPU that times GPU ``bdf``'s host loops: one physical core per ``slot`` (e.g. the GPU's NVML
+    index, so a GPU gets the same core alone and beside others), among ``allowed`` CPUs near the GPU
+    (its ``local_cpulist``; all ``allowed`` where that is unknown or disjoint). The first core is left to
+    the system where there are more cores than slots need; SMT siblings of a core count once. None if
+    nothing is allowed."""
+    base = Path(root)
+    near = parse_cpulist(_read(base / "bus" / "pci" / "devices" / bdf.lower() / "local_cpulist")) & allowed
+    cpus = sorted(near or allowed)
+    cores: dict[tuple[int | None, int | None], int] = {}
+    for c in cpus:  # first logical CPU of each (package, core)
+        topo = base / "devices" / "system" / "cpu" / f"cpu{c}" / "topology"
+        key = (_int(_read(topo / "physical_package_id")), _int(_read(topo / "core_id")))
+        cores.setdefault(key if None not in key else (c, None), c)
+    firsts = sorted(cores.values())
+    if not firsts:
+        return None
+    skip = 1 if len(firsts) > slot + 1 else 0
+    return firsts[(slot + skip) % len(firsts)]

@@ -122,3 +122,13 @@ def test_run_command_measures_every_gpu_through_the_workers(monkeypatch, tmp_pat
     assert doc["meta"]["parallel_workers"] == 2 and [g["cuda_ordinal"] for g in doc["meta"]["gpus"]] == [0, 2]
     assert [r["nvml_index"] for r in doc["results"]["per_gpu"]] == [0, 2]
     assert Session.load(out).meta["status"] == "complete"
+
+
+def test_timed_steps_take_turns_one_gpu_at_a_time() -> None:
+    # SIMULATED GPUs in real worker processes: no two GPUs time at once, and each GPU times in one turn
+    s = _run(3, True)
+    timed = pd.concat([s.bursts, s.e2e])[["nvml_index", "t_start_ns", "t_end_ns"]]
+    turns = timed.groupby("nvml_index").agg(start=("t_start_ns", "min"), end=("t_end_ns", "max")).sort_values("start")
+    assert len(turns) == 3
+    assert (turns["start"].to_numpy()[1:] >= turns["end"].to_numpy()[:-1]).all(), turns
+    assert {g["timing_cpu"] is None for g in s.meta["gpus"]} == {True}  # a simulated GPU pins nothing

@@ -6,6 +6,13 @@ loops and latency suite; GPUs then run side by side and a box of 8 takes about a
 Peer round trips need every worker's own suite to be over first (a peer chase reads another GPU's
 memory): the workers meet at a barrier, then each chases into its peers.
 
+Byte windows run side by side; timed steps take turns (:class:`Turns`). Measured all at once on 4x H200
+(2026-11-22, 3 rounds), bytes per launch moved <= 0.1 % but the GPU time per eager kernel rose on every GPU
+(+2 to +10 %: eager kernels are fetched from host memory, through the root complex the GPUs share) and host
+costs moved up to +13 %. So each worker, its windows done, waits until every worker's are, then times its
+host and GPU (bursts, end-to-end loops, latency suite) while the others wait, on a CPU core of its own near
+its GPU (:func:`pcietrace.collectors.sysfs.timing_cpu`: the same core alone and beside others).
+
 Workers are started with ``spawn`` (CUDA contexts do not survive fork). What a worker opens is given by
 an *opener*: a picklable callable returning a :class:`GpuWorker` -- :func:`open_cuda` for a real GPU,
 :func:`open_sim` for the SIMULATED device -- so the recording here knows no backend. ``processes=False``
@@ -59,13 +66,49 @@ class GpuWorker:
     latency: Callable[[int, Note], list[tuple[Any, ...]]] | None = None
     peer_latency: Callable[[list[int], int, Note], list[tuple[Any, ...]]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    pin: Callable[[], int | None] = lambda: None  # pins the calling thread for timing; returns the CPU
+
+
+class Turns:
+    """Timed steps one GPU at a time: :meth:`take` waits until every worker has reached it (their byte
+    windows are over; a worker that failed breaks the wait, it does not hold the others) and then holds a
+    lock shared by all workers until :meth:`give` (or the worker ends)."""
+
+    def __init__(self, ctx: Any, n: int) -> None:
+        self.ready, self.lock, self.held = ctx.Barrier(n), ctx.Lock(), False
+
+    def take(self) -> None:
+        if self.held:
+            return
+        try:
+            self.ready.wait(BARRIER_TIMEOUT_S)
+        except threading.BrokenBarrierError:
+            pass  # another worker failed before its turn; the rest still time one at a time
+        self.hold()
+
+    def hold(self) -> None:
+        """The lock alone (no meeting). A worker that died holding it (a crash in C) does not stop the
+        others for good: after :data:`BARRIER_TIMEOUT_S` they go on without it."""
+        if not self.held:
+            self.held = self.lock.acquire(timeout=BARRIER_TIMEOUT_S)
+
+    def give(self) -> None:
+        if self.held:
+            self.held = False
+            self.lock.release()
+
+    def abandon(self) -> None:
+        """A worker ends: release its turn, and stop the others waiting for it at the meeting point."""
+        self.give()
+        self.ready.abort()
 
 
 def open_cuda(ordinal: int, force_throughput: bool = False, interval_ns: int = 10_000_000) -> GpuWorker:
     """A worker on CUDA device ``ordinal`` (as CUDA_VISIBLE_DEVICES numbers it), sampling its counters
     every ``interval_ns`` (fields 197/198, or the throughput API if forced)."""
-    from pcietrace.collectors import BoundaryProbe, CounterSampler, nvml
+    from pcietrace.collectors import BoundaryProbe, CounterSampler, nvml, sysfs
     from pcietrace.device.backend import open_gpus
+    from pcietrace.schema import normalize_bus_id
     from pcietrace.device.cuda import Gpu
     from pcietrace.record.latency import LatencyProbe, measure_gpu, measure_peers
 
@@ -90,8 +133,14 @@ def open_cuda(ordinal: int, force_throughput: bool = False, interval_ns: int = 1
         be.activate()
         return measure_peers(idx, latency_probe(), peers, repeats, progress=note)
 
+    def pin() -> int | None:
+        cpu = sysfs.timing_cpu(normalize_bus_id(meta["bus_id"]), idx, os.sched_getaffinity(0))
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})  # Linux: the calling thread only; the sampler runs in its own process
+        return cpu
+
     return GpuWorker(meta, be, CounterSampler([idx], force_throughput=force_throughput, interval_ns=interval_ns),
-                     BoundaryProbe(idx, force_throughput), latency, peer_latency)
+                     BoundaryProbe(idx, force_throughput), latency, peer_latency, pin=pin)
 
 
 def cuda_openers(ordinals: list[int], force_throughput: bool = False,
@@ -113,25 +162,38 @@ def open_sim(slot: int, seed: int = 0) -> GpuWorker:
 
 
 def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_repeats: int | None,
-          ordinals: list[int], send: Callable[[tuple[Any, ...]], None], barrier: Any) -> None:
+          ordinals: list[int], send: Callable[[tuple[Any, ...]], None], barrier: Any, turns: Turns | None = None) -> None:
     """One GPU's whole measurement; sends ("step"|"note", slot, label) while it runs and ("done", slot,
-    Session) at the end, whatever happened (an interrupted or failed session keeps what it recorded)."""
+    Session) at the end, whatever happened (an interrupted or failed session keeps what it recorded).
+    ``turns``: timed steps wait for this worker's turn (workers running side by side)."""
     session = Session(meta={"gpus": [], "status": "starting"})
     met = False
+    note: Note = lambda label: send(("note", slot, label))  # noqa: E731
     try:
         w = opener()
         session.meta["gpus"] = [w.meta]
+
+        def my_turn(g: dict[str, Any]) -> None:
+            if turns is not None and not turns.held:
+                note(f"GPU {g['cuda_ordinal']}: waiting to time (one GPU at a time)")
+                turns.take()
+            g["timing_cpu"] = w.pin()
+
         record(session, plan, [(w.meta, w.backend)], w.sampler, {w.meta["nvml_index"]: w.probe},
-               progress=lambda label: send(("step", slot, label)))
+               progress=lambda label: send(("step", slot, label)), before_timing=my_turn)
         rows: list[tuple[Any, ...]] = []
-        note: Note = lambda label: send(("note", slot, label))  # noqa: E731
         if latency_repeats is not None and w.latency is not None:
             session.meta["status"] = "running latency"
+            my_turn(w.meta)
             rows += w.latency(latency_repeats, note)
             session.latency = _latency_frame(rows)
+            if turns is not None:
+                turns.give()
             if barrier is not None and w.peer_latency is not None:
                 barrier.wait(BARRIER_TIMEOUT_S)  # every GPU's own suite is over: chase into the peers
                 met = True
+                if turns is not None:
+                    turns.hold()  # the chases read other GPUs: one worker at a time as well
                 rows += w.peer_latency(ordinals, latency_repeats, note)
                 session.latency = _latency_frame(rows)
             session.meta["status"] = "complete"
@@ -145,6 +207,8 @@ def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_rep
     finally:
         if barrier is not None and not met:
             barrier.abort()  # nobody waits for a worker that will not come
+        if turns is not None:
+            turns.abandon()
         send(("done", slot, session))
 
 
@@ -155,7 +219,7 @@ def _latency_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
 
 
 def _worker_main(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_repeats: int | None,
-                 ordinals: list[int], out: Any, barrier: Any) -> None:
+                 ordinals: list[int], out: Any, barrier: Any, turns: Turns | None) -> None:
     def first_interrupt(signum: int, frame: Any) -> None:
         # One Ctrl-C stops this worker; another (or the parent's forwarded one) must not cut short the
         # clean-up that keeps what was recorded (stopping the sampler, sending the result).
@@ -163,7 +227,7 @@ def _worker_main(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, late
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, first_interrupt)
-    _work(opener, slot, plan, latency_repeats, ordinals, out.put, barrier)
+    _work(opener, slot, plan, latency_repeats, ordinals, out.put, barrier, turns)
 
 
 def merge(session: Session, parts: dict[int, Session]) -> Session:
@@ -228,7 +292,8 @@ def record_all(session: Session, plan: RunPlan, openers: list[Callable[[], GpuWo
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     barrier = ctx.Barrier(n) if latency_repeats is not None and n > 1 else None
-    procs = [ctx.Process(target=_worker_main, args=(opener, slot, plan, latency_repeats, ordinals, out, barrier),
+    turns = Turns(ctx, n) if n > 1 else None
+    procs = [ctx.Process(target=_worker_main, args=(opener, slot, plan, latency_repeats, ordinals, out, barrier, turns),
                          name=f"pcietrace-gpu{slot}") for slot, opener in enumerate(openers)]
     for p in procs:
         p.start()

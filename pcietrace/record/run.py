@@ -40,8 +40,8 @@ class RunPlan:
     burst_kernels: int = 900
     e2e_kernels: int = 2000
     e2e_graph_k: int = 100
-    e2e_repeats: int = 3
-    language_repeats: int = 3
+    e2e_repeats: int = 5
+    language_repeats: int = 7
 
     def __post_init__(self) -> None:
         if not self.durations_us or any(d < 0 or d > 1e6 for d in self.durations_us):
@@ -140,12 +140,20 @@ def recording_status(session: Session) -> Iterator[None]:
     session.meta["status"] = "complete"
 
 
+#: Plan tables whose steps time the host or the GPU (host cost, GPU time per kernel, end-to-end loops),
+#: as opposed to counting bytes: the steps that must not share the machine with another GPU's work.
+TIMED_TABLES = ("bursts", "e2e")
+
+
 def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Backend]],
-           sampler: Any, probes: dict[int, Any] | None = None, progress: Progress = lambda _: None) -> Session:
+           sampler: Any, probes: dict[int, Any] | None = None, progress: Progress = lambda _: None,
+           before_timing: Callable[[dict[str, Any]], None] = lambda _: None) -> Session:
     """Run ``plan`` on each ``(gpu meta, backend)`` while ``sampler`` samples; fill ``session``.
 
     ``probes`` (per NVML index, optional): :class:`pcietrace.collectors.BoundaryProbe` objects that read
     the counters exactly at each window's start and end; their reads join the samples.
+    ``before_timing(gpu meta)`` is called before a GPU's first timed step (:data:`TIMED_TABLES`; they come
+    after its byte windows): parallel workers wait there for their turn.
 
     ``session.meta["status"]`` says how it ended. Whatever was recorded before an exception (including
     KeyboardInterrupt) stays in the session, so the caller can still save it.
@@ -162,12 +170,19 @@ def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Bac
             for g, backend in gpus:
                 backend.activate()
                 gen = LaunchGenerator(backend, (probes or {}).get(g["nvml_index"]))
+                timing = False
                 for table, label, thunk in _steps(plan, gen):
+                    if table in TIMED_TABLES and not timing:
+                        timing = True
+                        before_timing(g)
                     progress(f"GPU {g['cuda_ordinal']}: {label}")
+                    t0 = time.monotonic_ns()
                     rec = thunk()
                     if rec is None:  # a step this machine cannot measure (e.g. no PyTorch)
                         continue
                     rec.update(nvml_index=g["nvml_index"], cuda_ordinal=g["cuda_ordinal"])
+                    if table in TIMED_TABLES:  # when it was timed (windows carry their own edges)
+                        rec.update(t_start_ns=t0, t_end_ns=time.monotonic_ns())
                     tables[table].append(rec)
     finally:
         session.samples = merge_samples([sampler.stop()] + [p.frame() for p in (probes or {}).values()])

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _stats import pct_diff, range_pct
+from _stats import median_ci, pct_diff, range_pct
 
 FIGURES = ["eager_h2d_bytes", "eager_d2h_bytes", "host_us_per_launch", "host_us_per_launch_python",
            "eager_gpu_us", "graph_gpu_us", "speedup_min_kernel", "host_rtt_us"]
@@ -87,6 +87,37 @@ def compare(alone: dict[int, list[dict[str, Any]]], together: dict[int, list[dic
     return out
 
 
+def pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per figure, over every GPU and round: the paired change all-at-once / alone - 1 (the same GPU, the same
+    round) in %, its median and percentile-bootstrap 95 % CI. Whether running GPUs together shifts a figure
+    is asked of all GPUs at once, so one GPU's run-to-run noise does not decide it. Verdict: "same" (|median|
+    <= 2 %), "DIFFERS" (|median| > 2 % and the CI excludes 0), else "noise" (beyond 2 %, CI spans 0)."""
+    out = []
+    for f in FIGURES:
+        pairs = [pct_diff(t, a) for r in rows if r["figure"] == f for t, a in zip(r["all_at_once"], r["alone"])]
+        pairs = [x for x in pairs if math.isfinite(x)]
+        if not pairs:
+            continue
+        med, lo, hi = median_ci(pairs)
+        verdict = "same" if abs(med) <= GOAL_PCT else "DIFFERS" if lo > 0 or hi < 0 else "noise"
+        out.append({"figure": f, "pairs": len(pairs), "median_pct": med, "ci_lo_pct": lo, "ci_hi_pct": hi,
+                    "verdict": verdict})
+    return out
+
+
+def print_pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    pool = pooled(rows)
+    print(f"\npaired over GPUs and rounds (all at once / alone - 1, same GPU and round):")
+    print(f"{'figure':<28} {'pairs':>5} {'median %':>9} {'95 % CI':>18}  verdict")
+    for p in pool:
+        print(f"{p['figure']:<28} {p['pairs']:>5} {p['median_pct']:>+9.2f} "
+              f"{'[' + format(p['ci_lo_pct'], '+.2f') + ', ' + format(p['ci_hi_pct'], '+.2f') + ']':>18}  {p['verdict']}")
+    bad = [p["figure"] for p in pool if p["verdict"] == "DIFFERS"]
+    print(f"measuring every GPU at once shifts {', '.join(bad) if bad else 'no figure'} by more than {GOAL_PCT:g} %"
+          + ("" if bad else " (beyond its noise)"))
+    return pool
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  epilog="Method, goals and runtimes: see bench/parallel_vs_alone.py's docstring.")
@@ -100,7 +131,15 @@ def main() -> int:
     ap.add_argument("--simulate", type=int, default=None, metavar="N",
                     help="a SIMULATED box of N GPUs (no GPU needed; checks the method, measures nothing real)")
     ap.add_argument("--json", type=Path, default=None, help="also write every run's figures and the comparison here")
+    ap.add_argument("--from-json", type=Path, default=None, metavar="FILE",
+                    help="measure nothing: print the paired comparison of a file --json wrote")
     a = ap.parse_args()
+    if a.from_json is not None:
+        doc = json.loads(a.from_json.read_text())
+        print(f"{a.from_json}: {doc['meta'].get('name')}, {doc['repeats']} rounds, "
+              f"all at once {', '.join(f'{w:.1f}' for w in doc['walls_s']['all'])} s")
+        print_pooled(doc["rows"])
+        return 0
     if a.repeats < 2:
         ap.error("--repeats must be at least 2 (the alone-vs-alone spread needs two alone runs)")
     extra = (["--quick"] if a.quick else []) + (["--no-latency"] if a.no_latency else [])
@@ -189,9 +228,11 @@ def main() -> int:
                   "judge at this many repeats): " + ", ".join(f"GPU{r['nvml_index']} {r['figure']}" for r in noise))
         verdict = "NOT MET" if differ else "not judged (too noisy)" if noise else "met"
         print(f"{len(differ)} of {len(rows)} figures differ: every GPU within {GOAL_PCT:g} % of alone: {verdict}")
+    pool = print_pooled(rows) if not single else []
     if a.json:
         a.json.write_text(json.dumps({"meta": meta, "options": extra, "repeats": a.repeats, "ordinals": ordinals,
-                                      "walls_s": walls, "took_s": took, "rows": rows, "runs": runs}, indent=1))
+                                      "walls_s": walls, "took_s": took, "rows": rows, "pooled": pool, "runs": runs},
+                                     indent=1))
     return 0
 
 

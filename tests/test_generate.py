@@ -55,3 +55,13 @@ def test_plan_step_count_matches_the_steps() -> None:
     # 2 calibrations + 1 idle + 4 eager fits + 1 duration + 8 graph windows + 4 bursts
     # + 3 language bursts (native, Python, PyTorch) + 4 e2e
     assert plan.steps() == 27
+
+
+def test_end_to_end_loops_of_long_kernels_are_capped_at_whole_graphs() -> None:
+    plan = RunPlan()
+    n = {d: plan.e2e_kernels_at(d) for d in (0, 2, 20, 50, 10_000)}
+    assert n[0] == n[2] == plan.e2e_kernels  # short kernels: the full loop (host-bound, the graph speedup)
+    assert n[50] * 50 <= plan.e2e_loop_ms * 1e3 < (n[50] + plan.e2e_graph_k) * 50  # ~e2e_loop_ms of GPU time
+    assert n[10_000] == plan.e2e_graph_k and all(k % plan.e2e_graph_k == 0 for k in n.values())
+    with pytest.raises(UsageError):
+        RunPlan(e2e_loop_ms=0)

@@ -27,7 +27,8 @@ class RunPlan:
     ``durations_us``: kernel durations for the speedup and bytes-vs-duration tables; ``graph_ks``:
     graph sizes; ``rate_fractions``: paced rates, as fractions of the measured max rate, for the fits;
     ``window_s``: length of each counter window; ``burst_kernels``: kernels queued behind a blocker
-    (keep under the ~1000-launch queue); ``e2e_kernels``: kernels per end-to-end loop;
+    (keep under the ~1000-launch queue); ``e2e_kernels``: kernels per end-to-end loop, fewer at long
+    kernels so a loop takes about ``e2e_loop_ms`` (:meth:`e2e_kernels_at`);
     ``language_repeats``: empty-kernel bursts per launch path (native, Python, PyTorch) for the
     host cost by language.
     """
@@ -40,6 +41,7 @@ class RunPlan:
     burst_kernels: int = 900
     e2e_kernels: int = 2000
     e2e_graph_k: int = 100
+    e2e_loop_ms: float = 20.0
     e2e_repeats: int = 5
     language_repeats: int = 7
 
@@ -51,8 +53,17 @@ class RunPlan:
         if not self.rate_fractions or self.rate_fractions[0] != 1.0 or any(not 0 < f <= 1 for f in self.rate_fractions):
             raise UsageError("rate fractions must start with 1.0 (max rate) and lie in (0, 1]")
         if (self.window_s <= 0 or self.idle_windows < 1 or self.burst_kernels < 1 or self.e2e_kernels < 1
-                or self.language_repeats < 0):
+                or self.e2e_loop_ms <= 0 or self.language_repeats < 0):
             raise UsageError("window length, idle windows, burst and e2e kernels must be positive, language repeats >= 0")
+
+    def e2e_kernels_at(self, kernel_us: float) -> int:
+        """Kernels per end-to-end loop at ``kernel_us``: ``e2e_kernels``, capped so a loop of long kernels
+        takes about ``e2e_loop_ms`` (GPU-bound: the first launch and the final sync are then < 0.1 % of it,
+        and a GPU's timed turn stays short); whole graphs of ``e2e_graph_k``, at least one."""
+        if kernel_us <= 0:
+            return self.e2e_kernels
+        cap = int(self.e2e_loop_ms * 1e3 / kernel_us) // self.e2e_graph_k * self.e2e_graph_k
+        return max(self.e2e_graph_k, min(self.e2e_kernels, cap))
 
     def steps(self) -> int:
         """Number of progress steps one GPU takes (for the progress bar)."""
@@ -106,8 +117,9 @@ def _steps(plan: RunPlan, gen: LaunchGenerator) -> Iterable[tuple[str, str, Call
         yield "bursts", "host cost: PyTorch", lambda: _torch_burst(gen, d0, plan.burst_kernels)
     for _ in range(plan.e2e_repeats):
         for d in plan.durations_us:
-            yield "e2e", f"e2e eager {d:g} us", lambda d=d: gen.end_to_end("eager", d, 1, plan.e2e_kernels)
-            yield "e2e", f"e2e graph {d:g} us", lambda d=d: gen.end_to_end("graph", d, plan.e2e_graph_k, plan.e2e_kernels)
+            n = plan.e2e_kernels_at(d)
+            yield "e2e", f"e2e eager {d:g} us", lambda d=d, n=n: gen.end_to_end("eager", d, 1, n)
+            yield "e2e", f"e2e graph {d:g} us", lambda d=d, n=n: gen.end_to_end("graph", d, plan.e2e_graph_k, n)
 
 
 def _torch_burst(gen: LaunchGenerator, kernel_us: float, calls: int) -> dict[str, Any] | None:

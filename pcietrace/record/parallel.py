@@ -6,12 +6,14 @@ loops and latency suite; GPUs then run side by side and a box of 8 takes about a
 Peer round trips need every worker's own suite to be over first (a peer chase reads another GPU's
 memory): the workers meet at a barrier, then each chases into its peers.
 
-Byte windows run side by side; timed steps take turns (:class:`Turns`). Measured all at once on 4x H200
-(2026-11-22, 3 rounds), bytes per launch moved <= 0.1 % but the GPU time per eager kernel rose on every GPU
-(+2 to +10 %: eager kernels are fetched from host memory, through the root complex the GPUs share) and host
-costs moved up to +13 %. So each worker, its windows done, waits until every worker's are, then times its
-host and GPU (bursts, end-to-end loops, latency suite) while the others wait, on a CPU core of its own near
-its GPU (:func:`pcietrace.collectors.sysfs.timing_cpu`: the same core alone and beside others).
+Byte windows run side by side; timed steps take turns (:class:`Turns`). With everything side by side on
+4x H200 (2026-11-22, 12 GPU-round pairs against the same GPU alone), bytes per launch moved <= 0.1 %, but
+the host cost of a launch from Python rose +7.0 % [95 % CI +1.0, +14.0] and the GPU time per eager kernel
++4.1 % [+2.1, +8.8] (eager kernels are fetched from host memory, through the root complex the GPUs
+share). So each worker, its windows done, waits until every worker's are, then times its host and GPU
+(bursts, end-to-end loops, latency suite) while the others wait, on a CPU core of its own near its GPU
+(:func:`pcietrace.collectors.sysfs.timing_cpu`: the same core alone and beside others). Taking turns, no
+figure moved beyond its noise (bench/parallel_vs_alone.py); a run on 4 GPUs takes ~43 s instead of ~27 s.
 
 Workers are started with ``spawn`` (CUDA contexts do not survive fork). What a worker opens is given by
 an *opener*: a picklable callable returning a :class:`GpuWorker` -- :func:`open_cuda` for a real GPU,

@@ -46,6 +46,20 @@ def test_report_command_renders_the_real_run(data_dir, capsys, monkeypatch) -> N
     assert "H100" in out and "SIMULATED" not in out
 
 
+def test_a_run_that_took_turns_says_where_it_timed(data_dir, capsys, monkeypatch) -> None:
+    # real H100 run after timed steps took turns: the pinned core is shown, older runs show no such column
+    monkeypatch.setenv("COLUMNS", "200")
+    s = Session.load(data_dir / "h100_run_turns")
+    cpu = s.meta["gpus"][0]["timing_cpu"]
+    assert isinstance(cpu, int) and (s.bursts["t_end_ns"] > s.bursts["t_start_ns"]).all()
+    assert s.e2e["t_start_ns"].min() >= s.bursts["t_start_ns"].min()  # the timed steps follow each other
+    assert main(["report", str(data_dir / "h100_run_turns")]) == 0
+    out = capsys.readouterr().out
+    assert "timing CPU" in out and analyze(s)["per_gpu"]["eager_h2d_bytes"].notna().all()
+    assert main(["report", str(data_dir / "h100_run")]) == 0
+    assert "timing CPU" not in capsys.readouterr().out
+
+
 def test_report_json(data_dir, capsys) -> None:
     assert main(["report", str(data_dir / "h100_run"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

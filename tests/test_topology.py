@@ -135,3 +135,25 @@ def test_nvlinks_to_a_peer_gpu_are_not_fanned_out(tree, data_dir, monkeypatch) -
     topo = topology.collect(gpus, str(tree("hgx_h200_4gpu_nvswitch")))
     assert topo["matrix"][0][1] == topo["matrix"][1][0] == "NV6" and topo["notes"] == []
     assert topo["matrix"][0][2] == "PHB" and topo["nvlinks"][2][3] == 0
+
+
+def test_timing_cpu_takes_one_physical_core_per_gpu_near_it(tmp_path) -> None:
+    # a made-up sysfs tree: 8 CPUs, SMT siblings (0,4) (1,5) (2,6) (3,7); the GPU is local to CPUs 0-3 and 4-7
+    from collectors.sysfs import parse_cpulist, timing_cpu
+
+    dev = tmp_path / "bus" / "pci" / "devices" / "0000:17:00.0"
+    dev.mkdir(parents=True)
+    (dev / "local_cpulist").write_text("0-7\n")
+    for c in range(8):
+        topo = tmp_path / "devices" / "system" / "cpu" / f"cpu{c}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "physical_package_id").write_text("0\n")
+        (topo / "core_id").write_text(f"{c % 4}\n")
+    allowed = set(range(8))
+    picks = [timing_cpu("0000:17:00.0", slot, allowed, tmp_path) for slot in range(3)]
+    assert picks == [1, 2, 3]  # core 0 left to the system; never two siblings of one core
+    assert timing_cpu("0000:17:00.0", 5, allowed, tmp_path) in {0, 1, 2, 3}  # more GPUs than cores: wraps
+    assert timing_cpu("0000:17:00.0", 0, {5, 6}, tmp_path) == 6  # only allowed CPUs, one per core
+    assert timing_cpu("0000:99:00.0", 0, {2, 3}, tmp_path) == 3  # unknown GPU: any allowed CPU
+    assert timing_cpu("0000:17:00.0", 0, set(), tmp_path) is None
+    assert parse_cpulist("0-2,8") == {0, 1, 2, 8} and parse_cpulist("0-x") == set() and parse_cpulist(None) == set()

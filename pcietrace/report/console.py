@@ -52,11 +52,14 @@ def _table(title: str, columns: list[tuple[str, str]], caption: str | None = Non
 
 
 def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
+    pinned = any(g.get("timing_cpu") is not None for g in meta.get("gpus", []))  # runs since timed steps took turns
     t = _table("System", [("GPU", "right"), ("model", "left"), ("bus id", "right"), ("PCIe", "left"),
-                          ("counter", "left"), ("reads/s", "right"), ("gap ms", "right")],
+                          ("counter", "left"), ("reads/s", "right"), ("gap ms", "right")]
+               + ([("timing CPU", "right")] if pinned else []),
                caption=esc(f"driver {meta.get('driver', '?')}, host {meta.get('host', '?')}, {meta.get('created', '')}; "
                            "counter: NVML fields 197/198 (32-bit, wrapping) or the 20 ms throughput API (LOW RES); "
-                           "gap: median time between background samples"))
+                           "gap: median time between background samples"
+                           + ("; timing CPU: the core that timed the GPU's host loops, one GPU at a time" if pinned else "")))
     smp = sampling.set_index("nvml_index") if len(sampling) else None
     for g in meta.get("gpus", []):
         c = g.get("counter", {})
@@ -64,7 +67,8 @@ def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
         row = smp.loc[g["nvml_index"]] if smp is not None and g["nvml_index"] in smp.index else None
         t.add_row(gpu_label(g["nvml_index"]), esc(short_name(g.get("name"))), esc(g.get("bus_id", "?")),
                   esc(link_label(g)), src, _num(row["rate_hz"] if row is not None else None),
-                  _num(row["median_gap_us"] / 1e3 if row is not None else None, ".1f"))
+                  _num(row["median_gap_us"] / 1e3 if row is not None else None, ".1f"),
+                  *([_num(g.get("timing_cpu"))] if pinned else []))
     return t
 
 

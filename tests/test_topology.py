@@ -135,3 +135,34 @@ def test_nvlinks_to_a_peer_gpu_are_not_fanned_out(tree, data_dir, monkeypatch) -
     topo = topology.collect(gpus, str(tree("hgx_h200_4gpu_nvswitch")))
     assert topo["matrix"][0][1] == topo["matrix"][1][0] == "NV6" and topo["notes"] == []
     assert topo["matrix"][0][2] == "PHB" and topo["nvlinks"][2][3] == 0
+
+
+def _cpus(root, bdf: str, local: str | None, cores: dict[int, tuple[int, int]]) -> None:
+    """A made-up sysfs: GPU ``bdf``'s local_cpulist, and each CPU's (package, core)."""
+    dev = root / "bus" / "pci" / "devices" / bdf
+    dev.mkdir(parents=True)
+    if local is not None:
+        (dev / "local_cpulist").write_text(local + "\n")
+    for cpu, (pkg, core) in cores.items():
+        topo = root / "devices" / "system" / "cpu" / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "physical_package_id").write_text(f"{pkg}\n")
+        (topo / "core_id").write_text(f"{core}\n")
+
+
+def test_cpulists_parse_and_garbage_is_empty() -> None:
+    assert sysfs.parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert sysfs.parse_cpulist(None) == sysfs.parse_cpulist("") == sysfs.parse_cpulist("0-x") == set()
+
+
+def test_timing_cpu_is_one_core_per_slot_near_the_gpu(tmp_path) -> None:
+    # made-up box: 2 packages of 4 cores, SMT siblings numbered +8 (cpu0 and cpu8 share a core)
+    cores = {c: (c // 4 % 2, c % 4) for c in range(16)}
+    _cpus(tmp_path, "0000:1a:00.0", "4-7,12-15", cores)
+    allowed = set(range(16))
+    picks = [sysfs.timing_cpu("0000:1A:00.0", slot, allowed, tmp_path) for slot in range(4)]
+    assert picks == [5, 6, 7, 4]  # package 1's cores, siblings counted once; its first only when all are needed
+    assert sysfs.timing_cpu("0000:1a:00.0", 0, {0, 1}, tmp_path) == 1  # near CPUs not allowed: the allowed ones
+    assert sysfs.timing_cpu("0000:1a:00.0", 0, {6}, tmp_path) == 6  # already pinned: the same CPU again
+    assert sysfs.timing_cpu("0000:1a:00.0", 0, set(), tmp_path) is None
+    assert sysfs.timing_cpu("0000:ff:00.0", 0, {2, 3}, tmp_path) == 3  # no local_cpulist: among the allowed

@@ -115,10 +115,14 @@ class Turns:
     def release_dead(self, pid: int) -> None:
         """(The parent.) Worker ``pid`` died without a word (a crash in C, SIGKILL): free the turn it held,
         and stop the others waiting for it at the meeting point."""
-        with self.holder.get_lock():
-            if self.holder.value == pid:
-                self.holder.value = 0
-                self.lock.release()
+        mutex = self.holder.get_lock()
+        if mutex.acquire(timeout=5.0):  # (one killed inside hold()/give() would leave it held: do not hang here)
+            try:
+                if self.holder.value == pid:
+                    self.holder.value = 0
+                    self.lock.release()
+            finally:
+                mutex.release()
         self.ready.abort()
 
 

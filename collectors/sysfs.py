@@ -189,8 +189,8 @@ def timing_cpu(bdf: str, slot: int, allowed: set[int], root: str | os.PathLike[s
     """The CPU that times GPU ``bdf``'s host loops: one physical core per ``slot`` (e.g. the GPU's NVML
     index, so a GPU gets the same core alone and beside others), among ``allowed`` CPUs near the GPU
     (its ``local_cpulist``; all ``allowed`` where that is unknown or disjoint). The first core is left to
-    the system where there are more cores than slots need; SMT siblings of a core count once. None if
-    nothing is allowed."""
+    the system unless every core is needed (slots 0..N-1 of N cores: the second core .. the last, then the
+    first; further slots wrap round); SMT siblings of a core count once. None if nothing is allowed."""
     base = Path(root)
     near = parse_cpulist(_read(base / "bus" / "pci" / "devices" / bdf.lower() / "local_cpulist")) & allowed
     cpus = sorted(near or allowed)
@@ -202,5 +202,4 @@ def timing_cpu(bdf: str, slot: int, allowed: set[int], root: str | os.PathLike[s
     firsts = sorted(cores.values())
     if not firsts:
         return None
-    skip = 1 if len(firsts) > slot + 1 else 0
-    return firsts[(slot + skip) % len(firsts)]
+    return firsts[(slot + 1) % len(firsts)]  # slot s: the core after the first s; the first only once all are used

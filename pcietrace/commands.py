@@ -277,6 +277,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     from pcietrace.record.attach import (edge_samples, idle_windows, injection_env, processes, read_traces,
                                          run_program)
     from pcietrace.record.run import RunPlan, base_meta
+    from pcietrace.schema import NO_LAUNCH_COUNTER
     from pcietrace.session import Session
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -290,7 +291,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     gpus = backend.describe_gpus(ordinals)
     indices = [g["nvml_index"] for g in gpus]
-    counter = "none" if args.no_count_launches else args.launch_counter
+    counter = NO_LAUNCH_COUNTER if args.no_count_launches else args.launch_counter
     session = Session(meta=base_meta(RunPlan(), False))
     session.meta.update(kind="attach", command=cmd, gpus=gpus, driver=nvml.driver_version(), launch_costs=None,
                         sample_interval_ms=args.sample_interval_ms, topology=topology.collect(gpus),
@@ -356,8 +357,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
 def _write_perfetto(session: Any, results: dict[str, Any], path: Path) -> None:
     from pcietrace.analysis import attribution, gpu_time, timeline_bin_ns
     from pcietrace.report.perfetto import chrome_trace
+    from pcietrace.schema import NO_LAUNCH_COUNTER
 
-    counted = session.meta.get("launch_counter") != "none"  # --no-count-launches: no launch track, not a flat 0
+    counted = session.meta.get("launch_counter") != NO_LAUNCH_COUNTER  # --no-count-launches: no launch track, not a flat 0
     trace = chrome_trace(session.meta, results["rates"], results["range_instances"],
                          attribution.launch_rate(gpu_time.host_events(session.events), timeline_bin_ns(session.meta))
                          if counted else None)

@@ -30,6 +30,10 @@ def normalize_bus_id(bus_id: str) -> str:
 #: bytes, ``t_ns``: its last event; what came later was lost).
 TRACE_FULL = "tracefull"
 
+#: ``meta["launch_counter"]`` of `attach --no-count-launches` (also the C library's PCIETRACE_COUNT): launches
+#: were not counted, so their counts are unknown (NaN), not 0.
+NO_LAUNCH_COUNTER = "none"
+
 SCHEMA_NAME = "pcietrace.report"
 SCHEMA_VERSION = 1
 SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"

@@ -9,7 +9,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -132,3 +134,57 @@ def test_timed_steps_take_turns_one_gpu_at_a_time() -> None:
     assert len(turns) == 3
     assert (turns["start"].to_numpy()[1:] >= turns["end"].to_numpy()[:-1]).all(), turns
     assert {g["timing_cpu"] is None for g in s.meta["gpus"]} == {True}  # a simulated GPU pins nothing
+
+
+def _sim_with_latency(slot: int, dies: bool = False) -> Any:
+    """A SIMULATED worker with a stand-in latency suite (no rows); ``dies``: its process ends abruptly while
+    it holds the turn (as a crash in C or SIGKILL would: no finally, no message)."""
+    w = open_sim(slot, 7)
+    w.latency = (lambda repeats, note: os._exit(3)) if dies else (lambda repeats, note: [])
+    w.peer_latency = lambda ordinals, repeats, note: []
+    return w
+
+
+@pytest.mark.parametrize("dead", [0, 1])
+def test_a_worker_that_dies_in_its_turn_does_not_hold_the_others(dead) -> None:
+    # Killed while holding the timing lock (whichever GPU got it first), it neither releases the lock nor
+    # comes to the peer barrier: the parent sees it die and lets the others go on at once, not after 300 s.
+    s = Session(meta=base_meta(PLAN, True))
+    t0 = time.monotonic()
+    with pytest.raises(PcietraceError, match=f"GPU slot {dead}: worker exited with code 3"):
+        record_all(s, PLAN, [functools.partial(_sim_with_latency, i, i == dead) for i in range(2)], latency_repeats=1)
+    assert time.monotonic() - t0 < 60
+    assert [g["status"] for g in s.meta["gpus"] if g["nvml_index"] != dead] == ["complete"]
+
+
+def _sim_with_slow_latency(slot: int, seconds: float, timeout_s: float) -> Any:
+    """A SIMULATED worker whose stand-in latency suite takes ``seconds`` and says when it ran (value_us:
+    time.monotonic in us, tests "turn_start"/"turn_end"); this worker's process waits ``timeout_s`` per
+    other GPU's part (:data:`pcietrace.record.parallel.BARRIER_TIMEOUT_S`)."""
+    from pcietrace.record import parallel
+
+    parallel.BARRIER_TIMEOUT_S = timeout_s  # in the worker process (spawned: the test's monkeypatch is not there)
+    w = open_sim(slot, 7)
+
+    def latency(repeats: int, note: Any) -> list[tuple[Any, ...]]:
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        return [(slot, "turn_start", -1, 0, t0 * 1e6), (slot, "turn_end", -1, 0, time.monotonic() * 1e6)]
+
+    w.latency = latency
+    w.peer_latency = lambda ordinals, repeats, note: []
+    return w
+
+
+def test_waiting_for_every_turn_ahead_is_not_a_timeout(monkeypatch) -> None:
+    # Turns come one after another, so the last GPU waits for every turn ahead of it (and the first GPU at
+    # the peer barrier for all of them): a wait of one turn's timeout per GPU, not one in all. With 0.4 s per
+    # turn and turns of ~0.3 s, 3 GPUs must still time one at a time and all reach their peer chases.
+    from pcietrace.record import parallel
+
+    monkeypatch.setattr(parallel, "BARRIER_TIMEOUT_S", 0.4)  # the parent's, where the turns are made
+    s = Session(meta=base_meta(PLAN, True))
+    record_all(s, PLAN, [functools.partial(_sim_with_slow_latency, i, 0.3, 0.4) for i in range(3)], latency_repeats=1)
+    assert s.meta["status"] == "complete" and "peer_latency" not in s.meta, s.meta.get("peer_latency")
+    lat = s.latency.pivot(index="nvml_index", columns="test", values="value_us").sort_values("turn_start")
+    assert (lat["turn_start"].to_numpy()[1:] >= lat["turn_end"].to_numpy()[:-1]).all(), lat

@@ -86,6 +86,20 @@ def test_compare_dispatches_two_attach_runs(data_dir, tmp_path, capsys) -> None:
     assert main(["compare", str(a), str(a), str(a)]) == 2
 
 
+def test_uncounted_launches_leave_launch_bound_unknown_not_no(data_dir, capsys) -> None:
+    # real H100 run with --no-count-launches: whether a range was launch-bound is unknown, not "no"
+    nocount = str(data_dir / "attach_h100_nocount")
+    res = analyze(Session.load(nocount))
+    assert res["range_instances"]["launch_bound"].isna().all()
+    sv = savings(res, res)
+    assert len(sv) and sv["launch_bound"].isna().all() and sv["predicted_ms"].isna().all()
+    assert main(["compare", nocount, nocount]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "0.00" in line]
+    assert rows and not any(line.rstrip().endswith(("no", "yes")) for line in rows), rows
+    counted = analyze(Session.load(data_dir / "attach_h100_python"))["range_instances"]["launch_bound"]
+    assert counted.dtype == bool  # counted launches: yes or no, as before
+
+
 def test_gpu_busy_time_when_known_replaces_the_launch_bound_guess(eager) -> None:
     """SYNTHETIC GPU busy times on the real run's instances: captured whole, a range keeps its kernels' GPU
     time (each at least a graph kernel's) and saves the rest; a parent's own part excludes its children's."""

@@ -137,23 +137,32 @@ def test_nvlinks_to_a_peer_gpu_are_not_fanned_out(tree, data_dir, monkeypatch) -
     assert topo["matrix"][0][2] == "PHB" and topo["nvlinks"][2][3] == 0
 
 
-def test_timing_cpu_takes_one_physical_core_per_gpu_near_it(tmp_path) -> None:
-    # a made-up sysfs tree: 8 CPUs, SMT siblings (0,4) (1,5) (2,6) (3,7); the GPU is local to CPUs 0-3 and 4-7
-    from collectors.sysfs import parse_cpulist, timing_cpu
-
-    dev = tmp_path / "bus" / "pci" / "devices" / "0000:17:00.0"
+def _cpus(root, bdf: str, local: str | None, cores: dict[int, tuple[int, int]]) -> None:
+    """A made-up sysfs: GPU ``bdf``'s local_cpulist, and each CPU's (package, core)."""
+    dev = root / "bus" / "pci" / "devices" / bdf
     dev.mkdir(parents=True)
-    (dev / "local_cpulist").write_text("0-7\n")
-    for c in range(8):
-        topo = tmp_path / "devices" / "system" / "cpu" / f"cpu{c}" / "topology"
+    if local is not None:
+        (dev / "local_cpulist").write_text(local + "\n")
+    for cpu, (pkg, core) in cores.items():
+        topo = root / "devices" / "system" / "cpu" / f"cpu{cpu}" / "topology"
         topo.mkdir(parents=True)
-        (topo / "physical_package_id").write_text("0\n")
-        (topo / "core_id").write_text(f"{c % 4}\n")
-    allowed = set(range(8))
-    picks = [timing_cpu("0000:17:00.0", slot, allowed, tmp_path) for slot in range(3)]
-    assert picks == [1, 2, 3]  # core 0 left to the system; never two siblings of one core
-    assert timing_cpu("0000:17:00.0", 5, allowed, tmp_path) in {0, 1, 2, 3}  # more GPUs than cores: wraps
-    assert timing_cpu("0000:17:00.0", 0, {5, 6}, tmp_path) == 6  # only allowed CPUs, one per core
-    assert timing_cpu("0000:99:00.0", 0, {2, 3}, tmp_path) == 3  # unknown GPU: any allowed CPU
-    assert timing_cpu("0000:17:00.0", 0, set(), tmp_path) is None
-    assert parse_cpulist("0-2,8") == {0, 1, 2, 8} and parse_cpulist("0-x") == set() and parse_cpulist(None) == set()
+        (topo / "physical_package_id").write_text(f"{pkg}\n")
+        (topo / "core_id").write_text(f"{core}\n")
+
+
+def test_cpulists_parse_and_garbage_is_empty() -> None:
+    assert sysfs.parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert sysfs.parse_cpulist(None) == sysfs.parse_cpulist("") == sysfs.parse_cpulist("0-x") == set()
+
+
+def test_timing_cpu_is_one_core_per_slot_near_the_gpu(tmp_path) -> None:
+    # made-up box: 2 packages of 4 cores, SMT siblings numbered +8 (cpu0 and cpu8 share a core)
+    cores = {c: (c // 4 % 2, c % 4) for c in range(16)}
+    _cpus(tmp_path, "0000:1a:00.0", "4-7,12-15", cores)
+    allowed = set(range(16))
+    picks = [sysfs.timing_cpu("0000:1A:00.0", slot, allowed, tmp_path) for slot in range(4)]
+    assert picks == [5, 6, 7, 4]  # package 1's cores, siblings counted once; its first only when all are needed
+    assert sysfs.timing_cpu("0000:1a:00.0", 0, {0, 1}, tmp_path) == 1  # near CPUs not allowed: the allowed ones
+    assert sysfs.timing_cpu("0000:1a:00.0", 0, {6}, tmp_path) == 6  # already pinned: the same CPU again
+    assert sysfs.timing_cpu("0000:1a:00.0", 0, set(), tmp_path) is None
+    assert sysfs.timing_cpu("0000:ff:00.0", 0, {2, 3}, tmp_path) == 3  # no local_cpulist: among the allowed

@@ -14,7 +14,7 @@ import pandas as pd
 from pcietrace.analysis import attribution, counters, floor, gpu_time, launch, savings, summary, validate
 from pcietrace.analysis import graphs as graphs_analysis
 from pcietrace.analysis import latency as latency_analysis
-from pcietrace.schema import TRACE_FULL
+from pcietrace.schema import NO_LAUNCH_COUNTER, TRACE_FULL
 from pcietrace.session import Session
 
 #: Result tables in display order; each is a DataFrame documented in its producing function.
@@ -135,7 +135,7 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
         notes.append(f"GPU{r.nvml_index}: no floor (no idle window covered by its samples); its bytes are shown raw only")
     whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl, bits)
     whole["graph_savings_ms"] = math.nan
-    if s.meta.get("launch_counter") == "none":  # --no-count-launches: the counts are unknown, not 0
+    if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0
         inst = inst.assign(**{c: math.nan for c in LAUNCH_COUNTS if c in inst})
         whole = whole.assign(eager_launches=math.nan, graph_launches=math.nan)
         notes.append("launches were not counted (--no-count-launches): no launch overhead or graph-savings figures")

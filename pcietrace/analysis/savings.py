@@ -25,6 +25,7 @@ include: it predicts the saving of the run as recorded.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -67,13 +68,15 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     time per launch, plus its direct children's predictions). Children are the push/pop ranges one level
     deeper on the same thread inside it; start/end ranges have none. With ``gpu_busy_ns``/``gpu_short_ns``
     columns, instances that have them use :func:`graphed_saving_ms` on their own part (minus children's).
-    Launch counts that are NaN (not counted) give NaN: CUPTI's kernel records alone cannot tell a graph's
-    kernels from eager ones, so they would predict savings for ranges that already launch graphs."""
+    Launch counts that are NaN (not counted) give NaN, and ``launch_bound`` NaN (unknown, not "no"): CUPTI's
+    kernel records alone cannot tell a graph's kernels from eager ones, so they would predict savings for
+    ranges that already launch graphs."""
     out = instances.copy()
     out["parent"] = parent = nesting.parents(out)
     out["own_eager_launches"] = out["eager_launches"].astype(float) - nesting.children_sum(out, parent, "eager_launches")
     out["own_ns"] = out["excl_ns"].astype(float)
-    out["launch_bound"] = False
+    unknown = out["own_eager_launches"].isna()
+    out["launch_bound"] = pd.Series(False, index=out.index, dtype=object).mask(unknown, math.nan) if unknown.any() else False
     out["predicted_ms"] = 0.0
     busy = "gpu_busy_ns" in out.columns
     if busy:  # children are disjoint in time, so busy time and shortfall add up
@@ -114,7 +117,7 @@ def savings(eager: dict[str, pd.DataFrame], graphed: dict[str, pd.DataFrame]) ->
     launches, the graphed run's graph launches, ``measured_ms`` (eager - graphed, scaled to the eager run's
     calls where the counts differ), ``predicted_ms`` (the eager run's "graphs save" figure) with ``error_pct``
     in % of the measured saving (NaN where nothing was saved), and ``launch_bound`` (any instance was, by
-    launch counts). ``eager`` and ``graphed``: the analysis results of the two attach runs (``ranges`` and
+    launch counts; NaN where no instance's launches were counted). ``eager`` and ``graphed``: the analysis results of the two attach runs (``ranges`` and
     ``range_instances``, which carry attach's per-call prediction)."""
     e, g = eager.get("ranges", pd.DataFrame()), graphed.get("ranges", pd.DataFrame())
     if not len(e) or not len(g):
@@ -128,7 +131,8 @@ def savings(eager: dict[str, pd.DataFrame], graphed: dict[str, pd.DataFrame]) ->
     out["error_pct"] = _pct(out["predicted_ms"], out["measured_ms"])
     inst = eager.get("range_instances", pd.DataFrame())
     if "launch_bound" in inst:  # set with the prediction (no launch costs: none)
-        bound = inst.groupby(["domain", "name"])["launch_bound"].any().reset_index()
+        bound = inst.groupby(["domain", "name"])["launch_bound"].agg(
+            lambda b: bool(b.dropna().any()) if b.notna().any() else math.nan).reset_index()
         out = out.merge(bound, on=["domain", "name"], how="left")
     else:
         out["launch_bound"] = False

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.errors import PcietraceError, UsageError
-from pcietrace.schema import TRACE_FULL
+from pcietrace.schema import NO_LAUNCH_COUNTER, TRACE_FULL
 
 EVENT_COLUMNS = ["t_ns", "tid", "event", "domain", "id", "depth", "eager_thread", "graph_thread",
                  "eager_process", "graph_process", "dev", "devmask", "message"]
@@ -276,7 +276,7 @@ def processes(events: pd.DataFrame, launch_counter: str = "interpose") -> list[d
     out = []
     for pid, g in events.groupby("pid"):
         cupti = g[g["event"].isin(["cupti", "interpose"])]["message"].tolist()
-        how = ("off (--no-count-launches)" if launch_counter == "none" else
+        how = ("off (--no-count-launches)" if launch_counter == NO_LAUNCH_COUNTER else
                cupti[-1] if cupti else "not loaded (process made no CUDA driver call)")
         out.append({"pid": int(pid), "nvtx": bool((g["event"] == "nvtx").any()), "cupti": how,
                     "ranges": int(g["event"].isin(["push", "start"]).sum()),

@@ -46,7 +46,8 @@ from pcietrace.record.guard import Terminated
 from pcietrace.record.run import RunPlan, record
 from pcietrace.session import TABLES, Session
 
-#: Seconds a worker waits at the peer barrier for the slowest GPU's own suite.
+#: Seconds a worker waits for one other GPU's part: the slowest GPU's byte windows (side by side), or one
+#: GPU's timed turn (its lock and the peer barrier wait for every turn ahead: up to this many seconds each).
 BARRIER_TIMEOUT_S = 300.0
 #: Seconds the parent waits, after Ctrl-C, for workers to send what they recorded.
 INTERRUPT_GRACE_S = 30.0
@@ -74,10 +75,15 @@ class GpuWorker:
 class Turns:
     """Timed steps one GPU at a time: :meth:`take` waits until every worker has reached it (their byte
     windows are over; a worker that failed breaks the wait, it does not hold the others) and then holds a
-    lock shared by all workers until :meth:`give` (or the worker ends)."""
+    lock shared by all workers until :meth:`give` (or the worker ends). ``holder``: the pid of the worker
+    holding the lock (0: none), so the parent can free a turn whose worker died in it (:meth:`release_dead`).
+    ``wait_s``: how long a worker waits for the turns ahead of it (the lock, the peer barrier): turns are
+    taken one after another, so up to :data:`BARRIER_TIMEOUT_S` for each of the ``n`` workers."""
 
     def __init__(self, ctx: Any, n: int) -> None:
         self.ready, self.lock, self.held = ctx.Barrier(n), ctx.Lock(), False
+        self.holder = ctx.Value("i", 0)
+        self.wait_s = BARRIER_TIMEOUT_S * n
 
     def take(self) -> None:
         if self.held:
@@ -89,19 +95,34 @@ class Turns:
         self.hold()
 
     def hold(self) -> None:
-        """The lock alone (no meeting). A worker that died holding it (a crash in C) does not stop the
-        others for good: after :data:`BARRIER_TIMEOUT_S` they go on without it."""
-        if not self.held:
-            self.held = self.lock.acquire(timeout=BARRIER_TIMEOUT_S)
+        """The lock alone (no meeting). A worker that died holding it is freed by the parent
+        (:meth:`release_dead`); should that not happen, the others go on without it after :attr:`wait_s`."""
+        if not self.held and self.lock.acquire(timeout=self.wait_s):
+            with self.holder.get_lock():
+                self.holder.value, self.held = os.getpid(), True
 
     def give(self) -> None:
         if self.held:
-            self.held = False
-            self.lock.release()
+            with self.holder.get_lock():
+                self.holder.value, self.held = 0, False
+                self.lock.release()
 
     def abandon(self) -> None:
         """A worker ends: release its turn, and stop the others waiting for it at the meeting point."""
         self.give()
+        self.ready.abort()
+
+    def release_dead(self, pid: int) -> None:
+        """(The parent.) Worker ``pid`` died without a word (a crash in C, SIGKILL): free the turn it held,
+        and stop the others waiting for it at the meeting point."""
+        mutex = self.holder.get_lock()
+        if mutex.acquire(timeout=5.0):  # (one killed inside hold()/give() would leave it held: do not hang here)
+            try:
+                if self.holder.value == pid:
+                    self.holder.value = 0
+                    self.lock.release()
+            finally:
+                mutex.release()
         self.ready.abort()
 
 
@@ -192,7 +213,8 @@ def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_rep
             if turns is not None:
                 turns.give()
             if barrier is not None and w.peer_latency is not None:
-                barrier.wait(BARRIER_TIMEOUT_S)  # every GPU's own suite is over: chase into the peers
+                # every GPU's own suite is over (one after another): chase into the peers
+                barrier.wait(BARRIER_TIMEOUT_S if turns is None else turns.wait_s)
                 met = True
                 if turns is not None:
                     turns.hold()  # the chases read other GPUs: one worker at a time as well
@@ -299,9 +321,16 @@ def record_all(session: Session, plan: RunPlan, openers: list[Callable[[], GpuWo
                          name=f"pcietrace-gpu{slot}") for slot, opener in enumerate(openers)]
     for p in procs:
         p.start()
+
+    def on_death(pid: int) -> None:  # it never reaches its finally: free what it held, break what it would meet
+        if turns is not None:
+            turns.release_dead(pid)
+        if barrier is not None:
+            barrier.abort()
+
     interrupted: KeyboardInterrupt | None = None
     try:
-        _collect(out, procs, parts, handle, deadline=None)
+        _collect(out, procs, parts, handle, deadline=None, on_death=on_death)
     except KeyboardInterrupt as exc:  # (guard.Terminated for SIGTERM/SIGHUP: re-raised as is, for the exit code)
         interrupted = exc
         if not isinstance(exc, Terminated):
@@ -312,7 +341,7 @@ def record_all(session: Session, plan: RunPlan, openers: list[Callable[[], GpuWo
                     os.kill(p.pid, signal.SIGINT)
                 except ProcessLookupError:
                     pass
-        _collect(out, procs, parts, handle, deadline=time.monotonic() + INTERRUPT_GRACE_S)
+        _collect(out, procs, parts, handle, deadline=time.monotonic() + INTERRUPT_GRACE_S, on_death=on_death)
     finally:
         for p in procs:
             p.join(5)
@@ -338,8 +367,9 @@ def _raise_failures(parts: dict[int, Session]) -> None:
 
 
 def _collect(out: Any, procs: list[Any], parts: dict[int, Session], handle: Callable[[tuple[Any, ...]], None],
-             deadline: float | None) -> None:
-    """Handle worker messages until every worker has sent its result, died without one, or the deadline."""
+             deadline: float | None, on_death: Callable[[int], None] = lambda pid: None) -> None:
+    """Handle worker messages until every worker has sent its result, died without one, or the deadline.
+    ``on_death(pid)``: a worker died without its result (the others must not wait for it)."""
     while len(parts) < len(procs):
         if deadline is not None and time.monotonic() > deadline:
             return
@@ -350,3 +380,4 @@ def _collect(out: Any, procs: list[Any], parts: dict[int, Session], handle: Call
                 if slot not in parts and not p.is_alive() and p.exitcode is not None:
                     # Died without a word (killed, crashed in C): say so rather than wait forever.
                     parts[slot] = Session(meta={"gpus": [], "status": f"failed: worker exited with code {p.exitcode}"})
+                    on_death(p.pid)

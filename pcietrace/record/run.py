@@ -56,7 +56,8 @@ class RunPlan:
             raise UsageError("rate fractions must start with 1.0 (max rate) and lie in (0, 1]")
         if (self.window_s <= 0 or self.idle_windows < 1 or self.burst_kernels < 1 or self.e2e_kernels < 1
                 or self.e2e_loop_ms <= 0 or self.language_repeats < 0):
-            raise UsageError("window length, idle windows, burst and e2e kernels must be positive, language repeats >= 0")
+            raise UsageError("window length, idle windows, burst and e2e kernels and the e2e loop time must be positive, "
+                             "language repeats >= 0")
 
     def e2e_kernels_at(self, kernel_us: float) -> int:
         """Kernels per end-to-end loop at ``kernel_us``: ``e2e_kernels``, capped so a loop of long kernels

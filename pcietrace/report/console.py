@@ -526,7 +526,7 @@ def savings_table(sv: pd.DataFrame, paths: list[str]) -> Table:
     for r in sv.itertuples():
         t.add_row(str(r.name), str(r.domain), _num(r.eager_ms, ",.2f"), _num(r.graphed_ms, ",.2f"),
                   _num(r.eager_launches), _num(r.measured_ms, ",.2f"), _num(r.predicted_ms, ",.2f"), err(r.error_pct),
-                  "yes" if r.launch_bound else "no")
+                  "–" if pd.isna(r.launch_bound) else "yes" if r.launch_bound else "no")
     return t
 
 

@@ -1,0 +1,27 @@
+"""bench/parallel_vs_alone.py's comparison (no GPU: per_gpu rows made up here, and a file it saved on 4x H200)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import parallel_vs_alone as pva  # noqa: E402
+
+
+def test_pairs_are_made_round_by_round_where_a_run_lacks_a_figure() -> None:
+    # made-up rows: round 1's all-at-once run has no host round trip; round 2's equals the GPU alone
+    alone = {0: [{"host_rtt_us": 1.0}, {"host_rtt_us": 2.0}]}
+    together = {0: [{}, {"host_rtt_us": 2.0}]}
+    pool = {p["figure"]: p for p in pva.pooled(pva.compare(alone, together))}
+    assert pool["host_rtt_us"]["pairs"] == 1 and pool["host_rtt_us"]["median_pct"] == 0.0  # not 2.0 vs 1.0: +100 %
+
+
+def test_from_json_reprints_a_saved_comparison() -> None:
+    saved = ROOT / "reports" / "h200x4-parallel-vs-alone-20261122" / "turns.json"
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "parallel_vs_alone.py"), "--from-json", str(saved)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "eager_h2d_bytes" in out and "not judged): eager_gpu_us" in out  # +2.2 %, its CI spans 0

@@ -81,17 +81,19 @@ class Turns:
     taken one after another, so up to :data:`BARRIER_TIMEOUT_S` for each of the ``n`` workers."""
 
     def __init__(self, ctx: Any, n: int) -> None:
-        self.ready, self.lock, self.held = ctx.Barrier(n), ctx.Lock(), False
+        self.ready, self.lock, self.held, self.met = ctx.Barrier(n), ctx.Lock(), False, False
         self.holder = ctx.Value("i", 0)
         self.wait_s = BARRIER_TIMEOUT_S * n
 
     def take(self) -> None:
         if self.held:
             return
-        try:
-            self.ready.wait(BARRIER_TIMEOUT_S)
-        except threading.BrokenBarrierError:
-            pass  # another worker failed before its turn; the rest still time one at a time
+        if not self.met:  # once: a second wait there would wait for workers that already passed
+            self.met = True
+            try:
+                self.ready.wait(BARRIER_TIMEOUT_S)
+            except threading.BrokenBarrierError:
+                pass  # another worker failed before its turn; the rest still time one at a time
         self.hold()
 
     def hold(self) -> None:

@@ -76,7 +76,8 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     out["own_eager_launches"] = out["eager_launches"].astype(float) - nesting.children_sum(out, parent, "eager_launches")
     out["own_ns"] = out["excl_ns"].astype(float)
     unknown = out["own_eager_launches"].isna()
-    out["launch_bound"] = pd.Series(False, index=out.index, dtype=object).mask(unknown, math.nan) if unknown.any() else False
+    out["launch_bound"] = (pd.Series(False, index=out.index, dtype=object).mask(unknown, math.nan)
+                           if unknown.any() else False)
     out["predicted_ms"] = 0.0
     busy = "gpu_busy_ns" in out.columns
     if busy:  # children are disjoint in time, so busy time and shortfall add up
@@ -117,8 +118,9 @@ def savings(eager: dict[str, pd.DataFrame], graphed: dict[str, pd.DataFrame]) ->
     launches, the graphed run's graph launches, ``measured_ms`` (eager - graphed, scaled to the eager run's
     calls where the counts differ), ``predicted_ms`` (the eager run's "graphs save" figure) with ``error_pct``
     in % of the measured saving (NaN where nothing was saved), and ``launch_bound`` (any instance was, by
-    launch counts; NaN where no instance's launches were counted). ``eager`` and ``graphed``: the analysis results of the two attach runs (``ranges`` and
-    ``range_instances``, which carry attach's per-call prediction)."""
+    launch counts; NaN where no instance's launches were counted). ``eager`` and ``graphed``: the analysis
+    results of the two attach runs (``ranges`` and ``range_instances``, which carry attach's per-call
+    prediction)."""
     e, g = eager.get("ranges", pd.DataFrame()), graphed.get("ranges", pd.DataFrame())
     if not len(e) or not len(g):
         return pd.DataFrame(columns=SAVINGS_COLUMNS)

@@ -65,13 +65,33 @@ def dropped(events: pd.DataFrame) -> pd.Series:
     return ev.groupby("pid")["id"].sum().astype("int64")
 
 
+def missing(events: pd.DataFrame) -> pd.DataFrame:
+    """Per recording process (:func:`recording_pids`) with fewer kernel records than eager launches (the
+    launch counters on its last event): ``pid``, ``records``, ``eager_launches``. Every eager launch runs a
+    kernel and graphs only add records, so the rest were never written: still in CUPTI's buffers when the
+    process ended without its exit handlers (``os._exit``, a crash, a kill)."""
+    cols = ["pid", "records", "eager_launches"]
+    pids = recording_pids(events)
+    host = host_events(events)
+    if not pids or not len(host) or "eager_process" not in host:
+        return pd.DataFrame(columns=cols)
+    last = host.groupby("pid")["eager_process"].max()
+    records = _all_kernels(events).groupby("pid").size()
+    out = pd.DataFrame([{"pid": p, "records": int(records.get(p, 0)), "eager_launches": int(last.get(p, 0))}
+                        for p in sorted(pids)], columns=cols)
+    return out[out["records"] < out["eager_launches"]].reset_index(drop=True)
+
+
 def notes(events: pd.DataFrame) -> list[str]:
     """What the report must say about kernel records that busy times could not hold."""
     return ([f"process {pid}: {n:,} kernel records had no timestamps (CUPTI could not time them); GPU busy times "
              "leave them out, so its ranges' busy times may be low and their graph savings high"
              for pid, n in untimed(events).items()]
             + [f"process {pid}: CUPTI dropped {n:,} kernel records (no buffer room); its ranges' GPU busy times "
-               "may be low and their graph savings high" for pid, n in dropped(events).items()])
+               "may be low and their graph savings high" for pid, n in dropped(events).items()]
+            + [f"process {r.pid}: {r.records:,} kernel records for {r.eager_launches:,} eager launches; the rest were "
+               "lost when it ended without its exit handlers (os._exit, a crash, a kill): busy times of its last "
+               "ranges may be low and their graph savings high" for r in missing(events).itertuples()])
 
 
 def _busy_before(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

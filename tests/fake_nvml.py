@@ -1,5 +1,6 @@
-"""A fake pynvml built from a topology fixture's ``nvml`` section (tests/data/topo/README.md): enough of
-NVML's NVLink and topology queries for :mod:`pcietrace.collectors.topology`, with no driver."""
+"""Stand-ins for NVML with no driver: a fake pynvml built from a topology fixture's ``nvml`` section
+(tests/data/topo/README.md), enough of NVML's NVLink and topology queries for
+:mod:`pcietrace.collectors.topology`; and a counter reader for the sampler (:class:`FakeCounterReader`)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,18 @@ def fake_pynvml(nvml_doc: dict[str, Any]) -> types.SimpleNamespace:
         nvmlDeviceGetP2PStatus=lambda a, b, cap: 0 if nvml_doc["nvlink_p2p"][a][b] else 4,
         nvmlDeviceGetTopologyCommonAncestor=lambda a, b: 30,
     )
+
+
+class FakeCounterReader:
+    """Stands in for NVML's CounterReader: a counter read that returns at once; every read moves both
+    32-bit counters by ``bytes_per_read`` (as if a read were all the PCIe traffic there is)."""
+
+    bytes_per_read = 1
+
+    def __init__(self, index: int, mode: str | None = None) -> None:
+        self.index, self.mode, self.bits, self.n = index, "fields", 32, 0
+
+    def read(self) -> tuple[int, int]:
+        self.n += 1
+        v = self.n * self.bytes_per_read % 2**32
+        return v, v

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fake_nvml import FakeCounterReader
 from pcietrace.collectors import edges
 from pcietrace.collectors.sampler import CounterSampler, _child_main
 from pcietrace.errors import UsageError
@@ -131,24 +132,13 @@ def _best_of(measure) -> None:
     pytest.fail(f"timing checks failed {ATTEMPTS} times: {failed}")
 
 
-class _FakeReader:
-    """Stands in for NVML's CounterReader: a counter read that returns at once (no driver here)."""
-
-    def __init__(self, index: int, mode: str | None = None) -> None:
-        self.index, self.mode, self.bits, self.n = index, "fields", 32, 0
-
-    def read(self) -> tuple[int, int]:
-        self.n += 1
-        return self.n, self.n
-
-
 def _sample_in_this_process(monkeypatch, page: str, interval_ms: float, idle_ms: float, app) -> np.ndarray:
     """Run one GPU's sampling loop (the body of a sampler child) here with a fake NVML, while ``app`` (run on a
     thread with the page's words, a mark function and the stop event) plays the traced program; returns the
     read times (ns)."""
     from pcietrace.collectors import nvml
 
-    monkeypatch.setattr(nvml, "CounterReader", _FakeReader)
+    monkeypatch.setattr(nvml, "CounterReader", FakeCounterReader)
     out: queue.Queue = queue.Queue()
     stop, pause = threading.Event(), threading.Event()
     with open(page, "r+b") as f:
@@ -240,7 +230,7 @@ def test_without_an_edge_file_a_stop_cuts_a_long_wait_short(monkeypatch) -> None
     """`pcietrace run` (no edge file): a 1 s sampling interval, stopped 50 ms in, must not wait out the second."""
     from pcietrace.collectors import nvml
 
-    monkeypatch.setattr(nvml, "CounterReader", _FakeReader)
+    monkeypatch.setattr(nvml, "CounterReader", FakeCounterReader)
     out: queue.Queue = queue.Queue()
     stop, pause = threading.Event(), threading.Event()
     timer = threading.Timer(0.05, stop.set)

@@ -10,22 +10,16 @@ module first, so the stand-in reader reaches them.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from pcietrace.collectors import nvml
 
-BYTES_PER_READ = 1000
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for its NVML stand-ins
+from fake_nvml import FakeCounterReader  # noqa: E402
 
 
-class FakeReader:
-    """Stands in for NVML's CounterReader: every read moves the counters by BYTES_PER_READ."""
-
-    def __init__(self, index: int, mode: str | None = None) -> None:
-        self.index, self.mode, self.bits, self.n = index, "fields", 32, 0
-
-    def read(self) -> tuple[int, int]:
-        self.n += 1
-        v = self.n * BYTES_PER_READ % 2**32
-        return v, v
+class FakeReader(FakeCounterReader):
+    bytes_per_read = 1000  # the docstring's 1,000 B per read
 
 
 nvml.CounterReader = FakeReader

@@ -13,23 +13,17 @@ import mmap
 import os
 import time
 
+import sys
+from pathlib import Path
+
 import numpy as np
 
 from pcietrace.collectors import edges, nvml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for its NVML stand-ins
+from fake_nvml import FakeCounterReader  # noqa: E402
 
-class FakeReader:
-    """A counter read that returns at once (stands in for NVML's CounterReader)."""
-
-    def __init__(self, index: int, mode: str | None = None) -> None:
-        self.index, self.mode, self.bits, self.n = index, "fields", 32, 0
-
-    def read(self) -> tuple[int, int]:
-        self.n += 1
-        return self.n, self.n
-
-
-nvml.CounterReader = FakeReader
+nvml.CounterReader = FakeCounterReader
 
 if __name__ == "__main__":
     from pcietrace.collectors import CounterSampler

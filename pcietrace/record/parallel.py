@@ -202,7 +202,8 @@ def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_rep
             if turns is not None and not turns.held:
                 note(f"GPU {g['cuda_ordinal']}: waiting to time (one GPU at a time)")
                 turns.take()
-            g["timing_cpu"] = w.pin()
+            if "timing_cpu" not in g:  # (called again before the latency suite: the thread is pinned already)
+                g["timing_cpu"] = w.pin()
 
         record(session, plan, [(w.meta, w.backend)], w.sampler, {w.meta["nvml_index"]: w.probe},
                progress=lambda label: send(("step", slot, label)), before_timing=my_turn)

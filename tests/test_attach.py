@@ -76,11 +76,11 @@ def test_attribution_inclusive_exclusive_and_floor(events) -> None:
 
 def test_launch_counts_overhead_and_savings() -> None:
     # CONSTRUCTED events: a range on thread 1 in which the thread made 100 eager and 2 graph launches
-    # while another thread made 50 more.
+    # while another thread made 50 more; 12 us per launch: GPU-bound (> 2x the 5 us host cost below)
     ev = pd.DataFrame([
         {"t_ns": 0, "tid": 1, "event": "push", "domain": "d", "id": 0, "depth": 0, "eager_thread": 10, "graph_thread": 0,
          "eager_process": 10, "graph_process": 0, "message": "step", "pid": 5},
-        {"t_ns": 10**6, "tid": 1, "event": "pop", "domain": "d", "id": 0, "depth": 0, "eager_thread": 110, "graph_thread": 2,
+        {"t_ns": 1_200_000, "tid": 1, "event": "pop", "domain": "d", "id": 0, "depth": 0, "eager_thread": 110, "graph_thread": 2,
          "eager_process": 160, "graph_process": 2, "message": "", "pid": 5}])
     r = attribution.ranges_from_events(ev)
     assert r[["eager_launches", "graph_launches", "eager_launches_process"]].iloc[0].tolist() == [100, 2, 150]

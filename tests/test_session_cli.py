@@ -60,6 +60,36 @@ def test_a_run_that_took_turns_says_where_it_timed(data_dir, capsys, monkeypatch
     assert "timing CPU" not in capsys.readouterr().out
 
 
+def test_a_dry_burst_is_left_out_of_the_host_cost_not_the_whole_row(data_dir, capsys, monkeypatch) -> None:
+    # the real H100 run's 7 PyTorch bursts, the slowest one marked as having outlasted its blocker (a host
+    # stall, as one burst of 15 did on the H100 on 2026-11-22): the median drops it, the row stays valid
+    from pcietrace.analysis.launch import host_cost_by_language
+
+    s = Session.load(data_dir / "h100_run_turns")
+    b = s.bursts.copy()
+    torch_rows = b[(b["path"] == "torch") & (b["kernel_us"] == 0) & (b["mode"] == "eager")]
+    slowest = (torch_rows["host_ns"]).idxmax()
+    b.loc[slowest, "saturated"] = False
+    before = host_cost_by_language(s.bursts).set_index("path").loc["torch"]
+    after = host_cost_by_language(b).set_index("path").loc["torch"]
+    kept = torch_rows.drop(slowest)
+    assert before["dry_bursts"] == 0 and after["dry_bursts"] == 1 and after["bursts"] == len(torch_rows)
+    assert after["saturated"] and after["us_per_launch"] == pytest.approx((kept["host_ns"] / kept["calls"]).median() / 1e3)
+    assert after["us_per_launch"] <= before["us_per_launch"]
+    b.loc[torch_rows.index, "saturated"] = False  # every burst dry: kept, and flagged
+    dry = host_cost_by_language(b).set_index("path").loc["torch"]
+    assert not dry["saturated"] and dry["us_per_launch"] == pytest.approx(before["us_per_launch"])
+    b.loc[torch_rows.index, "saturated"] = True
+    b.loc[slowest, "saturated"] = False
+    from rich.console import Console
+
+    from pcietrace.report.console import language_table
+
+    con = Console(width=200, record=True)
+    con.print(language_table(host_cost_by_language(b)))
+    assert "1 of 7 bursts ran dry, left out" in con.export_text()
+
+
 def test_report_json(data_dir, capsys) -> None:
     assert main(["report", str(data_dir / "h100_run"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -537,7 +537,9 @@ def language_table(lang: pd.DataFrame) -> Table:
                caption="the same empty-kernel burst behind a blocker (queue never full), at the shortest kernel; from: "
                        + "; ".join(f"{p} = {name}" for p, name in LANGUAGES.items()))
     for r in lang.to_dict("records"):
-        t.add_row(f"GPU{r['nvml_index']}", esc(r["path"]) + ("" if r["saturated"] else " [yellow](queue ran dry)[/]"),
+        dry = ("" if not r.get("dry_bursts") else f" [dim]({r['dry_bursts']} of {r['bursts']} bursts ran dry, left out)[/]"
+               if r["saturated"] else " [yellow](queue ran dry)[/]")
+        t.add_row(f"GPU{r['nvml_index']}", esc(r["path"]) + dry,
                   _num(r["us_per_launch"], ".3f"), _num(r["cpu_us_per_launch"], ".3f"),
                   _num(r["extra_us_vs_native"], "+.3f"), _num(r["ratio_vs_native"], ".2f", "×"))
     return t

@@ -4,6 +4,7 @@ compares per (rank, range): truth vs attach bytes per call, error, and attach's 
 GPUs each rank's ranges were charged, the per-GPU sampling rate, and the app's runtime alone vs attached.
 
     python3 bench/attach_truth.py SCENARIO [...] [--out DIR] [--exact-edges] [--idle-sample-interval-ms MS]
+                                  [--sample-interval-ms MS]
 Scenarios: python (cuda.bindings), cpp (NVTX3 + runtime, built with nvcc), torch (eager + CUDA graph),
 torchrun (one process per GPU, --torch). Done means: ranges >= 2 ms within 5 % (H2D and D2H), shorter
 ranges within their stated error, idle ranges within their error of the truth.
@@ -120,10 +121,14 @@ def main() -> int:
     ap.add_argument("--overhead-pairs", type=int, default=0, help="alone/attached runs without truth reads, alternated")
     ap.add_argument("--idle-sample-interval-ms", default=None, metavar="MS",
                     help="passed to attach (default: attach's own, 5; 0 = fast sampling throughout, as before)")
+    ap.add_argument("--sample-interval-ms", default=None, metavar="MS",
+                    help="passed to attach: the sampling interval inside ranges (default: attach's own, 0.5)")
     a = ap.parse_args()
-    extra = [] if a.idle_sample_interval_ms is None else ["--idle-sample-interval-ms", a.idle_sample_interval_ms]
+    extra = ([] if a.idle_sample_interval_ms is None else ["--idle-sample-interval-ms", a.idle_sample_interval_ms]) + (
+        [] if a.sample_interval_ms is None else ["--sample-interval-ms", a.sample_interval_ms])
     tag = (("-exact" if a.exact_edges else "") + ("" if a.gpu == "all" else f"-gpu{a.gpu}")
-           + ("" if a.idle_sample_interval_ms is None else f"-idle{a.idle_sample_interval_ms}"))
+           + ("" if a.idle_sample_interval_ms is None else f"-idle{a.idle_sample_interval_ms}")
+           + ("" if a.sample_interval_ms is None else f"-fast{a.sample_interval_ms}"))
     everything = {}
     for sc in a.scenarios:
         res = run(sc, a.work, a.exact_edges, a.gpu, extra)

@@ -131,9 +131,13 @@ def test_latency_suite_is_stable_run_to_run() -> None:
     assert a.loc["device_read_l2", "median_us"] < a.loc["device_read_hbm", "median_us"] < a.loc["host_read_rtt", "median_us"]
     # Stable = the two suites' medians agree within their bootstrap 95 % CIs plus 3 % (a one-run
     # spread bound flaked: 4.5 % IQR once on the H100 while the medians agreed to 2 %).
-    for test in ("host_read_rtt", "host_read_rtt_2mib", "device_read_l2", "device_read_hbm"):  # GPU-timed
+    # Round trips to host memory get 5 %: their median drifts with the host (1.20-1.31 us over 6 back-to-back
+    # pairs of suites in one H100 call, 2026-11-22; a pair differed by 4.4 % with CIs of 0.02 us, and the 3 %
+    # bound failed once in 12 runs that day). On-GPU reads keep 3 %.
+    drift = {"host_read_rtt": 0.05, "host_read_rtt_2mib": 0.05, "device_read_l2": 0.03, "device_read_hbm": 0.03}
+    for test, frac in drift.items():  # GPU-timed
         ma, mb = a.loc[test, "median_us"], b.loc[test, "median_us"]
-        bound = a.loc[test, "ci95_us"] + b.loc[test, "ci95_us"] + 0.03 * (ma + mb) / 2
+        bound = a.loc[test, "ci95_us"] + b.loc[test, "ci95_us"] + frac * (ma + mb) / 2
         assert abs(ma - mb) <= bound, f"{test}: {ma:.3f} vs {mb:.3f} us (allowed {bound:.3f})"
     # Host-timed tests run in C: a launch + sync costs more than a graph-of-1 launch + sync minus noise,
     # and the kernel's first store reaches the host before the stream reports done.

@@ -5,8 +5,8 @@ app's timed loop and of each range's duration per configuration.
     python3 bench/attach_overhead_matrix.py SCENARIO [--pairs N]
 Configurations: alone; attach (defaults, --no-calibrate: idle-aware sampling, 0.5 ms in ranges, 5 ms outside);
 attach-idle0 (--idle-sample-interval-ms 0: 0.5 ms throughout, the default before idle-aware sampling); attach with
-the sampler's duty cap at 0.5 and 1 (off); attach-1ms and attach-10ms (--sample-interval-ms 1 / 10: inside ranges). (A first run on 4x H200 also had
-`sampler`: a bare CounterSampler at 0.5 ms beside the app, no injection: +41.8 %, the same as attach: the reads,
+the sampler's duty cap at 0.5 and 1 (off); attach-1ms and attach-10ms (--sample-interval-ms 1 / 10: inside
+ranges). (A first run on 4x H200 also had `sampler`: a bare CounterSampler at 0.5 ms beside the app, no injection: +41.8 %, the same as attach: the reads,
 not the injection, cost.)
 """
 
@@ -30,7 +30,8 @@ SAMPLER = ("import sys, time\nfrom pcietrace.collectors import CounterSampler, n
            "print('ready', flush=True); sys.stdin.read(); s.stop()\n")
 CONFIGS = {"alone": None, "attach": [], "attach-idle0": ["--idle-sample-interval-ms", "0"],
            "attach-duty0.5": ["--sampler-duty", "0.5"],
-           "attach-duty1": ["--sampler-duty", "1"], "attach-1ms": ["--sample-interval-ms", "1"], "attach-10ms": ["--sample-interval-ms", "10"]}
+           "attach-duty1": ["--sampler-duty", "1"], "attach-1ms": ["--sample-interval-ms", "1"],
+           "attach-10ms": ["--sample-interval-ms", "10"]}
 
 
 def once(config: str, cmd: list[str], work: Path, i: int) -> pd.DataFrame:

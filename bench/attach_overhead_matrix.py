@@ -6,8 +6,8 @@ app's timed loop and of each range's duration per configuration.
 Configurations: alone; attach (defaults, --no-calibrate: idle-aware sampling, 0.5 ms in ranges, 5 ms outside);
 attach-idle0 (--idle-sample-interval-ms 0: 0.5 ms throughout, the default before idle-aware sampling); attach with
 the sampler's duty cap at 0.5 and 1 (off); attach-1ms and attach-10ms (--sample-interval-ms 1 / 10: inside
-ranges). (A first run on 4x H200 also had `sampler`: a bare CounterSampler at 0.5 ms beside the app, no injection: +41.8 %, the same as attach: the reads,
-not the injection, cost.)
+ranges). (A first run on 4x H200 also had `sampler`: a bare CounterSampler at 0.5 ms beside the app, no
+injection: +41.8 %, the same as attach: the reads, not the injection, cost.)
 """
 
 from __future__ import annotations

@@ -11,6 +11,17 @@ from pcietrace.analysis.latency import DEFAULT_US_PER_LEVEL
 from pcietrace.analysis.summary import gpu_label
 
 
+#: How far a host-timed figure moves between two runs of one machine: the 95th percentile of the pairwise
+#: differences between rounds of the C++ oracle (bench/oracle_loops.cu), each a fresh process, on the lent
+#: H100 (10 rounds) and 4x H200 (6 rounds), 2026-11-22 (bench/host_noise.py, reports/host-noise-20261122):
+#: host cost per launch 24-35 %, launch + synchronize and 4 B copies 11-21 %; the host-memory round trip
+#: (GPU-timed) 1.20-1.31 us over 6 pairs of suites. A difference below it is no evidence of a difference
+#: between machines, whatever one run's own interval says.
+RUN_TO_RUN_PCT = {"host cost / eager launch": 30.0, "host cost / graph launch": 30.0,
+                  "launch + sync (eager)": 20.0, "launch -> first instruction": 20.0, "4 B H2D copy": 20.0,
+                  "host read round trip": 10.0}
+
+
 def metrics(results: dict[str, pd.DataFrame], meta: dict[str, Any]) -> pd.DataFrame:
     """The headline figures of one run, for every GPU: ``gpu`` (GPU0, ...), ``metric``, ``unit``, ``value``,
     ``ci95`` (half-width; NaN where the run gives no interval)."""
@@ -77,9 +88,10 @@ def compare(runs: list[tuple[str, dict[str, pd.DataFrame], dict[str, Any]]],
             us_per_level: float = DEFAULT_US_PER_LEVEL) -> pd.DataFrame:
     """One row per GPU label and metric, one ``value:<name>``/``ci95:<name>`` pair per run, and for every
     run after the first a ``delta:<name>`` (vs the first), ``pct:<name>`` (the delta in % of the first's
-    value) and ``significant:<name>`` (True when the difference exceeds the combined 95 % half-widths;
-    None where a run gives no interval). GPUs pair by label (GPU0 with GPU0); a GPU only one run has
-    gets NaN deltas.
+    value) and ``significant:<name>`` (True when the difference exceeds the combined 95 % half-widths and,
+    for host-timed figures, their run-to-run movement on one machine, ``run_to_run_pct``
+    (:data:`RUN_TO_RUN_PCT`); None where there is neither an interval nor such a bound). GPUs pair by
+    label (GPU0 with GPU0); a GPU only one run has gets NaN deltas.
 
     Per GPU, a row ``round trip expected from switch levels`` puts the host-read round-trip delta beside
     what the switch-level difference predicts (``us_per_level`` per level)."""
@@ -93,12 +105,14 @@ def compare(runs: list[tuple[str, dict[str, pd.DataFrame], dict[str, Any]]],
     assert out is not None
     out = out.set_index(["gpu", "metric"]).loc[order].reset_index()  # first-seen order, not alphabetical
     base = runs[0][0]
+    floor = out["metric"].map(RUN_TO_RUN_PCT)
+    out["run_to_run_pct"] = floor
     for name, _, _ in runs[1:]:
         d = out[f"value:{name}"] - out[f"value:{base}"]
         comb = (out[f"ci95:{name}"] ** 2 + out[f"ci95:{base}"] ** 2) ** 0.5
         out[f"delta:{name}"] = d
         out[f"pct:{name}"] = d / out[f"value:{base}"].abs().where(out[f"value:{base}"] != 0) * 100
-        out[f"significant:{name}"] = [None if math.isnan(c) else bool(abs(x) > c) for x, c in zip(d, comb)]
+        out[f"significant:{name}"] = [_significant(x, c, p, f) for x, c, p, f in zip(d, comb, out[f"pct:{name}"], floor)]
     extra = []
     for gpu, levels in out[out["metric"] == "PCIe switch levels"].groupby("gpu", sort=False):
         if len(runs) > 1:
@@ -107,3 +121,11 @@ def compare(runs: list[tuple[str, dict[str, pd.DataFrame], dict[str, Any]]],
                 row[f"delta:{name}"] = float(levels[f"value:{name}"].iloc[0] - levels[f"value:{base}"].iloc[0]) * us_per_level
             extra.append(row)
     return pd.concat([out, pd.DataFrame(extra)], ignore_index=True) if extra else out
+
+
+def _significant(delta: float, ci95: float, pct: float, floor_pct: float) -> bool | None:
+    """A difference beyond both its intervals (``ci95``, combined half-width) and, for a host-timed figure,
+    the ``floor_pct`` two runs of one machine differ by; None where neither is known."""
+    if math.isnan(delta) or (math.isnan(ci95) and math.isnan(floor_pct)):
+        return None
+    return bool((math.isnan(ci95) or abs(delta) > ci95) and (math.isnan(floor_pct) or abs(pct) > floor_pct))

@@ -251,6 +251,7 @@ def compare_summary(cmp: pd.DataFrame, names: list[str], n: int = 4) -> dict[str
             items = [f"{r['gpu']} {r['metric']} {r[pct_col]:+.1f} %" for _, r in sig.iterrows()]
             lines.append(f"{name} vs {names[0]}: significant: " + "; ".join(items) + ".")
         else:
-            lines.append(f"{name} vs {names[0]}: no difference the 95 % intervals call significant.")
+            lines.append(f"{name} vs {names[0]}: no significant difference (beyond the 95 % intervals and, for "
+                         "host-timed figures, beyond how far two runs of one machine differ).")
     return {"kind": "compare", "lines": lines}
 

@@ -19,6 +19,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from pcietrace.analysis.compare import RUN_TO_RUN_PCT
 from pcietrace.analysis.launch import LANGUAGES
 from pcietrace.analysis.summary import DETAIL_GPUS, gpu_label, link_label, short_name
 
@@ -239,8 +240,12 @@ def compare_table(cmp: pd.DataFrame, names: list[str]) -> Table:
         if i:
             cols.append((f"Δ {chr(65 + i)}", "right"))
     runs = "; ".join(f"{chr(65 + i)} = {esc(n)}" for i, n in enumerate(names))
-    t = _table("Comparison", cols, caption=f"{runs}. Δ vs A, with % of A; * = significant (the 95 % intervals "
-                                           "do not overlap the difference), no mark = not significant or no interval")
+    floor = RUN_TO_RUN_PCT
+    t = _table("Comparison", cols, caption=f"{runs}. Δ vs A, with % of A; * = significant (beyond the 95 % "
+                                           "intervals and, for host-timed figures, beyond how far two runs of one "
+                                           f"machine differ: host cost {floor['host cost / eager launch']:g} %, host "
+                                           f"loops {floor['launch + sync (eager)']:g} %, host-memory round trip "
+                                           f"{floor['host read round trip']:g} %), no mark = not significant or not judged")
     for r in cmp.to_dict("records"):
         unit = f" ({r['unit']})" if r["unit"] else ""
         cells = [esc(r["gpu"]), esc(r["metric"]) + unit]

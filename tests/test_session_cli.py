@@ -76,6 +76,8 @@ def test_a_dry_burst_is_left_out_of_the_host_cost_not_the_whole_row(data_dir) ->
     assert before["dry_bursts"] == 0 and after["dry_bursts"] == 1 and after["bursts"] == len(torch_rows)
     assert after["saturated"] and after["us_per_launch"] == pytest.approx((kept["host_ns"] / kept["calls"]).median() / 1e3)
     assert after["us_per_launch"] <= before["us_per_launch"]
+    us = kept["host_ns"] / kept["calls"] / 1e3  # the run's own spread, over the bursts kept
+    assert after["iqr_pct"] == pytest.approx((us.quantile(0.75) - us.quantile(0.25)) / us.median() * 100)
     b.loc[torch_rows.index, "saturated"] = False  # every burst dry: kept, and flagged
     dry = host_cost_by_language(b).set_index("path").loc["torch"]
     assert not dry["saturated"] and dry["us_per_launch"] == pytest.approx(before["us_per_launch"])

@@ -149,7 +149,8 @@ def speedup(e2e: pd.DataFrame) -> pd.DataFrame:
 
 
 HOST_COST_BY_LANGUAGE_COLUMNS = ["nvml_index", "language", "path", "kernel_us", "us_per_launch", "cpu_us_per_launch",
-                                 "extra_us_vs_native", "ratio_vs_native", "bursts", "dry_bursts", "saturated"]
+                                 "extra_us_vs_native", "ratio_vs_native", "iqr_pct", "bursts", "dry_bursts",
+                                 "saturated"]
 
 
 def host_cost_by_language(bursts: pd.DataFrame) -> pd.DataFrame:
@@ -158,7 +159,9 @@ def host_cost_by_language(bursts: pd.DataFrame) -> pd.DataFrame:
     the native C loops, from Python through cuda.bindings, and from PyTorch where it imported.
     ``us_per_launch``: median wall time per call over the bursts that kept the blocker running (the
     precondition); ``cpu_us_per_launch``: the thread's CPU time per call, over the same bursts;
-    ``extra_us_vs_native`` / ``ratio_vs_native``: against the native row (NaN without one); ``bursts``:
+    ``extra_us_vs_native`` / ``ratio_vs_native``: against the native row (NaN without one); ``iqr_pct``:
+    the interquartile range of the per-burst wall times in % of their median (the run's own spread;
+    separate runs move further, :data:`pcietrace.analysis.compare.RUN_TO_RUN_PCT`); ``bursts``:
     bursts measured; ``dry_bursts``: those whose launch loop outlasted the blocker (a host stall of
     milliseconds, or a queue too short for the burst), left out of the medians; ``saturated``: more than
     half kept the blocker running (else the medians are over every burst, and an upper bound).
@@ -177,8 +180,11 @@ def host_cost_by_language(bursts: pd.DataFrame) -> pd.DataFrame:
     # a few dry bursts (one 15 ms host stall among 15 on a noisy VM) are left out; mostly dry: keep them all
     b = b.merge(count[keys + ["saturated"]].rename(columns={"saturated": "row_ok"}), on=keys)
     use = b[~b["dry"] | ~b["row_ok"]]
-    out = count.merge(use.groupby(keys, as_index=False).agg(us_per_launch=("us", "median"),
-                                                            cpu_us_per_launch=("cpu", "median")), on=keys)
+    def iqr_pct(us: pd.Series) -> float:
+        return float((us.quantile(0.75) - us.quantile(0.25)) / us.median() * 100)
+
+    out = count.merge(use.groupby(keys, as_index=False).agg(us_per_launch=("us", "median"), cpu_us_per_launch=("cpu", "median"),
+                                                            iqr_pct=("us", iqr_pct)), on=keys)
     native = out[out["path"] == "native"].set_index("nvml_index")["us_per_launch"]
     base = out["nvml_index"].map(native)
     out["extra_us_vs_native"] = out["us_per_launch"] - base

@@ -537,15 +537,17 @@ def savings_table(sv: pd.DataFrame, paths: list[str]) -> Table:
 
 def language_table(lang: pd.DataFrame) -> Table:
     t = _table("Host cost per eager launch, by what launches it",
-               [("GPU", "left"), ("from", "left"), ("us/launch", "right"), ("CPU us", "right"), ("+us vs C", "right"),
-                ("× C", "right")],
-               caption="the same empty-kernel burst behind a blocker (queue never full), at the shortest kernel; from: "
+               [("GPU", "left"), ("from", "left"), ("us/launch", "right"), ("IQR %", "right"), ("CPU us", "right"),
+                ("+us vs C", "right"), ("× C", "right")],
+               caption="the same empty-kernel burst behind a blocker (queue never full), at the shortest kernel; IQR: "
+                       "the spread of this run's bursts (separate runs of one machine differ by up to "
+                       f"{RUN_TO_RUN_PCT['host cost / eager launch']:g} % on the lent VMs); from: "
                        + "; ".join(f"{p} = {name}" for p, name in LANGUAGES.items()))
     for r in lang.to_dict("records"):
         dry = ("" if not r.get("dry_bursts") else f" [dim]({r['dry_bursts']} of {r['bursts']} bursts ran dry, left out)[/]"
                if r["saturated"] else " [yellow](queue ran dry)[/]")
         t.add_row(f"GPU{r['nvml_index']}", esc(r["path"]) + dry,
-                  _num(r["us_per_launch"], ".3f"), _num(r["cpu_us_per_launch"], ".3f"),
+                  _num(r["us_per_launch"], ".3f"), _num(r["iqr_pct"], ".1f"), _num(r["cpu_us_per_launch"], ".3f"),
                   _num(r["extra_us_vs_native"], "+.3f"), _num(r["ratio_vs_native"], ".2f", "×"))
     return t
 

@@ -62,7 +62,8 @@ def test_a_run_that_took_turns_says_where_it_timed(data_dir, capsys, monkeypatch
 
 def test_a_dry_burst_is_left_out_of_the_host_cost_not_the_whole_row(data_dir) -> None:
     # the real H100 run's 7 PyTorch bursts, the slowest one marked as having outlasted its blocker (a host
-    # stall; most likely what failed the full-run GPU test once on the H100, 2026-11-22): the median drops it, the row stays valid
+    # stall; most likely what failed the full-run GPU test once on the H100, 2026-11-22): the median drops
+    # it, the row stays valid
     from pcietrace.analysis.launch import host_cost_by_language
 
     s = Session.load(data_dir / "h100_run_turns")

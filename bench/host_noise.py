@@ -71,7 +71,7 @@ def exe_round(exe: Path, cpu: int | None, side: list[str] | None, side_cpu: int 
 
 
 def spread(v: list[float]) -> dict[str, float]:
-    q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
+    q = statistics.quantiles(v, n=4, method="inclusive") if len(v) > 1 else [v[0]] * 3  # as pandas
     med = statistics.median(v)
     return {"median": med, "iqr_pct": 100 * (q[2] - q[0]) / med, "range_pct": 100 * (max(v) - min(v)) / med,
             "min": min(v), "max": max(v)}

@@ -235,8 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     cp = sub.add_parser("compare", formatter_class=_Formatter, help="saved runs side by side, with significant deltas marked",
                         description="Headline figures of saved runs side by side; deltas against the first run are "
-                                    "marked significant only beyond the 95 % intervals and, for host-timed figures, beyond "
-                                    "how far two runs of one machine differ (measured on the lent VMs); the host round-trip "
+                                    "marked significant only beyond the 95 % intervals and, for figures that move with the "
+                                    "host's speed, beyond how far two runs of one machine differ (measured on the lent "
+                                    "VMs); the host round-trip "
                                     "delta is set against what the switch-level difference predicts.")
     cp.add_argument("paths", type=Path, nargs="+", help="run folders or report.json files (the first is the baseline)")
     _us_per_level(cp)

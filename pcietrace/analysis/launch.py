@@ -8,6 +8,8 @@ the GPU's RX counter; ``d2h`` = device->host = TX.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -101,12 +103,25 @@ def by_duration(wb: pd.DataFrame) -> pd.DataFrame:
     return out.groupby(["nvml_index", "kernel_us"], as_index=False)[BY_DURATION_COLUMNS[2:]].mean()
 
 
+def kept_bursts(bursts: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The bursts a host-cost median is taken over, per group of ``keys``: those that kept their blocker
+    running (``saturated``, the precondition), where at least half of the group did; every burst of a group
+    where most ran dry (a queue too short for the burst: its figure is then an upper bound). One dry burst
+    is a host stall of milliseconds (one in 15 on the H100, 2026-11-22), not the launch cost."""
+    if not len(bursts):
+        return bursts
+    dry = ~bursts["saturated"].astype(bool)
+    mostly_dry = dry.groupby([bursts[k] for k in keys]).transform("mean") > 0.5
+    return bursts[~dry | mostly_dry]
+
+
 def cpu_cost(bursts: pd.DataFrame) -> pd.DataFrame:
     """Host cost per launch call while the GPU is blocked (so the queue never fills and no call
     waits): ``host_us_per_call`` (wall time of the launch loop) and ``cpu_us_per_call`` (the launching
-    thread's CPU time), medians over kernel durations, and ``host_us_per_kernel`` (per call / K).
+    thread's CPU time), medians over kernel durations (dry bursts left out: :func:`kept_bursts`), and
+    ``host_us_per_kernel`` (per call / K).
     Columns: ``nvml_index, mode, graph_k, host_us_per_call, host_us_per_kernel, cpu_us_per_call``."""
-    bursts = primary(bursts)
+    bursts = kept_bursts(primary(bursts), ["nvml_index", "mode", "graph_k", "kernel_us"])
     b = bursts.assign(host_us_per_call=bursts["host_ns"] / bursts["calls"] / 1e3,
                       cpu_us_per_call=bursts["cpu_ns"] / bursts["calls"] / 1e3)
     out = b.groupby(["nvml_index", "mode", "graph_k"], as_index=False)[["host_us_per_call", "cpu_us_per_call"]].median()
@@ -148,6 +163,11 @@ def speedup(e2e: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _iqr_pct(v: pd.Series) -> float:
+    """Interquartile range in % of the median (NaN under 4 values: no spread to speak of)."""
+    return float((v.quantile(0.75) - v.quantile(0.25)) / v.median() * 100) if len(v) >= 4 else math.nan
+
+
 HOST_COST_BY_LANGUAGE_COLUMNS = ["nvml_index", "language", "path", "kernel_us", "us_per_launch", "cpu_us_per_launch",
                                  "extra_us_vs_native", "ratio_vs_native", "iqr_pct", "bursts", "dry_bursts",
                                  "saturated"]
@@ -160,11 +180,12 @@ def host_cost_by_language(bursts: pd.DataFrame) -> pd.DataFrame:
     ``us_per_launch``: median wall time per call over the bursts that kept the blocker running (the
     precondition); ``cpu_us_per_launch``: the thread's CPU time per call, over the same bursts;
     ``extra_us_vs_native`` / ``ratio_vs_native``: against the native row (NaN without one); ``iqr_pct``:
-    the interquartile range of the per-burst wall times in % of their median (the run's own spread;
-    separate runs move further, :data:`pcietrace.analysis.compare.RUN_TO_RUN_PCT`); ``bursts``:
+    the interquartile range of the per-burst wall times in % of their median (the run's own spread; NaN
+    under 4 bursts; separate runs move further, :data:`pcietrace.analysis.compare.RUN_TO_RUN_PCT`); ``bursts``:
     bursts measured; ``dry_bursts``: those whose launch loop outlasted the blocker (a host stall of
-    milliseconds, or a queue too short for the burst), left out of the medians; ``saturated``: more than
-    half kept the blocker running (else the medians are over every burst, and an upper bound).
+    milliseconds, or a queue too short for the burst), left out of the medians (:func:`kept_bursts`);
+    ``saturated``: at least half kept the blocker running (else the medians are over every burst, and an
+    upper bound).
     Columns: :data:`HOST_COST_BY_LANGUAGE_COLUMNS`."""
     if not len(bursts):
         return pd.DataFrame(columns=HOST_COST_BY_LANGUAGE_COLUMNS)
@@ -176,15 +197,10 @@ def host_cost_by_language(bursts: pd.DataFrame) -> pd.DataFrame:
     keys = ["nvml_index", "path"]
     count = b.groupby(keys, as_index=False).agg(kernel_us=("kernel_us", "first"), bursts=("us", "size"),
                                                 dry_bursts=("dry", "sum"))
-    count["saturated"] = count["dry_bursts"] < count["bursts"] / 2
-    # a few dry bursts (one 15 ms host stall among 15 on a noisy VM) are left out; mostly dry: keep them all
-    b = b.merge(count[keys + ["saturated"]].rename(columns={"saturated": "row_ok"}), on=keys)
-    use = b[~b["dry"] | ~b["row_ok"]]
-    def iqr_pct(us: pd.Series) -> float:
-        return float((us.quantile(0.75) - us.quantile(0.25)) / us.median() * 100)
-
-    out = count.merge(use.groupby(keys, as_index=False).agg(us_per_launch=("us", "median"), cpu_us_per_launch=("cpu", "median"),
-                                                            iqr_pct=("us", iqr_pct)), on=keys)
+    count["saturated"] = count["dry_bursts"] <= count["bursts"] / 2
+    stats = kept_bursts(b, keys).groupby(keys, as_index=False).agg(
+        us_per_launch=("us", "median"), cpu_us_per_launch=("cpu", "median"), iqr_pct=("us", _iqr_pct))
+    out = count.merge(stats, on=keys)
     native = out[out["path"] == "native"].set_index("nvml_index")["us_per_launch"]
     base = out["nvml_index"].map(native)
     out["extra_us_vs_native"] = out["us_per_launch"] - base

@@ -252,6 +252,6 @@ def compare_summary(cmp: pd.DataFrame, names: list[str], n: int = 4) -> dict[str
             lines.append(f"{name} vs {names[0]}: significant: " + "; ".join(items) + ".")
         else:
             lines.append(f"{name} vs {names[0]}: no significant difference (beyond the 95 % intervals and, for "
-                         "host-timed figures, beyond how far two runs of one machine differ).")
+                         "figures that move with the host's speed, beyond how far two runs of one machine differ).")
     return {"kind": "compare", "lines": lines}
 

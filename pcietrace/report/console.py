@@ -241,11 +241,14 @@ def compare_table(cmp: pd.DataFrame, names: list[str]) -> Table:
             cols.append((f"Δ {chr(65 + i)}", "right"))
     runs = "; ".join(f"{chr(65 + i)} = {esc(n)}" for i, n in enumerate(names))
     floor = RUN_TO_RUN_PCT
-    t = _table("Comparison", cols, caption=f"{runs}. Δ vs A, with % of A; * = significant (beyond the 95 % "
-                                           "intervals and, for host-timed figures, beyond how far two runs of one "
-                                           f"machine differ: host cost {floor['host cost / eager launch']:g} %, host "
-                                           f"loops {floor['launch + sync (eager)']:g} %, host-memory round trip "
-                                           f"{floor['host read round trip']:g} %), no mark = not significant or not judged")
+    t = _table("Comparison", cols, caption=f"{runs}. Δ vs A, with % of A; * = significant: beyond the 95 % "
+                                           "intervals and, for figures that move with the host's speed, beyond what "
+                                           "two runs of one machine differ by (95th percentile, in % of the mean: "
+                                           f"host cost {floor['host cost / eager launch']:g} %; launch + sync, first "
+                                           f"instruction, 4 B copy, graphs' time per iteration "
+                                           f"{floor['launch + sync (eager)']:g} %; host-memory round trip "
+                                           f"{floor['host read round trip']:g} %); no mark = not significant or not "
+                                           "judged")
     for r in cmp.to_dict("records"):
         unit = f" ({r['unit']})" if r["unit"] else ""
         cells = [esc(r["gpu"]), esc(r["metric"]) + unit]
@@ -541,11 +544,13 @@ def language_table(lang: pd.DataFrame) -> Table:
                 ("+us vs C", "right"), ("× C", "right")],
                caption="the same empty-kernel burst behind a blocker (queue never full), at the shortest kernel; IQR: "
                        "the spread of this run's bursts (separate runs of one machine differ by up to "
-                       f"{RUN_TO_RUN_PCT['host cost / eager launch']:g} % on the lent VMs); from: "
+                       f"{RUN_TO_RUN_PCT['host cost / eager launch']:g} %, 95th percentile on the lent VMs); from: "
                        + "; ".join(f"{p} = {name}" for p, name in LANGUAGES.items()))
     for r in lang.to_dict("records"):
-        dry = ("" if not r.get("dry_bursts") else f" [dim]({r['dry_bursts']} of {r['bursts']} bursts ran dry, left out)[/]"
-               if r["saturated"] else " [yellow](queue ran dry)[/]")
+        if r["saturated"]:
+            dry = f" [dim]({r['dry_bursts']} of {r['bursts']} bursts ran dry, left out)[/]" if r.get("dry_bursts") else ""
+        else:
+            dry = f" [yellow]({r['dry_bursts']} of {r['bursts']} bursts ran dry: an upper bound)[/]"
         t.add_row(f"GPU{r['nvml_index']}", esc(r["path"]) + dry,
                   _num(r["us_per_launch"], ".3f"), _num(r["iqr_pct"], ".1f"), _num(r["cpu_us_per_launch"], ".3f"),
                   _num(r["extra_us_vs_native"], "+.3f"), _num(r["ratio_vs_native"], ".2f", "×"))

@@ -102,8 +102,8 @@ def compare(runs: list[tuple[str, dict[str, pd.DataFrame], dict[str, Any]]],
     run after the first a ``delta:<name>`` (vs the first), ``pct:<name>`` (the delta in % of the first's
     value) and ``significant:<name>`` (True when the difference exceeds the combined 95 % half-widths and,
     for figures that move with the host's speed, their run-to-run bound ``run_to_run_pct`` in % of the two
-    values' mean (:func:`run_to_run_pct`); None where there is neither an interval nor such a bound). GPUs pair by
-    label (GPU0 with GPU0); a GPU only one run has gets NaN deltas.
+    values' mean (:func:`run_to_run_pct`); None where there is neither an interval nor such a bound).
+    GPUs pair by label (GPU0 with GPU0); a GPU only one run has gets NaN deltas.
 
     Per GPU, a row ``round trip expected from switch levels`` puts the host-read round-trip delta beside
     what the switch-level difference predicts (``us_per_level`` per level)."""

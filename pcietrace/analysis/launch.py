@@ -106,8 +106,8 @@ def by_duration(wb: pd.DataFrame) -> pd.DataFrame:
 def kept_bursts(bursts: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """The bursts a host-cost median is taken over, per group of ``keys``: those that kept their blocker
     running (``saturated``, the precondition), where at least half of the group did; every burst of a group
-    where most ran dry (a queue too short for the burst: its figure is then an upper bound). One dry burst
-    is a host stall of milliseconds (one in 15 on the H100, 2026-11-22), not the launch cost."""
+    where most ran dry (a queue too short for the burst: its figure is then an upper bound). A dry burst
+    among saturated ones took milliseconds longer than its launches can: a host stall, not launch cost."""
     if not len(bursts):
         return bursts
     dry = ~bursts["saturated"].astype(bool)

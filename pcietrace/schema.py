@@ -104,7 +104,8 @@ def obj(required: dict[str, Check], optional: dict[str, Check] | None = None) ->
 COUNTER = obj({"mode": STR, "bits": INT})
 GPU = obj({"nvml_index": INT}, {"cuda_ordinal": opt(INT), "name": STR, "bus_id": STR, "uuid": opt(STR),
                                 "counter": COUNTER, "pcie_gen_current": opt(INT), "pcie_gen_max": opt(INT),
-                                "pcie_width_current": opt(INT), "pcie_width_max": opt(INT), "numa_node": opt(INT)})
+                                "pcie_width_current": opt(INT), "pcie_width_max": opt(INT), "numa_node": opt(INT),
+                                "timing_cpu": opt(INT), "timed_beside_others": BOOL})
 HOP = obj({"bdf": STR, "role": STR, "vendor": STR, "device": STR, "link_speed": opt(STR), "link_width": opt(INT),
            "max_link_speed": opt(STR), "max_link_width": opt(INT)}, {"pci_class": STR})
 TOPOLOGY = obj({"gpus": list_of(obj({"bdf": STR, "host_bridge": STR, "hops": list_of(HOP), "switch_levels": opt(INT)},

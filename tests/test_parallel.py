@@ -188,3 +188,35 @@ def test_waiting_for_every_turn_ahead_is_not_a_timeout(monkeypatch) -> None:
     assert s.meta["status"] == "complete" and "peer_latency" not in s.meta, s.meta.get("peer_latency")
     lat = s.latency.pivot(index="nvml_index", columns="test", values="value_us").sort_values("turn_start")
     assert (lat["turn_start"].to_numpy()[1:] >= lat["turn_end"].to_numpy()[:-1]).all(), lat
+
+
+def test_a_turn_that_does_not_come_in_time_is_said_not_silent(monkeypatch) -> None:
+    # SIMULATED workers whose latency suites take 1.5 s against 0.2 s per turn ahead: the second GPU's turn
+    # does not come in time, so it times beside the first, and its GPU record says so (the report marks it)
+    from pcietrace.record import parallel
+
+    monkeypatch.setattr(parallel, "BARRIER_TIMEOUT_S", 0.2)
+    s = Session(meta=base_meta(PLAN, True))
+    record_all(s, PLAN, [functools.partial(_sim_with_slow_latency, i, 1.5, 0.2) for i in range(2)], latency_repeats=1)
+    flags = [g.get("timed_beside_others", False) for g in s.meta["gpus"]]
+    assert sorted(flags) == [False, True], s.meta["gpus"]  # the first to take its turn had it
+    lat = s.latency.pivot(index="nvml_index", columns="test", values="value_us")
+    late = [g["nvml_index"] for g in s.meta["gpus"] if g.get("timed_beside_others")][0]
+    first = [g["nvml_index"] for g in s.meta["gpus"] if not g.get("timed_beside_others")][0]
+    assert lat.loc[late, "turn_start"] < lat.loc[first, "turn_end"]  # it did time while the other did
+
+
+def test_turns_hold_says_whether_it_got_the_lock() -> None:
+    import copy
+    import multiprocessing as mp
+
+    from pcietrace.record.parallel import Turns
+
+    mine = Turns(mp.get_context("spawn"), 2)
+    mine.wait_s = 0.05
+    other = copy.copy(mine)  # another worker's view: the same lock, its own "held"
+    assert mine.hold() and mine.held
+    assert other.hold() is False and not other.held  # timed out: the caller says it times beside others
+    mine.give()
+    assert other.hold() is True
+    other.give()

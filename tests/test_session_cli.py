@@ -58,6 +58,14 @@ def test_a_run_that_took_turns_says_where_it_timed(data_dir, capsys, monkeypatch
     assert "timing CPU" in out and analyze(s)["per_gpu"]["eager_h2d_bytes"].notna().all()
     assert main(["report", str(data_dir / "h100_run")]) == 0
     assert "timing CPU" not in capsys.readouterr().out
+    from rich.console import Console
+
+    from pcietrace.report.console import system_table
+
+    s.meta["gpus"][0]["timed_beside_others"] = True  # as a worker whose turn did not come in time records it
+    con = Console(width=200, record=True)
+    con.print(system_table(s.meta, analyze(s)["sampling"]))
+    assert f"{cpu} (beside others)" in con.export_text()
 
 
 def test_a_dry_burst_is_left_out_of_the_host_cost_not_the_whole_row(data_dir) -> None:

@@ -85,23 +85,27 @@ class Turns:
         self.holder = ctx.Value("i", 0)
         self.wait_s = BARRIER_TIMEOUT_S * n
 
-    def take(self) -> None:
+    def take(self) -> bool:
+        """Wait for every worker, then for this worker's turn; False when the turn did not come within
+        :attr:`wait_s` (the worker then times beside the others, and says so)."""
         if self.held:
-            return
+            return True
         if not self.met:  # once: a second wait there would wait for workers that already passed
             self.met = True
             try:
                 self.ready.wait(BARRIER_TIMEOUT_S)
             except threading.BrokenBarrierError:
                 pass  # another worker failed before its turn; the rest still time one at a time
-        self.hold()
+        return self.hold()
 
-    def hold(self) -> None:
-        """The lock alone (no meeting). A worker that died holding it is freed by the parent
-        (:meth:`release_dead`); should that not happen, the others go on without it after :attr:`wait_s`."""
+    def hold(self) -> bool:
+        """The lock alone (no meeting); whether this worker holds it. A worker that died holding it is freed
+        by the parent (:meth:`release_dead`); should that not happen, the others go on without it after
+        :attr:`wait_s` (False)."""
         if not self.held and self.lock.acquire(timeout=self.wait_s):
             with self.holder.get_lock():
                 self.holder.value, self.held = os.getpid(), True
+        return self.held
 
     def give(self) -> None:
         if self.held:
@@ -198,10 +202,15 @@ def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_rep
         w = opener()
         session.meta["gpus"] = [w.meta]
 
+        def beside_others(g: dict[str, Any], what: str) -> None:
+            g["timed_beside_others"] = True  # the report marks this GPU's timed figures
+            note(f"GPU {g['cuda_ordinal']}: no turn within {turns.wait_s:.0f} s: {what} beside other GPUs' work")
+
         def my_turn(g: dict[str, Any]) -> None:
             if turns is not None and not turns.held:
                 note(f"GPU {g['cuda_ordinal']}: waiting to time (one GPU at a time)")
-                turns.take()
+                if not turns.take():
+                    beside_others(g, "timing")
             if "timing_cpu" not in g:  # (called again before the latency suite: the thread is pinned already)
                 g["timing_cpu"] = w.pin()
 
@@ -219,8 +228,8 @@ def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_rep
                 # every GPU's own suite is over (one after another): chase into the peers
                 barrier.wait(BARRIER_TIMEOUT_S if turns is None else turns.wait_s)
                 met = True
-                if turns is not None:
-                    turns.hold()  # the chases read other GPUs: one worker at a time as well
+                if turns is not None and not turns.hold():  # the chases read other GPUs: one at a time too
+                    beside_others(w.meta, "peer chases")
                 rows += w.peer_latency(ordinals, latency_repeats, note)
                 session.latency = _latency_frame(rows)
             session.meta["status"] = "complete"

@@ -60,7 +60,8 @@ def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
                caption=esc(f"driver {meta.get('driver', '?')}, host {meta.get('host', '?')}, {meta.get('created', '')}; "
                            "counter: NVML fields 197/198 (32-bit, wrapping) or the 20 ms throughput API (LOW RES); "
                            "gap: median time between background samples"
-                           + ("; timing CPU: the core that timed the GPU's host loops, one GPU at a time" if pinned else "")))
+                           + ("; timing CPU: the core that timed the GPU's host loops, one GPU at a time (beside "
+                              "others: its turn did not come in time, so its timed figures may have shifted)" if pinned else "")))
     smp = sampling.set_index("nvml_index") if len(sampling) else None
     for g in meta.get("gpus", []):
         c = g.get("counter", {})
@@ -69,7 +70,8 @@ def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
         t.add_row(gpu_label(g["nvml_index"]), esc(short_name(g.get("name"))), esc(g.get("bus_id", "?")),
                   esc(link_label(g)), src, _num(row["rate_hz"] if row is not None else None),
                   _num(row["median_gap_us"] / 1e3 if row is not None else None, ".1f"),
-                  *([_num(g.get("timing_cpu"))] if pinned else []))
+                  *([_num(g.get("timing_cpu")) + (" [yellow](beside others)[/]" if g.get("timed_beside_others") else "")]
+                    if pinned else []))
     return t
 
 

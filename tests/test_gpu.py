@@ -132,8 +132,8 @@ def test_latency_suite_is_stable_run_to_run() -> None:
     # Stable = the two suites' medians agree within their bootstrap 95 % CIs plus 3 % (a one-run
     # spread bound flaked: 4.5 % IQR once on the H100 while the medians agreed to 2 %).
     # Round trips to host memory get 5 %: their median drifts with the host (1.20-1.31 us over 6 back-to-back
-    # pairs of suites in one H100 call, 2026-11-22; a pair differed by 4.4 % with CIs of 0.02 us, and the 3 %
-    # bound failed once in 10 runs that day). On-GPU reads keep 3 %.
+    # pairs of suites in one H100 call, 2026-11-22; a pair differed by 4.4 % with CIs of 0.02 us; this test
+    # failed once in 10 runs that day, message lost, most likely there). On-GPU reads keep 3 %.
     drift = {"host_read_rtt": 0.05, "host_read_rtt_2mib": 0.05, "device_read_l2": 0.03, "device_read_hbm": 0.03}
     for test, frac in drift.items():  # GPU-timed
         ma, mb = a.loc[test, "median_us"], b.loc[test, "median_us"]

@@ -43,3 +43,13 @@ def range_pct(values: Sequence[float]) -> float:
     v = np.asarray(values, dtype=float)
     med = np.median(v)
     return float((v.max() - v.min()) / med * 100) if med else float("nan")
+
+
+def pair_p95_pct(values: Sequence[float]) -> float:
+    """95th percentile, over every pair of values, of their difference in % of the pair's mean: how far two
+    runs of one machine differ (pcietrace.analysis.compare.RUN_TO_RUN_PCT is set from it). NaN under 2 values."""
+    v = np.asarray(values, dtype=float)
+    i, j = np.triu_indices(v.size, k=1)
+    if not i.size:
+        return float("nan")
+    return float(np.percentile(np.abs(v[i] - v[j]) / ((np.abs(v[i]) + np.abs(v[j])) / 2) * 100, 95))

@@ -2,7 +2,9 @@
 
 The C++ oracle (bench/oracle_loops.cu, built with nvcc here) times host cost per eager launch (bursts of 900
 behind a blocker), launch + synchronize and the eager launch rate on GPU 0. Rounds alternate the conditions
-below, each a fresh process unless said, and the spread of each figure over rounds is printed per condition:
+below, each a fresh process unless said, and the spread of each figure over rounds is printed per condition
+(IQR and range in % of the median; pair P95: the 95th percentile of two rounds' difference in % of their
+mean, what ``pcietrace.analysis.compare.RUN_TO_RUN_PCT`` is set from):
 
 - pinned: the process on the CPU `pcietrace run` times GPU 0 on (collectors.sysfs.timing_cpu);
 - sibling busy: the same, with a spinning process on that CPU's SMT sibling (skipped without SMT);
@@ -29,9 +31,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _stats import iqr_pct, pair_p95_pct, range_pct  # noqa: E402
 from native_core import BURST_CALLS, build_oracle  # noqa: E402
 
 from pcietrace.collectors.sysfs import parse_cpulist, timing_cpu  # noqa: E402
+from pcietrace.schema import normalize_bus_id  # noqa: E402
 
 SPIN = [sys.executable, "-c", "while True: pass"]
 SAMPLER = [sys.executable, "-c", "import sys\nfrom pcietrace.collectors import CounterSampler\n"
@@ -44,10 +48,8 @@ def siblings(cpu: int) -> set[int]:
 
 
 def gpu0_bdf() -> str:
-    out = subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=pci.bus_id", "--format=csv,noheader"],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    dom, rest = out.split(":", 1)
-    return f"{int(dom, 16):04x}:{rest}".lower()
+    return normalize_bus_id(subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=pci.bus_id", "--format=csv,noheader"],
+                                           capture_output=True, text=True, check=True).stdout)
 
 
 def exe_round(exe: Path, cpu: int | None, side: list[str] | None, side_cpu: int | None, n_rate: int,
@@ -71,10 +73,8 @@ def exe_round(exe: Path, cpu: int | None, side: list[str] | None, side_cpu: int 
 
 
 def spread(v: list[float]) -> dict[str, float]:
-    q = statistics.quantiles(v, n=4, method="inclusive") if len(v) > 1 else [v[0]] * 3  # as pandas
-    med = statistics.median(v)
-    return {"median": med, "iqr_pct": 100 * (q[2] - q[0]) / med, "range_pct": 100 * (max(v) - min(v)) / med,
-            "min": min(v), "max": max(v)}
+    return {"median": statistics.median(v), "iqr_pct": iqr_pct(v), "range_pct": range_pct(v),
+            "pair_p95_pct": pair_p95_pct(v), "min": min(v), "max": max(v)}
 
 
 def main() -> int:
@@ -111,10 +111,11 @@ def main() -> int:
     child.stdin.close()
     child.wait()
     table = {c: {k: spread([r[k] for r in rows]) for k in rows[0]} for c, rows in res.items()}
-    print(f"\n{'condition':18s} {'figure':24s} {'median':>10s} {'IQR %':>7s} {'range %':>8s}")
+    print(f"\n{'condition':18s} {'figure':24s} {'median':>10s} {'IQR %':>7s} {'range %':>8s} {'pair P95 %':>10s}")
     for c, figs in table.items():
         for k, s in figs.items():
-            print(f"{c:18s} {k:24s} {s['median']:10.3f} {s['iqr_pct']:7.2f} {s['range_pct']:8.2f}")
+            print(f"{c:18s} {k:24s} {s['median']:10.3f} {s['iqr_pct']:7.2f} {s['range_pct']:8.2f} "
+                  f"{s['pair_p95_pct']:10.2f}")
     if a.json:
         a.json.write_text(json.dumps({"timing_cpu": cpu, "siblings": sib, "rounds": res, "table": table}, indent=1))
     return 0

@@ -10,9 +10,9 @@ one beyond 2 % but inside the spread is reported as noise (the 2 % cannot be jud
 GPU (or ``--gpus N``) only alone runs are made and only the alone-vs-alone spread is reported.
 Goals (issue 8): no figure differs (every GPU within 2 % of a single-GPU run); `pcietrace run` on all GPUs
 with defaults within 60 s (the wall-time line; judged only for default options).
-Runtime: (warm-up + R) all-at-once runs + R runs per GPU. With defaults a run took ~28 s on all of 4x H200 at
-once and ~22 s per GPU alone, so R = 2 takes ~4 min on 4 GPUs; on 8x H200 (46 s at once, ~26 s alone)
-~8.5 min. ``--quick`` (passed to every run) roughly halves that and is the way to stay under ~6 min on 8 GPUs
+Runtime: (warm-up + R) all-at-once runs + R runs per GPU. With defaults a run took ~34 s on all of 4x H200 at
+once (timed steps taking turns) and ~22 s per GPU alone, so R = 2 with one warm-up took 4.8 min on 4 GPUs; on
+8x H200 (46 s at once side by side, before turns; ~26 s alone) ~8.5 min. ``--quick`` (passed to every run) roughly halves that and is the way to stay under ~6 min on 8 GPUs
 or with R = 3; the 60 s wall-time goal is judged only on runs without it.
 ``--simulate N`` runs the same method on a SIMULATED box of N GPUs (no GPU needed; checks the script).
 Usage: python3 bench/parallel_vs_alone.py [--repeats 2] [--warmup 1] [--gpus 0,1,..] [--quick] [--no-latency]

@@ -30,3 +30,21 @@ def test_from_json_reprints_a_saved_comparison() -> None:
     assert verdicts["eager_gpu_us"] == "noise"  # +2.2 % [-3.7, +7.6]: its CI spans 0 and reaches past 2 %
     assert verdicts["host_us_per_launch"] == "noise"  # -0.9 % [-3.6, +3.4]: a small median is not "same"
     assert "DIFFERS" not in verdicts.values()
+
+
+def test_the_run_to_run_bound_is_the_pairwise_p95_of_the_saved_rounds() -> None:
+    # bench/host_noise.py's "pair P95" on its saved H200 rounds (real, 2026-11-22), against pairs made here
+    import itertools
+    import json
+
+    import numpy as np
+    import pytest
+    from _stats import pair_p95_pct
+
+    from pcietrace.analysis.compare import RUN_TO_RUN_PCT
+
+    rounds = json.loads((ROOT / "reports" / "host-noise-20261122" / "host_noise_h200.json").read_text())["rounds"]
+    v = [r["host_us_per_launch"] for r in rounds["pinned"]]
+    pairs = [abs(a - b) / ((a + b) / 2) * 100 for a, b in itertools.combinations(v, 2)]
+    assert pair_p95_pct(v) == pytest.approx(np.percentile(pairs, 95)) and np.isnan(pair_p95_pct(v[:1]))
+    assert pair_p95_pct(v) <= RUN_TO_RUN_PCT["host cost / eager launch"]  # the bound covers what was measured

@@ -103,6 +103,10 @@ def by_duration(wb: pd.DataFrame) -> pd.DataFrame:
     return out.groupby(["nvml_index", "kernel_us"], as_index=False)[BY_DURATION_COLUMNS[2:]].mean()
 
 
+#: More than this share of a group's bursts ran dry: the group keeps them all, and its figure is an upper bound.
+MOSTLY_DRY = 0.5
+
+
 def kept_bursts(bursts: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """The bursts a host-cost median is taken over, per group of ``keys``: those that kept their blocker
     running (``saturated``, the precondition), where at least half of the group did; every burst of a group
@@ -111,7 +115,7 @@ def kept_bursts(bursts: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     if not len(bursts):
         return bursts
     dry = ~bursts["saturated"].astype(bool)
-    mostly_dry = dry.groupby([bursts[k] for k in keys]).transform("mean") > 0.5
+    mostly_dry = dry.groupby([bursts[k] for k in keys]).transform("mean") > MOSTLY_DRY
     return bursts[~dry | mostly_dry]
 
 
@@ -197,7 +201,7 @@ def host_cost_by_language(bursts: pd.DataFrame) -> pd.DataFrame:
     keys = ["nvml_index", "path"]
     count = b.groupby(keys, as_index=False).agg(kernel_us=("kernel_us", "first"), bursts=("us", "size"),
                                                 dry_bursts=("dry", "sum"))
-    count["saturated"] = count["dry_bursts"] <= count["bursts"] / 2
+    count["saturated"] = count["dry_bursts"] / count["bursts"] <= MOSTLY_DRY  # as kept_bursts decides
     stats = kept_bursts(b, keys).groupby(keys, as_index=False).agg(
         us_per_launch=("us", "median"), cpu_us_per_launch=("cpu", "median"), iqr_pct=("us", _iqr_pct))
     out = count.merge(stats, on=keys)

@@ -13,7 +13,7 @@ the host cost of a launch from Python rose +7.0 % [95 % CI +1.0, +14.0] and the 
 share). So each worker, its windows done, waits until every worker's are, then times its host and GPU
 (bursts, end-to-end loops, latency suite) while the others wait, on a CPU core of its own near its GPU
 (:func:`pcietrace.collectors.sysfs.timing_cpu`: the same core alone and beside others). Taking turns, no
-figure moved beyond its noise (bench/parallel_vs_alone.py); a run on 4 GPUs takes ~43 s instead of ~27 s.
+figure moved beyond its noise (bench/parallel_vs_alone.py); a run on 4 GPUs takes ~34 s instead of ~27 s.
 
 Workers are started with ``spawn`` (CUDA contexts do not survive fork). What a worker opens is given by
 an *opener*: a picklable callable returning a :class:`GpuWorker` -- :func:`open_cuda` for a real GPU,

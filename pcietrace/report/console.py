@@ -245,7 +245,8 @@ def compare_table(cmp: pd.DataFrame, names: list[str]) -> Table:
     floor = RUN_TO_RUN_PCT
     t = _table("Comparison", cols, caption=f"{runs}. Δ vs A, with % of A; * = significant: beyond the 95 % "
                                            "intervals and, for figures that move with the host's speed, beyond what "
-                                           "two runs of one machine differ by (95th percentile, in % of the mean: "
+                                           "two runs of one machine differ by (in % of the mean, rounded from 95th "
+                                           "percentiles on the lent VMs: "
                                            f"host cost {floor['host cost / eager launch']:g} %; launch + sync, first "
                                            f"instruction, 4 B copy, graphs' time per iteration "
                                            f"{floor['launch + sync (eager)']:g} %; host-memory round trip "
@@ -545,8 +546,8 @@ def language_table(lang: pd.DataFrame) -> Table:
                [("GPU", "left"), ("from", "left"), ("us/launch", "right"), ("IQR %", "right"), ("CPU us", "right"),
                 ("+us vs C", "right"), ("× C", "right")],
                caption="the same empty-kernel burst behind a blocker (queue never full), at the shortest kernel; IQR: "
-                       "the spread of this run's bursts (separate runs of one machine differ by up to "
-                       f"{RUN_TO_RUN_PCT['host cost / eager launch']:g} %, 95th percentile on the lent VMs); from: "
+                       "the spread of this run's bursts (separate runs of one machine differ more: `compare` allows "
+                       f"{RUN_TO_RUN_PCT['host cost / eager launch']:g} % for host cost, from the lent VMs); from: "
                        + "; ".join(f"{p} = {name}" for p, name in LANGUAGES.items()))
     for r in lang.to_dict("records"):
         if r["saturated"]:

@@ -2,7 +2,9 @@
 own reads (TRUTH_READS=0), run alone and in several configurations, interleaved; prints the median of the
 app's timed loop and of each range's duration per configuration.
 
-    python3 bench/attach_overhead_matrix.py SCENARIO [--pairs N]
+    python3 bench/attach_overhead_matrix.py SCENARIO [--pairs N] [--reps R]
+``--reps R``: the app's repetitions of its ranges (default the app's 5: a ~0.25 s loop, whose wall time
+varied by up to +-9 % between plain torchrun runs on 2x H200; more repetitions average that out).
 Configurations: alone; attach (defaults, --no-calibrate: idle-aware sampling, 0.5 ms in ranges, 5 ms outside);
 attach-idle0 (--idle-sample-interval-ms 0: 0.5 ms throughout, the default before idle-aware sampling); attach with
 the sampler's duty cap at 0.5 and 1 (off); attach-1ms and attach-10ms (--sample-interval-ms 1 / 10: inside
@@ -57,12 +59,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("scenario")
     ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=None, help="the app's repetitions (default: its own, 5)")
     ap.add_argument("--configs", default=",".join(CONFIGS), help="which configurations (alone is always run)")
     a = ap.parse_args()
     for c in set(CONFIGS) - {"alone", *a.configs.split(",")}:
         del CONFIGS[c]
     work = Path(tempfile.mkdtemp())
     cmd = command(a.scenario, work)
+    if a.reps is not None:  # the Python apps take --reps, the C++ one a positional count
+        cmd += ["--reps", str(a.reps)] if a.scenario != "cpp" else [str(a.reps)]
     res: dict[str, list[pd.Series]] = {c: [] for c in CONFIGS}
     for i in range(a.pairs):
         for c in (list(CONFIGS) if i % 2 == 0 else list(CONFIGS)[::-1]):  # ABBA: drift cancels in the pairs

@@ -8,8 +8,11 @@ varied by up to +-9 % between plain torchrun runs on 2x H200; more repetitions a
 Configurations: alone; attach (defaults, --no-calibrate: idle-aware sampling, 0.5 ms in ranges, 5 ms outside);
 attach-idle0 (--idle-sample-interval-ms 0: 0.5 ms throughout, the default before idle-aware sampling); attach with
 the sampler's duty cap at 0.5 and 1 (off); attach-1ms and attach-10ms (--sample-interval-ms 1 / 10: inside
-ranges). (A first run on 4x H200 also had `sampler`: a bare CounterSampler at 0.5 ms beside the app, no
-injection: +41.8 %, the same as attach: the reads, not the injection, cost.)
+ranges); attach-nocount (--no-count-launches: no launch trampolines, no per-launch device lookup) and
+attach-nocount-10ms (both), which tell the injection's per-launch cost from the reads'. (A first run on 4x H200
+also had `sampler`: a bare CounterSampler at 0.5 ms beside the app, no injection: +41.8 %, the same as attach:
+there the reads, not the injection, cost. On 2x H200 later, the launch-bound `eager_3000` range still took
++4.5 % at 10 ms inside ranges; the nocount configurations test the injection for it.)
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ SAMPLER = ("import sys, time\nfrom pcietrace.collectors import CounterSampler, n
 CONFIGS = {"alone": None, "attach": [], "attach-idle0": ["--idle-sample-interval-ms", "0"],
            "attach-duty0.5": ["--sampler-duty", "0.5"],
            "attach-duty1": ["--sampler-duty", "1"], "attach-1ms": ["--sample-interval-ms", "1"],
-           "attach-10ms": ["--sample-interval-ms", "10"]}
+           "attach-10ms": ["--sample-interval-ms", "10"], "attach-nocount": ["--no-count-launches"],
+           "attach-nocount-10ms": ["--no-count-launches", "--sample-interval-ms", "10"]}
 
 
 def once(config: str, cmd: list[str], work: Path, i: int) -> pd.DataFrame:

@@ -55,6 +55,26 @@ def test_a_failing_gpu_keeps_the_others_figures() -> None:
     assert set(s.windows["nvml_index"]) == {0} and len(analyze(s)["per_gpu"]) == 1
 
 
+def _pinning_sim(slot: int) -> Any:
+    """A SIMULATED worker whose pin() pins the timing thread to one CPU, as a real GPU's does."""
+    w = open_sim(slot, 3)
+
+    def pin() -> int:
+        cpu = max(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpu})
+        return cpu
+
+    w.pin = pin
+    return w
+
+
+def test_one_gpu_after_another_gives_the_caller_its_cpus_back() -> None:
+    before = os.sched_getaffinity(0)
+    s = record_all(Session(meta=base_meta(PLAN, True)), PLAN, [functools.partial(_pinning_sim, 0)], processes=False)
+    assert s.meta["gpus"][0]["timing_cpu"] == max(before)  # the worker did pin its timing thread
+    assert os.sched_getaffinity(0) == before
+
+
 SCRIPT = r"""
 import functools, json, sys
 from pcietrace.record import guard

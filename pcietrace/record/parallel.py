@@ -316,8 +316,12 @@ def record_all(session: Session, plan: RunPlan, openers: list[Callable[[], GpuWo
             parts[slot] = payload
 
     if not processes:
+        cpus = os.sched_getaffinity(0)
         for slot, opener in enumerate(openers):
-            _work(opener, slot, plan, latency_repeats, ordinals, handle, None)
+            try:
+                _work(opener, slot, plan, latency_repeats, ordinals, handle, None)
+            finally:
+                os.sched_setaffinity(0, cpus)  # a worker pins the thread it times on: this is the caller's
             if parts[slot].meta.get("status") == "interrupted":
                 merge(session, parts)
                 raise KeyboardInterrupt

@@ -50,6 +50,9 @@ def test_recording_without_device_info_charges_every_sampled_gpu(data_dir) -> No
     assert (inst["gpus_rule"] == "all sampled").all()
     assert all(list(g) == [0, 1, 2, 3] for g in inst["gpus"])
     assert any("no device information" in n for n in res["notes"]["note"])
+    whole = res["whole_run"]  # launches per GPU unknown: left out, not the program's total on every row
+    assert whole["eager_launches"].isna().all() and (whole["program_eager_launches"] > 0).all()
+    assert res["notes"]["note"].str.contains("launches per GPU are unknown").any()
 
 
 def _torchrun_session(data_dir) -> Session:
@@ -117,6 +120,36 @@ def test_each_rank_is_charged_only_its_own_gpu(torchrun8) -> None:
     assert sorted(next(iter(v))[0] for v in per_pid) == list(range(8))  # eight ranks, eight distinct GPUs
     assert (mine["gpus_rule"] == "thread").all()
     assert (res["floor"]["status"] == "per read").all() and len(res["floor"]) == 8
+
+
+def test_each_gpu_row_of_the_whole_run_counts_its_own_ranks_launches(torchrun8) -> None:
+    s, res, _ = torchrun8
+    whole = res["whole_run"].set_index("nvml_index")
+    ev = s.events[s.events["event"] != "kernel"]
+    last = ev.groupby("pid").tail(1).set_index("pid")
+    inst = res["range_instances"]
+    rank_gpu = inst[inst["domain"] == "truth"].groupby("pid")["gpus"].first().map(lambda g: g[0])
+    for pid, gpu in rank_gpu.items():  # one process per GPU: its row holds that process's launches, no other's
+        assert whole.loc[gpu, "eager_launches"] == last.loc[pid, "eager_process"] > 3000 * 5
+        assert whole.loc[gpu, "graph_launches"] == last.loc[pid, "graph_process"] > 0
+    assert (whole["program_eager_launches"] == whole["eager_launches"].sum()).all()
+    assert not res["notes"]["note"].str.contains("no GPU's whole-run row").any()
+
+
+def test_launches_on_several_gpus_between_two_events_are_in_no_row() -> None:
+    """SIMULATED events (a real single-process multi-GPU trace was not recorded): thread 1 launches 5 kernels
+    on ordinal 0, then 7 across ordinals 0 and 1 before its next event; thread 2 announces ordinal 1 with its
+    first launch (a "cudevice" event, devmask not yet set) and launches 2 more there."""
+    cols = ["t_ns", "pid", "tid", "event", "id", "message", "devmask", "eager_thread", "graph_thread",
+            "eager_process", "graph_process"]
+    ev = pd.DataFrame([(1, 9, 1, "cudevice", 0, "0000:00:06.0", 0, 1, 0, 1, 0),
+                       (2, 9, 1, "push", 0, "a", 1, 5, 0, 5, 0),
+                       (3, 9, 2, "cudevice", 1, "0000:00:07.0", 0, 1, 0, 6, 0),
+                       (4, 9, 2, "pop", 0, "", 2, 3, 0, 8, 0),
+                       (5, 9, 1, "pop", 0, "", 3, 12, 0, 15, 0)], columns=cols)
+    gpus = [{"nvml_index": 0, "bus_id": "0000:00:06.0"}, {"nvml_index": 1, "bus_id": "0000:00:07.0"}]
+    got = attribution.launches_by_gpu(ev, gpus).set_index("nvml_index")["eager_launches"]
+    assert got.to_dict() == {0: 5, 1: 3}  # thread 2's announced launch counts on ordinal 1; thread 1's 7 nowhere
 
 
 def test_rank_ranges_match_the_apps_own_truth(torchrun8) -> None:

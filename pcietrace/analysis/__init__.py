@@ -100,6 +100,21 @@ def _counter_bits(s: Session) -> dict[int, int]:
 
 #: Launch counts of a range instance, unknown (NaN) where the program ran with ``--no-count-launches``.
 LAUNCH_COUNTS = ("eager_launches", "graph_launches", "eager_launches_process", "graph_launches_process")
+#: The same for the whole run's rows.
+WHOLE_RUN_LAUNCHES = ("eager_launches", "graph_launches", "program_eager_launches", "program_graph_launches")
+
+
+def _unplaced_launches(whole: pd.DataFrame) -> list[str]:
+    """A note where the per-GPU launch counts of the whole run do not add up to the program's."""
+    w = whole.iloc[0]
+    if whole["eager_launches"].isna().any():
+        return ["launches per GPU are unknown (this recording has no device information): the whole-run rows "
+                "leave them out; the program's totals are in the summary"]
+    left = {m: int(w[f"program_{m}_launches"] - whole[f"{m}_launches"].sum()) for m in ("eager", "graph")}
+    if not any(left.values()):
+        return []
+    return [f"{left['eager']:,} eager and {left['graph']:,} graph launches are in no GPU's whole-run row: their thread "
+            "launched on several GPUs between two of its events, on a GPU not sampled, or after its last event"]
 
 
 def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> dict[str, pd.DataFrame]:
@@ -133,12 +148,15 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
                      "closed there, later launches uncounted): set PCIETRACE_TRACE_BYTES higher")
     for r in fl[fl["status"] == "no floor"].itertuples():
         notes.append(f"GPU{r.nvml_index}: no floor (no idle window covered by its samples); its bytes are shown raw only")
-    whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl, bits)
+    whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl,
+                                  s.meta.get("gpus", []), bits)
     whole["graph_savings_ms"] = math.nan
     if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0
         inst = inst.assign(**{c: math.nan for c in LAUNCH_COUNTS if c in inst})
-        whole = whole.assign(eager_launches=math.nan, graph_launches=math.nan)
+        whole = whole.assign(**{c: math.nan for c in WHOLE_RUN_LAUNCHES})
         notes.append("launches were not counted (--no-count-launches): no launch overhead or graph-savings figures")
+    elif len(whole):
+        notes += _unplaced_launches(whole)
     if costs and len(inst):  # attach's "graphs save" figure, per call and for the run (one prediction each)
         p = savings.predict_ms(inst, costs)
         inst = inst.assign(graph_savings_ms=p["predicted_ms"], launch_bound=p["launch_bound"])

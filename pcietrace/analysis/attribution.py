@@ -73,6 +73,20 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     return df.astype({"eager_launches": "int64", "graph_launches": "int64"}) if len(df) else df
 
 
+def _ordinals_to_nvml(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> Any:
+    """``to_nvml(pid, mask)``: the NVML indices (sorted) of the CUDA ordinals in bit set ``mask`` of process
+    ``pid``, from the "cudevice" events that name each ordinal's PCI bus id (ordinals no GPU record matches
+    are left out)."""
+    by_bus = {str(g.get("bus_id", "")).lower(): int(g["nvml_index"]) for g in gpus}
+    names = events[events["event"] == "cudevice"]
+    ordinal_to_nvml = {(int(r.pid), int(r.id)): by_bus.get(_bus(r.message)) for r in names.itertuples()}
+
+    def to_nvml(pid: int, mask: int) -> list[int]:
+        found = {ordinal_to_nvml.get((pid, o)) for o in range(64) if mask >> o & 1}
+        return sorted(i for i in found if i is not None)
+    return to_nvml
+
+
 def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.DataFrame:
     """Adds ``gpus`` (sorted NVML indices whose bytes the range holds) and ``gpus_rule`` ("thread",
     "process" or "all sampled"). ``gpus``: the session's GPU records (``nvml_index``, ``bus_id``)."""
@@ -82,14 +96,7 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
         out["gpus"] = [sampled] * len(out)
         out["gpus_rule"] = "all sampled"
         return out
-    by_bus = {str(g.get("bus_id", "")).lower(): int(g["nvml_index"]) for g in gpus}
-    names = events[events["event"] == "cudevice"]
-    ordinal_to_nvml = {(int(r.pid), int(r.id)): by_bus.get(_bus(r.message)) for r in names.itertuples()}
-
-    def to_nvml(pid: int, mask: int) -> list[int]:
-        found = {ordinal_to_nvml.get((pid, o)) for o in range(64) if mask >> o & 1}
-        return sorted(i for i in found if i is not None)
-
+    to_nvml = _ordinals_to_nvml(events, gpus)
     ev = events.assign(bits=_device_bits(events))
     threads = {k: (g["t_ns"].to_numpy(np.int64), g["bits"].to_numpy(np.uint64)) for k, g in ev.groupby(["pid", "tid"])}
     procs_t = {int(pid): (g["t_ns"].to_numpy(np.int64), g["bits"].to_numpy(np.uint64)) for pid, g in ev.groupby("pid")}
@@ -308,21 +315,58 @@ SUMMARY_COLUMNS = ["domain", "name", "calls", "gpus", "incl_ms", "excl_ms", "h2d
                    "graph_savings_ms", "gpu_busy_ms"]
 
 
+def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.DataFrame:
+    """Kernel launches made on each GPU of ``gpus`` (the session's GPU records): ``nvml_index``,
+    ``eager_launches``, ``graph_launches``. A thread's launches between two of its events go to the GPU that
+    the later event's ``devmask`` names (a "cudevice" event also names the ordinal whose first launch it
+    announces); launches of an interval that names several GPUs, none, or one not in ``gpus`` are in no row.
+    Without device information (recordings made before it was recorded) every count is NaN."""
+    out = pd.DataFrame({"nvml_index": sorted(int(g["nvml_index"]) for g in gpus)})
+    for mode in ("eager", "graph"):
+        out[f"{mode}_launches"] = 0.0 if len(events) and "devmask" in events.columns else np.nan
+    if out["eager_launches"].isna().all() or not len(out):
+        return out
+    ev = events[events["event"] != "kernel"].sort_values("t_ns", kind="stable")
+    named = (ev["event"] == "cudevice").to_numpy() & ev["id"].between(0, 63).to_numpy()
+    first = np.left_shift(np.uint64(1), ev["id"].clip(0, 63).to_numpy(np.uint64))
+    ev = ev.assign(bits=ev["devmask"].to_numpy(np.uint64) | np.where(named, first, np.uint64(0)))
+    to_nvml = _ordinals_to_nvml(ev, gpus)
+    row = {int(i): k for k, i in enumerate(out["nvml_index"])}
+    for (pid, _), g in ev.groupby(["pid", "tid"], sort=False):
+        for mode in ("eager", "graph"):
+            c = g[f"{mode}_thread"].to_numpy(np.int64)
+            d = np.diff(c, prepend=0)
+            # a forked child's thread keeps its parent's count; its process count starts at 0
+            d[0] = min(c[0], int(g[f"{mode}_process"].iloc[0]))
+            for mask, n in pd.Series(d).groupby(g["bits"].to_numpy()).sum().items():
+                where = to_nvml(int(pid), int(mask))
+                if n > 0 and len(where) == 1 and where[0] in row:
+                    out.loc[row[where[0]], f"{mode}_launches"] += n
+    return out
+
+
 def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,
-              bits: dict[int, int] | None = None) -> pd.DataFrame:
+              gpus: list[dict[str, Any]], bits: dict[int, int] | None = None) -> pd.DataFrame:
     """One row per sampled GPU for the whole program run: duration, H2D/D2H bytes (floor removed; NaN with
-    the reason in ``status`` where that GPU has no floor or no data), launches, processes and ranges (the
-    last four are the program's totals, the same on every row)."""
-    gpus = sorted(int(i) for i in cum["nvml_index"].unique())
-    span = pd.DataFrame({"t_start_ns": [t0] * len(gpus), "t_end_ns": [t1] * len(gpus), "kind": "start",
-                         "pid": 0, "tid": 0, "depth": 0, "gpus": [[g] for g in gpus]})
-    at = attribute(span, cum, floor, bits) if gpus else span
+    the reason in ``status`` where that GPU has no floor or no data), the launches made on it
+    (:func:`launches_by_gpu`; without device information, the program's own where one GPU was sampled),
+    and the program's totals, the same on every row: ``program_eager_launches``, ``program_graph_launches``,
+    ``processes``, ``ranges``. ``gpus``: the session's GPU records."""
+    sampled = sorted(int(i) for i in cum["nvml_index"].unique())
+    span = pd.DataFrame({"t_start_ns": [t0] * len(sampled), "t_end_ns": [t1] * len(sampled), "kind": "start",
+                         "pid": 0, "tid": 0, "depth": 0, "gpus": [[g] for g in sampled]})
+    at = attribute(span, cum, floor, bits) if sampled else span
     last = events.groupby("pid").tail(1) if len(events) else events
-    out = pd.DataFrame({"nvml_index": gpus, "duration_ms": (t1 - t0) / 1e6,
+    total = {m: int(last[f"{m}_process"].sum()) if len(last) else 0 for m in ("eager", "graph")}
+    mine = launches_by_gpu(events, [g for g in gpus if int(g["nvml_index"]) in sampled]).set_index("nvml_index")
+    if len(sampled) == 1 and mine["eager_launches"].isna().all():
+        mine.loc[:, ["eager_launches", "graph_launches"]] = [total["eager"], total["graph"]]
+    out = pd.DataFrame({"nvml_index": sampled, "duration_ms": (t1 - t0) / 1e6,
                         "h2d_bytes": at.get("h2d_bytes", []), "d2h_bytes": at.get("d2h_bytes", []),
                         "status": at.get("status", []),
-                        "eager_launches": int(last["eager_process"].sum()) if len(last) else 0,
-                        "graph_launches": int(last["graph_process"].sum()) if len(last) else 0,
+                        "eager_launches": mine["eager_launches"].reindex(sampled).to_numpy(float),
+                        "graph_launches": mine["graph_launches"].reindex(sampled).to_numpy(float),
+                        "program_eager_launches": total["eager"], "program_graph_launches": total["graph"],
                         "processes": int(events["pid"].nunique()) if len(events) else 0,
                         "ranges": int(events["event"].isin(["push", "start"]).sum()) if len(events) else 0})
     return out

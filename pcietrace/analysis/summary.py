@@ -193,8 +193,8 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
         moved = (f"{ok['h2d_bytes'].sum() / 1e6:,.1f} MB H2D, {ok['d2h_bytes'].sum() / 1e6:,.1f} MB D2H"
                  + (f" on the GPUs it could follow (not: {', '.join(unknown)})" if unknown else "")) if len(ok) \
             else f"bytes unknown ({', '.join(unknown)})"
-        launches = (f"{w['eager_launches']:,.0f} eager and {w['graph_launches']:,.0f} graph launches"
-                    if pd.notna(w["eager_launches"]) else "launches not counted")
+        launches = (f"{w['program_eager_launches']:,.0f} eager and {w['program_graph_launches']:,.0f} graph launches"
+                    if pd.notna(w["program_eager_launches"]) else "launches not counted")
         lines.append(f"`{cmd}` ran {w['duration_ms'] / 1e3:,.2f} s (exit code {meta.get('exit_code')}) on {gpus}: "
                      f"{moved}, {launches}.")
     ranges = results.get("ranges", pd.DataFrame())

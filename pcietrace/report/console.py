@@ -328,8 +328,8 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
         t = _table("Whole run", [("GPU", "left"), ("ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
                                  ("eager", "right"), ("graph", "right"), ("procs", "right"), ("ranges", "right"),
                                  ("exit", "right")],
-                   caption="per sampled GPU; eager/graph: kernel launches, procs: processes followed, ranges (the "
-                           "program's totals)")
+                   caption="per sampled GPU: its bytes and the kernel launches made on it (eager/graph); procs "
+                           "(processes followed) and ranges: the program's totals")
         for w in wr.to_dict("records"):
             ok = w.get("status", "ok") == "ok"
             t.add_row(f"GPU{w['nvml_index']}" if "nvml_index" in w else "all", _num(w["duration_ms"], ",.1f"),

@@ -148,6 +148,9 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
                      "closed there, later launches uncounted): set PCIETRACE_TRACE_BYTES higher")
     for r in fl[fl["status"] == "no floor"].itertuples():
         notes.append(f"GPU{r.nvml_index}: no floor (no idle window covered by its samples); its bytes are shown raw only")
+    for r in fl[(fl["status"] != "no floor") & (fl["dof"] == 0)].itertuples():
+        notes.append(f"GPU{r.nvml_index}: its floor rests on {r.windows} idle window(s), too few to estimate its "
+                     "error: its ± covers the edges only")
     whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl,
                                   s.meta.get("gpus", []), bits)
     whole["graph_savings_ms"] = math.nan

@@ -16,7 +16,7 @@ import pandas as pd
 
 from pcietrace.analysis import nesting
 from pcietrace.analysis.counters import COUNTER_UPDATE_NS, could_hide_wrap
-from pcietrace.analysis.floor import floor_bytes
+from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
 from pcietrace.analysis.launch import DIRECTIONS
 
 RANGE_COLUMNS = ["pid", "tid", "domain", "name", "kind", "t_start_ns", "t_end_ns", "depth", "eager_launches",
@@ -178,8 +178,9 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
               bits: dict[int, int] | None = None, gaps: dict[int, dict[str, Any]] | None = None) -> pd.DataFrame:
     """Adds ``duration_ns``; per direction ``{d}_raw_bytes`` (counter change over the range, interpolated
     between samples, summed over the range's ``gpus``), ``{d}_bytes`` (raw minus the floor model; NaN unless
-    ``status`` is "ok") and ``{d}_edge_bytes`` (how far the counter values at the two edges can be off, from
-    :func:`edge_values`); ``stalls`` (sampling gaps the range overlaps that are longer than 4 counter updates);
+    ``status`` is "ok"), ``{d}_edge_bytes`` (how far the counter values at the two edges can be off, from
+    :func:`edge_values`) and ``{d}_floor_err_bytes`` (the 95 % half-width of the floor subtracted, its GPUs'
+    in quadrature: :func:`pcietrace.analysis.floor.floor_err_bytes`; NaN unless "ok"); ``stalls`` (sampling gaps the range overlaps that are longer than 4 counter updates);
     ``status`` (:data:`STATUSES`: "no data" where a GPU's samples do not cover the range, "wrap risk" where a
     gap could hide a counter wrap, "no floor" where a GPU has none); and the exclusive figures (``excl_ns``,
     ``excl_h2d_bytes``, ``excl_d2h_bytes``: minus the direct children of push/pop ranges on the same thread).
@@ -192,7 +193,8 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
     a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
     n = a.size
-    acc = {k: np.zeros(n) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor", "d2h_floor", "stalls")}
+    acc = {k: np.zeros(n) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor", "d2h_floor",
+                                    "h2d_floor_var", "d2h_floor_var", "stalls")}
     status = np.zeros(n, np.int64)  # index into STATUSES; the worst over the range's GPUs wins
     gaps = gaps if gaps is not None else sampling_gaps(cum, bits)
     models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
@@ -216,6 +218,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             acc[f"{d}_edge"] += np.where(mine, ea + eb, 0)
             if not no_floor:
                 acc[f"{d}_floor"] += np.where(mine, floor_bytes(models.loc[int(idx)], d, reads, b - a), 0)
+                acc[f"{d}_floor_var"] += np.where(mine, floor_err_bytes(models.loc[int(idx)], d, reads, b - a) ** 2, 0)
     sampled = set(cum["nvml_index"].astype(int))
     status = np.where([not set(r) <= sampled for r in out["gpus"]], 2, status)  # a GPU with no samples at all
     out["status"] = [STATUSES[i] for i in status]
@@ -224,6 +227,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
         out[f"{d}_raw_bytes"] = acc[f"{d}_raw"]
         out[f"{d}_bytes"] = np.where(status == 0, acc[f"{d}_raw"] - acc[f"{d}_floor"], np.nan)
         out[f"{d}_edge_bytes"] = acc[f"{d}_edge"]
+        out[f"{d}_floor_err_bytes"] = np.where(status == 0, np.sqrt(acc[f"{d}_floor_var"]), np.nan)
     for c in ("ns", "h2d_bytes", "d2h_bytes"):
         out[f"excl_{c}"] = out["duration_ns" if c == "ns" else c].astype(float)
     parent = nesting.parents(out)
@@ -267,7 +271,8 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray) -> tuple[np.ndar
 def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns: float) -> pd.DataFrame:
     """Per (domain, name): ``calls``, ``gpus`` (NVML indices its calls were charged to, e.g. "0,1"),
     ``incl_ms``/``excl_ms`` (summed), ``h2d_bytes``/``d2h_bytes`` (inclusive, summed; NaN if any call has no
-    figure) with their worst-case edge errors ``h2d_edge_bytes``/``d2h_edge_bytes``, ``status`` (the worst
+    figure) with their worst-case edge errors ``h2d_edge_bytes``/``d2h_edge_bytes`` and the floor's 95 %
+    half-widths ``h2d_floor_err_bytes``/``d2h_floor_err_bytes`` (summed: one floor serves every call), ``status`` (the worst
     of its calls), ``stalls`` (sampling stalls its calls overlap), ``eager_launches``, ``graph_launches``,
     ``h2d_bytes_per_launch`` (over eager + graph launches), ``launch_overhead_ms`` (launches x the measured
     host cost per launch), ``graph_savings_ms`` (what capturing its launches into graphs could save at most: the
@@ -289,6 +294,9 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
                 excl_h2d_bytes=("excl_h2d_bytes", lambda s: s.sum(min_count=len(s))),
                 h2d_raw_bytes=("h2d_raw_bytes", "sum"), d2h_raw_bytes=("d2h_raw_bytes", "sum"),
                 h2d_edge_bytes=("h2d_edge_bytes", "sum"), d2h_edge_bytes=("d2h_edge_bytes", "sum"),
+                # one fitted floor serves every call: its error adds up, it does not average out
+                h2d_floor_err_bytes=("h2d_floor_err_bytes", lambda s: s.sum(min_count=len(s))),
+                d2h_floor_err_bytes=("d2h_floor_err_bytes", lambda s: s.sum(min_count=len(s))),
                 status_rank=("status_rank", "max"), stalls=("stalls", "sum"),
                 gpus=("gpus_text", lambda s: ",".join(sorted(set(",".join(s).split(",")) - {""}, key=int))),
                 eager_launches=("eager_launches", lambda s: s.sum(min_count=len(s))),
@@ -310,7 +318,8 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
 
 
 SUMMARY_COLUMNS = ["domain", "name", "calls", "gpus", "incl_ms", "excl_ms", "h2d_bytes", "d2h_bytes", "excl_h2d_bytes",
-                   "h2d_raw_bytes", "d2h_raw_bytes", "h2d_edge_bytes", "d2h_edge_bytes", "status", "stalls",
+                   "h2d_raw_bytes", "d2h_raw_bytes", "h2d_edge_bytes", "d2h_edge_bytes", "h2d_floor_err_bytes",
+                   "d2h_floor_err_bytes", "status", "stalls",
                    "eager_launches", "graph_launches", "short_calls", "h2d_bytes_per_launch", "launch_overhead_ms",
                    "graph_savings_ms", "gpu_busy_ms"]
 
@@ -348,7 +357,8 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
 def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,
               gpus: list[dict[str, Any]], bits: dict[int, int] | None = None) -> pd.DataFrame:
     """One row per sampled GPU for the whole program run: duration, H2D/D2H bytes (floor removed; NaN with
-    the reason in ``status`` where that GPU has no floor or no data), the launches made on it
+    the reason in ``status`` where that GPU has no floor or no data) with the floor's 95 % half-width
+    (``{d}_floor_err_bytes``: over a whole run the floor's error outweighs the edges'), the launches made on it
     (:func:`launches_by_gpu`; without device information, the program's own where one GPU was sampled),
     and the program's totals, the same on every row: ``program_eager_launches``, ``program_graph_launches``,
     ``processes``, ``ranges``. ``gpus``: the session's GPU records."""
@@ -363,7 +373,8 @@ def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: 
         mine.loc[:, ["eager_launches", "graph_launches"]] = [total["eager"], total["graph"]]
     out = pd.DataFrame({"nvml_index": sampled, "duration_ms": (t1 - t0) / 1e6,
                         "h2d_bytes": at.get("h2d_bytes", []), "d2h_bytes": at.get("d2h_bytes", []),
-                        "status": at.get("status", []),
+                        "h2d_floor_err_bytes": at.get("h2d_floor_err_bytes", []),
+                        "d2h_floor_err_bytes": at.get("d2h_floor_err_bytes", []), "status": at.get("status", []),
                         "eager_launches": mine["eager_launches"].reindex(sampled).to_numpy(float),
                         "graph_launches": mine["graph_launches"].reindex(sampled).to_numpy(float),
                         "program_eager_launches": total["eager"], "program_graph_launches": total["graph"],

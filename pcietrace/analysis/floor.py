@@ -17,8 +17,12 @@ from pcietrace.analysis.launch import DIRECTIONS
 
 #: Columns of :func:`floor_model`. ``status``: "per read" (both terms fitted), "rate only" (windows of one
 #: read density: one rate, reads not separated), or "no floor" (no idle window covered by samples).
+#: ``{d}_bytes_per_read_se``/``{d}_background_Bps_se``: the terms' standard errors from the windows' scatter,
+#: ``{d}_floor_corr`` their correlation, ``dof`` the degrees of freedom left (0: no error estimate).
 FLOOR_COLUMNS = ["nvml_index", "status", "windows", "reads_per_s", "h2d_bytes_per_read", "d2h_bytes_per_read",
-                 "h2d_background_Bps", "d2h_background_Bps", "h2d_Bps", "d2h_Bps"]
+                 "h2d_background_Bps", "d2h_background_Bps", "h2d_Bps", "d2h_Bps", "dof",
+                 "h2d_bytes_per_read_se", "d2h_bytes_per_read_se", "h2d_background_Bps_se", "d2h_background_Bps_se",
+                 "h2d_floor_corr", "d2h_floor_corr"]
 
 
 def aligned_windows(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
@@ -61,16 +65,39 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
         row["reads_per_s"] = float(reads[on].sum() / dur[on].sum()) if on.any() else 0.0
         two_terms = len(g) >= 2 and np.ptp(density) > 0.5 * density.max()
         row["status"] = "per read" if two_terms else "rate only"
+        row["dof"] = max(len(g) - (2 if two_terms else 1), 0)
         for d in DIRECTIONS:
             y = g[f"{d}_bytes"].to_numpy()
             row[f"{d}_Bps"] = float(y.sum() / dur.sum())
-            if two_terms:
-                (per_read, rate), *_ = np.linalg.lstsq(np.column_stack([reads, dur]), y, rcond=None)
-            else:
-                per_read, rate = 0.0, y.sum() / dur.sum()
+            # the design: bytes = per_read x reads + rate x duration (rate only: per_read = 0)
+            x = np.column_stack([reads, dur]) if two_terms else dur[:, None]
+            coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+            per_read, rate = (coef[0], coef[1]) if two_terms else (0.0, coef[0])
             row[f"{d}_bytes_per_read"], row[f"{d}_background_Bps"] = float(per_read), float(rate)
+            cov = np.full((2, 2), np.nan)
+            if row["dof"]:
+                resid = y - x @ coef
+                c = (resid @ resid / row["dof"]) * np.linalg.inv(x.T @ x)
+                cov = c if two_terms else np.array([[0.0, 0.0], [0.0, c[0, 0]]])
+            se = np.sqrt(np.diag(cov))
+            row[f"{d}_bytes_per_read_se"], row[f"{d}_background_Bps_se"] = float(se[0]), float(se[1])
+            row[f"{d}_floor_corr"] = float(cov[0, 1] / (se[0] * se[1])) if se[0] * se[1] > 0 else 0.0
         rows.append(row)
     return pd.DataFrame(rows, columns=FLOOR_COLUMNS)
+
+
+def floor_err_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duration_ns: np.ndarray) -> np.ndarray:
+    """Half-width of the 95 % interval (Student t) of :func:`floor_bytes` for the same intervals, from the
+    fitted terms' standard errors (NaN without a floor or with no degrees of freedom left)."""
+    shape = np.shape(reads)
+    if model_row["status"] == "no floor" or not model_row.get("dof"):
+        return np.full(shape, np.nan)
+    from scipy import stats  # here, not at import: scipy.stats alone takes ~1 s to import
+
+    r, t = np.asarray(reads, float), np.asarray(duration_ns, float) / 1e9
+    a, b = model_row[f"{direction}_bytes_per_read_se"], model_row[f"{direction}_background_Bps_se"]
+    var = (r * a) ** 2 + (t * b) ** 2 + 2 * r * t * a * b * model_row[f"{direction}_floor_corr"]
+    return stats.t.ppf(0.975, model_row["dof"]) * np.sqrt(np.maximum(var, 0.0))
 
 
 def floor_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duration_ns: np.ndarray) -> np.ndarray:

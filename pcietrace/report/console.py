@@ -37,6 +37,13 @@ def _num(x: Any, fmt: str = ",.0f", unit: str = "") -> str:
     return f"{x:{fmt}}{unit}"
 
 
+def _stated_err(r: Any, d: str) -> float:
+    """A range's stated error in bytes: its edges' worst case plus the floor's 95 % half-width (the edges
+    alone where the floor has no error estimate)."""
+    floor_err = getattr(r, f"{d}_floor_err_bytes", math.nan)
+    return getattr(r, f"{d}_edge_bytes") + (0.0 if pd.isna(floor_err) else floor_err)
+
+
 def _pm(x: Any, ci: Any, fmt: str = ",.0f") -> str:
     if ci is None or (isinstance(ci, float) and math.isnan(ci)):
         return _num(x, fmt)
@@ -290,14 +297,14 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
             if getattr(r, "status", "ok") != "ok":  # no floor / no data / wrap risk: never a silent number
                 return f"[red]{r.status}[/]"
             v = getattr(r, f"{d}_bytes") / 1e6
-            return _pm(v, getattr(r, f"{d}_edge_bytes") / 1e6, ",.3f") if edge else _num(v, ",.3f")
+            return _pm(v, _stated_err(r, d) / 1e6, ",.3f") if edge else _num(v, ",.3f")
 
         t = _table("PCIe bytes per NVTX range" + (esc(f" (domain {domains[0]})") if one_domain else ""),
                    [("range", "left"), ("GPUs", "left"), ("calls", "right"), ("incl ms", "right"), ("excl ms", "right"),
-                    ("H2D MB ± edges", "right"), ("D2H MB", "right")],
+                    ("H2D MB ± error", "right"), ("D2H MB", "right")],
                    caption="bytes inclusive of nested ranges, floor removed, summed over the range's own GPUs (those "
-                           "its thread used, else its process's); MB = 10^6 B; ± edges: how far the counters at the "
-                           "range's edges can be off")
+                           "its thread used, else its process's); MB = 10^6 B; ± error: how far the counters at the "
+                           "range's edges can be off, plus the floor's 95 % interval")
         for r in rg.itertuples():
             t.add_row(name(r), _gpu_list(getattr(r, "gpus", "")), str(r.calls), _num(r.incl_ms, ",.2f"),
                       _num(r.excl_ms, ",.2f"), mb(r, "h2d", True), mb(r, "d2h", False))
@@ -322,19 +329,20 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                               "counters update every ~0.2 ms): their bytes are interpolated", style="yellow"))
         if "stalls" in rg and rg["stalls"].sum():
             parts.append(Text("note: ranges marked stalls overlap gaps between counter samples longer than 4 counter "
-                              "updates: their edge errors are larger (see ± edges)", style="yellow"))
+                              "updates: their edge errors are larger (see ± error)", style="yellow"))
     wr = results.get("whole_run", pd.DataFrame())
     if len(wr):
         t = _table("Whole run", [("GPU", "left"), ("ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
                                  ("eager", "right"), ("graph", "right"), ("procs", "right"), ("ranges", "right"),
                                  ("exit", "right")],
-                   caption="per sampled GPU: its bytes and the kernel launches made on it (eager/graph); procs "
-                           "(processes followed) and ranges: the program's totals")
+                   caption="per sampled GPU: its bytes (± the floor's 95 % interval, which outweighs the edges' over "
+                           "a whole run) and the kernel launches made on it (eager/graph); procs (processes followed) "
+                           "and ranges: the program's totals")
         for w in wr.to_dict("records"):
             ok = w.get("status", "ok") == "ok"
             t.add_row(f"GPU{w['nvml_index']}" if "nvml_index" in w else "all", _num(w["duration_ms"], ",.1f"),
-                      _num(w["h2d_bytes"] / 1e6, ",.3f") if ok else f"[red]{w['status']}[/]",
-                      _num(w["d2h_bytes"] / 1e6, ",.3f") if ok else f"[red]{w['status']}[/]",
+                      _pm(w["h2d_bytes"] / 1e6, w["h2d_floor_err_bytes"] / 1e6, ",.1f") if ok else f"[red]{w['status']}[/]",
+                      _pm(w["d2h_bytes"] / 1e6, w["d2h_floor_err_bytes"] / 1e6, ",.1f") if ok else f"[red]{w['status']}[/]",
                       _num(w["eager_launches"], ",.0f"), _num(w["graph_launches"], ",.0f"), _num(w["processes"], ".0f"),
                       _num(w["ranges"], ".0f"), esc(meta.get("exit_code")))
         parts.append(t)

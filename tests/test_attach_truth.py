@@ -193,3 +193,38 @@ def test_the_whole_run_states_its_floor_error(data_dir) -> None:
     assert w["status"] == "ok" and res["floor"]["dof"].item() == 6  # 8 idle windows, two terms fitted
     for d in ("h2d", "d2h"):
         assert 0 < w[f"{d}_floor_err_bytes"] < 0.1 * w[f"{d}_bytes"]
+
+
+@pytest.mark.parametrize("recording", [f"{REC}/attach-h200x4-torchrun-ddp", "attach_h200x8_torchrun"])
+def test_floor_fit_and_its_errors_match_scipy_s_least_squares(data_dir, recording) -> None:
+    """The floor's terms and standard errors on real idle windows, against scipy's curve_fit: per read,
+    ordinary least squares without an intercept; rate only, the windows' mean rate (least squares weighted
+    by 1/duration, as the rate was before the errors were added), not an unweighted slope."""
+    from scipy.optimize import curve_fit
+
+    from pcietrace.analysis import counters, floor
+
+    s = Session.load(data_dir / recording)
+    cum = counters.cumulative_bytes(s.samples, s.counters)
+    fl = floor.floor_model(cum, s.windows, sorted(cum["nvml_index"].unique())).set_index("nvml_index")
+    aw = floor.aligned_windows(cum, s.windows)
+    checked = set()
+    for idx, g in aw.groupby("nvml_index"):
+        m, x = fl.loc[idx], (g["reads"].to_numpy(float), g["duration_s"].to_numpy())
+        if m["dof"] == 0:
+            continue
+        for d in ("h2d", "d2h"):
+            y = g[f"{d}_bytes"].to_numpy()
+            if m["status"] == "per read":
+                p, cov = curve_fit(lambda x, a, b: a * x[0] + b * x[1], x, y, p0=[1e4, 1e5])
+                assert m[f"{d}_bytes_per_read"] == pytest.approx(p[0], rel=1e-6)
+                assert m[f"{d}_bytes_per_read_se"] == pytest.approx(np.sqrt(cov[0, 0]), rel=1e-6)
+                assert m[f"{d}_floor_corr"] == pytest.approx(cov[0, 1] / np.sqrt(cov[0, 0] * cov[1, 1]), rel=1e-6)
+            else:
+                p, cov = curve_fit(lambda x, b: b * x[1], x, y, p0=[1e5], sigma=np.sqrt(x[1]))
+                p, cov = [0.0, p[0]], np.diag([0.0, cov[0, 0]])
+                assert m[f"{d}_background_Bps"] == pytest.approx(m[f"{d}_Bps"], rel=1e-9)
+            assert m[f"{d}_background_Bps"] == pytest.approx(p[1], rel=1e-6)
+            assert m[f"{d}_background_Bps_se"] == pytest.approx(np.sqrt(cov[1, 1]), rel=1e-6)
+        checked.add(m["status"])
+    assert checked == {"rate only"} if "ddp" in recording else {"per read"}

@@ -152,6 +152,22 @@ def test_launches_on_several_gpus_between_two_events_are_in_no_row() -> None:
     assert got.to_dict() == {0: 5, 1: 3}  # thread 2's announced launch counts on ordinal 1; thread 1's 7 nowhere
 
 
+def test_launches_on_a_sampled_and_an_unsampled_gpu_between_two_events_are_in_no_row() -> None:
+    """SIMULATED events: a thread launches 4 kernels on ordinal 0 (sampled), then 6 across ordinals 0 and 1
+    (ordinal 1's GPU not sampled) before its next event: those 6 are not charged to GPU0 alone."""
+    cols = ["t_ns", "pid", "tid", "event", "id", "message", "devmask", "eager_thread", "graph_thread",
+            "eager_process", "graph_process"]
+    ev = pd.DataFrame([(1, 9, 1, "cudevice", 0, "0000:00:06.0", 0, 1, 0, 1, 0),
+                       (2, 9, 1, "push", 0, "a", 1, 4, 0, 4, 0),
+                       (3, 9, 1, "cudevice", 1, "0000:00:07.0", 1, 5, 0, 5, 0),
+                       (4, 9, 1, "pop", 0, "", 3, 10, 0, 10, 0)], columns=cols)
+    sampled = [{"nvml_index": 0, "bus_id": "0000:00:06.0"}]
+    got = attribution.launches_by_gpu(ev, sampled).set_index("nvml_index")["eager_launches"]
+    assert got.to_dict() == {0: 4}
+    both = sampled + [{"nvml_index": 1, "bus_id": "0000:00:07.0"}]  # both sampled: still several GPUs, no row
+    assert attribution.launches_by_gpu(ev, both).set_index("nvml_index")["eager_launches"].to_dict() == {0: 4, 1: 0}
+
+
 def test_rank_ranges_match_the_apps_own_truth(torchrun8) -> None:
     _, res, truth = torchrun8
     inst = res["range_instances"]

@@ -6,6 +6,8 @@ without device information is charged to every sampled GPU, with a note; samples
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -244,3 +246,68 @@ def test_floor_fit_and_its_errors_match_scipy_s_least_squares(data_dir, recordin
             assert m[f"{d}_background_Bps_se"] == pytest.approx(np.sqrt(cov[1, 1]), rel=1e-6)
         checked.add(m["status"])
     assert checked == {"rate only"} if "ddp" in recording else {"per read"}
+
+
+#: Run with the real injection library (LD_PRELOAD, launch counting by interposition) over the fake driver of
+#: tests/native/fake_libcuda.c: launches on ordinals 0 and 1 from the main thread, a second thread and a
+#: forked child, with NVTX ranges between them.
+FORK_SCRIPT = r"""
+import ctypes, os, sys, threading
+import nvtx
+cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+fn = ctypes.c_void_p()
+assert cuda.cuGetProcAddress_v2(b"cuLaunchKernel", ctypes.byref(fn), 12000, ctypes.c_ulonglong(0), None) == 0
+launch = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3)(fn.value)
+device = ctypes.c_int.in_dll(cuda, "fake_device")
+def run(n, dev):
+    device.value = dev
+    for _ in range(n):
+        launch(None, 1, 1, 1, 1, 1, 1, 0, None, None, None)
+nvtx.push_range("a"); run(3, 0); nvtx.pop_range()
+def other():
+    nvtx.push_range("b"); run(2, 1); nvtx.pop_range()
+t = threading.Thread(target=other); t.start(); t.join()
+run(4, 0)  # counted at the main thread's next event: in the parent, after the fork
+pid = os.fork()
+if pid == 0:  # the child: 6 launches on ordinal 1, the first before any event of its own
+    run(1, 1); nvtx.push_range("c"); run(4, 1); nvtx.pop_range(); run(1, 1)
+    sys.exit(0)
+os.waitpid(pid, 0)
+run(4, 0)
+"""
+
+
+def test_launches_per_gpu_from_the_injection_library_with_threads_and_fork(tmp_path) -> None:
+    """The real library over a fake driver (no GPU): every launch of the parent's two threads and of its
+    forked child is on the GPU it was made on; a child's first launch is not mixed with the launches its
+    parent had not yet reported at the fork."""
+    import shutil
+    import subprocess
+    import sys
+
+    from pcietrace.errors import UsageError
+    from pcietrace.record.attach import injection_library, read_traces
+
+    pytest.importorskip("nvtx")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    try:
+        lib = injection_library()
+    except UsageError:
+        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
+    fake = Path(__file__).parent / "native" / "fake_libcuda.c"
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(tmp_path / "libcuda.so.1"),
+                    str(fake)], check=True)
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    env = dict(os.environ, LD_PRELOAD=lib, NVTX_INJECTION64_PATH=lib, PCIETRACE_COUNT="interpose",
+               PCIETRACE_TRACE_DIR=str(traces), LD_LIBRARY_PATH=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", FORK_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    ev = read_traces(traces)
+    assert ev["pid"].nunique() == 2 and (ev["event"] == "exit").sum() == 2
+    gpus = [{"nvml_index": i, "bus_id": f"0000:00:0{6 + i}.0"} for i in (0, 1)]
+    got = attribution.launches_by_gpu(ev, gpus).set_index("nvml_index")["eager_launches"].to_dict()
+    assert got == {0: 3 + 4 + 4, 1: 2 + 6}
+    assert sum(got.values()) == ev.groupby("pid").tail(1)["eager_process"].sum()

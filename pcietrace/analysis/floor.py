@@ -84,7 +84,9 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
                 cov = c if two_terms else np.array([[0.0, 0.0], [0.0, c[0, 0]]])
             se = np.sqrt(np.diag(cov))
             row[f"{d}_bytes_per_read_se"], row[f"{d}_background_Bps_se"] = float(se[0]), float(se[1])
-            row[f"{d}_floor_corr"] = float(cov[0, 1] / (se[0] * se[1])) if se[0] * se[1] > 0 else 0.0
+            # no estimate (dof 0): unknown, not 0; one term exact or not fitted (rate only): nothing to correlate
+            row[f"{d}_floor_corr"] = float(cov[0, 1] / (se[0] * se[1])) if se[0] * se[1] > 0 else \
+                (0.0 if row["dof"] else np.nan)
         rows.append(row)
     return pd.DataFrame(rows, columns=FLOOR_COLUMNS)
 

@@ -270,7 +270,10 @@ def other():
 t = threading.Thread(target=other); t.start(); t.join()
 run(4, 0)  # counted at the main thread's next event: in the parent, after the fork
 pid = os.fork()
-if pid == 0:  # the child: 6 launches on ordinal 1, the first before any event of its own
+if pid == 0:  # the child: 3 launches on a new thread, then 6 on the forking one, the first before its first event
+    def child():
+        nvtx.push_range("d"); run(3, 1); nvtx.pop_range()
+    t = threading.Thread(target=child); t.start(); t.join()
     run(1, 1); nvtx.push_range("c"); run(4, 1); nvtx.pop_range(); run(1, 1)
     sys.exit(0)
 os.waitpid(pid, 0)
@@ -280,8 +283,9 @@ run(4, 0)
 
 def test_launches_per_gpu_from_the_injection_library_with_threads_and_fork(tmp_path) -> None:
     """The real library over a fake driver (no GPU): every launch of the parent's two threads and of its
-    forked child is on the GPU it was made on; a child's first launch is not mixed with the launches its
-    parent had not yet reported at the fork."""
+    forked child's two is on the GPU it was made on, once; the forking thread's first launches in the child
+    are not mixed with the launches its parent had not yet reported at the fork, nor counted with its
+    parent's."""
     import shutil
     import subprocess
     import sys
@@ -310,5 +314,5 @@ def test_launches_per_gpu_from_the_injection_library_with_threads_and_fork(tmp_p
     assert ev["pid"].nunique() == 2 and (ev["event"] == "exit").sum() == 2
     gpus = [{"nvml_index": i, "bus_id": f"0000:00:0{6 + i}.0"} for i in (0, 1)]
     got = attribution.launches_by_gpu(ev, gpus).set_index("nvml_index")["eager_launches"].to_dict()
-    assert got == {0: 3 + 4 + 4, 1: 2 + 6}
+    assert got == {0: 3 + 4 + 4, 1: 2 + 3 + 6}
     assert sum(got.values()) == ev.groupby("pid").tail(1)["eager_process"].sum()

@@ -6,6 +6,8 @@ without device information is charged to every sampled GPU, with a note; samples
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -152,6 +154,22 @@ def test_launches_on_several_gpus_between_two_events_are_in_no_row() -> None:
     assert got.to_dict() == {0: 5, 1: 3}  # thread 2's announced launch counts on ordinal 1; thread 1's 7 nowhere
 
 
+def test_launches_on_a_sampled_and_an_unsampled_gpu_between_two_events_are_in_no_row() -> None:
+    """SIMULATED events: a thread launches 4 kernels on ordinal 0 (sampled), then 6 across ordinals 0 and 1
+    (ordinal 1's GPU not sampled) before its next event: those 6 are not charged to GPU0 alone."""
+    cols = ["t_ns", "pid", "tid", "event", "id", "message", "devmask", "eager_thread", "graph_thread",
+            "eager_process", "graph_process"]
+    ev = pd.DataFrame([(1, 9, 1, "cudevice", 0, "0000:00:06.0", 0, 1, 0, 1, 0),
+                       (2, 9, 1, "push", 0, "a", 1, 4, 0, 4, 0),
+                       (3, 9, 1, "cudevice", 1, "0000:00:07.0", 1, 5, 0, 5, 0),
+                       (4, 9, 1, "pop", 0, "", 3, 10, 0, 10, 0)], columns=cols)
+    sampled = [{"nvml_index": 0, "bus_id": "0000:00:06.0"}]
+    got = attribution.launches_by_gpu(ev, sampled).set_index("nvml_index")["eager_launches"]
+    assert got.to_dict() == {0: 4}
+    both = sampled + [{"nvml_index": 1, "bus_id": "0000:00:07.0"}]  # both sampled: still several GPUs, no row
+    assert attribution.launches_by_gpu(ev, both).set_index("nvml_index")["eager_launches"].to_dict() == {0: 4, 1: 0}
+
+
 def test_rank_ranges_match_the_apps_own_truth(torchrun8) -> None:
     _, res, truth = torchrun8
     inst = res["range_instances"]
@@ -193,3 +211,108 @@ def test_the_whole_run_states_its_floor_error(data_dir) -> None:
     assert w["status"] == "ok" and res["floor"]["dof"].item() == 6  # 8 idle windows, two terms fitted
     for d in ("h2d", "d2h"):
         assert 0 < w[f"{d}_floor_err_bytes"] < 0.1 * w[f"{d}_bytes"]
+
+
+@pytest.mark.parametrize("recording", [f"{REC}/attach-h200x4-torchrun-ddp", "attach_h200x8_torchrun"])
+def test_floor_fit_and_its_errors_match_scipy_s_least_squares(data_dir, recording) -> None:
+    """The floor's terms and standard errors on real idle windows, against scipy's curve_fit: per read,
+    ordinary least squares without an intercept; rate only, the windows' mean rate (least squares weighted
+    by 1/duration, as the rate was before the errors were added), not an unweighted slope."""
+    from scipy.optimize import curve_fit
+
+    from pcietrace.analysis import counters, floor
+
+    s = Session.load(data_dir / recording)
+    cum = counters.cumulative_bytes(s.samples, s.counters)
+    fl = floor.floor_model(cum, s.windows, sorted(cum["nvml_index"].unique())).set_index("nvml_index")
+    aw = floor.aligned_windows(cum, s.windows)
+    checked = set()
+    for idx, g in aw.groupby("nvml_index"):
+        m, x = fl.loc[idx], (g["reads"].to_numpy(float), g["duration_s"].to_numpy())
+        if m["dof"] == 0:  # one window, one term: no error estimate, and nothing says 0
+            assert m[["h2d_background_Bps_se", "h2d_floor_corr", "d2h_floor_corr"]].isna().all()
+            continue
+        for d in ("h2d", "d2h"):
+            y = g[f"{d}_bytes"].to_numpy()
+            if m["status"] == "per read":
+                p, cov = curve_fit(lambda x, a, b: a * x[0] + b * x[1], x, y, p0=[1e4, 1e5])
+                assert m[f"{d}_bytes_per_read"] == pytest.approx(p[0], rel=1e-6)
+                assert m[f"{d}_bytes_per_read_se"] == pytest.approx(np.sqrt(cov[0, 0]), rel=1e-6)
+                assert m[f"{d}_floor_corr"] == pytest.approx(cov[0, 1] / np.sqrt(cov[0, 0] * cov[1, 1]), rel=1e-6)
+            else:
+                p, cov = curve_fit(lambda x, b: b * x[1], x, y, p0=[1e5], sigma=np.sqrt(x[1]))
+                p, cov = [0.0, p[0]], np.diag([0.0, cov[0, 0]])
+                assert m[f"{d}_background_Bps"] == pytest.approx(m[f"{d}_Bps"], rel=1e-9)
+            assert m[f"{d}_background_Bps"] == pytest.approx(p[1], rel=1e-6)
+            assert m[f"{d}_background_Bps_se"] == pytest.approx(np.sqrt(cov[1, 1]), rel=1e-6)
+        checked.add(m["status"])
+    assert checked == {"rate only"} if "ddp" in recording else {"per read"}
+
+
+#: Run with the real injection library (LD_PRELOAD, launch counting by interposition) over the fake driver of
+#: tests/native/fake_libcuda.c: launches on ordinals 0 and 1 from the main thread, a second thread and a
+#: forked child, with NVTX ranges between them.
+FORK_SCRIPT = r"""
+import ctypes, os, sys, threading
+import nvtx
+cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+fn = ctypes.c_void_p()
+assert cuda.cuGetProcAddress_v2(b"cuLaunchKernel", ctypes.byref(fn), 12000, ctypes.c_ulonglong(0), None) == 0
+launch = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3)(fn.value)
+device = ctypes.c_int.in_dll(cuda, "fake_device")
+def run(n, dev):
+    device.value = dev
+    for _ in range(n):
+        launch(None, 1, 1, 1, 1, 1, 1, 0, None, None, None)
+nvtx.push_range("a"); run(3, 0); nvtx.pop_range()
+def other():
+    nvtx.push_range("b"); run(2, 1); nvtx.pop_range()
+t = threading.Thread(target=other); t.start(); t.join()
+run(4, 0)  # counted at the main thread's next event: in the parent, after the fork
+pid = os.fork()
+if pid == 0:  # the child: 3 launches on a new thread, then 6 on the forking one, the first before its first event
+    def child():
+        nvtx.push_range("d"); run(3, 1); nvtx.pop_range()
+    t = threading.Thread(target=child); t.start(); t.join()
+    run(1, 1); nvtx.push_range("c"); run(4, 1); nvtx.pop_range(); run(1, 1)
+    sys.exit(0)
+os.waitpid(pid, 0)
+run(4, 0)
+"""
+
+
+def test_launches_per_gpu_from_the_injection_library_with_threads_and_fork(tmp_path) -> None:
+    """The real library over a fake driver (no GPU): every launch of the parent's two threads and of its
+    forked child's two is on the GPU it was made on, once; the forking thread's first launches in the child
+    are not mixed with the launches its parent had not yet reported at the fork, nor counted with its
+    parent's."""
+    import shutil
+    import subprocess
+    import sys
+
+    from pcietrace.errors import UsageError
+    from pcietrace.record.attach import injection_library, read_traces
+
+    pytest.importorskip("nvtx")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    try:
+        lib = injection_library()
+    except UsageError:
+        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
+    fake = Path(__file__).parent / "native" / "fake_libcuda.c"
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(tmp_path / "libcuda.so.1"),
+                    str(fake)], check=True)
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    env = dict(os.environ, LD_PRELOAD=lib, NVTX_INJECTION64_PATH=lib, PCIETRACE_COUNT="interpose",
+               PCIETRACE_TRACE_DIR=str(traces), LD_LIBRARY_PATH=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", FORK_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    ev = read_traces(traces)
+    assert ev["pid"].nunique() == 2 and (ev["event"] == "exit").sum() == 2
+    gpus = [{"nvml_index": i, "bus_id": f"0000:00:0{6 + i}.0"} for i in (0, 1)]
+    got = attribution.launches_by_gpu(ev, gpus).set_index("nvml_index")["eager_launches"].to_dict()
+    assert got == {0: 3 + 4 + 4, 1: 2 + 3 + 6}
+    assert sum(got.values()) == ev.groupby("pid").tail(1)["eager_process"].sum()

@@ -345,11 +345,12 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
         for mode in ("eager", "graph"):
             c = g[f"{mode}_thread"].to_numpy(np.int64)
             d = np.diff(c, prepend=0)
-            # a forked child's thread keeps its parent's count; its process count starts at 0
+            # a forked child's thread kept its parent's count (libraries before the sixth session's review);
+            # its process count starts at 0
             d[0] = min(c[0], int(g[f"{mode}_process"].iloc[0]))
             for mask, n in pd.Series(d).groupby(g["bits"].to_numpy()).sum().items():
-                where = to_nvml(int(pid), int(mask))
-                if n > 0 and len(where) == 1 and where[0] in row:
+                where = to_nvml(int(pid), int(mask))  # leaves out ordinals of no GPU in ``gpus``: one bit only
+                if n > 0 and int(mask).bit_count() == 1 and len(where) == 1 and where[0] in row:
                     out.loc[row[where[0]], f"{mode}_launches"] += n
     return out
 

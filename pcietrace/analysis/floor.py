@@ -69,8 +69,11 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
         for d in DIRECTIONS:
             y = g[f"{d}_bytes"].to_numpy()
             row[f"{d}_Bps"] = float(y.sum() / dur.sum())
-            # the design: bytes = per_read x reads + rate x duration (rate only: per_read = 0)
-            x = np.column_stack([reads, dur]) if two_terms else dur[:, None]
+            # the design: bytes = per_read x reads + rate x duration (rate only: per_read = 0, rows weighted
+            # by 1/duration, so that the rate stays the windows' total bytes / total time)
+            w = np.ones_like(dur) if two_terms else 1 / np.sqrt(dur)
+            x = (np.column_stack([reads, dur]) if two_terms else dur[:, None]) * w[:, None]
+            y = y * w
             coef, *_ = np.linalg.lstsq(x, y, rcond=None)
             per_read, rate = (coef[0], coef[1]) if two_terms else (0.0, coef[0])
             row[f"{d}_bytes_per_read"], row[f"{d}_background_Bps"] = float(per_read), float(rate)
@@ -81,7 +84,9 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
                 cov = c if two_terms else np.array([[0.0, 0.0], [0.0, c[0, 0]]])
             se = np.sqrt(np.diag(cov))
             row[f"{d}_bytes_per_read_se"], row[f"{d}_background_Bps_se"] = float(se[0]), float(se[1])
-            row[f"{d}_floor_corr"] = float(cov[0, 1] / (se[0] * se[1])) if se[0] * se[1] > 0 else 0.0
+            # no estimate (dof 0): unknown, not 0; one term exact or not fitted (rate only): nothing to correlate
+            row[f"{d}_floor_corr"] = float(cov[0, 1] / (se[0] * se[1])) if se[0] * se[1] > 0 else \
+                (0.0 if row["dof"] else np.nan)
         rows.append(row)
     return pd.DataFrame(rows, columns=FLOOR_COLUMNS)
 

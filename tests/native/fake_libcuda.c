@@ -4,9 +4,11 @@
  * Build: cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o libcuda.so.1 fake_libcuda.c
  * Control (set from Python through ctypes): fake_fail_at (the launch call number that fails, 0 = never),
  * fake_fail_code, fake_flag_mode (1: a "kernel" launch stores its value to both flags at once, as pt_flag
- * does; 0: never, to test the timeout), fake_launch_ns (busy time per launch call).
+ * does; 0: never, to test the timeout), fake_launch_ns (busy time per launch call), fake_device (the ordinal
+ * cuCtxGetDevice reports, for the injection library's device tracking; bus id 0000:00:(06 + ordinal).0).
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -64,3 +66,7 @@ int cuGetProcAddress_v2(const char *sym, void **fn, int version, unsigned long l
     *fn = NULL;
     return 500;  /* CUDA_ERROR_NOT_FOUND */
 }
+
+int fake_device;
+int cuCtxGetDevice(int *dev) { *dev = fake_device; return 0; }
+int cuDeviceGetPCIBusId(char *bus, int len, int dev) { snprintf(bus, (size_t)len, "0000:00:%02x.0", 6 + dev); return 0; }

@@ -170,6 +170,25 @@ def test_launches_on_a_sampled_and_an_unsampled_gpu_between_two_events_are_in_no
     assert attribution.launches_by_gpu(ev, both).set_index("nvml_index")["eager_launches"].to_dict() == {0: 4, 1: 0}
 
 
+def test_a_one_gpu_process_s_other_threads_launches_count_on_its_gpu() -> None:
+    """SIMULATED events, as PyTorch's backward pass makes them: the main thread's ranges, and an autograd thread
+    that launches with no event of its own (its 30 launches show only in the process count). The process
+    launched on one GPU (its one "cudevice" event), so they are that GPU's; with a second GPU in the same
+    process they are in no row."""
+    cols = ["t_ns", "pid", "tid", "event", "id", "message", "devmask", "eager_thread", "graph_thread",
+            "eager_process", "graph_process"]
+    one = pd.DataFrame([(1, 9, 1, "cudevice", 0, "0000:00:06.0", 0, 1, 0, 1, 0),
+                        (2, 9, 1, "push", 0, "step", 1, 5, 0, 5, 0),
+                        (3, 9, 1, "pop", 0, "", 1, 10, 0, 40, 0),
+                        (4, 9, 1, "exit", 0, "", 0, 10, 0, 40, 0)], columns=cols)
+    gpus = [{"nvml_index": 0, "bus_id": "0000:00:06.0"}, {"nvml_index": 1, "bus_id": "0000:00:07.0"}]
+    got = attribution.launches_by_gpu(one, gpus).set_index("nvml_index")["eager_launches"]
+    assert got.to_dict() == {0: 40, 1: 0}
+    two = pd.concat([one, pd.DataFrame([(0, 9, 3, "cudevice", 1, "0000:00:07.0", 0, 1, 0, 1, 0)], columns=cols)])
+    got = attribution.launches_by_gpu(two, gpus).set_index("nvml_index")["eager_launches"]
+    assert got.to_dict() == {0: 10, 1: 1}  # the main thread's own 10 and the announcing launch; 29 in no row
+
+
 def test_rank_ranges_match_the_apps_own_truth(torchrun8) -> None:
     _, res, truth = torchrun8
     inst = res["range_instances"]

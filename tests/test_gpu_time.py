@@ -71,7 +71,7 @@ def test_the_launch_count_model_alone_misses_pytorch_host_time(decode) -> None:
 def test_summary_states_the_whole_run_saving_from_the_outermost_ranges(decode) -> None:
     s, res = decode["decode-eager-gputime"]
     outer = res["ranges"].set_index("name").loc[[f"batch_{b}" for b in (1, 4, 16, 64)], "graph_savings_ms"].sum()
-    assert res["whole_run"]["graph_savings_ms"].iloc[0] == pytest.approx(outer)
+    assert res["whole_run"]["program_graph_savings_ms"].iloc[0] == pytest.approx(outer)
 
 
 def test_kernels_cupti_could_not_time_are_left_out_and_said(decode) -> None:
@@ -117,7 +117,7 @@ def test_uncounted_launches_are_unknown_not_zero(data_dir) -> None:
     assert ranges.loc["eager_launches", "gpu_busy_ms"] > 0
     for col in ("eager_launches", "graph_launches", "launch_overhead_ms", "graph_savings_ms"):
         assert ranges[col].isna().all(), col
-    assert res["whole_run"]["eager_launches"].isna().all() and res["whole_run"]["graph_savings_ms"].isna().all()
+    assert res["whole_run"]["eager_launches"].isna().all() and res["whole_run"]["program_graph_savings_ms"].isna().all()
     text = " ".join(attach_lines(s.meta, res))
     assert "launches not counted" in text and "launched kernels" not in text and "0 eager" not in text
     assert any("not counted" in n for n in res["notes"]["note"])

@@ -113,8 +113,9 @@ def _unplaced_launches(whole: pd.DataFrame) -> list[str]:
     left = {m: int(w[f"program_{m}_launches"] - whole[f"{m}_launches"].sum()) for m in ("eager", "graph")}
     if not any(left.values()):
         return []
-    return [f"{left['eager']:,} eager and {left['graph']:,} graph launches are in no GPU's whole-run row: their thread "
-            "launched on several GPUs between two of its events, on a GPU not sampled, or after its last event"]
+    return [f"{left['eager']:,} eager and {left['graph']:,} graph launches are in no GPU's whole-run row: they were "
+            "made on a GPU not sampled, or in a process that launched on several GPUs by a thread that launched on "
+            "several between two of its events or had no event after them"]
 
 
 def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> dict[str, pd.DataFrame]:
@@ -153,17 +154,17 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
                      "error: its ± covers the edges only")
     whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl,
                                   s.meta.get("gpus", []), bits)
-    whole["graph_savings_ms"] = math.nan
+    whole["program_graph_savings_ms"] = math.nan
     if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0
         inst = inst.assign(**{c: math.nan for c in LAUNCH_COUNTS if c in inst})
-        whole = whole.assign(**{c: math.nan for c in WHOLE_RUN_LAUNCHES})
+        whole = whole.assign(**{c: math.nan for c in WHOLE_RUN_LAUNCHES})  # (its savings stay NaN: no costs)
         notes.append("launches were not counted (--no-count-launches): no launch overhead or graph-savings figures")
     elif len(whole):
         notes += _unplaced_launches(whole)
     if costs and len(inst):  # attach's "graphs save" figure, per call and for the run (one prediction each)
         p = savings.predict_ms(inst, costs)
         inst = inst.assign(graph_savings_ms=p["predicted_ms"], launch_bound=p["launch_bound"])
-        whole["graph_savings_ms"] = savings.outermost_ms(p)
+        whole["program_graph_savings_ms"] = savings.outermost_ms(p)
     return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta)),
             "ranges": attribution.summarize(inst, costs, short_ns=2 * gap_ns), "whole_run": whole,
             "notes": pd.DataFrame({"note": notes}, dtype=str)}

@@ -328,7 +328,10 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
     """Kernel launches made on each GPU of ``gpus`` (the session's GPU records): ``nvml_index``,
     ``eager_launches``, ``graph_launches``. A thread's launches between two of its events go to the GPU that
     the later event's ``devmask`` names (a "cudevice" event also names the ordinal whose first launch it
-    announces); launches of an interval that names several GPUs, none, or one not in ``gpus`` are in no row.
+    announces). A process's other launches (threads with no event of their own after them, e.g. PyTorch's
+    autograd threads) go to its GPU where it launched on one only: its "cudevice" events name every device it
+    ever launched on. Launches of an interval that names several GPUs, none, or one not in ``gpus``, and the
+    other launches of a process that used several, are in no row.
     Without device information (recordings made before it was recorded) every count is NaN."""
     out = pd.DataFrame({"nvml_index": sorted(int(g["nvml_index"]) for g in gpus)})
     for mode in ("eager", "graph"):
@@ -338,20 +341,32 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
     ev = events[events["event"] != "kernel"].sort_values("t_ns", kind="stable")
     named = (ev["event"] == "cudevice").to_numpy() & ev["id"].between(0, 63).to_numpy()
     first = np.left_shift(np.uint64(1), ev["id"].clip(0, 63).to_numpy(np.uint64))
-    ev = ev.assign(bits=ev["devmask"].to_numpy(np.uint64) | np.where(named, first, np.uint64(0)))
+    ev = ev.assign(bits=ev["devmask"].to_numpy(np.uint64) | np.where(named, first, np.uint64(0)),
+                   announced=np.where(named, first, np.uint64(0)))
     to_nvml = _ordinals_to_nvml(ev, gpus)
     row = {int(i): k for k, i in enumerate(out["nvml_index"])}
-    for (pid, _), g in ev.groupby(["pid", "tid"], sort=False):
+
+    def place(pid: int, mask: int, n: int, mode: str) -> int:
+        where = to_nvml(pid, mask)  # leaves out ordinals of no GPU in ``gpus``: one bit only
+        if n > 0 and mask.bit_count() == 1 and len(where) == 1 and where[0] in row:
+            out.loc[row[where[0]], f"{mode}_launches"] += n
+            return n
+        return 0
+
+    for pid, p in ev.groupby("pid", sort=False):
         for mode in ("eager", "graph"):
-            c = g[f"{mode}_thread"].to_numpy(np.int64)
-            d = np.diff(c, prepend=0)
-            # a forked child's thread kept its parent's count (libraries before the sixth session's review);
-            # its process count starts at 0
-            d[0] = min(c[0], int(g[f"{mode}_process"].iloc[0]))
-            for mask, n in pd.Series(d).groupby(g["bits"].to_numpy()).sum().items():
-                where = to_nvml(int(pid), int(mask))  # leaves out ordinals of no GPU in ``gpus``: one bit only
-                if n > 0 and int(mask).bit_count() == 1 and len(where) == 1 and where[0] in row:
-                    out.loc[row[where[0]], f"{mode}_launches"] += n
+            counted = 0  # the process's launches that some thread's event accounts for
+            for _, g in p.groupby("tid", sort=False):
+                c = g[f"{mode}_thread"].to_numpy(np.int64)
+                d = np.diff(c, prepend=0)
+                # a forked child's thread kept its parent's count (libraries before the sixth session's
+                # review); its process count starts at 0
+                d[0] = min(c[0], int(g[f"{mode}_process"].iloc[0]))
+                counted += int(d.sum())
+                for mask, n in pd.Series(d).groupby(g["bits"].to_numpy()).sum().items():
+                    place(int(pid), int(mask), int(n), mode)
+            rest = int(p[f"{mode}_process"].iloc[-1]) - counted
+            place(int(pid), int(np.bitwise_or.reduce(p["announced"].to_numpy())), rest, mode)
     return out
 
 

@@ -211,9 +211,9 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
             else:
                 items.append(f"{r.name} {r.eager_launches + r.graph_launches:,.0f} launches")
         lines.append("Top ranges by launch overhead (nested ranges include their children's): " + "; ".join(items) + ".")
-        if len(wr) and pd.notna(wr.iloc[0].get("graph_savings_ms", math.nan)):
+        if len(wr) and pd.notna(wr.iloc[0].get("program_graph_savings_ms", math.nan)):
             lines.append(f"Capturing the outermost ranges into graphs could save up to "
-                         f"{wr.iloc[0]['graph_savings_ms']:,.1f} ms of the run.")
+                         f"{wr.iloc[0]['program_graph_savings_ms']:,.1f} ms of the run.")
     elif len(results.get("ranges", ())):
         lines.append(f"None of the {len(results['ranges'])} NVTX ranges launched kernels.")
     elif meta.get("kind") == "attach":

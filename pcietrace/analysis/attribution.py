@@ -328,10 +328,11 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
     """Kernel launches made on each GPU of ``gpus`` (the session's GPU records): ``nvml_index``,
     ``eager_launches``, ``graph_launches``. A thread's launches between two of its events go to the GPU that
     the later event's ``devmask`` names (a "cudevice" event also names the ordinal whose first launch it
-    announces). A process's other launches (threads with no event of their own after them, e.g. PyTorch's
-    autograd threads) go to its GPU where it launched on one only: its "cudevice" events name every device it
-    ever launched on. Launches of an interval that names several GPUs, none, or one not in ``gpus``, and the
-    other launches of a process that used several, are in no row.
+    announces). A process that launched on one GPU only (its "cudevice" events name every device it ever
+    launched on) has all its launches on that GPU, also those of threads with no event of their own after them
+    (e.g. PyTorch's autograd threads). In a process that used several, launches of an interval that names
+    several GPUs or none, and those no event accounts for, are in no row; so are launches on a GPU not in
+    ``gpus``.
     Without device information (recordings made before it was recorded) every count is NaN."""
     out = pd.DataFrame({"nvml_index": sorted(int(g["nvml_index"]) for g in gpus)})
     for mode in ("eager", "graph"):
@@ -355,17 +356,18 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
 
     for pid, p in ev.groupby("pid", sort=False):
         for mode in ("eager", "graph"):
-            counted = 0  # the process's launches that some thread's event accounts for
+            placed = 0
             for _, g in p.groupby("tid", sort=False):
                 c = g[f"{mode}_thread"].to_numpy(np.int64)
                 d = np.diff(c, prepend=0)
                 # a forked child's thread kept its parent's count (libraries before the sixth session's
                 # review); its process count starts at 0
                 d[0] = min(c[0], int(g[f"{mode}_process"].iloc[0]))
-                counted += int(d.sum())
                 for mask, n in pd.Series(d).groupby(g["bits"].to_numpy()).sum().items():
-                    place(int(pid), int(mask), int(n), mode)
-            rest = int(p[f"{mode}_process"].iloc[-1]) - counted
+                    placed += place(int(pid), int(mask), int(n), mode)
+            # the rest (no event after them, or an interval whose mask a "kernel" line took): on the process's
+            # GPU if it ever launched on one only
+            rest = int(p[f"{mode}_process"].iloc[-1]) - placed
             place(int(pid), int(np.bitwise_or.reduce(p["announced"].to_numpy())), rest, mode)
     return out
 

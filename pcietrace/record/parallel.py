@@ -330,10 +330,11 @@ def record_all(session: Session, plan: RunPlan, openers: list[Callable[[], GpuWo
         return session
 
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
+    # a queue per worker: one that dies while its feeder thread holds its queue's lock wedges that queue only
+    outs = [ctx.Queue() for _ in openers]
     barrier = ctx.Barrier(n) if latency_repeats is not None and n > 1 else None
     turns = Turns(ctx, n) if n > 1 else None
-    procs = [ctx.Process(target=_worker_main, args=(opener, slot, plan, latency_repeats, ordinals, out, barrier, turns),
+    procs = [ctx.Process(target=_worker_main, args=(opener, slot, plan, latency_repeats, ordinals, outs[slot], barrier, turns),
                          name=f"pcietrace-gpu{slot}") for slot, opener in enumerate(openers)]
     for p in procs:
         p.start()
@@ -346,7 +347,7 @@ def record_all(session: Session, plan: RunPlan, openers: list[Callable[[], GpuWo
 
     interrupted: KeyboardInterrupt | None = None
     try:
-        _collect(out, procs, parts, handle, deadline=None, on_death=on_death)
+        _collect(outs, procs, parts, handle, deadline=None, on_death=on_death)
     except KeyboardInterrupt as exc:  # (guard.Terminated for SIGTERM/SIGHUP: re-raised as is, for the exit code)
         interrupted = exc
         if not isinstance(exc, Terminated):
@@ -357,7 +358,7 @@ def record_all(session: Session, plan: RunPlan, openers: list[Callable[[], GpuWo
                     os.kill(p.pid, signal.SIGINT)
                 except ProcessLookupError:
                     pass
-        _collect(out, procs, parts, handle, deadline=time.monotonic() + INTERRUPT_GRACE_S, on_death=on_death)
+        _collect(outs, procs, parts, handle, deadline=time.monotonic() + INTERRUPT_GRACE_S, on_death=on_death)
     finally:
         for p in procs:
             p.join(5)
@@ -382,18 +383,30 @@ def _raise_failures(parts: dict[int, Session]) -> None:
         raise PcietraceError("; ".join(failed))
 
 
-def _collect(out: Any, procs: list[Any], parts: dict[int, Session], handle: Callable[[tuple[Any, ...]], None],
+def _collect(outs: list[Any], procs: list[Any], parts: dict[int, Session], handle: Callable[[tuple[Any, ...]], None],
              deadline: float | None, on_death: Callable[[int], None] = lambda pid: None) -> None:
-    """Handle worker messages until every worker has sent its result, died without one, or the deadline.
-    ``on_death(pid)``: a worker died without its result (the others must not wait for it)."""
+    """Handle worker messages (``outs``: each worker's queue) until every worker has sent its result, died
+    without one, or the deadline. ``on_death(pid)``: a worker died without its result (the others must not
+    wait for it)."""
+
+    def drain(q: Any) -> bool:
+        got = False
+        while True:
+            try:
+                handle(q.get_nowait())
+                got = True
+            except queue.Empty:
+                return got
+
     while len(parts) < len(procs):
         if deadline is not None and time.monotonic() > deadline:
             return
-        try:
-            handle(out.get(timeout=0.5))
-        except queue.Empty:
-            for slot, p in enumerate(procs):
-                if slot not in parts and not p.is_alive() and p.exitcode is not None:
-                    # Died without a word (killed, crashed in C): say so rather than wait forever.
-                    parts[slot] = Session(meta={"gpus": [], "status": f"failed: worker exited with code {p.exitcode}"})
-                    on_death(p.pid)
+        if any([drain(q) for q in outs]):
+            continue
+        for slot, p in enumerate(procs):
+            if slot not in parts and not p.is_alive() and p.exitcode is not None and not drain(outs[slot]) \
+                    and slot not in parts:
+                # Died without a word (killed, crashed in C): say so rather than wait forever.
+                parts[slot] = Session(meta={"gpus": [], "status": f"failed: worker exited with code {p.exitcode}"})
+                on_death(p.pid)
+        time.sleep(0.05)

@@ -157,7 +157,7 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
     whole["program_graph_savings_ms"] = math.nan
     if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0
         inst = inst.assign(**{c: math.nan for c in LAUNCH_COUNTS if c in inst})
-        whole = whole.assign(**{c: math.nan for c in WHOLE_RUN_LAUNCHES})  # (its savings stay NaN: no costs)
+        whole = whole.assign(**{c: math.nan for c in WHOLE_RUN_LAUNCHES})
         notes.append("launches were not counted (--no-count-launches): no launch overhead or graph-savings figures")
     elif len(whole):
         notes += _unplaced_launches(whole)

@@ -180,7 +180,8 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     between samples, summed over the range's ``gpus``), ``{d}_bytes`` (raw minus the floor model; NaN unless
     ``status`` is "ok"), ``{d}_edge_bytes`` (how far the counter values at the two edges can be off, from
     :func:`edge_values`) and ``{d}_floor_err_bytes`` (the 95 % half-width of the floor subtracted, its GPUs'
-    in quadrature: :func:`pcietrace.analysis.floor.floor_err_bytes`; NaN unless "ok"); ``stalls`` (sampling gaps the range overlaps that are longer than 4 counter updates);
+    in quadrature: :func:`pcietrace.analysis.floor.floor_err_bytes`; NaN unless "ok"); ``stalls``
+    (sampling gaps the range overlaps that are longer than 4 counter updates);
     ``status`` (:data:`STATUSES`: "no data" where a GPU's samples do not cover the range, "wrap risk" where a
     gap could hide a counter wrap, "no floor" where a GPU has none); and the exclusive figures (``excl_ns``,
     ``excl_h2d_bytes``, ``excl_d2h_bytes``: minus the direct children of push/pop ranges on the same thread).
@@ -272,8 +273,8 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     """Per (domain, name): ``calls``, ``gpus`` (NVML indices its calls were charged to, e.g. "0,1"),
     ``incl_ms``/``excl_ms`` (summed), ``h2d_bytes``/``d2h_bytes`` (inclusive, summed; NaN if any call has no
     figure) with their worst-case edge errors ``h2d_edge_bytes``/``d2h_edge_bytes`` and the floor's 95 %
-    half-widths ``h2d_floor_err_bytes``/``d2h_floor_err_bytes`` (summed: one floor serves every call), ``status`` (the worst
-    of its calls), ``stalls`` (sampling stalls its calls overlap), ``eager_launches``, ``graph_launches``,
+    half-widths ``h2d_floor_err_bytes``/``d2h_floor_err_bytes`` (summed: one floor serves every call),
+    ``status`` (the worst of its calls), ``stalls`` (sampling stalls its calls overlap), ``eager_launches``, ``graph_launches``,
     ``h2d_bytes_per_launch`` (over eager + graph launches), ``launch_overhead_ms`` (launches x the measured
     host cost per launch), ``graph_savings_ms`` (what capturing its launches into graphs could save at most: the
     instances' ``graph_savings_ms``, :func:`pcietrace.analysis.savings.predict_ms` per call; NaN without it),

@@ -129,7 +129,7 @@ static void child_after_fork(void)
     g_buf = NULL;
     t_tid = 0;  /* the forking thread has a new id in the child */
     t_devmask = 0;  /* the parent's launches since its last event: its next event reports them, not ours */
-    t_eager = t_graph = 0;  /* the forking thread's counts are the child's too (else its first event held the parent's) */
+    t_eager = t_graph = 0;  /* the child's own counts (else its first event held the parent's too) */
     atomic_store(&g_pos, 0); atomic_store(&g_full, 0);
     atomic_store(&g_eager, 0); atomic_store(&g_graph, 0); atomic_store(&g_announced, 0);
     open_ranges_forget();

@@ -334,7 +334,8 @@ def record_all(session: Session, plan: RunPlan, openers: list[Callable[[], GpuWo
     outs = [ctx.Queue() for _ in openers]
     barrier = ctx.Barrier(n) if latency_repeats is not None and n > 1 else None
     turns = Turns(ctx, n) if n > 1 else None
-    procs = [ctx.Process(target=_worker_main, args=(opener, slot, plan, latency_repeats, ordinals, outs[slot], barrier, turns),
+    procs = [ctx.Process(target=_worker_main,
+                         args=(opener, slot, plan, latency_repeats, ordinals, outs[slot], barrier, turns),
                          name=f"pcietrace-gpu{slot}") for slot, opener in enumerate(openers)]
     for p in procs:
         p.start()

@@ -340,9 +340,10 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                            "and ranges: the program's totals")
         for w in wr.to_dict("records"):
             ok = w.get("status", "ok") == "ok"
+            bad = f"[red]{w.get('status')}[/]"
             t.add_row(f"GPU{w['nvml_index']}" if "nvml_index" in w else "all", _num(w["duration_ms"], ",.1f"),
-                      _pm(w["h2d_bytes"] / 1e6, w["h2d_floor_err_bytes"] / 1e6, ",.1f") if ok else f"[red]{w['status']}[/]",
-                      _pm(w["d2h_bytes"] / 1e6, w["d2h_floor_err_bytes"] / 1e6, ",.1f") if ok else f"[red]{w['status']}[/]",
+                      _pm(w["h2d_bytes"] / 1e6, w["h2d_floor_err_bytes"] / 1e6, ",.1f") if ok else bad,
+                      _pm(w["d2h_bytes"] / 1e6, w["d2h_floor_err_bytes"] / 1e6, ",.1f") if ok else bad,
                       _num(w["eager_launches"], ",.0f"), _num(w["graph_launches"], ",.0f"), _num(w["processes"], ".0f"),
                       _num(w["ranges"], ".0f"), esc(meta.get("exit_code")))
         parts.append(t)

@@ -56,8 +56,7 @@ class GraphsPlan:
             raise UsageError(f"unknown strategy {bad[0] if bad else ''!r}; choose from {', '.join(STRATEGIES)}")
         if "eager" not in self.strategies:
             raise UsageError("the strategies must include eager (speedups are taken against it)")
-        lo, hi = self.kernel_us
-        if not 0 <= lo <= hi <= 1_000_000:
+        if len(self.kernel_us) != 2 or not 0 <= self.kernel_us[0] <= self.kernel_us[1] <= 1_000_000:
             raise UsageError("--kernel-us takes MIN,MAX with 0 <= MIN <= MAX <= 1e6")
         if self.iterations < 2 or self.rounds < 1 or self.idle_s <= 0:
             raise UsageError("at least 2 iterations per window, 1 round and a positive idle window are needed")

@@ -22,3 +22,8 @@ def test_graphs_kernel_us_needs_exactly_min_and_max(kernel_us, capsys) -> None:
     assert "--kernel-us takes MIN,MAX" in one_line_exit_2(
         ["graphs", "--simulate", "--no-save", "--kernel-us", kernel_us], capsys)
 
+
+@pytest.mark.parametrize("gpu", ["99", "-1"])
+def test_graphs_simulate_refuses_a_gpu_it_does_not_have(gpu, capsys) -> None:
+    # was: exit 0, the SIMULATED GPU 0 measured under the name the user asked for
+    assert f"no CUDA device {gpu}" in one_line_exit_2(["graphs", "--simulate", "--no-save", "--gpu", gpu], capsys)

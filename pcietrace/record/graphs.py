@@ -158,6 +158,8 @@ def open_device(simulate: bool, ordinal: int, seed: int = 0,
     """The device, sampler and boundary probe for one GPU (or the SIMULATED one): returns
     ``(gpu meta, device, sampler, probe, extra session meta)``."""
     if simulate:
+        if ordinal != 0:  # the simulated box has one GPU, as `run --simulate` without --gpus
+            raise UsageError(f"--gpu {ordinal}: no CUDA device {ordinal} (1 visible)")
         from pcietrace.device.graphs_sim import GraphSimCosts, SimGraphsDevice
         from pcietrace.device.sim import SimDevice, SimParams, SimSampler
 

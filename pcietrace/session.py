@@ -91,6 +91,7 @@ class Session:
         tables = {t: _table(report, t, pd.DataFrame.from_records(doc["tables"].get(t, [])), doc["meta"]) for t in TABLES}
         samples = _parquet(report.parent / SAMPLES_FILE, doc["meta"], required=True)
         events = _parquet(report.parent / EVENTS_FILE, doc["meta"], required=False)
+        _check_ranges(report.parent / EVENTS_FILE, doc["meta"], events)
         return cls(meta=doc["meta"], samples=samples, events=events, **tables)
 
 
@@ -112,6 +113,19 @@ def _parquet(file: Path, meta: dict[str, Any], required: bool) -> pd.DataFrame:
     except Exception as exc:  # pyarrow raises its own types for truncated or garbage files; all mean "damaged"
         raise ReportError(f"{file} is not a readable Parquet table ({one_line(exc)})") from None
     return _table(file, file.stem, df, meta)
+
+
+def _check_ranges(file: Path, meta: dict[str, Any], events: pd.DataFrame) -> None:
+    """Refuse an attach run whose events are missing or cut short: ``meta.processes[].ranges`` counts the
+    range openings the saved events held (record/attach.py: processes), and without them the ranges and
+    launches would be reported as none, not as unknown."""
+    procs = meta.get("processes")
+    want = sum(p["ranges"] for p in procs if isinstance(p, dict) and isinstance(p.get("ranges"), int)) \
+        if isinstance(procs, list) else 0
+    have = int(events["event"].isin(["push", "start"]).sum()) if "event" in events else 0
+    if have < want:
+        what = "is missing" if not file.is_file() else f"holds {have} of the {want} range openings report.json counts"
+        raise ReportError(f"{file} {what}: the attach run's NVTX ranges and launches are needed to analyse it")
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

@@ -3,6 +3,11 @@ here was a traceback, a wrong exit code or a silently ignored value before its f
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
 import pytest
 
 from pcietrace.cli import main
@@ -27,3 +32,31 @@ def test_graphs_kernel_us_needs_exactly_min_and_max(kernel_us, capsys) -> None:
 def test_graphs_simulate_refuses_a_gpu_it_does_not_have(gpu, capsys) -> None:
     # was: exit 0, the SIMULATED GPU 0 measured under the name the user asked for
     assert f"no CUDA device {gpu}" in one_line_exit_2(["graphs", "--simulate", "--no-save", "--gpu", gpu], capsys)
+
+
+@pytest.fixture()
+def copy(tmp_path, data_dir):
+    """A writable copy of a recorded report folder (tests/data stays untouched)."""
+    def make(name: str) -> Path:
+        dst = tmp_path / name.replace("/", "-")
+        shutil.copytree(data_dir / name, dst)
+        return dst
+    return make
+
+
+@pytest.mark.parametrize("name", ["attach_h100_python", "recordings/attach-h100-cpp-no-floor"])
+def test_attach_run_without_its_events_is_refused(name, copy, capsys) -> None:
+    # was: exit 0 and "No NVTX ranges were seen ... 0 eager and 0 graph launches" for a run that had both
+    folder = copy(name)
+    (folder / "events.parquet").unlink()
+    assert "events.parquet is missing" in one_line_exit_2(["report", str(folder)], capsys)
+    assert "events.parquet is missing" in one_line_exit_2(["compare", str(folder), str(folder)], capsys)
+
+
+@pytest.mark.parametrize("keep", [0, 1])
+def test_attach_events_cut_short_are_refused(keep, copy, capsys) -> None:
+    folder = copy("attach_h200x8_torchrun")
+    events = pd.read_parquet(folder / "events.parquet")
+    events.head(keep).to_parquet(folder / "events.parquet")
+    want = sum(p["ranges"] for p in json.loads((folder / "report.json").read_text())["meta"]["processes"])
+    assert f"of the {want} range openings" in one_line_exit_2(["report", str(folder)], capsys)

@@ -145,6 +145,8 @@ TABLE_COLUMNS: dict[str, dict[str, str]] = {
                "cpu_ns": "num", "captures": "int", "instantiations": "int", "updates": "int", "node_updates": "int",
                "cache_hits": "int", "update_failures": "int"},
 }
+#: Columns a table has all of or none of: events recorded before device tracking lack ``dev`` and ``devmask``.
+OPTIONAL_COLUMNS: dict[str, dict[str, str]] = {"events": {"dev": "int", "devmask": "int"}}
 #: The windows of `pcietrace graphs` carry the workload size and round.
 GRAPHS_WINDOW_COLUMNS = {**WINDOW_COLUMNS, "kernels": "int", "round": "int", "iterations": "int"}
 #: The windows of `pcietrace run` (not attach) carry the launch plan too.
@@ -192,6 +194,9 @@ def check_table(df: pd.DataFrame, name: str, columns: dict[str, str]) -> pd.Data
     column that came back as objects only because all its values are null becomes float."""
     if not len(df):
         return df
+    optional = OPTIONAL_COLUMNS.get(name, {})
+    if any(c in df.columns for c in optional):
+        columns = {**columns, **optional}
     for col, kind in columns.items():
         where = f"{name}.{col}"
         if col not in df.columns:

@@ -60,3 +60,18 @@ def test_attach_events_cut_short_are_refused(keep, copy, capsys) -> None:
     events.head(keep).to_parquet(folder / "events.parquet")
     want = sum(p["ranges"] for p in json.loads((folder / "report.json").read_text())["meta"]["processes"])
     assert f"of the {want} range openings" in one_line_exit_2(["report", str(folder)], capsys)
+
+
+@pytest.mark.parametrize("column", ["dev", "devmask"])
+@pytest.mark.parametrize("damage", ["drop", "null"])
+def test_attach_events_device_columns_come_whole_or_not_at_all(column, damage, copy, capsys) -> None:
+    # was: KeyError 'dev' (a traceback) with devmask alone; a null became a garbage device number silently
+    folder = copy("attach_h200x8_torchrun")
+    events = pd.read_parquet(folder / "events.parquet")
+    if damage == "drop":
+        events = events.drop(columns=[column])
+    else:
+        events[column] = events[column].astype(float)
+        events.loc[events.index[len(events) // 2], column] = float("nan")
+    events.to_parquet(folder / "events.parquet")
+    assert f"events.{column}" in one_line_exit_2(["report", str(folder)], capsys)

@@ -75,3 +75,13 @@ def test_attach_events_device_columns_come_whole_or_not_at_all(column, damage, c
         events.loc[events.index[len(events) // 2], column] = float("nan")
     events.to_parquet(folder / "events.parquet")
     assert f"events.{column}" in one_line_exit_2(["report", str(folder)], capsys)
+
+
+def test_graphs_report_with_no_samples_renders_bytes_as_unknown(copy, capsys) -> None:
+    # was: KeyError 'h2d_bytes_per_iter' (a traceback) from the empty per-window rates
+    folder = copy("graphs_h100")
+    samples = pd.read_parquet(folder / "samples.parquet")
+    samples.iloc[:0].to_parquet(folder / "samples.parquet")
+    assert main(["report", str(folder), "--format", "json"]) == 0
+    graphs = pd.DataFrame(json.loads(capsys.readouterr().out)["results"]["graphs"])
+    assert len(graphs) and graphs["h2d_bytes_per_iter"].isna().all() and graphs["wall_us_median"].notna().all()

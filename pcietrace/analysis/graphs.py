@@ -69,7 +69,8 @@ def summary(iters: pd.DataFrame, wb: pd.DataFrame, per_window: bool = False, see
     if not len(iters):
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     rng = np.random.default_rng(seed)
-    rates = window_rates(wb) if len(wb) else pd.DataFrame(columns=["kernels", "strategy"])
+    rates = window_rates(wb) if len(wb) else pd.DataFrame(columns=["kernels", "strategy",
+                                                                   *(f"{d}_bytes_per_iter" for d in DIRECTIONS)])
     rows = []
     def walls(g: pd.DataFrame) -> np.ndarray:
         w = g.groupby("round")["wall_ns"].mean() if per_window else g["wall_ns"]

@@ -85,3 +85,14 @@ def test_graphs_report_with_no_samples_renders_bytes_as_unknown(copy, capsys) ->
     assert main(["report", str(folder), "--format", "json"]) == 0
     graphs = pd.DataFrame(json.loads(capsys.readouterr().out)["results"]["graphs"])
     assert len(graphs) and graphs["h2d_bytes_per_iter"].isna().all() and graphs["wall_us_median"].notna().all()
+
+
+@pytest.mark.parametrize("damage", ["reversed", "shuffled", "doubled"])
+def test_attach_events_out_of_time_order_are_refused(damage, copy, capsys) -> None:
+    # was: exit 0 with negative bytes, ranges swapped, 0 launches (reversed) or every range counted twice (doubled)
+    folder = copy("attach_h100_python")
+    events = pd.read_parquet(folder / "events.parquet")
+    events = {"reversed": events.iloc[::-1], "shuffled": events.sample(frac=1, random_state=1),
+              "doubled": pd.concat([events, events])}[damage].reset_index(drop=True)
+    events.to_parquet(folder / "events.parquet")
+    assert "events: not in time order" in one_line_exit_2(["report", str(folder)], capsys)

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace import schema
+from pcietrace.analysis import gpu_time
 from pcietrace.schema import STRATEGIES
 from pcietrace.errors import DataError
 
@@ -58,6 +59,13 @@ def check(session: Any) -> None:
         _finite(s.latency, "latency", ("value_us",))
     if len(s.events):
         _finite(s.events, "events", ("t_ns",))
+        # attach saves them sorted by time (record/attach.py: read_traces) and ranges pair pushes with pops in
+        # that order; CUPTI's kernel records and "gputime" markers are not paired (gpu_time sorts the kernels)
+        host = gpu_time.host_events(s.events)
+        t = host.loc[host["event"] != "gputime", "t_ns"].to_numpy(np.int64)
+        back = np.flatnonzero(np.diff(t) < 0)
+        if back.size:
+            raise DataError(f"events: not in time order (t_ns {t[back[0] + 1]} follows t_ns {t[back[0]]})")
     meta = s.meta
     if meta.get("kind") == "attach" and not meta["t_app_end_ns"] >= meta["t_app_start_ns"]:
         raise DataError(f"meta: the program ended (t_app_end_ns {meta['t_app_end_ns']}) before it started "

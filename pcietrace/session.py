@@ -92,6 +92,7 @@ class Session:
         samples = _parquet(report.parent / SAMPLES_FILE, doc["meta"], required=True)
         events = _parquet(report.parent / EVENTS_FILE, doc["meta"], required=False)
         _check_ranges(report.parent / EVENTS_FILE, doc["meta"], events)
+        _check_samples(report.parent / SAMPLES_FILE, doc["meta"], samples, tables["windows"])
         return cls(meta=doc["meta"], samples=samples, events=events, **tables)
 
 
@@ -126,6 +127,15 @@ def _check_ranges(file: Path, meta: dict[str, Any], events: pd.DataFrame) -> Non
     if have < want:
         what = "is missing" if not file.is_file() else f"holds {have} of the {want} range openings report.json counts"
         raise ReportError(f"{file} {what}: the attach run's NVTX ranges and launches are needed to analyse it")
+
+
+def _check_samples(file: Path, meta: dict[str, Any], samples: pd.DataFrame, windows: pd.DataFrame) -> None:
+    """Refuse a run whose samples file is empty although its counter windows (or a finished attach run)
+    were sampled: the sampler runs before the first window, so that file was emptied, and the bytes (for
+    attach, the ranges) would otherwise be left out without a word. `latency` runs sample nothing."""
+    attach = meta.get("kind") == "attach" and meta.get("status") == "complete" and bool(meta.get("gpus"))
+    if not len(samples) and (len(windows) or attach):
+        raise ReportError(f"{file} holds no samples: the run's counter readings are needed to analyse it")
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

@@ -77,14 +77,33 @@ def test_attach_events_device_columns_come_whole_or_not_at_all(column, damage, c
     assert f"events.{column}" in one_line_exit_2(["report", str(folder)], capsys)
 
 
-def test_graphs_report_with_no_samples_renders_bytes_as_unknown(copy, capsys) -> None:
+def test_graphs_analysis_with_no_samples_gives_bytes_as_unknown(data_dir) -> None:
     # was: KeyError 'h2d_bytes_per_iter' (a traceback) from the empty per-window rates
-    folder = copy("graphs_h100")
-    samples = pd.read_parquet(folder / "samples.parquet")
-    samples.iloc[:0].to_parquet(folder / "samples.parquet")
-    assert main(["report", str(folder), "--format", "json"]) == 0
-    graphs = pd.DataFrame(json.loads(capsys.readouterr().out)["results"]["graphs"])
+    from pcietrace.analysis import analyze
+    from pcietrace.session import Session
+
+    s = Session.load(data_dir / "graphs_h100")
+    graphs = analyze(Session(meta=s.meta, samples=s.samples.iloc[:0], windows=s.windows, graphs=s.graphs))["graphs"]
     assert len(graphs) and graphs["h2d_bytes_per_iter"].isna().all() and graphs["wall_us_median"].notna().all()
+
+
+@pytest.mark.parametrize("name", ["h100_run", "graphs_h100", "attach_h100_python", "recordings/attach-h100-cpp-no-floor"])
+def test_emptied_samples_are_refused(name, copy, capsys) -> None:
+    # was: exit 0 with every byte figure left out (run, graphs) or "No NVTX ranges were seen" (attach)
+    folder = copy(name)
+    pd.read_parquet(folder / "samples.parquet").iloc[:0].to_parquet(folder / "samples.parquet")
+    assert "samples.parquet holds no samples" in one_line_exit_2(["report", str(folder)], capsys)
+    assert "samples.parquet holds no samples" in one_line_exit_2(["compare", str(folder), str(folder)], capsys)
+
+
+def test_latency_runs_sample_nothing_and_still_load(tmp_path, data_dir) -> None:
+    from pcietrace.session import Session
+
+    s = Session.load(data_dir / "h100_run_latency")
+    s.samples, s.windows = s.samples.iloc[:0], s.windows.iloc[:0]
+    s.meta = {**s.meta, "kind": "latency"}
+    assert len(Session.load(s.save(tmp_path / "latency")).latency) == len(s.latency) > 0
+
 
 
 @pytest.mark.parametrize("damage", ["reversed", "shuffled", "doubled"])

@@ -376,8 +376,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if len(args.paths) < 2:
         raise UsageError("compare needs at least two saved runs")
     sessions = [Session.load(p) for p in args.paths]
-    if all(s.meta.get("kind") == "attach" for s in sessions):
+    attach = [s.meta.get("kind") == "attach" for s in sessions]
+    if all(attach):
         return _compare_attach(args, sessions)
+    if any(attach):  # an attach run has none of the figures a run's comparison lines up
+        raise UsageError("an attach run compares only with another attach run: EAGER_ATTACH GRAPHED_ATTACH")
     runs = []
     for i, (p, s) in enumerate(zip(args.paths, sessions)):
         gpus = sorted({g["name"].replace("NVIDIA ", "") for g in s.meta.get("gpus", [])}) or ["?"]

@@ -115,3 +115,10 @@ def test_attach_events_out_of_time_order_are_refused(damage, copy, capsys) -> No
               "doubled": pd.concat([events, events])}[damage].reset_index(drop=True)
     events.to_parquet(folder / "events.parquet")
     assert "events: not in time order" in one_line_exit_2(["report", str(folder)], capsys)
+
+
+@pytest.mark.parametrize("pair", [("h100_run", "attach_h100_python"), ("attach_h100_python", "h100_run")])
+def test_compare_refuses_an_attach_run_beside_a_run(pair, data_dir, capsys) -> None:
+    # was: exit 0 and "no significant difference" over a table where one side had no figure at all
+    line = one_line_exit_2(["compare", *(str(data_dir / p) for p in pair)], capsys)
+    assert "attach run compares only with another attach run" in line

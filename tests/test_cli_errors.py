@@ -122,3 +122,10 @@ def test_compare_refuses_an_attach_run_beside_a_run(pair, data_dir, capsys) -> N
     # was: exit 0 and "no significant difference" over a table where one side had no figure at all
     line = one_line_exit_2(["compare", *(str(data_dir / p) for p in pair)], capsys)
     assert "attach run compares only with another attach run" in line
+
+
+@pytest.mark.parametrize("argv", [["--iterations", "1000000000"], ["--param-sets", "10000", "--kernels", "100000"],
+                                  ["--order", "all-new", "--iterations", "100000", "--kernels", "1000"]])
+def test_graphs_sizes_beyond_memory_are_usage_errors(argv, capsys) -> None:
+    # was: numpy's MemoryError (a traceback) allocating the iteration order or the parameter sets
+    assert "at most" in one_line_exit_2(["graphs", "--simulate", "--no-save", *argv], capsys)

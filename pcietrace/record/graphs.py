@@ -25,6 +25,12 @@ ORDERS = ("cycle", "random", "all-new")
 ITERATION_FIELDS = ("t_start_ns", "prep_ns", "submit_ns", "wall_ns", "cpu_ns", "param_set", *COUNT_COLUMNS)
 
 
+#: Caps that keep a typo (--iterations 1000000000) a usage error, not a MemoryError: iterations in all, and
+#: kernel durations held by the parameter sets (8 B each: 400 MB).
+MAX_ITERATIONS = 1_000_000
+MAX_DURATIONS = 50_000_000
+
+
 @dataclass(frozen=True)
 class GraphsPlan:
     """``kernels``: workload sizes (kernels per iteration); ``param_sets``: distinct parameter sets P;
@@ -60,6 +66,12 @@ class GraphsPlan:
             raise UsageError("--kernel-us takes MIN,MAX with 0 <= MIN <= MAX <= 1e6")
         if self.iterations < 2 or self.rounds < 1 or self.idle_s <= 0:
             raise UsageError("at least 2 iterations per window, 1 round and a positive idle window are needed")
+        if self.total_iterations > MAX_ITERATIONS:
+            raise UsageError(f"at most {MAX_ITERATIONS} iterations in all (--iterations x --rounds)")
+        sets = self.total_iterations if self.order == "all-new" else self.param_sets
+        if sets * max(self.kernels) > MAX_DURATIONS:  # parameter_sets() holds them all at once
+            raise UsageError(f"at most {MAX_DURATIONS:.0e} kernel durations in the parameter sets "
+                             "(--param-sets, or all-new iterations, x the largest --kernels)")
 
     @property
     def total_iterations(self) -> int:

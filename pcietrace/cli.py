@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Callable, NoReturn
 
 from pcietrace import __version__
-from pcietrace.errors import PcietraceError
+from pcietrace.errors import PcietraceError, one_line
 
 
 def _float_list(text: str) -> tuple[float, ...]:
@@ -294,3 +295,15 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + int(getattr(exc, "signum", 2))
     except BrokenPipeError:
         return 1
+    except OSError as exc:  # stdout on a full disk or a gone terminal (files we open raise PcietraceErrors)
+        _drop_stdout()
+        print(f"pcietrace: error: {one_line(exc)}", file=sys.stderr)
+        return 2
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's flush at exit does not fail a second time."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a descriptor (captured, closed)
+        pass

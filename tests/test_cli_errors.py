@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -129,3 +131,15 @@ def test_compare_refuses_an_attach_run_beside_a_run(pair, data_dir, capsys) -> N
 def test_graphs_sizes_beyond_memory_are_usage_errors(argv, capsys) -> None:
     # was: numpy's MemoryError (a traceback) allocating the iteration order or the parameter sets
     assert "at most" in one_line_exit_2(["graphs", "--simulate", "--no-save", *argv], capsys)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
+@pytest.mark.parametrize("argv", [["report", "h100_run"], ["report", "h100_run", "--format", "json"],
+                                  ["compare", "h100_run", "h200x2_run", "--format", "csv"]])
+def test_stdout_on_a_full_disk_is_one_line(argv, data_dir) -> None:
+    # was: OSError ENOSPC from rich or the renderers' write, a traceback and exit 1
+    argv = [str(data_dir / a) if (data_dir / a).exists() else a for a in argv]
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "pcietrace", *argv], stdout=full, stderr=subprocess.PIPE,
+                           text=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "No space left on device" in p.stderr, p.stderr

@@ -143,3 +143,19 @@ def test_stdout_on_a_full_disk_is_one_line(argv, data_dir) -> None:
         p = subprocess.run([sys.executable, "-m", "pcietrace", *argv], stdout=full, stderr=subprocess.PIPE,
                            text=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "No space left on device" in p.stderr, p.stderr
+
+
+def edit_meta(folder: Path, **changes) -> None:
+    doc = json.loads((folder / "report.json").read_text())
+    doc["meta"].update(changes)
+    (folder / "report.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("name", ["h200x2_run", "h100_run_latency"])
+def test_a_null_topology_renders(name, copy, capsys) -> None:
+    # was: AttributeError 'NoneType' object has no attribute 'get' (the schema allows null topology)
+    folder = copy(name)
+    edit_meta(folder, topology=None)
+    assert main(["report", str(folder), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["meta"]["topology"] is None
+    assert main(["report", str(folder), "--format", "prometheus"]) == 0

@@ -90,7 +90,7 @@ def gpu_metrics(results: dict[str, pd.DataFrame], meta: dict[str, Any], idx: int
         from pcietrace.analysis.graphs import compare_rows
 
         rows.extend(compare_rows(results["graphs"]))
-    topo = {g.get("nvml_index"): g for g in meta.get("topology", {}).get("gpus", [])}
+    topo = {g.get("nvml_index"): g for g in (meta.get("topology") or {}).get("gpus", [])}
     if idx in topo:
         rows.append(("PCIe switch levels", "", float(topo[idx]["switch_levels"]), math.nan))
     return pd.DataFrame(rows, columns=["metric", "unit", "value", "ci95"])

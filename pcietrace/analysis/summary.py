@@ -71,7 +71,7 @@ def gpu_figures(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> pd.Da
     """One row of key figures per GPU of a run (:data:`GPU_COLUMNS`)."""
     r = {k: results.get(k, pd.DataFrame()) for k in ("per_launch", "per_node", "cpu_cost", "gpu_time", "speedup", "latency",
                                                      "host_cost_by_language")}
-    levels = {t.get("nvml_index"): t.get("switch_levels") for t in meta.get("topology", {}).get("gpus", [])}
+    levels = {t.get("nvml_index"): t.get("switch_levels") for t in (meta.get("topology") or {}).get("gpus", [])}
     rows = []
     for g in meta.get("gpus", []):
         i = g["nvml_index"]

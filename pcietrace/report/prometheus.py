@@ -72,7 +72,7 @@ def families(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> Iterator
         rtt = lat[(lat["test"] == "host_read_rtt") & (lat["peer"] < 0)]
         yield family("host_read_rtt", "PCIe round trip of a GPU read from pinned host memory (median)", [],
                      [(r.nvml_index, (), r.median_us / 1e6) for r in rtt.itertuples()], "seconds")
-    topo = meta.get("topology", {}).get("gpus", [])
+    topo = (meta.get("topology") or {}).get("gpus", [])
     if topo:
         yield family("pcie_switch_levels", "PCIe switch levels between the GPU and its root port", [],
                      [(g.get("nvml_index"), (), g.get("switch_levels")) for g in topo])

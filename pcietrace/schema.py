@@ -70,6 +70,10 @@ INT = _type("a 64-bit integer", lambda v: isinstance(v, int) and not isinstance(
 NUM = _type("a number", lambda v: _is_num(v) and (isinstance(v, float) or -2**63 <= v < 2**63))
 FINITE = _type("a finite number >= 0", lambda v: _is_num(v) and math.isfinite(v) and v >= 0)
 STR = _type("a string", lambda v: isinstance(v, str))
+#: A sampling interval: the parser's widest bound (--sample-interval-ms 0..60000); beyond it bins overflow.
+INTERVAL_MS = _type("a number of ms in 0..60000", lambda v: _is_num(v) and 0 <= v <= 60_000)
+RANGE = _type("[MIN, MAX] finite numbers", lambda v: isinstance(v, list) and len(v) == 2
+              and all(_is_num(x) and math.isfinite(x) for x in v))
 BOOL = _type("true or false", lambda v: isinstance(v, bool))
 
 
@@ -119,9 +123,10 @@ PROCESS = obj({"pid": INT, "nvtx": BOOL, "cupti": STR, "ranges": INT}, {"devices
 META = obj({"gpus": list_of(GPU)},
            {"simulated": BOOL, "status": STR, "kind": STR, "topology": opt(TOPOLOGY), "launch_costs": opt(LAUNCH_COSTS),
             "t_app_start_ns": INT, "t_app_end_ns": INT, "exit_code": opt(INT), "processes": list_of(PROCESS),
-            "sample_interval_ms": FINITE, "driver": opt(STR), "host": STR, "created": STR, "sim_source": STR,
+            "sample_interval_ms": INTERVAL_MS, "driver": opt(STR), "host": STR, "created": STR, "sim_source": STR,
             "plan": obj({}), "command": list_of(STR), "failed_reads": obj({}), "exact_edges": BOOL,
-            "sampler_duty": FINITE, "idle_sample_interval_ms": FINITE, "slow_domains": STR, "graphs_plan": obj({}), "timing": STR})
+            "sampler_duty": FINITE, "idle_sample_interval_ms": INTERVAL_MS, "slow_domains": STR,
+            "graphs_plan": obj({"kernel_us": RANGE}, {"sync": BOOL, "param_sets": INT, "order": STR}), "timing": STR})
 ATTACH_META = obj({"t_app_start_ns": INT, "t_app_end_ns": INT})
 DOC = obj({"schema": STR, "meta": META, "tables": obj({})}, {"results": obj({})})
 

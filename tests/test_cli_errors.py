@@ -159,3 +159,16 @@ def test_a_null_topology_renders(name, copy, capsys) -> None:
     assert main(["report", str(folder), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["meta"]["topology"] is None
     assert main(["report", str(folder), "--format", "prometheus"]) == 0
+
+
+@pytest.mark.parametrize("name, change, field", [
+    ("attach_h100_python", {"sample_interval_ms": 1e300}, "meta.sample_interval_ms"),
+    ("attach_h100_nocount", {"idle_sample_interval_ms": 1e300}, "meta.idle_sample_interval_ms"),
+    ("graphs_h100", {"graphs_plan": {}}, "meta.graphs_plan.kernel_us"),
+    ("graphs_h100", {"graphs_plan": {"kernel_us": ["?", 8.0]}}, "meta.graphs_plan.kernel_us"),
+])
+def test_meta_values_the_renderers_cannot_use_name_the_field(name, change, field, copy, capsys) -> None:
+    # were: ValueError "Maximum allowed size exceeded" (timeline bins) and "Unknown format code 'g'" tracebacks
+    folder = copy(name)
+    edit_meta(folder, **change)
+    assert field in one_line_exit_2(["report", str(folder)], capsys)

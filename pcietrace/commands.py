@@ -380,7 +380,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if all(attach):
         return _compare_attach(args, sessions)
     if any(attach):  # an attach run has none of the figures a run's comparison lines up
-        raise UsageError("an attach run compares only with another attach run: EAGER_ATTACH GRAPHED_ATTACH")
+        raise UsageError("an attach run compares only with another attach run (pcietrace compare EAGER_ATTACH GRAPHED_ATTACH)")
     runs = []
     for i, (p, s) in enumerate(zip(args.paths, sessions)):
         gpus = sorted({g["name"].replace("NVIDIA ", "") for g in s.meta.get("gpus", [])}) or ["?"]

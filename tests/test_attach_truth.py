@@ -138,36 +138,39 @@ def test_each_gpu_row_of_the_whole_run_counts_its_own_ranks_launches(torchrun8) 
     assert not res["notes"]["note"].str.contains("no GPU's whole-run row").any()
 
 
+#: SIMULATED injection events for launches_by_gpu: the columns it reads, and two GPUs named by bus id.
+EVENT_COLUMNS = ["t_ns", "pid", "tid", "event", "id", "message", "devmask", "eager_thread", "graph_thread",
+                 "eager_process", "graph_process"]
+TWO_GPUS = [{"nvml_index": 0, "bus_id": "0000:00:06.0"}, {"nvml_index": 1, "bus_id": "0000:00:07.0"}]
+
+
+def _eager_by_gpu(rows: list[tuple], gpus: list[dict]) -> dict[int, float]:
+    """Eager launches per NVML index that launches_by_gpu finds in ``rows`` (EVENT_COLUMNS tuples)."""
+    ev = pd.DataFrame(rows, columns=EVENT_COLUMNS)
+    return attribution.launches_by_gpu(ev, gpus).set_index("nvml_index")["eager_launches"].to_dict()
+
+
 def test_launches_on_several_gpus_between_two_events_are_in_no_row() -> None:
     """SIMULATED events (a real single-process multi-GPU trace was not recorded): thread 1 launches 5 kernels
     on ordinal 0, then 7 across ordinals 0 and 1 before its next event; thread 2 announces ordinal 1 with its
     first launch (a "cudevice" event, devmask not yet set) and launches 2 more there."""
-    cols = ["t_ns", "pid", "tid", "event", "id", "message", "devmask", "eager_thread", "graph_thread",
-            "eager_process", "graph_process"]
-    ev = pd.DataFrame([(1, 9, 1, "cudevice", 0, "0000:00:06.0", 0, 1, 0, 1, 0),
-                       (2, 9, 1, "push", 0, "a", 1, 5, 0, 5, 0),
-                       (3, 9, 2, "cudevice", 1, "0000:00:07.0", 0, 1, 0, 6, 0),
-                       (4, 9, 2, "pop", 0, "", 2, 3, 0, 8, 0),
-                       (5, 9, 1, "pop", 0, "", 3, 12, 0, 15, 0)], columns=cols)
-    gpus = [{"nvml_index": 0, "bus_id": "0000:00:06.0"}, {"nvml_index": 1, "bus_id": "0000:00:07.0"}]
-    got = attribution.launches_by_gpu(ev, gpus).set_index("nvml_index")["eager_launches"]
-    assert got.to_dict() == {0: 5, 1: 3}  # thread 2's announced launch counts on ordinal 1; thread 1's 7 nowhere
+    rows = [(1, 9, 1, "cudevice", 0, "0000:00:06.0", 0, 1, 0, 1, 0),
+            (2, 9, 1, "push", 0, "a", 1, 5, 0, 5, 0),
+            (3, 9, 2, "cudevice", 1, "0000:00:07.0", 0, 1, 0, 6, 0),
+            (4, 9, 2, "pop", 0, "", 2, 3, 0, 8, 0),
+            (5, 9, 1, "pop", 0, "", 3, 12, 0, 15, 0)]
+    assert _eager_by_gpu(rows, TWO_GPUS) == {0: 5, 1: 3}  # thread 2's announced launch counts on ordinal 1; thread 1's 7 nowhere
 
 
 def test_launches_on_a_sampled_and_an_unsampled_gpu_between_two_events_are_in_no_row() -> None:
     """SIMULATED events: a thread launches 4 kernels on ordinal 0 (sampled), then 6 across ordinals 0 and 1
     (ordinal 1's GPU not sampled) before its next event: those 6 are not charged to GPU0 alone."""
-    cols = ["t_ns", "pid", "tid", "event", "id", "message", "devmask", "eager_thread", "graph_thread",
-            "eager_process", "graph_process"]
-    ev = pd.DataFrame([(1, 9, 1, "cudevice", 0, "0000:00:06.0", 0, 1, 0, 1, 0),
-                       (2, 9, 1, "push", 0, "a", 1, 4, 0, 4, 0),
-                       (3, 9, 1, "cudevice", 1, "0000:00:07.0", 1, 5, 0, 5, 0),
-                       (4, 9, 1, "pop", 0, "", 3, 10, 0, 10, 0)], columns=cols)
-    sampled = [{"nvml_index": 0, "bus_id": "0000:00:06.0"}]
-    got = attribution.launches_by_gpu(ev, sampled).set_index("nvml_index")["eager_launches"]
-    assert got.to_dict() == {0: 4}
-    both = sampled + [{"nvml_index": 1, "bus_id": "0000:00:07.0"}]  # both sampled: still several GPUs, no row
-    assert attribution.launches_by_gpu(ev, both).set_index("nvml_index")["eager_launches"].to_dict() == {0: 4, 1: 0}
+    rows = [(1, 9, 1, "cudevice", 0, "0000:00:06.0", 0, 1, 0, 1, 0),
+            (2, 9, 1, "push", 0, "a", 1, 4, 0, 4, 0),
+            (3, 9, 1, "cudevice", 1, "0000:00:07.0", 1, 5, 0, 5, 0),
+            (4, 9, 1, "pop", 0, "", 3, 10, 0, 10, 0)]
+    assert _eager_by_gpu(rows, TWO_GPUS[:1]) == {0: 4}
+    assert _eager_by_gpu(rows, TWO_GPUS) == {0: 4, 1: 0}  # both sampled: still several GPUs, no row
 
 
 def test_a_one_gpu_process_s_other_threads_launches_count_on_its_gpu() -> None:
@@ -175,18 +178,13 @@ def test_a_one_gpu_process_s_other_threads_launches_count_on_its_gpu() -> None:
     that launches with no event of its own (its 30 launches show only in the process count). The process
     launched on one GPU (its one "cudevice" event), so they are that GPU's; with a second GPU in the same
     process they are in no row."""
-    cols = ["t_ns", "pid", "tid", "event", "id", "message", "devmask", "eager_thread", "graph_thread",
-            "eager_process", "graph_process"]
-    one = pd.DataFrame([(1, 9, 1, "cudevice", 0, "0000:00:06.0", 0, 1, 0, 1, 0),
-                        (2, 9, 1, "push", 0, "step", 1, 5, 0, 5, 0),
-                        (3, 9, 1, "pop", 0, "", 1, 10, 0, 40, 0),
-                        (4, 9, 1, "exit", 0, "", 0, 10, 0, 40, 0)], columns=cols)
-    gpus = [{"nvml_index": 0, "bus_id": "0000:00:06.0"}, {"nvml_index": 1, "bus_id": "0000:00:07.0"}]
-    got = attribution.launches_by_gpu(one, gpus).set_index("nvml_index")["eager_launches"]
-    assert got.to_dict() == {0: 40, 1: 0}
-    two = pd.concat([one, pd.DataFrame([(0, 9, 3, "cudevice", 1, "0000:00:07.0", 0, 1, 0, 1, 0)], columns=cols)])
-    got = attribution.launches_by_gpu(two, gpus).set_index("nvml_index")["eager_launches"]
-    assert got.to_dict() == {0: 10, 1: 1}  # the main thread's own 10 and the announcing launch; 29 in no row
+    one = [(1, 9, 1, "cudevice", 0, "0000:00:06.0", 0, 1, 0, 1, 0),
+           (2, 9, 1, "push", 0, "step", 1, 5, 0, 5, 0),
+           (3, 9, 1, "pop", 0, "", 1, 10, 0, 40, 0),
+           (4, 9, 1, "exit", 0, "", 0, 10, 0, 40, 0)]
+    assert _eager_by_gpu(one, TWO_GPUS) == {0: 40, 1: 0}
+    two = one + [(0, 9, 3, "cudevice", 1, "0000:00:07.0", 0, 1, 0, 1, 0)]
+    assert _eager_by_gpu(two, TWO_GPUS) == {0: 10, 1: 1}  # the main thread's own 10 and the announcing launch; 29 in no row
 
 
 def test_rank_ranges_match_the_apps_own_truth(torchrun8) -> None:

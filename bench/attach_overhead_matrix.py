@@ -12,13 +12,17 @@ ranges); attach-nocount (--no-count-launches: no launch trampolines, no per-laun
 attach-nocount-10ms (both), which tell the injection's per-launch cost from the reads'. (A first run on 4x H200
 also had `sampler`: a bare CounterSampler at 0.5 ms beside the app, no injection: +41.8 %, the same as attach:
 there the reads, not the injection, cost. On 2x H200 later, the launch-bound `eager_3000` range still took
-+4.5 % at 10 ms inside ranges; the nocount configurations test the injection for it.)
++4.5 % at 10 ms inside ranges; the nocount configurations test the injection for it. On 4x H200 in the
+seventh session, defaults, 10 pairs: `eager_3000` +2.0 %, the loop +1.4 %; bench/ctxcost_probe.cu put the
+interposer's per-launch cost inside the launch loop's noise.) A run cut short by `timeout` (SIGTERM)
+summarises the pairs it completed; each run's loop time goes to stderr as it ends.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -59,6 +63,10 @@ def once(config: str, cmd: list[str], work: Path, i: int) -> pd.DataFrame:
                                             "NCCL first barrier (mean over ranks)": sum(inits) / len(inits) / 1e6})])
 
 
+def _stop(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("scenario")
@@ -73,9 +81,19 @@ def main() -> int:
     if a.reps is not None:  # the Python apps take --reps, the C++ one a positional count
         cmd += ["--reps", str(a.reps)] if a.scenario != "cpp" else [str(a.reps)]
     res: dict[str, list[pd.Series]] = {c: [] for c in CONFIGS}
-    for i in range(a.pairs):
-        for c in (list(CONFIGS) if i % 2 == 0 else list(CONFIGS)[::-1]):  # ABBA: drift cancels in the pairs
-            res[c].append(once(c, cmd, work, i))
+    signal.signal(signal.SIGTERM, _stop)  # `timeout` ends it: summarise the pairs made so far
+    try:
+        for i in range(a.pairs):
+            for c in (list(CONFIGS) if i % 2 == 0 else list(CONFIGS)[::-1]):  # ABBA: drift cancels in the pairs
+                res[c].append(once(c, cmd, work, i))
+                print(f"pair {i + 1} {c}: loop {res[c][-1]['LOOP (mean over ranks)']:.1f} ms", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        done = min(len(v) for v in res.values())
+        print(f"stopped: {done} complete pair(s) summarised", flush=True)
+        if not done:
+            return 1
+        res = {c: v[:done] for c, v in res.items()}
+        a.pairs = done
     table = pd.DataFrame({c: pd.concat(v, axis=1).median(axis=1) for c, v in res.items()})
     print(f"== {a.scenario}: median ms ({a.pairs} interleaved runs each)")
     print(table.round(2).to_string())

@@ -1,10 +1,13 @@
-// Probe (GPU machine; not a test; written 2026-11-22, not yet run): what attach's launch counting costs per
+// Probe (GPU machine; not a test): what attach's launch counting costs per
 // launch. Times cuCtxGetDevice and cuCtxGetCurrent alone (the interposer asks cuCtxGetDevice at every launch,
 // to charge a range the GPUs it launched on), then an eager launch loop with and without an extra
 // cuCtxGetDevice per launch. Run it plain and under attach; the launch loop's difference between the two is
 // the interposer's whole per-launch cost:
 //   nvcc -O2 -o /tmp/ctxcost bench/ctxcost_probe.cu -lcuda && /tmp/ctxcost
 //   python3 -m pcietrace attach --no-calibrate -- /tmp/ctxcost
+// 4x H200, 2026-11-22 (reports/attach-truth-20261122/h200x4-session7/ctxcost-*.log): cuCtxGetDevice 9-12 ns,
+// cuCtxGetCurrent 6-9 ns; launches 2,449-2,858 ns plain, 2,667-2,837 ns under attach, 2,615-2,914 ns under
+// attach --no-count-launches: the interposer is inside the loop's own noise.
 #include <cuda.h>
 #include <cstdio>
 #include <time.h>

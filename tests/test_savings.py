@@ -143,7 +143,12 @@ def _check(sv: pd.DataFrame) -> None:
     assert e["eager_launches"] == 20000 and e["graph_launches_graphed"] == 1
     assert e["measured_ms"] > 0
     assert abs(e["error_pct"]) <= 20  # the goal for the demo apps
-    assert abs(sv.loc["h2d_copy", "measured_ms"]) < 0.25 * sv.loc["h2d_copy", "eager_ms"]  # same work, same time
+    # A range with no launches: nothing to save, nothing predicted. (Its measured difference is the app's own
+    # copy time in two processes, not ours: on the H100 one 256 MiB pinned copy took 4.9 ms in 20 of 24 runs
+    # and 5.6-11.2 ms in 4, in eager and graphed runs alike, 2026-11-22.)
+    c = sv.loc["h2d_copy"]
+    assert c["calls_eager"] == c["calls_graphed"] == 1
+    assert c["eager_launches"] == 0 and c["graph_launches_graphed"] == 0 and c["predicted_ms"] == 0
 
 
 @pytest.mark.gpu

@@ -15,7 +15,8 @@ there the reads, not the injection, cost. On 2x H200 later, the launch-bound `ea
 +4.5 % at 10 ms inside ranges; the nocount configurations test the injection for it. On 4x H200 in the
 seventh session, defaults, 10 pairs: `eager_3000` +2.0 %, the loop +1.4 %; bench/ctxcost_probe.cu put the
 interposer's per-launch cost inside the launch loop's noise.) A run cut short by `timeout` (SIGTERM)
-summarises the pairs it completed; each run's loop time goes to stderr as it ends.
+summarises the pairs it completed; each run's loop time goes to stderr as it ends. Besides the medians it prints
+each range's P95 and max per call (a slow tail: one 256 MiB copy at 2.3x its median under attach, H100).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ CONFIGS = {"alone": None, "attach": [], "attach-idle0": ["--idle-sample-interval
            "attach-nocount-10ms": ["--no-count-launches", "--sample-interval-ms", "10"]}
 
 
-def once(config: str, cmd: list[str], work: Path, i: int) -> pd.DataFrame:
+def once(config: str, cmd: list[str], work: Path, i: int) -> tuple[pd.Series, pd.DataFrame]:
+    """One run of the app in ``config``: (median ms per range and the loop, every call's row)."""
     out = work / f"{config}-{i}.jsonl"
     env = {**__import__("os").environ, "TRUTH_OUT": str(out), "TRUTH_READS": "0"}
     if config == "sampler":
@@ -60,7 +62,7 @@ def once(config: str, cmd: list[str], work: Path, i: int) -> pd.DataFrame:
     per_range = rows.groupby("range")["dur_ns"].median() / 1e6
     inits = [json.loads(x).get("init_ns", 0) for x in out.read_text().splitlines() if '"wall_ns"' in x]
     return pd.concat([per_range, pd.Series({"LOOP (mean over ranks)": sum(walls.values()) / len(walls) / 1e6,
-                                            "NCCL first barrier (mean over ranks)": sum(inits) / len(inits) / 1e6})])
+                                            "NCCL first barrier (mean over ranks)": sum(inits) / len(inits) / 1e6})]), rows
 
 
 def _stop(*_: object) -> None:
@@ -81,11 +83,14 @@ def main() -> int:
     if a.reps is not None:  # the Python apps take --reps, the C++ one a positional count
         cmd += ["--reps", str(a.reps)] if a.scenario != "cpp" else [str(a.reps)]
     res: dict[str, list[pd.Series]] = {c: [] for c in CONFIGS}
+    calls: dict[str, list[pd.DataFrame]] = {c: [] for c in CONFIGS}
     signal.signal(signal.SIGTERM, _stop)  # `timeout` ends it: summarise the pairs made so far
     try:
         for i in range(a.pairs):
             for c in (list(CONFIGS) if i % 2 == 0 else list(CONFIGS)[::-1]):  # ABBA: drift cancels in the pairs
-                res[c].append(once(c, cmd, work, i))
+                summary, rows = once(c, cmd, work, i)
+                res[c].append(summary)
+                calls[c].append(rows)
                 print(f"pair {i + 1} {c}: loop {res[c][-1]['LOOP (mean over ranks)']:.1f} ms", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         done = min(len(v) for v in res.values())
@@ -93,11 +98,17 @@ def main() -> int:
         if not done:
             return 1
         res = {c: v[:done] for c, v in res.items()}
+        calls = {c: v[:done] for c, v in calls.items()}
         a.pairs = done
     table = pd.DataFrame({c: pd.concat(v, axis=1).median(axis=1) for c, v in res.items()})
     print(f"== {a.scenario}: median ms ({a.pairs} interleaved runs each)")
     print(table.round(2).to_string())
     print((table.div(table["alone"], axis=0) - 1).map(lambda x: f"{x:+.1%}").to_string())
+    # A slow call now and then (a 256 MiB copy at 2.3x its median under attach, H100) hides in the medians
+    for q in (0.95, 1.0):
+        tail = pd.DataFrame({c: pd.concat(v).groupby("range")["dur_ns"].quantile(q) / 1e6 for c, v in calls.items()})
+        print(f"== {'P95' if q < 1 else 'max'} ms per call (every call of every run and rank)")
+        print(tail.round(2).to_string())
     loop = "LOOP (mean over ranks)"
     for c in CONFIGS:  # the app's runtime per pair (same round), then the median over pairs with its 95 % CI
         if c == "alone":

@@ -333,3 +333,107 @@ def test_launches_per_gpu_from_the_injection_library_with_threads_and_fork(tmp_p
     got = attribution.launches_by_gpu(ev, gpus).set_index("nvml_index")["eager_launches"].to_dict()
     assert got == {0: 3 + 4 + 4, 1: 2 + 3 + 6}
     assert sum(got.values()) == ev.groupby("pid").tail(1)["eager_process"].sum()
+
+
+#: A STAND-IN libcupti with the activity API (no GPU): cuptiActivityFlushAll hands the injection library one
+#: kernel record (CUpti_ActivityKernel layout: kind at 0, start at 16, end at 24, deviceId at 40) of device
+#: ``fake_kernel_device`` per ``fake_pending``, on the calling thread, as CUPTI does on a forced flush.
+FAKE_CUPTI_ACTIVITY = r"""
+#include <stdint.h>
+#include <stddef.h>
+#include <string.h>
+#include <time.h>
+typedef void (*request_fn)(uint8_t **, size_t *, size_t *);
+typedef void (*complete_fn)(void *, uint32_t, uint8_t *, size_t, size_t);
+static request_fn request; static complete_fn complete;
+int fake_pending, fake_kernel_device;
+enum { RECORD = 64 };
+int cuptiActivityRegisterCallbacks(request_fn r, complete_fn c) { request = r; complete = c; return 0; }
+int cuptiActivityEnable(int kind) { return 0; }
+int cuptiActivityRegisterTimestampCallback(uint64_t (*clock)(void)) { return 0; }
+int cuptiActivityGetNumDroppedRecords(void *ctx, uint32_t stream, size_t *n) { *n = 0; return 0; }
+int cuptiActivityGetNextRecord(uint8_t *buf, size_t valid, void **rec) {
+    uint8_t *next = *rec ? (uint8_t *)*rec + RECORD : buf;
+    if (next + RECORD > buf + valid) return 12;  /* CUPTI_ERROR_MAX_LIMIT_REACHED: no more records */
+    *rec = next; return 0;
+}
+int cuptiActivityFlushAll(uint32_t flag) {
+    if (!fake_pending) return 0;
+    uint8_t *buf; size_t size, max;
+    request(&buf, &size, &max);
+    struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t start = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec - 1000, end = start + 500;
+    uint32_t kind = 10, dev = (uint32_t)fake_kernel_device;
+    size_t n = 0;
+    for (; fake_pending > 0; --fake_pending, n += RECORD) {
+        memset(buf + n, 0, RECORD); memcpy(buf + n, &kind, 4); memcpy(buf + n + 16, &start, 8);
+        memcpy(buf + n + 24, &end, 8); memcpy(buf + n + 40, &dev, 4);
+    }
+    complete(NULL, 0, buf, size, n);
+    return 0;
+}
+"""
+
+#: Launches on ordinals 1, then 0; then the main thread flushes CUPTI (a kernel record of ordinal 1) before
+#: its next event of its own.
+FLUSH_SCRIPT = r"""
+import ctypes, os
+import nvtx
+cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+fn = ctypes.c_void_p()
+assert cuda.cuGetProcAddress_v2(b"cuLaunchKernel", ctypes.byref(fn), 12000, ctypes.c_ulonglong(0), None) == 0
+launch = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3)(fn.value)
+device = ctypes.c_int.in_dll(cuda, "fake_device")
+assert ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"]).InitializeInjection() == 1
+cupti = ctypes.CDLL(os.environ["PCIETRACE_CUPTI"])
+def run(n, dev):
+    device.value = dev
+    for _ in range(n):
+        launch(None, 1, 1, 1, 1, 1, 1, 0, None, None, None)
+nvtx.push_range("b"); run(2, 1); nvtx.pop_range()
+run(3, 0)
+ctypes.c_int.in_dll(cupti, "fake_kernel_device").value = 1
+ctypes.c_int.in_dll(cupti, "fake_pending").value = 1
+assert cupti.cuptiActivityFlushAll(1) == 0
+nvtx.push_range("c"); nvtx.pop_range()
+"""
+
+
+def test_a_cupti_kernel_line_leaves_the_flushing_threads_launches_to_its_next_event(tmp_path) -> None:
+    """The real library over a fake driver and a STAND-IN CUPTI (no GPU): a kernel record written by the thread
+    that flushed CUPTI's buffer does not take that thread's launches since its previous event (they were on
+    another GPU than the kernel's): they stay on the GPU they were made on."""
+    import shutil
+    import subprocess
+    import sys
+
+    from pcietrace.errors import UsageError
+    from pcietrace.record.attach import injection_env, read_traces
+
+    pytest.importorskip("nvtx")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    try:
+        injection_env(tmp_path, "interpose", None, [0, 1], False, gpu_time=True)
+    except UsageError:
+        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
+    build = [cc, "-O2", "-shared", "-fPIC"]
+    subprocess.run([*build, "-Wl,-soname,libcuda.so.1", "-o", str(tmp_path / "libcuda.so.1"),
+                    str(Path(__file__).parent / "native" / "fake_libcuda.c")], check=True)
+    (tmp_path / "cupti.c").write_text(FAKE_CUPTI_ACTIVITY)
+    subprocess.run([*build, "-o", str(tmp_path / "libcupti_standin.so"), str(tmp_path / "cupti.c")], check=True)
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    env = injection_env(traces, "interpose", None, [0, 1], False, gpu_time=True)
+    env.update(PCIETRACE_CUPTI=str(tmp_path / "libcupti_standin.so"), LD_LIBRARY_PATH=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", FLUSH_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    ev = read_traces(traces)
+    said = dict(zip(ev["event"], ev["message"]))
+    assert said["gputime"].startswith("on (CUPTI kernel activity")
+    kernels = ev[ev["event"] == "kernel"]
+    assert len(kernels) == 1 and kernels["dev"].iloc[0] == 1 and kernels["devmask"].iloc[0] == 0
+    gpus = [{"nvml_index": i, "bus_id": f"0000:00:0{6 + i}.0"} for i in (0, 1)]
+    got = attribution.launches_by_gpu(ev, gpus).set_index("nvml_index")["eager_launches"].to_dict()
+    assert got == {0: 3, 1: 2}

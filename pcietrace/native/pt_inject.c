@@ -177,8 +177,10 @@ static void emit_line(unsigned long long t_ns, const char *event, const char *do
     size_t i = 0;
     for (const char *p = message ? message : ""; *p && i < sizeof msg - 1; ++p) msg[i++] = (*p == '\t' || *p == '\n') ? ' ' : *p;
     msg[i] = 0;
-    uint64_t mask = t_devmask;
-    t_devmask = 0;
+    /* A "kernel" line is CUPTI's, written by whichever thread flushed its buffer and stamped with the kernel's
+     * GPU time: the thread's launches since its previous event wait for its next event of its own. */
+    uint64_t mask = 0;
+    if (strcmp(event, "kernel")) { mask = t_devmask; t_devmask = 0; }
     int n = snprintf(line, sizeof line, "%llu\t%ld\t%s\t%s\t%llu\t%d\t%lu\t%lu\t%lu\t%lu\t%d\t%llu\t%s\n",
                      t_ns, t_tid, event, domain ? domain : "default", id, t_depth, t_eager, t_graph,
                      atomic_load(&g_eager), atomic_load(&g_graph), dev, (unsigned long long)mask, msg);

@@ -128,8 +128,10 @@ class _Parser(argparse.ArgumentParser):
         ns = super().parse_args(args, namespace)
         if not hasattr(ns, "format"):  # topo: --json alone
             return ns
-        if ns.json and ns.format not in (None, "json"):
-            self.error(f"--json and --format {ns.format} ask for different output formats: give one of them")
+        if ns.json and ns.format not in (None, "json"):  # said as the subcommand's parser says its errors
+            prog = f"{self.prog} {ns.command}"
+            self.exit(2, f"{prog}: error: --json and --format {ns.format} ask for different output formats: "
+                         f"give one of them (see {prog} --help)\n")
         if ns.format is None:  # the default is None so that a --format given is told from none given
             ns.format = "table"
         return ns

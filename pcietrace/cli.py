@@ -8,9 +8,9 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import Callable, NoReturn, Sequence
 
-from pcietrace import __version__
+from pcietrace import __version__, signals
 from pcietrace.errors import PcietraceError, one_line
 
 
@@ -95,11 +95,15 @@ def _save_options(p: argparse.ArgumentParser, suffix: str = "", no_save: bool = 
 def _output_options(p: argparse.ArgumentParser, json_help: str = "the same as --format json") -> None:
     """--format (``--json`` stays as its alias), --detail and --plot, the same on every command that renders."""
     p.add_argument("--json", action="store_true", help=json_help)
-    p.add_argument("--format", choices=["table", "json", "csv", "md", "prometheus"], default="table",
-                   help="output format: rich tables, JSON, CSV or Markdown tables, or OpenMetrics text for "
-                        "node_exporter's textfile collector")
+    p.add_argument("--format", choices=["table", "json", "csv", "md", "prometheus"], default=None,
+                   help="output format: rich tables (the default), JSON, CSV or Markdown tables, or OpenMetrics "
+                        "text for node_exporter's textfile collector")
     p.add_argument("--detail", action="store_true", help="on the console, every per-GPU table even with many GPUs")
     p.add_argument("--plot", type=Path, default=None, metavar="DIR", help="also write PNG plots to DIR")
+
+
+#: The commands that save a run (the ones given _save_options).
+SAVING = ("run", "latency", "attach", "graphs")
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -116,6 +120,21 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """The whole command line, then what no single option can check: --json beside a different --format.
+        (Subcommands are parsed by ``parse_known_args``, so this runs once, on the top parser.)"""
+        ns = super().parse_args(args, namespace)
+        if not hasattr(ns, "format"):  # topo: --json alone
+            return ns
+        if ns.json and ns.format not in (None, "json"):  # said as the subcommand's parser says its errors
+            prog = f"{self.prog} {ns.command}"
+            self.exit(2, f"{prog}: error: --json and --format {ns.format} ask for different output formats: "
+                         f"give one of them (see {prog} --help)\n")
+        if ns.format is None:  # the default is None so that a --format given is told from none given
+            ns.format = "table"
+        return ns
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -244,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("paths", type=Path, nargs="+", help="run folders or report.json files (the first is the baseline)")
     _us_per_level(cp)
     cp.add_argument("--json", action="store_true", help="the same as --format json")
-    cp.add_argument("--format", choices=["table", "json", "csv", "md"], default="table", help="output format")
+    cp.add_argument("--format", choices=["table", "json", "csv", "md"], default=None, help="output format (default table)")
     cp.set_defaults(func="cmd_compare")
 
     gr = sub.add_parser("graphs", formatter_class=_Formatter, help="what each way of using CUDA graphs costs when parameters change",
@@ -278,6 +297,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with signals.caught():  # SIGTERM/SIGHUP during the imports and set-up: one line, not a silent end
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    # the command's name, known before parsing (an interrupt may come during it); no top-level option takes a value
+    command = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -291,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pcietrace: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # also during the imports above; SIGTERM/SIGHUP carry their signal
-        print("pcietrace: interrupted", file=sys.stderr)
+        print(f"pcietrace: {signals.interrupted_line(command in SAVING)}", file=sys.stderr)
         return 128 + int(getattr(exc, "signum", 2))
     except BrokenPipeError:
         return 1

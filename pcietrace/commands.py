@@ -16,17 +16,20 @@ SIM_HINT = "run `pcietrace run --simulate` to try the whole pipeline on a simula
 
 
 def parse_gpus(spec: str, count: int) -> list[int]:
-    """'all' or comma-separated CUDA ordinals (as CUDA_VISIBLE_DEVICES presents them) -> list."""
+    """'all' or comma-separated CUDA ordinals (as CUDA_VISIBLE_DEVICES presents them), each named once -> sorted list."""
     if spec == "all":
         return list(range(count))
     try:
         ords = [int(x) for x in spec.split(",")]
     except ValueError:
         raise UsageError(f"--gpu takes 'all' or CUDA device numbers like 0,1 (got {spec!r})") from None
+    twice = [o for o in ords if ords.count(o) > 1]
+    if twice:  # `--gpu 0,0` is a typo for 0,1 more often than a wish to measure GPU 0 once
+        raise UsageError(f"--gpu {spec}: GPU {twice[0]} given twice")
     bad = [o for o in ords if not 0 <= o < count]
     if bad:
         raise UsageError(f"--gpu {spec}: no CUDA device {bad[0]} ({count} visible)")
-    return sorted(set(ords))
+    return sorted(ords)
 
 
 def _plan(args: argparse.Namespace) -> Any:

@@ -130,12 +130,20 @@ def _check_ranges(file: Path, meta: dict[str, Any], events: pd.DataFrame) -> Non
 
 
 def _check_samples(file: Path, meta: dict[str, Any], samples: pd.DataFrame, windows: pd.DataFrame) -> None:
-    """Refuse a run whose samples file is empty although its counter windows (or a finished attach run)
-    were sampled: the sampler runs before the first window, so that file was emptied, and the bytes (for
-    attach, the ranges) would otherwise be left out without a word. `latency` runs sample nothing."""
-    attach = meta.get("kind") == "attach" and meta.get("status") == "complete" and bool(meta.get("gpus"))
-    if not len(samples) and (len(windows) or attach):
-        raise ReportError(f"{file} holds no samples: the run's counter readings are needed to analyse it")
+    """Refuse a run with fewer than two counter samples of a GPU whose counter windows (or, in a finished
+    attach run, whose ranges) were sampled: byte figures are differences of two readings, so with 0 or 1
+    every one of them would be left out without a word. The sampler runs before the first window and reads
+    its edges, so such a file was emptied or cut. `latency` runs sample nothing and have no windows."""
+    attach = meta.get("kind") == "attach" and meta.get("status") == "complete"
+    sampled = set(windows["nvml_index"]) if len(windows) else set()
+    if attach:
+        sampled |= {g["nvml_index"] for g in meta.get("gpus", [])}
+    counts = samples["nvml_index"].value_counts() if len(samples) else pd.Series(dtype=int)
+    for gpu in sorted(sampled):
+        n = int(counts.get(gpu, 0))
+        if n < 2:
+            raise ReportError(f"{file} holds {'no samples' if n == 0 else '1 sample'} of GPU {gpu}'s counters: "
+                              "its byte figures are differences of two readings, so at least two are needed")
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

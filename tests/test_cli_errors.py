@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from conftest import terminal_signals
 from pcietrace.cli import main
 
 
@@ -172,3 +175,92 @@ def test_meta_values_the_renderers_cannot_use_name_the_field(name, change, field
     folder = copy(name)
     edit_meta(folder, **change)
     assert field in one_line_exit_2(["report", str(folder)], capsys)
+
+
+@pytest.mark.parametrize("argv, twice", [(["run", "--simulate", "--no-save", "--gpu", "0,0"], 0),
+                                         (["run", "--simulate", "--gpus", "4", "--no-save", "--gpu", "2,1,2"], 2),
+                                         (["latency", "--no-save", "--gpu", "0,0"], 0),
+                                         (["attach", "--gpu", "1,0,1", "--", "true"], 1)])
+def test_a_gpu_named_twice_is_refused(argv, twice, monkeypatch, capsys) -> None:
+    # was: --gpu 0,0 measured GPU 0 once without a word. run: the SIMULATED box; latency and attach: a device
+    # count stands in for the driver (nothing is opened: the list is checked first)
+    from pcietrace.device import cuda
+
+    monkeypatch.setattr(cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(cuda, "bus_ids", lambda: ["0000:00:06.0", "0000:00:07.0"])
+    assert f"GPU {twice} given twice" in one_line_exit_2(argv, capsys)
+
+
+def test_graphs_takes_one_gpu_so_a_list_is_refused_by_the_parser(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["graphs", "--simulate", "--no-save", "--gpu", "0,0"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "--gpu" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["report", "h100_run"], ["compare", "h100_run", "h200x2_run"],
+                                  ["run", "--simulate", "--no-save"], ["graphs", "--simulate", "--no-save"],
+                                  ["latency", "--no-save"], ["attach", "--", "true"]])
+@pytest.mark.parametrize("fmt", ["md", "table", "csv"])
+@pytest.mark.parametrize("json_first", [True, False])
+def test_json_beside_another_format_is_refused(argv, fmt, json_first, data_dir, capsys) -> None:
+    # was: --json won and --format was dropped without a word; refused by the parser, before anything runs
+    argv = argv[:1] + [str(data_dir / a) if (data_dir / a).exists() else a for a in argv[1:]]
+    both = ["--json", "--format", fmt] if json_first else ["--format", fmt, "--json"]
+    where = argv.index("--") if "--" in argv else len(argv)
+    with pytest.raises(SystemExit) as exc:
+        main(argv[:where] + both + argv[where:])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"--json and --format {fmt} ask for different output formats" in err
+
+
+@pytest.mark.parametrize("argv", [["--json"], ["--format", "json"], ["--json", "--format", "json"], ["--format", "md"]])
+def test_one_output_format_still_renders(argv, data_dir, capsys) -> None:
+    assert main(["report", str(data_dir / "h100_run"), *argv]) == 0
+    out = capsys.readouterr().out
+    if "md" in argv:
+        assert out.startswith("# ") and "|" in out
+    else:
+        assert json.loads(out)["meta"]["gpus"]
+
+
+@pytest.mark.parametrize("name, cut", [("h200x2_run", "every GPU"), ("h200x2_run", "GPU 1"),
+                                       ("graphs_h100", "every GPU"), ("attach_h200x8_torchrun", "GPU 1")])
+def test_one_counter_sample_of_a_gpu_is_refused_as_none_is(name, cut, copy, capsys) -> None:
+    # was: loaded, with that GPU's byte figures (differences of two readings) left blank without a word
+    folder = copy(name)
+    samples = pd.read_parquet(folder / "samples.parquet")
+    first = samples.groupby("nvml_index").head(1)
+    if cut == "GPU 1":
+        first = pd.concat([samples[samples["nvml_index"] != 1], first[first["nvml_index"] == 1]])
+    first.to_parquet(folder / "samples.parquet")
+    gpu = int(first["nvml_index"].value_counts().idxmin())
+    assert f"holds 1 sample of GPU {gpu}'s counters" in one_line_exit_2(["report", str(folder)], capsys)
+    assert "holds 1 sample" in one_line_exit_2(["compare", str(folder), str(folder)], capsys)
+
+
+def test_sigterm_before_anything_is_recorded_is_one_line(tmp_path) -> None:
+    """SIMULATED device: SIGTERM as soon as pcietrace handles it (its handler shows in /proc), which is
+    during the imports, well before the simulated recording starts; was: exit 143 and not a word."""
+    if not Path("/proc/self/status").exists():
+        pytest.skip("needs Linux's /proc to see when the handler is in place")
+    bit = 1 << (signal.SIGTERM - 1)
+    for _ in range(3):  # a signal that came after the set-up (a very slow start) is tried again
+        p = subprocess.Popen([sys.executable, "-m", "pcietrace", "run", "--simulate", "-o", str(tmp_path / "run")],
+                             preexec_fn=terminal_signals, cwd=Path(__file__).resolve().parents[1],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while p.poll() is None and time.monotonic() < deadline:
+            caught = next(ln for ln in Path(f"/proc/{p.pid}/status").read_text().splitlines() if ln.startswith("SigCgt"))
+            if int(caught.split()[1], 16) & bit:
+                break
+            time.sleep(0.001)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        if "saved" not in err:
+            break
+        shutil.rmtree(tmp_path / "run", ignore_errors=True)
+    assert p.returncode == 128 + signal.SIGTERM, (p.returncode, err)
+    assert err == "pcietrace: interrupted before anything was recorded: nothing saved\n" and out == ""
+    assert list(tmp_path.iterdir()) == []

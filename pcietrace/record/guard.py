@@ -28,18 +28,11 @@ from typing import Any, Callable, Iterator
 
 from pcietrace.errors import UsageError, one_line
 from pcietrace.session import REPORT_FILE, SAMPLES_FILE
+from pcietrace.signals import Terminated, take_over
 
 #: A folder holding either of these is a saved run.
 RUN_FILES = (REPORT_FILE, SAMPLES_FILE)
 SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, delivered like Ctrl-C so the same code saves what was recorded."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(signal.Signals(signum).name)
 
 
 def exit_code(exc: BaseException) -> int:
@@ -137,6 +130,7 @@ class Interrupts:
             # a signal already ignored stays ignored: `nohup pcietrace run` must outlive the terminal
             self._old = {s: signal.signal(s, self._handler) for s in SIGNALS
                          if signal.getsignal(s) is not signal.SIG_IGN}
+            take_over()  # from here an interrupt is this run's to save or report (pcietrace/signals.py)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -436,18 +436,13 @@ def cmd_graphs(args: argparse.Namespace) -> int:
 
 def _compare_attach(args: argparse.Namespace, sessions: list[Any]) -> int:
     """Two attach runs of one program, eager then graphed: attach's savings prediction against the measured."""
-    from rich.console import Console
-
     from pcietrace.analysis import analyze
     from pcietrace.analysis.savings import savings
-    from pcietrace.report.console import savings_table
+    from pcietrace.report.output import emit_savings
 
     if len(sessions) != 2:
         raise UsageError("attach runs are compared in pairs: EAGER_ATTACH GRAPHED_ATTACH")
     eager, graphed = sessions
     table = savings(analyze(eager), analyze(graphed))
-    if args.json:
-        sys.stdout.write(table.to_json(orient="records", indent=1) + "\n")
-    else:
-        Console().print(savings_table(table, [str(p) for p in args.paths]))
+    emit_savings(table, [str(p) for p in args.paths], "json" if args.json else args.format)
     return 0

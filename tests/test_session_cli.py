@@ -168,3 +168,24 @@ def test_the_parser_default_switch_level_cost_is_the_analysis_default() -> None:
 
     for cmd in (["run"], ["report", "x"], ["compare", "x"]):
         assert build_parser().parse_args(cmd).us_per_level == DEFAULT_US_PER_LEVEL
+
+
+@pytest.mark.parametrize("fmt", ["csv", "md"])
+def test_compare_of_two_attach_runs_renders_the_format_asked_for(data_dir, capsys, fmt) -> None:
+    # two real H100 attach runs of the demo app: --format csv/md once printed the console table regardless
+    import io
+
+    runs = [str(data_dir / "attach_h100_python"), str(data_dir / "attach_h100_nocount")]
+    assert main(["compare", *runs, "--json"]) == 0
+    records = pd.DataFrame(json.loads(capsys.readouterr().out))
+    assert main(["compare", *runs, "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    assert "Graph savings" not in out  # the console table's title
+    if fmt == "csv":
+        got = pd.read_csv(io.StringIO(out), comment="#")
+        assert list(got["name"]) == list(records["name"])
+        assert got["measured_ms"].to_numpy() == pytest.approx(records["measured_ms"].to_numpy())
+    else:
+        rows = [line for line in out.splitlines() if line.startswith("| ")]
+        assert rows[0].startswith("| domain | name |") and len(rows) == 1 + len(records)
+        assert all(f"| {n} |" in out for n in records["name"])

@@ -57,3 +57,23 @@ def emit_compare(cmp: pd.DataFrame, names: list[str], summary: dict[str, Any], f
     module = {"json": "json", "csv": "csv", "md": "markdown"}[fmt]
     out.write(import_module(f"pcietrace.report.{module}").render({"kind": "compare", "runs": names},
                                                                  {"compare": cmp}, summary))
+
+
+def emit_savings(table: pd.DataFrame, paths: list[str], fmt: str = "table", out: TextIO | None = None) -> None:
+    """Two attach runs' "graphs save" prediction against the measured saving
+    (:func:`pcietrace.analysis.savings.savings`) in ``fmt``; JSON is the table's records (as it always was)."""
+    out = out or sys.stdout
+    if fmt == "table":
+        from rich.console import Console
+
+        from pcietrace.report.console import savings_table
+
+        (Console(file=out) if out is not sys.stdout else Console()).print(savings_table(table, paths))
+    elif fmt == "json":
+        out.write(table.to_json(orient="records", indent=1) + "\n")
+    else:
+        from importlib import import_module
+
+        module = {"csv": "csv", "md": "markdown"}[fmt]
+        out.write(import_module(f"pcietrace.report.{module}").render({"kind": "savings", "runs": paths},
+                                                                     {"savings": table}, {}))

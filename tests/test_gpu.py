@@ -13,6 +13,8 @@ import pandas as pd
 import pytest
 from paired import paired_extra_us
 
+from pcietrace.session import Session
+
 pytestmark = pytest.mark.gpu
 
 MiB = 1 << 20
@@ -99,17 +101,23 @@ def test_full_run_reports_every_table(tmp_path) -> None:
         assert res[table], f"{table} is empty"
     assert len(res["per_gpu"]) == len(doc["meta"]["gpus"]) == doc["meta"]["parallel_workers"]
     lang = {(r["nvml_index"], r["path"]): r for r in res["host_cost_by_language"]}
+    # Native vs Python burst by burst (tests/paired.py): the medians over separate bursts can swap when the
+    # host changes speed mid-run (4x H200: a GPU's native bursts at 3.2 us, then 5.4 us; Python's extra 0.6 us)
+    pairs = paired_extra_us(Session.load(out).bursts, "python")
     for g in doc["meta"]["gpus"]:
         assert g["status"] == "complete"
         i = g["nvml_index"]
-        assert lang[(i, "native")]["us_per_launch"] < lang[(i, "python")]["us_per_launch"]
+        assert lang[(i, "native")]["us_per_launch"] > 0 and lang[(i, "python")]["us_per_launch"] > 0
+        p = pairs[pairs["nvml_index"] == i]
+        print(f"GPU {i} host us per launch, native vs Python in pairs:\n{p.to_string()}")
+        assert len(p) >= doc["meta"]["plan"]["language_repeats"] // 2 and p["extra_us"].median() > 0, p.to_string()
         try:
             import torch  # noqa: F401
         except ImportError:
             continue
         assert lang[(i, "torch")]["saturated"] and lang[(i, "torch")]["us_per_launch"] > 0
     eager = [r for r in res["per_launch"] if r["mode"] == "eager" and r["direction"] == "h2d"][0]
-    assert eager["bytes_per_call"] > 0 and eager["ci95"] < 0.1 * eager["bytes_per_call"]
+    assert eager["bytes_per_call"] > 0 and eager["ci95"] < 0.1 * eager["bytes_per_call"], eager
     assert (out / "report.json").is_file() and (out / "samples.parquet").is_file()
     again = subprocess.run([sys.executable, "-m", "pcietrace", "report", str(out), "--json"],
                            capture_output=True, text=True, timeout=120, cwd=tmp_path)

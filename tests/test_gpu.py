@@ -157,7 +157,8 @@ def test_latency_suite_is_stable_run_to_run() -> None:
     # Host-timed tests run in C: a launch + sync costs more than a graph-of-1 launch + sync minus noise,
     # and the kernel's first store reaches the host before the stream reports done.
     assert a.loc["launch_sync_graph1", "median_us"] < a.loc["launch_sync_eager", "median_us"] * 1.2, a["median_us"]
-    assert 0 < a.loc["launch_to_first_instruction", "median_us"] < a.loc["launch_sync_eager", "median_us"] + 20, a["median_us"]
+    assert (0 < a.loc["launch_to_first_instruction", "median_us"]
+            < a.loc["launch_sync_eager", "median_us"] + 20), a["median_us"]
 
 
 def test_native_launches_cost_less_host_time_than_python() -> None:
@@ -169,7 +170,8 @@ def test_native_launches_cost_less_host_time_than_python() -> None:
     # Interleaved and compared pair by pair (tests/paired.py): 5 native bursts then 5 Python ones saw
     # different hosts whenever its speed moved between them (10-35 % over seconds on the H100 VM; Python's
     # extra is 12-40 %).
-    bursts = pd.DataFrame([b for _ in range(9) for b in (nat.burst("eager", 0.0, 1, 900), py.burst("eager", 0.0, 1, 900))])
+    bursts = pd.DataFrame([b for _ in range(9)
+                           for b in (nat.burst("eager", 0.0, 1, 900), py.burst("eager", 0.0, 1, 900))])
     pairs = paired_extra_us(bursts.assign(nvml_index=0), "python")
     print(f"host us per eager launch, native vs Python in pairs:\n{pairs.to_string()}")
     assert list(bursts["path"]) == ["native", "python"] * 9
@@ -237,8 +239,8 @@ def _attach(tmp_path, name: str, cmd: list[str], counter: str = "interpose") -> 
 def _check_demo(doc: dict, domain: str, per_launch: float, overhead: float, n: int, copy_bytes: int) -> None:
     ranges = {(r["domain"], r["name"]): r for r in doc["results"]["ranges"]}
     print(f"reference: {per_launch:.1f} B H2D per eager launch, counted/copied {overhead:.4f}")
-    print(json.dumps({k[1]: {c: ranges[k][c] for c in ("calls", "incl_ms", "h2d_bytes", "h2d_edge_bytes", "eager_launches",
-                                                       "graph_launches")} for k in ranges}, indent=1))
+    shown = ("calls", "incl_ms", "h2d_bytes", "h2d_edge_bytes", "eager_launches", "graph_launches")
+    print(json.dumps({k[1]: {c: ranges[k][c] for c in shown} for k in ranges}, indent=1))
     eager, graph = ranges[(domain, "eager_launches")], ranges[(domain, "graph_launch")]
     copy, idle = ranges[(domain, "h2d_copy")], ranges[(domain, "idle")]
     assert eager["eager_launches"] == n and eager["graph_launches"] == 0, eager

@@ -365,8 +365,10 @@ def test_real_sampler_processes_follow_open_ranges_and_the_held_fast_rate() -> N
         del words
         mm.close()
         os.unlink(page)
-    medians = [(phase, float(np.median(np.diff(t[(t > a + 20_000_000) & (t < b)]))) / 1e6)  # skip each phase's first 20 ms
-               for (phase, a), (_, b) in zip(marks, marks[1:] + [("end", time.monotonic_ns())])]
+    ends = marks[1:] + [("end", time.monotonic_ns())]
+    # median gap per phase, in ms, skipping each phase's first 20 ms
+    medians = [(phase, float(np.median(np.diff(t[(t > a + 20_000_000) & (t < b)]))) / 1e6)
+               for (phase, a), (_, b) in zip(marks, ends)]
     print("median gap between reads, ms:", medians)
     for phase, ms in medians:
         assert (8 < ms < 15) if phase == "idle" else (ms < 3), medians

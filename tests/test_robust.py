@@ -449,7 +449,8 @@ def test_real_latency_stopped_by_sigterm_leaves_no_folder(tmp_path) -> None:
     # enough repeats that the suite is still running when the signal comes (11 take well under a second on an H100)
     r = _start_and_signal(["latency", "--repeats", "301", "-o", str(tmp_path / "lat")], tmp_path / ".lat.partial-*",
                           signal.SIGTERM, 0.5)
-    assert r.returncode == 128 + signal.SIGTERM and r.stderr.strip().endswith("pcietrace: interrupted"), (r.returncode, r.stderr)
+    assert r.returncode == 128 + signal.SIGTERM and r.stderr.strip().endswith("pcietrace: interrupted"), \
+        (r.returncode, r.stderr)
     assert list(tmp_path.iterdir()) == []
 
 

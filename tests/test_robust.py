@@ -439,7 +439,7 @@ def test_real_run_stopped_by_a_signal_keeps_a_loadable_partial_report(tmp_path, 
     r = _start_and_signal(["run", "--no-latency", "-o", str(tmp_path / "run")], tmp_path / ".run.partial-*", sig, 6.0)
     assert r.returncode == 128 + sig and "Traceback" not in r.stderr, r.stderr  # a default run takes ~20 s
     s = Session.load(tmp_path / "run")
-    assert s.meta["status"] == "interrupted" and len(s.samples)
+    assert s.meta["status"] == "interrupted" and len(s.samples), (s.meta["status"], len(s.samples), r.stderr)
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
     assert main(["report", str(tmp_path / "run"), "--json"]) == 0
 
@@ -449,7 +449,8 @@ def test_real_latency_stopped_by_sigterm_leaves_no_folder(tmp_path) -> None:
     # enough repeats that the suite is still running when the signal comes (11 take well under a second on an H100)
     r = _start_and_signal(["latency", "--repeats", "301", "-o", str(tmp_path / "lat")], tmp_path / ".lat.partial-*",
                           signal.SIGTERM, 0.5)
-    assert r.returncode == 128 + signal.SIGTERM and r.stderr.strip().endswith("pcietrace: interrupted"), r.stderr
+    assert r.returncode == 128 + signal.SIGTERM and r.stderr.strip().endswith("pcietrace: interrupted"), \
+        (r.returncode, r.stderr)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -461,7 +462,8 @@ def test_two_real_runs_started_together_keep_both(tmp_path) -> None:
     for p in procs:
         assert p.wait(timeout=300) == 0, p.stderr.read() if p.stderr else ""
     runs = sorted((tmp_path / "reports").iterdir())
-    assert len(runs) == 2 and all(Session.load(r).meta["status"] == "complete" for r in runs)
+    assert len(runs) == 2 and all(Session.load(r).meta["status"] == "complete" for r in runs), \
+        [(r.name, Session.load(r).meta["status"]) for r in runs]
 
 
 def test_simulated_runs_started_together_keep_every_run(tmp_path) -> None:

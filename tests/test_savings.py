@@ -140,15 +140,15 @@ def _attach_pair(tmp_path, name: str, cmd: list[str], graphed_cmd: list[str], ea
 
 def _check(sv: pd.DataFrame) -> None:
     e = sv.loc["eager_launches"]
-    assert e["eager_launches"] == 20000 and e["graph_launches_graphed"] == 1
-    assert e["measured_ms"] > 0
-    assert abs(e["error_pct"]) <= 20  # the goal for the demo apps
+    assert e["eager_launches"] == 20000 and e["graph_launches_graphed"] == 1, e
+    assert e["measured_ms"] > 0, e
+    assert abs(e["error_pct"]) <= 20, e  # the goal for the demo apps
     # A range with no launches: nothing to save, nothing predicted. (Its measured difference is the app's own
     # copy time in two processes, not ours: on the H100 one 256 MiB pinned copy took 4.9 ms in 20 of 24 runs
     # and 5.6-11.2 ms in 4, in eager and graphed runs alike, 2026-11-22.)
     c = sv.loc["h2d_copy"]
-    assert c["calls_eager"] == c["calls_graphed"] == 1
-    assert c["eager_launches"] == 0 and c["graph_launches_graphed"] == 0 and c["predicted_ms"] == 0
+    assert c["calls_eager"] == c["calls_graphed"] == 1, c
+    assert c["eager_launches"] == 0 and c["graph_launches_graphed"] == 0 and c["predicted_ms"] == 0, c
 
 
 @pytest.mark.gpu
@@ -172,9 +172,10 @@ def test_savings_prediction_on_pytorch_decode_from_gpu_time(tmp_path) -> None:
     ranges = analyze(Session.load(tmp_path / "decode-eager"))["ranges"].set_index("name")
     for b in (1, 64):
         step = sv.loc[f"decode_step_b{b}"]
-        assert step["graph_launches_graphed"] == 20 and step["measured_ms"] > 0
+        assert step["graph_launches_graphed"] == 20 and step["measured_ms"] > 0, step
         assert abs(step["error_pct"]) <= 20, step  # the goal for a PyTorch app
-        assert 0 < ranges.loc[f"decode_step_b{b}", "gpu_busy_ms"] < ranges.loc[f"decode_step_b{b}", "incl_ms"]
+        r = ranges.loc[f"decode_step_b{b}"]
+        assert 0 < r["gpu_busy_ms"] < r["incl_ms"], r[["gpu_busy_ms", "incl_ms"]]
 
 
 @pytest.mark.gpu

@@ -6,7 +6,6 @@ without device information is charged to every sampled GPU, with a note; samples
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -266,10 +265,9 @@ def test_floor_fit_and_its_errors_match_scipy_s_least_squares(data_dir, recordin
     assert checked == {"rate only"} if "ddp" in recording else {"per read"}
 
 
-#: Run with the real injection library (LD_PRELOAD, launch counting by interposition) over the fake driver of
-#: tests/native/fake_libcuda.c: launches on ordinals 0 and 1 from the main thread, a second thread and a
-#: forked child, with NVTX ranges between them.
-FORK_SCRIPT = r"""
+#: The start of a script run with the real injection library (LD_PRELOAD, launch counting by interposition)
+#: over the fake driver of tests/native/fake_libcuda.c: ``run(n, dev)`` makes n launches on ordinal ``dev``.
+FAKE_LAUNCHER = r"""
 import ctypes, os, sys, threading
 import nvtx
 cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
@@ -281,6 +279,13 @@ def run(n, dev):
     device.value = dev
     for _ in range(n):
         launch(None, 1, 1, 1, 1, 1, 1, 0, None, None, None)
+"""
+#: The fake driver's two ordinals as GPU records (its bus ids: 0000:00:(06 + ordinal).0).
+FAKE_GPUS = [{"nvml_index": i, "bus_id": f"0000:00:0{6 + i}.0"} for i in (0, 1)]
+
+#: Launches on ordinals 0 and 1 from the main thread, a second thread and a forked child, with NVTX ranges
+#: between them.
+FORK_SCRIPT = FAKE_LAUNCHER + r"""
 nvtx.push_range("a"); run(3, 0); nvtx.pop_range()
 def other():
     nvtx.push_range("b"); run(2, 1); nvtx.pop_range()
@@ -298,39 +303,49 @@ run(4, 0)
 """
 
 
-def test_launches_per_gpu_from_the_injection_library_with_threads_and_fork(tmp_path) -> None:
-    """The real library over a fake driver (no GPU): every launch of the parent's two threads and of its
-    forked child's two is on the GPU it was made on, once; the forking thread's first launches in the child
-    are not mixed with the launches its parent had not yet reported at the fork, nor counted with its
-    parent's."""
+def _over_fake_driver(tmp_path: Path, script: str, cupti_source: str | None = None) -> pd.DataFrame:
+    """Runs ``script`` with the real injection library in attach's environment (launch counting by
+    interposition) over the fake driver, built here with the C compiler; with ``cupti_source``, a stand-in
+    libcupti built from it and kernel records on (``--gpu-time``). Returns the trace's events. Skips where
+    nvtx, a C compiler or the built library is missing."""
     import shutil
     import subprocess
     import sys
 
     from pcietrace.errors import UsageError
-    from pcietrace.record.attach import injection_library, read_traces
+    from pcietrace.record.attach import injection_env, read_traces
 
     pytest.importorskip("nvtx")
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler")
-    try:
-        lib = injection_library()
-    except UsageError:
-        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
-    fake = Path(__file__).parent / "native" / "fake_libcuda.c"
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(tmp_path / "libcuda.so.1"),
-                    str(fake)], check=True)
     traces = tmp_path / "traces"
     traces.mkdir()
-    env = dict(os.environ, LD_PRELOAD=lib, NVTX_INJECTION64_PATH=lib, PCIETRACE_COUNT="interpose",
-               PCIETRACE_TRACE_DIR=str(traces), LD_LIBRARY_PATH=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-c", FORK_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    try:
+        env = injection_env(traces, "interpose", None, [0, 1], False, gpu_time=cupti_source is not None)
+    except UsageError:
+        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
+    build = [cc, "-O2", "-shared", "-fPIC"]
+    subprocess.run([*build, "-Wl,-soname,libcuda.so.1", "-o", str(tmp_path / "libcuda.so.1"),
+                    str(Path(__file__).parent / "native" / "fake_libcuda.c")], check=True)
+    env["LD_LIBRARY_PATH"] = str(tmp_path)
+    if cupti_source is not None:
+        (tmp_path / "cupti.c").write_text(cupti_source)
+        subprocess.run([*build, "-o", str(tmp_path / "libcupti_standin.so"), str(tmp_path / "cupti.c")], check=True)
+        env["PCIETRACE_CUPTI"] = str(tmp_path / "libcupti_standin.so")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    ev = read_traces(traces)
+    return read_traces(traces)
+
+
+def test_launches_per_gpu_from_the_injection_library_with_threads_and_fork(tmp_path) -> None:
+    """The real library over a fake driver (no GPU): every launch of the parent's two threads and of its
+    forked child's two is on the GPU it was made on, once; the forking thread's first launches in the child
+    are not mixed with the launches its parent had not yet reported at the fork, nor counted with its
+    parent's."""
+    ev = _over_fake_driver(tmp_path, FORK_SCRIPT)
     assert ev["pid"].nunique() == 2 and (ev["event"] == "exit").sum() == 2
-    gpus = [{"nvml_index": i, "bus_id": f"0000:00:0{6 + i}.0"} for i in (0, 1)]
-    got = attribution.launches_by_gpu(ev, gpus).set_index("nvml_index")["eager_launches"].to_dict()
+    got = attribution.launches_by_gpu(ev, FAKE_GPUS).set_index("nvml_index")["eager_launches"].to_dict()
     assert got == {0: 3 + 4 + 4, 1: 2 + 3 + 6}
     assert sum(got.values()) == ev.groupby("pid").tail(1)["eager_process"].sum()
 
@@ -376,20 +391,9 @@ int cuptiActivityFlushAll(uint32_t flag) {
 
 #: Launches on ordinals 1, then 0; then the main thread flushes CUPTI (a kernel record of ordinal 1) before
 #: its next event of its own.
-FLUSH_SCRIPT = r"""
-import ctypes, os
-import nvtx
-cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
-fn = ctypes.c_void_p()
-assert cuda.cuGetProcAddress_v2(b"cuLaunchKernel", ctypes.byref(fn), 12000, ctypes.c_ulonglong(0), None) == 0
-launch = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3)(fn.value)
-device = ctypes.c_int.in_dll(cuda, "fake_device")
+FLUSH_SCRIPT = FAKE_LAUNCHER + r"""
 assert ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"]).InitializeInjection() == 1
 cupti = ctypes.CDLL(os.environ["PCIETRACE_CUPTI"])
-def run(n, dev):
-    device.value = dev
-    for _ in range(n):
-        launch(None, 1, 1, 1, 1, 1, 1, 0, None, None, None)
 nvtx.push_range("b"); run(2, 1); nvtx.pop_range()
 run(3, 0)
 ctypes.c_int.in_dll(cupti, "fake_kernel_device").value = 1
@@ -403,37 +407,10 @@ def test_a_cupti_kernel_line_leaves_the_flushing_threads_launches_to_its_next_ev
     """The real library over a fake driver and a STAND-IN CUPTI (no GPU): a kernel record written by the thread
     that flushed CUPTI's buffer does not take that thread's launches since its previous event (they were on
     another GPU than the kernel's): they stay on the GPU they were made on."""
-    import shutil
-    import subprocess
-    import sys
-
-    from pcietrace.errors import UsageError
-    from pcietrace.record.attach import injection_env, read_traces
-
-    pytest.importorskip("nvtx")
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    try:
-        injection_env(tmp_path, "interpose", None, [0, 1], False, gpu_time=True)
-    except UsageError:
-        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
-    build = [cc, "-O2", "-shared", "-fPIC"]
-    subprocess.run([*build, "-Wl,-soname,libcuda.so.1", "-o", str(tmp_path / "libcuda.so.1"),
-                    str(Path(__file__).parent / "native" / "fake_libcuda.c")], check=True)
-    (tmp_path / "cupti.c").write_text(FAKE_CUPTI_ACTIVITY)
-    subprocess.run([*build, "-o", str(tmp_path / "libcupti_standin.so"), str(tmp_path / "cupti.c")], check=True)
-    traces = tmp_path / "traces"
-    traces.mkdir()
-    env = injection_env(traces, "interpose", None, [0, 1], False, gpu_time=True)
-    env.update(PCIETRACE_CUPTI=str(tmp_path / "libcupti_standin.so"), LD_LIBRARY_PATH=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-c", FLUSH_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    ev = read_traces(traces)
+    ev = _over_fake_driver(tmp_path, FLUSH_SCRIPT, FAKE_CUPTI_ACTIVITY)
     said = dict(zip(ev["event"], ev["message"]))
     assert said["gputime"].startswith("on (CUPTI kernel activity")
     kernels = ev[ev["event"] == "kernel"]
     assert len(kernels) == 1 and kernels["dev"].iloc[0] == 1 and kernels["devmask"].iloc[0] == 0
-    gpus = [{"nvml_index": i, "bus_id": f"0000:00:0{6 + i}.0"} for i in (0, 1)]
-    got = attribution.launches_by_gpu(ev, gpus).set_index("nvml_index")["eager_launches"].to_dict()
+    got = attribution.launches_by_gpu(ev, FAKE_GPUS).set_index("nvml_index")["eager_launches"].to_dict()
     assert got == {0: 3, 1: 2}

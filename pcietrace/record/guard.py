@@ -28,11 +28,11 @@ from typing import Any, Callable, Iterator
 
 from pcietrace.errors import UsageError, one_line
 from pcietrace.session import REPORT_FILE, SAMPLES_FILE
-from pcietrace.signals import Terminated, take_over
+from pcietrace.signals import TERMINATING, Terminated, take_over
 
 #: A folder holding either of these is a saved run.
 RUN_FILES = (REPORT_FILE, SAMPLES_FILE)
-SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+SIGNALS = (signal.SIGINT, *TERMINATING)
 
 
 def exit_code(exc: BaseException) -> int:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from pcietrace.analysis.launch import shortest_eager
+
 #: Columns of :func:`paired_extra_us`.
 PAIR_COLUMNS = ["nvml_index", "base_us", "us", "extra_us"]
 
@@ -22,8 +24,7 @@ def paired_extra_us(bursts: pd.DataFrame, path: str, base: str = "native") -> pd
     ``us - base_us``. Bursts that ran dry (``saturated`` False: a host stall, not launch cost) are left out,
     and so is a pair whose base ran dry. Bursts are ordered by ``t_start_ns``, else by their row order
     (records are appended as they are taken)."""
-    b = bursts[bursts["mode"] == "eager"]
-    b = b[b["kernel_us"] == b.groupby("nvml_index")["kernel_us"].transform("min")]
+    b = shortest_eager(bursts)
     b = b.assign(us=b["host_ns"] / b["calls"] / 1e3, ok=b["saturated"].astype(bool),
                  t=b["t_start_ns"] if "t_start_ns" in b else np.arange(len(b))).sort_values("t", kind="stable")
     mine = b.loc[b["path"] == path, ["nvml_index", "t", "us", "ok"]]

@@ -10,14 +10,10 @@ import numpy as np
 import pytest
 
 from paired import paired_extra_us
+from pcietrace.analysis.launch import shortest_eager
 from pcietrace.session import Session
 
 HERE = Path(__file__).parent
-
-
-def _min_eager(b):
-    b = b[b["mode"] == "eager"]
-    return b[b["kernel_us"] == b.groupby("nvml_index")["kernel_us"].transform("min")]
 
 
 @pytest.mark.parametrize("where", [HERE / "data" / "h100_run_turns", HERE.parent / "reports" / "h200x8-20261122"],
@@ -28,12 +24,12 @@ def test_each_language_burst_pairs_with_the_native_burst_just_before_it(where) -
     repeats = s.meta["plan"]["language_repeats"]
     for path in ("python", "torch"):
         pairs = paired_extra_us(b, path)
-        mine = _min_eager(b)
+        mine = shortest_eager(b)
         mine = mine[(mine["path"] == path) & mine["saturated"]]
         assert len(pairs) == len(mine) and (pairs.groupby("nvml_index").size() <= repeats).all()
         # the plan interleaves native, Python, PyTorch: each burst's partner is the native one of its repeat
         for g, p in pairs.groupby("nvml_index"):
-            native = _min_eager(b)
+            native = shortest_eager(b)
             native = native[(native["nvml_index"] == g) & (native["path"] == "native")]
             us = (native["host_ns"] / native["calls"] / 1e3).to_numpy()
             assert np.isin(p["base_us"].to_numpy(), us[-repeats:]).all()  # the repeats' own, not the plan's first
@@ -46,7 +42,7 @@ def test_each_language_burst_pairs_with_the_native_burst_just_before_it(where) -
 def test_a_dry_native_burst_leaves_its_pair_out(data_dir) -> None:
     b = Session.load(data_dir / "h100_run_turns").bursts.copy()
     full = paired_extra_us(b, "python")
-    native = _min_eager(b)
+    native = shortest_eager(b)
     native = native[native["path"] == "native"]
     b.loc[native.index[-1], "saturated"] = False  # the last repeat's native burst ran dry (a host stall)
     cut = paired_extra_us(b, "python")

@@ -172,6 +172,12 @@ def _iqr_pct(v: pd.Series) -> float:
     return float((v.quantile(0.75) - v.quantile(0.25)) / v.median() * 100) if len(v) >= 4 else math.nan
 
 
+def shortest_eager(bursts: pd.DataFrame) -> pd.DataFrame:
+    """The eager bursts at each GPU's shortest kernel: those the host cost by language is taken over."""
+    b = bursts[bursts["mode"] == "eager"]
+    return b[b["kernel_us"] == b.groupby("nvml_index")["kernel_us"].transform("min")]
+
+
 HOST_COST_BY_LANGUAGE_COLUMNS = ["nvml_index", "language", "path", "kernel_us", "us_per_launch", "cpu_us_per_launch",
                                  "extra_us_vs_native", "ratio_vs_native", "iqr_pct", "bursts", "dry_bursts",
                                  "saturated"]
@@ -193,9 +199,7 @@ def host_cost_by_language(bursts: pd.DataFrame) -> pd.DataFrame:
     Columns: :data:`HOST_COST_BY_LANGUAGE_COLUMNS`."""
     if not len(bursts):
         return pd.DataFrame(columns=HOST_COST_BY_LANGUAGE_COLUMNS)
-    b = bursts if "path" in bursts else bursts.assign(path="python")
-    b = b[b["mode"] == "eager"]
-    b = b[b["kernel_us"] == b.groupby("nvml_index")["kernel_us"].transform("min")]
+    b = shortest_eager(bursts if "path" in bursts else bursts.assign(path="python"))
     b = b.assign(us=b["host_ns"] / b["calls"] / 1e3, cpu=b["cpu_ns"] / b["calls"] / 1e3,
                  dry=~b["saturated"].astype(bool))
     keys = ["nvml_index", "path"]

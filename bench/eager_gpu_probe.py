@@ -23,36 +23,15 @@ import subprocess
 import sys
 
 
-def fresh_context_gpu() -> type:
-    """A Gpu whose context is a new one (cuCtxCreate), not the primary context: does each context draw
-    its own level?"""
-    from pcietrace.device.cuda import Gpu, _bindings, handle_return
-
-    class FreshContextGpu(Gpu):
-        def __init__(self, ordinal: int) -> None:
-            super().__init__(ordinal)
-            drv, _ = _bindings()
-            try:
-                self.context = handle_return(drv.cuCtxCreate(None, 0, self.device), "cuCtxCreate")
-            except TypeError:  # cuda-bindings 12: (flags, dev)
-                self.context = handle_return(drv.cuCtxCreate(0, self.device), "cuCtxCreate")
-            self.make_current()
-            self.stream = handle_return(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
-
-    return FreshContextGpu
-
-
 def one_process(gpu: int, streams: int, bursts: int, contexts: bool) -> list[dict]:
     """Per stream: median eager and graph GPU time per kernel (us) and host cost per launch (us).
     ``contexts``: each stream in a context of its own (cuCtxCreate) instead of the primary context."""
-    from pcietrace.device import backend
+    from pcietrace.device.backend import CudaBackend
     from pcietrace.record.generate import LaunchGenerator
 
-    if contexts:
-        backend.Gpu = fresh_context_gpu()
     keep, out = [], []
     for s in range(streams):
-        be = backend.CudaBackend(gpu)  # a new stream (in the primary context, or a new context)
+        be = CudaBackend(gpu, own_context=contexts)  # a new stream (in the primary context, or a new context)
         be.activate()
         keep.append(be)
         gen = LaunchGenerator(be)

@@ -49,6 +49,12 @@ def _gpu_count(text: str) -> int:
     return int(text)
 
 
+def _contexts(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 16:
+        raise argparse.ArgumentTypeError(f"expected 1..16 contexts, got {text!r}")
+    return int(text)
+
+
 def _number(low: float, high: float, low_open: bool = True) -> Callable[[str], float]:
     """A finite number in (low, high] (``low_open``) or [low, high]; nan, inf and out-of-range are errors."""
     def parse(text: str) -> float:
@@ -161,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="kernel durations in us (default 0,2,5,10,20,50)")
     r.add_argument("--graph-k", type=_int_list, default=None, metavar="K,K,..",
                    help="kernels per graph for the graph fits (default 1,10,100,1000)")
+    r.add_argument("--contexts", type=_contexts, default=None, metavar="N",
+                   help="CUDA contexts the GPU time per empty eager kernel is measured in, 1..16 (default 3; 1: the "
+                        "run's own). Each context draws its own level (1.29-1.45 us on one H200): the figure is "
+                        "their median, with their range")
     r.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=10.0,
                    help="background counter sampling interval (0 = as fast as NVML answers, ~0.16 ms). Each NVML "
                         "read is itself ~30 KB of PCIe traffic (GSP RPC), so fast sampling adds a large floor; "

@@ -44,6 +44,8 @@ def _plan(args: argparse.Namespace) -> Any:
         kw["durations_us"] = args.durations
     if args.graph_k is not None:
         kw["graph_ks"] = args.graph_k
+    if args.contexts is not None:
+        kw["gpu_time_contexts"] = args.contexts
     return RunPlan(**kw)
 
 

@@ -138,6 +138,8 @@ TABLE_COLUMNS: dict[str, dict[str, str]] = {
     "windows": WINDOW_COLUMNS,
     "bursts": {"nvml_index": "int", "mode": "str", "graph_k": "int", "kernel_us": "num", "calls": "num",
                "launches": "num", "host_ns": "num", "cpu_ns": "num", "gpu_ns": "num", "saturated": "bool"},
+    "contexts": {"nvml_index": "int", "context": "int", "mode": "str", "kernel_us": "num", "launches": "num",
+                 "gpu_ns": "num", "saturated": "bool"},
     "e2e": {"nvml_index": "int", "mode": "str", "graph_k": "int", "kernel_us": "num", "launches": "num",
             "wall_ns": "num"},
     "calibration": {"nvml_index": "int", "kernel_us": "num", "measured_us": "num", "min_us": "num", "max_us": "num"},

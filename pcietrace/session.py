@@ -20,7 +20,7 @@ from pcietrace import schema
 from pcietrace.errors import ReportError, one_line
 
 SCHEMA = schema.SCHEMA
-TABLES = ("windows", "bursts", "e2e", "calibration", "latency", "graphs")
+TABLES = ("windows", "bursts", "contexts", "e2e", "calibration", "latency", "graphs")
 REPORT_FILE = "report.json"
 SAMPLES_FILE = "samples.parquet"
 EVENTS_FILE = "events.parquet"
@@ -35,8 +35,8 @@ class Session:
     """``meta``: tool version, host, command, ``simulated``, ``status`` ("complete" / "interrupted" /
     "failed: ..."), ``gpus`` (list of dicts with ``nvml_index``, ``cuda_ordinal``, name, bus id, PCIe
     link, ``counter`` mode/bits) and ``plan``. Tables: ``samples`` (raw counters, see
-    ``pcietrace.collectors.SAMPLE_COLUMNS``), ``windows``, ``bursts``, ``e2e``, ``calibration``
-    (records from :class:`pcietrace.record.generate.LaunchGenerator`, each with ``nvml_index``), ``latency``
+    ``pcietrace.collectors.SAMPLE_COLUMNS``), ``windows``, ``bursts``, ``contexts`` (bursts in fresh CUDA
+    contexts, with ``context``), ``e2e``, ``calibration`` (records from :class:`pcietrace.record.generate.LaunchGenerator`, each with ``nvml_index``), ``latency``
     (:data:`pcietrace.record.latency.LATENCY_COLUMNS`), ``events`` (attach: NVTX/launch events,
     :data:`pcietrace.record.attach.EVENT_COLUMNS` + ``pid``), ``graphs`` (``pcietrace graphs``: one row per
     iteration, :data:`pcietrace.record.graphs.ITERATION_FIELDS`); ``meta["topology"]`` holds the machine's topology."""
@@ -45,6 +45,7 @@ class Session:
     samples: pd.DataFrame = field(default_factory=_empty)
     windows: pd.DataFrame = field(default_factory=_empty)
     bursts: pd.DataFrame = field(default_factory=_empty)
+    contexts: pd.DataFrame = field(default_factory=_empty)  # eager bursts in fresh CUDA contexts
     e2e: pd.DataFrame = field(default_factory=_empty)
     calibration: pd.DataFrame = field(default_factory=_empty)
     latency: pd.DataFrame = field(default_factory=_empty)

@@ -116,6 +116,12 @@ def test_full_run_reports_every_table(tmp_path) -> None:
         except ImportError:
             continue
         assert lang[(i, "torch")]["saturated"] and lang[(i, "torch")]["us_per_launch"] > 0, lang[(i, "torch")]
+    # the default plan measures the empty eager kernel's GPU time in 3 CUDA contexts on every GPU
+    shortest = [r for r in res["gpu_time"] if r["kernel_us"] == min(x["kernel_us"] for x in res["gpu_time"])]
+    assert len(shortest) == len(doc["meta"]["gpus"]), shortest
+    for r in shortest:
+        assert r["eager_contexts"] == doc["meta"]["plan"]["gpu_time_contexts"] == 3, r
+        assert r["eager_gpu_us_min"] <= r["eager_gpu_us"] <= r["eager_gpu_us_max"] < 1.5 * r["eager_gpu_us_min"], r
     eager = [r for r in res["per_launch"] if r["mode"] == "eager" and r["direction"] == "h2d"][0]
     assert eager["bytes_per_call"] > 0 and eager["ci95"] < 0.1 * eager["bytes_per_call"], eager
     assert (out / "report.json").is_file() and (out / "samples.parquet").is_file()
@@ -123,6 +129,36 @@ def test_full_run_reports_every_table(tmp_path) -> None:
                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["results"]["per_launch"] == res["per_launch"]
+
+
+def test_fresh_contexts_are_released_by_close() -> None:
+    # A context of its own holds ~0.5 GB of the GPU's memory (plus what it allocated) until destroyed: three
+    # left open with 256 MiB each would take > 1 GB.
+    from pcietrace.device.backend import CudaBackend
+    from pcietrace.device.cuda import _bindings, handle_return
+    from pcietrace.record.generate import LaunchGenerator
+
+    drv, _ = _bindings()
+    be = CudaBackend(0)
+    free_before = handle_return(drv.cuMemGetInfo(), "cuMemGetInfo")[0]
+    levels = []
+    for _ in range(3):
+        fresh = be.in_new_context()
+        fresh.gpu.alloc_device(256 * MiB)
+        r = LaunchGenerator(fresh).burst("eager", 0.0, 1, 900)
+        levels.append(r["gpu_ns"] / r["launches"] / 1e3)
+        fresh.close()
+        fresh.close()  # a second close does nothing
+        be.activate()
+    free_after = handle_return(drv.cuMemGetInfo(), "cuMemGetInfo")[0]
+    own = LaunchGenerator(be).burst("eager", 0.0, 1, 900)
+    own_us = own["gpu_ns"] / own["launches"] / 1e3
+    print(f"free before {free_before / MiB:.0f} MiB, after {free_after / MiB:.0f} MiB; eager us per kernel: own "
+          f"context {own_us:.3f}, fresh ones {', '.join(f'{x:.3f}' for x in levels)}")
+    assert free_before - free_after < 64 * MiB, (free_before, free_after)
+    assert all(0.7 < x / own_us < 1.4 for x in levels), (own_us, levels)
+    be.close()
+    assert be.gpu.context is None
 
 
 def test_latency_suite_is_stable_run_to_run() -> None:

@@ -54,7 +54,7 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
         out["cpu_cost"] = launch.cpu_cost(s.bursts)
         out["host_cost_by_language"] = launch.host_cost_by_language(s.bursts)
         if len(s.calibration):
-            out["gpu_time"] = launch.gpu_time(s.bursts, s.calibration)
+            out["gpu_time"] = launch.gpu_time(s.bursts, s.calibration, s.contexts)
     if len(s.e2e):
         out["speedup"] = launch.speedup(s.e2e)
     if s.meta.get("kind") == "attach" and len(s.samples):  # ("attach-failed": the program never ran)

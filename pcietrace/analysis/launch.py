@@ -133,11 +133,16 @@ def cpu_cost(bursts: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def gpu_time(bursts: pd.DataFrame, calibration: pd.DataFrame) -> pd.DataFrame:
+def gpu_time(bursts: pd.DataFrame, calibration: pd.DataFrame, contexts: pd.DataFrame | None = None) -> pd.DataFrame:
     """GPU time per kernel with the queue full (``eager_gpu_us``, ``graph_gpu_us``), per kernel duration.
     ``gap`` = per-kernel time minus the kernel's measured duration (the launch overhead the GPU
     sees); ``gpu_speedup`` = eager / graph. ``saturated`` False means the burst did not keep the queue
-    full and the number is an upper bound."""
+    full and the number is an upper bound.
+
+    A CUDA context draws its own eager level (:data:`pcietrace.record.run.RunPlan.gpu_time_contexts`):
+    where ``contexts`` holds bursts in fresh contexts, the shortest kernel's ``eager_gpu_us`` is the median
+    over every context's level (:func:`context_levels`), ``eager_gpu_us_min``/``_max`` their range and
+    ``eager_contexts`` their number (1, min = max, elsewhere)."""
     b = primary(bursts)
     b = b.assign(us_per_kernel=b["gpu_ns"] / b["launches"] / 1e3)
     piv = b.pivot_table(index=["nvml_index", "kernel_us"], columns="mode",
@@ -147,12 +152,40 @@ def gpu_time(bursts: pd.DataFrame, calibration: pd.DataFrame) -> pd.DataFrame:
         "graph_gpu_us": piv[("us_per_kernel", "graph")],
         "saturated": piv[("saturated", "eager")].astype(bool) & piv[("saturated", "graph")].astype(bool),
     }).reset_index()
+    out["eager_gpu_us_min"] = out["eager_gpu_us_max"] = out["eager_gpu_us"]
+    out["eager_contexts"] = 1
+    levels = context_levels(bursts, contexts)
+    if len(levels):
+        g = levels.groupby(["nvml_index", "kernel_us"])["eager_gpu_us"].agg(["median", "min", "max", "count"])
+        key = pd.MultiIndex.from_frame(out[["nvml_index", "kernel_us"]])
+        hit = key.isin(g.index)
+        g = g.reindex(key[hit])
+        out.loc[hit, ["eager_gpu_us", "eager_gpu_us_min", "eager_gpu_us_max", "eager_contexts"]] = g.to_numpy()
+    out["eager_contexts"] = out["eager_contexts"].astype(int)
     cal = calibration[["nvml_index", "kernel_us", "measured_us"]]
     out = out.merge(cal, on=["nvml_index", "kernel_us"], how="left")
     out["eager_gap_us"] = out["eager_gpu_us"] - out["measured_us"]
     out["graph_gap_us"] = out["graph_gpu_us"] - out["measured_us"]
     out["gpu_speedup"] = out["eager_gpu_us"] / out["graph_gpu_us"]
     return out
+
+
+def context_levels(bursts: pd.DataFrame, contexts: pd.DataFrame | None) -> pd.DataFrame:
+    """GPU time per eager kernel (us, median over a context's saturated bursts) in each CUDA context a run
+    measured in, at the kernel duration the fresh contexts ran: context 0 is the run's own (its eager bursts
+    at that duration), 1, 2, ... fresh ones. Empty (declared columns) without fresh contexts.
+    Columns: ``nvml_index, kernel_us, context, eager_gpu_us, bursts``."""
+    cols = ["nvml_index", "kernel_us", "context", "eager_gpu_us", "bursts"]
+    if contexts is None or not len(contexts):
+        return pd.DataFrame(columns=cols)
+    own = primary(bursts)
+    own = own[own["mode"] == "eager"].merge(contexts[["nvml_index", "kernel_us"]].drop_duplicates())
+    b = pd.concat([own.assign(context=0), contexts[contexts["mode"] == "eager"]], ignore_index=True)
+    b = b[b["saturated"].astype(bool)]
+    b = b.assign(eager_gpu_us=b["gpu_ns"] / b["launches"] / 1e3)
+    out = b.groupby(["nvml_index", "kernel_us", "context"], as_index=False).agg(
+        eager_gpu_us=("eager_gpu_us", "median"), bursts=("eager_gpu_us", "size"))
+    return out[cols]
 
 
 def speedup(e2e: pd.DataFrame) -> pd.DataFrame:

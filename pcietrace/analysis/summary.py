@@ -17,12 +17,13 @@ import pandas as pd
 
 #: Key figures per GPU of a run (the ``per_gpu`` result table): bytes per eager launch (95 % half-widths),
 #: graph launch bytes (fixed + per node, H2D), host cost per launch call (us; native loops, and from Python
-#: where measured), GPU time per empty kernel eager/graph (us) and what graphs save of it, wall-time speedup
-#: at the shortest and longest kernel, and the host read round trip.
+#: where measured), GPU time per empty kernel eager/graph (us; eager: the median over the CUDA contexts measured,
+#: with their range and number) and what graphs save of it, wall-time speedup at the shortest and longest
+#: kernel, and the host read round trip.
 GPU_COLUMNS = ["nvml_index", "gpu", "name", "link", "switch_levels", "eager_h2d_bytes", "eager_h2d_ci95",
                "eager_d2h_bytes", "eager_d2h_ci95", "graph_fixed_h2d_bytes", "graph_node_h2d_bytes",
                "host_us_per_launch", "host_us_per_launch_python", "host_us_per_graph_launch", "eager_gpu_us", "graph_gpu_us",
-               "gpu_saved_us_per_kernel", "min_kernel_us", "speedup_min_kernel", "max_kernel_us",
+               "eager_gpu_us_min", "eager_gpu_us_max", "eager_contexts", "gpu_saved_us_per_kernel", "min_kernel_us", "speedup_min_kernel", "max_kernel_us",
                "speedup_max_kernel", "host_rtt_us"]
 #: Top attach ranges by launch overhead.
 RANGE_COLUMNS = ["domain", "name", "incl_ms", "eager_launches", "graph_launches", "launch_overhead_ms",
@@ -91,7 +92,10 @@ def gpu_figures(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> pd.Da
             "host_us_per_launch": _pick(r["cpu_cost"], "host_us_per_call", nvml_index=i, mode="eager"),
             "host_us_per_launch_python": _pick(r["host_cost_by_language"], "us_per_launch", nvml_index=i, path="python"),
             "host_us_per_graph_launch": _pick(r["cpu_cost"], "host_us_per_call", nvml_index=i, mode="graph"),
-            "eager_gpu_us": eager_gpu, "graph_gpu_us": graph_gpu, "gpu_saved_us_per_kernel": eager_gpu - graph_gpu,
+            "eager_gpu_us": eager_gpu, "graph_gpu_us": graph_gpu,
+            **{c: _nan(gt[c].iloc[0]) if len(gt) and c in gt else math.nan
+               for c in ("eager_gpu_us_min", "eager_gpu_us_max", "eager_contexts")},
+            "gpu_saved_us_per_kernel": eager_gpu - graph_gpu,
             "min_kernel_us": _nan(sp["kernel_us"].iloc[0]) if len(sp) else math.nan,
             "speedup_min_kernel": _nan(sp["speedup"].iloc[0]) if len(sp) else math.nan,
             "max_kernel_us": _nan(sp["kernel_us"].iloc[-1]) if len(sp) else math.nan,
@@ -133,8 +137,13 @@ def _gpu_sentence(row: pd.Series, lead: str) -> str | None:
     if s_min and s_max:
         speed = (f"{s_min}x faster at {row['min_kernel_us']:g} us kernels, {s_max}x at {row['max_kernel_us']:g} us"
                  if row["max_kernel_us"] != row["min_kernel_us"] else f"{s_min}x faster at {row['min_kernel_us']:g} us kernels")
+    if saved:
+        saved = f"save {saved} us of GPU time per kernel"
+        if row["eager_contexts"] > 1:  # (NaN > 1 is False: runs before contexts were measured)
+            saved += (f" (eager GPU time {_range_text(row['eager_gpu_us_min'], row['eager_gpu_us_max'], '.2f')} us over "
+                      f"{int(row['eager_contexts'])} CUDA contexts)")
     if saved or speed:
-        text += " Graphs " + _join([f"save {saved} us of GPU time per kernel" if saved else None, speed], "; ") + "."
+        text += " Graphs " + _join([saved, speed], "; ") + "."
     rtt = _f(row["host_rtt_us"], ".2f")
     if rtt:
         text += f" Host-memory read round trip: {rtt} us."

@@ -80,6 +80,28 @@ def bus_ids() -> list[str]:
     return [_bus_id(handle_return(drv.cuDeviceGet(o), "cuDeviceGet")) for o in range(device_count())]
 
 
+@functools.lru_cache(maxsize=None)
+def _cubin(source: str, name: str, cc: tuple[int, int]) -> bytes:
+    """NVRTC's cubin of ``source`` for compute capability ``cc`` (cached: a context of its own loads the
+    same code without compiling again)."""
+    _, rtc = _bindings()
+    prog = handle_return(rtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []),
+                         "nvrtcCreateProgram")
+    opts = [f"--gpu-architecture=sm_{cc[0]}{cc[1]}".encode(), b"-default-device"]
+    try:
+        handle_return(rtc.nvrtcCompileProgram(prog, len(opts), opts), "nvrtcCompileProgram")
+    except CudaError as exc:
+        size = handle_return(rtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+        log = b" " * size
+        handle_return(rtc.nvrtcGetProgramLog(prog, log), "nvrtcGetProgramLog")
+        raise CudaError(exc.call, exc.code, exc.name, log.decode(errors="replace").strip()) from exc
+    size = handle_return(rtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+    cubin = b" " * size
+    handle_return(rtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+    handle_return(rtc.nvrtcDestroyProgram(prog), "nvrtcDestroyProgram")
+    return cubin
+
+
 @dataclass
 class Kernel:
     """A compiled kernel plus a prebuilt parameter block: launches pass one integer address.
@@ -98,16 +120,25 @@ class Kernel:
 
 
 class Gpu:
-    """A CUDA device with its primary context and one non-blocking stream."""
+    """A CUDA device with a context (its primary context, or with ``own_context`` a new one) and one
+    non-blocking stream. It owns what it creates (modules, graphs, events, memory, the stream) and
+    :meth:`close` releases all of it and the context; ``with Gpu(0) as gpu:`` closes on exit."""
 
-    def __init__(self, ordinal: int) -> None:
+    def __init__(self, ordinal: int, own_context: bool = False) -> None:
         drv, _ = _bindings()
         n = device_count()
         if not 0 <= ordinal < n:
             raise NoGpuError(f"CUDA device {ordinal} does not exist ({n} visible)")
         self.ordinal = ordinal
         self.device = handle_return(drv.cuDeviceGet(ordinal), "cuDeviceGet")
-        self.context = handle_return(drv.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
+        self.own_context = own_context
+        if own_context:  # a context of its own draws its own launch-fetch level (bench/eager_gpu_probe.py)
+            try:
+                self.context = handle_return(drv.cuCtxCreate(None, 0, self.device), "cuCtxCreate")
+            except TypeError:  # cuda-bindings 12: cuCtxCreate(flags, dev)
+                self.context = handle_return(drv.cuCtxCreate(0, self.device), "cuCtxCreate")
+        else:
+            self.context = handle_return(drv.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
         self.make_current()
         self.stream = handle_return(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
         self.bus_id = _bus_id(self.device)
@@ -116,7 +147,49 @@ class Gpu:
         self.cc = (self.attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
                    self.attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
         self.driver_version = handle_return(drv.cuDriverGetVersion(), "cuDriverGetVersion")
-        self._keep: list[Any] = []
+        # What close() releases, by kind, in the order it releases them.
+        self._owned: dict[str, list[Any]] = {"exec": [], "graph": [], "event": [], "device": [], "pinned": [],
+                                              "module": []}
+
+    def __enter__(self) -> "Gpu":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release everything this object created and its context (idempotent). Tries every release
+        and raises the first error after."""
+        if self.context is None:
+            return
+        drv, _ = _bindings()
+        first: CudaError | None = None
+
+        def release(call: str, result: tuple[Any, ...]) -> None:
+            nonlocal first
+            try:
+                handle_return(result, call)
+            except CudaError as exc:
+                first = first or exc
+
+        release("cuCtxSetCurrent", drv.cuCtxSetCurrent(self.context))
+        release("cuStreamSynchronize", drv.cuStreamSynchronize(self.stream))
+        destroy = {"exec": ("cuGraphExecDestroy", drv.cuGraphExecDestroy), "graph": ("cuGraphDestroy", drv.cuGraphDestroy),
+                   "event": ("cuEventDestroy", drv.cuEventDestroy), "device": ("cuMemFree", drv.cuMemFree),
+                   "pinned": ("cuMemFreeHost", drv.cuMemFreeHost), "module": ("cuModuleUnload", drv.cuModuleUnload)}
+        for kind, handles in self._owned.items():
+            call, fn = destroy[kind]
+            for h in handles:
+                release(call, fn(h))
+            handles.clear()
+        release("cuStreamDestroy", drv.cuStreamDestroy(self.stream))
+        if self.own_context:
+            release("cuCtxDestroy", drv.cuCtxDestroy(self.context))
+        else:
+            release("cuDevicePrimaryCtxRelease", drv.cuDevicePrimaryCtxRelease(self.device))
+        self.context = None
+        if first is not None:
+            raise first
 
     def attribute(self, attr: Any) -> int:
         drv, _ = _bindings()
@@ -128,23 +201,12 @@ class Gpu:
 
     # -- compilation -------------------------------------------------------------------------------
     def compile(self, source: str, name: str) -> Any:
-        """Compile CUDA C++ with NVRTC for this GPU's architecture; return the loaded module."""
-        drv, rtc = _bindings()
-        prog = handle_return(rtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []),
-                             "nvrtcCreateProgram")
-        opts = [f"--gpu-architecture=sm_{self.cc[0]}{self.cc[1]}".encode(), b"-default-device"]
-        try:
-            handle_return(rtc.nvrtcCompileProgram(prog, len(opts), opts), "nvrtcCompileProgram")
-        except CudaError as exc:
-            size = handle_return(rtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-            log = b" " * size
-            handle_return(rtc.nvrtcGetProgramLog(prog, log), "nvrtcGetProgramLog")
-            raise CudaError(exc.call, exc.code, exc.name, log.decode(errors="replace").strip()) from exc
-        size = handle_return(rtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        cubin = b" " * size
-        handle_return(rtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
-        handle_return(rtc.nvrtcDestroyProgram(prog), "nvrtcDestroyProgram")
-        return handle_return(drv.cuModuleLoadData(cubin), "cuModuleLoadData")
+        """Compile CUDA C++ with NVRTC for this GPU's architecture (once per source and architecture in a
+        process); return the module, loaded into this GPU's context."""
+        drv, _ = _bindings()
+        module = handle_return(drv.cuModuleLoadData(_cubin(source, name, self.cc)), "cuModuleLoadData")
+        self._owned["module"].append(module)
+        return module
 
     def kernel(self, module: Any, name: str, nargs: int) -> Kernel:
         """A kernel whose ``nargs`` arguments are all 64-bit (integers or pointers)."""
@@ -177,7 +239,8 @@ class Gpu:
             graph = handle_return(drv.cuStreamEndCapture(self.stream), "cuStreamEndCapture")
         exe = handle_return(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
         handle_return(drv.cuGraphUpload(exe, self.stream), "cuGraphUpload")
-        self._keep.append(graph)
+        self._owned["graph"].append(graph)
+        self._owned["exec"].append(exe)
         return exe
 
     def graph_launcher(self, exe: Any) -> Callable[[], tuple[Any, ...]]:
@@ -194,7 +257,9 @@ class Gpu:
     # -- events ------------------------------------------------------------------------------------
     def event(self) -> Any:
         drv, _ = _bindings()
-        return handle_return(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
+        ev = handle_return(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
+        self._owned["event"].append(ev)
+        return ev
 
     def record(self, ev: Any) -> None:
         drv, _ = _bindings()
@@ -213,13 +278,17 @@ class Gpu:
     # -- memory ------------------------------------------------------------------------------------
     def alloc_device(self, nbytes: int) -> int:
         drv, _ = _bindings()
-        return int(handle_return(drv.cuMemAlloc(nbytes), "cuMemAlloc"))
+        ptr = int(handle_return(drv.cuMemAlloc(nbytes), "cuMemAlloc"))
+        self._owned["device"].append(ptr)
+        return ptr
 
     def alloc_pinned(self, nbytes: int, mapped: bool = False) -> int:
         """Page-locked host memory (optionally mapped into the GPU's address space)."""
         drv, _ = _bindings()
         flags = drv.CU_MEMHOSTALLOC_DEVICEMAP if mapped else 0
-        return int(handle_return(drv.cuMemHostAlloc(nbytes, flags), "cuMemHostAlloc"))
+        ptr = int(handle_return(drv.cuMemHostAlloc(nbytes, flags), "cuMemHostAlloc"))
+        self._owned["pinned"].append(ptr)
+        return ptr
 
     def device_pointer(self, host_ptr: int) -> int:
         drv, _ = _bindings()
@@ -228,10 +297,12 @@ class Gpu:
     def free_device(self, ptr: int) -> None:
         drv, _ = _bindings()
         handle_return(drv.cuMemFree(ptr), "cuMemFree")
+        self._owned["device"].remove(ptr)
 
     def free_pinned(self, ptr: int) -> None:
         drv, _ = _bindings()
         handle_return(drv.cuMemFreeHost(ptr), "cuMemFreeHost")
+        self._owned["pinned"].remove(ptr)
 
     def copy_h2d(self, dst: int, src: int, nbytes: int) -> None:
         drv, _ = _bindings()

@@ -27,6 +27,9 @@ from pcietrace.device.base import Launch, Loops, PythonLoops
 
 _OK = (0,)
 QUEUE_DEPTH = 1000  # launches the driver queues before cuLaunchKernel blocks (measured ~1020 on H100)
+#: Relative standard deviation of the eager launch gap between CUDA contexts (H200: 1.29-1.45 us per empty
+#: eager kernel over 18 contexts' first streams, SD ~3 %; reports/eager-gpu-time-20261122)
+CONTEXT_SD = 0.03
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,9 @@ class SimDevice:
         self.host.now += self.CLOCK_READ_NS
         return self.host.now
 
-    def submit(self, nodes: int, kernel_ns: int, graph: bool) -> tuple[int]:
+    def submit(self, nodes: int, kernel_ns: int, graph: bool, gap_scale: float = 1.0) -> tuple[int]:
+        """One launch call of ``nodes`` kernels of ``kernel_ns``; ``gap_scale``: the calling context's
+        factor on the launch gap."""
         p = self.p
         host = p.host_ns_graph if graph else p.host_ns_eager
         self._n += 1
@@ -144,7 +149,7 @@ class SimDevice:
             while q and q[0] <= now:
                 q.popleft()
         self.host.now = now
-        per_kernel = kernel_ns + (p.gap_ns_graph if graph else p.gap_ns_eager)
+        per_kernel = kernel_ns + (p.gap_ns_graph if graph else p.gap_ns_eager) * gap_scale
         self.gpu_free = max(self.gpu_free, now) + int(nodes * per_kernel)
         q.append(self.gpu_free)
         if graph:
@@ -177,10 +182,21 @@ class SimBackend:
 
     simulated = True
 
-    def __init__(self, device: SimDevice) -> None:
+    def __init__(self, device: SimDevice, eager_gap_scale: float = 1.0) -> None:
+        """``eager_gap_scale``: this context's factor on the eager launch gap (:meth:`in_new_context`)."""
         self.d = device
+        self.eager_gap_scale = eager_gap_scale
 
     def activate(self) -> None:
+        pass
+
+    def in_new_context(self) -> "SimBackend":
+        """The same simulated GPU in a new context, which draws its own eager launch gap: H200 contexts
+        spread over 1.29-1.45 us per empty eager kernel, about ±CONTEXT_SD of the gap
+        (reports/eager-gpu-time-20261122)."""
+        return SimBackend(self.d, float(1 + CONTEXT_SD * self.d.rng.standard_normal()))
+
+    def close(self) -> None:
         pass
 
     def clock(self) -> int:
@@ -194,9 +210,10 @@ class SimBackend:
         return self.d.now  # the simulated host does nothing but launch: CPU time = wall time
 
     def launcher(self, kernel_ns: int) -> Launch:
-        return lambda: self.d.submit(1, kernel_ns, graph=False)
+        return lambda: self.d.submit(1, kernel_ns, graph=False, gap_scale=self.eager_gap_scale)
 
-    blocker = launcher
+    def blocker(self, kernel_ns: int) -> Launch:
+        return lambda: self.d.submit(1, kernel_ns, graph=False)
 
     def graph_launcher(self, nodes: int, kernel_ns: int) -> Launch:
         return lambda: self.d.submit(nodes, kernel_ns, graph=True)

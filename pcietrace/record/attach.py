@@ -9,6 +9,8 @@ writes its NVTX ranges and launch counts to ``trace-<pid>.tsv`` in a trace folde
 
 from __future__ import annotations
 
+import contextlib
+
 import io
 import mmap
 import os
@@ -117,9 +119,10 @@ def calibrate(ordinal: int) -> dict[str, Any]:
     from pcietrace.device.backend import CudaBackend
     from pcietrace.record.generate import LaunchGenerator
 
-    gen = LaunchGenerator(CudaBackend(ordinal))
-    bursts = [gen.burst("eager", 0.0, 1, 900), gen.burst("graph", 0.0, 100, 9)]
-    e2e = [gen.end_to_end(mode, 0.0, k, 4000) for _ in range(3) for mode, k in (("eager", 1), ("graph", 100))]
+    with contextlib.closing(CudaBackend(ordinal)) as backend:
+        gen = LaunchGenerator(backend)
+        bursts = [gen.burst("eager", 0.0, 1, 900), gen.burst("graph", 0.0, 100, 9)]
+        e2e = [gen.end_to_end(mode, 0.0, k, 4000) for _ in range(3) for mode, k in (("eager", 1), ("graph", 100))]
     return from_records(bursts, e2e, "measured on the spot")
 
 

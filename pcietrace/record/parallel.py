@@ -27,6 +27,8 @@ partial session is kept and KeyboardInterrupt re-raised, as in a single-GPU run.
 
 from __future__ import annotations
 
+import contextlib
+
 import functools
 import multiprocessing as mp
 import os
@@ -160,7 +162,12 @@ def open_cuda(ordinal: int, force_throughput: bool = False, interval_ns: int = 1
                 g = Gpu(o)
                 peers[nvml.index_for_bus_id(g.bus_id)] = g
         be.activate()
-        return measure_peers(idx, latency_probe(), peers, repeats, progress=note)
+        try:
+            return measure_peers(idx, latency_probe(), peers, repeats, progress=note)
+        finally:
+            for g in peers.values():
+                g.close()
+            be.activate()
 
     def pin() -> int | None:
         cpu = sysfs.timing_cpu(normalize_bus_id(meta["bus_id"]), idx, os.sched_getaffinity(0))
@@ -198,6 +205,7 @@ def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_rep
     session = Session(meta={"gpus": [], "status": "starting"})
     met = False
     note: Note = lambda label: send(("note", slot, label))  # noqa: E731
+    w: GpuWorker | None = None
     try:
         w = opener()
         session.meta["gpus"] = [w.meta]
@@ -245,6 +253,9 @@ def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_rep
             barrier.abort()  # nobody waits for a worker that will not come
         if turns is not None:
             turns.abandon()
+        if w is not None:
+            with contextlib.suppress(Exception):  # the figures are recorded; a failed release must not lose them
+                w.backend.close()
         send(("done", slot, session))
 
 

@@ -30,7 +30,9 @@ class RunPlan:
     (keep under the ~1000-launch queue); ``e2e_kernels``: kernels per end-to-end loop, fewer at long
     kernels so a loop takes about ``e2e_loop_ms`` (:meth:`e2e_kernels_at`);
     ``language_repeats``: empty-kernel bursts per launch path (native, Python, PyTorch) for the
-    host cost by language.
+    host cost by language; ``gpu_time_contexts``: CUDA contexts the GPU time per empty eager kernel is
+    measured in (the primary context and fresh ones, :data:`CONTEXT_BURSTS` bursts each): each context draws
+    its own level, 1.29-1.45 us on one H200 (reports/eager-gpu-time-20261122), so one context is one draw.
     """
 
     durations_us: tuple[float, ...] = (0, 2, 5, 10, 20, 50)
@@ -46,6 +48,7 @@ class RunPlan:
     # 15: one GPU's bursts of 900 launches spread ±15 % inside a run (H100, 4x H200); a median of 7 moved
     # 10-25 % between runs
     language_repeats: int = 15
+    gpu_time_contexts: int = 3
 
     def __post_init__(self) -> None:
         if not self.durations_us or any(d < 0 or d > 1e6 for d in self.durations_us):
@@ -55,9 +58,9 @@ class RunPlan:
         if not self.rate_fractions or self.rate_fractions[0] != 1.0 or any(not 0 < f <= 1 for f in self.rate_fractions):
             raise UsageError("rate fractions must start with 1.0 (max rate) and lie in (0, 1]")
         if (self.window_s <= 0 or self.idle_windows < 1 or self.burst_kernels < 1 or self.e2e_kernels < 1
-                or self.e2e_loop_ms <= 0 or self.language_repeats < 0):
+                or self.e2e_loop_ms <= 0 or self.language_repeats < 0 or self.gpu_time_contexts < 1):
             raise UsageError("window length, idle windows, burst and e2e kernels and the e2e loop time must be positive, "
-                             "language repeats >= 0")
+                             "language repeats >= 0, GPU-time contexts >= 1")
 
     def e2e_kernels_at(self, kernel_us: float) -> int:
         """Kernels per end-to-end loop at ``kernel_us``: ``e2e_kernels``, capped so a loop of long kernels
@@ -76,8 +79,9 @@ class RunPlan:
 Progress = Callable[[str], None]
 
 
-def _steps(plan: RunPlan, gen: LaunchGenerator) -> Iterable[tuple[str, str, Callable[[], dict[str, Any]]]]:
-    """The plan as (table, label, thunk) steps, in order. Paced rates follow the max-rate window."""
+def _steps(plan: RunPlan, gen: LaunchGenerator) -> Iterable[tuple[str, str, Callable[[], Any]]]:
+    """The plan as (table, label, thunk) steps, in order; a thunk returns a record, a list of them, or None.
+    Paced rates follow the max-rate window."""
     w = plan.window_s
     for d in plan.durations_us:
         yield "calibration", f"calibrate {d:g} us", lambda d=d: gen.calibrate(d)
@@ -116,8 +120,10 @@ def _steps(plan: RunPlan, gen: LaunchGenerator) -> Iterable[tuple[str, str, Call
         yield "bursts", f"burst eager {d:g} us", lambda d=d: gen.burst("eager", d, 1, plan.burst_kernels)
         k = plan.e2e_graph_k
         yield "bursts", f"burst graph {d:g} us", lambda d=d, k=k: gen.burst("graph", d, k, max(1, plan.burst_kernels // k))
-    # What the language adds: the same burst at the shortest kernel from each launch path, interleaved.
     d0 = min(plan.durations_us)
+    for c in range(1, plan.gpu_time_contexts):
+        yield "contexts", f"GPU time: context {c + 1} of {plan.gpu_time_contexts}", lambda c=c: _context_bursts(gen, c, d0, plan)
+    # What the language adds: the same burst at the shortest kernel from each launch path, interleaved.
     python = LaunchGenerator(gen.b, path="python") if gen is not None else None
     for _ in range(plan.language_repeats):
         yield "bursts", "host cost: native", lambda: gen.burst("eager", d0, 1, plan.burst_kernels)
@@ -128,6 +134,24 @@ def _steps(plan: RunPlan, gen: LaunchGenerator) -> Iterable[tuple[str, str, Call
             n = plan.e2e_kernels_at(d)
             yield "e2e", f"e2e eager {d:g} us", lambda d=d, n=n: gen.end_to_end("eager", d, 1, n)
             yield "e2e", f"e2e graph {d:g} us", lambda d=d, n=n: gen.end_to_end("graph", d, plan.e2e_graph_k, n)
+
+
+#: Eager bursts per fresh context: inside one context bursts agree within 0.1 % (H200), so a few suffice.
+CONTEXT_BURSTS = 3
+
+
+def _context_bursts(gen: LaunchGenerator, context: int, kernel_us: float, plan: RunPlan) -> list[dict[str, Any]]:
+    """:data:`CONTEXT_BURSTS` eager bursts of ``kernel_us`` kernels in a fresh CUDA context on the generator's
+    GPU (released after; the generator's own context is made current again). Records as
+    :meth:`LaunchGenerator.burst`'s, plus ``context`` (1, 2, ...: 0 is the run's own context)."""
+    fresh = gen.b.in_new_context()
+    try:
+        other = LaunchGenerator(fresh)
+        return [{**other.burst("eager", kernel_us, 1, plan.burst_kernels), "context": context}
+                for _ in range(CONTEXT_BURSTS)]
+    finally:
+        fresh.close()
+        gen.b.activate()
 
 
 def _torch_loops(gen: LaunchGenerator) -> Any:
@@ -167,7 +191,7 @@ def recording_status(session: Session) -> Iterator[None]:
 
 #: Plan tables whose steps time the host or the GPU (host cost, GPU time per kernel, end-to-end loops),
 #: as opposed to counting bytes: the steps that must not share the machine with another GPU's work.
-TIMED_TABLES = ("bursts", "e2e")
+TIMED_TABLES = ("bursts", "contexts", "e2e")
 
 
 def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Backend]],
@@ -183,7 +207,7 @@ def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Bac
     ``session.meta["status"]`` says how it ended. Whatever was recorded before an exception (including
     KeyboardInterrupt) stays in the session, so the caller can still save it.
     """
-    tables: dict[str, list[dict[str, Any]]] = {"windows": [], "bursts": [], "e2e": [], "calibration": []}
+    tables: dict[str, list[dict[str, Any]]] = {"windows": [], "bursts": [], "contexts": [], "e2e": [], "calibration": []}
     sampler.start()
     for g in session.meta.get("gpus", []):
         g["counter"] = sampler.modes.get(g["nvml_index"], {"mode": "unknown", "bits": 0})
@@ -202,13 +226,15 @@ def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Bac
                         before_timing(g)
                     progress(f"GPU {g['cuda_ordinal']}: {label}")
                     t0 = time.monotonic_ns()
-                    rec = thunk()
-                    if rec is None:  # a step this machine cannot measure (e.g. no PyTorch)
+                    got = thunk()
+                    if got is None:  # a step this machine cannot measure (e.g. no PyTorch)
                         continue
-                    rec.update(nvml_index=g["nvml_index"], cuda_ordinal=g["cuda_ordinal"])
-                    if table in TIMED_TABLES:  # when it was timed (windows carry their own edges)
-                        rec.update(t_start_ns=t0, t_end_ns=time.monotonic_ns())
-                    tables[table].append(rec)
+                    t1 = time.monotonic_ns()
+                    for rec in got if isinstance(got, list) else [got]:
+                        rec.update(nvml_index=g["nvml_index"], cuda_ordinal=g["cuda_ordinal"])
+                        if table in TIMED_TABLES:  # when it was timed (windows carry their own edges)
+                            rec.update(t_start_ns=t0, t_end_ns=t1)
+                        tables[table].append(rec)
     finally:
         session.samples = merge_samples([sampler.stop()] + [p.frame() for p in (probes or {}).values()])
         session.meta["failed_reads"] = {str(k): v for k, v in getattr(sampler, "failed_reads", {}).items()}

@@ -153,14 +153,21 @@ def speedup_table(gt: pd.DataFrame, sp: pd.DataFrame) -> Table:
     keys = ["nvml_index", "kernel_us"]
     merged = gt.merge(sp, on=keys, how="outer") if len(gt) and len(sp) else (gt if len(gt) else sp)
     k = int(sp["graph_k"].iloc[0]) if len(sp) else 0
+    contexts = int("eager_contexts" in merged and bool((merged["eager_contexts"] > 1).any()))
     t = _table(f"Eager vs CUDA graph (K={k}), us per kernel",
-               [("GPU", "right"), ("kernel", "right"), ("GPU eager", "right"), ("graph", "right"),
-                ("×", "right"), ("wall eager", "right"), ("graph", "right"), ("×", "right")],
+               [("GPU", "right"), ("kernel", "right"), ("GPU eager", "right")]
+               + [("contexts", "right")] * contexts
+               + [("graph", "right"), ("×", "right"), ("wall eager", "right"), ("graph", "right"), ("×", "right")],
                caption="GPU: queue kept full behind a blocker kernel (* = queue ran dry: upper bound); "
-                       "wall: host launching as fast as it can, incl. final sync; × = eager / graph")
+                       "wall: host launching as fast as it can, incl. final sync; × = eager / graph"
+                       + ("; contexts: eager GPU time min–max over the CUDA contexts measured (each draws its own "
+                          "level); GPU eager is their median" if contexts else ""))
     for r in merged.to_dict("records"):
         star = "*" if r.get("saturated") is False else ""
+        n = r.get("eager_contexts")
+        spread = f"{_num(r['eager_gpu_us_min'], '.2f')}–{_num(r['eager_gpu_us_max'], '.2f')}" if n is not None and n > 1 else ""
         t.add_row(gpu_label(r["nvml_index"]), _num(r["kernel_us"], "g"), _num(r.get("eager_gpu_us"), ".3f") + star,
+                  *[spread] * contexts,
                   _num(r.get("graph_gpu_us"), ".3f") + star, _num(r.get("gpu_speedup"), ".2f", "×"),
                   _num(r.get("eager_wall_us"), ".3f"), _num(r.get("graph_wall_us"), ".3f"),
                   _num(r.get("speedup"), ".2f", "×"))

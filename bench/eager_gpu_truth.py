@@ -9,7 +9,7 @@ contexts, with their range). Prints per run: ours, its context range, its own co
 one context would have said), and the error of each against the oracles' median; then the run-to-run
 spread of both.
 
-    python3 bench/eager_gpu_truth.py [--rounds 5] [--oracles 4] [--contexts 3] [--json FILE]
+    python3 bench/eager_gpu_truth.py [--rounds 5] [--oracles 4] [--contexts 5] [--json FILE]
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--oracles", type=int, default=4, help="oracle processes per round")
-    ap.add_argument("--contexts", type=int, default=3, help="pcietrace run --contexts")
+    ap.add_argument("--contexts", type=int, default=5, help="pcietrace run --contexts")
     ap.add_argument("--json", type=Path, help="save every figure here")
     a = ap.parse_args()
     truth: list[float] = []

@@ -168,9 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--graph-k", type=_int_list, default=None, metavar="K,K,..",
                    help="kernels per graph for the graph fits (default 1,10,100,1000)")
     r.add_argument("--contexts", type=_contexts, default=None, metavar="N",
-                   help="CUDA contexts the GPU time per empty eager kernel is measured in, 1..16 (default 3; 1: the "
-                        "run's own). Each context draws its own level (1.29-1.45 us on one H200): the figure is "
-                        "their median, with their range")
+                   help="CUDA contexts the GPU time per empty eager kernel is measured in, 1..16 (default 5; 1: the "
+                        "run's own). Each context draws its own level (H100: 1.65-1.89 us, in two groups): the "
+                        "figure is their median, with their range")
     r.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=10.0,
                    help="background counter sampling interval (0 = as fast as NVML answers, ~0.16 ms). Each NVML "
                         "read is itself ~30 KB of PCIe traffic (GSP RPC), so fast sampling adds a large floor; "

@@ -1,9 +1,9 @@
 """GPU time per empty eager kernel over several CUDA contexts (``pcietrace run --contexts N``).
 
 On one H200 a context draws its level: 1.29-1.45 us over 18 contexts, within 0.1 % inside one
-(reports/eager-gpu-time-20261122). The runs here are SIMULATED (the simulated device draws a context's level,
-``sim.CONTEXT_SD``): no real recording has fresh contexts to test the bookkeeping on without a GPU. The real
-recording below predates them and must keep its figures.
+(reports/eager-gpu-time-20261122). tests/data/h200x2_run_contexts is a real run with 5 contexts per GPU;
+tests/data/h100_run predates contexts and must keep its figures. The ``measure`` runs are SIMULATED (the
+simulated device draws a context's level, ``sim.CONTEXT_SD``), to drive other numbers of contexts.
 """
 
 from __future__ import annotations
@@ -19,6 +19,23 @@ from pcietrace.record.run import CONTEXT_BURSTS
 from pcietrace.session import Session
 
 DATA = Path(__file__).parent / "data"
+
+
+def test_a_real_run_takes_the_median_over_its_contexts() -> None:
+    s = Session.load(DATA / "h200x2_run_contexts")
+    levels = context_levels(s.bursts, s.contexts)
+    per_burst = s.contexts.assign(us=s.contexts["gpu_ns"] / s.contexts["launches"] / 1e3)
+    inside = per_burst.groupby(["nvml_index", "context"])["us"].agg(lambda x: (x.max() - x.min()) / x.median())
+    between = levels.groupby("nvml_index")["eager_gpu_us"].agg(lambda x: (x.max() - x.min()) / x.median())
+    assert (inside < 0.005).all() and (between > 3 * inside.max()).all(), (inside, between)  # a context is one draw
+    gt = analyze(s)["gpu_time"]
+    for idx, lv in levels.groupby("nvml_index"):
+        assert sorted(lv["context"]) == list(range(s.meta["plan"]["gpu_time_contexts"]))
+        row = gt[(gt["nvml_index"] == idx) & (gt["kernel_us"] == 0)].iloc[0]
+        assert row["eager_contexts"] == len(lv)
+        assert row["eager_gpu_us"] == pytest.approx(lv["eager_gpu_us"].median())
+        assert (row["eager_gpu_us_min"], row["eager_gpu_us_max"]) == (lv["eager_gpu_us"].min(), lv["eager_gpu_us"].max())
+        assert row["gpu_speedup"] == pytest.approx(row["eager_gpu_us"] / row["graph_gpu_us"])
 
 
 def test_eager_gpu_time_is_the_median_over_contexts() -> None:

@@ -18,9 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _stats import range_pct  # noqa: E402
 
 
 def one_process(gpu: int, streams: int, bursts: int, contexts: bool) -> list[dict]:
@@ -57,7 +61,8 @@ def main() -> int:
     if a.child:
         print(json.dumps(one_process(a.gpu, a.streams, a.bursts, a.contexts)))
         return 0
-    cmd = [sys.executable, __file__, "--child", "--gpu", str(a.gpu), "--streams", str(a.streams), "--bursts", str(a.bursts)] + ["--contexts"] * a.contexts
+    cmd = [sys.executable, __file__, "--child", "--gpu", str(a.gpu), "--streams", str(a.streams),
+           "--bursts", str(a.bursts)] + ["--contexts"] * a.contexts
     levels = []
     for p in range(a.procs):
         rows = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
@@ -67,12 +72,12 @@ def main() -> int:
               + "; graph " + " ".join(f"{r['graph_gpu_us']:.3f}" for r in rows)
               + "; host us/launch " + " ".join(f"{r['eager_host_us_per_call']:.2f}" for r in rows)
               + f"; saturated {sum(r['eager_saturated'] for r in rows)}/{a.streams * a.bursts}", flush=True)
-    within = statistics.median((max(x) - min(x)) / statistics.median(x) * 100 for x in levels)
+    within = statistics.median(range_pct(x) for x in levels)
     firsts = [x[0] for x in levels]
     meds = [statistics.median(x) for x in levels]
     print(f"spread within a process over streams (median over processes): {within:.1f} %")
-    print(f"spread between processes, first stream: {(max(firsts) - min(firsts)) / statistics.median(firsts) * 100:.1f} %;"
-          f" median over streams: {(max(meds) - min(meds)) / statistics.median(meds) * 100:.1f} %")
+    print(f"spread between processes, first stream: {range_pct(firsts):.1f} %; median over streams: "
+          f"{range_pct(meds):.1f} %")
     return 0
 
 

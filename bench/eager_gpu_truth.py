@@ -22,6 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _stats import range_pct  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -32,7 +35,8 @@ def build(out: Path) -> Path:
 
 
 def oracle(exe: Path) -> float:
-    got = dict(line.split() for line in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.splitlines())
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    got = dict(line.split() for line in out.splitlines())
     if int(got["saturated"]) < 3:
         raise RuntimeError(f"oracle: the blocker ran dry in most bursts ({got})")
     return float(got["eager_gpu_us"])
@@ -55,10 +59,6 @@ def ours(folder: Path, contexts: int) -> dict[str, float]:
             "own_context_us": float(own.iloc[0]) if len(own) else float(row["eager_gpu_us"])}
 
 
-def spread_pct(xs: list[float]) -> float:
-    return (max(xs) - min(xs)) / statistics.median(xs) * 100
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -75,21 +75,22 @@ def main() -> int:
             truth += got
             runs.append(ours(Path(tmp) / "run", a.contexts))
             o = runs[-1]
-            print(f"round {r}: oracle processes {' '.join(f'{x:.3f}' for x in got)} us; pcietrace {o['eager_gpu_us']:.3f} us "
-                  f"(contexts {o['min']:.3f}-{o['max']:.3f}, {o['contexts']}), its own context alone {o['own_context_us']:.3f}",
-                  flush=True)
+            print(f"round {r}: oracle processes {' '.join(f'{x:.3f}' for x in got)} us; pcietrace "
+                  f"{o['eager_gpu_us']:.3f} us (contexts {o['min']:.3f}-{o['max']:.3f}, {o['contexts']}), its own "
+                  f"context alone {o['own_context_us']:.3f}", flush=True)
     t = statistics.median(truth)
     print(f"\ntruth: {len(truth)} C++ processes, median {t:.3f} us, range {min(truth):.3f}-{max(truth):.3f} "
-          f"({spread_pct(truth):.1f} %)")
+          f"({range_pct(truth):.1f} %)")
     print(f"{'run':>4} {'ours us':>8} {'error %':>8} {'truth in range':>15} {'own ctx us':>11} {'error %':>8}")
     for i, o in enumerate(runs):
         print(f"{i:>4} {o['eager_gpu_us']:>8.3f} {(o['eager_gpu_us'] / t - 1) * 100:>+8.2f} "
-              f"{str(o['min'] <= t <= o['max']):>15} {o['own_context_us']:>11.3f} {(o['own_context_us'] / t - 1) * 100:>+8.2f}")
+              f"{str(o['min'] <= t <= o['max']):>15} {o['own_context_us']:>11.3f} "
+              f"{(o['own_context_us'] / t - 1) * 100:>+8.2f}")
     ours_all = [o["eager_gpu_us"] for o in runs]
     own_all = [o["own_context_us"] for o in runs]
-    print(f"run-to-run spread: median over {a.contexts} contexts {spread_pct(ours_all):.1f} %, one context "
-          f"{spread_pct(own_all):.1f} %; median error {statistics.median(abs(x / t - 1) * 100 for x in ours_all):.2f} % "
-          f"vs {statistics.median(abs(x / t - 1) * 100 for x in own_all):.2f} %")
+    print(f"run-to-run spread: median over {a.contexts} contexts {range_pct(ours_all):.1f} %, one context "
+          f"{range_pct(own_all):.1f} %; median error {statistics.median(abs(x / t - 1) * 100 for x in ours_all):.2f} "
+          f"% vs {statistics.median(abs(x / t - 1) * 100 for x in own_all):.2f} %")
     if a.json:
         a.json.write_text(json.dumps({"truth_us": truth, "runs": runs, "contexts": a.contexts}, indent=1))
     return 0

@@ -174,7 +174,8 @@ class Gpu:
 
         release("cuCtxSetCurrent", drv.cuCtxSetCurrent(self.context))
         release("cuStreamSynchronize", drv.cuStreamSynchronize(self.stream))
-        destroy = {"exec": ("cuGraphExecDestroy", drv.cuGraphExecDestroy), "graph": ("cuGraphDestroy", drv.cuGraphDestroy),
+        destroy = {"exec": ("cuGraphExecDestroy", drv.cuGraphExecDestroy),
+                   "graph": ("cuGraphDestroy", drv.cuGraphDestroy),
                    "event": ("cuEventDestroy", drv.cuEventDestroy), "device": ("cuMemFree", drv.cuMemFree),
                    "pinned": ("cuMemFreeHost", drv.cuMemFreeHost), "module": ("cuModuleUnload", drv.cuModuleUnload)}
         for kind, handles in self._owned.items():

@@ -10,7 +10,6 @@ writes its NVTX ranges and launch counts to ``trace-<pid>.tsv`` in a trace folde
 from __future__ import annotations
 
 import contextlib
-
 import io
 import mmap
 import os

@@ -28,7 +28,6 @@ partial session is kept and KeyboardInterrupt re-raised, as in a single-GPU run.
 from __future__ import annotations
 
 import contextlib
-
 import functools
 import multiprocessing as mp
 import os

@@ -268,3 +268,47 @@ def test_a_failed_release_after_a_failed_burst_reports_the_burst() -> None:
         _context_bursts(LaunchGenerator(own), 1, 0.0, RunPlan())
     assert exc.value is boom  # not the release's error
     _contexts_left_clean(log)
+
+
+# -- on a GPU (the lead runs these: `python3 -m pytest -q -m gpu tests/test_gpu_close.py`) ------------------
+@pytest.mark.gpu
+def test_ctrl_c_in_a_fresh_context_leaves_the_runs_context_current(monkeypatch) -> None:
+    from pcietrace.device.backend import CudaBackend
+    from pcietrace.record.generate import LaunchGenerator
+    from pcietrace.record.run import _context_bursts
+
+    drv, _ = cuda._bindings()
+    be = CudaBackend(0)
+    made: list[CudaBackend] = []
+    new_context, burst = CudaBackend.in_new_context, LaunchGenerator.burst
+    monkeypatch.setattr(CudaBackend, "in_new_context", lambda self: made.append(new_context(self)) or made[-1])
+
+    def interrupted(self: LaunchGenerator, *args: Any, **kw: Any) -> dict[str, Any]:
+        if self.b is not be:
+            raise KeyboardInterrupt  # Ctrl-C inside the fresh context's burst
+        return burst(self, *args, **kw)
+
+    monkeypatch.setattr(LaunchGenerator, "burst", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _context_bursts(LaunchGenerator(be), 1, 0.0, RunPlan())
+    assert len(made) == 1 and made[0].gpu.context is None  # the fresh context was destroyed
+    assert int(cuda.handle_return(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")) == int(be.gpu.context)
+    r = LaunchGenerator(be).burst("eager", 0.0, 1, 200)  # the run goes on in its own context
+    assert r["gpu_ns"] > 0, r
+    be.close()
+
+
+@pytest.mark.gpu
+def test_closing_a_backend_hands_torch_its_stream_back() -> None:
+    torch = pytest.importorskip("torch")
+    from pcietrace.device.backend import CudaBackend
+
+    be = CudaBackend(0)
+    before = torch.cuda.current_stream(0).cuda_stream
+    if be.torch_loops() is None:
+        pytest.skip("torch sees no GPU")
+    assert torch.cuda.current_stream(0).cuda_stream == int(be.gpu.stream)
+    be.close()
+    assert torch.cuda.current_stream(0).cuda_stream == before  # not the destroyed stream
+    x = torch.ones(4, device="cuda:0")
+    assert float((x + 1).sum().item()) == 8.0  # torch still works in the primary context after our release

@@ -45,7 +45,12 @@ class CudaBackend:
     def close(self) -> None:
         """Release the GPU's resources and context (:meth:`pcietrace.device.cuda.Gpu.close`)."""
         self._graphs.clear()  # their executables die with the Gpu's
-        self.gpu.close()
+        torch, self._torch = getattr(self, "_torch", None), None
+        try:
+            if torch is not None:
+                torch.restore()  # torch's current stream is ours: hand it back before ours is destroyed
+        finally:
+            self.gpu.close()
 
     def activate(self) -> None:
         """Make this GPU's context current (several GPUs share one thread)."""

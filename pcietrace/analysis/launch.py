@@ -161,6 +161,8 @@ def gpu_time(bursts: pd.DataFrame, calibration: pd.DataFrame, contexts: pd.DataF
         hit = key.isin(g.index)
         g = g.reindex(key[hit])
         out.loc[hit, ["eager_gpu_us", "eager_gpu_us_min", "eager_gpu_us_max", "eager_contexts"]] = g.to_numpy()
+        # The contexts' levels come from saturated bursts only: no upper bound on the eager side there.
+        out.loc[hit, "saturated"] = piv[("saturated", "graph")].astype(bool).to_numpy()[hit]
     out["eager_contexts"] = out["eager_contexts"].astype(int)
     cal = calibration[["nvml_index", "kernel_us", "measured_us"]]
     out = out.merge(cal, on=["nvml_index", "kernel_us"], how="left")

@@ -312,3 +312,42 @@ def test_closing_a_backend_hands_torch_its_stream_back() -> None:
     assert torch.cuda.current_stream(0).cuda_stream == before  # not the destroyed stream
     x = torch.ones(4, device="cuda:0")
     assert float((x + 1).sum().item()) == 8.0  # torch still works in the primary context after our release
+
+
+def test_a_worker_sends_its_figures_before_releasing_its_gpu() -> None:
+    # SIMULATED worker whose release is interrupted (a Ctrl-C during close): the parent still gets the session
+    from pcietrace.record.parallel import _work, open_sim
+
+    events: list[str] = []
+    w = open_sim(0)
+
+    def close() -> None:
+        events.append("close")
+        raise KeyboardInterrupt
+
+    w.backend.close = close  # type: ignore[method-assign]
+    sent: list[tuple[Any, ...]] = []
+
+    def send(msg: tuple[Any, ...]) -> None:
+        sent.append(msg)
+        if msg[0] == "done":
+            events.append("done")
+
+    plan = RunPlan(durations_us=(0,), graph_ks=(1,), idle_windows=1, rate_fractions=(1.0,), window_s=0.02,
+                   e2e_repeats=1, language_repeats=0, gpu_time_contexts=2)
+    _work(lambda: w, 0, plan, None, [0], send, None)
+    assert events == ["done", "close"]
+    session = sent[-1][2]
+    assert session.meta["status"] == "complete" and sorted(session.contexts["context"].unique()) == [1]
+
+
+def test_a_latency_probe_forgets_a_closed_peers_chains() -> None:
+    from pcietrace.record.latency import LatencyProbe
+
+    peer, own = object(), object()
+    pr = LatencyProbe.__new__(LatencyProbe)  # (its constructor needs a GPU; forget() touches the caches only)
+    pr._bufs = {(id(peer), 2 << 20): 0x1000, (id(own), 2 << 20): 0x2000, ("host", 64): 0x3000, "flag": (0, 0)}
+    pr._pos = {0x1000: 0x1080, 0x2000: 0x2080}
+    pr.forget(peer)
+    assert (id(peer), 2 << 20) not in pr._bufs and 0x1000 not in pr._pos
+    assert len(pr._bufs) == 3 and pr._pos == {0x2000: 0x2080}

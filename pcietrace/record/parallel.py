@@ -165,6 +165,8 @@ def open_cuda(ordinal: int, force_throughput: bool = False, interval_ns: int = 1
             return measure_peers(idx, latency_probe(), peers, repeats, progress=note)
         finally:
             for g in opened:
+                if probes:
+                    probes[0].forget(g)
                 with contextlib.suppress(Exception):  # the chases' figures (or their error) matter more
                     g.close()
             be.activate()
@@ -253,10 +255,10 @@ def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_rep
             barrier.abort()  # nobody waits for a worker that will not come
         if turns is not None:
             turns.abandon()
-        if w is not None:
-            with contextlib.suppress(Exception):  # the figures are recorded; a failed release must not lose them
-                w.backend.close()
         send(("done", slot, session))
+        if w is not None:  # after sending: a failed or interrupted (Ctrl-C) release must not lose the figures
+            with contextlib.suppress(Exception, KeyboardInterrupt):
+                w.backend.close()
 
 
 def _latency_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:

@@ -116,3 +116,19 @@ def test_every_renderer_carries_the_contexts(run) -> None:
         assert r["eager_contexts"] == shortest.loc[r["nvml_index"], "eager_contexts"] == 5
         assert r["eager_gpu_us_min"] <= r["eager_gpu_us"] <= r["eager_gpu_us_max"]
     assert gt["eager_contexts"].dtype.kind == "i" and len(per_gpu) == 2
+
+
+@pytest.mark.parametrize("column, value, says", [("launches", 0, "contexts.launches"),
+                                                 ("gpu_ns", -1.0, "contexts.gpu_ns"),
+                                                 ("gpu_ns", math.nan, "contexts.gpu_ns"),
+                                                 ("context", 0, "contexts.context")])
+def test_broken_context_bursts_are_refused_not_figured(run, column, value, says) -> None:
+    from pcietrace.errors import DataError
+
+    c = run.contexts.copy()
+    c.loc[c.index[4], column] = value
+    broken = Session(meta=run.meta, samples=run.samples, windows=run.windows, bursts=run.bursts, contexts=c,
+                     e2e=run.e2e, calibration=run.calibration, latency=run.latency)
+    with pytest.raises(DataError, match=says):
+        analyze(broken)
+    assert len(analyze(run)["gpu_time"])  # the recording as it is passes

@@ -161,6 +161,8 @@ def gpu_time(bursts: pd.DataFrame, calibration: pd.DataFrame, contexts: pd.DataF
         hit = key.isin(g.index)
         g = g.reindex(key[hit])
         out.loc[hit, ["eager_gpu_us", "eager_gpu_us_min", "eager_gpu_us_max", "eager_contexts"]] = g.to_numpy()
+        # The contexts' levels come from saturated bursts only: no upper bound on the eager side there.
+        out.loc[hit, "saturated"] = piv[("saturated", "graph")].astype(bool).to_numpy()[hit]
     out["eager_contexts"] = out["eager_contexts"].astype(int)
     cal = calibration[["nvml_index", "kernel_us", "measured_us"]]
     out = out.merge(cal, on=["nvml_index", "kernel_us"], how="left")
@@ -181,8 +183,8 @@ def context_levels(bursts: pd.DataFrame, contexts: pd.DataFrame | None) -> pd.Da
     own = primary(bursts)
     own = own[own["mode"] == "eager"].merge(contexts[["nvml_index", "kernel_us"]].drop_duplicates())
     b = pd.concat([own.assign(context=0), contexts[contexts["mode"] == "eager"]], ignore_index=True)
-    b = b[b["saturated"].astype(bool)]
     b = b.assign(eager_gpu_us=b["gpu_ns"] / b["launches"] / 1e3)
+    b = b[b["saturated"].astype(bool) & np.isfinite(b["eager_gpu_us"])]  # (a NaN level would become the median)
     out = b.groupby(["nvml_index", "kernel_us", "context"], as_index=False).agg(
         eager_gpu_us=("eager_gpu_us", "median"), bursts=("eager_gpu_us", "size"))
     return out[cols]

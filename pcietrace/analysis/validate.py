@@ -1,7 +1,7 @@
 """The invariants the analysis relies on, checked once before any figure is computed.
 
 A session that breaks one (samples out of time order, NaN or negative counters, an unknown counter mode,
-windows that end before they start, bursts of zero launches) would otherwise come out as confident wrong
+windows that end before they start, bursts (or bursts in fresh contexts) of zero launches) would otherwise come out as confident wrong
 numbers (0 B/launch, a floor of GB/s, negative bytes per launch). :func:`check` refuses it with one line
 (:class:`~pcietrace.errors.DataError`) instead. No I/O, no rich.
 """
@@ -50,6 +50,9 @@ def check(session: Any) -> None:
     if len(s.bursts):
         _positive(s.bursts, "bursts", ("calls", "launches", "graph_k"))
         _non_negative(s.bursts, "bursts", ("host_ns", "cpu_ns", "gpu_ns", "kernel_us"))
+    if len(s.contexts):  # (context 0 is the run's own, in bursts: fresh ones count from 1)
+        _positive(s.contexts, "contexts", ("launches", "context"))
+        _non_negative(s.contexts, "contexts", ("gpu_ns", "kernel_us"))
     if len(s.e2e):
         _positive(s.e2e, "e2e", ("launches", "graph_k"))
         _non_negative(s.e2e, "e2e", ("wall_ns", "kernel_us"))

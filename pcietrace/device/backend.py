@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -21,14 +22,19 @@ class CudaBackend:
     def __init__(self, ordinal: int, own_context: bool = False) -> None:
         """``own_context``: in a new CUDA context of its own rather than the device's primary context."""
         self.gpu = Gpu(ordinal, own_context)
-        module = self.gpu.compile(SPIN_SOURCE, "pt_spin")
-        self._kernel = self.gpu.kernel(module, "pt_spin", 2)
-        # A second parameter block for blockers, so a blocker never changes the measured launches' args.
-        self._blocker = self.gpu.kernel(module, "pt_spin", 2)
-        self._launch = self.gpu.launcher(self._kernel)
-        self._blocker_launch = self.gpu.launcher(self._blocker)
-        self._graphs: dict[tuple[int, int], Any] = {}  # (nodes, kernel ns) -> executable graph
-        self._elapsed = self.gpu.alloc_device(8)
+        try:
+            module = self.gpu.compile(SPIN_SOURCE, "pt_spin")
+            self._kernel = self.gpu.kernel(module, "pt_spin", 2)
+            # A second parameter block for blockers, so a blocker never changes the measured launches' args.
+            self._blocker = self.gpu.kernel(module, "pt_spin", 2)
+            self._launch = self.gpu.launcher(self._kernel)
+            self._blocker_launch = self.gpu.launcher(self._blocker)
+            self._graphs: dict[tuple[int, int], Any] = {}  # (nodes, kernel ns) -> executable graph
+            self._elapsed = self.gpu.alloc_device(8)
+        except BaseException:  # (Ctrl-C included) the caller never gets this object to close
+            with contextlib.suppress(Exception):
+                self.gpu.close()
+            raise
 
     def in_new_context(self) -> "CudaBackend":
         """The same GPU in a context of its own (current on return): a context draws its own level of GPU
@@ -38,7 +44,13 @@ class CudaBackend:
 
     def close(self) -> None:
         """Release the GPU's resources and context (:meth:`pcietrace.device.cuda.Gpu.close`)."""
-        self.gpu.close()
+        self._graphs.clear()  # their executables die with the Gpu's
+        torch, self._torch = getattr(self, "_torch", None), None
+        try:
+            if torch is not None:
+                torch.restore()  # torch's current stream is ours: hand it back before ours is destroyed
+        finally:
+            self.gpu.close()
 
     def activate(self) -> None:
         """Make this GPU's context current (several GPUs share one thread)."""

@@ -7,6 +7,7 @@ Importing this module needs neither cuda-python nor a driver; :func:`open_gpu` r
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -132,6 +133,11 @@ class Gpu:
         self.ordinal = ordinal
         self.device = handle_return(drv.cuDeviceGet(ordinal), "cuDeviceGet")
         self.own_context = own_context
+        # What close() releases, by kind, in the order it releases them.
+        self._owned: dict[str, list[Any]] = {"exec": [], "graph": [], "event": [], "device": [], "pinned": [],
+                                              "module": []}
+        self.stream: Any = None
+        self.context: Any = None
         if own_context:  # a context of its own draws its own launch-fetch level (bench/eager_gpu_probe.py)
             try:
                 self.context = handle_return(drv.cuCtxCreate(None, 0, self.device), "cuCtxCreate")
@@ -139,17 +145,21 @@ class Gpu:
                 self.context = handle_return(drv.cuCtxCreate(0, self.device), "cuCtxCreate")
         else:
             self.context = handle_return(drv.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
-        self.make_current()
-        self.stream = handle_return(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
-        self.bus_id = _bus_id(self.device)
-        self.name = handle_return(drv.cuDeviceGetName(256, self.device), "cuDeviceGetName").split(b"\0", 1)[0].decode()
-        attr = drv.CUdevice_attribute
-        self.cc = (self.attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
-                   self.attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
-        self.driver_version = handle_return(drv.cuDriverGetVersion(), "cuDriverGetVersion")
-        # What close() releases, by kind, in the order it releases them.
-        self._owned: dict[str, list[Any]] = {"exec": [], "graph": [], "event": [], "device": [], "pinned": [],
-                                              "module": []}
+        try:
+            self.make_current()
+            self.stream = handle_return(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING),
+                                        "cuStreamCreate")
+            self.bus_id = _bus_id(self.device)
+            self.name = handle_return(drv.cuDeviceGetName(256, self.device),
+                                      "cuDeviceGetName").split(b"\0", 1)[0].decode()
+            attr = drv.CUdevice_attribute
+            self.cc = (self.attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                       self.attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
+            self.driver_version = handle_return(drv.cuDriverGetVersion(), "cuDriverGetVersion")
+        except BaseException:  # (Ctrl-C included) a half-made Gpu must not keep a context: nobody could close it
+            with contextlib.suppress(Exception):
+                self.close()
+            raise
 
     def __enter__(self) -> "Gpu":
         return self
@@ -173,7 +183,8 @@ class Gpu:
                 first = first or exc
 
         release("cuCtxSetCurrent", drv.cuCtxSetCurrent(self.context))
-        release("cuStreamSynchronize", drv.cuStreamSynchronize(self.stream))
+        if self.stream is not None:
+            release("cuStreamSynchronize", drv.cuStreamSynchronize(self.stream))
         destroy = {"exec": ("cuGraphExecDestroy", drv.cuGraphExecDestroy),
                    "graph": ("cuGraphDestroy", drv.cuGraphDestroy),
                    "event": ("cuEventDestroy", drv.cuEventDestroy), "device": ("cuMemFree", drv.cuMemFree),
@@ -183,7 +194,8 @@ class Gpu:
             for h in handles:
                 release(call, fn(h))
             handles.clear()
-        release("cuStreamDestroy", drv.cuStreamDestroy(self.stream))
+        if self.stream is not None:
+            release("cuStreamDestroy", drv.cuStreamDestroy(self.stream))
         if self.own_context:
             release("cuCtxDestroy", drv.cuCtxDestroy(self.context))
         else:
@@ -196,7 +208,14 @@ class Gpu:
         drv, _ = _bindings()
         return int(handle_return(drv.cuDeviceGetAttribute(attr, self.device), "cuDeviceGetAttribute"))
 
+    def _live(self) -> None:
+        """Refuse use after :meth:`close` (cuCtxSetCurrent(NULL) would quietly leave no context current, and
+        what is made then would never be released)."""
+        if self.context is None:
+            raise RuntimeError(f"CUDA device {self.ordinal}: this Gpu was closed")
+
     def make_current(self) -> None:
+        self._live()
         drv, _ = _bindings()
         handle_return(drv.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
 
@@ -204,6 +223,7 @@ class Gpu:
     def compile(self, source: str, name: str) -> Any:
         """Compile CUDA C++ with NVRTC for this GPU's architecture (once per source and architecture in a
         process); return the module, loaded into this GPU's context."""
+        self._live()
         drv, _ = _bindings()
         module = handle_return(drv.cuModuleLoadData(_cubin(source, name, self.cc)), "cuModuleLoadData")
         self._owned["module"].append(module)
@@ -230,6 +250,7 @@ class Gpu:
 
     def capture_graph(self, launch: Callable[[], tuple[Any, ...]], nodes: int) -> Any:
         """Capture ``nodes`` calls of ``launch`` into a graph; return the instantiated executable graph."""
+        self._live()
         drv, _ = _bindings()
         handle_return(drv.cuStreamBeginCapture(
             self.stream, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")
@@ -257,6 +278,7 @@ class Gpu:
 
     # -- events ------------------------------------------------------------------------------------
     def event(self) -> Any:
+        self._live()
         drv, _ = _bindings()
         ev = handle_return(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
         self._owned["event"].append(ev)
@@ -278,6 +300,7 @@ class Gpu:
 
     # -- memory ------------------------------------------------------------------------------------
     def alloc_device(self, nbytes: int) -> int:
+        self._live()
         drv, _ = _bindings()
         ptr = int(handle_return(drv.cuMemAlloc(nbytes), "cuMemAlloc"))
         self._owned["device"].append(ptr)
@@ -285,6 +308,7 @@ class Gpu:
 
     def alloc_pinned(self, nbytes: int, mapped: bool = False) -> int:
         """Page-locked host memory (optionally mapped into the GPU's address space)."""
+        self._live()
         drv, _ = _bindings()
         flags = drv.CU_MEMHOSTALLOC_DEVICEMAP if mapped else 0
         ptr = int(handle_return(drv.cuMemHostAlloc(nbytes, flags), "cuMemHostAlloc"))
@@ -296,14 +320,23 @@ class Gpu:
         return int(handle_return(drv.cuMemHostGetDevicePointer(host_ptr, 0), "cuMemHostGetDevicePointer"))
 
     def free_device(self, ptr: int) -> None:
+        """Free memory :meth:`alloc_device` gave (anything else is refused before freeing: its owner's
+        :meth:`close` would free it again)."""
+        self._mine("device", ptr)
         drv, _ = _bindings()
         handle_return(drv.cuMemFree(ptr), "cuMemFree")
         self._owned["device"].remove(ptr)
 
     def free_pinned(self, ptr: int) -> None:
+        """Free memory :meth:`alloc_pinned` gave (as :meth:`free_device`)."""
+        self._mine("pinned", ptr)
         drv, _ = _bindings()
         handle_return(drv.cuMemFreeHost(ptr), "cuMemFreeHost")
         self._owned["pinned"].remove(ptr)
+
+    def _mine(self, kind: str, ptr: int) -> None:
+        if ptr not in self._owned[kind]:
+            raise ValueError(f"{ptr:#x} is not {kind} memory this Gpu allocated (or it was freed already)")
 
     def copy_h2d(self, dst: int, src: int, nbytes: int) -> None:
         drv, _ = _bindings()

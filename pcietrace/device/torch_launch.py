@@ -28,6 +28,7 @@ def torch_loops(backend: Backend, ordinal: int, stream: int) -> Loops | None:
         return None
     dev = torch.device("cuda", ordinal)
     torch.cuda.set_device(dev)
+    before = torch.cuda.current_stream(dev)
     torch.cuda.set_stream(torch.cuda.ExternalStream(stream, device=dev))
     x: Any = torch.zeros(1, device=dev)
     launch = functools.partial(x.fill_, 0)
@@ -35,4 +36,7 @@ def torch_loops(backend: Backend, ordinal: int, stream: int) -> Loops | None:
     torch.cuda.current_stream(dev).synchronize()
     loops = PythonLoops(backend, launch, path="torch", checked=False)
     loops.tensor = x  # type: ignore[attr-defined]  # keep the tensor alive with the loops
+    # Before the backend destroys its stream (close()): torch's current stream goes back to what it was, so
+    # later torch work in this process does not queue on a destroyed (or reused) handle.
+    loops.restore = functools.partial(torch.cuda.set_stream, before)  # type: ignore[attr-defined]
     return loops

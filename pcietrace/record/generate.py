@@ -92,6 +92,7 @@ class LaunchGenerator:
         # A simulated backend jumps its virtual clock instead of spinning on it (busy loops on a simulated
         # clock cost real seconds); real GPUs have no such hook and spin, keeping the host as busy as ever.
         self._wait_until: Callable[[int], None] | None = getattr(backend, "wait_until", None)
+        self._events: tuple[Any, Any] | None = None  # one pair for every burst (made on the first)
 
     def _loops(self, cfg: LaunchConfig) -> Loops:
         if self.path == "native":
@@ -164,7 +165,9 @@ class LaunchGenerator:
         loops = loops or self._loops(cfg)
         loops.calls(1)  # warm up
         blocker = b.blocker(int(blocker_ms * 1e6))
-        ev_a, ev_b = b.event(), b.event()
+        if self._events is None:  # reused: the Gpu holds what it creates until close(), a pair per burst would pile up
+            self._events = (b.event(), b.event())
+        ev_a, ev_b = self._events
         b.synchronize()
         with nvtx_range(f"{cfg.label} ({loops.path})"):
             b.raise_launch_error(blocker())

@@ -73,6 +73,12 @@ class LatencyProbe:
             self._bufs[key] = base
         return self._bufs[key]
 
+    def forget(self, owner: Any) -> None:
+        """Drop the chains cached in ``owner``'s memory: call before ``owner`` is closed (its memory goes
+        with it; a later owner at the same ``id`` would otherwise be handed a freed chain)."""
+        for key in [k for k in self._bufs if isinstance(k, tuple) and k[0] == id(owner)]:
+            self._pos.pop(self._bufs.pop(key), None)
+
     def _host_chain(self, nbytes: int) -> int:
         key = ("host", nbytes)
         if key not in self._bufs:

@@ -155,17 +155,20 @@ def open_cuda(ordinal: int, force_throughput: bool = False, interval_ns: int = 1
         return measure_gpu(idx, latency_probe(), repeats, progress=note)
 
     def peer_latency(ordinals: list[int], repeats: int, note: Note) -> list[tuple[Any, ...]]:
-        peers = {}
-        for o in ordinals:
-            if o != ordinal:
-                g = Gpu(o)
-                peers[nvml.index_for_bus_id(g.bus_id)] = g
-        be.activate()
+        opened: list[Gpu] = []
         try:
+            for o in ordinals:
+                if o != ordinal:
+                    opened.append(Gpu(o))  # (inside the try: a peer that fails to open releases those before it)
+            peers = {nvml.index_for_bus_id(g.bus_id): g for g in opened}
+            be.activate()
             return measure_peers(idx, latency_probe(), peers, repeats, progress=note)
         finally:
-            for g in peers.values():
-                g.close()
+            for g in opened:
+                if probes:
+                    probes[0].forget(g)
+                with contextlib.suppress(Exception):  # the chases' figures (or their error) matter more
+                    g.close()
             be.activate()
 
     def pin() -> int | None:
@@ -252,10 +255,10 @@ def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_rep
             barrier.abort()  # nobody waits for a worker that will not come
         if turns is not None:
             turns.abandon()
-        if w is not None:
-            with contextlib.suppress(Exception):  # the figures are recorded; a failed release must not lose them
-                w.backend.close()
         send(("done", slot, session))
+        if w is not None:  # after sending: a failed or interrupted (Ctrl-C) release must not lose the figures
+            with contextlib.suppress(Exception, KeyboardInterrupt):
+                w.backend.close()
 
 
 def _latency_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:

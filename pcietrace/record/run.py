@@ -147,14 +147,21 @@ def _context_bursts(gen: LaunchGenerator, context: int, kernel_us: float, plan: 
     """:data:`CONTEXT_BURSTS` eager bursts of ``kernel_us`` kernels in a fresh CUDA context on the generator's
     GPU (released after; the generator's own context is made current again). Records as
     :meth:`LaunchGenerator.burst`'s, plus ``context`` (1, 2, ...: 0 is the run's own context)."""
-    fresh = gen.b.in_new_context()
+    fresh = None
     try:
+        fresh = gen.b.in_new_context()
         other = LaunchGenerator(fresh)
-        return [{**other.burst("eager", kernel_us, 1, plan.burst_kernels), "context": context}
+        recs = [{**other.burst("eager", kernel_us, 1, plan.burst_kernels), "context": context}
                 for _ in range(CONTEXT_BURSTS)]
+        fresh.close()  # (idempotent: the clean-up below does nothing after it)
+        return recs
+    except BaseException:
+        if fresh is not None:
+            with contextlib.suppress(Exception):  # the error that got here (Ctrl-C included) is the one to report
+                fresh.close()
+        raise
     finally:
-        fresh.close()
-        gen.b.activate()
+        gen.b.activate()  # whatever happened, the run's own context is current again
 
 
 def _torch_loops(gen: LaunchGenerator) -> Any:

@@ -1,0 +1,353 @@
+"""What ``Gpu.close()`` releases, and that a fresh-context step leaves the run's own context current however
+it ends (review of "GPU time per empty eager kernel over several CUDA contexts").
+
+No GPU here: the ``Gpu`` tests run the real :class:`pcietrace.device.cuda.Gpu` against a FAKE cuda.bindings
+driver that logs every call and returns made-up handles (it checks bookkeeping, not CUDA); the ``record`` tests
+run on the SIMULATED device, watched for context switches. tests/test_gpu.py checks the real release on a GPU.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import pytest
+
+from pcietrace.device import cuda
+from pcietrace.device.sim import SimBackend, SimDevice, SimParams, SimSampler, gpu_records
+from pcietrace.errors import CudaError
+from pcietrace.record.run import CONTEXT_BURSTS, RunPlan, base_meta, record
+from pcietrace.session import Session
+
+ILLEGAL_ADDRESS = 700  # a sticky error: every later call in the context fails with it
+
+
+class FakeDriver:
+    """cuda.bindings.driver as far as Gpu uses it: every call is logged as (name, args); ``fail`` maps a
+    call's name to an error code to return or an exception to raise."""
+
+    CU_MEMHOSTALLOC_DEVICEMAP = 2
+    CUstream_flags = types.SimpleNamespace(CU_STREAM_NON_BLOCKING=1)
+    CUevent_flags = types.SimpleNamespace(CU_EVENT_DEFAULT=0)
+    CUdevice_attribute = types.SimpleNamespace(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR=75,
+                                               CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR=76)
+    CUresult = types.SimpleNamespace(CUDA_ERROR_NOT_READY=600)
+    CUstreamCaptureMode = types.SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=1)
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.fail: dict[str, Any] = {}
+        self._n = 0
+
+    def _value(self, name: str) -> tuple[Any, ...]:
+        self._n += 1
+        fixed = {"cuInit": (), "cuDeviceGetCount": (1,), "cuDeviceGet": ("dev0",), "cuCtxCreate": ("ctx-own",),
+                 "cuDevicePrimaryCtxRetain": ("ctx-primary",), "cuDeviceGetPCIBusId": (b"0000:01:00.0\0",),
+                 "cuDeviceGetName": (b"FAKE\0",), "cuDeviceGetAttribute": (9,), "cuDriverGetVersion": (12080,),
+                 "cuGetErrorName": (b"CUDA_ERROR_FAKE",)}
+        if name in fixed:
+            return fixed[name]
+        if name in ("cuMemAlloc", "cuMemHostAlloc"):
+            return (0x1000 * self._n,)
+        if name in ("cuStreamCreate", "cuEventCreate", "cuModuleLoadData", "cuModuleGetFunction",
+                    "cuStreamEndCapture", "cuGraphInstantiate"):
+            return (f"{name}#{self._n}",)
+        return ()  # releases, cuCtxSetCurrent, synchronisation
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("cu"):
+            raise AttributeError(name)
+
+        def call(*args: Any) -> tuple[Any, ...]:
+            self.calls.append((name, args))
+            f = self.fail.get(name)
+            if isinstance(f, BaseException) or (isinstance(f, type) and issubclass(f, BaseException)):
+                raise f
+            return (f,) if f else (0, *self._value(name))
+        return call
+
+    def names(self) -> list[str]:
+        return [n for n, _ in self.calls]
+
+
+@pytest.fixture
+def drv(monkeypatch) -> FakeDriver:
+    fake = FakeDriver()
+    monkeypatch.setattr(cuda, "_drv", fake)
+    monkeypatch.setattr(cuda, "_rtc", types.SimpleNamespace(nvrtcResult=type("nvrtcResult", (), {})))
+    monkeypatch.setattr(cuda, "_cubin", lambda source, name, cc: b"cubin")  # (NVRTC is not faked)
+    return fake
+
+
+def _busy_gpu(own_context: bool) -> cuda.Gpu:
+    g = cuda.Gpu(0, own_context)
+    g.compile("src", "k")
+    g.event()
+    g.alloc_device(64)
+    g.alloc_pinned(64, mapped=True)
+    g.capture_graph(lambda: (0,), 2)
+    return g
+
+
+@pytest.mark.parametrize("own_context, release", [(False, "cuDevicePrimaryCtxRelease"), (True, "cuCtxDestroy")])
+def test_close_releases_everything_once(drv, own_context, release) -> None:
+    g = _busy_gpu(own_context)
+    made = len(drv.calls)
+    g.close()
+    freed = drv.names()[made:]
+    assert freed[:2] == ["cuCtxSetCurrent", "cuStreamSynchronize"]  # in its own context, after its work
+    for call in ("cuGraphExecDestroy", "cuGraphDestroy", "cuEventDestroy", "cuMemFree", "cuMemFreeHost",
+                 "cuModuleUnload", "cuStreamDestroy", release):
+        assert freed.count(call) == 1, (call, freed)
+    assert freed[-1] == release and g.context is None
+    g.close()  # a second close does nothing
+    assert len(drv.calls) == made + len(freed)
+
+
+def test_close_after_a_sticky_error_still_releases_the_context_and_raises_the_first_error(drv) -> None:
+    g = _busy_gpu(own_context=True)
+    made = len(drv.calls)
+    for call in ("cuStreamSynchronize", "cuEventDestroy", "cuMemFree"):
+        drv.fail[call] = ILLEGAL_ADDRESS
+    with pytest.raises(CudaError) as exc:
+        g.close()
+    assert exc.value.call == "cuStreamSynchronize" and exc.value.code == ILLEGAL_ADDRESS
+    assert drv.names()[made:][-1] == "cuCtxDestroy" and g.context is None
+    g.close()  # closed: nothing more to try
+    assert drv.names()[-1] == "cuCtxDestroy"
+
+
+@pytest.mark.parametrize("failure", [999, KeyboardInterrupt])
+def test_a_gpu_that_fails_to_open_releases_its_context(drv, failure) -> None:
+    drv.fail["cuStreamCreate"] = failure
+    with pytest.raises(CudaError if failure == 999 else KeyboardInterrupt):
+        cuda.Gpu(0, own_context=True)
+    assert drv.names().count("cuCtxCreate") == drv.names().count("cuCtxDestroy") == 1
+    assert "cuStreamDestroy" not in drv.names()  # (the stream was never made)
+
+
+def test_a_backend_that_fails_to_open_releases_its_gpu(drv) -> None:
+    from pcietrace.device.backend import CudaBackend
+
+    drv.fail["cuMemAlloc"] = 2  # CUDA_ERROR_OUT_OF_MEMORY, after the module was loaded
+    with pytest.raises(CudaError):
+        CudaBackend(0, own_context=True)
+    n = drv.names()
+    assert n.count("cuModuleLoadData") == n.count("cuModuleUnload") == 1 and n.count("cuCtxDestroy") == 1
+
+
+def test_memory_is_freed_once_and_only_by_its_owner(drv) -> None:
+    g, other = cuda.Gpu(0), cuda.Gpu(0)
+    mine, theirs = g.alloc_device(64), other.alloc_device(64)
+    with pytest.raises(ValueError):
+        g.free_device(theirs)  # refused before freeing: `other.close()` frees it
+    with pytest.raises(ValueError):
+        g.free_pinned(mine)  # device memory is not pinned memory
+    assert "cuMemFree" not in drv.names() and "cuMemFreeHost" not in drv.names()
+    g.free_device(mine)
+    with pytest.raises(ValueError):
+        g.free_device(mine)  # a second free would be a double free
+    g.close()
+    other.close()
+    assert [a for n, a in drv.calls if n == "cuMemFree"] == [(mine,), (theirs,)]
+
+
+def test_a_closed_gpu_refuses_use(drv) -> None:
+    g = cuda.Gpu(0)
+    g.close()
+    for use in (g.make_current, g.event, lambda: g.alloc_device(8), lambda: g.compile("src", "k")):
+        with pytest.raises(RuntimeError, match="closed"):
+            use()
+    assert "cuEventCreate" not in drv.names() and "cuMemAlloc" not in drv.names()
+
+
+# -- fresh-context steps under record(), on the SIMULATED device ------------------------------------------
+class WatchedSim(SimBackend):
+    """The SIMULATED backend, logging which context it makes current and which it closes: ``log`` gets
+    ("activate", name) and ("close", name); ``trip(name, what)`` may raise (Ctrl-C, a CUDA error) at
+    "open" (making a context) or "burst" (a context's first burst)."""
+
+    def __init__(self, device: SimDevice, log: list[tuple[str, str]], trip: Any, name: str = "own",
+                 eager_gap_scale: float = 1.0) -> None:
+        super().__init__(device, eager_gap_scale)
+        self.log, self.trip, self.name, self._fresh = log, trip, name, 0
+
+    def activate(self) -> None:
+        self.log.append(("activate", self.name))
+
+    def in_new_context(self) -> "WatchedSim":
+        self._fresh += 1
+        name = f"fresh{self._fresh}"
+        self.log.append(("activate", name))  # (cuCtxCreate makes the new context current)
+        self.trip(name, "open")  # opening fails after that (CudaBackend releases its half-made context itself)
+        return WatchedSim(self.d, self.log, self.trip, name, super().in_new_context().eager_gap_scale)
+
+    def event(self) -> Any:
+        self.trip(self.name, "burst")
+        return super().event()
+
+    def close(self) -> None:
+        self.log.append(("close", self.name))
+
+
+def _record(trip: Any, contexts: int = 4) -> tuple[Session, list[tuple[str, str]]]:
+    params = SimParams.default()
+    device = SimDevice(params, seed=3)
+    log: list[tuple[str, str]] = []
+    plan = RunPlan(durations_us=(0,), graph_ks=(1,), idle_windows=1, rate_fractions=(1.0,), window_s=0.02,
+                   e2e_repeats=1, language_repeats=0, gpu_time_contexts=contexts)
+    session = Session(meta=base_meta(plan, True))
+    session.meta["gpus"] = gpu_records(params, 1)
+    try:
+        record(session, plan, [(session.meta["gpus"][0], WatchedSim(device, log, trip))], SimSampler({0: device}))
+    except BaseException as exc:  # noqa: BLE001 - the test looks at what was kept
+        session.meta["raised"] = type(exc).__name__
+    return session, log
+
+
+def _trip_at(where: str, when: str, exc: Any) -> Any:
+    def trip(name: str, what: str) -> None:
+        if (name, what) == (where, when):
+            raise exc
+    return trip
+
+
+def _contexts_left_clean(log: list[tuple[str, str]]) -> None:
+    fresh = {n for _, n in log if n != "own"}
+    assert fresh, log
+    for n in fresh:  # every fresh context closed after it was made current, and the own context made current after
+        first = log.index(("activate", n))
+        closes = [i for i, e in enumerate(log) if e == ("close", n)]
+        assert len(closes) == 1 and closes[0] > first, (n, log)
+        assert ("activate", "own") in log[closes[0]:], (n, log)
+    assert log[-1] == ("activate", "own"), log
+
+
+def test_a_clean_run_closes_every_fresh_context_and_comes_back() -> None:
+    session, log = _record(lambda name, what: None)
+    assert session.meta["status"] == "complete"
+    assert sorted(session.contexts["context"].unique()) == [1, 2, 3]
+    assert (session.contexts.groupby("context").size() == CONTEXT_BURSTS).all()
+    _contexts_left_clean(log)
+
+
+@pytest.mark.parametrize("when", ["open", "burst"])
+def test_ctrl_c_in_a_fresh_context_releases_it_and_keeps_the_contexts_before(when) -> None:
+    session, log = _record(_trip_at("fresh2", when, KeyboardInterrupt))
+    assert session.meta["status"] == "interrupted" and session.meta["raised"] == "KeyboardInterrupt"
+    assert sorted(session.contexts["context"].unique()) == [1]  # context 2's bursts never finished: none kept
+    if when == "burst":
+        _contexts_left_clean(log)
+    else:  # never returned: nothing for the step to close, but the run's own context is current again
+        assert ("close", "fresh2") not in log and log[-2:] == [("activate", "fresh2"), ("activate", "own")], log
+    from pcietrace.analysis.launch import gpu_time
+
+    row = gpu_time(session.bursts, session.calibration, session.contexts).iloc[0]
+    assert row["eager_contexts"] == 2  # the run's own context and fresh context 1
+
+
+def test_a_failed_release_after_a_failed_burst_reports_the_burst() -> None:
+    boom = CudaError("cuEventCreate", ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS")
+
+    class CloseFails(WatchedSim):
+        def close(self) -> None:
+            super().close()
+            raise CudaError("cuCtxDestroy", ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS")
+
+    params = SimParams.default()
+    device = SimDevice(params, seed=3)
+    log: list[tuple[str, str]] = []
+    trip = _trip_at("fresh1", "burst", boom)
+    own = WatchedSim(device, log, trip)
+    own.in_new_context = lambda: (log.append(("activate", "fresh1")),  # type: ignore[method-assign]
+                                  CloseFails(device, log, trip, "fresh1"))[1]
+    from pcietrace.record.generate import LaunchGenerator
+    from pcietrace.record.run import _context_bursts
+
+    with pytest.raises(CudaError) as exc:
+        _context_bursts(LaunchGenerator(own), 1, 0.0, RunPlan())
+    assert exc.value is boom  # not the release's error
+    _contexts_left_clean(log)
+
+
+# -- on a GPU (the lead runs these: `python3 -m pytest -q -m gpu tests/test_gpu_close.py`) ------------------
+@pytest.mark.gpu
+def test_ctrl_c_in_a_fresh_context_leaves_the_runs_context_current(monkeypatch) -> None:
+    from pcietrace.device.backend import CudaBackend
+    from pcietrace.record.generate import LaunchGenerator
+    from pcietrace.record.run import _context_bursts
+
+    drv, _ = cuda._bindings()
+    be = CudaBackend(0)
+    made: list[CudaBackend] = []
+    new_context, burst = CudaBackend.in_new_context, LaunchGenerator.burst
+    monkeypatch.setattr(CudaBackend, "in_new_context", lambda self: made.append(new_context(self)) or made[-1])
+
+    def interrupted(self: LaunchGenerator, *args: Any, **kw: Any) -> dict[str, Any]:
+        if self.b is not be:
+            raise KeyboardInterrupt  # Ctrl-C inside the fresh context's burst
+        return burst(self, *args, **kw)
+
+    monkeypatch.setattr(LaunchGenerator, "burst", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _context_bursts(LaunchGenerator(be), 1, 0.0, RunPlan())
+    assert len(made) == 1 and made[0].gpu.context is None  # the fresh context was destroyed
+    assert int(cuda.handle_return(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")) == int(be.gpu.context)
+    r = LaunchGenerator(be).burst("eager", 0.0, 1, 200)  # the run goes on in its own context
+    assert r["gpu_ns"] > 0, r
+    be.close()
+
+
+@pytest.mark.gpu
+def test_closing_a_backend_hands_torch_its_stream_back() -> None:
+    torch = pytest.importorskip("torch")
+    from pcietrace.device.backend import CudaBackend
+
+    be = CudaBackend(0)
+    before = torch.cuda.current_stream(0).cuda_stream
+    if be.torch_loops() is None:
+        pytest.skip("torch sees no GPU")
+    assert torch.cuda.current_stream(0).cuda_stream == int(be.gpu.stream)
+    be.close()
+    assert torch.cuda.current_stream(0).cuda_stream == before  # not the destroyed stream
+    x = torch.ones(4, device="cuda:0")
+    assert float((x + 1).sum().item()) == 8.0  # torch still works in the primary context after our release
+
+
+def test_a_worker_sends_its_figures_before_releasing_its_gpu() -> None:
+    # SIMULATED worker whose release is interrupted (a Ctrl-C during close): the parent still gets the session
+    from pcietrace.record.parallel import _work, open_sim
+
+    events: list[str] = []
+    w = open_sim(0)
+
+    def close() -> None:
+        events.append("close")
+        raise KeyboardInterrupt
+
+    w.backend.close = close  # type: ignore[method-assign]
+    sent: list[tuple[Any, ...]] = []
+
+    def send(msg: tuple[Any, ...]) -> None:
+        sent.append(msg)
+        if msg[0] == "done":
+            events.append("done")
+
+    plan = RunPlan(durations_us=(0,), graph_ks=(1,), idle_windows=1, rate_fractions=(1.0,), window_s=0.02,
+                   e2e_repeats=1, language_repeats=0, gpu_time_contexts=2)
+    _work(lambda: w, 0, plan, None, [0], send, None)
+    assert events == ["done", "close"]
+    session = sent[-1][2]
+    assert session.meta["status"] == "complete" and sorted(session.contexts["context"].unique()) == [1]
+
+
+def test_a_latency_probe_forgets_a_closed_peers_chains() -> None:
+    from pcietrace.record.latency import LatencyProbe
+
+    peer, own = object(), object()
+    pr = LatencyProbe.__new__(LatencyProbe)  # (its constructor needs a GPU; forget() touches the caches only)
+    pr._bufs = {(id(peer), 2 << 20): 0x1000, (id(own), 2 << 20): 0x2000, ("host", 64): 0x3000, "flag": (0, 0)}
+    pr._pos = {0x1000: 0x1080, 0x2000: 0x2080}
+    pr.forget(peer)
+    assert (id(peer), 2 << 20) not in pr._bufs and 0x1000 not in pr._pos
+    assert len(pr._bufs) == 3 and pr._pos == {0x2000: 0x2080}

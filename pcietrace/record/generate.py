@@ -165,7 +165,7 @@ class LaunchGenerator:
         loops = loops or self._loops(cfg)
         loops.calls(1)  # warm up
         blocker = b.blocker(int(blocker_ms * 1e6))
-        if self._events is None:  # reused: the Gpu holds what it creates until close(), a pair per burst would pile up
+        if self._events is None:  # one pair, reused: the Gpu holds what it creates until close()
             self._events = (b.event(), b.event())
         ev_a, ev_b = self._events
         b.synchronize()

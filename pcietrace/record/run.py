@@ -125,7 +125,8 @@ def _steps(plan: RunPlan, gen: LaunchGenerator) -> Iterable[tuple[str, str, Call
         yield "bursts", f"burst graph {d:g} us", lambda d=d, k=k: gen.burst("graph", d, k, max(1, plan.burst_kernels // k))
     d0 = min(plan.durations_us)
     for c in range(1, plan.gpu_time_contexts):
-        yield "contexts", f"GPU time: context {c + 1} of {plan.gpu_time_contexts}", lambda c=c: _context_bursts(gen, c, d0, plan)
+        yield ("contexts", f"GPU time: context {c + 1} of {plan.gpu_time_contexts}",
+               lambda c=c: _context_bursts(gen, c, d0, plan))
     # What the language adds: the same burst at the shortest kernel from each launch path, interleaved.
     python = LaunchGenerator(gen.b, path="python") if gen is not None else None
     for _ in range(plan.language_repeats):

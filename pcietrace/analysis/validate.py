@@ -2,8 +2,8 @@
 
 A session that breaks one (samples out of time order, NaN or negative counters, an unknown counter mode,
 windows that end before they start, bursts (or bursts in fresh contexts) of zero launches) would otherwise come
-out as confident wrong numbers (0 B/launch, a floor of GB/s, negative bytes per launch). :func:`check` refuses it with one line
-(:class:`~pcietrace.errors.DataError`) instead. No I/O, no rich.
+out as confident wrong numbers (0 B/launch, a floor of GB/s, negative bytes per launch). :func:`check` refuses
+it with one line (:class:`~pcietrace.errors.DataError`) instead. No I/O, no rich.
 """
 
 from __future__ import annotations

@@ -81,3 +81,20 @@ def test_contexts_out_of_range_are_refused(capsys) -> None:
             main(["run", "--simulate", "--contexts", bad])
         assert exc.value.code == 2
     assert "1..16 contexts" in capsys.readouterr().err
+
+
+def test_compare_bound_covers_how_far_runs_over_contexts_moved() -> None:
+    # bench/eager_gpu_truth.py's saved runs (real: H100 and 2x H200, 5 contexts each, 2026-11-22)
+    import json
+    import sys
+
+    sys.path.insert(0, str(DATA.parents[1] / "bench"))
+    from _stats import pair_p95_pct
+
+    from pcietrace.analysis.compare import run_to_run_pct
+
+    folder = DATA.parents[1] / "reports" / "eager-gpu-time-20261122"
+    for name in ("h100-truth-5contexts.json", "h200x2-truth-5contexts.json"):
+        runs = json.loads((folder / name).read_text())["runs"]
+        assert len(runs) >= 4 and all(r["contexts"] == 5 for r in runs)
+        assert pair_p95_pct([r["eager_gpu_us"] for r in runs]) <= run_to_run_pct("GPU time / empty kernel, eager")

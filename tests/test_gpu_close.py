@@ -351,3 +351,17 @@ def test_a_latency_probe_forgets_a_closed_peers_chains() -> None:
     pr.forget(peer)
     assert (id(peer), 2 << 20) not in pr._bufs and 0x1000 not in pr._pos
     assert len(pr._bufs) == 3 and pr._pos == {0x2000: 0x2080}
+
+
+def test_a_context_that_cannot_be_made_is_skipped_and_the_run_goes_on() -> None:
+    # SIMULATED: the second fresh context fails to open (as cuCtxCreate does when the GPU has no memory left for
+    # one); the run completes, its figure rests on the contexts it had and says how many
+    from pcietrace.analysis import analyze
+    from pcietrace.errors import CudaError
+
+    session, log = _record(_trip_at("fresh2", "open", CudaError("cuCtxCreate", 2, "CUDA_ERROR_OUT_OF_MEMORY")))
+    assert session.meta["status"] == "complete" and "raised" not in session.meta
+    assert sorted(session.contexts["context"].unique()) == [1, 3]
+    assert log[-1] == ("activate", "own")
+    gt = analyze(session)["gpu_time"]
+    assert gt["eager_contexts"].iloc[0] == 3 and len(session.e2e)  # own + 2 fresh; later steps still ran

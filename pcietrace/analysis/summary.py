@@ -102,7 +102,7 @@ def gpu_figures(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> pd.Da
             "speedup_max_kernel": _nan(sp["speedup"].iloc[-1]) if len(sp) else math.nan,
             "host_rtt_us": _pick(r["latency"], "median_us", nvml_index=i, test="host_read_rtt", peer=-1),
         })
-    return pd.DataFrame(rows, columns=GPU_COLUMNS)
+    return pd.DataFrame(rows, columns=GPU_COLUMNS).astype({"eager_contexts": "Int64"})  # a count: 5, not 5.0
 
 
 def _f(x: float, fmt: str) -> str | None:
@@ -139,7 +139,7 @@ def _gpu_sentence(row: pd.Series, lead: str) -> str | None:
                  if row["max_kernel_us"] != row["min_kernel_us"] else f"{s_min}x faster at {row['min_kernel_us']:g} us kernels")
     if saved:
         saved = f"save {saved} us of GPU time per kernel"
-        if row["eager_contexts"] > 1:  # (NaN > 1 is False: runs before contexts were measured)
+        if not pd.isna(row["eager_contexts"]) and row["eager_contexts"] > 1:  # (none: runs before contexts)
             saved += (f" (eager GPU time {_range_text(row['eager_gpu_us_min'], row['eager_gpu_us_max'], '.2f')} us over "
                       f"{int(row['eager_contexts'])} CUDA contexts)")
     if saved or speed:

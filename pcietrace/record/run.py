@@ -15,7 +15,7 @@ import pandas as pd
 
 from pcietrace import __version__
 from pcietrace.collectors import merge_samples
-from pcietrace.errors import UsageError
+from pcietrace.errors import CudaError, UsageError
 from pcietrace.record.generate import Backend, LaunchConfig, LaunchGenerator
 from pcietrace.session import Session
 
@@ -144,13 +144,18 @@ def _steps(plan: RunPlan, gen: LaunchGenerator) -> Iterable[tuple[str, str, Call
 CONTEXT_BURSTS = 3
 
 
-def _context_bursts(gen: LaunchGenerator, context: int, kernel_us: float, plan: RunPlan) -> list[dict[str, Any]]:
+def _context_bursts(gen: LaunchGenerator, context: int, kernel_us: float, plan: RunPlan) -> list[dict[str, Any]] | None:
     """:data:`CONTEXT_BURSTS` eager bursts of ``kernel_us`` kernels in a fresh CUDA context on the generator's
     GPU (released after; the generator's own context is made current again). Records as
-    :meth:`LaunchGenerator.burst`'s, plus ``context`` (1, 2, ...: 0 is the run's own context)."""
+    :meth:`LaunchGenerator.burst`'s, plus ``context`` (1, 2, ...: 0 is the run's own context). None where the
+    context cannot be made (e.g. a nearly full GPU: a context takes ~0.5 GB): the figure then rests on fewer
+    contexts and says how many, and the run goes on."""
     fresh = None
     try:
-        fresh = gen.b.in_new_context()
+        try:
+            fresh = gen.b.in_new_context()
+        except CudaError:
+            return None
         other = LaunchGenerator(fresh)
         recs = [{**other.burst("eager", kernel_us, 1, plan.burst_kernels), "context": context}
                 for _ in range(CONTEXT_BURSTS)]

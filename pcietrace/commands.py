@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -245,6 +246,10 @@ def cmd_latency(args: argparse.Namespace) -> int:
         if folder is not None:
             folder.discard()  # nothing was recorded: no folder at all
         raise
+    finally:
+        for _, be in gpus:
+            with contextlib.suppress(Exception):  # the figures are in the session: a failed release keeps them
+                be.close()
     session.meta["status"] = "complete"
     with guard.Interrupts.install().finishing():
         results, out = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)

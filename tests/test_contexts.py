@@ -98,3 +98,20 @@ def test_compare_bound_covers_how_far_runs_over_contexts_moved() -> None:
         runs = json.loads((folder / name).read_text())["runs"]
         assert len(runs) >= 4 and all(r["contexts"] == 5 for r in runs)
         assert pair_p95_pct([r["eager_gpu_us"] for r in runs]) <= run_to_run_pct("GPU time / empty kernel, eager")
+
+
+def test_prometheus_carries_the_contexts_range(capsys) -> None:
+    parser = pytest.importorskip("prometheus_client.openmetrics.parser")
+    from pcietrace.cli import main
+
+    folder = DATA / "h200x2_run_contexts"
+    assert main(["report", str(folder), "--format", "prometheus"]) == 0
+    fams = {f.name: f for f in parser.text_string_to_metric_families(capsys.readouterr().out)}
+    fam = fams["pcietrace_kernel_gpu_eager_contexts_seconds"]
+    got = {(x.labels["gpu"], x.labels["stat"]): x.value for x in fam.samples}
+    gt = analyze(Session.load(folder))["gpu_time"]
+    for r in gt[gt["kernel_us"] == 0].itertuples():
+        assert got[(str(r.nvml_index), "min")] == pytest.approx(r.eager_gpu_us_min / 1e6)
+        assert got[(str(r.nvml_index), "max")] == pytest.approx(r.eager_gpu_us_max / 1e6)
+    assert main(["report", str(DATA / "h100_run"), "--format", "prometheus"]) == 0
+    assert "eager_contexts" not in capsys.readouterr().out  # one context: no range to export

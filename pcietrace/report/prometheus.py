@@ -62,6 +62,12 @@ def families(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> Iterator
         yield family("kernel_gpu", "GPU time per kernel with the queue full", ["mode", "kernel_us"],
                      [(r.nvml_index, (m, f"{r.kernel_us:g}"), getattr(r, f"{m}_gpu_us") / 1e6)
                       for r in gt.itertuples() for m in ("eager", "graph")], "seconds")
+        multi = gt[gt["eager_contexts"] > 1] if "eager_contexts" in gt else gt.iloc[:0]
+        if len(multi):  # each CUDA context draws its own eager level: the range the median was taken over
+            yield family("kernel_gpu_eager_contexts", "GPU time per eager kernel over the CUDA contexts measured",
+                         ["kernel_us", "stat"],
+                         [(r.nvml_index, (f"{r.kernel_us:g}", s), getattr(r, f"eager_gpu_us_{s}") / 1e6)
+                          for r in multi.itertuples() for s in ("min", "max")], "seconds")
     sp = table("speedup")
     if len(sp):
         yield family("kernel_wall", "wall time per kernel, host launching as fast as it can", ["mode", "kernel_us"],

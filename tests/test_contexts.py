@@ -115,3 +115,15 @@ def test_prometheus_carries_the_contexts_range(capsys) -> None:
         assert got[(str(r.nvml_index), "max")] == pytest.approx(r.eager_gpu_us_max / 1e6)
     assert main(["report", str(DATA / "h100_run"), "--format", "prometheus"]) == 0
     assert "eager_contexts" not in capsys.readouterr().out  # one context: no range to export
+
+
+def test_the_many_gpu_sentence_gives_the_contexts_range() -> None:
+    from pcietrace.analysis.summary import _range_text, run_lines
+
+    res = analyze(Session.load(DATA / "h200x2_run_contexts"))
+    gt = res["gpu_time"][res["gpu_time"]["kernel_us"] == 0]
+    want = _range_text(gt["eager_gpu_us_min"].min(), gt["eager_gpu_us_max"].max(), ".2f")
+    line, = run_lines(res["per_gpu"], detail_gpus=1)  # one sentence over both GPUs
+    assert f"eager GPU time {want} us over the CUDA contexts measured" in line, line
+    old = analyze(Session.load(DATA / "h200x2_run"))  # recorded before contexts: no such clause
+    assert "CUDA contexts" not in " ".join(run_lines(old["per_gpu"], detail_gpus=1))

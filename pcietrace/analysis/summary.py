@@ -171,7 +171,10 @@ def run_lines(gpus: pd.DataFrame, detail_gpus: int = DETAIL_GPUS) -> list[str]:
     saved = gpus["gpu_saved_us_per_kernel"].dropna()
     sp = gpus["speedup_min_kernel"].dropna()
     if len(saved) and len(sp):
-        text += (f" Graphs save {_range_text(saved.min(), saved.max(), '.2f')} us of GPU time per kernel; "
+        ctx = gpus[gpus["eager_contexts"].fillna(1) > 1]
+        spread = (f" (eager GPU time {_range_text(ctx['eager_gpu_us_min'].min(), ctx['eager_gpu_us_max'].max(), '.2f')} "
+                  f"us over the CUDA contexts measured)" if len(ctx) else "")
+        text += (f" Graphs save {_range_text(saved.min(), saved.max(), '.2f')} us of GPU time per kernel{spread}; "
                  f"{_range_text(sp.min(), sp.max(), '.1f')}x faster at {gpus['min_kernel_us'].min():g} us kernels.")
     levels = gpus["switch_levels"].dropna()
     if len(levels):

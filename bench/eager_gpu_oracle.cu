@@ -5,6 +5,7 @@
 // Per burst: a 20 ms blocker kernel, then `burst_calls` launches of an empty spin kernel, with CUDA events
 // recorded after the blocker and after the last launch; GPU us per kernel = elapsed / burst_calls. Prints
 // "eager_gpu_us <median over bursts>" and "saturated <bursts whose blocker outlasted the launch loop>".
+// A failing driver call is named on stderr and its CUresult is the exit code (oracle_spin.cuh: CK).
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -12,17 +13,7 @@
 #include <cstdlib>
 #include <vector>
 
-extern "C" __global__ void pt_spin(unsigned long long ns, unsigned long long* elapsed)
-{
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    t = t0;
-    while (t - t0 < ns) { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); }
-    if (elapsed != 0 && threadIdx.x == 0) { *elapsed = t - t0; }
-}
-
-#define CK(x) do { CUresult e = (x); if (e != CUDA_SUCCESS) { const char* s = "?"; cuGetErrorName(e, &s); \
-    std::fprintf(stderr, "oracle: %s failed: %s\n", #x, s); return 1; } } while (0)
+#include "oracle_spin.cuh"  // pt_spin, CK
 
 int main(int argc, char** argv)
 {

@@ -19,17 +19,7 @@
 #include <ctime>
 #include <vector>
 
-extern "C" __global__ void pt_spin(unsigned long long ns, unsigned long long* elapsed)
-{
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    t = t0;
-    while (t - t0 < ns) { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); }
-    if (elapsed != 0 && threadIdx.x == 0) { *elapsed = t - t0; }
-}
-
-#define CK(x) do { CUresult e = (x); if (e != CUDA_SUCCESS) { const char* s = "?"; cuGetErrorName(e, &s); \
-    std::fprintf(stderr, "oracle: %s failed: %s\n", #x, s); return (int)e; } } while (0)
+#include "oracle_spin.cuh"  // pt_spin, CK
 
 static long long now_ns()
 {

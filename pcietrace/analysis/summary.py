@@ -140,8 +140,8 @@ def _gpu_sentence(row: pd.Series, lead: str) -> str | None:
     if saved:
         saved = f"save {saved} us of GPU time per kernel"
         if not pd.isna(row["eager_contexts"]) and row["eager_contexts"] > 1:  # (none: runs before contexts)
-            saved += (f" (eager GPU time {_range_text(row['eager_gpu_us_min'], row['eager_gpu_us_max'], '.2f')} us over "
-                      f"{int(row['eager_contexts'])} CUDA contexts)")
+            saved += _contexts_clause(row["eager_gpu_us_min"], row["eager_gpu_us_max"],
+                                      f"{int(row['eager_contexts'])} CUDA contexts")
     if saved or speed:
         text += " Graphs " + _join([saved, speed], "; ") + "."
     rtt = _f(row["host_rtt_us"], ".2f")
@@ -152,6 +152,11 @@ def _gpu_sentence(row: pd.Series, lead: str) -> str | None:
 
 def _range_text(lo: float, hi: float, fmt: str) -> str:
     return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else f"{format(lo, fmt)}–{format(hi, fmt)}"
+
+
+def _contexts_clause(lo_us: float, hi_us: float, contexts: str) -> str:
+    """" (eager GPU time LO–HI us over CONTEXTS)": the range the eager median over CUDA contexts was taken over."""
+    return f" (eager GPU time {_range_text(lo_us, hi_us, '.2f')} us over {contexts})"
 
 
 def run_lines(gpus: pd.DataFrame, detail_gpus: int = DETAIL_GPUS) -> list[str]:
@@ -172,8 +177,8 @@ def run_lines(gpus: pd.DataFrame, detail_gpus: int = DETAIL_GPUS) -> list[str]:
     sp = gpus["speedup_min_kernel"].dropna()
     if len(saved) and len(sp):
         ctx = gpus[gpus["eager_contexts"].fillna(1) > 1]
-        spread = (f" (eager GPU time {_range_text(ctx['eager_gpu_us_min'].min(), ctx['eager_gpu_us_max'].max(), '.2f')} "
-                  f"us over the CUDA contexts measured)" if len(ctx) else "")
+        spread = (_contexts_clause(ctx["eager_gpu_us_min"].min(), ctx["eager_gpu_us_max"].max(),
+                                   "the CUDA contexts measured") if len(ctx) else "")
         text += (f" Graphs save {_range_text(saved.min(), saved.max(), '.2f')} us of GPU time per kernel{spread}; "
                  f"{_range_text(sp.min(), sp.max(), '.1f')}x faster at {gpus['min_kernel_us'].min():g} us kernels.")
     levels = gpus["switch_levels"].dropna()

@@ -365,3 +365,107 @@ def test_a_context_that_cannot_be_made_is_skipped_and_the_run_goes_on() -> None:
     assert log[-1] == ("activate", "own")
     gt = analyze(session)["gpu_time"]
     assert gt["eager_contexts"].iloc[0] == 3 and len(session.e2e)  # own + 2 fresh; later steps still ran
+
+
+# -- `pcietrace graphs`: one kernel load, the GPU closed on every exit path --------------------------------
+@pytest.fixture
+def graphs_gpu(drv, monkeypatch) -> FakeDriver:
+    """open_device() on the FAKE driver, NVML and the counter readers stubbed (nothing here touches them)."""
+    from pcietrace import collectors
+    from pcietrace.collectors import nvml
+
+    try:
+        from pcietrace.device.graphs import _lib
+
+        _lib()
+    except Exception as exc:  # noqa: BLE001 - any reason the native library is not there
+        pytest.skip(f"native library not built: {exc}")
+    monkeypatch.setattr(nvml, "index_for_bus_id", lambda bus_id: 0)
+    monkeypatch.setattr(nvml, "gpu_info", lambda i: nvml.GpuInfo(i, "FAKE", "GPU-fake", "00000000:01:00.0",
+                                                                   5, 5, 16, 16, 0))
+    monkeypatch.setattr(nvml, "driver_version", lambda: "fake")
+    monkeypatch.setattr(collectors, "CounterSampler", lambda *a, **k: object())
+    monkeypatch.setattr(collectors, "BoundaryProbe", lambda *a, **k: object())
+    return drv
+
+
+def test_the_graphs_device_loads_the_kernel_once_and_closes_its_gpu(graphs_gpu) -> None:
+    from pcietrace.record.graphs import open_device
+
+    _, device, _, _, _ = open_device(False, 0)
+    n = graphs_gpu.names()
+    assert n.count("cuModuleLoadData") == 1  # the backend's spin kernel, not a second copy
+    assert device.func is device.backend.spin_function
+    device.close()
+    n = graphs_gpu.names()
+    assert n.count("cuModuleUnload") == 1 and n.count("cuDevicePrimaryCtxRelease") == 1
+    device.close()  # idempotent
+    assert graphs_gpu.names().count("cuDevicePrimaryCtxRelease") == 1
+
+
+def test_a_graphs_device_that_fails_to_open_releases_its_gpu(graphs_gpu, monkeypatch) -> None:
+    from pcietrace import collectors
+    from pcietrace.record.graphs import open_device
+
+    def no_nvml(*a: Any, **k: Any) -> Any:
+        raise KeyboardInterrupt  # (Ctrl-C while the boundary probe opens NVML)
+
+    monkeypatch.setattr(collectors, "BoundaryProbe", no_nvml)
+    with pytest.raises(KeyboardInterrupt):
+        open_device(False, 0)
+    n = graphs_gpu.names()
+    assert n.count("cuModuleLoadData") == n.count("cuModuleUnload") == 1
+    assert n.count("cuDevicePrimaryCtxRetain") == n.count("cuDevicePrimaryCtxRelease") == 1
+
+
+def test_open_gpus_releases_the_gpus_opened_before_a_failure(drv, monkeypatch) -> None:
+    from pcietrace.collectors import nvml
+    from pcietrace.device.backend import open_gpus
+    from pcietrace.errors import NvmlError
+
+    def no_nvml(bus_id: str) -> int:
+        raise NvmlError("NVML: not found")
+
+    monkeypatch.setattr(nvml, "index_for_bus_id", no_nvml)
+    with pytest.raises(NvmlError):
+        open_gpus([0])
+    n = drv.names()
+    assert n.count("cuDevicePrimaryCtxRetain") == n.count("cuDevicePrimaryCtxRelease") == 1
+
+
+class ClosedSim:
+    """SIMULATED: the graphs device `graphs --simulate` uses, counting close() calls; ``fail`` raises in its
+    first runner (Ctrl-C, as a user would)."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        from pcietrace.record.graphs import open_device
+
+        self.opened = open_device(True, 0)
+        self.dev, self.fail, self.closed = self.opened[1], fail, 0
+        self.simulated, self.timing, self.clock, self.idle = True, self.dev.timing, self.dev.clock, self.dev.idle
+
+    def runner(self, *a: Any) -> Any:
+        if self.fail is not None:
+            raise self.fail
+        return self.dev.runner(*a)
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+@pytest.mark.parametrize("case", ["complete", "ctrl-c", "taken -o"])
+def test_the_graphs_command_closes_its_device_on_every_exit_path(case, tmp_path, monkeypatch) -> None:
+    from pcietrace.cli import main
+    from pcietrace.record import graphs
+
+    dev = ClosedSim(KeyboardInterrupt() if case == "ctrl-c" else None)
+    gpu, _, sampler, probe, extra = dev.opened
+    monkeypatch.setattr(graphs, "open_device", lambda *a: (gpu, dev, sampler, probe, extra))
+    out = tmp_path / "g"
+    if case == "taken -o":
+        out.mkdir()
+        (out / "notes.txt").write_text("not a run")  # refused before measuring
+    rc = main(["graphs", "--simulate", "--kernels", "20", "--iterations", "2", "--rounds", "1", "-o", str(out),
+               "--format", "json"])
+    assert rc == {"complete": 0, "ctrl-c": 130, "taken -o": 2}[case]
+    assert dev.closed == 1

@@ -96,6 +96,7 @@ def test_real_device_class_and_record_loop_on_a_fake_driver(fake_cuda: Path) -> 
         assert c["eager"]["eager_launches"] == 8 * n and c["recapture"]["instantiations"] == 8
     assert out["executed"] == sum(n + 5 * 8 * n for n in (5, 9))  # + one warm-up iteration per size
     assert out["live_graphs"] == 0 and out["live_execs"] == 0
+    assert out["backend_closed"] == 1  # leaving `with device:` closed the backend it was given
 
 
 def test_failed_exec_update_reinstantiates(fake_cuda: Path) -> None:

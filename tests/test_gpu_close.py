@@ -469,3 +469,18 @@ def test_the_graphs_command_closes_its_device_on_every_exit_path(case, tmp_path,
                "--format", "json"])
     assert rc == {"complete": 0, "ctrl-c": 130, "taken -o": 2}[case]
     assert dev.closed == 1
+
+
+def test_a_worker_whose_counters_fail_to_open_releases_its_gpu(graphs_gpu, monkeypatch) -> None:
+    from pcietrace import collectors
+    from pcietrace.errors import NvmlError
+    from pcietrace.record.parallel import open_cuda
+
+    def no_counters(*a: Any, **k: Any) -> Any:
+        raise NvmlError("PCIe counters: not supported")
+
+    monkeypatch.setattr(collectors, "BoundaryProbe", no_counters)
+    with pytest.raises(NvmlError):
+        open_cuda(0)
+    n = graphs_gpu.names()
+    assert n.count("cuDevicePrimaryCtxRetain") == n.count("cuDevicePrimaryCtxRelease") == 1

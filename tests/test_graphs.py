@@ -22,6 +22,7 @@ from pcietrace.session import Session
 
 ROOT = Path(__file__).parent.parent
 NATIVE = Path(__file__).parent / "native"
+DATA = Path(__file__).parent / "data"
 
 
 # -- the native loops (pt_graphs.c) on a fake libcuda ---------------------------------------------------
@@ -287,3 +288,26 @@ def test_real_h100_graphs_run(data_dir) -> None:
         # re-instantiating every iteration uploads the graph again: more than half the eager bytes
         assert g.loc[(n, "recapture"), "h2d_bytes_per_iter"] > 0.5 * eager
         assert g.loc[(n, "recognize"), "speedup_lo"] > 1 > g.loc[(n, "recapture"), "speedup_hi"]
+
+
+def test_a_pipelined_run_leaves_the_break_even_unknown_not_never(capsys) -> None:
+    """Real pipelined H100 graphs run: an iteration's own time is unknown there (no synchronize per iteration),
+    so the saving per reuse and the break-even are unknown too; graphs were faster, so "never" would be wrong."""
+    path = ROOT / "reports" / "h100-graphs-pipelined-20261122"
+    s = Session.load(path)
+    assert s.meta["graphs_plan"]["sync"] is False
+    g = analyze(s)["graphs"]
+    graphed = g[g["strategy"] != "eager"]
+    assert graphed["build_us"].notna().all() and graphed["saving_us_per_reuse"].isna().all()
+    assert (graphed["speedup_lo"] > 1).any()  # graphs paid off in this run
+    assert graphed["break_even_reuses"].isna().all()
+    assert main(["report", str(path)]) == 0
+    assert "never" not in capsys.readouterr().out
+
+
+def test_a_synchronized_run_keeps_its_break_even() -> None:
+    """Real synchronized H100 graphs run: every strategy that instantiated has a finite break-even where an
+    iteration with its graph ready beat eager."""
+    g = analyze(Session.load(DATA / "graphs_h100"))["graphs"]
+    graphed = g[(g["strategy"] != "eager") & (g["saving_us_per_reuse"] > 0)]
+    assert len(graphed) and (graphed["break_even_reuses"] == graphed["build_us"] / graphed["saving_us_per_reuse"]).all()

@@ -8,12 +8,13 @@ the GPU's RX counter; ``d2h`` = device->host = TX.
 
 from __future__ import annotations
 
-import math
+import functools
 
 import numpy as np
 import pandas as pd
 
 from pcietrace.analysis.fit import linear_fit
+from pcietrace.analysis.spread import iqr_pct
 
 DIRECTIONS = {"h2d": "rx", "d2h": "tx"}
 BY_DURATION_COLUMNS = ["nvml_index", "kernel_us", "launches", "achieved_rate_hz", "h2d_bytes_per_launch",
@@ -202,9 +203,8 @@ def speedup(e2e: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _iqr_pct(v: pd.Series) -> float:
-    """Interquartile range in % of the median (NaN under 4 values: no spread to speak of)."""
-    return float((v.quantile(0.75) - v.quantile(0.25)) / v.median() * 100) if len(v) >= 4 else math.nan
+#: Bursts under which host_cost_by_language gives no spread (``iqr_pct`` NaN): too few to speak of one.
+MIN_SPREAD_BURSTS = 4
 
 
 def shortest_eager(bursts: pd.DataFrame) -> pd.DataFrame:
@@ -242,7 +242,8 @@ def host_cost_by_language(bursts: pd.DataFrame) -> pd.DataFrame:
                                                 dry_bursts=("dry", "sum"))
     count["saturated"] = count["dry_bursts"] / count["bursts"] <= MOSTLY_DRY  # as kept_bursts decides
     stats = kept_bursts(b, keys).groupby(keys, as_index=False).agg(
-        us_per_launch=("us", "median"), cpu_us_per_launch=("cpu", "median"), iqr_pct=("us", _iqr_pct))
+        us_per_launch=("us", "median"), cpu_us_per_launch=("cpu", "median"),
+        iqr_pct=("us", functools.partial(iqr_pct, min_values=MIN_SPREAD_BURSTS)))
     out = count.merge(stats, on=keys)
     native = out[out["path"] == "native"].set_index("nvml_index")["us_per_launch"]
     base = out["nvml_index"].map(native)

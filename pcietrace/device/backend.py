@@ -159,6 +159,7 @@ def describe_gpus(ordinals: list[int]) -> list[dict[str, Any]]:
 
 
 def driver_version() -> str:
+    """The NVIDIA driver's version string, as NVML reports it."""
     from pcietrace.collectors import nvml
 
     return nvml.driver_version()

@@ -136,6 +136,18 @@ def test_a_backend_that_fails_to_open_releases_its_gpu(drv) -> None:
     assert n.count("cuModuleLoadData") == n.count("cuModuleUnload") == 1 and n.count("cuCtxDestroy") == 1
 
 
+@pytest.mark.parametrize("failing", ["cuGraphInstantiate", "cuGraphUpload"])
+def test_a_graph_that_fails_to_instantiate_or_upload_is_still_released(drv, failing) -> None:
+    g = cuda.Gpu(0)
+    drv.fail[failing] = 999
+    with pytest.raises(CudaError):
+        g.capture_graph(lambda: (0,), 2)
+    g.close()
+    n = drv.names()
+    assert n.count("cuGraphDestroy") == 1  # the captured graph
+    assert n.count("cuGraphExecDestroy") == (1 if failing == "cuGraphUpload" else 0)  # and its executable, if made
+
+
 def test_memory_is_freed_once_and_only_by_its_owner(drv) -> None:
     g, other = cuda.Gpu(0), cuda.Gpu(0)
     mine, theirs = g.alloc_device(64), other.alloc_device(64)

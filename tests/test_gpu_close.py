@@ -496,3 +496,25 @@ def test_a_worker_whose_counters_fail_to_open_releases_its_gpu(graphs_gpu, monke
         open_cuda(0)
     n = graphs_gpu.names()
     assert n.count("cuDevicePrimaryCtxRetain") == n.count("cuDevicePrimaryCtxRelease") == 1
+
+
+def test_torch_gets_its_stream_back_when_setting_up_its_loops_fails(monkeypatch) -> None:
+    """A FAKE torch (no GPU here): its first fill_ is interrupted (Ctrl-C) after torch's current stream was
+    set to the backend's; torch must get its own stream back, as the loops' restore() would have given it."""
+    from pcietrace.device.torch_launch import torch_loops
+
+    current: list[Any] = ["torch's own stream"]
+
+    class Tensor:
+        def fill_(self, value: float) -> None:
+            raise KeyboardInterrupt
+
+    fake_cuda = types.SimpleNamespace(
+        is_available=lambda: True, device_count=lambda: 1, set_device=lambda dev: None,
+        current_stream=lambda dev=None: current[0], set_stream=lambda s: current.__setitem__(0, s),
+        ExternalStream=lambda handle, device=None: f"ExternalStream({handle})")
+    fake = types.SimpleNamespace(cuda=fake_cuda, device=lambda kind, i: (kind, i), zeros=lambda n, device=None: Tensor())
+    monkeypatch.setitem(__import__("sys").modules, "torch", fake)
+    with pytest.raises(KeyboardInterrupt):
+        torch_loops(None, 0, 1234)  # type: ignore[arg-type]
+    assert current == ["torch's own stream"]

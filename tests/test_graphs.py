@@ -258,6 +258,24 @@ def test_graphs_on_a_real_gpu(tmp_path) -> None:
 
 
 @pytest.mark.gpu
+def test_graphs_on_a_real_gpu_loads_the_kernel_once_and_closes_its_gpu(tmp_path, monkeypatch) -> None:
+    from pcietrace.device import cuda
+
+    gpus, compiled = [], []
+    real_compile = cuda.Gpu.compile
+
+    def watched(self, source: str, name: str):  # noqa: ANN202
+        gpus.append(self)
+        compiled.append(name)
+        return real_compile(self, source, name)
+
+    monkeypatch.setattr(cuda.Gpu, "compile", watched)
+    assert main(["graphs", "--kernels", "20", "--iterations", "2", "--rounds", "1", "--no-save"]) == 0
+    assert compiled == ["pt_spin"]  # the backend's; the graphs device launches that one
+    assert all(g.context is None for g in gpus)  # closed: module, stream and context released
+
+
+@pytest.mark.gpu
 def test_graphs_orders_on_a_real_gpu(tmp_path) -> None:
     out = tmp_path / "g"
     assert main(["graphs", "--kernels", "30", "--iterations", "6", "--rounds", "1", "--order", "all-new",

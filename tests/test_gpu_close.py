@@ -518,3 +518,33 @@ def test_torch_gets_its_stream_back_when_setting_up_its_loops_fails(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         torch_loops(None, 0, 1234)  # type: ignore[arg-type]
     assert current == ["torch's own stream"]
+
+
+def test_runners_made_before_one_that_fails_are_closed() -> None:
+    """SIMULATED graphs device whose third strategy's runner cannot be made (as a failed capture would): the two
+    made before it are closed, as every runner is on the way out."""
+    from pcietrace.record import graphs
+
+    gpu, dev, sampler, probe, _ = graphs.open_device(True, 0)
+    made: list[Any] = []
+    real_runner = dev.runner
+
+    def runner(strategy: str, durations: Any, sync: bool) -> Any:
+        if len(made) == 3:  # (the warm-up's eager runner, then two strategies)
+            raise CudaError("cuGraphInstantiate", 999, "FAKE")
+        r = real_runner(strategy, durations, sync)
+        r.closed = 0
+        close = r.close
+
+        def counted() -> None:
+            r.closed += 1
+            close()
+        r.close = counted
+        made.append(r)
+        return r
+
+    dev.runner = runner
+    session = Session(meta={"gpus": [gpu]})
+    with pytest.raises(CudaError):
+        graphs.record(session, graphs.GraphsPlan(kernels=(20,), iterations=2, rounds=1), dev, 0, sampler, probe)
+    assert [r.closed for r in made] == [1, 1, 1] and session.meta["status"].startswith("failed")

@@ -129,8 +129,10 @@ def record(session: Session, plan: GraphsPlan, device: GraphsDevice, nvml_index:
                 runners.remove(warm)
                 warm.close()
                 idle(n)
-                current = {s: device.runner(s, sets, plan.sync) for s in plan.strategies}
-                runners.extend(current.values())
+                current = {}
+                for s in plan.strategies:  # each one closed below if a later one fails to be made
+                    current[s] = device.runner(s, sets, plan.sync)
+                    runners.append(current[s])
                 for r in range(plan.rounds):
                     sl = slice(r * plan.iterations, (r + 1) * plan.iterations)
                     for s in plan.strategies:

@@ -152,7 +152,7 @@ def gpu_time(bursts: pd.DataFrame, calibration: pd.DataFrame, contexts: pd.DataF
                         values=["us_per_kernel", "saturated"], aggfunc={"us_per_kernel": "median", "saturated": "all"})
     # both modes, measured or not (a run stopped between a duration's eager and graph bursts has one)
     piv = piv.reindex(columns=pd.MultiIndex.from_product([["us_per_kernel", "saturated"], MODES]))
-    sat = piv["saturated"].eq(True)  # a mode not measured (NaN): no figure, never a saturated one
+    sat = piv["saturated"].ne(False)  # a mode not measured (NaN): no figure of its own, no upper-bound mark on the other
     out = pd.DataFrame({
         "eager_gpu_us": piv[("us_per_kernel", "eager")],
         "graph_gpu_us": piv[("us_per_kernel", "graph")],

@@ -1,6 +1,7 @@
-"""Small statistics the bench/ scripts share (numpy only): medians with bootstrap intervals, spreads in %.
+"""Small statistics the bench/ scripts share: medians with bootstrap intervals, spreads in %.
 
-Kept out of the package: only the benchmarks use it.
+Kept out of the package (only the benchmarks use them), except the interquartile spread, which is the
+package's own (:func:`pcietrace.analysis.spread.iqr_pct`: the same figure the reports print).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+from pcietrace.analysis.spread import iqr_pct  # noqa: F401 - the package's (bench scripts import it from here)
 
 
 def pct_diff(x: float, ref: float) -> float:
@@ -29,13 +31,6 @@ def median_ci(values: Sequence[float], level: float = 0.95, draws: int = 10_000,
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(boot, [tail, 100 - tail])
     return float(np.median(v)), float(lo), float(hi)
-
-
-def iqr_pct(values: Sequence[float]) -> float:
-    """Interquartile range over the median, in %: the round-to-round spread of one side."""
-    v = np.asarray(values, dtype=float)
-    q1, med, q3 = np.percentile(v, [25, 50, 75])
-    return float((q3 - q1) / med * 100) if med else float("nan")
 
 
 def range_pct(values: Sequence[float]) -> float:

@@ -73,10 +73,12 @@ def _str(value: Any) -> str:
 
 
 def device_count() -> int:
+    """GPUs NVML sees (all of the machine's: NVML ignores CUDA_VISIBLE_DEVICES)."""
     return int(query("nvmlDeviceGetCount"))
 
 
 def handle(index: int) -> Any:
+    """NVML's device handle of NVML index ``index``."""
     return query("nvmlDeviceGetHandleByIndex", index)
 
 
@@ -87,6 +89,7 @@ def index_for_bus_id(bus_id: str) -> int:
 
 
 def driver_version() -> str:
+    """The NVIDIA driver's version string (e.g. "580.159.04")."""
     return _str(query("nvmlSystemGetDriverVersion"))
 
 
@@ -106,6 +109,8 @@ class GpuInfo:
 
 
 def gpu_info(index: int) -> GpuInfo:
+    """Static facts about GPU ``index`` (NVML index); link generation, width and NUMA node None where NVML
+    does not say."""
     h = handle(index)
     pci = query("nvmlDeviceGetPciInfo", h)
     return GpuInfo(

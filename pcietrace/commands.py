@@ -403,12 +403,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_graphs(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from pcietrace.analysis import analyze, to_jsonable
-    from pcietrace.record import graphs, guard
-    from pcietrace.record.run import RunPlan, base_meta
-    from pcietrace.session import Session
+    from pcietrace.record import graphs
 
     plan = graphs.GraphsPlan(kernels=args.kernels, param_sets=args.param_sets, order=args.order,
                              strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()),
@@ -418,6 +413,22 @@ def cmd_graphs(args: argparse.Namespace) -> int:
         gpu, device, sampler, probe, extra = graphs.open_device(args.simulate, args.gpu, args.seed, args.sample_interval_ms)
     except NoGpuError as exc:
         raise NoGpuError(f"{exc}; `pcietrace graphs --simulate` runs on a simulated device") from None
+    try:
+        return _record_graphs(args, plan, gpu, device, sampler, probe, extra)
+    finally:  # every exit path (a taken -o, Ctrl-C, a failed run) releases the GPU
+        with contextlib.suppress(Exception):  # saved by now: a failed release keeps the run
+            device.close()
+
+
+def _record_graphs(args: argparse.Namespace, plan: Any, gpu: dict[str, Any], device: Any, sampler: Any, probe: Any,
+                   extra: dict[str, Any]) -> int:
+    from rich.console import Console
+
+    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.record import graphs, guard
+    from pcietrace.record.run import RunPlan, base_meta
+    from pcietrace.session import Session
+
     session = Session(meta={**base_meta(RunPlan(), args.simulate), **graphs.meta_for(plan, device), **extra, "gpus": [gpu]})
     session.meta.pop("plan")  # that is `run`'s plan; this run's is graphs_plan
     folder = _run_folder(args, session.meta, [args.gpu], "-graphs")

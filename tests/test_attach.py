@@ -399,3 +399,26 @@ def test_a_forked_childs_events_carry_its_own_thread_id(tmp_path) -> None:
     assert (ev["tid"] == ev["pid"]).all(), ev[["pid", "tid", "event", "message"]]
     ranges = attribution.ranges_from_events(ev).set_index("name")
     assert ranges.loc["child", "tid"] == ranges.loc["child", "pid"] != ranges.loc["parent", "pid"]
+
+
+def test_a_line_cut_short_by_a_killed_process_is_dropped_whole(tmp_path) -> None:
+    # lines from the real injection library (nvtx drives it); the last one cut part-way and zeros after it, as a
+    # process killed while copying a line into its trace leaves it (CONSTRUCTED cut)
+    import os
+    import subprocess
+    import sys
+
+    from pcietrace.record.attach import injection_library
+
+    pytest.importorskip("nvtx")
+    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
+    prog = "import nvtx\nfor i in range(5):\n    nvtx.push_range(f'step{i}')\n    nvtx.pop_range()\n"
+    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
+    f = next(tmp_path.glob("trace-*.tsv"))
+    raw = f.read_bytes()
+    lines = raw.split(b"\0", 1)[0].splitlines(keepends=True)
+    whole = read_traces(tmp_path)
+    for cut in (5, len(lines[-1]) // 2, len(lines[-1]) - 1):  # inside the time, mid-line, before the newline
+        f.write_bytes(b"".join(lines[:-1]) + lines[-1][:cut] + b"\0" * 4096)
+        ev = read_traces(tmp_path)
+        pd.testing.assert_frame_equal(ev, whole.iloc[:-1])

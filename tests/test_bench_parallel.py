@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +23,9 @@ def test_pairs_are_made_round_by_round_where_a_run_lacks_a_figure() -> None:
 
 def test_from_json_reprints_a_saved_comparison() -> None:
     saved = ROOT / "reports" / "h200x4-parallel-vs-alone-20261122" / "turns.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the checkout's pcietrace, as this process imports it
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "parallel_vs_alone.py"), "--from-json", str(saved)],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, env=env).stdout
     verdicts = {line.split()[0]: line.split()[-1] for line in out.splitlines() if line.split()[:1] and line.split()[-1]
                 in ("same", "noise", "DIFFERS")}
     assert verdicts["eager_h2d_bytes"] == "same"  # -0.02 % [-0.07, +0.00]

@@ -344,3 +344,23 @@ def test_a_table_with_unexpected_columns_still_prints(loaded) -> None:
            "host_cost_by_language": pd.DataFrame({"nvml_index": [0], "language": ["C"], "us_per_launch": [2.5]})}
     out = _render(console.parts(s.meta, odd), 80)
     assert "by duration" in out and "host cost by language" in out and "2.500" in out
+
+
+def test_prometheus_labels_a_range_with_its_own_gpus() -> None:
+    """Real 8x H200 torchrun attach: one rank's ranges (its instances, summarized alone) are charged to its own
+    GPU only, and the exported ``gpu`` label says that GPU, not every sampled one."""
+    pytest.importorskip("prometheus_client")
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    from pcietrace.analysis import attribution
+    from pcietrace.report import prometheus
+
+    s = Session.load(ROOT / "tests/data/attach_h200x8_torchrun")
+    res = analyze(s)
+    inst = res["range_instances"]
+    rank = inst[inst["pid"] == inst["pid"].max()]
+    one = {",".join(map(str, g)) for g in rank["gpus"]}
+    assert len(one) == 1 and one != {",".join(str(g["nvml_index"]) for g in s.meta["gpus"])}
+    res = {**res, "ranges": attribution.summarize(rank, s.meta.get("launch_costs"), 0)}
+    fams = {f.name: f for f in text_string_to_metric_families(prometheus.render(s.meta, res, {}))}
+    assert {x.labels["gpu"] for x in fams["pcietrace_range_duration_seconds"].samples} == one

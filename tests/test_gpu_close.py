@@ -136,6 +136,18 @@ def test_a_backend_that_fails_to_open_releases_its_gpu(drv) -> None:
     assert n.count("cuModuleLoadData") == n.count("cuModuleUnload") == 1 and n.count("cuCtxDestroy") == 1
 
 
+@pytest.mark.parametrize("failing", ["cuGraphInstantiate", "cuGraphUpload"])
+def test_a_graph_that_fails_to_instantiate_or_upload_is_still_released(drv, failing) -> None:
+    g = cuda.Gpu(0)
+    drv.fail[failing] = 999
+    with pytest.raises(CudaError):
+        g.capture_graph(lambda: (0,), 2)
+    g.close()
+    n = drv.names()
+    assert n.count("cuGraphDestroy") == 1  # the captured graph
+    assert n.count("cuGraphExecDestroy") == (1 if failing == "cuGraphUpload" else 0)  # and its executable, if made
+
+
 def test_memory_is_freed_once_and_only_by_its_owner(drv) -> None:
     g, other = cuda.Gpu(0), cuda.Gpu(0)
     mine, theirs = g.alloc_device(64), other.alloc_device(64)
@@ -365,3 +377,174 @@ def test_a_context_that_cannot_be_made_is_skipped_and_the_run_goes_on() -> None:
     assert log[-1] == ("activate", "own")
     gt = analyze(session)["gpu_time"]
     assert gt["eager_contexts"].iloc[0] == 3 and len(session.e2e)  # own + 2 fresh; later steps still ran
+
+
+# -- `pcietrace graphs`: one kernel load, the GPU closed on every exit path --------------------------------
+@pytest.fixture
+def graphs_gpu(drv, monkeypatch) -> FakeDriver:
+    """open_device() on the FAKE driver, NVML and the counter readers stubbed (nothing here touches them)."""
+    from pcietrace import collectors
+    from pcietrace.collectors import nvml
+
+    try:
+        from pcietrace.device.graphs import _lib
+
+        _lib()
+    except Exception as exc:  # noqa: BLE001 - any reason the native library is not there
+        pytest.skip(f"native library not built: {exc}")
+    monkeypatch.setattr(nvml, "index_for_bus_id", lambda bus_id: 0)
+    monkeypatch.setattr(nvml, "gpu_info", lambda i: nvml.GpuInfo(i, "FAKE", "GPU-fake", "00000000:01:00.0",
+                                                                   5, 5, 16, 16, 0))
+    monkeypatch.setattr(nvml, "driver_version", lambda: "fake")
+    monkeypatch.setattr(collectors, "CounterSampler", lambda *a, **k: object())
+    monkeypatch.setattr(collectors, "BoundaryProbe", lambda *a, **k: object())
+    return drv
+
+
+def test_the_graphs_device_loads_the_kernel_once_and_closes_its_gpu(graphs_gpu) -> None:
+    from pcietrace.record.graphs import open_device
+
+    _, device, _, _, _ = open_device(False, 0)
+    n = graphs_gpu.names()
+    assert n.count("cuModuleLoadData") == 1  # the backend's spin kernel, not a second copy
+    assert device.func is device.backend.spin_function
+    device.close()
+    n = graphs_gpu.names()
+    assert n.count("cuModuleUnload") == 1 and n.count("cuDevicePrimaryCtxRelease") == 1
+    device.close()  # idempotent
+    assert graphs_gpu.names().count("cuDevicePrimaryCtxRelease") == 1
+
+
+def test_a_graphs_device_that_fails_to_open_releases_its_gpu(graphs_gpu, monkeypatch) -> None:
+    from pcietrace import collectors
+    from pcietrace.record.graphs import open_device
+
+    def no_nvml(*a: Any, **k: Any) -> Any:
+        raise KeyboardInterrupt  # (Ctrl-C while the boundary probe opens NVML)
+
+    monkeypatch.setattr(collectors, "BoundaryProbe", no_nvml)
+    with pytest.raises(KeyboardInterrupt):
+        open_device(False, 0)
+    n = graphs_gpu.names()
+    assert n.count("cuModuleLoadData") == n.count("cuModuleUnload") == 1
+    assert n.count("cuDevicePrimaryCtxRetain") == n.count("cuDevicePrimaryCtxRelease") == 1
+
+
+def test_open_gpus_releases_the_gpus_opened_before_a_failure(drv, monkeypatch) -> None:
+    from pcietrace.collectors import nvml
+    from pcietrace.device.backend import open_gpus
+    from pcietrace.errors import NvmlError
+
+    def no_nvml(bus_id: str) -> int:
+        raise NvmlError("NVML: not found")
+
+    monkeypatch.setattr(nvml, "index_for_bus_id", no_nvml)
+    with pytest.raises(NvmlError):
+        open_gpus([0])
+    n = drv.names()
+    assert n.count("cuDevicePrimaryCtxRetain") == n.count("cuDevicePrimaryCtxRelease") == 1
+
+
+class ClosedSim:
+    """SIMULATED: the graphs device `graphs --simulate` uses, counting close() calls; ``fail`` raises in its
+    first runner (Ctrl-C, as a user would)."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        from pcietrace.record.graphs import open_device
+
+        self.opened = open_device(True, 0)
+        self.dev, self.fail, self.closed = self.opened[1], fail, 0
+        self.simulated, self.timing, self.clock, self.idle = True, self.dev.timing, self.dev.clock, self.dev.idle
+
+    def runner(self, *a: Any) -> Any:
+        if self.fail is not None:
+            raise self.fail
+        return self.dev.runner(*a)
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+@pytest.mark.parametrize("case", ["complete", "ctrl-c", "taken -o"])
+def test_the_graphs_command_closes_its_device_on_every_exit_path(case, tmp_path, monkeypatch) -> None:
+    from pcietrace.cli import main
+    from pcietrace.record import graphs
+
+    dev = ClosedSim(KeyboardInterrupt() if case == "ctrl-c" else None)
+    gpu, _, sampler, probe, extra = dev.opened
+    monkeypatch.setattr(graphs, "open_device", lambda *a: (gpu, dev, sampler, probe, extra))
+    out = tmp_path / "g"
+    if case == "taken -o":
+        out.mkdir()
+        (out / "notes.txt").write_text("not a run")  # refused before measuring
+    rc = main(["graphs", "--simulate", "--kernels", "20", "--iterations", "2", "--rounds", "1", "-o", str(out),
+               "--format", "json"])
+    assert rc == {"complete": 0, "ctrl-c": 130, "taken -o": 2}[case]
+    assert dev.closed == 1
+
+
+def test_a_worker_whose_counters_fail_to_open_releases_its_gpu(graphs_gpu, monkeypatch) -> None:
+    from pcietrace import collectors
+    from pcietrace.errors import NvmlError
+    from pcietrace.record.parallel import open_cuda
+
+    def no_counters(*a: Any, **k: Any) -> Any:
+        raise NvmlError("PCIe counters: not supported")
+
+    monkeypatch.setattr(collectors, "BoundaryProbe", no_counters)
+    with pytest.raises(NvmlError):
+        open_cuda(0)
+    n = graphs_gpu.names()
+    assert n.count("cuDevicePrimaryCtxRetain") == n.count("cuDevicePrimaryCtxRelease") == 1
+
+
+def test_torch_gets_its_stream_back_when_setting_up_its_loops_fails(monkeypatch) -> None:
+    """A FAKE torch (no GPU here): its first fill_ is interrupted (Ctrl-C) after torch's current stream was
+    set to the backend's; torch must get its own stream back, as the loops' restore() would have given it."""
+    from pcietrace.device.torch_launch import torch_loops
+
+    current: list[Any] = ["torch's own stream"]
+
+    class Tensor:
+        def fill_(self, value: float) -> None:
+            raise KeyboardInterrupt
+
+    fake_cuda = types.SimpleNamespace(
+        is_available=lambda: True, device_count=lambda: 1, set_device=lambda dev: None,
+        current_stream=lambda dev=None: current[0], set_stream=lambda s: current.__setitem__(0, s),
+        ExternalStream=lambda handle, device=None: f"ExternalStream({handle})")
+    fake = types.SimpleNamespace(cuda=fake_cuda, device=lambda kind, i: (kind, i), zeros=lambda n, device=None: Tensor())
+    monkeypatch.setitem(__import__("sys").modules, "torch", fake)
+    with pytest.raises(KeyboardInterrupt):
+        torch_loops(None, 0, 1234)  # type: ignore[arg-type]
+    assert current == ["torch's own stream"]
+
+
+def test_runners_made_before_one_that_fails_are_closed() -> None:
+    """SIMULATED graphs device whose third strategy's runner cannot be made (as a failed capture would): the two
+    made before it are closed, as every runner is on the way out."""
+    from pcietrace.record import graphs
+
+    gpu, dev, sampler, probe, _ = graphs.open_device(True, 0)
+    made: list[Any] = []
+    real_runner = dev.runner
+
+    def runner(strategy: str, durations: Any, sync: bool) -> Any:
+        if len(made) == 3:  # (the warm-up's eager runner, then two strategies)
+            raise CudaError("cuGraphInstantiate", 999, "FAKE")
+        r = real_runner(strategy, durations, sync)
+        r.closed = 0
+        close = r.close
+
+        def counted() -> None:
+            r.closed += 1
+            close()
+        r.close = counted
+        made.append(r)
+        return r
+
+    dev.runner = runner
+    session = Session(meta={"gpus": [gpu]})
+    with pytest.raises(CudaError):
+        graphs.record(session, graphs.GraphsPlan(kernels=(20,), iterations=2, rounds=1), dev, 0, sampler, probe)
+    assert [r.closed for r in made] == [1, 1, 1] and session.meta["status"].startswith("failed")

@@ -22,6 +22,7 @@ from pcietrace.session import Session
 
 ROOT = Path(__file__).parent.parent
 NATIVE = Path(__file__).parent / "native"
+DATA = Path(__file__).parent / "data"
 
 
 # -- the native loops (pt_graphs.c) on a fake libcuda ---------------------------------------------------
@@ -96,6 +97,7 @@ def test_real_device_class_and_record_loop_on_a_fake_driver(fake_cuda: Path) -> 
         assert c["eager"]["eager_launches"] == 8 * n and c["recapture"]["instantiations"] == 8
     assert out["executed"] == sum(n + 5 * 8 * n for n in (5, 9))  # + one warm-up iteration per size
     assert out["live_graphs"] == 0 and out["live_execs"] == 0
+    assert out["backend_closed"] == 1  # leaving `with device:` closed the backend it was given
 
 
 def test_failed_exec_update_reinstantiates(fake_cuda: Path) -> None:
@@ -256,6 +258,24 @@ def test_graphs_on_a_real_gpu(tmp_path) -> None:
 
 
 @pytest.mark.gpu
+def test_graphs_on_a_real_gpu_loads_the_kernel_once_and_closes_its_gpu(tmp_path, monkeypatch) -> None:
+    from pcietrace.device import cuda
+
+    gpus, compiled = [], []
+    real_compile = cuda.Gpu.compile
+
+    def watched(self, source: str, name: str):  # noqa: ANN202
+        gpus.append(self)
+        compiled.append(name)
+        return real_compile(self, source, name)
+
+    monkeypatch.setattr(cuda.Gpu, "compile", watched)
+    assert main(["graphs", "--kernels", "20", "--iterations", "2", "--rounds", "1", "--no-save"]) == 0
+    assert compiled == ["pt_spin"]  # the backend's; the graphs device launches that one
+    assert all(g.context is None for g in gpus)  # closed: module, stream and context released
+
+
+@pytest.mark.gpu
 def test_graphs_orders_on_a_real_gpu(tmp_path) -> None:
     out = tmp_path / "g"
     assert main(["graphs", "--kernels", "30", "--iterations", "6", "--rounds", "1", "--order", "all-new",
@@ -286,3 +306,26 @@ def test_real_h100_graphs_run(data_dir) -> None:
         # re-instantiating every iteration uploads the graph again: more than half the eager bytes
         assert g.loc[(n, "recapture"), "h2d_bytes_per_iter"] > 0.5 * eager
         assert g.loc[(n, "recognize"), "speedup_lo"] > 1 > g.loc[(n, "recapture"), "speedup_hi"]
+
+
+def test_a_pipelined_run_leaves_the_break_even_unknown_not_never(capsys) -> None:
+    """Real pipelined H100 graphs run: an iteration's own time is unknown there (no synchronize per iteration),
+    so the saving per reuse and the break-even are unknown too; graphs were faster, so "never" would be wrong."""
+    path = ROOT / "reports" / "h100-graphs-pipelined-20261122"
+    s = Session.load(path)
+    assert s.meta["graphs_plan"]["sync"] is False
+    g = analyze(s)["graphs"]
+    graphed = g[g["strategy"] != "eager"]
+    assert graphed["build_us"].notna().all() and graphed["saving_us_per_reuse"].isna().all()
+    assert (graphed["speedup_lo"] > 1).any()  # graphs paid off in this run
+    assert graphed["break_even_reuses"].isna().all()
+    assert main(["report", str(path)]) == 0
+    assert "never" not in capsys.readouterr().out
+
+
+def test_a_synchronized_run_keeps_its_break_even() -> None:
+    """Real synchronized H100 graphs run: every strategy that instantiated has a finite break-even where an
+    iteration with its graph ready beat eager."""
+    g = analyze(Session.load(DATA / "graphs_h100"))["graphs"]
+    graphed = g[(g["strategy"] != "eager") & (g["saving_us_per_reuse"] > 0)]
+    assert len(graphed) and (graphed["break_even_reuses"] == graphed["build_us"] / graphed["saving_us_per_reuse"]).all()

@@ -96,3 +96,33 @@ def test_compare_command(data_dir, capsys, monkeypatch) -> None:
     out = capsys.readouterr().out
     assert "Comparison" in out and "H200" in out and "host read round trip" in out
     assert main(["compare", str(data_dir / "h200x2_run")]) == 2
+
+
+def test_one_iqr_spread_for_the_tables_and_bench(data_dir) -> None:
+    """The interquartile spread in % is spelled once: the latency table's ``spread_pct``, the host cost by
+    language's ``iqr_pct`` and bench/'s ``iqr_pct`` are :func:`pcietrace.analysis.spread.iqr_pct`, the same
+    figure as before over the real H100 run's raw values (pandas' linear quartiles)."""
+    import sys
+    from pathlib import Path
+
+    from pcietrace.analysis import launch
+    from pcietrace.analysis.spread import iqr_pct
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+    try:
+        import _stats
+    finally:
+        sys.path.pop(0)
+    assert _stats.iqr_pct is iqr_pct
+    s = Session.load(data_dir / "h100_run_latency")
+    res = analyze(s)
+    for r in res["latency"].itertuples():
+        v = s.latency[(s.latency["nvml_index"] == r.nvml_index) & (s.latency["test"] == r.test)
+                      & (s.latency["peer"] == r.peer)]["value_us"]
+        assert r.spread_pct == pytest.approx((v.quantile(0.75) - v.quantile(0.25)) / v.median() * 100)
+    b = launch.shortest_eager(s.bursts if "path" in s.bursts else s.bursts.assign(path="python"))
+    b = launch.kept_bursts(b.assign(us=b["host_ns"] / b["calls"] / 1e3), ["nvml_index", "path"])
+    for r in res["host_cost_by_language"].itertuples():
+        v = b[(b["nvml_index"] == r.nvml_index) & (b["path"] == r.path)]["us"]
+        want = (v.quantile(0.75) - v.quantile(0.25)) / v.median() * 100 if len(v) >= launch.MIN_SPREAD_BURSTS else np.nan
+        assert r.iqr_pct == pytest.approx(want, nan_ok=True)

@@ -26,11 +26,18 @@ def could_hide_wrap(gap_ns: Any, bits: int = 32) -> Any:
 COUNTER_UPDATE_NS = 200_000
 
 
-def unwrap(raw: np.ndarray, bits: int = 32) -> np.ndarray:
+def unwrap(raw: np.ndarray, bits: int = 32, t_ns: np.ndarray | None = None) -> np.ndarray:
     """Cumulative bytes since the first sample from raw counter values that wrap at ``2**bits``.
 
     Each step is taken modulo ``2**bits``, so one wrap between consecutive samples is undone; two wraps
     between samples (more than 4.29 GB unseen for 32 bits) cannot be, and :func:`sample_gaps` flags them.
+
+    ``t_ns`` (the samples' times): reads from different processes (background sampler, boundary probe, edge
+    reads) are merged by the midpoints of reads that take up to milliseconds, so two overlapping reads can
+    land in the other order than the counter values they saw: the counter seems to step back a few KB, which
+    modulo ``2**bits`` reads as a ~4.29 GB step (real 8x H200 run: GPU4's floor came out 3.5 GB/s). A step of
+    more than half the counter's range over a gap too short for a saturated link to move it is taken as the
+    step back it is (negative): the cumulative values are then the counter values each read saw.
     """
     raw = np.asarray(raw, dtype=np.uint64)
     if raw.size == 0:
@@ -38,7 +45,12 @@ def unwrap(raw: np.ndarray, bits: int = 32) -> np.ndarray:
     steps = np.diff(raw)  # uint64 arithmetic wraps modulo 2**64 ...
     if bits < 64:
         steps &= np.uint64((1 << bits) - 1)  # ... and the mask makes it modulo 2**bits
-    return np.concatenate([[0], np.cumsum(steps.astype(np.int64))])
+    signed = steps.astype(np.int64)  # (64 bits: a step back is negative already)
+    if t_ns is not None and bits < 64:
+        movable = np.diff(np.asarray(t_ns, dtype=np.int64)) / 1e9 * MAX_LINK_BPS  # the most a gap can move (B)
+        back = (steps >= np.uint64(1 << (bits - 1))) & (steps.astype(np.float64) > movable)
+        signed[back] -= 1 << bits
+    return np.concatenate([[0], np.cumsum(signed)])
 
 
 def integrate_rate(t_ns: np.ndarray, kb_per_s: np.ndarray) -> np.ndarray:
@@ -58,7 +70,7 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
         c = counters.get(int(idx), {"mode": "fields", "bits": 32})
         t = g["t_ns"].to_numpy(np.int64)
         if c["mode"] == "fields":
-            tx, rx = unwrap(g["tx_raw"].to_numpy(), c["bits"]), unwrap(g["rx_raw"].to_numpy(), c["bits"])
+            tx, rx = unwrap(g["tx_raw"].to_numpy(), c["bits"], t), unwrap(g["rx_raw"].to_numpy(), c["bits"], t)
         else:
             tx, rx = integrate_rate(t, g["tx_raw"].to_numpy()), integrate_rate(t, g["rx_raw"].to_numpy())
         parts.append(pd.DataFrame({"nvml_index": int(idx), "t_ns": t, "tx_bytes": tx, "rx_bytes": rx}))

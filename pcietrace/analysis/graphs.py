@@ -112,8 +112,9 @@ def summary(iters: pd.DataFrame, wb: pd.DataFrame, per_window: bool = False, see
             row["launch_us"] = float((g["wall_ns"] - g["prep_ns"]).median()) / 1e3 if own else math.nan
             row["saving_us_per_reuse"] = eager_median - row["launch_us"]
             saving = row["saving_us_per_reuse"]
+            # unknown (NaN) where either side is (pipelined: no iteration's own time), never "no saving" (inf)
             row["break_even_reuses"] = (row["build_us"] / saving if saving > 0 else math.inf) \
-                if not math.isnan(row["build_us"]) else math.nan
+                if not (math.isnan(row["build_us"]) or math.isnan(saving)) else math.nan
             rows.append(row)
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 

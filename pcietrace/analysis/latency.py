@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from pcietrace.analysis.spread import iqr_pct
+
 #: Round-trip time a PCIe switch level adds (us); ~0.3 us reported on real GPU servers, and switch
 #: silicon is ~0.1-0.12 us one way per level (see README "Sources").
 DEFAULT_US_PER_LEVEL = 0.3
@@ -21,10 +23,10 @@ def summary(latency: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
         boot = np.median(rng.choice(v, size=(1000, v.size), replace=True), axis=1)
         lo, hi = np.percentile(boot, [2.5, 97.5])
         med = float(np.median(v))
-        p10, p25, p75, p90 = np.percentile(v, [10, 25, 75, 90])
+        p10, p90 = np.percentile(v, [10, 90])
         rows.append({"nvml_index": int(idx), "test": test, "peer": int(peer), "median_us": med,
                      "p10_us": float(p10), "p90_us": float(p90), "ci95_us": float(hi - lo) / 2,
-                     "spread_pct": float(p75 - p25) / med * 100 if med else np.nan, "n": int(v.size)})
+                     "spread_pct": iqr_pct(v), "n": int(v.size)})
     return pd.DataFrame(rows)
 
 

@@ -8,14 +8,17 @@ the GPU's RX counter; ``d2h`` = device->host = TX.
 
 from __future__ import annotations
 
-import math
+import functools
 
 import numpy as np
 import pandas as pd
 
 from pcietrace.analysis.fit import linear_fit
+from pcietrace.analysis.spread import iqr_pct
 
 DIRECTIONS = {"h2d": "rx", "d2h": "tx"}
+#: Launch modes of bursts and end-to-end loops, as the tables pair them.
+MODES = ("eager", "graph")
 BY_DURATION_COLUMNS = ["nvml_index", "kernel_us", "launches", "achieved_rate_hz", "h2d_bytes_per_launch",
                        "d2h_bytes_per_launch"]
 PER_LAUNCH_COLUMNS = ["nvml_index", "mode", "graph_k", "direction", "bytes_per_call", "ci95", "bytes_per_kernel",
@@ -147,10 +150,13 @@ def gpu_time(bursts: pd.DataFrame, calibration: pd.DataFrame, contexts: pd.DataF
     b = b.assign(us_per_kernel=b["gpu_ns"] / b["launches"] / 1e3)
     piv = b.pivot_table(index=["nvml_index", "kernel_us"], columns="mode",
                         values=["us_per_kernel", "saturated"], aggfunc={"us_per_kernel": "median", "saturated": "all"})
+    # both modes, measured or not (a run stopped between a duration's eager and graph bursts has one)
+    piv = piv.reindex(columns=pd.MultiIndex.from_product([["us_per_kernel", "saturated"], MODES]))
+    sat = piv["saturated"].ne(False)  # a mode not measured (NaN): no figure of its own, no upper-bound mark on the other
     out = pd.DataFrame({
         "eager_gpu_us": piv[("us_per_kernel", "eager")],
         "graph_gpu_us": piv[("us_per_kernel", "graph")],
-        "saturated": piv[("saturated", "eager")].astype(bool) & piv[("saturated", "graph")].astype(bool),
+        "saturated": sat["eager"] & sat["graph"],
     }).reset_index()
     out["eager_gpu_us_min"] = out["eager_gpu_us_max"] = out["eager_gpu_us"]
     out["eager_contexts"] = 1
@@ -162,7 +168,7 @@ def gpu_time(bursts: pd.DataFrame, calibration: pd.DataFrame, contexts: pd.DataF
         g = g.reindex(key[hit])
         out.loc[hit, ["eager_gpu_us", "eager_gpu_us_min", "eager_gpu_us_max", "eager_contexts"]] = g.to_numpy()
         # The contexts' levels come from saturated bursts only: no upper bound on the eager side there.
-        out.loc[hit, "saturated"] = piv[("saturated", "graph")].astype(bool).to_numpy()[hit]
+        out.loc[hit, "saturated"] = sat["graph"].to_numpy()[hit]
     out["eager_contexts"] = out["eager_contexts"].astype(int)
     cal = calibration[["nvml_index", "kernel_us", "measured_us"]]
     out = out.merge(cal, on=["nvml_index", "kernel_us"], how="left")
@@ -196,15 +202,15 @@ def speedup(e2e: pd.DataFrame) -> pd.DataFrame:
     e2e = primary(e2e)
     e = e2e.assign(us_per_kernel=e2e["wall_ns"] / e2e["launches"] / 1e3)
     piv = e.pivot_table(index=["nvml_index", "kernel_us"], columns="mode", values="us_per_kernel", aggfunc="median")
+    piv = piv.reindex(columns=list(MODES))  # (a run stopped between a duration's eager and graph loops has one)
     out = pd.DataFrame({"eager_wall_us": piv["eager"], "graph_wall_us": piv["graph"]}).reset_index()
     out["graph_k"] = int(e.loc[e["mode"] == "graph", "graph_k"].iloc[0]) if (e["mode"] == "graph").any() else 0
     out["speedup"] = out["eager_wall_us"] / out["graph_wall_us"]
     return out
 
 
-def _iqr_pct(v: pd.Series) -> float:
-    """Interquartile range in % of the median (NaN under 4 values: no spread to speak of)."""
-    return float((v.quantile(0.75) - v.quantile(0.25)) / v.median() * 100) if len(v) >= 4 else math.nan
+#: Bursts under which host_cost_by_language gives no spread (``iqr_pct`` NaN): too few to speak of one.
+MIN_SPREAD_BURSTS = 4
 
 
 def shortest_eager(bursts: pd.DataFrame) -> pd.DataFrame:
@@ -242,7 +248,8 @@ def host_cost_by_language(bursts: pd.DataFrame) -> pd.DataFrame:
                                                 dry_bursts=("dry", "sum"))
     count["saturated"] = count["dry_bursts"] / count["bursts"] <= MOSTLY_DRY  # as kept_bursts decides
     stats = kept_bursts(b, keys).groupby(keys, as_index=False).agg(
-        us_per_launch=("us", "median"), cpu_us_per_launch=("cpu", "median"), iqr_pct=("us", _iqr_pct))
+        us_per_launch=("us", "median"), cpu_us_per_launch=("cpu", "median"),
+        iqr_pct=("us", functools.partial(iqr_pct, min_values=MIN_SPREAD_BURSTS)))
     out = count.merge(stats, on=keys)
     native = out[out["path"] == "native"].set_index("nvml_index")["us_per_launch"]
     base = out["nvml_index"].map(native)

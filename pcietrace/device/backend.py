@@ -52,6 +52,12 @@ class CudaBackend:
         finally:
             self.gpu.close()
 
+    @property
+    def spin_function(self) -> Any:
+        """The loaded spin kernel's CUfunction (``pt_spin(ns, elapsed_ptr)``), for loops that build their own
+        launches (:class:`pcietrace.device.graphs.CudaGraphsDevice`)."""
+        return self._kernel.func
+
     def activate(self) -> None:
         """Make this GPU's context current (several GPUs share one thread)."""
         self.gpu.make_current()
@@ -127,13 +133,17 @@ def open_gpus(ordinals: list[int]) -> list[tuple[dict[str, Any], CudaBackend]]:
 
     from pcietrace.collectors import nvml
 
-    out = []
-    for o in ordinals:
-        be = CudaBackend(o)
-        idx = nvml.index_for_bus_id(be.gpu.bus_id)
-        meta = {**asdict(nvml.gpu_info(idx)), "cuda_ordinal": o, "compute_capability": list(be.gpu.cc)}
-        out.append((meta, be))
-    return out
+    backends: list[CudaBackend] = []
+    try:
+        for o in ordinals:
+            backends.append(CudaBackend(o))
+        return [({**asdict(nvml.gpu_info(nvml.index_for_bus_id(be.gpu.bus_id))), "cuda_ordinal": be.gpu.ordinal,
+                  "compute_capability": list(be.gpu.cc)}, be) for be in backends]
+    except BaseException:  # (Ctrl-C included) the caller never gets the backends opened so far to close
+        for be in backends:
+            with contextlib.suppress(Exception):
+                be.close()
+        raise
 
 
 def describe_gpus(ordinals: list[int]) -> list[dict[str, Any]]:
@@ -149,6 +159,7 @@ def describe_gpus(ordinals: list[int]) -> list[dict[str, Any]]:
 
 
 def driver_version() -> str:
+    """The NVIDIA driver's version string, as NVML reports it."""
     from pcietrace.collectors import nvml
 
     return nvml.driver_version()

@@ -259,10 +259,10 @@ class Gpu:
                 handle_return(launch(), "cuLaunchKernel (capture)")
         finally:
             graph = handle_return(drv.cuStreamEndCapture(self.stream), "cuStreamEndCapture")
+            self._owned["graph"].append(graph)  # owned from here: a failed instantiate or upload leaks nothing
         exe = handle_return(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-        handle_return(drv.cuGraphUpload(exe, self.stream), "cuGraphUpload")
-        self._owned["graph"].append(graph)
         self._owned["exec"].append(exe)
+        handle_return(drv.cuGraphUpload(exe, self.stream), "cuGraphUpload")
         return exe
 
     def graph_launcher(self, exe: Any) -> Callable[[], tuple[Any, ...]]:

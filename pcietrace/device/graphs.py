@@ -38,6 +38,7 @@ class GraphsDevice(Protocol):
     def clock(self) -> int: ...  # ns, CLOCK_MONOTONIC (the counter sampler's clock)
     def idle(self, ns: int) -> None: ...  # let ``ns`` pass with no GPU work (host spinning)
     def runner(self, strategy: str, durations_ns: np.ndarray, sync: bool) -> Runner: ...
+    def close(self) -> None: ...  # release the GPU (idempotent)
 
 
 def _lib() -> ctypes.CDLL:
@@ -99,19 +100,29 @@ class NativeRunner:
 
 
 class CudaGraphsDevice:
-    """The spin kernel on a real GPU; iterations run and are timed in C."""
+    """The spin kernel on a real GPU; iterations run and are timed in C. It owns the backend it is given:
+    :meth:`close` (or leaving ``with``) closes it, and with it the GPU's context."""
 
     simulated = False
     timing = "native (C loop, CLOCK_MONOTONIC)"
     clock = staticmethod(time.monotonic_ns)
 
-    def __init__(self, gpu: Any) -> None:
-        """``gpu``: a :class:`pcietrace.device.cuda.Gpu` (its context current on this thread)."""
-        from pcietrace.device.kernels import SPIN_SOURCE
-
-        self.gpu = gpu
+    def __init__(self, backend: Any) -> None:
+        """``backend``: a :class:`pcietrace.device.backend.CudaBackend`, whose spin kernel (already loaded in
+        its context) the strategies launch: the module is not loaded a second time."""
+        self.backend, self.gpu = backend, backend.gpu
         self.lib = _lib()
-        self.kernel = gpu.kernel(gpu.compile(SPIN_SOURCE, "pt_spin"), "pt_spin", 2)
+        self.func = backend.spin_function
+
+    def __enter__(self) -> "CudaGraphsDevice":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the backend: its GPU's module, memory, stream and context (idempotent)."""
+        self.backend.close()
 
     def idle(self, ns: int) -> None:
         deadline = time.monotonic_ns() + ns
@@ -120,4 +131,4 @@ class CudaGraphsDevice:
 
     def runner(self, strategy: str, durations_ns: np.ndarray, sync: bool) -> NativeRunner:
         self.gpu.make_current()
-        return NativeRunner(self.lib, strategy, int(self.kernel.func), int(self.gpu.stream), durations_ns, sync)
+        return NativeRunner(self.lib, strategy, int(self.func), int(self.gpu.stream), durations_ns, sync)

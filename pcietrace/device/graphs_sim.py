@@ -183,3 +183,6 @@ class SimGraphsDevice:
 
     def runner(self, strategy: str, durations_ns: np.ndarray, sync: bool) -> SimRunner:
         return SimRunner(self, strategy, durations_ns, sync)
+
+    def close(self) -> None:
+        """Nothing to release (the simulated device holds no GPU)."""

@@ -30,10 +30,14 @@ def torch_loops(backend: Backend, ordinal: int, stream: int) -> Loops | None:
     torch.cuda.set_device(dev)
     before = torch.cuda.current_stream(dev)
     torch.cuda.set_stream(torch.cuda.ExternalStream(stream, device=dev))
-    x: Any = torch.zeros(1, device=dev)
-    launch = functools.partial(x.fill_, 0)
-    launch()  # first call: lazy module loading, kernel lookup
-    torch.cuda.current_stream(dev).synchronize()
+    try:
+        x: Any = torch.zeros(1, device=dev)
+        launch = functools.partial(x.fill_, 0)
+        launch()  # first call: lazy module loading, kernel lookup
+        torch.cuda.current_stream(dev).synchronize()
+    except BaseException:  # (Ctrl-C included) no loops come back to restore it: torch's stream goes back now
+        torch.cuda.set_stream(before)
+        raise
     loops = PythonLoops(backend, launch, path="torch", checked=False)
     loops.tensor = x  # type: ignore[attr-defined]  # keep the tensor alive with the loops
     # Before the backend destroys its stream (close()): torch's current stream goes back to what it was, so

@@ -57,8 +57,8 @@ TRACE_RESERVE_BYTES = 256
 
 
 def _trace_lines(f: Path) -> bytes:
-    """A trace file's lines. The file was preallocated (sparse): lines, zeros, and, where it filled up, a
-    "tracefull" line in the last :data:`TRACE_RESERVE_BYTES`. The file is cut to what was written."""
+    """A trace file's whole lines. The file was preallocated (sparse): lines, zeros, and, where it filled up, a
+    "tracefull" line in the last :data:`TRACE_RESERVE_BYTES`. The file is cut to those lines."""
     with open(f, "r+b") as fh:
         size = os.fstat(fh.fileno()).st_size
         if not size:
@@ -68,11 +68,18 @@ def _trace_lines(f: Path) -> bytes:
             if end < 0:  # already cut (read before) or from an older library
                 return mm[:]
             tail = max(size - TRACE_RESERVE_BYTES, 0)  # lines may end right where the reserve begins
-            lines = mm[:min(end, tail)] + mm[tail:].strip(b"\0")
+            # a line cut short (its process killed while copying it in: SIGKILL, OOM, torchrun ending a rank)
+            # is dropped whole: its fields are missing, and a part of a number would be a wrong number
+            lines = b"".join(_whole_lines(part) for part in (mm[:min(end, tail)], mm[tail:].strip(b"\0")))
         fh.seek(0)
         fh.write(lines)
         fh.truncate(len(lines))
     return lines
+
+
+def _whole_lines(text: bytes) -> bytes:
+    """``text`` up to and including its last newline."""
+    return text[:text.rfind(b"\n") + 1]
 
 
 def read_traces(trace_dir: Path) -> pd.DataFrame:

@@ -8,6 +8,7 @@ Every strategy sees the same sequence of parameter sets.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
@@ -123,11 +124,15 @@ def record(session: Session, plan: GraphsPlan, device: GraphsDevice, nvml_index:
             for n in plan.kernels:
                 sets, order = plan.parameter_sets(n), plan.order_of(n)
                 warm = device.runner("eager", sets, True)  # module load and first-launch costs stay outside
+                runners.append(warm)  # (closed below if the warm-up fails)
                 warm.run(order[:1])
+                runners.remove(warm)
                 warm.close()
                 idle(n)
-                current = {s: device.runner(s, sets, plan.sync) for s in plan.strategies}
-                runners.extend(current.values())
+                current = {}
+                for s in plan.strategies:  # each one closed below if a later one fails to be made
+                    current[s] = device.runner(s, sets, plan.sync)
+                    runners.append(current[s])
                 for r in range(plan.rounds):
                     sl = slice(r * plan.iterations, (r + 1) * plan.iterations)
                     for s in plan.strategies:
@@ -168,7 +173,7 @@ def meta_for(plan: GraphsPlan, device: GraphsDevice) -> dict[str, Any]:
 def open_device(simulate: bool, ordinal: int, seed: int = 0,
                 sample_interval_ms: float = 10.0) -> tuple[dict[str, Any], GraphsDevice, Any, Any, dict[str, Any]]:
     """The device, sampler and boundary probe for one GPU (or the SIMULATED one): returns
-    ``(gpu meta, device, sampler, probe, extra session meta)``."""
+    ``(gpu meta, device, sampler, probe, extra session meta)``. The caller closes the device (``with device:``)."""
     if simulate:
         if ordinal != 0:  # the simulated box has one GPU, as `run --simulate` without --gpus
             raise UsageError(f"--gpu {ordinal}: no CUDA device {ordinal} (1 visible)")
@@ -189,6 +194,12 @@ def open_device(simulate: bool, ordinal: int, seed: int = 0,
     if sample_interval_ms < 0:
         raise UsageError("--sample-interval-ms must be >= 0")
     (gpu, be), = backend.open_gpus([ordinal])
-    sampler = CounterSampler([gpu["nvml_index"]], interval_ns=int(sample_interval_ms * 1e6))
-    return (gpu, CudaGraphsDevice(be.gpu), sampler, BoundaryProbe(gpu["nvml_index"]),
-            {"driver": backend.driver_version(), "sample_interval_ms": sample_interval_ms})
+    try:
+        device = CudaGraphsDevice(be)  # owns be from here: the caller closes it
+        sampler = CounterSampler([gpu["nvml_index"]], interval_ns=int(sample_interval_ms * 1e6))
+        return (gpu, device, sampler, BoundaryProbe(gpu["nvml_index"]),
+                {"driver": backend.driver_version(), "sample_interval_ms": sample_interval_ms})
+    except BaseException:  # (Ctrl-C included) the caller never gets the device to close
+        with contextlib.suppress(Exception):
+            be.close()
+        raise

@@ -51,6 +51,7 @@ def default_folder(meta: dict[str, Any], ordinals: list[int], suffix: str = "") 
 
 
 def is_run(path: Path) -> bool:
+    """Whether ``path`` holds a saved run (:data:`RUN_FILES`)."""
     return any((path / f).exists() for f in RUN_FILES)
 
 

@@ -177,8 +177,13 @@ def open_cuda(ordinal: int, force_throughput: bool = False, interval_ns: int = 1
             os.sched_setaffinity(0, {cpu})  # Linux: the calling thread only; the sampler runs in its own process
         return cpu
 
-    return GpuWorker(meta, be, CounterSampler([idx], force_throughput=force_throughput, interval_ns=interval_ns),
-                     BoundaryProbe(idx, force_throughput), latency, peer_latency, pin=pin)
+    try:
+        return GpuWorker(meta, be, CounterSampler([idx], force_throughput=force_throughput, interval_ns=interval_ns),
+                         BoundaryProbe(idx, force_throughput), latency, peer_latency, pin=pin)
+    except BaseException:  # (NVML failing in the probe, Ctrl-C) the worker never gets the GPU to close
+        with contextlib.suppress(Exception):
+            be.close()
+        raise
 
 
 def cuda_openers(ordinals: list[int], force_throughput: bool = False,

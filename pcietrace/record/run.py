@@ -184,6 +184,8 @@ def _torch_burst(gen: LaunchGenerator, kernel_us: float, calls: int) -> dict[str
 
 
 def base_meta(plan: RunPlan, simulated: bool, argv: list[str] | None = None) -> dict[str, Any]:
+    """The metadata every saved run starts with: tool and version, host, user, time, command line, the plan;
+    ``status`` "running" and no GPUs yet (the recording fills them in)."""
     return {"tool": "pcietrace", "version": __version__, "simulated": simulated, "status": "running",
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
             "user": getpass.getuser(), "python": platform.python_version(), "argv": argv or sys.argv[1:],

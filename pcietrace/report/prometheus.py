@@ -4,7 +4,8 @@ seconds and sizes in bytes (Prometheus base units). Needs ``prometheus-client`` 
 
 Run: per-launch PCIe bytes (eager and graph, with 95 % half-widths), graph bytes fixed + per node, host
 cost per launch call, GPU and wall time per kernel eager/graph per kernel duration, host read round trip,
-PCIe switch levels. Attach: bytes, launches and time per NVTX range (summed over the sampled GPUs).
+PCIe switch levels. Attach: bytes, launches and time per NVTX range, labelled ``gpu`` with the range's own
+GPUs (those its bytes are summed over).
 """
 
 from __future__ import annotations
@@ -85,14 +86,16 @@ def families(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> Iterator
     rg = table("ranges")
     if len(rg):
         host = str(meta.get("host", ""))
-        gpus = ",".join(str(g["nvml_index"]) for g in meta.get("gpus", []))
+        sampled = ",".join(str(g["nvml_index"]) for g in meta.get("gpus", []))
         base = ["Hostname", "gpu", "range", "domain"]
 
         def rfam(name: str, doc: str, extra: list[str], rows: Any, unit: str = "") -> Any:
             fam = GaugeMetricFamily(PREFIX + name, doc, labels=base + extra, unit=unit)
             for r, values, v in rows:
                 if v is not None and not pd.isna(v):
-                    fam.add_metric([host, gpus, str(r.name), str(r.domain)] + list(values), float(v))
+                    # the GPUs whose bytes the range holds (its own), as the table and JSON name them
+                    fam.add_metric([host, str(getattr(r, "gpus", sampled)), str(r.name), str(r.domain)] + list(values),
+                                   float(v))
             return fam
 
         yield rfam("range_pcie", "PCIe bytes during an NVTX range (floor removed, nested ranges included)", ["direction"],

@@ -34,12 +34,13 @@ if sys.argv[2] == "record":  # the real device class and the recording loop, on 
     from pcietrace.record.graphs import GraphsPlan, record
     from pcietrace.session import Session
 
-    class StubGpu:
-        stream = 2
+    class StubBackend:  # a CudaBackend as far as CudaGraphsDevice uses it: its GPU and loaded spin kernel
+        gpu = types.SimpleNamespace(stream=2, make_current=lambda: None)
+        spin_function = 1
+        closed = 0
 
-        def make_current(self) -> None: ...
-        def compile(self, source: str, name: str) -> str: return name
-        def kernel(self, module: str, name: str, nargs: int) -> object: return types.SimpleNamespace(func=1)
+        def close(self) -> None:
+            self.closed += 1
 
     class Sampler:
         modes: dict = {}
@@ -48,13 +49,15 @@ if sys.argv[2] == "record":  # the real device class and the recording loop, on 
 
     session = Session(meta={"gpus": [{"nvml_index": 0}]})
     plan = GraphsPlan(kernels=(5, 9), iterations=4, rounds=2, idle_s=0.01)
-    record(session, plan, CudaGraphsDevice(StubGpu()), 0, Sampler(), time.monotonic_ns)
+    with CudaGraphsDevice(StubBackend()) as device:
+        record(session, plan, device, 0, Sampler(), time.monotonic_ns)
     g = session.graphs.groupby(["kernels", "strategy"])[["instantiations", "cache_hits", "graph_launches",
                                                          "eager_launches"]].sum()
     out = {"status": session.meta["status"], "windows": len(session.windows),
            "counts": {f"{k}/{s}": v for (k, s), v in g.to_dict("index").items()},
            "executed": int(fake.fake_log(np.zeros(100_000, np.uint64).ctypes.data_as(ctypes.c_void_p), 100_000)),
-           "live_graphs": fake.fake_live_graphs(), "live_execs": fake.fake_live_execs()}
+           "live_graphs": fake.fake_live_graphs(), "live_execs": fake.fake_live_execs(),
+           "backend_closed": device.backend.closed}
     print(json.dumps(out))
     sys.exit(0)
 if sys.argv[2] == "fail":  # FAKE_CUDA_FAIL is set: the failure names the call and leaves no capture open

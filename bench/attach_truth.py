@@ -6,7 +6,7 @@ GPUs each rank's ranges were charged, the per-GPU sampling rate, and the app's r
     python3 bench/attach_truth.py SCENARIO [...] [--out DIR] [--exact-edges] [--idle-sample-interval-ms MS]
                                   [--sample-interval-ms MS]
 Scenarios: python (cuda.bindings), cpp (NVTX3 + runtime, built with nvcc), torch (eager + CUDA graph),
-torchrun (one process per GPU, --torch). Done means: ranges >= 2 ms within 5 % (H2D and D2H), shorter
+torchrun (one process per GPU, --torch), threads (one process, one thread per GPU, cuda.bindings). Done means: ranges >= 2 ms within 5 % (H2D and D2H), shorter
 ranges within their stated error, idle ranges within their error of the truth.
 """
 
@@ -34,6 +34,8 @@ def command(scenario: str, build: Path) -> list[str]:
         return py
     if scenario == "torch":
         return py + ["--torch"]
+    if scenario == "threads":
+        return py + ["--threads"]
     if scenario == "torchrun":
         n = int(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU "))
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
@@ -85,9 +87,9 @@ def run(scenario: str, work: Path, exact: bool, gpu: str = "all", extra: list[st
         raise SystemExit(f"attach failed ({proc.returncode}): {proc.stderr[-3000:]}")
     doc = json.loads(proc.stdout)
     attached, wall_attached = truth_rows(work / f"{scenario}-attached.jsonl")
-    rank_of = dict(zip(attached["pid"], attached["rank"]))
+    rank_of = dict(zip(zip(attached["pid"], attached["tid"]), attached["rank"]))  # threads: one pid, a tid per rank
     inst = pd.DataFrame(doc["results"]["range_instances"])
-    inst = inst[inst["domain"] == "truth"].assign(rank=lambda d: d["pid"].map(rank_of))
+    inst = inst[inst["domain"] == "truth"].assign(rank=lambda d: [rank_of.get(k) for k in zip(d["pid"], d["tid"])])
     rows = []
     for (rank, name), g in inst.groupby(["rank", "name"]):
         t = alone[(alone["rank"] == rank) & (alone["range"] == name)]

@@ -3,6 +3,7 @@ through NVML right after each push and right before each pop (its GPU only), wri
 $TRUTH_OUT. Run it alone (the truth) and under `pcietrace attach` (ours): bench/attach_truth.py compares.
 
     python3 truth_app.py [--torch] [--reps N]     (under torchrun: one GPU per rank)
+    python3 truth_app.py --threads [--reps N]     (one process, one thread per GPU, cuda.bindings: "rank" = GPU)
 Ranges (each N times): idle_20ms, eager_3000 (3,000 empty launches + sync), h2d_64MiB (~1.5 ms),
 h2d_256MiB, d2h_64MiB, graph (a 1,000-node graph once; --torch: 50 replays of a captured 60-kernel graph).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import threading
 import time
 
 import nvtx
@@ -28,6 +30,7 @@ class Truth:
         self.h = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id.encode())
         self.index = pynvml.nvmlDeviceGetIndex(self.h)
         self.rank, self.rows = rank, []
+        self.ids = {"pid": os.getpid(), "tid": threading.get_native_id()}
 
     def read(self) -> tuple[int, int, int]:
         v = pynvml.nvmlDeviceGetFieldValues(self.h, [197, 198])
@@ -38,14 +41,14 @@ class Truth:
             t0 = time.monotonic_ns()
             with nvtx.annotate(name, domain="truth"):
                 fn()
-            self.rows.append({"pid": os.getpid(), "rank": self.rank, "nvml_index": self.index, "range": name,
+            self.rows.append({**self.ids, "rank": self.rank, "nvml_index": self.index, "range": name,
                               "dur_ns": time.monotonic_ns() - t0, "h2d": None, "d2h": None})
             return
         with nvtx.annotate(name, domain="truth"):
             t0, tx0, rx0 = self.read()
             fn()
             t1, tx1, rx1 = self.read()
-        self.rows.append({"pid": os.getpid(), "rank": self.rank, "nvml_index": self.index, "range": name,
+        self.rows.append({**self.ids, "rank": self.rank, "nvml_index": self.index, "range": name,
                           "dur_ns": t1 - t0, "h2d": (rx1 - rx0) % 2**32, "d2h": (tx1 - tx0) % 2**32})
 
 
@@ -130,11 +133,70 @@ def bindings_work(dev: int):
     return eager, graphed, copies, bus
 
 
+def ranges(truth: Truth, work, reps: int, barrier=None) -> tuple[int, int]:
+    """The timed loop: every range ``reps`` times (``barrier()`` before each round: ranks start together).
+    Returns (one-time set-up ns, loop wall ns)."""
+    eager, graphed, copies = work
+    eager(), graphed(), [c() for c in copies.values()]  # warm every path outside the ranges
+    t_init = time.monotonic_ns()
+    if barrier:  # NCCL sets up its communicator at the first collective: a one-time cost, timed on its own
+        barrier()
+    init_ns = time.monotonic_ns() - t_init
+    t_start = time.monotonic_ns()
+    for _ in range(reps):
+        if barrier:
+            barrier()
+        truth.range("idle_20ms", lambda: time.sleep(0.02))
+        truth.range("eager_3000", eager)
+        for name, c in copies.items():
+            truth.range(name, c)
+        truth.range("graph", graphed)
+    return init_ns, time.monotonic_ns() - t_start
+
+
+def write(rows: list[dict], summary: dict) -> None:
+    with open(os.environ.get("TRUTH_OUT", "truth.jsonl"), "a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+        f.write(json.dumps(summary) + "\n")
+
+
+def threads_main(reps: int) -> None:
+    """One thread per GPU in one process (as a data-parallel job with threads does): each thread makes its
+    GPU's primary context current, runs its ranges and reads its own GPU's counters."""
+    from cuda.bindings import driver as drv
+
+    drv.cuInit(0)
+    n = int(drv.cuDeviceGetCount()[1])
+    barrier, lock, errors = threading.Barrier(n), threading.Lock(), []
+
+    def worker(dev: int) -> None:
+        try:
+            eager, graphed, copies, bus = bindings_work(dev)
+            with lock:  # NVML set-up once at a time; reads inside ranges are what they are
+                truth = Truth(bus, dev)
+            init_ns, wall_ns = ranges(truth, (eager, graphed, copies), reps, barrier.wait)
+            with lock:
+                write(truth.rows, {**truth.ids, "rank": dev, "wall_ns": wall_ns, "init_ns": init_ns})
+        except BaseException as exc:  # a thread's failure fails the app (and the bench), not silently
+            errors.append(exc)
+            barrier.abort()
+
+    ts = [threading.Thread(target=worker, args=(d,), name=f"gpu{d}") for d in range(n)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    if errors:
+        raise errors[0]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--torch", action="store_true")
+    ap.add_argument("--threads", action="store_true", help="one process, one thread per GPU (cuda.bindings)")
     ap.add_argument("--reps", type=int, default=5)
     a = ap.parse_args()
+    if a.threads:
+        return threads_main(a.reps)
     rank, dev = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     dist = None
     if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
@@ -149,25 +211,8 @@ def main() -> None:
         props = torch.cuda.get_device_properties(dev)
         bus = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
     truth = Truth(bus, rank)  # TRUTH_READS=0: no reads in ranges (for runtime-overhead runs)
-    eager(), graphed(), [c() for c in copies.values()]  # warm every path outside the ranges
-    t_init = time.monotonic_ns()
-    if dist:  # NCCL sets up its communicator at the first collective: a one-time cost, timed on its own
-        dist.barrier()
-    init_ns = time.monotonic_ns() - t_init
-    t_start = time.monotonic_ns()
-    for _ in range(a.reps):
-        if dist:
-            dist.barrier()
-        truth.range("idle_20ms", lambda: time.sleep(0.02))
-        truth.range("eager_3000", eager)
-        for name, c in copies.items():
-            truth.range(name, c)
-        truth.range("graph", graphed)
-    wall_ns = time.monotonic_ns() - t_start
-    with open(os.environ.get("TRUTH_OUT", "truth.jsonl"), "a") as f:
-        for r in truth.rows:
-            f.write(json.dumps(r) + "\n")
-        f.write(json.dumps({"pid": os.getpid(), "rank": rank, "wall_ns": wall_ns, "init_ns": init_ns}) + "\n")
+    init_ns, wall_ns = ranges(truth, (eager, graphed, copies), a.reps, dist.barrier if dist else None)
+    write(truth.rows, {**truth.ids, "rank": rank, "wall_ns": wall_ns, "init_ns": init_ns})
     if dist:
         dist.destroy_process_group()
 

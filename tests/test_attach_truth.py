@@ -150,7 +150,7 @@ def _eager_by_gpu(rows: list[tuple], gpus: list[dict]) -> dict[int, float]:
 
 
 def test_launches_on_several_gpus_between_two_events_are_in_no_row() -> None:
-    """SIMULATED events (a real single-process multi-GPU trace was not recorded): thread 1 launches 5 kernels
+    """SIMULATED events (the real single-process trace, attach_h200x2_threads, has one GPU per thread): thread 1 launches 5 kernels
     on ordinal 0, then 7 across ordinals 0 and 1 before its next event; thread 2 announces ordinal 1 with its
     first launch (a "cudevice" event, devmask not yet set) and launches 2 more there."""
     rows = [(1, 9, 1, "cudevice", 0, "0000:00:06.0", 0, 1, 0, 1, 0),
@@ -217,6 +217,57 @@ def test_every_idle_call_is_within_its_stated_error_of_the_truth(torchrun8) -> N
         assert (idle[f"{d}_floor_err_bytes"] > 0).all()
         assert (off <= idle[f"{d}_edge_bytes"] + idle[f"{d}_floor_err_bytes"]).all(), d
     assert len(idle) == 8 * 5
+
+
+@pytest.fixture(scope="module")
+def threads2(data_dir) -> tuple[Session, dict, pd.DataFrame]:
+    """`bench/attach_truth.py threads` on the lent 2x H200: ONE process, one thread per GPU (cuda.bindings,
+    each thread makes its GPU's primary context current and reads its own GPU's counters), and the same
+    app's own truth measured without attach (``rank`` = the thread's GPU)."""
+    path = data_dir / "attach_h200x2_threads"
+    s = Session.load(path)
+    truth = pd.DataFrame(json.loads((path / "truth.json").read_text())["ranges"])
+    return s, analyze(s), truth
+
+
+def test_one_process_with_a_thread_per_gpu_charges_each_thread_s_ranges_its_own_gpu(threads2) -> None:
+    s, res, _ = threads2
+    inst = res["range_instances"]
+    mine = inst[inst["domain"] == "truth"]
+    assert mine["pid"].nunique() == 1  # one process ...
+    per_tid = mine.groupby("tid")["gpus"].agg(lambda g: {tuple(x) for x in g})
+    assert len(per_tid) == 2 and sorted(next(iter(v)) for v in per_tid) == [(0,), (1,)]  # ... a GPU per thread
+    assert all(len(v) == 1 for v in per_tid) and (mine["gpus_rule"] == "thread").all()
+    assert (res["floor"]["status"] == "per read").all() and len(res["floor"]) == 2
+    # launches: each GPU's whole-run row holds its own thread's, as the injection library counted them
+    whole = res["whole_run"].set_index("nvml_index")
+    last = s.events[s.events["tid"].isin(per_tid.index)].groupby("tid").tail(1).set_index("tid")
+    for tid, gpus in per_tid.items():
+        gpu = next(iter(gpus))[0]
+        assert whole.loc[gpu, "eager_launches"] == last.loc[tid, "eager_thread"] > 3000 * 5
+        assert whole.loc[gpu, "graph_launches"] == last.loc[tid, "graph_thread"] > 5
+    assert (whole["program_eager_launches"] == whole["eager_launches"].sum()).all()
+
+
+def test_thread_ranges_match_the_apps_own_truth(threads2) -> None:
+    """Every direction of every range within its stated error (edges + the floor's 95 % interval); those of
+    more than 1 MB (the copies, eager H2D) within 3 %. Eager D2H (0.88 MB) is +5.0 % on GPU 0 in this
+    recording, inside its stated error."""
+    _, res, truth = threads2
+    inst = res["range_instances"]
+    inst = inst[inst["domain"] == "truth"].assign(rank=lambda d: d["gpus"].str[0])  # thread r ran on GPU r
+    cols = [f"{d}_{c}" for d in ("h2d", "d2h") for c in ("bytes", "edge_bytes", "floor_err_bytes")]
+    ours = inst.groupby(["rank", "name"])[cols].mean()
+    big = 0
+    for r in truth.itertuples():
+        o = ours.loc[(r.rank, r.range)]
+        for d in ("h2d", "d2h"):
+            want, got = getattr(r, f"{d}_truth"), o[f"{d}_bytes"]
+            assert abs(got - want) <= o[f"{d}_edge_bytes"] + o[f"{d}_floor_err_bytes"] + 0.01 * want, (r.rank, r.range, d)
+            if want > 1e6:
+                assert got == pytest.approx(want, rel=0.03), (r.rank, r.range, d)
+                big += 1
+    assert big == 2 * 6  # per GPU: eager H2D, both directions of both H2D copies, the D2H copy's D2H
 
 
 def test_the_whole_run_states_its_floor_error(data_dir) -> None:

@@ -125,12 +125,16 @@ def main() -> int:
                     help="passed to attach (default: attach's own, 5; 0 = fast sampling throughout, as before)")
     ap.add_argument("--sample-interval-ms", default=None, metavar="MS",
                     help="passed to attach: the sampling interval inside ranges (default: attach's own, 0.5)")
+    ap.add_argument("--idle-s", default=None, metavar="S",
+                    help="passed to attach: idle time sampled before and after the program for the floor (default 0.5)")
     a = ap.parse_args()
     extra = ([] if a.idle_sample_interval_ms is None else ["--idle-sample-interval-ms", a.idle_sample_interval_ms]) + (
-        [] if a.sample_interval_ms is None else ["--sample-interval-ms", a.sample_interval_ms])
+        [] if a.sample_interval_ms is None else ["--sample-interval-ms", a.sample_interval_ms]) + (
+        [] if a.idle_s is None else ["--idle-s", a.idle_s])
     tag = (("-exact" if a.exact_edges else "") + ("" if a.gpu == "all" else f"-gpu{a.gpu}")
            + ("" if a.idle_sample_interval_ms is None else f"-idle{a.idle_sample_interval_ms}")
-           + ("" if a.sample_interval_ms is None else f"-fast{a.sample_interval_ms}"))
+           + ("" if a.sample_interval_ms is None else f"-fast{a.sample_interval_ms}")
+           + ("" if a.idle_s is None else f"-idles{a.idle_s}"))
     everything = {}
     for sc in a.scenarios:
         res = run(sc, a.work, a.exact_edges, a.gpu, extra)

@@ -63,6 +63,24 @@ MAX_REST_NS = 5_000_000
 #: 10 ms reads by -1...+14 %. attach's default idle interval is 5 ms (`--idle-sample-interval-ms`); the longest
 #: allowed stays far below a counter wrap (~67 ms at 64 GB/s for 32 bits; `analysis.counters.could_hide_wrap`).
 MAX_IDLE_INTERVAL_NS = 20_000_000
+#: While no range is open, a GPU whose counters moved faster than this over the last interval (both directions,
+#: B/s) is still read at the fast rate: a copy outside any range would otherwise put up to one idle interval
+#: of its bytes into the edge of a range opening right after it (2x H200, ninth session: the first idle call
+#: after an app's warm-up copies read 14-39 MB D2H, truth 31 kB, with 5 ms reads). Far above what the reads
+#: themselves move at the fast rate (~40 kB per read: 80 MB/s at 0.5 ms) and a launch-only stream (~2 kB per
+#: launch: 200 MB/s at 100,000 launches/s), so neither holds the fast rate; a bulk copy (>10 GB/s) does.
+BUSY_BPS = 500e6
+
+
+def _busy(mode: str, bits: int, before: tuple[int, int, int] | None, after: tuple[int, int, int]) -> bool:
+    """Whether the counters moved faster than :data:`BUSY_BPS` between two reads ``(t_ns, tx, rx)``: raw
+    counters that wrap at ``2**bits`` ("fields"), or KB/s rates ("throughput")."""
+    if mode == "throughput":
+        return (after[1] + after[2]) * 1000 > BUSY_BPS
+    if before is None or after[0] <= before[0]:
+        return False
+    moved = ((after[1] - before[1]) % (1 << bits)) + ((after[2] - before[2]) % (1 << bits))
+    return moved / ((after[0] - before[0]) / 1e9) > BUSY_BPS
 
 
 def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str | None, max_duty: float,
@@ -89,6 +107,8 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
     quiet = 1 / max_duty - 1  # after a read of d ns, stay out of NVML for quiet x d
     idle_ns = max(int(idle_interval_ns), interval_ns) if idle_interval_ns > 0 and waiter.mapped else 0
 
+    last: list[Any] = [None, False]  # the last good read (t_ns, tx, rx), and whether the link moved > BUSY_BPS since
+
     def sample() -> tuple[int, int]:
         nonlocal failed
         t0 = now()
@@ -101,6 +121,8 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
             d.append(t1 - t0)
             tx.append(v[0])
             rx.append(v[1])
+            last[1] = _busy(reader.mode, reader.bits, last[0], (t[-1], v[0], v[1]))
+            last[0] = (t[-1], v[0], v[1])
         return t0, t1
 
     def send() -> None:
@@ -126,7 +148,7 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
         if rest > now():
             time.sleep((rest - now()) / 1e9)  # an edge during the rest is still seen below (seq != seen)
         # the rate is chosen after the read: an edge during the read changed seq, so the wait ends at once
-        fast = not idle_ns or waiter.open_ranges > 0 or waiter.force_fast or not waiter.counting
+        fast = not idle_ns or waiter.open_ranges > 0 or waiter.force_fast or not waiter.counting or last[1]
         waiter.wait_until(max(t0 + (interval_ns if fast else idle_ns), rest), seen)
         if now() >= next_send:
             if os.getppid() != parent:  # the recording process died (SIGKILL, crash): stop reading NVML

@@ -132,13 +132,14 @@ def _best_of(measure) -> None:
     pytest.fail(f"timing checks failed {ATTEMPTS} times: {failed}")
 
 
-def _sample_in_this_process(monkeypatch, page: str, interval_ms: float, idle_ms: float, app) -> np.ndarray:
+def _sample_in_this_process(monkeypatch, page: str, interval_ms: float, idle_ms: float, app,
+                            reader: type = FakeCounterReader) -> np.ndarray:
     """Run one GPU's sampling loop (the body of a sampler child) here with a fake NVML, while ``app`` (run on a
     thread with the page's words, a mark function and the stop event) plays the traced program; returns the
     read times (ns)."""
     from pcietrace.collectors import nvml
 
-    monkeypatch.setattr(nvml, "CounterReader", FakeCounterReader)
+    monkeypatch.setattr(nvml, "CounterReader", reader)
     out: queue.Queue = queue.Queue()
     stop, pause = threading.Event(), threading.Event()
     with open(page, "r+b") as f:
@@ -224,6 +225,55 @@ def _fast_only_in_ranges(monkeypatch) -> dict[str, bool]:
     for what in ("push", "pop", "hold"):
         checks[f"{what} wakes"] = t[np.searchsorted(t, marks[what])] - marks[what] < 5e6
     return checks
+
+
+class CopyingReader(FakeCounterReader):
+    """A stand-in reader whose counters move 10 MB per read while ``copying`` (a bulk copy outside any range:
+    >= 10 GB/s at the 1 ms rate below, so far above BUSY_BPS), else 1 B per read, wrapping at 32 bits."""
+
+    copying = False
+
+    def read(self) -> tuple[int, int]:
+        self.v = (getattr(self, "v", 0) + (10_000_000 if CopyingReader.copying else 1)) % 2**32
+        return self.v, self.v
+
+
+def test_a_copy_outside_ranges_holds_the_fast_rate_until_it_ends(monkeypatch) -> None:
+    """No range open: the counters moving faster than BUSY_BPS keep the sampler at its fast rate, so a range
+    that opens right after a copy has a recent sample before its edge; when they stop moving it reads slowly."""
+    monkeypatch.setattr(CopyingReader, "copying", False)
+    _best_of(lambda: _fast_while_copying(monkeypatch))
+
+
+def _fast_while_copying(monkeypatch) -> dict[str, bool]:
+    page = edges.create()
+    marks: dict[str, int] = {}
+
+    def app(words, edge) -> None:
+        words[edges.COUNTING] = 1
+        edge()
+        time.sleep(0.12)                                    # idle: slow
+        CopyingReader.copying = True
+        marks["copy"] = time.monotonic_ns()
+        time.sleep(0.1)                                     # a copy, no range open: fast from its first read
+        CopyingReader.copying = False
+        marks["done"] = time.monotonic_ns()
+        time.sleep(0.12)                                    # idle again: slow
+
+    try:
+        t = _sample_in_this_process(monkeypatch, page, interval_ms=1.0, idle_ms=20.0, app=app, reader=CopyingReader)
+    finally:
+        os.unlink(page)
+        CopyingReader.copying = False
+    gap, start = np.diff(t), t[:-1]
+    before = start < marks["copy"]
+    # from the first read that saw the copy (one idle interval at most) to its end
+    seen = t[np.searchsorted(t, marks["copy"])]
+    copying = (start > seen) & (start < marks["done"])
+    after = start > marks["done"] + 25e6  # the read that sees the end is one fast interval late
+    return {"idle ~20 ms before": 15e6 < np.median(gap[before]) < 30e6,
+            "fast while copying": copying.sum() > 30 and np.median(gap[copying]) < 3e6,
+            "idle ~20 ms after": 15e6 < np.median(gap[after]) < 30e6}
 
 
 def test_without_an_edge_file_a_stop_cuts_a_long_wait_short(monkeypatch) -> None:

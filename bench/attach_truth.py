@@ -70,6 +70,30 @@ def overhead(scenario: str, work: Path, pairs: int, gpu: str, extra: list[str] |
     return {"alone_ms": walls["alone"], "attached_ms": walls["attached"], "median_overhead": b / a - 1}
 
 
+def idle_zero(scenario: str, work: Path, gpu: str, extra: list[str] | None = None) -> list[dict]:
+    """The app under attach WITHOUT its truth reads: its idle ranges then move nothing of their own, so their
+    truth is 0 (the issue's "idle ranges within their error of 0"). Per call: bytes and the stated error."""
+    env = dict(os.environ, TRUTH_OUT=str(work / f"{scenario}-zero.jsonl"), TRUTH_READS="0")
+    out = work / f"{scenario}-zero"
+    shutil.rmtree(out, ignore_errors=True)
+    pt = [sys.executable, "-m", "pcietrace", "attach", "--gpu", gpu, "--json", "--no-calibrate", "-o", str(out),
+          *(extra or []), "--"]
+    proc = subprocess.run(pt + command(scenario, work / "build"), env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"attach failed ({proc.returncode}): {proc.stderr[-3000:]}")
+    inst = pd.DataFrame(json.loads(proc.stdout)["results"]["range_instances"])
+    idle = inst[(inst["domain"] == "truth") & (inst["name"] == "idle_20ms")]
+    rows = []
+    for r in idle.itertuples():
+        row = {"gpus": list(r.gpus), "t_start_ns": int(r.t_start_ns)}
+        for d in ("h2d", "d2h"):
+            err = getattr(r, f"{d}_edge_bytes") + getattr(r, f"{d}_floor_err_bytes")
+            row.update({f"{d}_bytes": getattr(r, f"{d}_bytes"), f"{d}_err": err,
+                        f"{d}_within": bool(abs(getattr(r, f"{d}_bytes")) <= err)})
+        rows.append(row)
+    return rows
+
+
 def run(scenario: str, work: Path, exact: bool, gpu: str = "all", extra: list[str] | None = None) -> dict:
     build = work / "build"
     build.mkdir(parents=True, exist_ok=True)
@@ -121,6 +145,8 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path(tempfile.mkdtemp()))
     ap.add_argument("--gpu", default="all", help="GPUs attach samples (e.g. 0, to compare 1-GPU and N-GPU sampling rates)")
     ap.add_argument("--overhead-pairs", type=int, default=0, help="alone/attached runs without truth reads, alternated")
+    ap.add_argument("--idle-zero", action="store_true",
+                    help="also attach the app without its truth reads: its idle ranges' truth is then 0")
     ap.add_argument("--idle-sample-interval-ms", default=None, metavar="MS",
                     help="passed to attach (default: attach's own, 5; 0 = fast sampling throughout, as before)")
     ap.add_argument("--sample-interval-ms", default=None, metavar="MS",
@@ -140,6 +166,8 @@ def main() -> int:
         res = run(sc, a.work, a.exact_edges, a.gpu, extra)
         if a.overhead_pairs:
             res["overhead"] = overhead(sc, a.work, a.overhead_pairs, a.gpu, extra)
+        if a.idle_zero:
+            res["idle_zero"] = idle_zero(sc, a.work, a.gpu, extra)
         everything[sc] = res
         df = pd.DataFrame(res["ranges"])
         cols = ["rank", "range", "calls", "ms", "h2d_truth", "h2d_ours", "h2d_err_pct", "h2d_edge", "d2h_truth",
@@ -152,6 +180,13 @@ def main() -> int:
                           round((f.get("h2d_background_Bps") or 0) / 1e3)) for f in res["floor"]])
         print("runtime overhead per rank:", {k: f"{v:+.2%}" for k, v in res["runtime_overhead"].items()})
         print("notes:", res["notes"])
+        if "idle_zero" in res:
+            z = pd.DataFrame(res["idle_zero"])
+            print(f"idle ranges without the app's truth reads (truth 0): {len(z)} calls; within their stated error: "
+                  f"H2D {int(z['h2d_within'].sum())}, D2H {int(z['d2h_within'].sum())}; bytes H2D "
+                  f"{z['h2d_bytes'].min():,.0f} … {z['h2d_bytes'].max():,.0f}, D2H {z['d2h_bytes'].min():,.0f} … "
+                  f"{z['d2h_bytes'].max():,.0f}; stated error {z[['h2d_err', 'd2h_err']].min().min():,.0f} … "
+                  f"{z[['h2d_err', 'd2h_err']].max().max():,.0f}")
         if "overhead" in res:
             o = res["overhead"]
             print(f"app runtime without truth reads: alone {o['alone_ms']} ms, attached {o['attached_ms']} ms -> "

@@ -509,28 +509,38 @@ def graphs_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
         lo, hi = plan.get("kernel_us", ["?", "?"])
         title = (f"CUDA graphs, {n:,} kernels of {lo:g}-{hi:g} us per iteration, {plan.get('param_sets')} parameter "
                  f"sets ({plan.get('order')})")
-        t = _table(title + ": time", [("strategy", "left"), ("ms / iter, mean", "right"), ("median", "right"),
-                                      ("speedup vs eager", "right"), ("host CPU ms / iter", "right"),
-                                      ("instantiate ms", "right"), ("break-even reuses", "right")],
-                   caption=f"timing: {meta.get('timing', '?')}; {stats}; mean = total / iterations (carries the "
-                           "occasional instantiations; speedup = eager mean / mean); break-even = instantiate time / "
-                           "(eager - graph-ready iteration)")
+        # 80 columns: short headers (spelt out in the caption), each interval on a line of its own in its cell
+        t = _table(title + ": time", [("strategy", "left"), ("mean ms", "right"), ("median", "right"),
+                                      ("speedup", "right"), ("CPU ms", "right"), ("inst.", "right"),
+                                      ("reuses", "right")],
+                   caption=f"timing: {meta.get('timing', '?')}; {stats}; times in ms per iteration (inst.: per "
+                           "instantiation); mean = total / iterations (carries the occasional instantiations; speedup = "
+                           "eager mean / mean); CPU = host CPU time; reuses = the break-even, instantiate time / (eager - "
+                           "graph-ready iteration); median's interval in --format json/csv/md")
+
+        def ms(x: float, lo: float, hi: float) -> str:
+            return f"{x / 1e3:,.3f}\n[{lo / 1e3:,.3f}, {hi / 1e3:,.3f}]"
+
+        t.columns[0].no_wrap = True  # the strategy names the row: never cut
         for r in g.itertuples():
-            t.add_row(r.strategy, f"{r.wall_us_mean / 1e3:,.3f} [{r.wall_us_mean_lo / 1e3:,.3f}, {r.wall_us_mean_hi / 1e3:,.3f}]",
-                      f"{r.wall_us_median / 1e3:,.3f} [{r.wall_us_median_lo / 1e3:,.3f}, {r.wall_us_median_hi / 1e3:,.3f}]",
-                      "1" if r.strategy == "eager" else f"{r.speedup:.3f}x [{r.speedup_lo:.3f}, {r.speedup_hi:.3f}]",
+            t.add_row(r.strategy, ms(r.wall_us_mean, r.wall_us_mean_lo, r.wall_us_mean_hi),
+                      _num(r.wall_us_median / 1e3, ",.3f"),
+                      "1" if r.strategy == "eager" else f"{r.speedup:.3f}x\n[{r.speedup_lo:.3f}, {r.speedup_hi:.3f}]",
                       _num(r.cpu_us_mean / 1e3, ",.3f"), _num(r.build_us / 1e3, ",.3f"),
                       "never" if r.break_even_reuses == math.inf else _num(r.break_even_reuses, ",.1f"))
         c = _table(title + ": what each strategy did, and its PCIe traffic",
-                   [("strategy", "left"), ("captures", "right"), ("instantiations", "right"), ("updates", "right"),
-                    ("node updates", "right"), ("cache hits", "right"), ("update failures", "right"),
-                    ("H2D KB / iter", "right"), ("D2H KB / iter", "right")],
-                   caption=f"counts summed over {int(g['iterations'].iloc[0]):,} iterations per strategy; KB = 10^3 B "
-                           "from the counters, floor removed, ± 95 % over windows")
+                   [("strategy", "left"), ("capt.", "right"), ("inst.", "right"), ("upd.", "right"),
+                    ("nodes", "right"), ("hits", "right"), ("fail", "right"), ("H2D kB", "right"),
+                    ("D2H kB", "right")],
+                   caption=f"counts summed over {int(g['iterations'].iloc[0]):,} iterations per strategy: captures, "
+                           "instantiations, graph updates, kernel-node updates, cache hits, failed updates; kB = "
+                           "10^3 B per iteration from the counters, floor removed, ± 95 % over windows")
+        c.columns[0].no_wrap = True
         for r in g.itertuples():
             c.add_row(r.strategy, _num(r.captures), _num(r.instantiations), _num(r.updates), _num(r.node_updates),
-                      _num(r.cache_hits), _num(r.update_failures), _pm(r.h2d_bytes_per_iter / 1e3, r.h2d_ci95 / 1e3, ",.1f"),
-                      _pm(r.d2h_bytes_per_iter / 1e3, r.d2h_ci95 / 1e3, ",.1f"))
+                      _num(r.cache_hits), _num(r.update_failures),
+                      _pm_lines(r.h2d_bytes_per_iter / 1e3, r.h2d_ci95 / 1e3, ",.1f"),
+                      _pm_lines(r.d2h_bytes_per_iter / 1e3, r.d2h_ci95 / 1e3, ",.1f"))
         parts += [t, c]
     return parts
 
@@ -602,3 +612,8 @@ def _gpu_list(text: Any) -> str:
         else:
             runs.append([i])
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
+
+
+def _pm_lines(x: Any, ci: Any, fmt: str = ",.0f") -> str:
+    """:func:`_pm` with the interval on a second line (narrow columns)."""
+    return _pm(x, ci, fmt).replace(" ± ", "\n± ")

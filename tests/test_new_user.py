@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import io
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from rich.text import Text
 
 from pcietrace.analysis import analyze
 from pcietrace.analysis.summary import summarize
+from pcietrace.cli import main
 from pcietrace.report import console
 from pcietrace.session import Session
 
@@ -45,3 +48,65 @@ def test_graphs_tables_fit_the_terminal(path: Path, width: int) -> None:
             for cell in col._cells:  # every line of every cell whole on one output line
                 assert all(any(part in line for line in lines) for part in _plain(cell).splitlines()), (t.title, cell)
         assert [_plain(c) for c in t.columns[0]._cells] == list(res["graphs"]["strategy"].unique())
+
+
+# -- damaged reports: one line and exit 2, or rendered with what is there (never a traceback) ---------------
+
+@pytest.fixture()
+def copy(tmp_path, data_dir):
+    """A writable copy of a recorded report folder (tests/data stays untouched)."""
+    def make(name: str) -> Path:
+        dst = tmp_path / name.replace("/", "-")
+        shutil.copytree(data_dir / name, dst)
+        return dst
+    return make
+
+
+def _edit(folder: Path, change) -> None:
+    doc = json.loads((folder / "report.json").read_text())
+    change(doc)
+    (folder / "report.json").write_text(json.dumps(doc))
+
+
+def one_line_exit_2(argv: list[str], capsys) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pcietrace: error:") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("name", ["attach_h100_python", "h100_run"])
+def test_a_gpu_listed_twice_in_meta_is_refused(name, copy, capsys) -> None:
+    # was (attach): ValueError 'truth value of a Series is ambiguous', a traceback
+    folder = copy(name)
+    _edit(folder, lambda doc: doc["meta"]["gpus"].append(dict(doc["meta"]["gpus"][0])))
+    assert "meta.gpus[1].nvml_index: GPU 0 is listed twice" in one_line_exit_2(["report", str(folder)], capsys)
+
+
+def test_a_graphs_report_without_its_plan_is_refused(copy, capsys) -> None:
+    # was: ValueError "Unknown format code 'g' for object of type 'str'" (the '?' placeholders), a traceback
+    folder = copy("graphs_h100")
+    _edit(folder, lambda doc: doc["meta"].pop("graphs_plan"))
+    assert "meta.graphs_plan: missing" in one_line_exit_2(["report", str(folder)], capsys)
+
+
+@pytest.mark.parametrize("column", ["eager_launches", "prep_ns"])
+def test_graphs_columns_the_analysis_reads_are_checked(column, copy, capsys) -> None:
+    # was: ValueError from int('x...') summing the counts, or a KeyError for a dropped column, a traceback
+    folder = copy("graphs_h100")
+    _edit(folder, lambda doc: [r.__setitem__(column, "x") for r in doc["tables"]["graphs"]])
+    assert f"graphs.{column}: expected numbers" in one_line_exit_2(["report", str(folder)], capsys)
+    _edit(folder, lambda doc: [r.pop(column) for r in doc["tables"]["graphs"]])
+    assert f"graphs.{column}: missing column" in one_line_exit_2(["report", str(folder)], capsys)
+
+
+@pytest.mark.parametrize("name", ["attach_h100_python", "recordings/attach-h200x4-torchrun-ddp"])
+def test_an_attach_run_without_idle_windows_has_no_floor(name, copy, capsys) -> None:
+    # was: KeyError 'nvml_index' (a traceback): an empty table came back without its declared columns
+    folder = copy(name)
+    _edit(folder, lambda doc: doc["tables"].pop("windows"))
+    assert main(["report", str(folder), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    floor = doc["results"]["floor"]
+    assert floor and {r["status"] for r in floor} == {"no floor"}
+

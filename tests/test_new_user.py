@@ -110,3 +110,18 @@ def test_an_attach_run_without_idle_windows_has_no_floor(name, copy, capsys) -> 
     floor = doc["results"]["floor"]
     assert floor and {r["status"] for r in floor} == {"no floor"}
 
+
+@pytest.mark.parametrize("table", ["bursts", "e2e"])
+def test_a_run_with_eager_timings_only_renders_graph_figures_as_unknown(table, copy, capsys) -> None:
+    # was: KeyError ('us_per_kernel', 'graph') / 'graph' (a traceback) where no graph burst or loop was kept,
+    # as in a run cut short between its eager and graph steps
+    folder = copy("h100_run")
+    _edit(folder, lambda doc: doc["tables"].__setitem__(
+        table, [r for r in doc["tables"][table] if r["mode"] == "eager"]))
+    assert main(["report", str(folder), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = doc["results"]["gpu_time" if table == "bursts" else "speedup"]
+    graph = "graph_gpu_us" if table == "bursts" else "graph_wall_us"
+    eager = "eager_gpu_us" if table == "bursts" else "eager_wall_us"
+    assert rows and all(r[graph] is None and r[eager] > 0 for r in rows)
+    assert main(["report", str(folder)]) == 0 and "Traceback" not in capsys.readouterr().err

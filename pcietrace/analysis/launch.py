@@ -147,6 +147,9 @@ def gpu_time(bursts: pd.DataFrame, calibration: pd.DataFrame, contexts: pd.DataF
     b = b.assign(us_per_kernel=b["gpu_ns"] / b["launches"] / 1e3)
     piv = b.pivot_table(index=["nvml_index", "kernel_us"], columns="mode",
                         values=["us_per_kernel", "saturated"], aggfunc={"us_per_kernel": "median", "saturated": "all"})
+    # a mode with no burst (a run cut short, a damaged report): NaN time, not saturated
+    piv = piv.reindex(columns=pd.MultiIndex.from_product([["us_per_kernel", "saturated"], ["eager", "graph"]]))
+    piv["saturated"] = piv["saturated"].astype("boolean").fillna(False).astype(bool)
     out = pd.DataFrame({
         "eager_gpu_us": piv[("us_per_kernel", "eager")],
         "graph_gpu_us": piv[("us_per_kernel", "graph")],
@@ -196,6 +199,7 @@ def speedup(e2e: pd.DataFrame) -> pd.DataFrame:
     e2e = primary(e2e)
     e = e2e.assign(us_per_kernel=e2e["wall_ns"] / e2e["launches"] / 1e3)
     piv = e.pivot_table(index=["nvml_index", "kernel_us"], columns="mode", values="us_per_kernel", aggfunc="median")
+    piv = piv.reindex(columns=["eager", "graph"])  # a mode never timed (a run cut short): NaN
     out = pd.DataFrame({"eager_wall_us": piv["eager"], "graph_wall_us": piv["graph"]}).reset_index()
     out["graph_k"] = int(e.loc[e["mode"] == "graph", "graph_k"].iloc[0]) if (e["mode"] == "graph").any() else 0
     out["speedup"] = out["eager_wall_us"] / out["graph_wall_us"]

@@ -398,8 +398,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
         runs.append((f"{chr(65 + i)}: {name}", analyze(s, args.us_per_level), s.meta))
     cmp = compare(runs, args.us_per_level)
     names = [r[0] for r in runs]
+    _refuse_nothing_in_common(cmp, names, args.paths, sessions)
     emit_compare(cmp, names, compare_summary(cmp, names), "json" if args.json else args.format)
     return 0
+
+
+def _refuse_nothing_in_common(cmp: Any, names: list[str], paths: list[Path], sessions: list[Any]) -> None:
+    from pcietrace.analysis.compare import shares_figures
+
+    kinds = [s.meta.get("kind") or "run" for s in sessions]
+    for i, name in enumerate(names[1:], 1):
+        if not shares_figures(cmp, name):  # else a table of one-sided rows would read "no significant difference"
+            raise UsageError(f"{paths[i]} (a {kinds[i]} report) and {paths[0]} (a {kinds[0]} report) have no "
+                             "figure in common: compare graphs reports with graphs reports, runs with runs or "
+                             "latency reports")
 
 
 def cmd_graphs(args: argparse.Namespace) -> int:
@@ -451,5 +463,8 @@ def _compare_attach(args: argparse.Namespace, sessions: list[Any]) -> int:
         raise UsageError("attach runs are compared in pairs: EAGER_ATTACH GRAPHED_ATTACH")
     eager, graphed = sessions
     table = savings(analyze(eager), analyze(graphed))
+    if not len(table):  # else an empty table and exit 0
+        raise UsageError(f"{args.paths[0]} and {args.paths[1]} have no NVTX range in common (by domain and name): "
+                         "compare two attach runs of one program, eager then graphed")
     emit_savings(table, [str(p) for p in args.paths], "json" if args.json else args.format)
     return 0

@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from rich.console import Console
 from rich.table import Table
@@ -125,3 +126,22 @@ def test_a_run_with_eager_timings_only_renders_graph_figures_as_unknown(table, c
     eager = "eager_gpu_us" if table == "bursts" else "eager_wall_us"
     assert rows and all(r[graph] is None and r[eager] > 0 for r in rows)
     assert main(["report", str(folder)]) == 0 and "Traceback" not in capsys.readouterr().err
+
+
+# -- compare: reports that cannot be compared say so ------------------------------------------------------
+
+@pytest.mark.parametrize("pair", [("graphs_h100", "h100_run"), ("h200x2_run", "graphs_h100"),
+                                  ("graphs_h100", "h100_run_latency")])
+def test_compare_refuses_reports_with_no_figure_in_common(pair, data_dir, capsys) -> None:
+    # was: exit 0, "no significant difference" over a table where every row had one side empty
+    line = one_line_exit_2(["compare", *(str(data_dir / p) for p in pair)], capsys)
+    assert "have no figure in common" in line and "a graphs report" in line
+
+
+@pytest.mark.parametrize("pair", [("attach_h100_python", "attach_h200x8_torchrun"),
+                                  ("attach_h100_decode/decode-graph", "attach_h100_python")])
+def test_compare_refuses_attach_runs_with_no_range_in_common(pair, data_dir, capsys) -> None:
+    # was: exit 0 and an empty savings table
+    line = one_line_exit_2(["compare", *(str(data_dir / p) for p in pair)], capsys)
+    assert "no NVTX range in common" in line
+

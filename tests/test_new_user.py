@@ -145,3 +145,18 @@ def test_compare_refuses_attach_runs_with_no_range_in_common(pair, data_dir, cap
     line = one_line_exit_2(["compare", *(str(data_dir / p) for p in pair)], capsys)
     assert "no NVTX range in common" in line
 
+
+def test_savings_table_fits_80_columns_and_prints_range_names_as_written(copy, monkeypatch, capsys) -> None:
+    # was: the range column squeezed to nothing and 'launch-bound' cut at 80 columns; a range name with
+    # markup ('loss[/total]') was read as markup (a rich MarkupError traceback)
+    eager, graphed = copy("attach_h100_decode/decode-eager-gputime"), copy("attach_h100_decode/decode-graph")
+    for folder in (eager, graphed):
+        events = pd.read_parquet(folder / "events.parquet")
+        events["message"] = events["message"].replace("batch_1", "loss[/total]")
+        events.to_parquet(folder / "events.parquet")
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["compare", str(eager), str(graphed)]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and max(map(len, out.splitlines())) <= 80
+    names = ["loss[/total]", "batch_4", "batch_16", "batch_64"]
+    assert all(n in out for n in names) and "predicted" in out and "bound" in out

@@ -547,22 +547,26 @@ def graphs_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
 
 def savings_table(sv: pd.DataFrame, paths: list[str]) -> Table:
     """Attach's predicted graph savings against the measured (see :func:`pcietrace.analysis.savings.savings`)."""
-    t = _table("Graph savings per NVTX range: predicted from the eager run vs measured",
-               [("range", "left"), ("domain", "left"), ("eager ms", "right"), ("graphed ms", "right"),
-                ("eager launches", "right"), ("measured ms", "right"), ("predicted ms", "right"), ("error", "right"),
-                ("launch-bound", "left")],
-               caption=f"eager: {paths[0]}; graphed: {paths[1]}; measured = eager - graphed inclusive range time; "
-                       "predicted = attach's \"graphs save\" figure from the eager run (from the GPU's busy time where it "
-                       "was recorded, --gpu-time; else from launch counts: launch-bound ranges save their own time per "
-                       "launch minus a graph kernel's, others the GPU overhead difference; pcietrace/analysis/savings.py); "
-                       "error in % of the measured saving")
+    one_domain = sv["domain"].astype(str).nunique() <= 1
+    t = _table("Graph savings per NVTX range: predicted from the eager run vs measured"
+               + (esc(f" (domain {sv['domain'].iloc[0]})") if one_domain and len(sv) else ""),
+               [("range", "left"), ("eager ms", "right"), ("graphed", "right"), ("launches", "right"),
+                ("saved ms", "right"), ("predicted", "right"), ("error", "right"), ("bound", "left")],
+               caption=f"eager: {esc(paths[0])}; graphed: {esc(paths[1])}; graphed: its inclusive range time, ms; "
+                       "launches: the eager run's; saved = measured, eager - graphed inclusive range time; predicted = attach's \"graphs save\" figure "
+                       "from the eager run, ms (from the GPU's busy time where it was recorded, --gpu-time; else from "
+                       "launch counts: launch-bound ranges save their own time per launch minus a graph kernel's, "
+                       "others the GPU overhead difference; pcietrace/analysis/savings.py); error in % of the "
+                       "measured saving; bound: launch-bound")
+    t.columns[0].min_width, t.columns[0].overflow = 12, "fold"  # the range names the row: never squeezed or cut
 
     def err(x: Any) -> str:
         return "–" if x is None or pd.isna(x) else f"{x:+.0f} %"
 
     for r in sv.itertuples():
-        t.add_row(str(r.name), str(r.domain), _num(r.eager_ms, ",.2f"), _num(r.graphed_ms, ",.2f"),
-                  _num(r.eager_launches), _num(r.measured_ms, ",.2f"), _num(r.predicted_ms, ",.2f"), err(r.error_pct),
+        t.add_row(esc(r.name) + ("" if one_domain else f" [dim]({esc(r.domain)})[/]"), _num(r.eager_ms, ",.2f"),
+                  _num(r.graphed_ms, ",.2f"), _num(r.eager_launches), _num(r.measured_ms, ",.2f"),
+                  _num(r.predicted_ms, ",.2f"), err(r.error_pct),
                   "–" if pd.isna(r.launch_bound) else "yes" if r.launch_bound else "no")
     return t
 

@@ -160,3 +160,16 @@ def test_savings_table_fits_80_columns_and_prints_range_names_as_written(copy, m
     assert "…" not in out and max(map(len, out.splitlines())) <= 80
     names = ["loss[/total]", "batch_4", "batch_16", "batch_64"]
     assert all(n in out for n in names) and "predicted" in out and "bound" in out
+
+
+@pytest.mark.parametrize("name", ["attach_h100_decode/decode-eager-gputime", "attach_h200x8_torchrun",
+                                  "recordings/attach-h200x4-torchrun-ddp"])
+def test_attach_range_names_longer_than_their_column_are_folded_not_cut(name, data_dir, monkeypatch, capsys) -> None:
+    # was: 'decode_…', 'ncclCommI…' at 80 columns: the name that says which row is which, cut
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["report", str(data_dir / name)]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and max(map(len, out.splitlines())) <= 80
+    flat = "".join(line.strip() for line in out.splitlines())
+    names = set(analyze(Session.load(data_dir / name))["ranges"]["name"])
+    assert names and all(n in flat or n in out for n in names)

@@ -51,11 +51,13 @@ def _pm(x: Any, ci: Any, fmt: str = ",.0f") -> str:
 
 
 def _table(title: str, columns: list[tuple[str, str]], caption: str | None = None) -> Table:
-    """Right-justified columns hold numbers: they never wrap (rich then wraps the text columns instead)."""
+    """Right-justified columns hold numbers: they never wrap (rich then wraps the text columns instead, folding
+    a word longer than the column, such as a range name, rather than cutting it)."""
     t = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, title_justify="left", caption_justify="left",
               title_style="bold", caption_style="dim", pad_edge=False, collapse_padding=True)
     for name, justify in columns:
-        t.add_column(name, justify=justify, no_wrap=justify != "left")  # type: ignore[arg-type]
+        t.add_column(name, justify=justify, no_wrap=justify != "left",  # type: ignore[arg-type]
+                     overflow="fold" if justify == "left" else "ellipsis")
     return t
 
 
@@ -558,7 +560,7 @@ def savings_table(sv: pd.DataFrame, paths: list[str]) -> Table:
                        "launch counts: launch-bound ranges save their own time per launch minus a graph kernel's, "
                        "others the GPU overhead difference; pcietrace/analysis/savings.py); error in % of the "
                        "measured saving; bound: launch-bound")
-    t.columns[0].min_width, t.columns[0].overflow = 12, "fold"  # the range names the row: never squeezed or cut
+    t.columns[0].min_width = 12  # the range names the row: never squeezed to nothing
 
     def err(x: Any) -> str:
         return "–" if x is None or pd.isna(x) else f"{x:+.0f} %"

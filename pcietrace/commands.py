@@ -111,10 +111,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         session.meta["topology"] = topology.collect([g for g, _ in gpus])
     folder = _run_folder(args, session.meta, ordinals)
     interrupted: KeyboardInterrupt | None = None
+    results, out_dir = None, None
     intr = guard.Interrupts.install()  # SIGTERM/SIGHUP save like Ctrl-C; a second signal waits for the save
     try:
         with Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err, transient=True, disable=args.json and not err.is_terminal) as prog:
+                      console=err, transient=True, disable=not err.is_terminal) as prog:  # (off a terminal: a blank line)
             task = prog.add_task("starting counter sampler", total=plan.steps() * len(gpus))
             first = [True]
 
@@ -138,18 +139,30 @@ def cmd_run(args: argparse.Namespace) -> int:
         interrupted = exc
     finally:
         # Whatever happened, keep what was recorded: an analysis error still saves (and publishes) the raw data.
-        with intr.finishing():
-            results, out_dir = guard.finish(
-                session, folder, lambda: analyze(session, args.us_per_level) if session.meta.get("status") == "complete"
-                else None, to_jsonable, _say)
-            if out_dir is not None:
-                err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}", markup=False, soft_wrap=True)
+        try:
+            with intr.finishing():
+                results, out_dir = guard.finish(
+                    session, folder, lambda: analyze(session, args.us_per_level)
+                    if session.meta.get("status") == "complete" else None, to_jsonable, _say)
+        except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
+            interrupted = interrupted or exc
+        if out_dir is not None and interrupted is None:
+            err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}", markup=False, soft_wrap=True)
     if interrupted is not None:
-        err.print("interrupted" + (f"; `pcietrace report {out_dir}` shows what was recorded" if out_dir else ""),
-                  markup=False, soft_wrap=True)
+        _say(_interrupted_line(folder, out_dir, session.meta.get("status") == "complete"))
         return guard.exit_code(interrupted)
     _emit(session.meta, results, args)
     return 0 if folder is None or out_dir is not None else 2
+
+
+def _interrupted_line(folder: Any, out_dir: Path | None, complete: bool) -> str:
+    """The one line a signal ends a measuring command with: what was saved, and where."""
+    if folder is None:
+        return "pcietrace: interrupted: nothing saved (--no-save)"
+    if out_dir is None:  # the save failed (said above)
+        return "pcietrace: interrupted: nothing saved"
+    what = "the whole run (the signal came while saving)" if complete else "what was recorded (status: interrupted)"
+    return f"pcietrace: interrupted: saved {what} to {out_dir}; `pcietrace report {out_dir}` shows it"
 
 
 def _check_plot(args: argparse.Namespace) -> None:
@@ -435,6 +448,7 @@ def cmd_graphs(args: argparse.Namespace) -> int:
     folder = _run_folder(args, session.meta, [args.gpu], "-graphs")
     err = Console(stderr=True)
     interrupted: KeyboardInterrupt | None = None
+    results, out_dir = None, None
     intr = guard.Interrupts.install()
     try:
         with err.status("graphs") as status:
@@ -442,12 +456,17 @@ def cmd_graphs(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as exc:
         interrupted = exc
     finally:
-        with intr.finishing():
-            results, out_dir = guard.finish(session, folder, lambda: analyze(session) if interrupted is None else None,
-                                            to_jsonable, _say)
-            if out_dir is not None:
-                err.print(f"saved to {out_dir}", markup=False, soft_wrap=True)
+        complete = interrupted is None
+        try:
+            with intr.finishing():
+                results, out_dir = guard.finish(session, folder, lambda: analyze(session) if complete else None,
+                                                to_jsonable, _say)
+        except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
+            interrupted = interrupted or exc
+        if out_dir is not None and interrupted is None:
+            err.print(f"saved to {out_dir}", markup=False, soft_wrap=True)
     if interrupted is not None:
+        _say(_interrupted_line(folder, out_dir, complete))
         return guard.exit_code(interrupted)
     _emit(session.meta, results, args)
     return 0 if folder is None or out_dir is not None else 2

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import io
+import os
+import signal
 import json
 import shutil
 from pathlib import Path
@@ -173,3 +175,59 @@ def test_attach_range_names_longer_than_their_column_are_folded_not_cut(name, da
     flat = "".join(line.strip() for line in out.splitlines())
     names = set(analyze(Session.load(data_dir / name))["ranges"]["name"])
     assert names and all(n in flat or n in out for n in names)
+
+
+# -- signals: one line saying what was saved ---------------------------------------------------------------
+
+QUICK_SIM = ["run", "--simulate", "--quick", "--window-s", "0.02", "--no-latency"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("argv", [QUICK_SIM, ["graphs", "--simulate", "--kernels", "20", "--iterations", "4",
+                                              "--rounds", "1"]], ids=["run", "graphs"])
+def test_a_signal_while_saving_says_the_whole_run_is_saved(sig, argv, tmp_path, monkeypatch, capsys,
+                                                          as_in_a_terminal) -> None:
+    # was: 'saved run to X' then a bare 'pcietrace: interrupted' raised out of the save's finally
+    real_save = Session.save
+
+    def save_with_signal(self, directory, results=None):
+        os.kill(os.getpid(), sig)  # arrives while writing: held until the save is done
+        return real_save(self, directory, results)
+
+    monkeypatch.setattr(Session, "save", save_with_signal)
+    out = tmp_path / "run"
+    assert main(argv + ["-o", str(out)]) == 128 + sig
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"pcietrace: interrupted: saved the whole run (the signal came while saving) to {out}")
+    s = Session.load(out)
+    assert s.meta["status"] == "complete" and len(s.samples)
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+def test_a_signal_while_recording_is_one_line_naming_the_folder(tmp_path, monkeypatch, capsys, as_in_a_terminal) -> None:
+    # was two lines: 'saved partial run to X' and 'interrupted; `pcietrace report X` shows what was recorded'
+    from pcietrace.record import run
+
+    real = run.record
+
+    def record_then_ctrl_c(session, *a, **k):
+        progress = k.pop("progress")
+        calls = [0]
+
+        def step(label: str) -> None:
+            calls[0] += 1
+            progress(label)
+            if calls[0] == 5:
+                raise KeyboardInterrupt
+        return real(session, *a, progress=step, **k)
+
+    monkeypatch.setattr(run, "record", record_then_ctrl_c)
+    out = tmp_path / "run"
+    assert main(QUICK_SIM + ["-o", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert err == (f"pcietrace: interrupted: saved what was recorded (status: interrupted) to {out}; "
+                   f"`pcietrace report {out}` shows it\n")
+    assert Session.load(out).meta["status"] == "interrupted"
+    assert main(QUICK_SIM + ["--no-save"]) == 130
+    assert capsys.readouterr().err == "pcietrace: interrupted: nothing saved (--no-save)\n"

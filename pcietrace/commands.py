@@ -149,20 +149,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         if out_dir is not None and interrupted is None:
             err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}", markup=False, soft_wrap=True)
     if interrupted is not None:
-        _say(_interrupted_line(folder, out_dir, session.meta.get("status") == "complete"))
+        _say(_interrupted_line(folder, out_dir, _run_saved(session.meta.get("status") == "complete")))
         return guard.exit_code(interrupted)
     _emit(session.meta, results, args)
     return 0 if folder is None or out_dir is not None else 2
 
 
-def _interrupted_line(folder: Any, out_dir: Path | None, complete: bool) -> str:
-    """The one line a signal ends a measuring command with: what was saved, and where."""
+def _interrupted_line(folder: Any, out_dir: Path | None, what: str) -> str:
+    """The one line a signal ends a measuring command with: ``what`` was saved, and where."""
     if folder is None:
         return "pcietrace: interrupted: nothing saved (--no-save)"
     if out_dir is None:  # the save failed (said above)
         return "pcietrace: interrupted: nothing saved"
-    what = "the whole run (the signal came while saving)" if complete else "what was recorded (status: interrupted)"
     return f"pcietrace: interrupted: saved {what} to {out_dir}; `pcietrace report {out_dir}` shows it"
+
+
+def _run_saved(complete: bool) -> str:
+    """What a run or graphs run interrupted by a signal saved."""
+    return "the whole run (the signal came while saving)" if complete else "what was recorded (status: interrupted)"
 
 
 def _check_plot(args: argparse.Namespace) -> None:
@@ -345,6 +349,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
         g["counter"] = sampler.modes.get(g["nvml_index"])
     windows: list[dict[str, Any]] = []
     rc = 1
+    interrupted: KeyboardInterrupt | None = None
+    results, out_dir = None, None
     intr = guard.Interrupts.install()  # before and after the program: signals save like Ctrl-C (during it,
     try:                               # run_program passes them on to the program and waits for it)
         idle_windows(sampler, indices, args.idle_s, windows)
@@ -356,23 +362,33 @@ def cmd_attach(args: argparse.Namespace) -> int:
         rc, t0, t1 = run_program(cmd, env, stdout=sys.stderr if machine_output else None)
         session.meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")
         idle_windows(sampler, indices, args.idle_s, windows)
+    except KeyboardInterrupt as exc:
+        interrupted = exc
     finally:
-        session.events = read_traces(trace_dir)
-        session.samples = merge_samples([sampler.stop(), edge_samples(session.events)])
-        session.windows = pd.DataFrame(windows)
-        session.meta["processes"] = processes(session.events, counter)
-        shutil.rmtree(trace_dir, ignore_errors=True)  # its events now live in the session
-        os.unlink(edge_file)
-        if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
-            session.meta.update(kind="attach-failed", status="interrupted before the program ran")
-        with intr.finishing():
-            results, out_dir = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
-            if out_dir is not None and session.meta["kind"] == "attach":
-                _write_perfetto(session, results, out_dir / "trace.json")
-                err.print(f"saved to {out_dir} (Perfetto trace: {out_dir / 'trace.json'})", markup=False,
-                          soft_wrap=True)
-            elif out_dir is not None:
-                err.print(f"saved what was recorded to {out_dir}", markup=False, soft_wrap=True)
+        try:  # held from here: a signal while the samplers stop and the traces are read lost them all
+            with intr.finishing():
+                session.events = read_traces(trace_dir)
+                session.samples = merge_samples([sampler.stop(), edge_samples(session.events)])
+                session.windows = pd.DataFrame(windows)
+                session.meta["processes"] = processes(session.events, counter)
+                shutil.rmtree(trace_dir, ignore_errors=True)  # its events now live in the session
+                os.unlink(edge_file)
+                if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
+                    session.meta.update(kind="attach-failed", status="interrupted before the program ran")
+                results, out_dir = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
+                if out_dir is not None and session.meta["kind"] == "attach":
+                    _write_perfetto(session, results, out_dir / "trace.json")
+        except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
+            interrupted = interrupted or exc
+        if out_dir is not None and interrupted is None:
+            err.print(f"saved to {out_dir}" + (f" (Perfetto trace: {out_dir / 'trace.json'})"
+                                               if session.meta["kind"] == "attach" else ""),
+                      markup=False, soft_wrap=True)
+    if interrupted is not None:
+        what = (f"the run (the program had ended, exit code {rc})" if session.meta["kind"] == "attach"
+                else "what was recorded before the program ran")
+        _say(_interrupted_line(folder, out_dir, what))
+        return guard.exit_code(interrupted)
     _emit(session.meta, results, args)
     return rc
 
@@ -466,7 +482,7 @@ def cmd_graphs(args: argparse.Namespace) -> int:
         if out_dir is not None and interrupted is None:
             err.print(f"saved to {out_dir}", markup=False, soft_wrap=True)
     if interrupted is not None:
-        _say(_interrupted_line(folder, out_dir, complete))
+        _say(_interrupted_line(folder, out_dir, _run_saved(complete)))
         return guard.exit_code(interrupted)
     _emit(session.meta, results, args)
     return 0 if folder is None or out_dir is not None else 2

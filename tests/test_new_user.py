@@ -231,3 +231,61 @@ def test_a_signal_while_recording_is_one_line_naming_the_folder(tmp_path, monkey
     assert Session.load(out).meta["status"] == "interrupted"
     assert main(QUICK_SIM + ["--no-save"]) == 130
     assert capsys.readouterr().err == "pcietrace: interrupted: nothing saved (--no-save)\n"
+
+
+# A signal in attach's last steps: `pcietrace attach` on stand-in GPUs (tests/apps/attach_fake_gpu.py), with the
+# signal sent from inside the step named (the injection library is not needed: the program makes no NVTX call).
+SIGNAL_IN_ATTACH = """
+import os, signal, sys
+sys.path.insert(0, {apps!r})
+import attach_fake_gpu  # noqa: F401  (the stand-in counter reader, also for the spawned samplers)
+
+if __name__ == "__main__":
+    from pcietrace.cli import main
+    from pcietrace.collectors import CounterSampler, topology
+    from pcietrace.device import backend, cuda
+    from pcietrace.collectors import nvml
+    from pcietrace.session import Session
+
+    cuda.bus_ids = lambda: ["0000:00:06.0"]
+    backend.describe_gpus = lambda ordinals: [{{"nvml_index": 0, "name": "FAKE (no GPU)", "bus_id": "0000:00:06.0",
+                                                "cuda_ordinal": 0}}]
+    nvml.driver_version = lambda: "none (stand-in)"
+    topology.collect = lambda gpus=None, sysfs_root="/sys": None
+    where = {where!r}
+    owner = CounterSampler if where == "stop" else Session
+    real = getattr(owner, where)
+
+    def with_signal(self, *a, **k):
+        os.kill(os.getpid(), {sig})
+        return real(self, *a, **k)
+
+    setattr(owner, where, with_signal)
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("where", ["stop"])  # ("save" passes too; left out for time: ~4 s each)
+def test_a_signal_as_attach_stops_its_samplers_or_saves_keeps_the_run(where, tmp_path) -> None:
+    # was (stop): the signal raised inside attach's finally before the save: nothing saved, the hidden staging
+    # folder left behind, a bare 'pcietrace: interrupted'; (save) 'saved to DIR' then 'pcietrace: interrupted'
+    import subprocess
+    import sys
+
+    from conftest import terminal_signals
+
+    script = tmp_path / "attach_signal.py"
+    script.write_text(SIGNAL_IN_ATTACH.format(apps=str(ROOT / "tests" / "apps"), where=where, sig=int(signal.SIGTERM)))
+    out = tmp_path / "rec"
+    proc = subprocess.run([sys.executable, str(script), "attach", "--gpu", "0", "--no-calibrate", "--idle-s", "0.05",
+                           "-o", str(out), "--", sys.executable, "-c", "pass"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, preexec_fn=terminal_signals,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1] == (f"pcietrace: interrupted: saved the run (the program had ended, exit code 0) to {out}; "
+                         f"`pcietrace report {out}` shows it"), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not any(line.startswith("saved to") for line in lines)
+    s = Session.load(out)
+    assert s.meta["status"] == "complete" and s.meta["exit_code"] == 0 and len(s.samples)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["attach_signal.py", "rec"]  # no staging folder left

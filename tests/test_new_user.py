@@ -289,3 +289,27 @@ def test_a_signal_as_attach_stops_its_samplers_or_saves_keeps_the_run(where, tmp
     s = Session.load(out)
     assert s.meta["status"] == "complete" and s.meta["exit_code"] == 0 and len(s.samples)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attach_signal.py", "rec"]  # no staging folder left
+
+
+def test_every_option_is_documented_with_its_default_as_typed() -> None:
+    # was: graphs --help showed '(default: (500, 2500))' and '(2.0, 8.0)' (Python tuples, not what one types),
+    # attach --idle-s gave no unit (and said 'before the program' though it samples after it too), and
+    # report had no description
+    import argparse
+
+    from pcietrace.cli import build_parser
+
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, sub in subs.items():
+        assert sub.description, name
+        text = " ".join(sub.format_help().split())
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            assert action.help, (name, action.option_strings)
+            if action.default not in (None, False, argparse.SUPPRESS) and action.option_strings:
+                assert f"(default: {action.default})" in text or "default" in action.help, (name, action.option_strings)
+        assert "(default: (" not in text, name
+    attach = " ".join(subs["attach"].format_help().split())
+    assert "seconds of idle time sampled before and again after the program" in attach

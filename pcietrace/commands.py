@@ -206,6 +206,9 @@ def cmd_topo(args: argparse.Namespace) -> int:
     if args.fixture is not None:
         from pcietrace.collectors import sysfs_fixture
 
+        if args.sysfs_root != "/sys":  # else one of the two machines named would be silently ignored
+            raise UsageError("--fixture and --sysfs-root each name the machine to show: give one of them")
+
         return _emit_topology(sysfs_fixture.topology(args.fixture), args)
     gpus = None
     if args.sysfs_root == "/sys":

@@ -313,3 +313,10 @@ def test_every_option_is_documented_with_its_default_as_typed() -> None:
         assert "(default: (" not in text, name
     attach = " ".join(subs["attach"].format_help().split())
     assert "seconds of idle time sampled before and again after the program" in attach
+
+
+def test_topo_refuses_a_fixture_beside_a_sysfs_root(data_dir, tmp_path, capsys) -> None:
+    # was: exit 0 showing the fixture, the --sysfs-root given silently ignored
+    line = one_line_exit_2(["topo", "--fixture", str(data_dir / "topo" / "lent_h100_vm.json"),
+                            "--sysfs-root", str(tmp_path)], capsys)
+    assert "--fixture and --sysfs-root" in line

@@ -137,6 +137,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                            note=lambda label: prog.update(task, description=label))
     except KeyboardInterrupt as exc:
         interrupted = exc
+        session.meta["status"] = "interrupted"  # (also where it came as record() ended: the latency suite is not run)
     finally:
         # Whatever happened, keep what was recorded: an analysis error still saves (and publishes) the raw data.
         try:

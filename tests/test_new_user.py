@@ -320,3 +320,27 @@ def test_topo_refuses_a_fixture_beside_a_sysfs_root(data_dir, tmp_path, capsys) 
     line = one_line_exit_2(["topo", "--fixture", str(data_dir / "topo" / "lent_h100_vm.json"),
                             "--sysfs-root", str(tmp_path)], capsys)
     assert "--fixture and --sysfs-root" in line
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_as_the_recording_hands_its_tables_over_keeps_them(sig, tmp_path, monkeypatch, capsys,
+                                                                    as_in_a_terminal) -> None:
+    # was: the signal raised inside record()'s finally, before the tables and samples reached the session:
+    # the run was saved with status 'complete' and every table and sample empty
+    from pcietrace.device import sim
+
+    real_stop = sim.SimSampler.stop
+
+    def stop_with_signal(self):
+        os.kill(os.getpid(), sig)
+        return real_stop(self)
+
+    monkeypatch.setattr(sim.SimSampler, "stop", stop_with_signal)
+    out = tmp_path / "run"
+    assert main(QUICK_SIM[:-1] + ["-o", str(out)]) == 128 + sig  # with the latency suite, which it stops
+    err = capsys.readouterr().err
+    assert err.startswith("pcietrace: interrupted: saved what was recorded (status: interrupted)"), err
+    s = Session.load(out)
+    assert s.meta["status"] == "interrupted" and len(s.samples) and len(s.windows) and len(s.bursts)
+    assert len(s.e2e) and not len(s.latency)
+    assert main(["report", str(out), "--format", "json"]) == 0

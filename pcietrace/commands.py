@@ -191,6 +191,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     session = Session.load(args.path)
     results = analyze(session, args.us_per_level)
     if args.perfetto is not None:
+        if session.meta.get("kind") == "attach-failed":
+            raise UsageError(f"--perfetto: {args.path} is an attach run stopped before its program ran: no trace")
         if session.meta.get("kind") != "attach":
             raise UsageError("--perfetto needs a report made by `pcietrace attach`")
         try:

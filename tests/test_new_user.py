@@ -344,3 +344,11 @@ def test_a_signal_as_the_recording_hands_its_tables_over_keeps_them(sig, tmp_pat
     assert s.meta["status"] == "interrupted" and len(s.samples) and len(s.windows) and len(s.bursts)
     assert len(s.e2e) and not len(s.latency)
     assert main(["report", str(out), "--format", "json"]) == 0
+
+
+def test_perfetto_of_an_attach_stopped_before_its_program_says_so(copy, tmp_path, capsys) -> None:
+    # was: '--perfetto needs a report made by `pcietrace attach`' for a report attach made
+    folder = copy("attach_h100_python")
+    _edit(folder, lambda doc: doc["meta"].update(kind="attach-failed", status="interrupted before the program ran"))
+    line = one_line_exit_2(["report", str(folder), "--perfetto", str(tmp_path / "t.json")], capsys)
+    assert "attach run stopped before its program ran" in line

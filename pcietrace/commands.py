@@ -421,7 +421,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if len(args.paths) < 2:
         raise UsageError("compare needs at least two saved runs")
     sessions = [Session.load(p) for p in args.paths]
-    attach = [s.meta.get("kind") == "attach" for s in sessions]
+    attach = [str(s.meta.get("kind")).startswith("attach") for s in sessions]  # (attach-failed too)
     if all(attach):
         return _compare_attach(args, sessions)
     if any(attach):  # an attach run has none of the figures a run's comparison lines up
@@ -444,9 +444,10 @@ def _refuse_nothing_in_common(cmp: Any, names: list[str], paths: list[Path], ses
     kinds = [s.meta.get("kind") or "run" for s in sessions]
     for i, name in enumerate(names[1:], 1):
         if not shares_figures(cmp, name):  # else a table of one-sided rows would read "no significant difference"
-            raise UsageError(f"{paths[i]} (a {kinds[i]} report) and {paths[0]} (a {kinds[0]} report) have no "
-                             "figure in common: compare graphs reports with graphs reports, runs with runs or "
-                             "latency reports")
+            hint = ("other sizes, other GPUs, or steps one of them never reached" if kinds[i] == kinds[0] else
+                    "compare graphs reports with graphs reports, runs with runs or latency reports")
+            raise UsageError(f"{paths[i]} (kind: {kinds[i]}) and {paths[0]} (kind: {kinds[0]}) have no figure in "
+                             f"common: {hint}")
 
 
 def cmd_graphs(args: argparse.Namespace) -> int:

@@ -137,7 +137,7 @@ def test_a_run_with_eager_timings_only_renders_graph_figures_as_unknown(table, c
 def test_compare_refuses_reports_with_no_figure_in_common(pair, data_dir, capsys) -> None:
     # was: exit 0, "no significant difference" over a table where every row had one side empty
     line = one_line_exit_2(["compare", *(str(data_dir / p) for p in pair)], capsys)
-    assert "have no figure in common" in line and "a graphs report" in line
+    assert "have no figure in common" in line and "(kind: graphs)" in line
 
 
 @pytest.mark.parametrize("pair", [("attach_h100_python", "attach_h200x8_torchrun"),
@@ -352,3 +352,20 @@ def test_perfetto_of_an_attach_stopped_before_its_program_says_so(copy, tmp_path
     _edit(folder, lambda doc: doc["meta"].update(kind="attach-failed", status="interrupted before the program ran"))
     line = one_line_exit_2(["report", str(folder), "--perfetto", str(tmp_path / "t.json")], capsys)
     assert "attach run stopped before its program ran" in line
+
+
+def test_compare_of_graphs_runs_of_other_sizes_names_why(copy, data_dir, capsys) -> None:
+    # was: 'compare graphs reports with graphs reports' said of two graphs reports
+    folder = copy("graphs_h100")
+    _edit(folder, lambda doc: [r.__setitem__("kernels", r["kernels"] * 2) for r in doc["tables"]["graphs"]
+                               + doc["tables"]["windows"]])
+    line = one_line_exit_2(["compare", str(data_dir / "graphs_h100"), str(folder)], capsys)
+    assert "(kind: graphs) have no figure in common: other sizes" in line
+
+
+def test_an_attach_stopped_before_its_program_compares_as_an_attach_run(copy, data_dir, capsys) -> None:
+    # was: compared as a run ('a attach-failed report and a run report have no figure in common')
+    folder = copy("attach_h100_python")
+    _edit(folder, lambda doc: doc["meta"].update(kind="attach-failed", status="interrupted before the program ran"))
+    line = one_line_exit_2(["compare", str(data_dir / "h100_run"), str(folder)], capsys)
+    assert "an attach run compares only with another attach run" in line

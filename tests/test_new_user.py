@@ -369,3 +369,12 @@ def test_an_attach_stopped_before_its_program_compares_as_an_attach_run(copy, da
     _edit(folder, lambda doc: doc["meta"].update(kind="attach-failed", status="interrupted before the program ran"))
     line = one_line_exit_2(["compare", str(data_dir / "h100_run"), str(folder)], capsys)
     assert "an attach run compares only with another attach run" in line
+
+
+def test_a_zero_host_round_trip_gives_no_topology_model(copy, capsys) -> None:
+    # was: ZeroDivisionError (a traceback) dividing the eager GPU time's extra by a round trip of 0 us
+    folder = copy("h100_run_latency")
+    _edit(folder, lambda doc: [r.__setitem__("value_us", 0.0) for r in doc["tables"]["latency"]])
+    assert main(["report", str(folder), "--format", "json"]) == 0
+    results = json.loads(capsys.readouterr().out)["results"]
+    assert results["latency"] and not results["topology_model"]

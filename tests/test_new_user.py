@@ -378,3 +378,14 @@ def test_a_zero_host_round_trip_gives_no_topology_model(copy, capsys) -> None:
     assert main(["report", str(folder), "--format", "json"]) == 0
     results = json.loads(capsys.readouterr().out)["results"]
     assert results["latency"] and not results["topology_model"]
+
+
+def test_compare_of_three_runs_fits_80_columns(monkeypatch, capsys) -> None:
+    # was: side by side the GPU and metric columns shrank to 'G…' and nothing and every figure was cut
+    runs = [str(ROOT / "reports" / r) for r in ("h100-20261122", "h200x2-20261122", "h200x4-20261122")]
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["compare", *runs]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and max(map(len, out.splitlines())) <= 80
+    assert "Comparison: B vs A" in out and "Comparison: C vs A" in out
+    assert out.count("host read round trip") >= 2  # a metric in each table

@@ -250,16 +250,18 @@ def topology_tables(topo: dict[str, Any]) -> list[Any]:
     return parts
 
 
-def compare_table(cmp: pd.DataFrame, names: list[str]) -> Table:
-    """Runs side by side; for each run after the first its delta and % delta, ``*`` where significant."""
+def compare_table(cmp: pd.DataFrame, names: list[str], letters: str | None = None, title: str = "Comparison") -> Table:
+    """Runs side by side; for each run after the first its delta and % delta, ``*`` where significant.
+    ``letters``: the runs' labels (default A, B, C...)."""
+    letters = letters or "".join(chr(65 + i) for i in range(len(names)))
     cols: list[tuple[str, str]] = [("GPU", "right"), ("metric", "left")]
     for i, n in enumerate(names):
-        cols.append((chr(65 + i), "right"))
+        cols.append((letters[i], "right"))
         if i:
-            cols.append((f"Δ {chr(65 + i)}", "right"))
-    runs = "; ".join(f"{chr(65 + i)} = {esc(n)}" for i, n in enumerate(names))
+            cols.append((f"Δ {letters[i]}", "right"))
+    runs = "; ".join(f"{letters[i]} = {esc(n)}" for i, n in enumerate(names))
     floor = RUN_TO_RUN_PCT
-    t = _table("Comparison", cols, caption=f"{runs}. Δ vs A, with % of A; * = significant: beyond the 95 % "
+    t = _table(title, cols, caption=f"{runs}. Δ vs A, with % of A; * = significant: beyond the 95 % "
                                            "intervals and, for figures that move with the host's speed, beyond what "
                                            "two runs of one machine differ by (in % of the mean, rounded from 95th "
                                            "percentiles on the lent VMs: "
@@ -623,3 +625,15 @@ def _gpu_list(text: Any) -> str:
 def _pm_lines(x: Any, ci: Any, fmt: str = ",.0f") -> str:
     """:func:`_pm` with the interval on a second line (narrow columns)."""
     return _pm(x, ci, fmt).replace(" ± ", "\n± ")
+
+
+def compare_tables(cmp: pd.DataFrame, names: list[str]) -> list[Table]:
+    """:func:`compare_table`, or with more than two runs one table per run against the first (side by side
+    they no longer fit 80 columns); each keeps the rows either run has."""
+    if len(names) <= 2:
+        return [compare_table(cmp, names)]
+    tables = []
+    for i, n in enumerate(names[1:], 1):
+        either = cmp[f"value:{names[0]}"].notna() | cmp[f"value:{n}"].notna() | cmp[f"delta:{n}"].notna()
+        tables.append(compare_table(cmp[either], [names[0], n], "A" + chr(65 + i), f"Comparison: {chr(65 + i)} vs A"))
+    return tables

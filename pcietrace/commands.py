@@ -317,6 +317,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise UsageError("attach needs a program to run: pcietrace attach -- CMD [ARGS...]")
+    if shutil.which(cmd[0]) is None:  # before anything is measured or saved
+        why = "not an executable file" if os.path.exists(cmd[0]) else "no such program (not on PATH)"
+        raise UsageError(f"attach cannot run {cmd[0]!r}: {why}")
     _check_plot(args)
     try:
         ordinals = parse_gpus(args.gpu, len(cuda.bus_ids()))

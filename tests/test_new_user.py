@@ -401,3 +401,10 @@ def test_a_plot_folder_that_cannot_be_made_is_refused_before_measuring(argv, tmp
     blocker.write_text("")
     line = one_line_exit_2(argv + ["--plot", str(blocker), "-o", str(tmp_path / "run")], capsys)
     assert "cannot create plot folder" in line and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("program", ["/nonexistent/app", "no-such-program-pcietrace", "/etc/passwd", "/etc"])
+def test_attach_to_a_program_that_cannot_run_is_one_line_before_measuring(program, capsys) -> None:
+    # was (on a GPU machine): idle windows measured, 'saved to DIR' (a failed attach run), then
+    # 'pcietrace: error: cannot start ...': two lines and a folder for nothing
+    assert f"attach cannot run {program!r}" in one_line_exit_2(["attach", "--", program, "x"], capsys)

@@ -160,7 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--gpu", default="all", help="CUDA device numbers to measure, e.g. 0,1, or 'all'")
     r.add_argument("--simulate", action="store_true", help="use a SIMULATED device modelled on a recorded H100 run")
     r.add_argument("--gpus", type=_gpu_count, default=1, metavar="N", help="with --simulate: simulate a box of N GPUs")
-    r.add_argument("--quick", action="store_true", help="shorter windows and fewer durations/graph sizes")
+    r.add_argument("--quick", action="store_true",
+                   help="shorter windows and fewer durations/graph sizes: 0.1 s windows, kernels of 0,5,50 us, graphs "
+                        "of 1 and 100 kernels, one end-to-end repeat")
     r.add_argument("--window-s", type=_number(0.001, 3600, low_open=False), default=None,
                    help="length of each counter window in seconds, 0.001..3600 (default 0.4, quick 0.1)")
     r.add_argument("--durations", type=_float_list, default=None, metavar="US,US,..",
@@ -185,7 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
     _us_per_level(r)
     r.set_defaults(func="cmd_run")
 
-    rp = sub.add_parser("report", formatter_class=_Formatter, help="re-analyse and re-render a saved run (no GPU needed)")
+    rp = sub.add_parser("report", formatter_class=_Formatter, help="re-analyse and re-render a saved run (no GPU needed)",
+                        description="Load a report saved by run, latency, graphs or attach (report.json and the Parquet "
+                                    "tables beside it), analyse it again and render it in any format; no GPU needed. "
+                                    "A damaged report, or one from an older or newer pcietrace, is refused in one "
+                                    "line naming the file and the field.")
     rp.add_argument("path", type=Path, help="a run folder or its report.json")
     _output_options(rp)
     _us_per_level(rp)
@@ -233,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="NVTX domains whose open ranges do not hold the fast rate (their bytes are still measured, "
                          "with the wider edge error stated); default NCCL, whose own ranges cover its communicator "
                          "set-up; '' = none")
-    at.add_argument("--idle-s", type=_number(0, 3600), default=0.5, help="idle time sampled before the program, for the floor")
+    at.add_argument("--idle-s", type=_number(0, 3600), default=0.5, metavar="S",
+                    help="seconds of idle time sampled before and again after the program, for the floor")
     at.add_argument("--baseline", type=Path, default=None,
                     help="take per-launch costs from this saved `pcietrace run` instead of measuring them on the spot")
     at.add_argument("--no-calibrate", action="store_true", help="skip the per-launch cost measurement (no overhead columns)")
@@ -285,20 +292,24 @@ def build_parser() -> argparse.ArgumentParser:
                                     "counter windows. Saved like a run, for `report` and `compare`.")
     gr.add_argument("--gpu", type=int, default=0, help="CUDA device number")
     gr.add_argument("--simulate", action="store_true", help="use a SIMULATED device (a cost model from published figures)")
-    gr.add_argument("--kernels", type=_int_list, default=(500, 2500), metavar="N,N,..", help="kernels per iteration (workload sizes)")
+    gr.add_argument("--kernels", type=_int_list, default="500,2500", metavar="N,N,..",
+                    help="kernels per iteration (workload sizes)")
     gr.add_argument("--param-sets", type=int, default=5, metavar="P", help="distinct parameter sets the iterations draw from")
     gr.add_argument("--order", choices=["cycle", "random", "all-new"], default="cycle",
                     help="which parameter set each iteration uses (all-new: a fresh one every iteration)")
     gr.add_argument("--strategies", default="eager,recapture,exec_update,node_update,recognize", metavar="S,S,..",
                     help="strategies to run (eager is always needed)")
-    gr.add_argument("--kernel-us", type=_float_list, default=(2.0, 8.0), metavar="MIN,MAX", help="range of kernel durations (us)")
-    gr.add_argument("--iterations", type=int, default=40, help="iterations per window")
-    gr.add_argument("--rounds", type=int, default=3, help="windows per strategy and size (strategies interleaved)")
+    gr.add_argument("--kernel-us", type=_float_list, default="2,8", metavar="MIN,MAX",
+                    help="range of kernel durations (us)")
+    gr.add_argument("--iterations", type=int, default=40, metavar="N", help="iterations per window (at least 2)")
+    gr.add_argument("--rounds", type=int, default=3, metavar="N",
+                    help="windows per strategy and size (strategies interleaved)")
     gr.add_argument("--pipelined", action="store_true",
                     help="do not synchronize after each iteration (the host prepares the next while the GPU runs); "
                          "times are then per window, not per iteration")
     gr.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=10.0,
-                    help="background counter sampling interval")
+                    help="background counter sampling interval (0 = as fast as NVML answers); window edges are "
+                         "always read exactly")
     _save_options(gr, "-graphs")
     _output_options(gr)
     gr.add_argument("--seed", type=_seed, default=0, help="seed of the parameter sets (and of the simulated device)")

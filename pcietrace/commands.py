@@ -111,10 +111,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         session.meta["topology"] = topology.collect([g for g, _ in gpus])
     folder = _run_folder(args, session.meta, ordinals)
     interrupted: KeyboardInterrupt | None = None
+    results, out_dir = None, None
     intr = guard.Interrupts.install()  # SIGTERM/SIGHUP save like Ctrl-C; a second signal waits for the save
     try:
         with Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err, transient=True, disable=args.json and not err.is_terminal) as prog:
+                      console=err, transient=True, disable=not err.is_terminal) as prog:  # (off a terminal: a blank line)
             task = prog.add_task("starting counter sampler", total=plan.steps() * len(gpus))
             first = [True]
 
@@ -136,20 +137,37 @@ def cmd_run(args: argparse.Namespace) -> int:
                            note=lambda label: prog.update(task, description=label))
     except KeyboardInterrupt as exc:
         interrupted = exc
+        session.meta["status"] = "interrupted"  # (also where it came as record() ended: the latency suite is not run)
     finally:
         # Whatever happened, keep what was recorded: an analysis error still saves (and publishes) the raw data.
-        with intr.finishing():
-            results, out_dir = guard.finish(
-                session, folder, lambda: analyze(session, args.us_per_level) if session.meta.get("status") == "complete"
-                else None, to_jsonable, _say)
-            if out_dir is not None:
-                err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}", markup=False, soft_wrap=True)
+        try:
+            with intr.finishing():
+                results, out_dir = guard.finish(
+                    session, folder, lambda: analyze(session, args.us_per_level)
+                    if session.meta.get("status") == "complete" else None, to_jsonable, _say)
+        except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
+            interrupted = interrupted or exc
+        if out_dir is not None and interrupted is None:
+            err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}", markup=False, soft_wrap=True)
     if interrupted is not None:
-        err.print("interrupted" + (f"; `pcietrace report {out_dir}` shows what was recorded" if out_dir else ""),
-                  markup=False, soft_wrap=True)
+        _say(_interrupted_line(folder, out_dir, _run_saved(session.meta.get("status") == "complete")))
         return guard.exit_code(interrupted)
     _emit(session.meta, results, args)
     return 0 if folder is None or out_dir is not None else 2
+
+
+def _interrupted_line(folder: Any, out_dir: Path | None, what: str) -> str:
+    """The one line a signal ends a measuring command with: ``what`` was saved, and where."""
+    if folder is None:
+        return "pcietrace: interrupted: nothing saved (--no-save)"
+    if out_dir is None:  # the save failed (said above)
+        return "pcietrace: interrupted: nothing saved"
+    return f"pcietrace: interrupted: saved {what} to {out_dir}; `pcietrace report {out_dir}` shows it"
+
+
+def _run_saved(complete: bool) -> str:
+    """What a run or graphs run interrupted by a signal saved."""
+    return "the whole run (the signal came while saving)" if complete else "what was recorded (status: interrupted)"
 
 
 def _check_plot(args: argparse.Namespace) -> None:
@@ -173,6 +191,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     session = Session.load(args.path)
     results = analyze(session, args.us_per_level)
     if args.perfetto is not None:
+        if session.meta.get("kind") == "attach-failed":
+            raise UsageError(f"--perfetto: {args.path} is an attach run stopped before its program ran: no trace")
         if session.meta.get("kind") != "attach":
             raise UsageError("--perfetto needs a report made by `pcietrace attach`")
         try:
@@ -188,6 +208,9 @@ def cmd_topo(args: argparse.Namespace) -> int:
 
     if args.fixture is not None:
         from pcietrace.collectors import sysfs_fixture
+
+        if args.sysfs_root != "/sys":  # else one of the two machines named would be silently ignored
+            raise UsageError("--fixture and --sysfs-root each name the machine to show: give one of them")
 
         return _emit_topology(sysfs_fixture.topology(args.fixture), args)
     gpus = None
@@ -228,6 +251,7 @@ def cmd_latency(args: argparse.Namespace) -> int:
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.session import Session
 
+    _check_plot(args)
     try:
         ordinals = parse_gpus(args.gpu, cuda.device_count())
         gpus = backend.open_gpus(ordinals)
@@ -293,6 +317,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise UsageError("attach needs a program to run: pcietrace attach -- CMD [ARGS...]")
+    if shutil.which(cmd[0]) is None:  # before anything is measured or saved
+        why = "not an executable file" if os.path.exists(cmd[0]) else "no such program (not on PATH)"
+        raise UsageError(f"attach cannot run {cmd[0]!r}: {why}")
     _check_plot(args)
     try:
         ordinals = parse_gpus(args.gpu, len(cuda.bus_ids()))
@@ -332,6 +359,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
         g["counter"] = sampler.modes.get(g["nvml_index"])
     windows: list[dict[str, Any]] = []
     rc = 1
+    interrupted: KeyboardInterrupt | None = None
+    results, out_dir = None, None
     intr = guard.Interrupts.install()  # before and after the program: signals save like Ctrl-C (during it,
     try:                               # run_program passes them on to the program and waits for it)
         idle_windows(sampler, indices, args.idle_s, windows)
@@ -343,23 +372,33 @@ def cmd_attach(args: argparse.Namespace) -> int:
         rc, t0, t1 = run_program(cmd, env, stdout=sys.stderr if machine_output else None)
         session.meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")
         idle_windows(sampler, indices, args.idle_s, windows)
+    except KeyboardInterrupt as exc:
+        interrupted = exc
     finally:
-        session.events = read_traces(trace_dir)
-        session.samples = merge_samples([sampler.stop(), edge_samples(session.events)])
-        session.windows = pd.DataFrame(windows)
-        session.meta["processes"] = processes(session.events, counter)
-        shutil.rmtree(trace_dir, ignore_errors=True)  # its events now live in the session
-        os.unlink(edge_file)
-        if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
-            session.meta.update(kind="attach-failed", status="interrupted before the program ran")
-        with intr.finishing():
-            results, out_dir = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
-            if out_dir is not None and session.meta["kind"] == "attach":
-                _write_perfetto(session, results, out_dir / "trace.json")
-                err.print(f"saved to {out_dir} (Perfetto trace: {out_dir / 'trace.json'})", markup=False,
-                          soft_wrap=True)
-            elif out_dir is not None:
-                err.print(f"saved what was recorded to {out_dir}", markup=False, soft_wrap=True)
+        try:  # held from here: a signal while the samplers stop and the traces are read lost them all
+            with intr.finishing():
+                session.events = read_traces(trace_dir)
+                session.samples = merge_samples([sampler.stop(), edge_samples(session.events)])
+                session.windows = pd.DataFrame(windows)
+                session.meta["processes"] = processes(session.events, counter)
+                shutil.rmtree(trace_dir, ignore_errors=True)  # its events now live in the session
+                os.unlink(edge_file)
+                if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
+                    session.meta.update(kind="attach-failed", status="interrupted before the program ran")
+                results, out_dir = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
+                if out_dir is not None and session.meta["kind"] == "attach":
+                    _write_perfetto(session, results, out_dir / "trace.json")
+        except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
+            interrupted = interrupted or exc
+        if out_dir is not None and interrupted is None:
+            err.print(f"saved to {out_dir}" + (f" (Perfetto trace: {out_dir / 'trace.json'})"
+                                               if session.meta["kind"] == "attach" else ""),
+                      markup=False, soft_wrap=True)
+    if interrupted is not None:
+        what = (f"the run (the program had ended, exit code {rc})" if session.meta["kind"] == "attach"
+                else "what was recorded before the program ran")
+        _say(_interrupted_line(folder, out_dir, what))
+        return guard.exit_code(interrupted)
     _emit(session.meta, results, args)
     return rc
 
@@ -386,7 +425,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if len(args.paths) < 2:
         raise UsageError("compare needs at least two saved runs")
     sessions = [Session.load(p) for p in args.paths]
-    attach = [s.meta.get("kind") == "attach" for s in sessions]
+    attach = [str(s.meta.get("kind")).startswith("attach") for s in sessions]  # (attach-failed too)
     if all(attach):
         return _compare_attach(args, sessions)
     if any(attach):  # an attach run has none of the figures a run's comparison lines up
@@ -398,13 +437,27 @@ def cmd_compare(args: argparse.Namespace) -> int:
         runs.append((f"{chr(65 + i)}: {name}", analyze(s, args.us_per_level), s.meta))
     cmp = compare(runs, args.us_per_level)
     names = [r[0] for r in runs]
+    _refuse_nothing_in_common(cmp, names, args.paths, sessions)
     emit_compare(cmp, names, compare_summary(cmp, names), "json" if args.json else args.format)
     return 0
+
+
+def _refuse_nothing_in_common(cmp: Any, names: list[str], paths: list[Path], sessions: list[Any]) -> None:
+    from pcietrace.analysis.compare import shares_figures
+
+    kinds = [s.meta.get("kind") or "run" for s in sessions]
+    for i, name in enumerate(names[1:], 1):
+        if not shares_figures(cmp, name):  # else a table of one-sided rows would read "no significant difference"
+            hint = ("other sizes, other GPUs, or steps one of them never reached" if kinds[i] == kinds[0] else
+                    "compare graphs reports with graphs reports, runs with runs or latency reports")
+            raise UsageError(f"{paths[i]} (kind: {kinds[i]}) and {paths[0]} (kind: {kinds[0]}) have no figure in "
+                             f"common: {hint}")
 
 
 def cmd_graphs(args: argparse.Namespace) -> int:
     from pcietrace.record import graphs
 
+    _check_plot(args)
     plan = graphs.GraphsPlan(kernels=args.kernels, param_sets=args.param_sets, order=args.order,
                              strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()),
                              kernel_us=tuple(args.kernel_us), iterations=args.iterations, rounds=args.rounds,
@@ -434,19 +487,26 @@ def _record_graphs(args: argparse.Namespace, plan: Any, gpu: dict[str, Any], dev
     folder = _run_folder(args, session.meta, [args.gpu], "-graphs")
     err = Console(stderr=True)
     interrupted: KeyboardInterrupt | None = None
+    results, out_dir = None, None
     intr = guard.Interrupts.install()
     try:
         with err.status("graphs") as status:
             graphs.record(session, plan, device, gpu["nvml_index"], sampler, probe, progress=status.update)
     except KeyboardInterrupt as exc:
         interrupted = exc
+        session.meta["status"] = "interrupted"  # (also where it came as record() ended)
     finally:
-        with intr.finishing():
-            results, out_dir = guard.finish(session, folder, lambda: analyze(session) if interrupted is None else None,
-                                            to_jsonable, _say)
-            if out_dir is not None:
-                err.print(f"saved to {out_dir}", markup=False, soft_wrap=True)
+        complete = interrupted is None
+        try:
+            with intr.finishing():
+                results, out_dir = guard.finish(session, folder, lambda: analyze(session) if complete else None,
+                                                to_jsonable, _say)
+        except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
+            interrupted = interrupted or exc
+        if out_dir is not None and interrupted is None:
+            err.print(f"saved to {out_dir}", markup=False, soft_wrap=True)
     if interrupted is not None:
+        _say(_interrupted_line(folder, out_dir, _run_saved(complete)))
         return guard.exit_code(interrupted)
     _emit(session.meta, results, args)
     return 0 if folder is None or out_dir is not None else 2
@@ -462,5 +522,8 @@ def _compare_attach(args: argparse.Namespace, sessions: list[Any]) -> int:
         raise UsageError("attach runs are compared in pairs: EAGER_ATTACH GRAPHED_ATTACH")
     eager, graphed = sessions
     table = savings(analyze(eager), analyze(graphed))
+    if not len(table):  # else an empty table and exit 0
+        raise UsageError(f"{args.paths[0]} and {args.paths[1]} have no NVTX range in common (by domain and name): "
+                         "compare two attach runs of one program, eager then graphed")
     emit_savings(table, [str(p) for p in args.paths], "json" if args.json else args.format)
     return 0

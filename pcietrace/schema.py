@@ -128,6 +128,7 @@ META = obj({"gpus": list_of(GPU)},
             "sampler_duty": FINITE, "idle_sample_interval_ms": INTERVAL_MS, "slow_domains": STR,
             "graphs_plan": obj({"kernel_us": RANGE}, {"sync": BOOL, "param_sets": INT, "order": STR}), "timing": STR})
 ATTACH_META = obj({"t_app_start_ns": INT, "t_app_end_ns": INT})
+GRAPHS_META = obj({"graphs_plan": obj({"kernel_us": RANGE})})
 DOC = obj({"schema": STR, "meta": META, "tables": obj({})}, {"results": obj({})})
 
 #: Column kinds: "int" (integers, no nulls), "num" (numbers, nulls allowed), "str" (strings, nulls
@@ -149,8 +150,7 @@ TABLE_COLUMNS: dict[str, dict[str, str]] = {
                "message": "str", "pid": "int"},
     # `pcietrace graphs`: one row per timed iteration (see pcietrace.record.graphs)
     "graphs": {"kernels": "int", "strategy": "str", "round": "int", "iteration": "int", "wall_ns": "num",
-               "cpu_ns": "num", "captures": "int", "instantiations": "int", "updates": "int", "node_updates": "int",
-               "cache_hits": "int", "update_failures": "int"},
+               "cpu_ns": "num", "prep_ns": "num", "submit_ns": "num", **{c: "int" for c in COUNT_COLUMNS}},
 }
 #: Columns a table has all of or none of: events recorded before device tracking lack ``dev`` and ``devmask``.
 OPTIONAL_COLUMNS: dict[str, dict[str, str]] = {"events": {"dev": "int", "devmask": "int"}}
@@ -192,15 +192,23 @@ def check_doc(doc: Any) -> None:
     DOC(doc, "report")
     if str(doc["meta"].get("kind")) == "attach":
         ATTACH_META(doc["meta"], "meta")
+    if doc["meta"].get("kind") == "graphs":
+        GRAPHS_META(doc["meta"], "meta")
+    seen: set[int] = set()
+    for i, g in enumerate(doc["meta"]["gpus"]):  # tables are keyed by nvml_index: one GPU record each
+        if g["nvml_index"] in seen:
+            raise Invalid(f"meta.gpus[{i}].nvml_index", f"GPU {g['nvml_index']} is listed twice")
+        seen.add(g["nvml_index"])
     for name, records in doc["tables"].items():
         list_of(obj({}))(records, f"tables.{name}")
 
 
 def check_table(df: pd.DataFrame, name: str, columns: dict[str, str]) -> pd.DataFrame:
-    """``df`` (an empty table passes) with its declared ``columns`` present and of their kind; a numeric
-    column that came back as objects only because all its values are null becomes float."""
+    """``df`` with its declared ``columns`` present and of their kind; a numeric column that came back as
+    objects only because all its values are null becomes float. An empty table passes, given the declared
+    columns (the analysis then finds none of its rows rather than none of its columns)."""
     if not len(df):
-        return df
+        return empty_table(columns) if not len(df.columns) else df
     optional = OPTIONAL_COLUMNS.get(name, {})
     if any(c in df.columns for c in optional):
         columns = {**columns, **optional}
@@ -221,6 +229,12 @@ def check_table(df: pd.DataFrame, name: str, columns: dict[str, str]) -> pd.Data
         elif kind == "bool" and not pd.api.types.is_bool_dtype(s):
             raise Invalid(where, f"expected true/false, got {_show(_odd(s, lambda v: isinstance(v, bool)))}")
     return df
+
+
+def empty_table(columns: dict[str, str]) -> pd.DataFrame:
+    """No rows, the declared ``columns`` of their kinds."""
+    dtypes = {"int": "int64", "num": "float64", "bool": "bool", "str": "object"}
+    return pd.DataFrame({c: pd.Series(dtype=dtypes[k]) for c, k in columns.items()})
 
 
 def _odd(s: pd.Series, ok: Callable[[Any], bool]) -> Any:

@@ -50,6 +50,29 @@ def caught() -> Iterator[None]:
             signal.signal(s, handler)
 
 
+@contextmanager
+def deferred() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP that arrive inside wait until it ends, then go to the handlers that were in
+    place (which raise as usual): for handing recorded data over, which a signal cut in half would lose
+    whole. Main thread only (elsewhere it defers nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in (signal.SIGINT, *TERMINATING)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        if got:
+            handler = old[got[0]]
+            if callable(handler):
+                handler(got[0], None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(got[0])
+
+
 def take_over() -> None:
     """A command's own signal handling begins (it keeps what is recorded from here on, or says so itself)."""
     _took_over[0] = True

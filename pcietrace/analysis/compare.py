@@ -142,6 +142,13 @@ def compare(runs: list[tuple[str, dict[str, pd.DataFrame], dict[str, Any]]],
     return pd.concat([out, pd.DataFrame(extra)], ignore_index=True) if extra else out
 
 
+def shares_figures(cmp: pd.DataFrame, name: str) -> bool:
+    """Whether run ``name`` has any figure beside the first run's in :func:`compare`'s table (a graphs
+    report and a run measure different things: no row would hold both)."""
+    paired = cmp[cmp["metric"] != "round trip expected from switch levels"]
+    return bool(paired[f"delta:{name}"].notna().any())
+
+
 def _significant(delta: float, ci95: float, pct: float, floor_pct: float) -> bool | None:
     """A difference beyond both its intervals (``ci95``, combined half-width) and, for a figure that moves
     with the host's speed, the ``floor_pct`` two runs of one machine differ by (``pct``: the difference in %

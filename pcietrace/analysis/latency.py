@@ -45,7 +45,7 @@ def topology_model(gpu_time: pd.DataFrame, lat: pd.DataFrame, switch_levels: dic
     rows = []
     rtt = lat[lat["test"] == "host_read_rtt"].set_index("nvml_index")["median_us"]
     for idx, g in gpu_time.groupby("nvml_index"):
-        if idx not in rtt.index:
+        if idx not in rtt.index or not rtt.loc[idx] > 0:  # (no round trip, or a damaged 0: nothing to divide by)
             continue
         g = g.sort_values("kernel_us")
         base = g.iloc[0]

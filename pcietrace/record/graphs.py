@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from pcietrace import signals
 from pcietrace.collectors import merge_samples
 from pcietrace.device.graphs import COUNT_COLUMNS, STRATEGIES, GraphsDevice
 from pcietrace.errors import UsageError
@@ -158,10 +159,11 @@ def record(session: Session, plan: GraphsPlan, device: GraphsDevice, nvml_index:
                 run.close()
             except Exception:  # the original error matters more than a failed clean-up
                 pass
-        session.samples = merge_samples([sampler.stop(), getattr(probe, "frame", pd.DataFrame)()])
-        session.graphs = (pd.concat(rows, ignore_index=True) if rows
-                          else pd.DataFrame(columns=["kernels", "strategy", "round", "iteration", *ITERATION_FIELDS]))
-        session.windows = pd.DataFrame(windows)
+        with signals.deferred():  # a signal here lost every row and sample
+            session.samples = merge_samples([sampler.stop(), getattr(probe, "frame", pd.DataFrame)()])
+            session.graphs = (pd.concat(rows, ignore_index=True) if rows else
+                              pd.DataFrame(columns=["kernels", "strategy", "round", "iteration", *ITERATION_FIELDS]))
+            session.windows = pd.DataFrame(windows)
     return session
 
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
 
-from pcietrace import __version__
+from pcietrace import __version__, signals
 from pcietrace.collectors import merge_samples
 from pcietrace.errors import CudaError, UsageError
 from pcietrace.record.generate import Backend, LaunchConfig, LaunchGenerator
@@ -254,8 +254,9 @@ def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Bac
                             rec.update(t_start_ns=t0, t_end_ns=t1)
                         tables[table].append(rec)
     finally:
-        session.samples = merge_samples([sampler.stop()] + [p.frame() for p in (probes or {}).values()])
-        session.meta["failed_reads"] = {str(k): v for k, v in getattr(sampler, "failed_reads", {}).items()}
-        for t, rows in tables.items():
-            setattr(session, t, pd.DataFrame(rows))
+        with signals.deferred():  # a signal here lost every table and sample (the run saved as complete, empty)
+            session.samples = merge_samples([sampler.stop()] + [p.frame() for p in (probes or {}).values()])
+            session.meta["failed_reads"] = {str(k): v for k, v in getattr(sampler, "failed_reads", {}).items()}
+            for t, rows in tables.items():
+                setattr(session, t, pd.DataFrame(rows))
     return session

@@ -51,11 +51,13 @@ def _pm(x: Any, ci: Any, fmt: str = ",.0f") -> str:
 
 
 def _table(title: str, columns: list[tuple[str, str]], caption: str | None = None) -> Table:
-    """Right-justified columns hold numbers: they never wrap (rich then wraps the text columns instead)."""
+    """Right-justified columns hold numbers: they never wrap (rich then wraps the text columns instead, folding
+    a word longer than the column, such as a range name, rather than cutting it)."""
     t = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, title_justify="left", caption_justify="left",
               title_style="bold", caption_style="dim", pad_edge=False, collapse_padding=True)
     for name, justify in columns:
-        t.add_column(name, justify=justify, no_wrap=justify != "left")  # type: ignore[arg-type]
+        t.add_column(name, justify=justify, no_wrap=justify != "left",  # type: ignore[arg-type]
+                     overflow="fold" if justify == "left" else "ellipsis")
     return t
 
 
@@ -248,16 +250,18 @@ def topology_tables(topo: dict[str, Any]) -> list[Any]:
     return parts
 
 
-def compare_table(cmp: pd.DataFrame, names: list[str]) -> Table:
-    """Runs side by side; for each run after the first its delta and % delta, ``*`` where significant."""
+def compare_table(cmp: pd.DataFrame, names: list[str], letters: str | None = None, title: str = "Comparison") -> Table:
+    """Runs side by side; for each run after the first its delta and % delta, ``*`` where significant.
+    ``letters``: the runs' labels (default A, B, C...)."""
+    letters = letters or "".join(chr(65 + i) for i in range(len(names)))
     cols: list[tuple[str, str]] = [("GPU", "right"), ("metric", "left")]
     for i, n in enumerate(names):
-        cols.append((chr(65 + i), "right"))
+        cols.append((letters[i], "right"))
         if i:
-            cols.append((f"Δ {chr(65 + i)}", "right"))
-    runs = "; ".join(f"{chr(65 + i)} = {esc(n)}" for i, n in enumerate(names))
+            cols.append((f"Δ {letters[i]}", "right"))
+    runs = "; ".join(f"{letters[i]} = {esc(n)}" for i, n in enumerate(names))
     floor = RUN_TO_RUN_PCT
-    t = _table("Comparison", cols, caption=f"{runs}. Δ vs A, with % of A; * = significant: beyond the 95 % "
+    t = _table(title, cols, caption=f"{runs}. Δ vs A, with % of A; * = significant: beyond the 95 % "
                                            "intervals and, for figures that move with the host's speed, beyond what "
                                            "two runs of one machine differ by (in % of the mean, rounded from 95th "
                                            "percentiles on the lent VMs: "
@@ -509,50 +513,64 @@ def graphs_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
         lo, hi = plan.get("kernel_us", ["?", "?"])
         title = (f"CUDA graphs, {n:,} kernels of {lo:g}-{hi:g} us per iteration, {plan.get('param_sets')} parameter "
                  f"sets ({plan.get('order')})")
-        t = _table(title + ": time", [("strategy", "left"), ("ms / iter, mean", "right"), ("median", "right"),
-                                      ("speedup vs eager", "right"), ("host CPU ms / iter", "right"),
-                                      ("instantiate ms", "right"), ("break-even reuses", "right")],
-                   caption=f"timing: {meta.get('timing', '?')}; {stats}; mean = total / iterations (carries the "
-                           "occasional instantiations; speedup = eager mean / mean); break-even = instantiate time / "
-                           "(eager - graph-ready iteration)")
+        # 80 columns: short headers (spelt out in the caption), each interval on a line of its own in its cell
+        t = _table(title + ": time", [("strategy", "left"), ("mean ms", "right"), ("median", "right"),
+                                      ("speedup", "right"), ("CPU ms", "right"), ("inst.", "right"),
+                                      ("reuses", "right")],
+                   caption=f"timing: {meta.get('timing', '?')}; {stats}; times in ms per iteration (inst.: per "
+                           "instantiation); mean = total / iterations (carries the occasional instantiations; speedup = "
+                           "eager mean / mean); CPU = host CPU time; reuses = the break-even, instantiate time / (eager - "
+                           "graph-ready iteration); median's interval in --format json/csv/md")
+
+        def ms(x: float, lo: float, hi: float) -> str:
+            return f"{x / 1e3:,.3f}\n[{lo / 1e3:,.3f}, {hi / 1e3:,.3f}]"
+
+        t.columns[0].no_wrap = True  # the strategy names the row: never cut
         for r in g.itertuples():
-            t.add_row(r.strategy, f"{r.wall_us_mean / 1e3:,.3f} [{r.wall_us_mean_lo / 1e3:,.3f}, {r.wall_us_mean_hi / 1e3:,.3f}]",
-                      f"{r.wall_us_median / 1e3:,.3f} [{r.wall_us_median_lo / 1e3:,.3f}, {r.wall_us_median_hi / 1e3:,.3f}]",
-                      "1" if r.strategy == "eager" else f"{r.speedup:.3f}x [{r.speedup_lo:.3f}, {r.speedup_hi:.3f}]",
+            t.add_row(r.strategy, ms(r.wall_us_mean, r.wall_us_mean_lo, r.wall_us_mean_hi),
+                      _num(r.wall_us_median / 1e3, ",.3f"),
+                      "1" if r.strategy == "eager" else f"{r.speedup:.3f}x\n[{r.speedup_lo:.3f}, {r.speedup_hi:.3f}]",
                       _num(r.cpu_us_mean / 1e3, ",.3f"), _num(r.build_us / 1e3, ",.3f"),
                       "never" if r.break_even_reuses == math.inf else _num(r.break_even_reuses, ",.1f"))
         c = _table(title + ": what each strategy did, and its PCIe traffic",
-                   [("strategy", "left"), ("captures", "right"), ("instantiations", "right"), ("updates", "right"),
-                    ("node updates", "right"), ("cache hits", "right"), ("update failures", "right"),
-                    ("H2D KB / iter", "right"), ("D2H KB / iter", "right")],
-                   caption=f"counts summed over {int(g['iterations'].iloc[0]):,} iterations per strategy; KB = 10^3 B "
-                           "from the counters, floor removed, ± 95 % over windows")
+                   [("strategy", "left"), ("capt.", "right"), ("inst.", "right"), ("upd.", "right"),
+                    ("nodes", "right"), ("hits", "right"), ("fail", "right"), ("H2D kB", "right"),
+                    ("D2H kB", "right")],
+                   caption=f"counts summed over {int(g['iterations'].iloc[0]):,} iterations per strategy: captures, "
+                           "instantiations, graph updates, kernel-node updates, cache hits, failed updates; kB = "
+                           "10^3 B per iteration from the counters, floor removed, ± 95 % over windows")
+        c.columns[0].no_wrap = True
         for r in g.itertuples():
             c.add_row(r.strategy, _num(r.captures), _num(r.instantiations), _num(r.updates), _num(r.node_updates),
-                      _num(r.cache_hits), _num(r.update_failures), _pm(r.h2d_bytes_per_iter / 1e3, r.h2d_ci95 / 1e3, ",.1f"),
-                      _pm(r.d2h_bytes_per_iter / 1e3, r.d2h_ci95 / 1e3, ",.1f"))
+                      _num(r.cache_hits), _num(r.update_failures),
+                      _pm_lines(r.h2d_bytes_per_iter / 1e3, r.h2d_ci95 / 1e3, ",.1f"),
+                      _pm_lines(r.d2h_bytes_per_iter / 1e3, r.d2h_ci95 / 1e3, ",.1f"))
         parts += [t, c]
     return parts
 
 
 def savings_table(sv: pd.DataFrame, paths: list[str]) -> Table:
     """Attach's predicted graph savings against the measured (see :func:`pcietrace.analysis.savings.savings`)."""
-    t = _table("Graph savings per NVTX range: predicted from the eager run vs measured",
-               [("range", "left"), ("domain", "left"), ("eager ms", "right"), ("graphed ms", "right"),
-                ("eager launches", "right"), ("measured ms", "right"), ("predicted ms", "right"), ("error", "right"),
-                ("launch-bound", "left")],
-               caption=f"eager: {paths[0]}; graphed: {paths[1]}; measured = eager - graphed inclusive range time; "
-                       "predicted = attach's \"graphs save\" figure from the eager run (from the GPU's busy time where it "
-                       "was recorded, --gpu-time; else from launch counts: launch-bound ranges save their own time per "
-                       "launch minus a graph kernel's, others the GPU overhead difference; pcietrace/analysis/savings.py); "
-                       "error in % of the measured saving")
+    one_domain = sv["domain"].astype(str).nunique() <= 1
+    t = _table("Graph savings per NVTX range: predicted from the eager run vs measured"
+               + (esc(f" (domain {sv['domain'].iloc[0]})") if one_domain and len(sv) else ""),
+               [("range", "left"), ("eager ms", "right"), ("graphed", "right"), ("launches", "right"),
+                ("saved ms", "right"), ("predicted", "right"), ("error", "right"), ("bound", "left")],
+               caption=f"eager: {esc(paths[0])}; graphed: {esc(paths[1])}; graphed: its inclusive range time, ms; "
+                       "launches: the eager run's; saved = measured, eager - graphed inclusive range time; predicted = attach's \"graphs save\" figure "
+                       "from the eager run, ms (from the GPU's busy time where it was recorded, --gpu-time; else from "
+                       "launch counts: launch-bound ranges save their own time per launch minus a graph kernel's, "
+                       "others the GPU overhead difference; pcietrace/analysis/savings.py); error in % of the "
+                       "measured saving; bound: launch-bound")
+    t.columns[0].min_width = 12  # the range names the row: never squeezed to nothing
 
     def err(x: Any) -> str:
         return "–" if x is None or pd.isna(x) else f"{x:+.0f} %"
 
     for r in sv.itertuples():
-        t.add_row(str(r.name), str(r.domain), _num(r.eager_ms, ",.2f"), _num(r.graphed_ms, ",.2f"),
-                  _num(r.eager_launches), _num(r.measured_ms, ",.2f"), _num(r.predicted_ms, ",.2f"), err(r.error_pct),
+        t.add_row(esc(r.name) + ("" if one_domain else f" [dim]({esc(r.domain)})[/]"), _num(r.eager_ms, ",.2f"),
+                  _num(r.graphed_ms, ",.2f"), _num(r.eager_launches), _num(r.measured_ms, ",.2f"),
+                  _num(r.predicted_ms, ",.2f"), err(r.error_pct),
                   "–" if pd.isna(r.launch_bound) else "yes" if r.launch_bound else "no")
     return t
 
@@ -602,3 +620,20 @@ def _gpu_list(text: Any) -> str:
         else:
             runs.append([i])
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
+
+
+def _pm_lines(x: Any, ci: Any, fmt: str = ",.0f") -> str:
+    """:func:`_pm` with the interval on a second line (narrow columns)."""
+    return _pm(x, ci, fmt).replace(" ± ", "\n± ")
+
+
+def compare_tables(cmp: pd.DataFrame, names: list[str]) -> list[Table]:
+    """:func:`compare_table`, or with more than two runs one table per run against the first (side by side
+    they no longer fit 80 columns); each keeps the rows either run has."""
+    if len(names) <= 2:
+        return [compare_table(cmp, names)]
+    tables = []
+    for i, n in enumerate(names[1:], 1):
+        either = cmp[f"value:{names[0]}"].notna() | cmp[f"value:{n}"].notna() | cmp[f"delta:{n}"].notna()
+        tables.append(compare_table(cmp[either], [names[0], n], "A" + chr(65 + i), f"Comparison: {chr(65 + i)} vs A"))
+    return tables

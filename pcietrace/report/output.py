@@ -46,10 +46,10 @@ def emit_compare(cmp: pd.DataFrame, names: list[str], summary: dict[str, Any], f
     if fmt == "table":
         from rich.console import Console
 
-        from pcietrace.report.console import compare_table, summary_lines
+        from pcietrace.report.console import compare_tables, summary_lines
 
         con = Console(file=out) if out is not sys.stdout else Console()
-        for part in summary_lines(summary) + [compare_table(cmp, names)]:
+        for part in summary_lines(summary) + compare_tables(cmp, names):
             con.print(part)
         return
     from importlib import import_module

@@ -225,6 +225,7 @@ class CounterSampler:
         self.failed_reads: dict[int, int] = {}
         self._chunks: list[tuple[Any, ...]] = []
         self._procs: list[Any] = []
+        self._drainer: threading.Thread | None = None
         self._page: Any = None  # the edge page, to wake the samplers and hold the fast rate
 
     def start(self, timeout_s: float = 30.0) -> None:
@@ -239,22 +240,24 @@ class CounterSampler:
         self._procs = [ctx.Process(target=_child_main, daemon=True, name=f"pcietrace-sampler-{i}",
                                    args=(i, self.mode, self.interval_ns, self.edge_file, self.max_duty, self._q,
                                          self._stop, self._pause, self.idle_interval_ns)) for i in self.indices]
-        for p in self._procs:
-            p.start()
-        deadline = time.monotonic() + timeout_s
-        while len(self.modes) < len(self.indices):
-            try:
-                msg = self._q.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                self._kill()
-                raise NvmlError(f"counter sampler did not start within {timeout_s:.0f} s") from None
-            if msg[0] == "error":
-                self._kill()
-                raise NvmlError(f"counter sampler failed on GPU {msg[1]}: {msg[2]}")
-            if msg[0] == "ready":
-                self.modes[int(msg[1])] = msg[2]
-            elif msg[0] == "chunk":
-                self._chunks.append(msg[1:])
+        try:  # a failure or a signal while starting leaves no sampler process behind
+            for p in self._procs:
+                p.start()
+            deadline = time.monotonic() + timeout_s
+            while len(self.modes) < len(self.indices):
+                try:
+                    msg = self._q.get(timeout=max(0.01, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise NvmlError(f"counter sampler did not start within {timeout_s:.0f} s") from None
+                if msg[0] == "error":
+                    raise NvmlError(f"counter sampler failed on GPU {msg[1]}: {msg[2]}")
+                if msg[0] == "ready":
+                    self.modes[int(msg[1])] = msg[2]
+                elif msg[0] == "chunk":
+                    self._chunks.append(msg[1:])
+        except BaseException:
+            self._kill()
+            raise
         self._drainer = threading.Thread(target=self._drain, daemon=True)
         self._drainer.start()
 
@@ -320,7 +323,8 @@ class CounterSampler:
             self._stop.set()
             self._pause.clear()
             self._wake()  # without the edge file the children wait on the stop event itself
-            self._drainer.join(10)
+            if self._drainer is not None:
+                self._drainer.join(10)
             self._kill()
         return self.frame()
 

@@ -257,19 +257,20 @@ def cmd_latency(args: argparse.Namespace) -> int:
         gpus = backend.open_gpus(ordinals)
     except NoGpuError as exc:
         raise NoGpuError(f"{exc}; `pcietrace topo` works without a GPU") from None
-    session = Session(meta=base_meta(RunPlan(), False))
-    session.meta.update(kind="latency", status="running", driver=backend.driver_version(), gpus=[g for g, _ in gpus],
-                        topology=topology.collect([g for g, _ in gpus]))
     err = Console(stderr=True)
-    folder = _run_folder(args, session.meta, ordinals, "-latency")
-    try:
-        with guard.Interrupts(), err.status("measuring latency") as status:
-            session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
-                                      progress=lambda label: status.update(label))
-    except BaseException:
-        if folder is not None:
-            folder.discard()  # nothing was recorded: no folder at all
-        raise
+    try:  # the GPUs are released on every way out, a refused -o included
+        session = Session(meta=base_meta(RunPlan(), False))
+        session.meta.update(kind="latency", status="running", driver=backend.driver_version(),
+                            gpus=[g for g, _ in gpus], topology=topology.collect([g for g, _ in gpus]))
+        folder = _run_folder(args, session.meta, ordinals, "-latency")
+        try:
+            with guard.Interrupts(), err.status("measuring latency") as status:
+                session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
+                                          progress=lambda label: status.update(label))
+        except BaseException:
+            if folder is not None:
+                folder.discard()  # nothing was recorded: no folder at all
+            raise
     finally:
         for _, be in gpus:
             with contextlib.suppress(Exception):  # the figures are in the session: a failed release keeps them
@@ -299,17 +300,13 @@ def _launch_costs(args: argparse.Namespace, ordinal: int) -> dict[str, Any] | No
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    import tempfile
-
-    import pandas as pd
     from rich.console import Console
 
     from pcietrace.analysis import analyze, to_jsonable
-    from pcietrace.collectors import CounterSampler, edges, merge_samples, nvml, topology
+    from pcietrace.collectors import nvml, topology
     from pcietrace.device import backend, cuda
     from pcietrace.record import guard
-    from pcietrace.record.attach import (edge_samples, idle_windows, injection_env, processes, read_traces,
-                                         run_program)
+    from pcietrace.record.attach import Recording, idle_windows, injection_env, run_program
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.schema import NO_LAUNCH_COUNTER
     from pcietrace.session import Session
@@ -343,57 +340,50 @@ def cmd_attach(args: argparse.Namespace) -> int:
         if folder is not None:
             folder.discard()
         raise
-    trace_dir = Path(tempfile.mkdtemp(prefix="pcietrace-"))
-    edge_file = edges.create()
-    sampler = CounterSampler(indices, interval_ns=int(args.sample_interval_ms * 1e6), edge_file=edge_file,
-                             max_duty=args.sampler_duty, idle_interval_ns=int(args.idle_sample_interval_ms * 1e6))
+    stack = contextlib.ExitStack()
     try:
-        sampler.start()
-    except BaseException:  # nothing was recorded: leave no trace folder, edge file or staging folder behind
-        shutil.rmtree(trace_dir, ignore_errors=True)
-        os.unlink(edge_file)
+        rec = stack.enter_context(Recording(indices, int(args.sample_interval_ms * 1e6), args.sampler_duty,
+                                            int(args.idle_sample_interval_ms * 1e6)))
+    except BaseException:  # nothing was recorded: no staging folder either
         if folder is not None:
             folder.discard()
         raise
     for g in gpus:
-        g["counter"] = sampler.modes.get(g["nvml_index"])
+        g["counter"] = rec.sampler.modes.get(g["nvml_index"])
     windows: list[dict[str, Any]] = []
     rc = 1
     interrupted: KeyboardInterrupt | None = None
     results, out_dir = None, None
     intr = guard.Interrupts.install()  # before and after the program: signals save like Ctrl-C (during it,
-    try:                               # run_program passes them on to the program and waits for it)
-        idle_windows(sampler, indices, args.idle_s, windows)
-        err.print(f"pcietrace: running {' '.join(cmd)}", markup=False)
-        env = injection_env(trace_dir, counter, edge_file, indices, args.exact_edges, gpu_time=args.gpu_time,
-                            slow_domains=args.slow_domains)
-        # --json/--format: stdout carries the report alone; the program's own output goes to stderr
-        machine_output = args.json or args.format != "table"
-        rc, t0, t1 = run_program(cmd, env, stdout=sys.stderr if machine_output else None)
-        session.meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")
-        idle_windows(sampler, indices, args.idle_s, windows)
-    except KeyboardInterrupt as exc:
-        interrupted = exc
-    finally:
-        try:  # held from here: a signal while the samplers stop and the traces are read lost them all
-            with intr.finishing():
-                session.events = read_traces(trace_dir)
-                session.samples = merge_samples([sampler.stop(), edge_samples(session.events)])
-                session.windows = pd.DataFrame(windows)
-                session.meta["processes"] = processes(session.events, counter)
-                shutil.rmtree(trace_dir, ignore_errors=True)  # its events now live in the session
-                os.unlink(edge_file)
-                if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
-                    session.meta.update(kind="attach-failed", status="interrupted before the program ran")
-                results, out_dir = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
-                if out_dir is not None and session.meta["kind"] == "attach":
-                    _write_perfetto(session, results, out_dir / "trace.json")
-        except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
-            interrupted = interrupted or exc
-        if out_dir is not None and interrupted is None:
-            err.print(f"saved to {out_dir}" + (f" (Perfetto trace: {out_dir / 'trace.json'})"
-                                               if session.meta["kind"] == "attach" else ""),
-                      markup=False, soft_wrap=True)
+    with stack:                        # run_program passes them on to the program and waits for it)
+        try:
+            idle_windows(rec.sampler, indices, args.idle_s, windows)
+            err.print(f"pcietrace: running {' '.join(cmd)}", markup=False)
+            env = injection_env(rec.trace_dir, counter, rec.edge_file, indices, args.exact_edges,
+                                gpu_time=args.gpu_time, slow_domains=args.slow_domains)
+            # --json/--format: stdout carries the report alone; the program's own output goes to stderr
+            machine_output = args.json or args.format != "table"
+            rc, t0, t1 = run_program(cmd, env, stdout=sys.stderr if machine_output else None)
+            session.meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")
+            idle_windows(rec.sampler, indices, args.idle_s, windows)
+        except KeyboardInterrupt as exc:
+            interrupted = exc
+        finally:
+            try:  # held from here: a signal while the samplers stop and the traces are read lost them all
+                with intr.finishing():
+                    rec.collect(session, windows, counter)
+                    if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
+                        session.meta.update(kind="attach-failed", status="interrupted before the program ran")
+                    results, out_dir = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
+                    if out_dir is not None and session.meta["kind"] == "attach":
+                        _write_perfetto(session, results, out_dir / "trace.json")
+                    stack.close()  # the edge page and trace folder go while signals still wait
+            except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
+                interrupted = interrupted or exc
+            if out_dir is not None and interrupted is None:
+                err.print(f"saved to {out_dir}" + (f" (Perfetto trace: {out_dir / 'trace.json'})"
+                                                   if session.meta["kind"] == "attach" else ""),
+                          markup=False, soft_wrap=True)
     if interrupted is not None:
         what = (f"the run (the program had ended, exit code {rc})" if session.meta["kind"] == "attach"
                 else "what was recorded before the program ran")

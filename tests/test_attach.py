@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -422,3 +424,86 @@ def test_a_line_cut_short_by_a_killed_process_is_dropped_whole(tmp_path) -> None
         f.write_bytes(b"".join(lines[:-1]) + lines[-1][:cut] + b"\0" * 4096)
         ev = read_traces(tmp_path)
         pd.testing.assert_frame_equal(ev, whole.iloc[:-1])
+
+
+class _StandInSampler:
+    """Stands in for CounterSampler in attach's Recording (SIMULATED: no NVML): records its calls."""
+
+    started = stopped = 0
+    fail_start: BaseException | None = None
+
+    def __init__(self, indices, **kw) -> None:
+        self.modes = {i: {"mode": "fields", "bits": 32} for i in indices}
+
+    def start(self) -> None:
+        type(self).started += 1
+        if type(self).fail_start is not None:
+            raise type(self).fail_start
+
+    def stop(self) -> pd.DataFrame:
+        type(self).stopped += 1
+        from pcietrace.collectors import empty_samples
+        return empty_samples()
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    from pcietrace import collectors
+
+    class S(_StandInSampler):
+        pass
+
+    monkeypatch.setattr(collectors, "CounterSampler", S)
+    return S
+
+
+def _leftovers(rec) -> list[bool]:
+    import os
+    return [rec.trace_dir.exists(), os.path.exists(rec.edge_file)]
+
+
+def test_a_trace_that_cannot_be_read_still_stops_the_samplers_and_removes_the_page(stand_in, monkeypatch) -> None:
+    """The samplers stop before the traces are read: an unreadable trace leaves no sampler running and no
+    edge page or trace folder behind (before, read_traces ran first and its error skipped the rest)."""
+    from pcietrace.record import attach
+    from pcietrace.session import Session
+
+    stopped_when_read: list[int] = []
+
+    def unreadable(_):
+        stopped_when_read.append(stand_in.stopped)
+        raise OSError("trace unreadable")
+
+    monkeypatch.setattr(attach, "read_traces", unreadable)
+    with pytest.raises(OSError):
+        with attach.Recording([0, 1], 500_000, 1.0, 5_000_000) as rec:
+            rec.collect(Session(meta={}), [], "interpose")
+    assert stopped_when_read == [1] and stand_in.started == 1 and _leftovers(rec) == [False, False]
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("sampler failed on GPU 0"), KeyboardInterrupt()])
+def test_a_sampler_that_fails_or_is_interrupted_at_start_leaves_nothing_behind(stand_in, failure) -> None:
+    from pcietrace.record import attach
+
+    stand_in.fail_start = failure
+    rec = attach.Recording([0], 500_000, 1.0, 5_000_000)
+    with pytest.raises(type(failure)):
+        with rec:
+            pass
+    assert _leftovers(rec) == [False, False]
+
+
+def test_a_sampler_that_refuses_its_settings_leaves_no_page_or_folder(monkeypatch) -> None:
+    """The real CounterSampler refuses an idle interval beyond its limit (one line, exit 2 upstream)."""
+    from pcietrace.collectors import edges
+    from pcietrace.errors import UsageError
+    from pcietrace.record import attach
+
+    made: list[str] = []
+    real = edges.create
+    monkeypatch.setattr(edges, "create", lambda: made.append(real()) or made[-1])
+    before = set(Path(tempfile.gettempdir()).glob("pcietrace-*"))
+    with pytest.raises(UsageError):
+        attach.Recording([0], 500_000, 1.0, 10**12)
+    assert made and not Path(made[0]).exists()
+    assert set(Path(tempfile.gettempdir()).glob("pcietrace-*")) == before

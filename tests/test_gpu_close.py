@@ -548,3 +548,29 @@ def test_runners_made_before_one_that_fails_are_closed() -> None:
     with pytest.raises(CudaError):
         graphs.record(session, graphs.GraphsPlan(kernels=(20,), iterations=2, rounds=1), dev, 0, sampler, probe)
     assert [r.closed for r in made] == [1, 1, 1] and session.meta["status"].startswith("failed")
+
+
+def test_the_latency_command_releases_its_gpus_when_its_output_folder_is_refused(tmp_path, monkeypatch) -> None:
+    """`pcietrace latency -o DIR` with DIR holding something else: refused in one line (exit 2) before
+    measuring, and the GPUs it had opened are released (SIMULATED: stand-in backends that count closes)."""
+    from pcietrace.cli import main
+    from pcietrace.collectors import topology
+    from pcietrace.device import backend, cuda
+
+    class Backend:
+        closed = 0
+
+        def close(self) -> None:
+            Backend.closed += 1
+
+    gpus = [({"nvml_index": i, "cuda_ordinal": i, "name": "SIMULATED", "bus_id": f"0000:00:0{6 + i}.0"}, Backend())
+            for i in range(2)]
+    monkeypatch.setattr(cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(backend, "open_gpus", lambda ordinals: gpus)
+    monkeypatch.setattr(backend, "driver_version", lambda: "simulated")
+    monkeypatch.setattr(topology, "collect", lambda g: {})
+    out = tmp_path / "lat"
+    out.mkdir()
+    (out / "notes.txt").write_text("not a run")
+    assert main(["latency", "-o", str(out)]) == 2
+    assert Backend.closed == 2 and (out / "notes.txt").exists()

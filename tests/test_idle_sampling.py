@@ -559,3 +559,45 @@ def test_the_parser_limit_of_the_idle_interval_is_the_sampler_s() -> None:
     assert build_parser().parse_args(["attach", "--idle-sample-interval-ms", str(limit_ms), "--", "x"]).idle_sample_interval_ms == limit_ms
     with pytest.raises(SystemExit):
         build_parser().parse_args(["attach", "--idle-sample-interval-ms", str(limit_ms * 1.01), "--", "x"])
+
+
+def test_a_signal_while_the_samplers_start_leaves_no_sampler_process(monkeypatch) -> None:
+    """Ctrl-C (or SIGTERM turned into it) while CounterSampler.start waits for its children's first reads: the
+    started children are stopped and reaped before the interrupt propagates, and stop() afterwards is safe
+    (SIMULATED processes: stand-ins that record what was done to them)."""
+    from pcietrace.collectors import sampler as sampler_mod
+
+    procs: list = []
+
+    class Proc:
+        def __init__(self, **kw) -> None:
+            self.state = "new"
+            procs.append(self)
+
+        def start(self) -> None:
+            self.state = "started"
+
+        def join(self, timeout=None) -> None:
+            self.state = "joined"
+
+        def is_alive(self) -> bool:
+            return False
+
+        def kill(self) -> None:
+            self.state = "killed"
+
+    class Interrupting:
+        def get(self, timeout=None):
+            raise KeyboardInterrupt
+
+    class Ctx:
+        Process = Proc
+        Queue = Interrupting
+        Event = threading.Event
+
+    monkeypatch.setattr(sampler_mod.mp, "get_context", lambda _: Ctx)
+    s = CounterSampler([0, 1], interval_ns=500_000)
+    with pytest.raises(KeyboardInterrupt):
+        s.start()
+    assert [p.state for p in procs] == ["joined", "joined"] and s._stop.is_set()
+    assert s.stop().empty  # nothing recorded, and no AttributeError for a drainer never started

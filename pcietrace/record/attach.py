@@ -13,8 +13,10 @@ import contextlib
 import io
 import mmap
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -292,3 +294,56 @@ def processes(events: pd.DataFrame, launch_counter: str = "interpose") -> list[d
                     "devices": sorted(set(g.loc[g["event"] == "cudevice", "message"])),
                     "trace_full": bool((g["event"] == TRACE_FULL).any())})
     return out
+
+
+class Recording:
+    """What attach keeps beside the traced program: one sampling process per GPU (``sampler``), the edge page
+    they wait on (``edge_file``) and the folder the injection library writes its traces to (``trace_dir``).
+    A context manager: entering starts the samplers (a failed or interrupted start leaves nothing behind);
+    leaving stops them if :meth:`collect` has not, and removes the page and the folder whatever happened."""
+
+    def __init__(self, nvml_indices: list[int], interval_ns: int, max_duty: float, idle_interval_ns: int) -> None:
+        from pcietrace.collectors import CounterSampler, edges
+
+        self.trace_dir = Path(tempfile.mkdtemp(prefix="pcietrace-"))
+        self.edge_file = edges.create()
+        self.collected = False
+        try:  # the sampler refuses bad settings: then no page or folder stays behind either
+            self.sampler = CounterSampler(nvml_indices, interval_ns=interval_ns, edge_file=self.edge_file,
+                                          max_duty=max_duty, idle_interval_ns=idle_interval_ns)
+        except BaseException:
+            self._remove()
+            raise
+
+    def __enter__(self) -> "Recording":
+        try:
+            self.sampler.start()
+        except BaseException:
+            self._remove()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if not self.collected:
+                self.sampler.stop()
+        finally:
+            self._remove()
+
+    def collect(self, session: Any, windows: list[dict[str, Any]], launch_counter: str) -> None:
+        """Into ``session``: the samplers' samples merged with the library's edge reads, the traces' events, the
+        idle ``windows`` and the processes seen. The samplers are stopped first, so that none is left running
+        if a trace cannot be read."""
+        from pcietrace.collectors import merge_samples
+
+        self.collected = True
+        samples = self.sampler.stop()
+        session.events = read_traces(self.trace_dir)
+        session.samples = merge_samples([samples, edge_samples(session.events)])
+        session.windows = pd.DataFrame(windows)
+        session.meta["processes"] = processes(session.events, launch_counter)
+
+    def _remove(self) -> None:
+        shutil.rmtree(self.trace_dir, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.edge_file)

@@ -111,7 +111,9 @@ def run(scenario: str, work: Path, exact: bool, gpu: str = "all", extra: list[st
         raise SystemExit(f"attach failed ({proc.returncode}): {proc.stderr[-3000:]}")
     doc = json.loads(proc.stdout)
     attached, wall_attached = truth_rows(work / f"{scenario}-attached.jsonl")
-    rank_of = dict(zip(zip(attached["pid"], attached["tid"]), attached["rank"]))  # threads: one pid, a tid per rank
+    # threads: one pid, a tid per rank (the C++ app writes no tid: one thread, whose tid is its pid)
+    tids = attached["tid"] if "tid" in attached else attached["pid"]
+    rank_of = dict(zip(zip(attached["pid"], tids), attached["rank"]))
     inst = pd.DataFrame(doc["results"]["range_instances"])
     inst = inst[inst["domain"] == "truth"].assign(rank=lambda d: [rank_of.get(k) for k in zip(d["pid"], d["tid"])])
     rows = []

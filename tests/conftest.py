@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import shutil
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,13 @@ def as_in_a_terminal():
     yield
     for name, handler in old.items():
         signal.signal(getattr(signal, name), handler)
+
+
+@pytest.fixture()
+def copy(tmp_path, data_dir):
+    """A writable copy of a recorded report folder (tests/data stays untouched)."""
+    def make(name: str) -> Path:
+        dst = tmp_path / name.replace("/", "-")
+        shutil.copytree(data_dir / name, dst)
+        return dst
+    return make

@@ -219,22 +219,30 @@ def test_a_full_trace_file_is_said_not_silently_cut(tmp_path) -> None:
     assert processes(ev, "none")[0]["cupti"] == "off (--no-count-launches)"  # not counted is not "no launches"
 
 
-def test_a_trace_whose_lines_end_where_the_reserve_begins_keeps_its_tracefull_line(tmp_path) -> None:
-    # lines from the real injection library (nvtx drives it), laid out as the library leaves a file whose lines
-    # fill it exactly up to the reserve: the "tracefull" line then follows the last line with no zero between
-    # (CONSTRUCTED layout: the tracefull line is the real last line with its event renamed)
+def _five_ranges_trace(tmp_path) -> Path:
+    """The trace file the real injection library writes into ``tmp_path`` for five push/pop ranges (nvtx drives
+    it)."""
     import os
     import subprocess
     import sys
 
-    from pcietrace.record.attach import TRACE_RESERVE_BYTES, injection_library
-    from pcietrace.schema import TRACE_FULL
+    from pcietrace.record.attach import injection_library
 
     pytest.importorskip("nvtx")
     env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
     prog = "import nvtx\nfor i in range(5):\n    nvtx.push_range(f'step{i}')\n    nvtx.pop_range()\n"
     subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
-    f = next(tmp_path.glob("trace-*.tsv"))
+    return next(tmp_path.glob("trace-*.tsv"))
+
+
+def test_a_trace_whose_lines_end_where_the_reserve_begins_keeps_its_tracefull_line(tmp_path) -> None:
+    # lines from the real injection library (nvtx drives it), laid out as the library leaves a file whose lines
+    # fill it exactly up to the reserve: the "tracefull" line then follows the last line with no zero between
+    # (CONSTRUCTED layout: the tracefull line is the real last line with its event renamed)
+    from pcietrace.record.attach import TRACE_RESERVE_BYTES
+    from pcietrace.schema import TRACE_FULL
+
+    f = _five_ranges_trace(tmp_path)
     lines = f.read_bytes().split(b"\0", 1)[0].splitlines(keepends=True)
     marker = lines[-1].split(b"\t")
     marker[2] = TRACE_FULL.encode()
@@ -406,17 +414,7 @@ def test_a_forked_childs_events_carry_its_own_thread_id(tmp_path) -> None:
 def test_a_line_cut_short_by_a_killed_process_is_dropped_whole(tmp_path) -> None:
     # lines from the real injection library (nvtx drives it); the last one cut part-way and zeros after it, as a
     # process killed while copying a line into its trace leaves it (CONSTRUCTED cut)
-    import os
-    import subprocess
-    import sys
-
-    from pcietrace.record.attach import injection_library
-
-    pytest.importorskip("nvtx")
-    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
-    prog = "import nvtx\nfor i in range(5):\n    nvtx.push_range(f'step{i}')\n    nvtx.pop_range()\n"
-    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
-    f = next(tmp_path.glob("trace-*.tsv"))
+    f = _five_ranges_trace(tmp_path)
     raw = f.read_bytes()
     lines = raw.split(b"\0", 1)[0].splitlines(keepends=True)
     whole = read_traces(tmp_path)

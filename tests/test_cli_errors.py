@@ -39,16 +39,6 @@ def test_graphs_simulate_refuses_a_gpu_it_does_not_have(gpu, capsys) -> None:
     assert f"no CUDA device {gpu}" in one_line_exit_2(["graphs", "--simulate", "--no-save", "--gpu", gpu], capsys)
 
 
-@pytest.fixture()
-def copy(tmp_path, data_dir):
-    """A writable copy of a recorded report folder (tests/data stays untouched)."""
-    def make(name: str) -> Path:
-        dst = tmp_path / name.replace("/", "-")
-        shutil.copytree(data_dir / name, dst)
-        return dst
-    return make
-
-
 @pytest.mark.parametrize("name", ["attach_h100_python", "recordings/attach-h100-cpp-no-floor"])
 def test_attach_run_without_its_events_is_refused(name, copy, capsys) -> None:
     # was: exit 0 and "No NVTX ranges were seen ... 0 eager and 0 graph launches" for a run that had both

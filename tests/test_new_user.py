@@ -7,7 +7,6 @@ import io
 import os
 import signal
 import json
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -54,16 +53,6 @@ def test_graphs_tables_fit_the_terminal(path: Path, width: int) -> None:
 
 
 # -- damaged reports: one line and exit 2, or rendered with what is there (never a traceback) ---------------
-
-@pytest.fixture()
-def copy(tmp_path, data_dir):
-    """A writable copy of a recorded report folder (tests/data stays untouched)."""
-    def make(name: str) -> Path:
-        dst = tmp_path / name.replace("/", "-")
-        shutil.copytree(data_dir / name, dst)
-        return dst
-    return make
-
 
 def _edit(folder: Path, change) -> None:
     doc = json.loads((folder / "report.json").read_text())

@@ -371,7 +371,12 @@ def cmd_attach(args: argparse.Namespace) -> int:
         finally:
             try:  # held from here: a signal while the samplers stop and the traces are read lost them all
                 with intr.finishing():
-                    rec.collect(session, windows, counter)
+                    try:
+                        rec.collect(session, windows, counter)
+                    except BaseException:  # (an unreadable trace) nothing to save: no staging folder left either
+                        if folder is not None:
+                            folder.discard()
+                        raise
                     if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
                         session.meta.update(kind="attach-failed", status="interrupted before the program ran")
                     results, out_dir = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)

@@ -507,3 +507,55 @@ def test_a_sampler_that_refuses_its_settings_leaves_no_page_or_folder(monkeypatc
         attach.Recording([0], 500_000, 1.0, 10**12)
     assert made and not Path(made[0]).exists()
     assert set(Path(tempfile.gettempdir()).glob("pcietrace-*")) == before
+
+
+class _StandInAttachSampler(_StandInSampler):
+    """The stand-in sampler with the calls attach's idle windows make (SIMULATED: no NVML)."""
+
+    def pause(self, paused: bool = True) -> None:
+        pass
+
+    def hold_fast(self, on: bool = True) -> None:
+        pass
+
+
+def test_attach_whose_trace_cannot_be_read_leaves_no_staging_folder(monkeypatch, tmp_path, capsys) -> None:
+    """`pcietrace attach` on stand-in GPUs and samplers (SIMULATED) whose traces cannot be read: one line, exit
+    2, and nothing left behind (was: the hidden staging folder stayed in the reports folder, since the save that
+    would have published or discarded it never ran)."""
+    import sys
+
+    from pcietrace import collectors
+    from pcietrace.cli import main
+    from pcietrace.collectors import nvml, topology
+    from pcietrace.device import backend, cuda
+    from pcietrace.record import attach
+
+    class S(_StandInAttachSampler):
+        pass
+
+    monkeypatch.setattr(collectors, "CounterSampler", S)
+    monkeypatch.setattr(cuda, "bus_ids", lambda: ["0000:00:06.0"])
+    monkeypatch.setattr(backend, "describe_gpus", lambda ordinals: [
+        {"nvml_index": 0, "name": "FAKE (no GPU)", "bus_id": "0000:00:06.0", "cuda_ordinal": 0}])
+    monkeypatch.setattr(nvml, "driver_version", lambda: "none (stand-in)")
+    monkeypatch.setattr(topology, "collect", lambda gpus=None, sysfs_root="/sys": None)
+    made: list = []
+    real_init = attach.Recording.__init__
+
+    def init(self, *a, **k) -> None:
+        real_init(self, *a, **k)
+        made.append(self)
+
+    def unreadable(_):
+        raise OSError("trace unreadable")
+
+    monkeypatch.setattr(attach.Recording, "__init__", init)
+    monkeypatch.setattr(attach, "read_traces", unreadable)
+    out = tmp_path / "rec"
+    rc = main(["attach", "--gpu", "0", "--no-calibrate", "--idle-s", "0.01", "-o", str(out), "--",
+               sys.executable, "-c", "pass"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.strip().splitlines()[-1] == "pcietrace: error: trace unreadable", err
+    assert "Traceback" not in err and S.stopped == 1
+    assert list(tmp_path.iterdir()) == [] and _leftovers(made[0]) == [False, False]

@@ -395,7 +395,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         _say(_interrupted_line(folder, out_dir, what))
         return guard.exit_code(interrupted)
     _emit(session.meta, results, args)
-    return rc
+    return rc if folder is None or out_dir is not None else rc or 2  # a failed save never reads as success
 
 
 def _write_perfetto(session: Any, results: dict[str, Any], path: Path) -> None:

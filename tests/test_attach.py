@@ -519,14 +519,11 @@ class _StandInAttachSampler(_StandInSampler):
         pass
 
 
-def test_attach_whose_trace_cannot_be_read_leaves_no_staging_folder(monkeypatch, tmp_path, capsys) -> None:
-    """`pcietrace attach` on stand-in GPUs and samplers (SIMULATED) whose traces cannot be read: one line, exit
-    2, and nothing left behind (was: the hidden staging folder stayed in the reports folder, since the save that
-    would have published or discarded it never ran)."""
-    import sys
-
+@pytest.fixture
+def attach_stand_ins(monkeypatch):
+    """`pcietrace attach` on a stand-in GPU with stand-in samplers (SIMULATED: no CUDA, no NVML); the
+    Recordings made are listed in the returned ``made``, the sampler class is ``S``."""
     from pcietrace import collectors
-    from pcietrace.cli import main
     from pcietrace.collectors import nvml, topology
     from pcietrace.device import backend, cuda
     from pcietrace.record import attach
@@ -547,15 +544,53 @@ def test_attach_whose_trace_cannot_be_read_leaves_no_staging_folder(monkeypatch,
         real_init(self, *a, **k)
         made.append(self)
 
+    monkeypatch.setattr(attach.Recording, "__init__", init)
+    return S, made
+
+
+def _attach_argv(out, *program: str) -> list[str]:
+    import sys
+
+    return ["attach", "--gpu", "0", "--no-calibrate", "--idle-s", "0.01", "-o", str(out), "--",
+            sys.executable, "-c", *(program or ["pass"])]
+
+
+def test_attach_whose_trace_cannot_be_read_leaves_no_staging_folder(attach_stand_ins, monkeypatch, tmp_path,
+                                                                    capsys) -> None:
+    """`pcietrace attach` whose traces cannot be read: one line, exit 2, and nothing left behind (was: the
+    hidden staging folder stayed in the reports folder, since the save that would have published or discarded
+    it never ran)."""
+    from pcietrace.cli import main
+    from pcietrace.record import attach
+
+    S, made = attach_stand_ins
+
     def unreadable(_):
         raise OSError("trace unreadable")
 
-    monkeypatch.setattr(attach.Recording, "__init__", init)
     monkeypatch.setattr(attach, "read_traces", unreadable)
-    out = tmp_path / "rec"
-    rc = main(["attach", "--gpu", "0", "--no-calibrate", "--idle-s", "0.01", "-o", str(out), "--",
-               sys.executable, "-c", "pass"])
+    rc = main(_attach_argv(tmp_path / "rec"))
     err = capsys.readouterr().err
     assert rc == 2 and err.strip().splitlines()[-1] == "pcietrace: error: trace unreadable", err
     assert "Traceback" not in err and S.stopped == 1
     assert list(tmp_path.iterdir()) == [] and _leftovers(made[0]) == [False, False]
+
+
+def test_attach_whose_save_fails_does_not_exit_0(attach_stand_ins, monkeypatch, tmp_path, capsys) -> None:
+    """A program that ran fine but whose run could not be saved: the failure is said in one line and the exit
+    code is not the program's 0 (was 0: a script could not tell that nothing was saved); a failing program's
+    own exit code still passes through. Nothing left behind either way."""
+    from pcietrace.cli import main
+    from pcietrace.session import Session
+
+    S, made = attach_stand_ins
+
+    def disk_full(self, directory, results=None):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Session, "save", disk_full)
+    assert main(_attach_argv(tmp_path / "rec")) == 2
+    assert "could not save" in capsys.readouterr().err
+    assert main(_attach_argv(tmp_path / "rec", "raise SystemExit(3)")) == 3
+    assert "could not save" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == [] and not any(any(_leftovers(r)) for r in made)

@@ -601,3 +601,33 @@ def test_a_signal_while_the_samplers_start_leaves_no_sampler_process(monkeypatch
         s.start()
     assert [p.state for p in procs] == ["joined", "joined"] and s._stop.is_set()
     assert s.stop().empty  # nothing recorded, and no AttributeError for a drainer never started
+
+
+@pytest.mark.parametrize("name", ["attach_h100_nocount", "attach_h200x2_threads", "attach_h200x8_torchrun"])
+def test_the_reads_own_traffic_never_holds_the_fast_rate(name, data_dir) -> None:
+    """Real recordings (H100, 2x and 8x H200): in attach's idle reading windows (no range open, the sampler held
+    at its fast rate, so the counters move by the reads' own traffic alone) no pair of consecutive reads counts
+    as busy, and neither would back-to-back reads (``--sample-interval-ms 0``: the bytes of a read over its
+    shortest duration), so the fast rate a copy holds ends with the copy."""
+    from pcietrace.collectors.sampler import BUSY_BPS, _busy
+    from pcietrace.session import Session
+
+    s = Session.load(data_dir / name)
+    on = s.windows[s.windows["sampling"] == "on"]
+    checked = 0
+    for g in s.meta["gpus"]:
+        c = g["counter"]
+        assert c["mode"] == "fields"
+        sm = s.samples[s.samples["nvml_index"] == g["nvml_index"]]
+        t = sm["t_ns"].to_numpy(np.int64)
+        inside = np.zeros(len(t), bool)
+        for w in on[on["nvml_index"] == g["nvml_index"]].itertuples():
+            inside |= (t >= w.t_start_ns) & (t <= w.t_end_ns)
+        rows = [(int(a), int(b), int(x)) for a, b, x in zip(t, sm["tx_raw"], sm["rx_raw"])]
+        pairs = [(rows[i], rows[i + 1]) for i in np.flatnonzero(inside[:-1] & inside[1:])]
+        assert len(pairs) > 100
+        assert not any(_busy("fields", c["bits"], a, b) for a, b in pairs)
+        moved = [((b[1] - a[1]) % 2 ** c["bits"]) + ((b[2] - a[2]) % 2 ** c["bits"]) for a, b in pairs]
+        assert np.median(moved) / (np.percentile(sm["read_ns"], 1) / 1e9) < BUSY_BPS
+        checked += 1
+    assert checked == len(s.meta["gpus"])

@@ -116,6 +116,7 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
         t1 = now()
         if v is None:
             failed += 1
+            last[1] = False  # a failed read says nothing of the link: no fast rate for as long as reads fail
         else:
             t.append((t0 + t1) // 2)
             d.append(t1 - t0)

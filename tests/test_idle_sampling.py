@@ -276,6 +276,54 @@ def _fast_while_copying(monkeypatch) -> dict[str, bool]:
             "idle ~20 ms after": 15e6 < np.median(gap[after]) < 30e6}
 
 
+class FailingAfterCopyReader(CopyingReader):
+    """A copying stand-in whose reads fail (NVML's own error: None) while ``failing``; every call's time kept."""
+
+    failing = False
+    calls: list[int] = []
+
+    def read(self) -> tuple[int, int] | None:
+        FailingAfterCopyReader.calls.append(time.monotonic_ns())
+        return None if FailingAfterCopyReader.failing else super().read()
+
+
+def test_reads_that_fail_after_a_copy_do_not_hold_the_fast_rate(monkeypatch) -> None:
+    """A copy outside any range holds the fast rate; reads that then keep failing say nothing about the link, so
+    the sampler goes back to its idle rate (was: the last good read's 'busy' held the fast rate for as long as
+    the reads failed, 20x the NVML calls on a GPU whose reads fail)."""
+    monkeypatch.setattr(CopyingReader, "copying", False)
+    monkeypatch.setattr(FailingAfterCopyReader, "failing", False)
+    _best_of(lambda: _idle_while_failing(monkeypatch))
+
+
+def _idle_while_failing(monkeypatch) -> dict[str, bool]:
+    page = edges.create()
+    marks: dict[str, int] = {}
+    FailingAfterCopyReader.calls = []
+
+    def app(words, edge) -> None:
+        words[edges.COUNTING] = 1
+        edge()
+        CopyingReader.copying = True
+        time.sleep(0.06)                                    # a copy, no range open: fast
+        FailingAfterCopyReader.failing = True
+        marks["fail"] = time.monotonic_ns()
+        time.sleep(0.2)                                     # every read fails: idle rate
+        FailingAfterCopyReader.failing = CopyingReader.copying = False
+
+    try:
+        _sample_in_this_process(monkeypatch, page, interval_ms=1.0, idle_ms=20.0, app=app,
+                                reader=FailingAfterCopyReader)
+    finally:
+        os.unlink(page)
+        CopyingReader.copying = FailingAfterCopyReader.failing = False
+    calls = np.array(FailingAfterCopyReader.calls)
+    gap, start = np.diff(calls), calls[:-1]
+    copying, failing = start < marks["fail"], (start > marks["fail"] + 5e6) & (start < marks["fail"] + 190e6)
+    return {"fast while copying": np.median(gap[copying]) < 3e6,
+            "idle ~20 ms while the reads fail": failing.sum() > 3 and 15e6 < np.median(gap[failing]) < 30e6}
+
+
 def test_without_an_edge_file_a_stop_cuts_a_long_wait_short(monkeypatch) -> None:
     """`pcietrace run` (no edge file): a 1 s sampling interval, stopped 50 ms in, must not wait out the second."""
     from pcietrace.collectors import nvml

@@ -594,3 +594,26 @@ def test_attach_whose_save_fails_does_not_exit_0(attach_stand_ins, monkeypatch, 
     assert main(_attach_argv(tmp_path / "rec", "raise SystemExit(3)")) == 3
     assert "could not save" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == [] and not any(any(_leftovers(r)) for r in made)
+
+
+def test_a_stop_cut_short_by_a_signal_is_finished_on_leaving(stand_in, monkeypatch) -> None:
+    """A third signal (the one that no longer waits for the save) raised inside the samplers' stop as attach
+    collects: leaving the Recording stops them again (was: collect marked them stopped before stopping them, so
+    leaving skipped the stop and the sampler processes outlived the run)."""
+    from pcietrace.record import attach
+    from pcietrace.session import Session
+
+    class CutShort(stand_in):
+        def stop(self):
+            if type(self).stopped == 0:
+                type(self).stopped += 0.5  # begun, not finished
+                raise KeyboardInterrupt
+            return super().stop()
+
+    from pcietrace import collectors
+
+    monkeypatch.setattr(collectors, "CounterSampler", CutShort)
+    with pytest.raises(KeyboardInterrupt):
+        with attach.Recording([0], 500_000, 1.0, 5_000_000) as rec:
+            rec.collect(Session(meta={}), [], "interpose")
+    assert CutShort.stopped == 1.5 and _leftovers(rec) == [False, False]

@@ -368,6 +368,11 @@ def cmd_attach(args: argparse.Namespace) -> int:
             idle_windows(rec.sampler, indices, args.idle_s, windows)
         except KeyboardInterrupt as exc:
             interrupted = exc
+        except UsageError:  # the program could not start (ENOEXEC...): refused like a missing one, nothing saved
+            if folder is not None and "t_app_start_ns" not in session.meta:
+                folder.discard()
+                folder = None
+            raise
         finally:
             try:  # held from here: a signal while the samplers stop and the traces are read lost them all
                 with intr.finishing():

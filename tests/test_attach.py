@@ -617,3 +617,23 @@ def test_a_stop_cut_short_by_a_signal_is_finished_on_leaving(stand_in, monkeypat
         with attach.Recording([0], 500_000, 1.0, 5_000_000) as rec:
             rec.collect(Session(meta={}), [], "interpose")
     assert CutShort.stopped == 1.5 and _leftovers(rec) == [False, False]
+
+
+def test_a_program_the_system_cannot_execute_is_refused_in_one_line_with_nothing_saved(attach_stand_ins, tmp_path,
+                                                                                       capsys) -> None:
+    """An executable file the kernel refuses (ENOEXEC: no #! line, not a binary) passes the up-front PATH check;
+    it is refused in one line with nothing saved, as a missing program is (was: idle windows measured, 'saved
+    to DIR' of a failed attach run, then 'cannot start' on a second line)."""
+    from pcietrace.cli import main
+
+    S, made = attach_stand_ins
+    prog = tmp_path / "not-a-program"
+    prog.write_bytes(b"\x00\x01 neither a script nor a binary\n")
+    prog.chmod(0o755)
+    out = tmp_path / "reports" / "rec"
+    argv = _attach_argv(out)
+    rc = main(argv[:argv.index("--") + 1] + [str(prog)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "saved" not in err and err.count("pcietrace: error") == 1, err
+    assert err.strip().splitlines()[-1].startswith("pcietrace: error: cannot start"), err
+    assert not out.exists() and list(out.parent.iterdir()) == [] and not any(any(_leftovers(r)) for r in made)

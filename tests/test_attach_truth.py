@@ -265,6 +265,24 @@ def test_each_thread_s_ranges_hold_exactly_the_launches_the_app_made_in_them(thr
     assert (mine["graph_launches_process"] >= mine["graph_launches"]).all()
 
 
+def test_the_bench_finds_each_threads_rank_and_stops_on_a_thread_it_cannot_match(threads2) -> None:
+    """bench/attach_truth.py matches range instances to the app's ranks by (pid, tid); the app's rows are made
+    here from the real recording's threads (rank = the thread's GPU). A thread with no truth row stops the bench
+    (was: its ranges silently dropped out of the comparison, which then read all within error)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from attach_truth import ranks
+
+    _, res, _ = threads2
+    inst = res["range_instances"]
+    mine = inst[inst["domain"] == "truth"]
+    attached = mine.groupby(["pid", "tid"])["gpus"].first().str[0].rename("rank").reset_index()
+    assert ranks(attached, mine) == mine["gpus"].str[0].tolist()
+    with pytest.raises(SystemExit, match="match no truth row"):
+        ranks(attached.iloc[:1], mine)
+
+
 def test_thread_ranges_match_the_apps_own_truth(threads2) -> None:
     """Every direction of every range within its stated error (edges + the floor's 95 % interval); those of
     more than 1 MB (the copies, eager H2D) within 3 %. Eager D2H (0.88 MB) is +5.0 % on GPU 0 in this

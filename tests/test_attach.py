@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -518,6 +519,15 @@ class _StandInAttachSampler(_StandInSampler):
     def hold_fast(self, on: bool = True) -> None:
         pass
 
+    def stop(self) -> pd.DataFrame:
+        """Two reads of GPU 0 a second apart (a saved run needs two; what they hold is not looked at)."""
+        super().stop()
+        import time
+
+        t = time.monotonic_ns()
+        return pd.DataFrame({"nvml_index": [0, 0], "t_ns": [t - 10**9, t], "read_ns": [300_000] * 2,
+                             "tx_raw": np.array([0, 1000], np.uint64), "rx_raw": np.array([0, 1000], np.uint64)})
+
 
 @pytest.fixture
 def attach_stand_ins(monkeypatch):
@@ -637,3 +647,35 @@ def test_a_program_the_system_cannot_execute_is_refused_in_one_line_with_nothing
     assert rc == 2 and "saved" not in err and err.count("pcietrace: error") == 1, err
     assert err.strip().splitlines()[-1].startswith("pcietrace: error: cannot start"), err
     assert not out.exists() and list(out.parent.iterdir()) == [] and not any(any(_leftovers(r)) for r in made)
+
+
+@pytest.mark.parametrize("which", [1, 2])
+def test_a_signal_in_an_idle_window_before_or_after_the_program_ends_with_one_line(which, attach_stand_ins,
+                                                                                     monkeypatch, tmp_path,
+                                                                                     capsys) -> None:
+    """SIGTERM (as Terminated) in the idle windows before (1) or after (2) the program, on stand-in GPUs and
+    samplers (SIMULATED): one line saying what was saved and where, exit 143, the run saved (before the program:
+    as a failed attach run), the samplers stopped once, nothing left behind."""
+    from pcietrace.cli import main
+    from pcietrace.session import Session
+    from pcietrace.signals import Terminated
+
+    S, made = attach_stand_ins
+    holds: list[bool] = []
+
+    def hold_fast(self, on: bool = True) -> None:
+        holds.append(on)
+        if on and len(holds) == 2 * which - 1:
+            raise Terminated(signal.SIGTERM)
+
+    monkeypatch.setattr(S, "hold_fast", hold_fast)
+    out = tmp_path / "rec"
+    assert main(_attach_argv(out)) == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    what = ("what was recorded before the program ran" if which == 1 else
+            "the run (the program had ended, exit code 0)")
+    assert err.strip().splitlines()[-1] == (f"pcietrace: interrupted: saved {what} to {out}; "
+                                            f"`pcietrace report {out}` shows it"), err
+    assert "saved to" not in err and err.count("interrupted") == 1 and "Traceback" not in err
+    assert Session.load(out).meta["kind"] == ("attach-failed" if which == 1 else "attach")
+    assert S.stopped == 1 and list(tmp_path.iterdir()) == [out] and not any(_leftovers(made[0]))

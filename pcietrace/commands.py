@@ -258,6 +258,12 @@ def cmd_latency(args: argparse.Namespace) -> int:
     except NoGpuError as exc:
         raise NoGpuError(f"{exc}; `pcietrace topo` works without a GPU") from None
     err = Console(stderr=True)
+
+    def release() -> None:
+        for _, be in gpus:
+            with contextlib.suppress(Exception):  # the figures are in the session: a failed release keeps them
+                be.close()
+
     try:  # the GPUs are released on every way out, a refused -o included
         session = Session(meta=base_meta(RunPlan(), False))
         session.meta.update(kind="latency", status="running", driver=backend.driver_version(),
@@ -271,13 +277,21 @@ def cmd_latency(args: argparse.Namespace) -> int:
             if folder is not None:
                 folder.discard()  # nothing was recorded: no folder at all
             raise
-    finally:
-        for _, be in gpus:
-            with contextlib.suppress(Exception):  # the figures are in the session: a failed release keeps them
-                be.close()
+    except BaseException:
+        release()
+        raise
     session.meta["status"] = "complete"
-    with guard.Interrupts.install().finishing():
-        results, out = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
+    interrupted: KeyboardInterrupt | None = None
+    results, out = None, None
+    try:  # a signal while the GPUs are released (after the suite) waits until the suite is saved
+        with guard.Interrupts.install().finishing():
+            release()
+            results, out = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
+    except KeyboardInterrupt as exc:
+        interrupted = exc
+    if interrupted is not None:
+        _say(_interrupted_line(folder, out, _run_saved(True)))
+        return guard.exit_code(interrupted)
     if out is not None:
         err.print(f"saved to {out}", markup=False, soft_wrap=True)
     _emit(session.meta, results, args)

@@ -228,13 +228,16 @@ def _fast_only_in_ranges(monkeypatch) -> dict[str, bool]:
 
 
 class CopyingReader(FakeCounterReader):
-    """A stand-in reader whose counters move 10 MB per read while ``copying`` (a bulk copy outside any range:
-    >= 10 GB/s at the 1 ms rate below, so far above BUSY_BPS), else 1 B per read, wrapping at 32 bits."""
+    """A stand-in reader whose counters move at 10 GB/s while ``copying`` (a bulk copy outside any range, far
+    above BUSY_BPS whatever the read rate; the slowest in the real 2x H200 copy ranges was 8 GB/s), else 1 B per
+    read, wrapping at 32 bits."""
 
     copying = False
 
     def read(self) -> tuple[int, int]:
-        self.v = (getattr(self, "v", 0) + (10_000_000 if CopyingReader.copying else 1)) % 2**32
+        t, last = time.monotonic_ns(), getattr(self, "t", None)
+        moved = int(10 * (t - last)) if CopyingReader.copying and last is not None else 1  # 10 B/ns = 10 GB/s
+        self.t, self.v = t, (getattr(self, "v", 0) + moved) % 2**32
         return self.v, self.v
 
 
@@ -679,3 +682,38 @@ def test_the_reads_own_traffic_never_holds_the_fast_rate(name, data_dir) -> None
         assert np.median(moved) / (np.percentile(sm["read_ns"], 1) / 1e9) < BUSY_BPS
         checked += 1
     assert checked == len(s.meta["gpus"])
+
+
+def test_a_launch_only_stream_is_not_busy_and_a_bulk_copy_is(data_dir) -> None:
+    """Real 2x H200 threads recording, read at the fast rate inside its ranges: no interval inside eager_3000 (a
+    launch-only stream, 113,000 launches/s from cuda.bindings, plus the reads' own traffic) counts as busy, with
+    room for a launcher twice as fast; the intervals inside the bulk copies are far above BUSY_BPS. (was 500 MB/s:
+    launch-only intervals reached 630 MB/s, so an app launching outside its ranges at that rate held the fast
+    rate there, partly on the reads' own ~70 MB/s.)"""
+    from pcietrace.analysis import analyze
+    from pcietrace.collectors.sampler import BUSY_BPS, _busy
+    from pcietrace.session import Session
+
+    s = Session.load(data_dir / "attach_h200x2_threads")
+    inst = analyze(s)["range_instances"]
+    inst = inst[inst["domain"] == "truth"]
+    for g in s.meta["gpus"]:
+        i, bits = g["nvml_index"], g["counter"]["bits"]
+        sm = s.samples[s.samples["nvml_index"] == i]
+        t = sm["t_ns"].to_numpy(np.int64)
+        rows = [(int(a), int(b), int(x)) for a, b, x in zip(t, sm["tx_raw"], sm["rx_raw"])]
+        rate = np.array([(((b[1] - a[1]) % 2 ** bits) + ((b[2] - a[2]) % 2 ** bits)) / ((b[0] - a[0]) / 1e9)
+                         for a, b in zip(rows[:-1], rows[1:])])
+
+        def inside(name: str) -> np.ndarray:
+            m = np.zeros(len(t) - 1, bool)
+            for r in inst[(inst["name"] == name) & inst["gpus"].map(lambda x: i in list(x))].itertuples():
+                m |= (t[:-1] >= r.t_start_ns) & (t[1:] <= r.t_end_ns)
+            assert m.sum() > 5
+            return np.flatnonzero(m)
+
+        launches = inside("eager_3000")
+        assert not any(_busy("fields", bits, rows[k], rows[k + 1]) for k in launches)
+        assert 2 * rate[launches].max() < BUSY_BPS
+        for copy in ("h2d_64MiB", "h2d_256MiB", "d2h_64MiB"):
+            assert np.median(rate[inside(copy)]) > 4 * BUSY_BPS, copy

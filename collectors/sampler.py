@@ -288,6 +288,8 @@ class CounterSampler:
         self._stop.set()
         self._wake()
         for p in self._procs:
+            if p.pid is None:  # never started (a failure or signal between two starts): nothing to reap
+                continue
             p.join(2)
             if p.is_alive():
                 p.kill()

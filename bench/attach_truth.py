@@ -94,6 +94,19 @@ def idle_zero(scenario: str, work: Path, gpu: str, extra: list[str] | None = Non
     return rows
 
 
+def ranks(attached: pd.DataFrame, inst: pd.DataFrame) -> list[int]:
+    """The app's rank of each range instance, by (pid, tid): threads has one pid and a tid per rank (the C++ app
+    writes no tid: one thread, whose tid is its pid). An instance of no known rank stops the bench (its ranges
+    would silently drop out of the comparison)."""
+    tids = attached["tid"] if "tid" in attached else attached["pid"]
+    rank_of = dict(zip(zip(attached["pid"], tids), attached["rank"]))
+    keys = list(zip(inst["pid"], inst["tid"]))
+    unknown = sorted({k for k in keys if k not in rank_of})
+    if unknown:
+        raise SystemExit(f"ranges of (pid, tid) {unknown} match no truth row: the app's pid/tid differ from the trace's")
+    return [int(rank_of[k]) for k in keys]
+
+
 def run(scenario: str, work: Path, exact: bool, gpu: str = "all", extra: list[str] | None = None) -> dict:
     build = work / "build"
     build.mkdir(parents=True, exist_ok=True)
@@ -111,11 +124,8 @@ def run(scenario: str, work: Path, exact: bool, gpu: str = "all", extra: list[st
         raise SystemExit(f"attach failed ({proc.returncode}): {proc.stderr[-3000:]}")
     doc = json.loads(proc.stdout)
     attached, wall_attached = truth_rows(work / f"{scenario}-attached.jsonl")
-    # threads: one pid, a tid per rank (the C++ app writes no tid: one thread, whose tid is its pid)
-    tids = attached["tid"] if "tid" in attached else attached["pid"]
-    rank_of = dict(zip(zip(attached["pid"], tids), attached["rank"]))
     inst = pd.DataFrame(doc["results"]["range_instances"])
-    inst = inst[inst["domain"] == "truth"].assign(rank=lambda d: [rank_of.get(k) for k in zip(d["pid"], d["tid"])])
+    inst = inst[inst["domain"] == "truth"].assign(rank=lambda d: ranks(attached, d))
     rows = []
     for (rank, name), g in inst.groupby(["rank", "name"]):
         t = alone[(alone["rank"] == rank) & (alone["range"] == name)]

@@ -66,10 +66,13 @@ MAX_IDLE_INTERVAL_NS = 20_000_000
 #: While no range is open, a GPU whose counters moved faster than this over the last interval (both directions,
 #: B/s) is still read at the fast rate: a copy outside any range would otherwise put up to one idle interval
 #: of its bytes into the edge of a range opening right after it (2x H200, ninth session: the first idle call
-#: after an app's warm-up copies read 14-39 MB D2H, truth 31 kB, with 5 ms reads). Far above what the reads
-#: themselves move at the fast rate (~40 kB per read: 80 MB/s at 0.5 ms) and a launch-only stream (~2 kB per
-#: launch: 200 MB/s at 100,000 launches/s), so neither holds the fast rate; a bulk copy (>10 GB/s) does.
-BUSY_BPS = 500e6
+#: after an app's warm-up copies read 14-39 MB D2H, truth 31 kB, with 5 ms reads). Above what the reads themselves
+#: move at the fast rate (30-39 kB per read: 50-70 MB/s at 0.5 ms, real H100/H200 idle windows) plus a launch-only
+#: stream, with room for one launching twice as fast (2x H200 threads recording, cuda.bindings at 113,000
+#: launches/s with the fast reads: up to 0.63 GB/s per interval, which held 500 MB/s), so neither holds the
+#: fast rate; a bulk copy does (8-78 GB/s in the same recording's copy ranges). A copy slower than this over one
+#: idle interval (< 10 MB in 5 ms) stays in the edge error it causes.
+BUSY_BPS = 2e9
 
 
 def _busy(mode: str, bits: int, before: tuple[int, int, int] | None, after: tuple[int, int, int]) -> bool:
@@ -116,6 +119,7 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
         t1 = now()
         if v is None:
             failed += 1
+            last[1] = False  # a failed read says nothing of the link: no fast rate for as long as reads fail
         else:
             t.append((t0 + t1) // 2)
             d.append(t1 - t0)
@@ -284,6 +288,8 @@ class CounterSampler:
         self._stop.set()
         self._wake()
         for p in self._procs:
+            if p.pid is None:  # never started (a failure or signal between two starts): nothing to reap
+                continue
             p.join(2)
             if p.is_alive():
                 p.kill()

@@ -234,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--idle-sample-interval-ms", type=_number(0, 20, low_open=False), default=5.0, metavar="MS",
                     help="while no NVTX range is open in any traced process, read the counters only this often "
                          "(0 = off: always --sample-interval-ms). Every range edge still wakes the samplers at once, "
-                         "and a GPU whose counters moved > 500 MB/s over its last interval (a copy) is read fast. "
+                         "and a GPU whose counters moved > 2 GB/s over its last interval (a copy) is read fast. "
                          "Reads are firmware calls: at 0.5 ms they doubled NCCL's communicator set-up on 4x H200")
     at.add_argument("--slow-domains", default="NCCL", metavar="D1,D2",
                     help="NVTX domains whose open ranges do not hold the fast rate (their bytes are still measured, "

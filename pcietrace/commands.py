@@ -258,6 +258,12 @@ def cmd_latency(args: argparse.Namespace) -> int:
     except NoGpuError as exc:
         raise NoGpuError(f"{exc}; `pcietrace topo` works without a GPU") from None
     err = Console(stderr=True)
+
+    def release() -> None:
+        for _, be in gpus:
+            with contextlib.suppress(Exception):  # the figures are in the session: a failed release keeps them
+                be.close()
+
     try:  # the GPUs are released on every way out, a refused -o included
         session = Session(meta=base_meta(RunPlan(), False))
         session.meta.update(kind="latency", status="running", driver=backend.driver_version(),
@@ -271,13 +277,21 @@ def cmd_latency(args: argparse.Namespace) -> int:
             if folder is not None:
                 folder.discard()  # nothing was recorded: no folder at all
             raise
-    finally:
-        for _, be in gpus:
-            with contextlib.suppress(Exception):  # the figures are in the session: a failed release keeps them
-                be.close()
+    except BaseException:
+        release()
+        raise
     session.meta["status"] = "complete"
-    with guard.Interrupts.install().finishing():
-        results, out = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
+    interrupted: KeyboardInterrupt | None = None
+    results, out = None, None
+    try:  # a signal while the GPUs are released (after the suite) waits until the suite is saved
+        with guard.Interrupts.install().finishing():
+            release()
+            results, out = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
+    except KeyboardInterrupt as exc:
+        interrupted = exc
+    if interrupted is not None:
+        _say(_interrupted_line(folder, out, _run_saved(True)))
+        return guard.exit_code(interrupted)
     if out is not None:
         err.print(f"saved to {out}", markup=False, soft_wrap=True)
     _emit(session.meta, results, args)
@@ -368,10 +382,20 @@ def cmd_attach(args: argparse.Namespace) -> int:
             idle_windows(rec.sampler, indices, args.idle_s, windows)
         except KeyboardInterrupt as exc:
             interrupted = exc
+        except UsageError:  # the program could not start (ENOEXEC...): refused like a missing one, nothing saved
+            if folder is not None and "t_app_start_ns" not in session.meta:
+                folder.discard()
+                folder = None
+            raise
         finally:
             try:  # held from here: a signal while the samplers stop and the traces are read lost them all
                 with intr.finishing():
-                    rec.collect(session, windows, counter)
+                    try:
+                        rec.collect(session, windows, counter)
+                    except BaseException:  # (an unreadable trace) nothing to save: no staging folder left either
+                        if folder is not None:
+                            folder.discard()
+                        raise
                     if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
                         session.meta.update(kind="attach-failed", status="interrupted before the program ran")
                     results, out_dir = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
@@ -390,7 +414,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         _say(_interrupted_line(folder, out_dir, what))
         return guard.exit_code(interrupted)
     _emit(session.meta, results, args)
-    return rc
+    return rc if folder is None or out_dir is not None else rc or 2  # a failed save never reads as success
 
 
 def _write_perfetto(session: Any, results: dict[str, Any], path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -505,3 +506,174 @@ def test_a_sampler_that_refuses_its_settings_leaves_no_page_or_folder(monkeypatc
         attach.Recording([0], 500_000, 1.0, 10**12)
     assert made and not Path(made[0]).exists()
     assert set(Path(tempfile.gettempdir()).glob("pcietrace-*")) == before
+
+
+class _StandInAttachSampler(_StandInSampler):
+    """The stand-in sampler with the calls attach's idle windows make (SIMULATED: no NVML)."""
+
+    def pause(self, paused: bool = True) -> None:
+        pass
+
+    def hold_fast(self, on: bool = True) -> None:
+        pass
+
+    def stop(self) -> pd.DataFrame:
+        """Two reads of GPU 0 a second apart (a saved run needs two; what they hold is not looked at)."""
+        super().stop()
+        import time
+
+        t = time.monotonic_ns()
+        return pd.DataFrame({"nvml_index": [0, 0], "t_ns": [t - 10**9, t], "read_ns": [300_000] * 2,
+                             "tx_raw": np.array([0, 1000], np.uint64), "rx_raw": np.array([0, 1000], np.uint64)})
+
+
+@pytest.fixture
+def attach_stand_ins(monkeypatch):
+    """`pcietrace attach` on a stand-in GPU with stand-in samplers (SIMULATED: no CUDA, no NVML); the
+    Recordings made are listed in the returned ``made``, the sampler class is ``S``."""
+    from pcietrace import collectors
+    from pcietrace.collectors import nvml, topology
+    from pcietrace.device import backend, cuda
+    from pcietrace.record import attach
+
+    class S(_StandInAttachSampler):
+        pass
+
+    monkeypatch.setattr(collectors, "CounterSampler", S)
+    monkeypatch.setattr(cuda, "bus_ids", lambda: ["0000:00:06.0"])
+    monkeypatch.setattr(backend, "describe_gpus", lambda ordinals: [
+        {"nvml_index": 0, "name": "FAKE (no GPU)", "bus_id": "0000:00:06.0", "cuda_ordinal": 0}])
+    monkeypatch.setattr(nvml, "driver_version", lambda: "none (stand-in)")
+    monkeypatch.setattr(topology, "collect", lambda gpus=None, sysfs_root="/sys": None)
+    made: list = []
+    real_init = attach.Recording.__init__
+
+    def init(self, *a, **k) -> None:
+        real_init(self, *a, **k)
+        made.append(self)
+
+    monkeypatch.setattr(attach.Recording, "__init__", init)
+    return S, made
+
+
+def _attach_argv(out, *program: str) -> list[str]:
+    import sys
+
+    return ["attach", "--gpu", "0", "--no-calibrate", "--idle-s", "0.01", "-o", str(out), "--",
+            sys.executable, "-c", *(program or ["pass"])]
+
+
+def test_attach_whose_trace_cannot_be_read_leaves_no_staging_folder(attach_stand_ins, monkeypatch, tmp_path,
+                                                                    capsys) -> None:
+    """`pcietrace attach` whose traces cannot be read: one line, exit 2, and nothing left behind (was: the
+    hidden staging folder stayed in the reports folder, since the save that would have published or discarded
+    it never ran)."""
+    from pcietrace.cli import main
+    from pcietrace.record import attach
+
+    S, made = attach_stand_ins
+
+    def unreadable(_):
+        raise OSError("trace unreadable")
+
+    monkeypatch.setattr(attach, "read_traces", unreadable)
+    rc = main(_attach_argv(tmp_path / "rec"))
+    err = capsys.readouterr().err
+    assert rc == 2 and err.strip().splitlines()[-1] == "pcietrace: error: trace unreadable", err
+    assert "Traceback" not in err and S.stopped == 1
+    assert list(tmp_path.iterdir()) == [] and _leftovers(made[0]) == [False, False]
+
+
+def test_attach_whose_save_fails_does_not_exit_0(attach_stand_ins, monkeypatch, tmp_path, capsys) -> None:
+    """A program that ran fine but whose run could not be saved: the failure is said in one line and the exit
+    code is not the program's 0 (was 0: a script could not tell that nothing was saved); a failing program's
+    own exit code still passes through. Nothing left behind either way."""
+    from pcietrace.cli import main
+    from pcietrace.session import Session
+
+    S, made = attach_stand_ins
+
+    def disk_full(self, directory, results=None):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Session, "save", disk_full)
+    assert main(_attach_argv(tmp_path / "rec")) == 2
+    assert "could not save" in capsys.readouterr().err
+    assert main(_attach_argv(tmp_path / "rec", "raise SystemExit(3)")) == 3
+    assert "could not save" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == [] and not any(any(_leftovers(r)) for r in made)
+
+
+def test_a_stop_cut_short_by_a_signal_is_finished_on_leaving(stand_in, monkeypatch) -> None:
+    """A third signal (the one that no longer waits for the save) raised inside the samplers' stop as attach
+    collects: leaving the Recording stops them again (was: collect marked them stopped before stopping them, so
+    leaving skipped the stop and the sampler processes outlived the run)."""
+    from pcietrace.record import attach
+    from pcietrace.session import Session
+
+    class CutShort(stand_in):
+        def stop(self):
+            if type(self).stopped == 0:
+                type(self).stopped += 0.5  # begun, not finished
+                raise KeyboardInterrupt
+            return super().stop()
+
+    from pcietrace import collectors
+
+    monkeypatch.setattr(collectors, "CounterSampler", CutShort)
+    with pytest.raises(KeyboardInterrupt):
+        with attach.Recording([0], 500_000, 1.0, 5_000_000) as rec:
+            rec.collect(Session(meta={}), [], "interpose")
+    assert CutShort.stopped == 1.5 and _leftovers(rec) == [False, False]
+
+
+def test_a_program_the_system_cannot_execute_is_refused_in_one_line_with_nothing_saved(attach_stand_ins, tmp_path,
+                                                                                       capsys) -> None:
+    """An executable file the kernel refuses (ENOEXEC: no #! line, not a binary) passes the up-front PATH check;
+    it is refused in one line with nothing saved, as a missing program is (was: idle windows measured, 'saved
+    to DIR' of a failed attach run, then 'cannot start' on a second line)."""
+    from pcietrace.cli import main
+
+    S, made = attach_stand_ins
+    prog = tmp_path / "not-a-program"
+    prog.write_bytes(b"\x00\x01 neither a script nor a binary\n")
+    prog.chmod(0o755)
+    out = tmp_path / "reports" / "rec"
+    argv = _attach_argv(out)
+    rc = main(argv[:argv.index("--") + 1] + [str(prog)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "saved" not in err and err.count("pcietrace: error") == 1, err
+    assert err.strip().splitlines()[-1].startswith("pcietrace: error: cannot start"), err
+    assert not out.exists() and list(out.parent.iterdir()) == [] and not any(any(_leftovers(r)) for r in made)
+
+
+@pytest.mark.parametrize("which", [1, 2])
+def test_a_signal_in_an_idle_window_before_or_after_the_program_ends_with_one_line(which, attach_stand_ins,
+                                                                                     monkeypatch, tmp_path,
+                                                                                     capsys) -> None:
+    """SIGTERM (as Terminated) in the idle windows before (1) or after (2) the program, on stand-in GPUs and
+    samplers (SIMULATED): one line saying what was saved and where, exit 143, the run saved (before the program:
+    as a failed attach run), the samplers stopped once, nothing left behind."""
+    from pcietrace.cli import main
+    from pcietrace.session import Session
+    from pcietrace.signals import Terminated
+
+    S, made = attach_stand_ins
+    holds: list[bool] = []
+
+    def hold_fast(self, on: bool = True) -> None:
+        holds.append(on)
+        if on and len(holds) == 2 * which - 1:
+            raise Terminated(signal.SIGTERM)
+
+    monkeypatch.setattr(S, "hold_fast", hold_fast)
+    out = tmp_path / "rec"
+    assert main(_attach_argv(out)) == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    what = ("what was recorded before the program ran" if which == 1 else
+            "the run (the program had ended, exit code 0)")
+    assert err.strip().splitlines()[-1] == (f"pcietrace: interrupted: saved {what} to {out}; "
+                                            f"`pcietrace report {out}` shows it"), err
+    assert "saved to" not in err and err.count("interrupted") == 1 and "Traceback" not in err
+    assert Session.load(out).meta["kind"] == ("attach-failed" if which == 1 else "attach")
+    assert S.stopped == 1 and list(tmp_path.iterdir()) == [out] and not any(_leftovers(made[0]))

@@ -249,6 +249,40 @@ def test_one_process_with_a_thread_per_gpu_charges_each_thread_s_ranges_its_own_
     assert (whole["program_eager_launches"] == whole["eager_launches"].sum()).all()
 
 
+def test_each_thread_s_ranges_hold_exactly_the_launches_the_app_made_in_them(threads2) -> None:
+    """Per range call, not only per whole run (that check compares the library's per-thread counter with itself):
+    eager_N holds N eager launches and no graph launch, graph one graph launch and no eager launch, the copies
+    and the sleep none, on either thread; each call's process-wide count holds at least its own (the other
+    thread launches alongside)."""
+    _, res, _ = threads2
+    inst = res["range_instances"]
+    mine = inst[inst["domain"] == "truth"]
+    want_eager = mine["name"].str.extract(r"^eager_(\d+)$", expand=False).fillna(0).astype(int)
+    assert (want_eager > 0).any() and (mine["name"] == "graph").any()
+    assert (mine["eager_launches"] == want_eager).all()
+    assert (mine["graph_launches"] == (mine["name"] == "graph").astype(int)).all()
+    assert (mine["eager_launches_process"] >= mine["eager_launches"]).all()
+    assert (mine["graph_launches_process"] >= mine["graph_launches"]).all()
+
+
+def test_the_bench_finds_each_threads_rank_and_stops_on_a_thread_it_cannot_match(threads2) -> None:
+    """bench/attach_truth.py matches range instances to the app's ranks by (pid, tid); the app's rows are made
+    here from the real recording's threads (rank = the thread's GPU). A thread with no truth row stops the bench
+    (was: its ranges silently dropped out of the comparison, which then read all within error)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from attach_truth import ranks
+
+    _, res, _ = threads2
+    inst = res["range_instances"]
+    mine = inst[inst["domain"] == "truth"]
+    attached = mine.groupby(["pid", "tid"])["gpus"].first().str[0].rename("rank").reset_index()
+    assert ranks(attached, mine) == mine["gpus"].str[0].tolist()
+    with pytest.raises(SystemExit, match="match no truth row"):
+        ranks(attached.iloc[:1], mine)
+
+
 def test_thread_ranges_match_the_apps_own_truth(threads2) -> None:
     """Every direction of every range within its stated error (edges + the floor's 95 % interval); those of
     more than 1 MB (the copies, eager H2D) within 3 %. Eager D2H (0.88 MB) is +5.0 % on GPU 0 in this

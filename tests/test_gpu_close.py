@@ -574,3 +574,41 @@ def test_the_latency_command_releases_its_gpus_when_its_output_folder_is_refused
     (out / "notes.txt").write_text("not a run")
     assert main(["latency", "-o", str(out)]) == 2
     assert Backend.closed == 2 and (out / "notes.txt").exists()
+
+
+def test_a_signal_while_the_latency_command_releases_its_gpus_saves_the_measured_suite(tmp_path, monkeypatch,
+                                                                                         capsys, data_dir) -> None:
+    """SIGTERM while `pcietrace latency` releases its GPUs after the suite: the figures measured
+    are saved, one line says so, exit 143, no staging folder (was: the signal escaped the release, the hidden
+    staging folder stayed and the suite was lost). SIMULATED backends; the suite is the real H100's."""
+    from pcietrace.cli import main
+    from pcietrace.collectors import topology
+    from pcietrace.device import backend, cuda
+    from pcietrace.record import latency
+    from pcietrace.session import Session
+    import os
+    import signal
+
+    real = Session.load(data_dir / "h100_run_latency")
+
+    class Backend:
+        closed = 0
+
+        def close(self) -> None:
+            Backend.closed += 1
+            if Backend.closed == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    gpus = [(g, Backend()) for g in real.meta["gpus"]]
+    monkeypatch.setattr(cuda, "device_count", lambda: len(gpus))
+    monkeypatch.setattr(backend, "open_gpus", lambda ordinals: gpus)
+    monkeypatch.setattr(backend, "driver_version", lambda: "simulated")
+    monkeypatch.setattr(topology, "collect", lambda g: real.meta["topology"])
+    monkeypatch.setattr(latency, "LatencyProbe", lambda be: be)
+    monkeypatch.setattr(latency, "measure", lambda probes, repeats, progress: real.latency)
+    out = tmp_path / "lat"
+    assert main(["latency", "-o", str(out)]) == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith(f"pcietrace: interrupted: saved the whole run "), err
+    assert Backend.closed == len(gpus) and list(tmp_path.iterdir()) == [out]
+    assert len(Session.load(out).latency) == len(real.latency)

@@ -228,13 +228,16 @@ def _fast_only_in_ranges(monkeypatch) -> dict[str, bool]:
 
 
 class CopyingReader(FakeCounterReader):
-    """A stand-in reader whose counters move 10 MB per read while ``copying`` (a bulk copy outside any range:
-    >= 10 GB/s at the 1 ms rate below, so far above BUSY_BPS), else 1 B per read, wrapping at 32 bits."""
+    """A stand-in reader whose counters move at 10 GB/s while ``copying`` (a bulk copy outside any range, far
+    above BUSY_BPS whatever the read rate; the slowest in the real 2x H200 copy ranges was 8 GB/s), else 1 B per
+    read, wrapping at 32 bits."""
 
     copying = False
 
     def read(self) -> tuple[int, int]:
-        self.v = (getattr(self, "v", 0) + (10_000_000 if CopyingReader.copying else 1)) % 2**32
+        t, last = time.monotonic_ns(), getattr(self, "t", None)
+        moved = int(10 * (t - last)) if CopyingReader.copying and last is not None else 1  # 10 B/ns = 10 GB/s
+        self.t, self.v = t, (getattr(self, "v", 0) + moved) % 2**32
         return self.v, self.v
 
 
@@ -274,6 +277,54 @@ def _fast_while_copying(monkeypatch) -> dict[str, bool]:
     return {"idle ~20 ms before": 15e6 < np.median(gap[before]) < 30e6,
             "fast while copying": copying.sum() > 30 and np.median(gap[copying]) < 3e6,
             "idle ~20 ms after": 15e6 < np.median(gap[after]) < 30e6}
+
+
+class FailingAfterCopyReader(CopyingReader):
+    """A copying stand-in whose reads fail (NVML's own error: None) while ``failing``; every call's time kept."""
+
+    failing = False
+    calls: list[int] = []
+
+    def read(self) -> tuple[int, int] | None:
+        FailingAfterCopyReader.calls.append(time.monotonic_ns())
+        return None if FailingAfterCopyReader.failing else super().read()
+
+
+def test_reads_that_fail_after_a_copy_do_not_hold_the_fast_rate(monkeypatch) -> None:
+    """A copy outside any range holds the fast rate; reads that then keep failing say nothing about the link, so
+    the sampler goes back to its idle rate (was: the last good read's 'busy' held the fast rate for as long as
+    the reads failed, 20x the NVML calls on a GPU whose reads fail)."""
+    monkeypatch.setattr(CopyingReader, "copying", False)
+    monkeypatch.setattr(FailingAfterCopyReader, "failing", False)
+    _best_of(lambda: _idle_while_failing(monkeypatch))
+
+
+def _idle_while_failing(monkeypatch) -> dict[str, bool]:
+    page = edges.create()
+    marks: dict[str, int] = {}
+    FailingAfterCopyReader.calls = []
+
+    def app(words, edge) -> None:
+        words[edges.COUNTING] = 1
+        edge()
+        CopyingReader.copying = True
+        time.sleep(0.06)                                    # a copy, no range open: fast
+        FailingAfterCopyReader.failing = True
+        marks["fail"] = time.monotonic_ns()
+        time.sleep(0.2)                                     # every read fails: idle rate
+        FailingAfterCopyReader.failing = CopyingReader.copying = False
+
+    try:
+        _sample_in_this_process(monkeypatch, page, interval_ms=1.0, idle_ms=20.0, app=app,
+                                reader=FailingAfterCopyReader)
+    finally:
+        os.unlink(page)
+        CopyingReader.copying = FailingAfterCopyReader.failing = False
+    calls = np.array(FailingAfterCopyReader.calls)
+    gap, start = np.diff(calls), calls[:-1]
+    copying, failing = start < marks["fail"], (start > marks["fail"] + 5e6) & (start < marks["fail"] + 190e6)
+    return {"fast while copying": np.median(gap[copying]) < 3e6,
+            "idle ~20 ms while the reads fail": failing.sum() > 3 and 15e6 < np.median(gap[failing]) < 30e6}
 
 
 def test_without_an_edge_file_a_stop_cuts_a_long_wait_short(monkeypatch) -> None:
@@ -571,11 +622,11 @@ def test_a_signal_while_the_samplers_start_leaves_no_sampler_process(monkeypatch
 
     class Proc:
         def __init__(self, **kw) -> None:
-            self.state = "new"
+            self.pid, self.state = None, "new"  # (a pid once started, as multiprocessing's)
             procs.append(self)
 
         def start(self) -> None:
-            self.state = "started"
+            self.pid, self.state = 4242, "started"
 
         def join(self, timeout=None) -> None:
             self.state = "joined"
@@ -601,3 +652,110 @@ def test_a_signal_while_the_samplers_start_leaves_no_sampler_process(monkeypatch
         s.start()
     assert [p.state for p in procs] == ["joined", "joined"] and s._stop.is_set()
     assert s.stop().empty  # nothing recorded, and no AttributeError for a drainer never started
+
+
+@pytest.mark.parametrize("name", ["attach_h100_nocount", "attach_h200x2_threads", "attach_h200x8_torchrun"])
+def test_the_reads_own_traffic_never_holds_the_fast_rate(name, data_dir) -> None:
+    """Real recordings (H100, 2x and 8x H200): in attach's idle reading windows (no range open, the sampler held
+    at its fast rate, so the counters move by the reads' own traffic alone) no pair of consecutive reads counts
+    as busy, and neither would back-to-back reads (``--sample-interval-ms 0``: the bytes of a read over its
+    shortest duration), so the fast rate a copy holds ends with the copy."""
+    from pcietrace.collectors.sampler import BUSY_BPS, _busy
+    from pcietrace.session import Session
+
+    s = Session.load(data_dir / name)
+    on = s.windows[s.windows["sampling"] == "on"]
+    checked = 0
+    for g in s.meta["gpus"]:
+        c = g["counter"]
+        assert c["mode"] == "fields"
+        sm = s.samples[s.samples["nvml_index"] == g["nvml_index"]]
+        t = sm["t_ns"].to_numpy(np.int64)
+        inside = np.zeros(len(t), bool)
+        for w in on[on["nvml_index"] == g["nvml_index"]].itertuples():
+            inside |= (t >= w.t_start_ns) & (t <= w.t_end_ns)
+        rows = [(int(a), int(b), int(x)) for a, b, x in zip(t, sm["tx_raw"], sm["rx_raw"])]
+        pairs = [(rows[i], rows[i + 1]) for i in np.flatnonzero(inside[:-1] & inside[1:])]
+        assert len(pairs) > 100
+        assert not any(_busy("fields", c["bits"], a, b) for a, b in pairs)
+        moved = [((b[1] - a[1]) % 2 ** c["bits"]) + ((b[2] - a[2]) % 2 ** c["bits"]) for a, b in pairs]
+        assert np.median(moved) / (np.percentile(sm["read_ns"], 1) / 1e9) < BUSY_BPS
+        checked += 1
+    assert checked == len(s.meta["gpus"])
+
+
+def test_a_launch_only_stream_is_not_busy_and_a_bulk_copy_is(data_dir) -> None:
+    """Real 2x H200 threads recording, read at the fast rate inside its ranges: no interval inside eager_3000 (a
+    launch-only stream, 113,000 launches/s from cuda.bindings, plus the reads' own traffic) counts as busy, with
+    room for a launcher twice as fast; the intervals inside the bulk copies are far above BUSY_BPS. (was 500 MB/s:
+    launch-only intervals reached 630 MB/s, so an app launching outside its ranges at that rate held the fast
+    rate there, partly on the reads' own ~70 MB/s.)"""
+    from pcietrace.analysis import analyze
+    from pcietrace.collectors.sampler import BUSY_BPS, _busy
+    from pcietrace.session import Session
+
+    s = Session.load(data_dir / "attach_h200x2_threads")
+    inst = analyze(s)["range_instances"]
+    inst = inst[inst["domain"] == "truth"]
+    for g in s.meta["gpus"]:
+        i, bits = g["nvml_index"], g["counter"]["bits"]
+        sm = s.samples[s.samples["nvml_index"] == i]
+        t = sm["t_ns"].to_numpy(np.int64)
+        rows = [(int(a), int(b), int(x)) for a, b, x in zip(t, sm["tx_raw"], sm["rx_raw"])]
+        rate = np.array([(((b[1] - a[1]) % 2 ** bits) + ((b[2] - a[2]) % 2 ** bits)) / ((b[0] - a[0]) / 1e9)
+                         for a, b in zip(rows[:-1], rows[1:])])
+
+        def inside(name: str) -> np.ndarray:
+            m = np.zeros(len(t) - 1, bool)
+            for r in inst[(inst["name"] == name) & inst["gpus"].map(lambda x: i in list(x))].itertuples():
+                m |= (t[:-1] >= r.t_start_ns) & (t[1:] <= r.t_end_ns)
+            assert m.sum() > 5
+            return np.flatnonzero(m)
+
+        launches = inside("eager_3000")
+        assert not any(_busy("fields", bits, rows[k], rows[k + 1]) for k in launches)
+        assert 2 * rate[launches].max() < BUSY_BPS
+        for copy in ("h2d_64MiB", "h2d_256MiB", "d2h_64MiB"):
+            assert np.median(rate[inside(copy)]) > 4 * BUSY_BPS, copy
+
+
+def test_a_signal_between_starting_two_samplers_reaps_the_started_one(monkeypatch) -> None:
+    """Ctrl-C after the first sampler process started and before the second did: the started one is stopped and
+    reaped, the interrupt comes out as itself (was: joining the never-started one raised multiprocessing's
+    AssertionError 'can only join a started process' in the clean-up, which left the rest unreaped and hid the
+    interrupt). SIMULATED processes that behave as multiprocessing's do before and after start()."""
+    from pcietrace.collectors import sampler as sampler_mod
+
+    procs: list = []
+
+    class Proc:
+        def __init__(self, **kw) -> None:
+            self.pid, self.state = None, "new"
+            procs.append(self)
+
+        def start(self) -> None:
+            if len(procs) > 1 and self is procs[1]:
+                raise KeyboardInterrupt
+            self.pid, self.state = 4242, "started"
+
+        def join(self, timeout=None) -> None:
+            assert self.pid is not None, "can only join a started process"
+            self.state = "joined"
+
+        def is_alive(self) -> bool:
+            return False
+
+        def kill(self) -> None:
+            self.state = "killed"
+
+    class Ctx:
+        Process = Proc
+        Queue = queue.Queue
+        Event = threading.Event
+
+    monkeypatch.setattr(sampler_mod.mp, "get_context", lambda _: Ctx)
+    s = CounterSampler([0, 1, 2], interval_ns=500_000)
+    with pytest.raises(KeyboardInterrupt):
+        s.start()
+    assert [p.state for p in procs] == ["joined", "new", "new"] and s._stop.is_set()
+    assert s.stop().empty

@@ -336,8 +336,8 @@ class Recording:
         if a trace cannot be read."""
         from pcietrace.collectors import merge_samples
 
-        self.collected = True
         samples = self.sampler.stop()
+        self.collected = True  # (after: a stop cut short by a signal is finished on leaving)
         session.events = read_traces(self.trace_dir)
         session.samples = merge_samples([samples, edge_samples(session.events)])
         session.windows = pd.DataFrame(windows)

@@ -106,10 +106,23 @@ def test_a_gap_that_could_hide_a_wrap_is_an_error_for_its_ranges() -> None:
 def torchrun8(data_dir) -> tuple[Session, dict, pd.DataFrame]:
     """`bench/attach_truth.py torchrun` on the lent 8x H200 (one process per GPU; samples outside the measured
     ranges and idle windows thinned to every 20th) and the same app's own truth, measured without attach."""
-    path = data_dir / "attach_h200x8_torchrun"
+    return _with_truth(data_dir / "attach_h200x8_torchrun")
+
+
+def _with_truth(path: Path) -> tuple[Session, dict, pd.DataFrame]:
+    """A recorded attach run, its analysis, and the app's own truth beside it (``truth.json``: ``ranges``)."""
     s = Session.load(path)
     truth = pd.DataFrame(json.loads((path / "truth.json").read_text())["ranges"])
     return s, analyze(s), truth
+
+
+def _ours_per_rank_and_range(res: dict) -> pd.DataFrame:
+    """Attach's mean bytes per call and stated errors per (rank, range) of the truth app's ranges, where rank r
+    ran on GPU r (one GPU per process or thread)."""
+    inst = res["range_instances"]
+    inst = inst[inst["domain"] == "truth"].assign(rank=lambda d: d["gpus"].str[0])
+    cols = [f"{d}_{c}" for d in ("h2d", "d2h") for c in ("bytes", "edge_bytes", "floor_err_bytes")]
+    return inst.groupby(["rank", "name"])[cols].mean()
 
 
 def test_each_rank_is_charged_only_its_own_gpu(torchrun8) -> None:
@@ -188,10 +201,7 @@ def test_a_one_gpu_process_s_other_threads_launches_count_on_its_gpu() -> None:
 
 def test_rank_ranges_match_the_apps_own_truth(torchrun8) -> None:
     _, res, truth = torchrun8
-    inst = res["range_instances"]
-    inst = inst[inst["domain"] == "truth"].assign(rank=lambda d: d["gpus"].map(lambda g: g[0]))  # rank r ran on GPU r
-    cols = [f"{d}_{c}" for d in ("h2d", "d2h") for c in ("bytes", "edge_bytes", "floor_err_bytes")]
-    ours = inst.groupby(["rank", "name"])[cols].mean()
+    ours = _ours_per_rank_and_range(res)
     checked = 0
     for r in truth.itertuples():
         o = ours.loc[(r.rank, r.range)]
@@ -224,10 +234,7 @@ def threads2(data_dir) -> tuple[Session, dict, pd.DataFrame]:
     """`bench/attach_truth.py threads` on the lent 2x H200: ONE process, one thread per GPU (cuda.bindings,
     each thread makes its GPU's primary context current and reads its own GPU's counters), and the same
     app's own truth measured without attach (``rank`` = the thread's GPU)."""
-    path = data_dir / "attach_h200x2_threads"
-    s = Session.load(path)
-    truth = pd.DataFrame(json.loads((path / "truth.json").read_text())["ranges"])
-    return s, analyze(s), truth
+    return _with_truth(data_dir / "attach_h200x2_threads")
 
 
 def test_one_process_with_a_thread_per_gpu_charges_each_thread_s_ranges_its_own_gpu(threads2) -> None:
@@ -257,7 +264,7 @@ def test_each_thread_s_ranges_hold_exactly_the_launches_the_app_made_in_them(thr
     _, res, _ = threads2
     inst = res["range_instances"]
     mine = inst[inst["domain"] == "truth"]
-    want_eager = mine["name"].str.extract(r"^eager_(\d+)$", expand=False).fillna(0).astype(int)
+    want_eager = pd.to_numeric(mine["name"].str.extract(r"^eager_(\d+)$", expand=False)).fillna(0).astype(int)
     assert (want_eager > 0).any() and (mine["name"] == "graph").any()
     assert (mine["eager_launches"] == want_eager).all()
     assert (mine["graph_launches"] == (mine["name"] == "graph").astype(int)).all()
@@ -288,10 +295,7 @@ def test_thread_ranges_match_the_apps_own_truth(threads2) -> None:
     more than 1 MB (the copies, eager H2D) within 3 %. Eager D2H (0.88 MB) is +5.0 % on GPU 0 in this
     recording, inside its stated error."""
     _, res, truth = threads2
-    inst = res["range_instances"]
-    inst = inst[inst["domain"] == "truth"].assign(rank=lambda d: d["gpus"].str[0])  # thread r ran on GPU r
-    cols = [f"{d}_{c}" for d in ("h2d", "d2h") for c in ("bytes", "edge_bytes", "floor_err_bytes")]
-    ours = inst.groupby(["rank", "name"])[cols].mean()
+    ours = _ours_per_rank_and_range(res)
     big = 0
     for r in truth.itertuples():
         o = ours.loc[(r.rank, r.range)]

@@ -372,7 +372,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     with stack:                        # run_program passes them on to the program and waits for it)
         try:
             idle_windows(rec.sampler, indices, args.idle_s, windows)
-            err.print(f"pcietrace: running {' '.join(cmd)}", markup=False)
+            err.print(f"pcietrace: running {' '.join(cmd)}", markup=False, soft_wrap=True)
             env = injection_env(rec.trace_dir, counter, rec.edge_file, indices, args.exact_edges,
                                 gpu_time=args.gpu_time, slow_domains=args.slow_domains)
             # --json/--format: stdout carries the report alone; the program's own output goes to stderr

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pcietrace.errors import NoGpuError, UsageError
+from pcietrace.errors import NoGpuError, UsageError, one_line
 
 SIM_HINT = "run `pcietrace run --simulate` to try the whole pipeline on a simulated device"
 
@@ -367,7 +367,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     windows: list[dict[str, Any]] = []
     rc = 1
     interrupted: KeyboardInterrupt | None = None
-    results, out_dir = None, None
+    results, out_dir, trace_failed = None, None, False
     intr = guard.Interrupts.install()  # before and after the program: signals save like Ctrl-C (during it,
     with stack:                        # run_program passes them on to the program and waits for it)
         try:
@@ -400,13 +400,20 @@ def cmd_attach(args: argparse.Namespace) -> int:
                         session.meta.update(kind="attach-failed", status="interrupted before the program ran")
                     results, out_dir = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
                     if out_dir is not None and session.meta["kind"] == "attach":
-                        _write_perfetto(session, results, out_dir / "trace.json")
+                        try:
+                            _write_perfetto(session, results, out_dir / "trace.json")
+                        except OSError as exc:  # (disk full) the run itself is saved: say so, keep it whole
+                            (out_dir / "trace.json").unlink(missing_ok=True)
+                            _say(f"pcietrace: error: could not write the Perfetto trace into {out_dir} "
+                                 f"({one_line(exc)}); the run is saved there and `pcietrace report {out_dir} "
+                                 f"--perfetto FILE` writes it later")
+                            trace_failed = True
                     stack.close()  # the edge page and trace folder go while signals still wait
             except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
                 interrupted = interrupted or exc
             if out_dir is not None and interrupted is None:
                 err.print(f"saved to {out_dir}" + (f" (Perfetto trace: {out_dir / 'trace.json'})"
-                                                   if session.meta["kind"] == "attach" else ""),
+                                                   if session.meta["kind"] == "attach" and not trace_failed else ""),
                           markup=False, soft_wrap=True)
     if interrupted is not None:
         what = (f"the run (the program had ended, exit code {rc})" if session.meta["kind"] == "attach"

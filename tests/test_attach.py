@@ -677,3 +677,25 @@ def test_a_signal_in_an_idle_window_before_or_after_the_program_ends_with_one_li
     assert "saved to" not in err and err.count("interrupted") == 1 and "Traceback" not in err
     assert Session.load(out).meta["kind"] == ("attach-failed" if which == 1 else "attach")
     assert S.stopped == 1 and list(tmp_path.iterdir()) == [out] and not any(_leftovers(made[0]))
+
+
+def test_a_perfetto_trace_that_cannot_be_written_still_says_the_run_is_saved(attach_stand_ins, monkeypatch, tmp_path,
+                                                                            capsys) -> None:
+    """The run saved, then its trace.json fails (disk full): one line says the run is saved and how to write the
+    trace later, no partial trace.json stays, and the program's exit code passes through (was: exit 2 and no
+    word that the run was saved). SIMULATED stand-in GPU and samplers."""
+    from pcietrace import commands
+    from pcietrace.cli import main
+    from pcietrace.session import Session
+
+    def disk_full(session, results, path) -> None:
+        path.write_text("{")  # part of it, then the disk fills
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(commands, "_write_perfetto", disk_full)
+    out = tmp_path / "rec"
+    assert main(_attach_argv(out)) == 0
+    err = capsys.readouterr().err
+    assert "could not write the Perfetto trace" in err and "the run is saved there" in err
+    assert "Perfetto trace:" not in err and not (out / "trace.json").exists()
+    assert Session.load(out).meta["status"] == "complete"

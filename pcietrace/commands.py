@@ -316,6 +316,7 @@ def _launch_costs(args: argparse.Namespace, ordinal: int) -> dict[str, Any] | No
 def cmd_attach(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from pcietrace import signals
     from pcietrace.analysis import analyze, to_jsonable
     from pcietrace.collectors import nvml, topology
     from pcietrace.device import backend, cuda
@@ -354,22 +355,25 @@ def cmd_attach(args: argparse.Namespace) -> int:
         if folder is not None:
             folder.discard()
         raise
-    stack = contextlib.ExitStack()
-    try:
-        rec = stack.enter_context(Recording(indices, int(args.sample_interval_ms * 1e6), args.sampler_duty,
-                                            int(args.idle_sample_interval_ms * 1e6)))
-    except BaseException:  # nothing was recorded: no staging folder either
-        if folder is not None:
-            folder.discard()
-        raise
-    for g in gpus:
-        g["counter"] = rec.sampler.modes.get(g["nvml_index"])
-    windows: list[dict[str, Any]] = []
     rc = 1
     interrupted: KeyboardInterrupt | None = None
     results, out_dir, trace_failed = None, None, False
-    intr = guard.Interrupts.install()  # before and after the program: signals save like Ctrl-C (during it,
-    with stack:                        # run_program passes them on to the program and waits for it)
+    with contextlib.ExitStack() as stack:  # the samplers, edge page and trace folder: released on every way out
+        try:
+            with signals.deferred():  # made and owned in one step: a signal between would leave them behind
+                rec = Recording(indices, int(args.sample_interval_ms * 1e6), args.sampler_duty,
+                                int(args.idle_sample_interval_ms * 1e6))
+                stack.push(rec)
+            rec.start()
+        except BaseException:  # nothing was recorded: no staging folder either
+            if folder is not None:
+                folder.discard()
+            raise
+        for g in gpus:
+            g["counter"] = rec.sampler.modes.get(g["nvml_index"])
+        windows: list[dict[str, Any]] = []
+        # before and after the program signals save like Ctrl-C; during it run_program passes them on and waits
+        intr = guard.Interrupts.install()
         try:
             idle_windows(rec.sampler, indices, args.idle_s, windows)
             err.print(f"pcietrace: running {' '.join(cmd)}", markup=False, soft_wrap=True)

@@ -699,3 +699,29 @@ def test_a_perfetto_trace_that_cannot_be_written_still_says_the_run_is_saved(att
     assert "could not write the Perfetto trace" in err and "the run is saved there" in err
     assert "Perfetto trace:" not in err and not (out / "trace.json").exists()
     assert Session.load(out).meta["status"] == "complete"
+
+
+def test_a_signal_as_the_recording_is_made_leaves_no_page_or_folder(attach_stand_ins, monkeypatch, tmp_path,
+                                                                   capsys) -> None:
+    """SIGINT arriving just as attach's Recording has made its trace folder and edge page (before anything owns
+    them): they are released and nothing is saved (was: the signal escaped between making them and the clean-up
+    taking them over). SIMULATED stand-in GPU and samplers."""
+    import os
+    import signal as sig
+
+    from pcietrace.cli import main
+    from pcietrace.record import attach
+
+    S, made = attach_stand_ins
+    made_init = attach.Recording.__init__  # (the fixture's, which lists what was made)
+
+    def init_then_signal(self, *a, **k) -> None:
+        made_init(self, *a, **k)
+        os.kill(os.getpid(), sig.SIGINT)  # as if Ctrl-C came right here
+
+    monkeypatch.setattr(attach.Recording, "__init__", init_then_signal)
+    out = tmp_path / "rec"
+    assert main(_attach_argv(out)) == 130
+    assert len(made) == 1 and _leftovers(made[0]) == [False, False]
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    assert S.started == 0  # the samplers never started

@@ -306,9 +306,10 @@ class Recording:
         from pcietrace.collectors import CounterSampler, edges
 
         self.trace_dir = Path(tempfile.mkdtemp(prefix="pcietrace-"))
-        self.edge_file = edges.create()
+        self.edge_file = ""
         self.collected = False
-        try:  # the sampler refuses bad settings: then no page or folder stays behind either
+        try:  # no page, or a sampler refusing its settings: then no folder or page stays behind either
+            self.edge_file = edges.create()
             self.sampler = CounterSampler(nvml_indices, interval_ns=interval_ns, edge_file=self.edge_file,
                                           max_duty=max_duty, idle_interval_ns=idle_interval_ns)
         except BaseException:
@@ -316,12 +317,16 @@ class Recording:
             raise
 
     def __enter__(self) -> "Recording":
+        self.start()
+        return self
+
+    def start(self) -> None:
+        """Start the samplers; a failed or interrupted start leaves no page or folder behind."""
         try:
             self.sampler.start()
         except BaseException:
             self._remove()
             raise
-        return self
 
     def __exit__(self, *exc: object) -> None:
         try:
@@ -345,5 +350,6 @@ class Recording:
 
     def _remove(self) -> None:
         shutil.rmtree(self.trace_dir, ignore_errors=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.edge_file)
+        if self.edge_file:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.edge_file)

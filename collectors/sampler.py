@@ -293,6 +293,7 @@ class CounterSampler:
             p.join(2)
             if p.is_alive():
                 p.kill()
+                p.join(1)  # reaped now, not left a zombie until multiprocessing gets to it
         self._procs = []
         if self._page is not None:
             self._page.close()

@@ -759,3 +759,28 @@ def test_a_signal_between_starting_two_samplers_reaps_the_started_one(monkeypatc
         s.start()
     assert [p.state for p in procs] == ["joined", "new", "new"] and s._stop.is_set()
     assert s.stop().empty
+
+
+def test_a_sampler_process_that_must_be_killed_is_reaped_too() -> None:
+    """A sampler child still alive after its stop (hung in an NVML call) is killed and then joined, so no zombie
+    is left (SIMULATED: a stand-in process that records what was done to it)."""
+    calls: list[str] = []
+
+    class Hung:
+        pid = 4242
+        alive = True
+
+        def join(self, timeout=None) -> None:
+            calls.append("join")
+
+        def is_alive(self) -> bool:
+            return self.alive
+
+        def kill(self) -> None:
+            calls.append("kill")
+            self.alive = False
+
+    s = CounterSampler([0], interval_ns=500_000)
+    s._stop, s._procs = threading.Event(), [Hung()]
+    s._kill()
+    assert calls == ["join", "kill", "join"] and s._procs == [] and s._stop.is_set()

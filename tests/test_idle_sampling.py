@@ -612,23 +612,26 @@ def test_the_parser_limit_of_the_idle_interval_is_the_sampler_s() -> None:
         build_parser().parse_args(["attach", "--idle-sample-interval-ms", str(limit_ms * 1.01), "--", "x"])
 
 
-def test_a_signal_while_the_samplers_start_leaves_no_sampler_process(monkeypatch) -> None:
-    """Ctrl-C (or SIGTERM turned into it) while CounterSampler.start waits for its children's first reads: the
-    started children are stopped and reaped before the interrupt propagates, and stop() afterwards is safe
-    (SIMULATED processes: stand-ins that record what was done to them)."""
+def _stand_in_processes(monkeypatch, queue_type: type, interrupt_start_of: int | None = None) -> list:
+    """Make CounterSampler.start spawn SIMULATED processes that behave as multiprocessing's before and after
+    start() (no pid until started; joining one never started fails) and record what was done to them (``state``);
+    the one made ``interrupt_start_of``-th (from 0) gets Ctrl-C as it starts. Returns them, as they are made."""
     from pcietrace.collectors import sampler as sampler_mod
 
     procs: list = []
 
     class Proc:
         def __init__(self, **kw) -> None:
-            self.pid, self.state = None, "new"  # (a pid once started, as multiprocessing's)
+            self.pid, self.state = None, "new"
             procs.append(self)
 
         def start(self) -> None:
+            if interrupt_start_of is not None and self is procs[interrupt_start_of]:
+                raise KeyboardInterrupt
             self.pid, self.state = 4242, "started"
 
         def join(self, timeout=None) -> None:
+            assert self.pid is not None, "can only join a started process"
             self.state = "joined"
 
         def is_alive(self) -> bool:
@@ -637,16 +640,24 @@ def test_a_signal_while_the_samplers_start_leaves_no_sampler_process(monkeypatch
         def kill(self) -> None:
             self.state = "killed"
 
+    class Ctx:
+        Process = Proc
+        Queue = queue_type
+        Event = threading.Event
+
+    monkeypatch.setattr(sampler_mod.mp, "get_context", lambda _: Ctx)
+    return procs
+
+
+def test_a_signal_while_the_samplers_start_leaves_no_sampler_process(monkeypatch) -> None:
+    """Ctrl-C (or SIGTERM turned into it) while CounterSampler.start waits for its children's first reads: the
+    started children are stopped and reaped before the interrupt propagates, and stop() afterwards is safe
+    (SIMULATED processes: stand-ins that record what was done to them)."""
     class Interrupting:
         def get(self, timeout=None):
             raise KeyboardInterrupt
 
-    class Ctx:
-        Process = Proc
-        Queue = Interrupting
-        Event = threading.Event
-
-    monkeypatch.setattr(sampler_mod.mp, "get_context", lambda _: Ctx)
+    procs = _stand_in_processes(monkeypatch, Interrupting)
     s = CounterSampler([0, 1], interval_ns=500_000)
     with pytest.raises(KeyboardInterrupt):
         s.start()
@@ -724,36 +735,7 @@ def test_a_signal_between_starting_two_samplers_reaps_the_started_one(monkeypatc
     reaped, the interrupt comes out as itself (was: joining the never-started one raised multiprocessing's
     AssertionError 'can only join a started process' in the clean-up, which left the rest unreaped and hid the
     interrupt). SIMULATED processes that behave as multiprocessing's do before and after start()."""
-    from pcietrace.collectors import sampler as sampler_mod
-
-    procs: list = []
-
-    class Proc:
-        def __init__(self, **kw) -> None:
-            self.pid, self.state = None, "new"
-            procs.append(self)
-
-        def start(self) -> None:
-            if len(procs) > 1 and self is procs[1]:
-                raise KeyboardInterrupt
-            self.pid, self.state = 4242, "started"
-
-        def join(self, timeout=None) -> None:
-            assert self.pid is not None, "can only join a started process"
-            self.state = "joined"
-
-        def is_alive(self) -> bool:
-            return False
-
-        def kill(self) -> None:
-            self.state = "killed"
-
-    class Ctx:
-        Process = Proc
-        Queue = queue.Queue
-        Event = threading.Event
-
-    monkeypatch.setattr(sampler_mod.mp, "get_context", lambda _: Ctx)
+    procs = _stand_in_processes(monkeypatch, queue.Queue, interrupt_start_of=1)
     s = CounterSampler([0, 1, 2], interval_ns=500_000)
     with pytest.raises(KeyboardInterrupt):
         s.start()

@@ -64,7 +64,8 @@ def integrate_rate(t_ns: np.ndarray, kb_per_s: np.ndarray) -> np.ndarray:
 
 def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]]) -> pd.DataFrame:
     """Raw samples (see ``SAMPLE_COLUMNS``) -> ``nvml_index, t_ns, tx_bytes, rx_bytes`` (bytes since the
-    GPU's first sample). ``counters`` gives each GPU's ``mode`` ("fields"/"throughput") and ``bits``."""
+    GPU's first sample) and ``read_ns`` (how long that sample's read took, as recorded; the floor's cost of a
+    read grows with it). ``counters`` gives each GPU's ``mode`` ("fields"/"throughput") and ``bits``."""
     parts = []
     for idx, g in samples.groupby("nvml_index", sort=True):
         c = counters.get(int(idx), {"mode": "fields", "bits": 32})
@@ -73,9 +74,10 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
             tx, rx = unwrap(g["tx_raw"].to_numpy(), c["bits"], t), unwrap(g["rx_raw"].to_numpy(), c["bits"], t)
         else:
             tx, rx = integrate_rate(t, g["tx_raw"].to_numpy()), integrate_rate(t, g["rx_raw"].to_numpy())
-        parts.append(pd.DataFrame({"nvml_index": int(idx), "t_ns": t, "tx_bytes": tx, "rx_bytes": rx}))
+        read_ns = g["read_ns"].to_numpy(np.int64) if "read_ns" in g else np.zeros(t.size, np.int64)
+        parts.append(pd.DataFrame({"nvml_index": int(idx), "t_ns": t, "tx_bytes": tx, "rx_bytes": rx, "read_ns": read_ns}))
     if not parts:
-        return pd.DataFrame(columns=["nvml_index", "t_ns", "tx_bytes", "rx_bytes"])
+        return pd.DataFrame(columns=["nvml_index", "t_ns", "tx_bytes", "rx_bytes", "read_ns"])
     return pd.concat(parts, ignore_index=True)
 
 

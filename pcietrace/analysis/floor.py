@@ -15,42 +15,61 @@ import pandas as pd
 
 from pcietrace.analysis.launch import DIRECTIONS
 
-#: Columns of :func:`floor_model`. ``status``: "per read" (both terms fitted), "rate only" (windows of one
-#: read density: one rate, reads not separated), or "no floor" (no idle window covered by samples).
-#: ``{d}_bytes_per_read_se``/``{d}_background_Bps_se``: the terms' standard errors from the windows' scatter,
-#: ``{d}_floor_corr`` their correlation, ``dof`` the degrees of freedom left (0: no error estimate).
+#: Columns of :func:`floor_model`. ``status``: "per read" (per-read and background terms fitted), "rate only"
+#: (windows of one read density: one rate, reads not separated), or "no floor" (no idle window covered by
+#: samples). ``{d}_bytes_per_read_us``: bytes per microsecond a read took, fitted only where the reading
+#: windows' reads took clearly different times (``read_time_term``), else 0; reads are capped at
+#: ``read_us_cap`` (the slowest reading window's mean read) before it applies. ``{d}_*_se``: the terms'
+#: standard errors from the windows' scatter; ``{d}_floor_corr`` (per read, background),
+#: ``{d}_corr_read_vs_read_us`` and ``{d}_corr_read_us_vs_background``: their correlations; ``dof``: the
+#: degrees of freedom left (0: no error estimate).
 FLOOR_COLUMNS = ["nvml_index", "status", "windows", "reads_per_s", "h2d_bytes_per_read", "d2h_bytes_per_read",
                  "h2d_background_Bps", "d2h_background_Bps", "h2d_Bps", "d2h_Bps", "dof",
                  "h2d_bytes_per_read_se", "d2h_bytes_per_read_se", "h2d_background_Bps_se", "d2h_background_Bps_se",
-                 "h2d_floor_corr", "d2h_floor_corr"]
+                 "h2d_floor_corr", "d2h_floor_corr", "read_time_term", "read_us_cap",
+                 "h2d_bytes_per_read_us", "d2h_bytes_per_read_us", "h2d_bytes_per_read_us_se",
+                 "d2h_bytes_per_read_us_se", "h2d_corr_read_vs_read_us", "d2h_corr_read_vs_read_us",
+                 "h2d_corr_read_us_vs_background", "d2h_corr_read_us_vs_background"]
+
+#: Reading windows whose mean read times differ by this much (relative to the fastest) fit a read-time term.
+#: Measured (H100 and H200, driver 580): a read on a GPU without a CUDA context for a while took ~2x as long
+#: (520-870 us vs 310-440 us) and moved ~2-3 kB more each way; fitting one cost per read over such windows
+#: put the floor ~40 kB per 20 ms too high inside the program's ranges.
+READ_TIME_SPREAD = 0.25
+
+#: The terms of the floor, in the order of the design matrix and of the covariance (see :func:`_cov`).
+TERMS = ("bytes_per_read", "bytes_per_read_us", "background_Bps")
 
 
 def aligned_windows(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     """Idle windows widened to the samples around them: ``t_a_ns``/``t_b_ns`` (sample times), ``duration_s``,
-    ``reads`` (samples in (t_a, t_b]), ``h2d_bytes``/``d2h_bytes``; windows no sample precedes or follows are
-    dropped (they cannot be measured)."""
+    ``reads`` (samples in (t_a, t_b]), ``read_us`` (the time those reads took), ``h2d_bytes``/``d2h_bytes``;
+    windows no sample precedes or follows are dropped (they cannot be measured)."""
     rows = []
     idle = windows[windows["mode"] == "idle"] if len(windows) else windows
     for idx, g in cum.groupby("nvml_index"):
         t = g["t_ns"].to_numpy(np.int64)
         ys = {d: g[f"{c}_bytes"].to_numpy(float) for d, c in DIRECTIONS.items()}
+        read_us = np.cumsum(g["read_ns"].to_numpy(float) / 1e3) if "read_ns" in g else np.zeros(t.size)
         for w in idle[idle["nvml_index"] == idx].itertuples():
             i, j = np.searchsorted(t, w.t_start_ns, "right") - 1, np.searchsorted(t, w.t_end_ns, "left")
             if i < 0 or j >= t.size or j <= i:
                 continue
             row = {"nvml_index": int(idx), "sampling": getattr(w, "sampling", "on"), "t_a_ns": int(t[i]),
-                   "t_b_ns": int(t[j]), "duration_s": (t[j] - t[i]) / 1e9, "reads": int(j - i)}
+                   "t_b_ns": int(t[j]), "duration_s": (t[j] - t[i]) / 1e9, "reads": int(j - i),
+                   "read_us": float(read_us[j] - read_us[i])}
             for d, y in ys.items():
                 row[f"{d}_bytes"] = float(y[j] - y[i])
             rows.append(row)
-    return pd.DataFrame(rows, columns=["nvml_index", "sampling", "t_a_ns", "t_b_ns", "duration_s", "reads",
+    return pd.DataFrame(rows, columns=["nvml_index", "sampling", "t_a_ns", "t_b_ns", "duration_s", "reads", "read_us",
                                        "h2d_bytes", "d2h_bytes"])
 
 
 def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int]) -> pd.DataFrame:
-    """Per GPU (every index in ``nvml_indices``, also those with no usable window): bytes per read and
-    background rate per direction (:data:`FLOOR_COLUMNS`); ``h2d_Bps``/``d2h_Bps`` is the plain mean rate
-    over the windows (for display and old reports)."""
+    """Per GPU (every index in ``nvml_indices``, also those with no usable window): bytes per read, per
+    microsecond of read time (where the windows tell it apart) and background rate per direction
+    (:data:`FLOOR_COLUMNS`); ``h2d_Bps``/``d2h_Bps`` is the plain mean rate over the windows (for display and
+    old reports)."""
     aw = aligned_windows(cum, windows)
     rows = []
     for idx in nvml_indices:
@@ -59,55 +78,88 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
         if not len(g):
             rows.append({**row, "status": "no floor"})
             continue
-        dur, reads = g["duration_s"].to_numpy(), g["reads"].to_numpy(float)
+        dur, reads, read_us = g["duration_s"].to_numpy(), g["reads"].to_numpy(float), g["read_us"].to_numpy()
         density = reads / dur
         on = g["sampling"].to_numpy() == "on"
         row["reads_per_s"] = float(reads[on].sum() / dur[on].sum()) if on.any() else 0.0
         two_terms = len(g) >= 2 and np.ptp(density) > 0.5 * density.max()
+        mean_read_us = read_us[on] / np.maximum(reads[on], 1)
+        row["read_us_cap"] = float(mean_read_us.max()) if on.any() else np.nan
+        three_terms = bool(two_terms and len(g) >= 4 and on.sum() >= 2 and mean_read_us.min() > 0
+                           and np.ptp(mean_read_us) > READ_TIME_SPREAD * mean_read_us.min())
         row["status"] = "per read" if two_terms else "rate only"
-        row["dof"] = max(len(g) - (2 if two_terms else 1), 0)
+        row["read_time_term"] = three_terms
+        used = [0, 1, 2] if three_terms else [0, 2] if two_terms else [2]
+        row["dof"] = max(len(g) - len(used), 0)
+        # rate only: rows weighted by 1/sqrt(duration), so that the rate stays the windows' total bytes / time
+        w = np.ones_like(dur) if two_terms else 1 / np.sqrt(dur)
+        x = np.column_stack([reads, read_us, dur])[:, used] * w[:, None]
         for d in DIRECTIONS:
             y = g[f"{d}_bytes"].to_numpy()
             row[f"{d}_Bps"] = float(y.sum() / dur.sum())
-            # the design: bytes = per_read x reads + rate x duration (rate only: per_read = 0, rows weighted
-            # by 1/duration, so that the rate stays the windows' total bytes / total time)
-            w = np.ones_like(dur) if two_terms else 1 / np.sqrt(dur)
-            x = (np.column_stack([reads, dur]) if two_terms else dur[:, None]) * w[:, None]
-            y = y * w
-            coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-            per_read, rate = (coef[0], coef[1]) if two_terms else (0.0, coef[0])
-            row[f"{d}_bytes_per_read"], row[f"{d}_background_Bps"] = float(per_read), float(rate)
-            cov = np.full((2, 2), np.nan)
+            yw = y * w
+            coef3, cov3 = np.zeros(3), np.full((3, 3), np.nan)
+            coef, *_ = np.linalg.lstsq(x, yw, rcond=None)
+            coef3[used] = coef
             if row["dof"]:
-                resid = y - x @ coef
-                c = (resid @ resid / row["dof"]) * np.linalg.inv(x.T @ x)
-                cov = c if two_terms else np.array([[0.0, 0.0], [0.0, c[0, 0]]])
-            se = np.sqrt(np.diag(cov))
-            row[f"{d}_bytes_per_read_se"], row[f"{d}_background_Bps_se"] = float(se[0]), float(se[1])
-            # no estimate (dof 0): unknown, not 0; one term exact or not fitted (rate only): nothing to correlate
-            row[f"{d}_floor_corr"] = float(cov[0, 1] / (se[0] * se[1])) if se[0] * se[1] > 0 else \
-                (0.0 if row["dof"] else np.nan)
+                resid = yw - x @ coef
+                cov3 = np.zeros((3, 3))  # terms not fitted: exactly 0
+                cov3[np.ix_(used, used)] = (resid @ resid / row["dof"]) * np.linalg.inv(x.T @ x)
+            se = np.sqrt(np.diag(cov3))
+            for k, term in enumerate(TERMS):
+                row[f"{d}_{term}"], row[f"{d}_{term}_se"] = float(coef3[k]), float(se[k])
+            # no estimate (dof 0): unknown, not 0; a term exact or not fitted: nothing to correlate
+            for (i, j), name in (((0, 2), "floor_corr"), ((0, 1), "corr_read_vs_read_us"),
+                                 ((1, 2), "corr_read_us_vs_background")):
+                row[f"{d}_{name}"] = float(cov3[i, j] / (se[i] * se[j])) if se[i] * se[j] > 0 else \
+                    (0.0 if row["dof"] else np.nan)
         rows.append(row)
     return pd.DataFrame(rows, columns=FLOOR_COLUMNS)
 
 
-def floor_err_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duration_ns: np.ndarray) -> np.ndarray:
+def _cov(model_row: pd.Series, direction: str) -> np.ndarray:
+    """The 3x3 covariance of the floor's terms (:data:`TERMS`) from their standard errors and correlations;
+    terms a model (or an older one) lacks count as exact."""
+    se = np.array([float(model_row.get(f"{direction}_{t}_se", 0.0) or 0.0) for t in TERMS])
+    corr = np.eye(3)
+    for (i, j), name in (((0, 2), "floor_corr"), ((0, 1), "corr_read_vs_read_us"),
+                         ((1, 2), "corr_read_us_vs_background")):
+        c = model_row.get(f"{direction}_{name}", 0.0)
+        corr[i, j] = corr[j, i] = 0.0 if c is None or np.isnan(c) else c
+    return corr * np.outer(se, se)
+
+
+def floor_err_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duration_ns: np.ndarray,
+                    read_us: np.ndarray | float = 0.0) -> np.ndarray:
     """Half-width of the 95 % interval (Student t) of :func:`floor_bytes` for the same intervals, from the
-    fitted terms' standard errors (NaN without a floor or with no degrees of freedom left)."""
+    fitted terms' covariance (NaN without a floor or with no degrees of freedom left)."""
     shape = np.shape(reads)
     if model_row["status"] == "no floor" or not model_row.get("dof"):
         return np.full(shape, np.nan)
     from scipy import stats  # here, not at import: scipy.stats alone takes ~1 s to import
 
-    r, t = np.asarray(reads, float), np.asarray(duration_ns, float) / 1e9
-    a, b = model_row[f"{direction}_bytes_per_read_se"], model_row[f"{direction}_background_Bps_se"]
-    var = (r * a) ** 2 + (t * b) ** 2 + 2 * r * t * a * b * model_row[f"{direction}_floor_corr"]
+    g = np.stack(np.broadcast_arrays(np.asarray(reads, float), np.asarray(read_us, float),
+                                     np.asarray(duration_ns, float) / 1e9), axis=-1)
+    var = np.einsum("...i,ij,...j->...", g, _cov(model_row, direction), g)
     return stats.t.ppf(0.975, model_row["dof"]) * np.sqrt(np.maximum(var, 0.0))
 
 
-def floor_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duration_ns: np.ndarray) -> np.ndarray:
-    """Floor bytes of intervals with ``reads`` counter reads lasting ``duration_ns`` (NaN without a floor)."""
+def floor_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duration_ns: np.ndarray,
+                read_us: np.ndarray | float = 0.0) -> np.ndarray:
+    """Floor bytes of intervals with ``reads`` counter reads that took ``read_us`` microseconds in all (each
+    capped at the model's ``read_us_cap``: :func:`read_us_between`) lasting ``duration_ns`` (NaN without a
+    floor)."""
     if model_row["status"] == "no floor":
         return np.full(np.shape(reads), np.nan)
     return (model_row[f"{direction}_bytes_per_read"] * np.asarray(reads, float)
+            + float(model_row.get(f"{direction}_bytes_per_read_us", 0.0) or 0.0) * np.asarray(read_us, float)
             + model_row[f"{direction}_background_Bps"] * np.asarray(duration_ns, float) / 1e9)
+
+
+def read_us_between(read_ns: np.ndarray, t_ns: np.ndarray, a_ns: np.ndarray, b_ns: np.ndarray,
+                    cap_us: float = np.inf) -> np.ndarray:
+    """Time (us) the reads of samples ``t_ns`` in (a, b] took, each capped at ``cap_us``: the floor's read-time
+    term is fitted on idle windows and is not carried beyond the slowest of them (a read slowed by a busy link
+    is not known to cost more)."""
+    cum = np.concatenate([[0.0], np.cumsum(np.minimum(np.asarray(read_ns, float) / 1e3, cap_us))])
+    return cum[np.searchsorted(t_ns, b_ns, "right")] - cum[np.searchsorted(t_ns, a_ns, "right")]

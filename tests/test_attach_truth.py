@@ -546,3 +546,24 @@ def test_idle_ranges_are_unbiased_where_the_gpu_was_cold_before_the_program(data
         assert (idle[f"{d}_bytes"].abs() <= err).all(), d
         assert (before[f"{d}_bytes"] < 0).all(), d  # the bias this fixes
         assert abs(idle[f"{d}_bytes"].mean()) < 0.3 * abs(before[f"{d}_bytes"].mean()), d
+
+
+def test_a_state_the_idle_windows_never_saw_is_in_the_stated_error(data_dir, monkeypatch) -> None:
+    """H100, idle-zero again (truth 0): in two idle calls the reads got slow and cheap (12.5 kB instead of 16 kB,
+    14 reads in a row). The floor's fit alone states ~10 kB there; the spread of the program's quiet intervals
+    (the state term) widens it to cover them, and only where the state moved: the other H100 run stays narrow."""
+    from pcietrace.analysis import floor
+
+    def idle_calls(name: str) -> pd.DataFrame:
+        inst = analyze(Session.load(data_dir / name))["range_instances"]
+        return inst[(inst["domain"] == "truth") & (inst["name"] == "idle_20ms")]
+
+    def within(idle: pd.DataFrame, d: str) -> pd.Series:
+        return idle[f"{d}_bytes"].abs() <= idle[f"{d}_edge_bytes"] + idle[f"{d}_floor_err_bytes"]
+
+    moved, steady = idle_calls("attach_h100_idle_state"), idle_calls("attach_h100_idle_zero")
+    for d in ("h2d", "d2h"):
+        assert within(moved, d).all() and within(steady, d).all(), d
+        assert moved[f"{d}_floor_err_bytes"].min() > 2 * steady[f"{d}_floor_err_bytes"].max(), d
+    monkeypatch.setattr(floor, "STATE_RUN", 10**9)  # no state term: the fit's error alone
+    assert not within(idle_calls("attach_h100_idle_state"), "h2d").all()

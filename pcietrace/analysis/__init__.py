@@ -9,6 +9,7 @@ import json
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from pcietrace.analysis import attribution, counters, floor, gpu_time, launch, savings, summary, validate
@@ -123,9 +124,9 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
     (per counter read + background); each range is charged to its own GPUs."""
     sampled = [int(g["nvml_index"]) for g in s.meta.get("gpus", [])]
     cum = counters.cumulative_bytes(s.samples, s.counters)
-    fl = floor.floor_model(cum, s.windows, sampled)
     events = gpu_time.host_events(s.events)
     ranges = attribution.ranges_from_events(events) if len(events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
+    fl = floor.floor_model(cum, s.windows, sampled, ranges[["t_start_ns", "t_end_ns"]].to_numpy(np.int64))
     slow = [d for d in str(s.meta.get("slow_domains") or "").split(",") if d]  # ranges that did not hold the fast rate
     gaps = attribution.sampling_gaps(cum, bits, idle_interval_ns(s.meta), ranges[~ranges["domain"].isin(slow)])
     gap_ns = max((g["median_ns"] for g in gaps.values()), default=0.0)  # the in-range gap: what edges rest on

@@ -16,7 +16,7 @@ import pandas as pd
 
 from pcietrace.analysis import nesting
 from pcietrace.analysis.counters import COUNTER_UPDATE_NS, could_hide_wrap
-from pcietrace.analysis.floor import floor_bytes, floor_err_bytes, read_us_between
+from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
 from pcietrace.analysis.launch import DIRECTIONS
 
 RANGE_COLUMNS = ["pid", "tid", "domain", "name", "kind", "t_start_ns", "t_end_ns", "depth", "eager_launches",
@@ -189,8 +189,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     ``bits``: each GPU's counter width (default 32); ``gaps``: :func:`sampling_gaps` where the sampler's rate
     varied (idle-aware sampling; default: computed with one rate).
     The floor counts the reads inside each range, so a read rate that changes between ranges, idle time and
-    the floor's calibration windows is accounted for read by read, and (where the floor has a read-time term)
-    the time those reads took: a read costs more bytes on a GPU whose reads are slow."""
+    the floor's calibration windows is accounted for read by read."""
     out = ranges.copy()
     out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
     a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
@@ -210,7 +209,6 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
         wrap = _gaps_overlapping(t, gp["wrap"], a, b) > 0
         no_floor = int(idx) not in models.index or models.loc[int(idx), "status"] == "no floor"
         reads = np.searchsorted(t, b, "right") - np.searchsorted(t, a, "right")
-        read_us = _read_us(g, t, a, b, None if no_floor else models.loc[int(idx)])
         st = np.where(~covered, 2, np.where(wrap, 3, 1 if no_floor else 0))
         status = np.where(mine, np.maximum(status, st), status)
         acc["stalls"] += np.where(mine, _gaps_overlapping(t, gp["stall"], a, b), 0)
@@ -220,9 +218,8 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             acc[f"{d}_raw"] += np.where(mine, yb - ya, 0)
             acc[f"{d}_edge"] += np.where(mine, ea + eb, 0)
             if not no_floor:
-                m = models.loc[int(idx)]
-                acc[f"{d}_floor"] += np.where(mine, floor_bytes(m, d, reads, b - a, read_us), 0)
-                acc[f"{d}_floor_var"] += np.where(mine, floor_err_bytes(m, d, reads, b - a, read_us) ** 2, 0)
+                acc[f"{d}_floor"] += np.where(mine, floor_bytes(models.loc[int(idx)], d, reads, b - a), 0)
+                acc[f"{d}_floor_var"] += np.where(mine, floor_err_bytes(models.loc[int(idx)], d, reads, b - a) ** 2, 0)
     sampled = set(cum["nvml_index"].astype(int))
     status = np.where([not set(r) <= sampled for r in out["gpus"]], 2, status)  # a GPU with no samples at all
     out["status"] = [STATUSES[i] for i in status]
@@ -238,14 +235,6 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     for c in ("ns", "h2d_bytes", "d2h_bytes"):
         out[f"excl_{c}"] -= nesting.children_sum(out, parent, "duration_ns" if c == "ns" else c)
     return out
-
-
-def _read_us(g: pd.DataFrame, t: np.ndarray, a: np.ndarray, b: np.ndarray, model: pd.Series | None) -> np.ndarray:
-    """The time (us) the reads in each interval (a, b] took, for a floor with a read-time term (else 0)."""
-    if model is None or not model.get("read_time_term") or "read_ns" not in g:
-        return np.zeros(a.size)
-    cap = float(model.get("read_us_cap", np.inf))
-    return read_us_between(g["read_ns"].to_numpy(), t, a, b, cap if np.isfinite(cap) else np.inf)
 
 
 def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -10,6 +10,8 @@ Stateless: DataFrames in, DataFrames out.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -18,24 +20,35 @@ from pcietrace.analysis.launch import DIRECTIONS
 #: Columns of :func:`floor_model`. ``status``: "per read" (per-read and background terms fitted), "rate only"
 #: (windows of one read density: one rate, reads not separated), or "no floor" (no idle window covered by
 #: samples). ``{d}_bytes_per_read_us``: bytes per microsecond a read took, fitted only where the reading
-#: windows' reads took clearly different times (``read_time_term``), else 0; reads are capped at
-#: ``read_us_cap`` (the slowest reading window's mean read) before it applies. ``{d}_*_se``: the terms'
-#: standard errors from the windows' scatter; ``{d}_floor_corr`` (per read, background),
-#: ``{d}_corr_read_vs_read_us`` and ``{d}_corr_read_us_vs_background``: their correlations; ``dof``: the
-#: degrees of freedom left (0: no error estimate).
+#: windows' reads took clearly different times (``read_time_term``), else 0. ``read_us_program``: the median
+#: time a read took while the program ran (kept within the reading windows' mean read times), where the floor
+#: is taken: ``{d}_bytes_per_read_program`` = per read + per us x that. ``{d}_state_bytes_per_read``: how far
+#: (95 %) the program's quiet sample intervals strayed from that per read (the GPU's state moves a read's
+#: cost; see :func:`state_bytes_per_read`). ``{d}_*_se``: the terms' standard errors from the windows'
+#: scatter; ``{d}_floor_corr`` (per read, background), ``{d}_corr_read_vs_read_us`` and
+#: ``{d}_corr_read_us_vs_background``: their correlations; ``dof``: the degrees of freedom left (0: no error
+#: estimate).
 FLOOR_COLUMNS = ["nvml_index", "status", "windows", "reads_per_s", "h2d_bytes_per_read", "d2h_bytes_per_read",
                  "h2d_background_Bps", "d2h_background_Bps", "h2d_Bps", "d2h_Bps", "dof",
                  "h2d_bytes_per_read_se", "d2h_bytes_per_read_se", "h2d_background_Bps_se", "d2h_background_Bps_se",
-                 "h2d_floor_corr", "d2h_floor_corr", "read_time_term", "read_us_cap",
+                 "h2d_floor_corr", "d2h_floor_corr", "read_time_term", "read_us_program",
                  "h2d_bytes_per_read_us", "d2h_bytes_per_read_us", "h2d_bytes_per_read_us_se",
                  "d2h_bytes_per_read_us_se", "h2d_corr_read_vs_read_us", "d2h_corr_read_vs_read_us",
-                 "h2d_corr_read_us_vs_background", "d2h_corr_read_us_vs_background"]
+                 "h2d_corr_read_us_vs_background", "d2h_corr_read_us_vs_background",
+                 "h2d_bytes_per_read_program", "d2h_bytes_per_read_program",
+                 "h2d_state_bytes_per_read", "d2h_state_bytes_per_read", "quiet_intervals"]
 
 #: Reading windows whose mean read times differ by this much (relative to the fastest) fit a read-time term.
 #: Measured (H100 and H200, driver 580): a read on a GPU without a CUDA context for a while took ~2x as long
 #: (520-870 us vs 310-440 us) and moved ~2-3 kB more each way; fitting one cost per read over such windows
 #: put the floor ~40 kB per 20 ms too high inside the program's ranges.
 READ_TIME_SPREAD = 0.25
+
+#: A sample interval of the program is quiet (the reads and background alone) below this multiple of the
+#: floor's bytes for it, in both directions; the state spread is taken over runs of this many quiet intervals
+#: (a state lasts many reads: measured on the H100, reads inside a program's idle ranges moved 12.2-12.8 kB
+#: for 14 reads in a row, ~16 kB otherwise).
+QUIET_FACTOR, STATE_RUN = 1.5, 8
 
 #: The terms of the floor, in the order of the design matrix and of the covariance (see :func:`_cov`).
 TERMS = ("bytes_per_read", "bytes_per_read_us", "background_Bps")
@@ -65,11 +78,13 @@ def aligned_windows(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
                                        "h2d_bytes", "d2h_bytes"])
 
 
-def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int]) -> pd.DataFrame:
+def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int],
+                spans_ns: np.ndarray | None = None) -> pd.DataFrame:
     """Per GPU (every index in ``nvml_indices``, also those with no usable window): bytes per read, per
-    microsecond of read time (where the windows tell it apart) and background rate per direction
-    (:data:`FLOOR_COLUMNS`); ``h2d_Bps``/``d2h_Bps`` is the plain mean rate over the windows (for display and
-    old reports)."""
+    microsecond of read time (where the windows tell it apart) and background rate per direction, and the
+    cost per read in the state the GPU was in while the program's ranges ran (``spans_ns``: their start and
+    end times, ns, shape (n, 2); None or empty: all samples) with its spread (:data:`FLOOR_COLUMNS`);
+    ``h2d_Bps``/``d2h_Bps`` is the plain mean rate over the windows (for display and old reports)."""
     aw = aligned_windows(cum, windows)
     rows = []
     for idx in nvml_indices:
@@ -84,7 +99,6 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
         row["reads_per_s"] = float(reads[on].sum() / dur[on].sum()) if on.any() else 0.0
         two_terms = len(g) >= 2 and np.ptp(density) > 0.5 * density.max()
         mean_read_us = read_us[on] / np.maximum(reads[on], 1)
-        row["read_us_cap"] = float(mean_read_us.max()) if on.any() else np.nan
         three_terms = bool(two_terms and len(g) >= 4 and on.sum() >= 2 and mean_read_us.min() > 0
                            and np.ptp(mean_read_us) > READ_TIME_SPREAD * mean_read_us.min())
         row["status"] = "per read" if two_terms else "rate only"
@@ -113,8 +127,52 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
                                  ((1, 2), "corr_read_us_vs_background")):
                 row[f"{d}_{name}"] = float(cov3[i, j] / (se[i] * se[j])) if se[i] * se[j] > 0 else \
                     (0.0 if row["dof"] else np.nan)
+        _program_state(row, cum[cum["nvml_index"] == idx], spans_ns, mean_read_us if three_terms else None)
         rows.append(row)
     return pd.DataFrame(rows, columns=FLOOR_COLUMNS)
+
+
+def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | None,
+                   window_read_us: np.ndarray | None) -> None:
+    """Adds ``read_us_program``, ``{d}_bytes_per_read_program``, ``{d}_state_bytes_per_read`` and
+    ``quiet_intervals`` to a fitted floor ``row`` (one GPU's samples ``g``; ``spans_ns``: see
+    :func:`floor_model`). Only samples inside the spans count: a program's start-up (before its CUDA context)
+    reads a cold GPU its ranges never see."""
+    t = g["t_ns"].to_numpy(np.int64)
+    inside = np.ones(t.size, bool)
+    if spans_ns is not None and len(spans_ns):
+        starts, ends = np.sort(spans_ns[:, 0]), np.sort(spans_ns[:, 1])
+        inside = np.searchsorted(starts, t, "right") - np.searchsorted(ends, t, "left") > 0
+    read_us = g["read_ns"].to_numpy(float)[inside] / 1e3 if "read_ns" in g else np.zeros(0)
+    r = float(np.median(read_us)) if read_us.size and window_read_us is not None else np.nan
+    if window_read_us is not None and np.isfinite(r):  # not carried beyond what the windows measured
+        r = float(np.clip(r, window_read_us.min(), window_read_us.max()))
+    row["read_us_program"] = r
+    for d in DIRECTIONS:
+        row[f"{d}_bytes_per_read_program"] = row[f"{d}_bytes_per_read"] + (
+            row[f"{d}_bytes_per_read_us"] * r if np.isfinite(r) else 0.0)
+    ys = {d: np.diff(g[f"{c}_bytes"].to_numpy(float)) for d, c in DIRECTIONS.items()}
+    dt_s = np.diff(t) / 1e9
+    both = inside[1:] & inside[:-1]  # intervals between two samples of the program
+    floors = {d: row[f"{d}_bytes_per_read_program"] + row[f"{d}_background_Bps"] * dt_s for d in DIRECTIONS}
+    quiet = both & np.logical_and.reduce([ys[d] < QUIET_FACTOR * np.maximum(floors[d], 1.0) for d in DIRECTIONS])
+    row["quiet_intervals"] = int(quiet.sum())
+    for d in DIRECTIONS:
+        row[f"{d}_state_bytes_per_read"] = state_bytes_per_read(ys[d][quiet] - floors[d][quiet])
+
+
+def state_bytes_per_read(resid: np.ndarray, run: int | None = None) -> float:
+    """How far (bytes per read, 95 %) the cost of a read strayed from the floor's in a program's quiet sample
+    intervals (``resid``: bytes over the floor, one read each, in time order): the 2.5/97.5 percentiles of the
+    mean over every ``run`` consecutive ones (a state lasts many reads, while one interval's bytes also jitter
+    with the counter's 0.2 ms updates), the larger side. 0 with fewer than ``run`` (default
+    :data:`STATE_RUN`) quiet intervals."""
+    run = run or STATE_RUN
+    if resid.size < run:
+        return 0.0
+    means = np.convolve(resid, np.ones(run) / run, mode="valid")
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return float(max(abs(lo), abs(hi)))
 
 
 def _cov(model_row: pd.Series, direction: str) -> np.ndarray:
@@ -129,37 +187,32 @@ def _cov(model_row: pd.Series, direction: str) -> np.ndarray:
     return corr * np.outer(se, se)
 
 
-def floor_err_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duration_ns: np.ndarray,
-                    read_us: np.ndarray | float = 0.0) -> np.ndarray:
-    """Half-width of the 95 % interval (Student t) of :func:`floor_bytes` for the same intervals, from the
-    fitted terms' covariance (NaN without a floor or with no degrees of freedom left)."""
+def floor_err_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duration_ns: np.ndarray) -> np.ndarray:
+    """Half-width of the 95 % interval of :func:`floor_bytes` for the same intervals: the fitted terms'
+    (Student t, from their covariance) and the GPU's state while the program ran (``{d}_state_bytes_per_read``
+    x reads: a state lasts many reads, so it adds up over them), in quadrature. NaN without a floor or with no
+    degrees of freedom left."""
     shape = np.shape(reads)
     if model_row["status"] == "no floor" or not model_row.get("dof"):
         return np.full(shape, np.nan)
     from scipy import stats  # here, not at import: scipy.stats alone takes ~1 s to import
 
-    g = np.stack(np.broadcast_arrays(np.asarray(reads, float), np.asarray(read_us, float),
-                                     np.asarray(duration_ns, float) / 1e9), axis=-1)
-    var = np.einsum("...i,ij,...j->...", g, _cov(model_row, direction), g)
-    return stats.t.ppf(0.975, model_row["dof"]) * np.sqrt(np.maximum(var, 0.0))
+    n = np.asarray(reads, float)
+    r = float(model_row.get("read_us_program", np.nan))
+    g = np.stack(np.broadcast_arrays(n, n * (r if np.isfinite(r) else 0.0), np.asarray(duration_ns, float) / 1e9),
+                 axis=-1)
+    fit = stats.t.ppf(0.975, model_row["dof"]) * np.sqrt(np.maximum(
+        np.einsum("...i,ij,...j->...", g, _cov(model_row, direction), g), 0.0))
+    state = float(model_row.get(f"{direction}_state_bytes_per_read", 0.0) or 0.0) * n
+    return np.hypot(fit, state)
 
 
-def floor_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duration_ns: np.ndarray,
-                read_us: np.ndarray | float = 0.0) -> np.ndarray:
-    """Floor bytes of intervals with ``reads`` counter reads that took ``read_us`` microseconds in all (each
-    capped at the model's ``read_us_cap``: :func:`read_us_between`) lasting ``duration_ns`` (NaN without a
-    floor)."""
+def floor_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duration_ns: np.ndarray) -> np.ndarray:
+    """Floor bytes of intervals with ``reads`` counter reads lasting ``duration_ns``, each read at its cost in
+    the program's state (``{d}_bytes_per_read_program``; NaN without a floor)."""
     if model_row["status"] == "no floor":
         return np.full(np.shape(reads), np.nan)
-    return (model_row[f"{direction}_bytes_per_read"] * np.asarray(reads, float)
-            + float(model_row.get(f"{direction}_bytes_per_read_us", 0.0) or 0.0) * np.asarray(read_us, float)
-            + model_row[f"{direction}_background_Bps"] * np.asarray(duration_ns, float) / 1e9)
-
-
-def read_us_between(read_ns: np.ndarray, t_ns: np.ndarray, a_ns: np.ndarray, b_ns: np.ndarray,
-                    cap_us: float = np.inf) -> np.ndarray:
-    """Time (us) the reads of samples ``t_ns`` in (a, b] took, each capped at ``cap_us``: the floor's read-time
-    term is fitted on idle windows and is not carried beyond the slowest of them (a read slowed by a busy link
-    is not known to cost more)."""
-    cum = np.concatenate([[0.0], np.cumsum(np.minimum(np.asarray(read_ns, float) / 1e3, cap_us))])
-    return cum[np.searchsorted(t_ns, b_ns, "right")] - cum[np.searchsorted(t_ns, a_ns, "right")]
+    per_read = model_row.get(f"{direction}_bytes_per_read_program", np.nan)
+    if per_read is None or not np.isfinite(per_read):  # (a model made before the read-time term)
+        per_read = model_row[f"{direction}_bytes_per_read"]
+    return per_read * np.asarray(reads, float) + model_row[f"{direction}_background_Bps"] * np.asarray(duration_ns, float) / 1e9

@@ -487,19 +487,21 @@ def attach_floor_table(fl: pd.DataFrame) -> Table:
     """Attach's floor model per GPU (:func:`pcietrace.analysis.floor.floor_model`)."""
     t = _table("Background floor per GPU", [("GPU", "left"), ("model", "left"), ("reads/s", "right"),
                                             ("H2D B/read", "right"), ("D2H B/read", "right"),
-                                            ("B/read-us", "right"), ("other MB/s", "right")],
+                                            ("± B/read", "right"), ("other MB/s", "right")],
                caption="from idle windows before and after the program; floor of an interval = bytes per counter "
-                       "read x the sampler's reads in it (+ B/read-us x the time they took, where the windows' "
-                       "reads took clearly different times: a slow read costs more, H2D / D2H) + the other "
-                       "background (H2D / D2H) x its duration; NVML reads are PCIe traffic themselves; MB = 10^6 B")
+                       "read x the sampler's reads in it + the other background (H2D / D2H) x its duration; NVML "
+                       "reads are PCIe traffic themselves. B/read: at the time reads took inside the program's "
+                       "ranges, where the windows' reads took clearly different times (a cold GPU's reads are "
+                       "slower and cost more); ± B/read: how far the program's quiet intervals strayed from it "
+                       "(H2D / D2H, 95 %), times each range's reads in its error; MB = 10^6 B")
     for r in fl.to_dict("records"):
         if r["status"] == "no floor":
             t.add_row(f"GPU{r['nvml_index']}", "[red]no floor[/]", *["–"] * 5)
             continue
-        per_us = (f"{_num(r['h2d_bytes_per_read_us'], '.1f')} / {_num(r['d2h_bytes_per_read_us'], '.1f')}"
-                  if r.get("read_time_term") else "–")
-        t.add_row(f"GPU{r['nvml_index']}", r["status"], _num(r["reads_per_s"]), _num(r["h2d_bytes_per_read"]),
-                  _num(r["d2h_bytes_per_read"]), per_us,
+        state = f"{_num(r.get('h2d_state_bytes_per_read'))} / {_num(r.get('d2h_state_bytes_per_read'))}"
+        t.add_row(f"GPU{r['nvml_index']}", r["status"], _num(r["reads_per_s"]),
+                  _num(r.get("h2d_bytes_per_read_program", r["h2d_bytes_per_read"])),
+                  _num(r.get("d2h_bytes_per_read_program", r["d2h_bytes_per_read"])), state,
                   f"{_num(r['h2d_background_Bps'] / 1e6, '.2f')} / {_num(r['d2h_background_Bps'] / 1e6, '.2f')}")
     return t
 

@@ -98,7 +98,7 @@ def test_launch_counts_overhead_and_savings() -> None:
 
 def test_attach_session_analyses_renders_and_exports(events, tmp_path, capsys, monkeypatch) -> None:
     from pcietrace.cli import main
-    from pcietrace.commands import _write_perfetto
+    from pcietrace.report.perfetto import write_trace
 
     t0, t1 = int(events["t_ns"].min()), int(events["t_ns"].max())
     cum = _counters(t0 - 10**9, t1 + 10**9, 500_000, 2e6)
@@ -115,7 +115,7 @@ def test_attach_session_analyses_renders_and_exports(events, tmp_path, capsys, m
     assert abs(res["whole_run"]["h2d_bytes"].item()) < 1e3  # all traffic was floor
     assert set(res["ranges"]["name"]) == {"outer", "inner tab x", "startend", "thread range"}
     s.save(tmp_path / "att", None)
-    _write_perfetto(s, res, tmp_path / "trace.json")
+    write_trace(s, res, tmp_path / "trace.json")
     trace = json.loads((tmp_path / "trace.json").read_text())
     assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == 4 and any(e["ph"] == "C" for e in trace["traceEvents"])
     monkeypatch.setenv("COLUMNS", "200")
@@ -684,15 +684,15 @@ def test_a_perfetto_trace_that_cannot_be_written_still_says_the_run_is_saved(att
     """The run saved, then its trace.json fails (disk full): one line says the run is saved and how to write the
     trace later, no partial trace.json stays, and the program's exit code passes through (was: exit 2 and no
     word that the run was saved). SIMULATED stand-in GPU and samplers."""
-    from pcietrace import commands
     from pcietrace.cli import main
+    from pcietrace.report import perfetto
     from pcietrace.session import Session
 
     def disk_full(session, results, path) -> None:
         path.write_text("{")  # part of it, then the disk fills
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(commands, "_write_perfetto", disk_full)
+    monkeypatch.setattr(perfetto, "write_trace", disk_full)
     out = tmp_path / "rec"
     assert main(_attach_argv(out)) == 0
     err = capsys.readouterr().err

@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from pcietrace.errors import NoGpuError, UsageError
 
@@ -62,56 +62,46 @@ def _run_folder(args: argparse.Namespace, meta: dict[str, Any], ordinals: list[i
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from pcietrace.analysis import analyze
-    from pcietrace.record import guard
-    from pcietrace.record.run import base_meta, record
-    from pcietrace.session import Session
+    from pcietrace.record import box, guard
 
     plan = _plan(args)
-    err = Console(stderr=True)
     _check_plot(args)
     if args.gpus != 1 and not args.simulate:
         raise UsageError("--gpus N simulates an N-GPU box: it needs --simulate (real GPUs are chosen with --gpu)")
+    repeats = None if args.no_latency else args.repeats
     if args.simulate:
-        from pcietrace.device import sim
-
-        params = sim.SimParams.default()
-        host = sim.SimClock()
         ordinals = parse_gpus(args.gpu, args.gpus)  # --gpu beyond the simulated box is an error, not ignored
-        gpu_meta = [sim.gpu_records(params, args.gpus)[o] for o in ordinals]
-        devices = {g["nvml_index"]: sim.SimDevice(params, seed=args.seed + g["nvml_index"], host=host) for g in gpu_meta}
-        gpus: list[tuple[dict[str, Any], Any]] = [(g, sim.SimBackend(devices[g["nvml_index"]])) for g in gpu_meta]
-        sampler: Any = sim.SimSampler(devices)
-        probes: dict[int, Any] | None = {i: sampler.probe(i) for i in devices}
-        session = Session(meta=base_meta(plan, True))
-        session.meta.update(driver="simulated", sim_source=params.source, sim_params=params.__dict__,
-                            topology=sim.topology(params, gpu_meta))
+        session, record = box.simulated(plan, ordinals, args.gpus, args.seed, repeats)
     else:
         from pcietrace.device import backend, cuda
 
         try:
             ordinals = parse_gpus(args.gpu, cuda.device_count())
-            gpus = [(g, None) for g in backend.describe_gpus(ordinals)]  # each worker opens its own GPU
+            gpus = backend.describe_gpus(ordinals)
         except NoGpuError as exc:
             raise NoGpuError(f"{exc}; {SIM_HINT}") from None
-        session = Session(meta=base_meta(plan, False))
-        session.meta["driver"] = backend.driver_version()
-        session.meta["sample_interval_ms"] = args.sample_interval_ms
-    session.meta["gpus"] = [g for g, _ in gpus]
-    if not args.simulate:
-        from pcietrace.collectors import topology
-
-        session.meta["topology"] = topology.collect([g for g, _ in gpus])
+        session, record = box.real(plan, gpus, ordinals, args.throughput_api, args.sample_interval_ms, repeats)
     folder = _run_folder(args, session.meta, ordinals)
     saving = guard.Saving(session, folder, lambda: analyze(session, args.us_per_level)
                           if session.meta.get("status") == "complete" else None,
                           saved_line=lambda s: f"saved {'partial ' if s.results is None else ''}run to {s.out_dir}")
-    with saving, Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          console=err, transient=True, disable=not err.is_terminal) as prog:  # (off a terminal: a blank line)
-        task = prog.add_task("starting counter sampler", total=plan.steps() * len(gpus))
+    with saving, _progress(plan.steps() * len(session.meta["gpus"])) as (advance, note):
+        record(advance, note)
+    return saving.end(lambda results: _emit(session.meta, results, args))
+
+
+@contextlib.contextmanager
+def _progress(steps: int) -> Iterator[tuple[Callable[[str], None], Callable[[str], None]]]:
+    """A progress bar of ``steps`` on a terminal (off one: a blank line): ``advance(label)`` ends a step and names
+    the next, ``note(label)`` renames the current one."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    err = Console(stderr=True)
+    with Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=not err.is_terminal) as prog:
+        task = prog.add_task("starting counter sampler", total=steps)
         first = [True]
 
         def advance(label: str) -> None:
@@ -120,17 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             first[0] = False
             prog.update(task, description=label)
 
-        if args.simulate:
-            record(session, plan, gpus, sampler, probes, progress=advance)
-            if not args.no_latency:
-                session.latency = sim.latency(params, gpu_meta, args.repeats, args.seed)
-        else:  # every GPU at once, one worker process each (pcietrace/record/parallel.py)
-            from pcietrace.record.parallel import cuda_openers, record_all
-
-            record_all(session, plan, cuda_openers(ordinals, args.throughput_api, args.sample_interval_ms),
-                       None if args.no_latency else args.repeats, progress=advance, ordinals=ordinals,
-                       note=lambda label: prog.update(task, description=label))
-    return saving.end(lambda results: _emit(session.meta, results, args))
+        yield advance, lambda label: prog.update(task, description=label)
 
 
 def _check_plot(args: argparse.Namespace) -> None:
@@ -234,14 +214,9 @@ def cmd_latency(args: argparse.Namespace) -> int:
         session.meta.update(kind="latency", status="running", driver=backend.driver_version(),
                             gpus=[g for g, _ in gpus], topology=topology.collect([g for g, _ in gpus]))
         folder = _run_folder(args, session.meta, ordinals, "-latency")
-        try:
-            with guard.Interrupts(), err.status("measuring latency") as status:
-                session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
-                                          progress=lambda label: status.update(label))
-        except BaseException:
-            if folder is not None:
-                folder.discard()  # nothing was recorded: no folder at all
-            raise
+        with guard.discard_on_error(folder), guard.Interrupts(), err.status("measuring latency") as status:
+            session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
+                                      progress=lambda label: status.update(label))
     except BaseException:
         release()
         raise
@@ -271,6 +246,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     from pcietrace.analysis import analyze
     from pcietrace.collectors import nvml, topology
     from pcietrace.device import backend, cuda
+    from pcietrace.record import guard
     from pcietrace.record.attach import record_attach
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.report.perfetto import write_trace
@@ -297,13 +273,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
                         idle_sample_interval_ms=args.idle_sample_interval_ms, slow_domains=args.slow_domains)
     session.meta["gpu_time"] = args.gpu_time
     folder = _run_folder(args, session.meta, ordinals, "-attach")  # checked before anything is measured
-    try:
-        with Console(stderr=True).status("measuring per-launch costs on this GPU"):
-            session.meta["launch_costs"] = _launch_costs(args, ordinals[0])
-    except BaseException:
-        if folder is not None:
-            folder.discard()
-        raise
+    with guard.discard_on_error(folder), Console(stderr=True).status("measuring per-launch costs on this GPU"):
+        session.meta["launch_costs"] = _launch_costs(args, ordinals[0])
     machine_output = args.json or args.format != "table"  # stdout carries the report alone: the program's goes to stderr
     saving = record_attach(session, folder, args.idle_s, sys.stderr if machine_output else None,
                            lambda: analyze(session), write_trace)

@@ -366,20 +366,16 @@ def record_attach(session: Any, folder: Any, idle_s: float, program_stdout: Any,
     ours). Returns the :class:`~pcietrace.record.guard.Saving`; its ``end`` gives the exit code (the
     program's, or 128 + a signal's). A program that could not start is a :class:`UsageError`, nothing saved."""
     from pcietrace import signals
-    from pcietrace.record.guard import Saving
+    from pcietrace.record.guard import Saving, discard_on_error
 
     meta = session.meta
     with contextlib.ExitStack() as stack:  # the samplers, edge page and trace folder: released on every way out
-        try:
+        with discard_on_error(folder):  # nothing was recorded: no staging folder either
             with signals.deferred():  # made and owned in one step: a signal between would leave them behind
                 rec = Recording([g["nvml_index"] for g in meta["gpus"]], int(meta["sample_interval_ms"] * 1e6),
                                 meta["sampler_duty"], int(meta["idle_sample_interval_ms"] * 1e6))
                 stack.push(rec)
             rec.start()
-        except BaseException:  # nothing was recorded: no staging folder either
-            if folder is not None:
-                folder.discard()
-            raise
         for g in meta["gpus"]:
             g["counter"] = rec.sampler.modes.get(g["nvml_index"])
         end = _AttachEnd(rec, stack, write_trace)
@@ -423,13 +419,11 @@ class _AttachEnd:
 
     def collect(self, saving: Any) -> None:
         """Held from here: a signal while the samplers stop and the traces are read lost them all."""
+        from pcietrace.record.guard import discard_on_error
+
         meta = saving.session.meta
-        try:
+        with discard_on_error(saving.folder):  # (an unreadable trace) nothing to save: no staging folder left either
             self.rec.collect(saving.session, self.windows, meta["launch_counter"])
-        except BaseException:  # (an unreadable trace) nothing to save: no staging folder left either
-            if saving.folder is not None:
-                saving.folder.discard()
-            raise
         if "t_app_start_ns" not in meta:  # the program never ran: keep what exists, no attribution
             meta.update(kind="attach-failed", status="interrupted before the program ran")
 

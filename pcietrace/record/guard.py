@@ -203,6 +203,17 @@ def say(line: str) -> None:
     print(line, file=sys.stderr)
 
 
+@contextmanager
+def discard_on_error(folder: RunFolder | None) -> Iterator[None]:
+    """For a step before anything is recorded: if it fails (a signal included), no staging folder stays."""
+    try:
+        yield
+    except BaseException:
+        if folder is not None:
+            folder.discard()
+        raise
+
+
 def tell(line: str) -> None:
     """A status line on stderr as rich prints it (no markup, not wrapped off a terminal)."""
     from rich.console import Console

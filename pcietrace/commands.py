@@ -247,7 +247,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     from pcietrace.collectors import nvml, topology
     from pcietrace.device import backend, cuda
     from pcietrace.record import guard
-    from pcietrace.record.attach import record_attach
+    from pcietrace.record.attach import exit_code, record_attach
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.report.perfetto import write_trace
     from pcietrace.schema import NO_LAUNCH_COUNTER
@@ -278,7 +278,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     machine_output = args.json or args.format != "table"  # stdout carries the report alone: the program's goes to stderr
     saving = record_attach(session, folder, args.idle_s, sys.stderr if machine_output else None,
                            lambda: analyze(session), write_trace)
-    return saving.end(lambda results: _emit(session.meta, results, args), session.meta.get("exit_code", 1))
+    return saving.end(lambda results: _emit(session.meta, results, args), exit_code(session.meta))
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

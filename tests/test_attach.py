@@ -725,3 +725,28 @@ def test_a_signal_as_the_recording_is_made_leaves_no_page_or_folder(attach_stand
     assert len(made) == 1 and _leftovers(made[0]) == [False, False]
     assert not out.exists() and list(tmp_path.iterdir()) == []
     assert S.started == 0  # the samplers never started
+
+
+def test_a_signal_that_cuts_the_collection_short_ends_with_one_line_nothing_saved(attach_stand_ins, monkeypatch,
+                                                                                   tmp_path, capsys) -> None:
+    """A third signal (no longer held) raised as the samplers stop after the program: nothing was read, so
+    nothing is saved: the one line says so, exit 130, no staging folder, page or trace folder left behind.
+    SIMULATED stand-in GPU and samplers."""
+    from pcietrace.cli import main
+
+    S, made = attach_stand_ins
+    real_stop = S.stop
+
+    def stop_cut_short(self):
+        if S.stopped == 0:
+            S.stopped += 1
+            raise KeyboardInterrupt
+        return real_stop(self)
+
+    monkeypatch.setattr(S, "stop", stop_cut_short)
+    out = tmp_path / "rec"
+    assert main(_attach_argv(out)) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == "pcietrace: interrupted: nothing saved", err
+    assert "saved to" not in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == [] and not any(_leftovers(made[0]))

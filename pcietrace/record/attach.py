@@ -19,13 +19,16 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import pandas as pd
 
 from pcietrace.errors import PcietraceError, UsageError
 from pcietrace.schema import NO_LAUNCH_COUNTER, TRACE_FULL
+
+if TYPE_CHECKING:
+    from pcietrace.record.guard import RunFolder, Saving
 
 EVENT_COLUMNS = ["t_ns", "tid", "event", "domain", "id", "depth", "eager_thread", "graph_thread",
                  "eager_process", "graph_process", "dev", "devmask", "message"]
@@ -355,9 +358,8 @@ class Recording:
                 os.unlink(self.edge_file)
 
 
-
-def record_attach(session: Any, folder: Any, idle_s: float, program_stdout: Any, analyze: Callable[[], Any],
-                  write_trace: Callable[[Any, Any, Path], None]) -> Any:
+def record_attach(session: Any, folder: RunFolder | None, idle_s: float, program_stdout: Any,
+                  analyze: Callable[[], Any], write_trace: Callable[[Any, Any, Path], None]) -> Saving:
     """Run the program ``session.meta["command"]`` under the samplers and the injection library, with the
     settings the command put in ``session.meta`` (GPUs, sampling, launch counter, edges, GPU time), between
     ``idle_s`` seconds of idle windows; then ``analyze()``, save into ``folder`` (a
@@ -412,12 +414,13 @@ class _AttachEnd:
     """What attach does around its save, with signals held (:class:`~pcietrace.record.guard.Saving`'s hooks),
     and what it says after: the samplers stopped and the traces read before, the Perfetto trace after."""
 
-    def __init__(self, rec: Recording, stack: contextlib.ExitStack, write_trace: Callable[[Any, Any, Path], None]):
+    def __init__(self, rec: Recording, stack: contextlib.ExitStack,
+                 write_trace: Callable[[Any, Any, Path], None]) -> None:
         self.rec, self.stack, self.write_trace = rec, stack, write_trace
         self.windows: list[dict[str, Any]] = []
         self.trace_failed = False
 
-    def collect(self, saving: Any) -> None:
+    def collect(self, saving: Saving) -> None:
         """Held from here: a signal while the samplers stop and the traces are read lost them all."""
         from pcietrace.record.guard import discard_on_error
 
@@ -427,7 +430,7 @@ class _AttachEnd:
         if "t_app_start_ns" not in meta:  # the program never ran: keep what exists, no attribution
             meta.update(kind="attach-failed", status="interrupted before the program ran")
 
-    def trace(self, saving: Any) -> None:
+    def trace(self, saving: Saving) -> None:
         """The Perfetto trace beside a saved attach run; one that cannot be written leaves the run saved, whole."""
         from pcietrace.errors import one_line
         from pcietrace.record.guard import say
@@ -443,12 +446,18 @@ class _AttachEnd:
                 self.trace_failed = True
         self.stack.close()  # the edge page and trace folder go while signals still wait
 
-    def saved_line(self, saving: Any) -> str:
+    def saved_line(self, saving: Saving) -> str:
         written = saving.session.meta["kind"] == "attach" and not self.trace_failed
         return f"saved to {saving.out_dir}" + (f" (Perfetto trace: {saving.out_dir / 'trace.json'})" if written else "")
 
-    def what(self, saving: Any) -> str:
+    def what(self, saving: Saving) -> str:
         """What an attach run interrupted by a signal saved."""
         meta = saving.session.meta
-        return (f"the run (the program had ended, exit code {meta['exit_code']})" if meta["kind"] == "attach"
+        return (f"the run (the program had ended, exit code {exit_code(meta)})" if meta["kind"] == "attach"
                 else "what was recorded before the program ran")
+
+
+def exit_code(meta: dict[str, Any]) -> int:
+    """The program's exit code (1 until it has run: a signal can cut the collection short before a failed run
+    is marked ``attach-failed``)."""
+    return int(meta.get("exit_code", 1))

@@ -286,10 +286,10 @@ class Saving:
     def _save(self, analyze: Callable[[], Any] | None) -> None:
         """Analyse (None: not) and save with signals held; whatever happened, keep what was recorded: an
         analysis error still saves (and publishes) the raw data."""
-        from pcietrace.analysis import to_jsonable
-
         try:
             with self._intr.finishing():
+                from pcietrace.analysis import to_jsonable  # (imported by the command already: no wait here)
+
                 if self.before is not None:
                     self.before(self)
                 self.results, self.out_dir = finish(self.session, self.folder, analyze or (lambda: None),

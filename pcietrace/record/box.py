@@ -28,7 +28,7 @@ def simulated(plan: Any, ordinals: list[int], n_gpus: int, seed: int, repeats: i
     session = Session(meta=base_meta(plan, True))
     session.meta.update(driver="simulated", sim_source=params.source, sim_params=params.__dict__,
                         topology=sim.topology(params, gpu_meta))
-    session.meta["gpus"] = gpu_meta
+    session.meta["gpus"] = list(gpu_meta)
 
     def record(progress: Callable[[str], None], note: Callable[[str], None]) -> None:
         from pcietrace.record import run  # (looked up here: tests stand in for run.record)

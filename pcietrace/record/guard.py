@@ -9,6 +9,8 @@ signals.
   :class:`KeyboardInterrupt` as Ctrl-C, and holds a second signal while the recording is being saved.
 - :func:`finish` analyses, saves (the raw data alone if the analysis fails) and publishes; if saving
   fails it says so in one line and the results are still returned for printing.
+- :class:`Saving` puts these together around a recording, the one way out of every measuring command:
+  record, then save whatever happened, say one line, and give the exit code.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
-from pcietrace.errors import NoGpuError, UsageError, one_line
+from pcietrace.errors import NoGpuError, UsageError
 
 SIM_HINT = "run `pcietrace run --simulate` to try the whole pipeline on a simulated device"
 
@@ -61,113 +61,56 @@ def _run_folder(args: argparse.Namespace, meta: dict[str, Any], ordinals: list[i
     return RunFolder(default_folder(meta, ordinals, suffix), explicit=False)
 
 
-def _say(line: str) -> None:
-    print(line, file=sys.stderr)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from pcietrace.analysis import analyze, to_jsonable
-    from pcietrace.record import guard
-    from pcietrace.record.run import base_meta, record
-    from pcietrace.session import Session
+    from pcietrace.analysis import analyze
+    from pcietrace.record import box, guard
 
     plan = _plan(args)
-    err = Console(stderr=True)
     _check_plot(args)
     if args.gpus != 1 and not args.simulate:
         raise UsageError("--gpus N simulates an N-GPU box: it needs --simulate (real GPUs are chosen with --gpu)")
+    repeats = None if args.no_latency else args.repeats
     if args.simulate:
-        from pcietrace.device import sim
-
-        params = sim.SimParams.default()
-        host = sim.SimClock()
         ordinals = parse_gpus(args.gpu, args.gpus)  # --gpu beyond the simulated box is an error, not ignored
-        gpu_meta = [sim.gpu_records(params, args.gpus)[o] for o in ordinals]
-        devices = {g["nvml_index"]: sim.SimDevice(params, seed=args.seed + g["nvml_index"], host=host) for g in gpu_meta}
-        gpus: list[tuple[dict[str, Any], Any]] = [(g, sim.SimBackend(devices[g["nvml_index"]])) for g in gpu_meta]
-        sampler: Any = sim.SimSampler(devices)
-        probes: dict[int, Any] | None = {i: sampler.probe(i) for i in devices}
-        session = Session(meta=base_meta(plan, True))
-        session.meta.update(driver="simulated", sim_source=params.source, sim_params=params.__dict__,
-                            topology=sim.topology(params, gpu_meta))
+        session, record = box.simulated(plan, ordinals, args.gpus, args.seed, repeats)
     else:
         from pcietrace.device import backend, cuda
 
         try:
             ordinals = parse_gpus(args.gpu, cuda.device_count())
-            gpus = [(g, None) for g in backend.describe_gpus(ordinals)]  # each worker opens its own GPU
+            gpus = backend.describe_gpus(ordinals)
         except NoGpuError as exc:
             raise NoGpuError(f"{exc}; {SIM_HINT}") from None
-        session = Session(meta=base_meta(plan, False))
-        session.meta["driver"] = backend.driver_version()
-        session.meta["sample_interval_ms"] = args.sample_interval_ms
-    session.meta["gpus"] = [g for g, _ in gpus]
-    if not args.simulate:
-        from pcietrace.collectors import topology
-
-        session.meta["topology"] = topology.collect([g for g, _ in gpus])
+        session, record = box.real(plan, gpus, ordinals, args.throughput_api, args.sample_interval_ms, repeats)
     folder = _run_folder(args, session.meta, ordinals)
-    interrupted: KeyboardInterrupt | None = None
-    results, out_dir = None, None
-    intr = guard.Interrupts.install()  # SIGTERM/SIGHUP save like Ctrl-C; a second signal waits for the save
-    try:
-        with Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err, transient=True, disable=not err.is_terminal) as prog:  # (off a terminal: a blank line)
-            task = prog.add_task("starting counter sampler", total=plan.steps() * len(gpus))
-            first = [True]
-
-            def advance(label: str) -> None:
-                if not first[0]:
-                    prog.advance(task)
-                first[0] = False
-                prog.update(task, description=label)
-
-            if args.simulate:
-                record(session, plan, gpus, sampler, probes, progress=advance)
-                if not args.no_latency:
-                    session.latency = sim.latency(params, gpu_meta, args.repeats, args.seed)
-            else:  # every GPU at once, one worker process each (pcietrace/record/parallel.py)
-                from pcietrace.record.parallel import cuda_openers, record_all
-
-                record_all(session, plan, cuda_openers(ordinals, args.throughput_api, args.sample_interval_ms),
-                           None if args.no_latency else args.repeats, progress=advance, ordinals=ordinals,
-                           note=lambda label: prog.update(task, description=label))
-    except KeyboardInterrupt as exc:
-        interrupted = exc
-        session.meta["status"] = "interrupted"  # (also where it came as record() ended: the latency suite is not run)
-    finally:
-        # Whatever happened, keep what was recorded: an analysis error still saves (and publishes) the raw data.
-        try:
-            with intr.finishing():
-                results, out_dir = guard.finish(
-                    session, folder, lambda: analyze(session, args.us_per_level)
-                    if session.meta.get("status") == "complete" else None, to_jsonable, _say)
-        except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
-            interrupted = interrupted or exc
-        if out_dir is not None and interrupted is None:
-            err.print(f"saved {'partial ' if results is None else ''}run to {out_dir}", markup=False, soft_wrap=True)
-    if interrupted is not None:
-        _say(_interrupted_line(folder, out_dir, _run_saved(session.meta.get("status") == "complete")))
-        return guard.exit_code(interrupted)
-    _emit(session.meta, results, args)
-    return 0 if folder is None or out_dir is not None else 2
+    saving = guard.Saving(session, folder, lambda: analyze(session, args.us_per_level)
+                          if session.meta.get("status") == "complete" else None,
+                          saved_line=lambda s: f"saved {'partial ' if s.results is None else ''}run to {s.out_dir}")
+    with saving, _progress(plan.steps() * len(session.meta["gpus"])) as (advance, note):
+        record(advance, note)
+    return saving.end(lambda results: _emit(session.meta, results, args))
 
 
-def _interrupted_line(folder: Any, out_dir: Path | None, what: str) -> str:
-    """The one line a signal ends a measuring command with: ``what`` was saved, and where."""
-    if folder is None:
-        return "pcietrace: interrupted: nothing saved (--no-save)"
-    if out_dir is None:  # the save failed (said above)
-        return "pcietrace: interrupted: nothing saved"
-    return f"pcietrace: interrupted: saved {what} to {out_dir}; `pcietrace report {out_dir}` shows it"
+@contextlib.contextmanager
+def _progress(steps: int) -> Iterator[tuple[Callable[[str], None], Callable[[str], None]]]:
+    """A progress bar of ``steps`` on a terminal (off one: a blank line): ``advance(label)`` ends a step and names
+    the next, ``note(label)`` renames the current one."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    err = Console(stderr=True)
+    with Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=not err.is_terminal) as prog:
+        task = prog.add_task("starting counter sampler", total=steps)
+        first = [True]
 
-def _run_saved(complete: bool) -> str:
-    """What a run or graphs run interrupted by a signal saved."""
-    return "the whole run (the signal came while saving)" if complete else "what was recorded (status: interrupted)"
+        def advance(label: str) -> None:
+            if not first[0]:
+                prog.advance(task)
+            first[0] = False
+            prog.update(task, description=label)
+
+        yield advance, lambda label: prog.update(task, description=label)
 
 
 def _check_plot(args: argparse.Namespace) -> None:
@@ -195,8 +138,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise UsageError(f"--perfetto: {args.path} is an attach run stopped before its program ran: no trace")
         if session.meta.get("kind") != "attach":
             raise UsageError("--perfetto needs a report made by `pcietrace attach`")
+        from pcietrace.report.perfetto import write_trace
+
         try:
-            _write_perfetto(session, results, args.perfetto)
+            write_trace(session, results, args.perfetto)
         except OSError as exc:
             raise UsageError(f"cannot write the Perfetto trace to {args.perfetto}: {exc.strerror or exc}") from None
     _emit(session.meta, results, args)
@@ -244,7 +189,7 @@ def cmd_latency(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from pcietrace.device import backend, cuda
-    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.analysis import analyze
     from pcietrace.collectors import topology
     from pcietrace.record import guard
     from pcietrace.record.latency import LatencyProbe, measure
@@ -269,45 +214,27 @@ def cmd_latency(args: argparse.Namespace) -> int:
         session.meta.update(kind="latency", status="running", driver=backend.driver_version(),
                             gpus=[g for g, _ in gpus], topology=topology.collect([g for g, _ in gpus]))
         folder = _run_folder(args, session.meta, ordinals, "-latency")
-        try:
-            with guard.Interrupts(), err.status("measuring latency") as status:
-                session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
-                                          progress=lambda label: status.update(label))
-        except BaseException:
-            if folder is not None:
-                folder.discard()  # nothing was recorded: no folder at all
-            raise
+        with guard.discard_on_error(folder), guard.Interrupts(), err.status("measuring latency") as status:
+            session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
+                                      progress=lambda label: status.update(label))
     except BaseException:
         release()
         raise
     session.meta["status"] = "complete"
-    interrupted: KeyboardInterrupt | None = None
-    results, out = None, None
-    try:  # a signal while the GPUs are released (after the suite) waits until the suite is saved
-        with guard.Interrupts.install().finishing():
-            release()
-            results, out = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
-    except KeyboardInterrupt as exc:
-        interrupted = exc
-    if interrupted is not None:
-        _say(_interrupted_line(folder, out, _run_saved(True)))
-        return guard.exit_code(interrupted)
-    if out is not None:
-        err.print(f"saved to {out}", markup=False, soft_wrap=True)
-    _emit(session.meta, results, args)
-    return 0 if folder is None or out is not None else 2
+    saving = guard.Saving(session, folder, lambda: analyze(session), before=lambda _: release())
+    with saving:  # the suite is measured: a signal while the GPUs are released waits until it is saved
+        pass
+    return saving.end(lambda results: _emit(session.meta, results, args))
 
 
 def _launch_costs(args: argparse.Namespace, ordinal: int) -> dict[str, Any] | None:
     if args.no_calibrate:
         return None
     if args.baseline is not None:
-        from pcietrace.analysis import analyze
-        from pcietrace.analysis.costs import launch_costs
+        from pcietrace.analysis.costs import from_run
         from pcietrace.session import Session
 
-        res = analyze(Session.load(args.baseline))
-        return launch_costs(res["cpu_cost"], res["speedup"], str(args.baseline))
+        return from_run(Session.load(args.baseline), str(args.baseline))
     from pcietrace.record.attach import calibrate_in_child
 
     return calibrate_in_child(ordinal)
@@ -316,13 +243,13 @@ def _launch_costs(args: argparse.Namespace, ordinal: int) -> dict[str, Any] | No
 def cmd_attach(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from pcietrace import signals
-    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.analysis import analyze
     from pcietrace.collectors import nvml, topology
     from pcietrace.device import backend, cuda
     from pcietrace.record import guard
-    from pcietrace.record.attach import Recording, idle_windows, injection_env, run_program
+    from pcietrace.record.attach import exit_code, record_attach
     from pcietrace.record.run import RunPlan, base_meta
+    from pcietrace.report.perfetto import write_trace
     from pcietrace.schema import NO_LAUNCH_COUNTER
     from pcietrace.session import Session
 
@@ -337,107 +264,21 @@ def cmd_attach(args: argparse.Namespace) -> int:
         ordinals = parse_gpus(args.gpu, len(cuda.bus_ids()))
     except NoGpuError as exc:
         raise NoGpuError(f"{exc}; attach needs an NVIDIA GPU") from None
-    err = Console(stderr=True)
     gpus = backend.describe_gpus(ordinals)
-    indices = [g["nvml_index"] for g in gpus]
-    counter = NO_LAUNCH_COUNTER if args.no_count_launches else args.launch_counter
     session = Session(meta=base_meta(RunPlan(), False))
     session.meta.update(kind="attach", command=cmd, gpus=gpus, driver=nvml.driver_version(), launch_costs=None,
                         sample_interval_ms=args.sample_interval_ms, topology=topology.collect(gpus),
-                        launch_counter=counter, exact_edges=args.exact_edges, sampler_duty=args.sampler_duty,
+                        launch_counter=NO_LAUNCH_COUNTER if args.no_count_launches else args.launch_counter,
+                        exact_edges=args.exact_edges, sampler_duty=args.sampler_duty,
                         idle_sample_interval_ms=args.idle_sample_interval_ms, slow_domains=args.slow_domains)
     session.meta["gpu_time"] = args.gpu_time
     folder = _run_folder(args, session.meta, ordinals, "-attach")  # checked before anything is measured
-    try:
-        with err.status("measuring per-launch costs on this GPU"):
-            session.meta["launch_costs"] = _launch_costs(args, ordinals[0])
-    except BaseException:
-        if folder is not None:
-            folder.discard()
-        raise
-    rc = 1
-    interrupted: KeyboardInterrupt | None = None
-    results, out_dir, trace_failed = None, None, False
-    with contextlib.ExitStack() as stack:  # the samplers, edge page and trace folder: released on every way out
-        try:
-            with signals.deferred():  # made and owned in one step: a signal between would leave them behind
-                rec = Recording(indices, int(args.sample_interval_ms * 1e6), args.sampler_duty,
-                                int(args.idle_sample_interval_ms * 1e6))
-                stack.push(rec)
-            rec.start()
-        except BaseException:  # nothing was recorded: no staging folder either
-            if folder is not None:
-                folder.discard()
-            raise
-        for g in gpus:
-            g["counter"] = rec.sampler.modes.get(g["nvml_index"])
-        windows: list[dict[str, Any]] = []
-        # before and after the program signals save like Ctrl-C; during it run_program passes them on and waits
-        intr = guard.Interrupts.install()
-        try:
-            idle_windows(rec.sampler, indices, args.idle_s, windows)
-            err.print(f"pcietrace: running {' '.join(cmd)}", markup=False, soft_wrap=True)
-            env = injection_env(rec.trace_dir, counter, rec.edge_file, indices, args.exact_edges,
-                                gpu_time=args.gpu_time, slow_domains=args.slow_domains)
-            # --json/--format: stdout carries the report alone; the program's own output goes to stderr
-            machine_output = args.json or args.format != "table"
-            rc, t0, t1 = run_program(cmd, env, stdout=sys.stderr if machine_output else None)
-            session.meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")
-            idle_windows(rec.sampler, indices, args.idle_s, windows)
-        except KeyboardInterrupt as exc:
-            interrupted = exc
-        except UsageError:  # the program could not start (ENOEXEC...): refused like a missing one, nothing saved
-            if folder is not None and "t_app_start_ns" not in session.meta:
-                folder.discard()
-                folder = None
-            raise
-        finally:
-            try:  # held from here: a signal while the samplers stop and the traces are read lost them all
-                with intr.finishing():
-                    try:
-                        rec.collect(session, windows, counter)
-                    except BaseException:  # (an unreadable trace) nothing to save: no staging folder left either
-                        if folder is not None:
-                            folder.discard()
-                        raise
-                    if "t_app_start_ns" not in session.meta:  # the program never ran: keep what exists, no attribution
-                        session.meta.update(kind="attach-failed", status="interrupted before the program ran")
-                    results, out_dir = guard.finish(session, folder, lambda: analyze(session), to_jsonable, _say)
-                    if out_dir is not None and session.meta["kind"] == "attach":
-                        try:
-                            _write_perfetto(session, results, out_dir / "trace.json")
-                        except OSError as exc:  # (disk full) the run itself is saved: say so, keep it whole
-                            (out_dir / "trace.json").unlink(missing_ok=True)
-                            _say(f"pcietrace: error: could not write the Perfetto trace into {out_dir} "
-                                 f"({one_line(exc)}); the run is saved there and `pcietrace report {out_dir} "
-                                 f"--perfetto FILE` writes it later")
-                            trace_failed = True
-                    stack.close()  # the edge page and trace folder go while signals still wait
-            except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
-                interrupted = interrupted or exc
-            if out_dir is not None and interrupted is None:
-                err.print(f"saved to {out_dir}" + (f" (Perfetto trace: {out_dir / 'trace.json'})"
-                                                   if session.meta["kind"] == "attach" and not trace_failed else ""),
-                          markup=False, soft_wrap=True)
-    if interrupted is not None:
-        what = (f"the run (the program had ended, exit code {rc})" if session.meta["kind"] == "attach"
-                else "what was recorded before the program ran")
-        _say(_interrupted_line(folder, out_dir, what))
-        return guard.exit_code(interrupted)
-    _emit(session.meta, results, args)
-    return rc if folder is None or out_dir is not None else rc or 2  # a failed save never reads as success
-
-
-def _write_perfetto(session: Any, results: dict[str, Any], path: Path) -> None:
-    from pcietrace.analysis import attribution, gpu_time, timeline_bin_ns
-    from pcietrace.report.perfetto import chrome_trace
-    from pcietrace.schema import NO_LAUNCH_COUNTER
-
-    counted = session.meta.get("launch_counter") != NO_LAUNCH_COUNTER  # --no-count-launches: no launch track, not a flat 0
-    trace = chrome_trace(session.meta, results["rates"], results["range_instances"],
-                         attribution.launch_rate(gpu_time.host_events(session.events), timeline_bin_ns(session.meta))
-                         if counted else None)
-    path.write_text(json.dumps(trace))
+    with guard.discard_on_error(folder), Console(stderr=True).status("measuring per-launch costs on this GPU"):
+        session.meta["launch_costs"] = _launch_costs(args, ordinals[0])
+    machine_output = args.json or args.format != "table"  # stdout carries the report alone: the program's goes to stderr
+    saving = record_attach(session, folder, args.idle_s, sys.stderr if machine_output else None,
+                           lambda: analyze(session), write_trace)
+    return saving.end(lambda results: _emit(session.meta, results, args), exit_code(session.meta))
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -502,7 +343,7 @@ def _record_graphs(args: argparse.Namespace, plan: Any, gpu: dict[str, Any], dev
                    extra: dict[str, Any]) -> int:
     from rich.console import Console
 
-    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.analysis import analyze
     from pcietrace.record import graphs, guard
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.session import Session
@@ -511,30 +352,10 @@ def _record_graphs(args: argparse.Namespace, plan: Any, gpu: dict[str, Any], dev
     session.meta.pop("plan")  # that is `run`'s plan; this run's is graphs_plan
     folder = _run_folder(args, session.meta, [args.gpu], "-graphs")
     err = Console(stderr=True)
-    interrupted: KeyboardInterrupt | None = None
-    results, out_dir = None, None
-    intr = guard.Interrupts.install()
-    try:
-        with err.status("graphs") as status:
-            graphs.record(session, plan, device, gpu["nvml_index"], sampler, probe, progress=status.update)
-    except KeyboardInterrupt as exc:
-        interrupted = exc
-        session.meta["status"] = "interrupted"  # (also where it came as record() ended)
-    finally:
-        complete = interrupted is None
-        try:
-            with intr.finishing():
-                results, out_dir = guard.finish(session, folder, lambda: analyze(session) if complete else None,
-                                                to_jsonable, _say)
-        except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
-            interrupted = interrupted or exc
-        if out_dir is not None and interrupted is None:
-            err.print(f"saved to {out_dir}", markup=False, soft_wrap=True)
-    if interrupted is not None:
-        _say(_interrupted_line(folder, out_dir, _run_saved(complete)))
-        return guard.exit_code(interrupted)
-    _emit(session.meta, results, args)
-    return 0 if folder is None or out_dir is not None else 2
+    saving = guard.Saving(session, folder, lambda: analyze(session))
+    with saving, err.status("graphs") as status:
+        graphs.record(session, plan, device, gpu["nvml_index"], sampler, probe, progress=status.update)
+    return saving.end(lambda results: _emit(session.meta, results, args))
 
 
 def _compare_attach(args: argparse.Namespace, sessions: list[Any]) -> int:

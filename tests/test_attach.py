@@ -98,7 +98,7 @@ def test_launch_counts_overhead_and_savings() -> None:
 
 def test_attach_session_analyses_renders_and_exports(events, tmp_path, capsys, monkeypatch) -> None:
     from pcietrace.cli import main
-    from pcietrace.commands import _write_perfetto
+    from pcietrace.report.perfetto import write_trace
 
     t0, t1 = int(events["t_ns"].min()), int(events["t_ns"].max())
     cum = _counters(t0 - 10**9, t1 + 10**9, 500_000, 2e6)
@@ -115,7 +115,7 @@ def test_attach_session_analyses_renders_and_exports(events, tmp_path, capsys, m
     assert abs(res["whole_run"]["h2d_bytes"].item()) < 1e3  # all traffic was floor
     assert set(res["ranges"]["name"]) == {"outer", "inner tab x", "startend", "thread range"}
     s.save(tmp_path / "att", None)
-    _write_perfetto(s, res, tmp_path / "trace.json")
+    write_trace(s, res, tmp_path / "trace.json")
     trace = json.loads((tmp_path / "trace.json").read_text())
     assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == 4 and any(e["ph"] == "C" for e in trace["traceEvents"])
     monkeypatch.setenv("COLUMNS", "200")
@@ -684,15 +684,15 @@ def test_a_perfetto_trace_that_cannot_be_written_still_says_the_run_is_saved(att
     """The run saved, then its trace.json fails (disk full): one line says the run is saved and how to write the
     trace later, no partial trace.json stays, and the program's exit code passes through (was: exit 2 and no
     word that the run was saved). SIMULATED stand-in GPU and samplers."""
-    from pcietrace import commands
     from pcietrace.cli import main
+    from pcietrace.report import perfetto
     from pcietrace.session import Session
 
     def disk_full(session, results, path) -> None:
         path.write_text("{")  # part of it, then the disk fills
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(commands, "_write_perfetto", disk_full)
+    monkeypatch.setattr(perfetto, "write_trace", disk_full)
     out = tmp_path / "rec"
     assert main(_attach_argv(out)) == 0
     err = capsys.readouterr().err
@@ -725,3 +725,28 @@ def test_a_signal_as_the_recording_is_made_leaves_no_page_or_folder(attach_stand
     assert len(made) == 1 and _leftovers(made[0]) == [False, False]
     assert not out.exists() and list(tmp_path.iterdir()) == []
     assert S.started == 0  # the samplers never started
+
+
+def test_a_signal_that_cuts_the_collection_short_ends_with_one_line_nothing_saved(attach_stand_ins, monkeypatch,
+                                                                                   tmp_path, capsys) -> None:
+    """A third signal (no longer held) raised as the samplers stop after the program: nothing was read, so
+    nothing is saved: the one line says so, exit 130, no staging folder, page or trace folder left behind.
+    SIMULATED stand-in GPU and samplers."""
+    from pcietrace.cli import main
+
+    S, made = attach_stand_ins
+    real_stop = S.stop
+
+    def stop_cut_short(self):
+        if S.stopped == 0:
+            S.stopped += 1
+            raise KeyboardInterrupt
+        return real_stop(self)
+
+    monkeypatch.setattr(S, "stop", stop_cut_short)
+    out = tmp_path / "rec"
+    assert main(_attach_argv(out)) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == "pcietrace: interrupted: nothing saved", err
+    assert "saved to" not in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == [] and not any(_leftovers(made[0]))

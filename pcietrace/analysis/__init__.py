@@ -81,6 +81,15 @@ def timeline_bin_ns(meta: dict[str, Any]) -> int:
     return max(int(float(meta.get("sample_interval_ms") or 1.0) * 1e6), 1_000_000)
 
 
+def launch_timeline(session: Session) -> pd.DataFrame | None:
+    """An attach run's launches per ms per process over time (:func:`attribution.launch_rate`, binned by
+    :func:`timeline_bin_ns`), or None where launches were not counted (``--no-count-launches``: no launch
+    track rather than a flat 0)."""
+    if session.meta.get("launch_counter") == NO_LAUNCH_COUNTER:
+        return None
+    return attribution.launch_rate(gpu_time.host_events(session.events), timeline_bin_ns(session.meta))
+
+
 def idle_interval_ns(meta: dict[str, Any]) -> int:
     """The sampler's interval while no range was open (attach's idle-aware sampling; 0 = off, also for
     recordings made before it): never shorter than the sampling interval, as in the sampler."""

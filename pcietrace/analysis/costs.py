@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from pcietrace.analysis import launch
+from pcietrace.analysis import analyze, launch
 from pcietrace.errors import UsageError
 
 #: The launch-cost keys (us): host time per eager / graph launch call with the queue never full, and
@@ -36,3 +36,9 @@ def from_records(bursts: list[dict[str, Any]], e2e: list[dict[str, Any]], source
     """Launch costs from raw burst and end-to-end records (attach's on-the-spot calibration)."""
     b, e = pd.DataFrame(bursts).assign(nvml_index=0), pd.DataFrame(e2e).assign(nvml_index=0)
     return launch_costs(launch.cpu_cost(b), launch.speedup(e), source)
+
+
+def from_run(session: Any, source: str) -> dict[str, Any]:
+    """Launch costs from a saved ``pcietrace run`` (attach's ``--baseline``), at its lowest GPU."""
+    res = analyze(session)
+    return launch_costs(res["cpu_cost"], res["speedup"], source)

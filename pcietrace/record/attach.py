@@ -19,13 +19,16 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import pandas as pd
 
 from pcietrace.errors import PcietraceError, UsageError
 from pcietrace.schema import NO_LAUNCH_COUNTER, TRACE_FULL
+
+if TYPE_CHECKING:
+    from pcietrace.record.guard import RunFolder, Saving
 
 EVENT_COLUMNS = ["t_ns", "tid", "event", "domain", "id", "depth", "eager_thread", "graph_thread",
                  "eager_process", "graph_process", "dev", "devmask", "message"]
@@ -353,3 +356,108 @@ class Recording:
         if self.edge_file:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.edge_file)
+
+
+def record_attach(session: Any, folder: RunFolder | None, idle_s: float, program_stdout: Any,
+                  analyze: Callable[[], Any], write_trace: Callable[[Any, Any, Path], None]) -> Saving:
+    """Run the program ``session.meta["command"]`` under the samplers and the injection library, with the
+    settings the command put in ``session.meta`` (GPUs, sampling, launch counter, edges, GPU time), between
+    ``idle_s`` seconds of idle windows; then ``analyze()``, save into ``folder`` (a
+    :class:`~pcietrace.record.guard.RunFolder`, None: not saved) and write the Perfetto trace beside the saved
+    run (``write_trace(session, results, path)``). ``program_stdout``: where the program's output goes (None:
+    ours). Returns the :class:`~pcietrace.record.guard.Saving`; its ``end`` gives the exit code (the
+    program's, or 128 + a signal's). A program that could not start is a :class:`UsageError`, nothing saved."""
+    from pcietrace import signals
+    from pcietrace.record.guard import Saving, discard_on_error
+
+    meta = session.meta
+    with contextlib.ExitStack() as stack:  # the samplers, edge page and trace folder: released on every way out
+        with discard_on_error(folder):  # nothing was recorded: no staging folder either
+            with signals.deferred():  # made and owned in one step: a signal between would leave them behind
+                rec = Recording([g["nvml_index"] for g in meta["gpus"]], int(meta["sample_interval_ms"] * 1e6),
+                                meta["sampler_duty"], int(meta["idle_sample_interval_ms"] * 1e6))
+                stack.push(rec)
+            rec.start()
+        for g in meta["gpus"]:
+            g["counter"] = rec.sampler.modes.get(g["nvml_index"])
+        end = _AttachEnd(rec, stack, write_trace)
+        saving = Saving(session, folder, analyze, partial_if_interrupted=False, before=end.collect,
+                        after=end.trace, saved_line=end.saved_line, what=end.what)
+        with saving:  # before and after the program signals save like Ctrl-C; during it run_program passes them on
+            try:
+                _run_between_idle_windows(session, rec, end.windows, idle_s, program_stdout)
+            except UsageError:  # the program could not start (ENOEXEC...): refused like a missing one, nothing saved
+                if saving.folder is not None and "t_app_start_ns" not in meta:
+                    saving.folder.discard()
+                    saving.folder = None
+                raise
+    return saving
+
+
+def _run_between_idle_windows(session: Any, rec: Recording, windows: list[dict[str, Any]], idle_s: float,
+                              program_stdout: Any) -> None:
+    """Idle windows, the program (its exit code and times into ``session.meta``), idle windows again."""
+    from pcietrace.record.guard import tell
+
+    meta = session.meta
+    indices = [g["nvml_index"] for g in meta["gpus"]]
+    idle_windows(rec.sampler, indices, idle_s, windows)
+    tell(f"pcietrace: running {' '.join(meta['command'])}")
+    env = injection_env(rec.trace_dir, meta["launch_counter"], rec.edge_file, indices, meta["exact_edges"],
+                        gpu_time=meta["gpu_time"], slow_domains=meta["slow_domains"])
+    rc, t0, t1 = run_program(meta["command"], env, stdout=program_stdout)
+    meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")
+    idle_windows(rec.sampler, indices, idle_s, windows)
+
+
+class _AttachEnd:
+    """What attach does around its save, with signals held (:class:`~pcietrace.record.guard.Saving`'s hooks),
+    and what it says after: the samplers stopped and the traces read before, the Perfetto trace after."""
+
+    def __init__(self, rec: Recording, stack: contextlib.ExitStack,
+                 write_trace: Callable[[Any, Any, Path], None]) -> None:
+        self.rec, self.stack, self.write_trace = rec, stack, write_trace
+        self.windows: list[dict[str, Any]] = []
+        self.trace_failed = False
+
+    def collect(self, saving: Saving) -> None:
+        """Held from here: a signal while the samplers stop and the traces are read lost them all."""
+        from pcietrace.record.guard import discard_on_error
+
+        meta = saving.session.meta
+        with discard_on_error(saving.folder):  # (an unreadable trace) nothing to save: no staging folder left either
+            self.rec.collect(saving.session, self.windows, meta["launch_counter"])
+        if "t_app_start_ns" not in meta:  # the program never ran: keep what exists, no attribution
+            meta.update(kind="attach-failed", status="interrupted before the program ran")
+
+    def trace(self, saving: Saving) -> None:
+        """The Perfetto trace beside a saved attach run; one that cannot be written leaves the run saved, whole."""
+        from pcietrace.errors import one_line
+        from pcietrace.record.guard import say
+
+        out_dir = saving.out_dir
+        if out_dir is not None and saving.session.meta["kind"] == "attach":
+            try:
+                self.write_trace(saving.session, saving.results, out_dir / "trace.json")
+            except OSError as exc:  # (disk full) the run itself is saved: say so, keep it whole
+                (out_dir / "trace.json").unlink(missing_ok=True)
+                say(f"pcietrace: error: could not write the Perfetto trace into {out_dir} ({one_line(exc)}); the "
+                    f"run is saved there and `pcietrace report {out_dir} --perfetto FILE` writes it later")
+                self.trace_failed = True
+        self.stack.close()  # the edge page and trace folder go while signals still wait
+
+    def saved_line(self, saving: Saving) -> str:
+        written = saving.session.meta["kind"] == "attach" and not self.trace_failed
+        return f"saved to {saving.out_dir}" + (f" (Perfetto trace: {saving.out_dir / 'trace.json'})" if written else "")
+
+    def what(self, saving: Saving) -> str:
+        """What an attach run interrupted by a signal saved."""
+        meta = saving.session.meta
+        return (f"the run (the program had ended, exit code {exit_code(meta)})" if meta["kind"] == "attach"
+                else "what was recorded before the program ran")
+
+
+def exit_code(meta: dict[str, Any]) -> int:
+    """The program's exit code (1 until it has run: a signal can cut the collection short before a failed run
+    is marked ``attach-failed``)."""
+    return int(meta.get("exit_code", 1))

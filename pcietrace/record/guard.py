@@ -9,6 +9,8 @@ signals.
   :class:`KeyboardInterrupt` as Ctrl-C, and holds a second signal while the recording is being saved.
 - :func:`finish` analyses, saves (the raw data alone if the analysis fails) and publishes; if saving
   fails it says so in one line and the results are still returned for printing.
+- :class:`Saving` puts these together around a recording, the one way out of every measuring command:
+  record, then save whatever happened, say one line, and give the exit code.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -195,3 +198,116 @@ def _save(session: Any, folder: RunFolder, results: Any, to_jsonable: Callable[[
     except Exception as exc:  # disk full, folder removed under us...: say so, the results still print
         say(f"pcietrace: error: could not save the run to {folder.target}: {one_line(exc)}")
         return None
+
+
+def say(line: str) -> None:
+    """One line on stderr (what a measuring command says about its run)."""
+    print(line, file=sys.stderr)
+
+
+@contextmanager
+def discard_on_error(folder: RunFolder | None) -> Iterator[None]:
+    """For a step before anything is recorded: if it fails (a signal included), no staging folder stays."""
+    try:
+        yield
+    except BaseException:
+        if folder is not None:
+            folder.discard()
+        raise
+
+
+def tell(line: str) -> None:
+    """A status line on stderr as rich prints it (no markup, not wrapped off a terminal)."""
+    from rich.console import Console
+
+    Console(stderr=True).print(line, markup=False, soft_wrap=True)
+
+
+def interrupted_line(folder: RunFolder | None, out_dir: Path | None, what: str) -> str:
+    """The one line a signal ends a measuring command with: ``what`` was saved, and where."""
+    if folder is None:
+        return "pcietrace: interrupted: nothing saved (--no-save)"
+    if out_dir is None:  # the save failed (said above)
+        return "pcietrace: interrupted: nothing saved"
+    return f"pcietrace: interrupted: saved {what} to {out_dir}; `pcietrace report {out_dir}` shows it"
+
+
+def run_saved(complete: bool) -> str:
+    """What a run, graphs run or latency suite interrupted by a signal saved."""
+    return "the whole run (the signal came while saving)" if complete else "what was recorded (status: interrupted)"
+
+
+class Saving:
+    """A recording's way out, one home for every measuring command: a context manager around the recording.
+
+    Entering installs :class:`Interrupts` (SIGTERM/SIGHUP stop it like Ctrl-C). Leaving, whatever happened:
+    a :class:`KeyboardInterrupt` from the recording is kept in ``interrupted`` and swallowed (with
+    ``partial_if_interrupted``, the default, the session's status becomes "interrupted" and it is not
+    analysed); then, with signals held (:meth:`Interrupts.finishing`), ``before()``, :func:`finish`
+    (``analyze()``, save, publish: ``results``, ``out_dir``) and ``after()``; a signal held meanwhile is kept
+    in ``interrupted`` once the run is saved; ``saved to DIR`` (``saved_line``) is said unless interrupted.
+    Any other error still propagates after the save. Then :meth:`end` says the one interrupted line or
+    renders, and gives the exit code::
+
+        saving = Saving(session, folder, lambda: analyze(session))
+        with saving:
+            record(session, ...)
+        return saving.end(lambda results: render(session.meta, results))
+
+    The hooks are called with this object: ``before``/``after`` (signals held), ``saved_line`` and ``what``
+    (what an interrupted run saved; default :func:`run_saved` of the session's status).
+    """
+
+    def __init__(self, session: Any, folder: RunFolder | None, analyze: Callable[[], Any], *,
+                 partial_if_interrupted: bool = True, before: Callable[["Saving"], None] | None = None,
+                 after: Callable[["Saving"], None] | None = None, saved_line: Callable[["Saving"], str] | None = None,
+                 what: Callable[["Saving"], str] | None = None) -> None:
+        self.session, self.folder, self.analyze = session, folder, analyze
+        self.partial_if_interrupted = partial_if_interrupted
+        self.before, self.after = before, after
+        self.saved_line = saved_line or (lambda s: f"saved to {s.out_dir}")
+        self.what = what or (lambda s: run_saved(s.session.meta.get("status") == "complete"))
+        self.results: Any = None
+        self.out_dir: Path | None = None
+        self.interrupted: KeyboardInterrupt | None = None
+        self._intr = Interrupts()
+
+    def __enter__(self) -> "Saving":
+        self._intr.__enter__()  # active until the save ends (a second signal waits for it)
+        return self
+
+    def __exit__(self, typ: Any, exc: BaseException | None, tb: Any) -> bool:
+        partial = isinstance(exc, KeyboardInterrupt) and self.partial_if_interrupted
+        if isinstance(exc, KeyboardInterrupt):
+            self.interrupted = exc
+            if partial:
+                self.session.meta["status"] = "interrupted"  # (also where it came as the recording ended)
+        self._save(None if partial else self.analyze)
+        return isinstance(exc, KeyboardInterrupt)
+
+    def _save(self, analyze: Callable[[], Any] | None) -> None:
+        """Analyse (None: not) and save with signals held; whatever happened, keep what was recorded: an
+        analysis error still saves (and publishes) the raw data."""
+        try:
+            with self._intr.finishing():
+                from pcietrace.analysis import to_jsonable  # (imported by the command already: no wait here)
+
+                if self.before is not None:
+                    self.before(self)
+                self.results, self.out_dir = finish(self.session, self.folder, analyze or (lambda: None),
+                                                    to_jsonable, say)
+                if self.after is not None:
+                    self.after(self)
+        except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
+            self.interrupted = self.interrupted or exc
+        if self.out_dir is not None and self.interrupted is None:
+            tell(self.saved_line(self))
+
+    def end(self, render: Callable[[Any], None], rc: int = 0) -> int:
+        """Interrupted: the one line saying what was saved and where, and 128 + the signal. Else
+        ``render(results)`` and ``rc`` (the recording's own exit code), but never 0 when the save failed."""
+        if self.interrupted is not None:
+            say(interrupted_line(self.folder, self.out_dir, self.what(self)))
+            return exit_code(self.interrupted)
+        render(self.results)
+        return rc if self.folder is None or self.out_dir is not None else rc or 2  # a failed save never reads as success

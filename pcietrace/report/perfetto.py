@@ -3,6 +3,8 @@ track per process, and NVTX ranges under their process and thread."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -48,3 +50,12 @@ def chrome_trace(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame
                    "ts": (r.t_start_ns - t0) / 1e3, "dur": max(r.duration_ns, 0) / 1e3, "args": args})
     return {"traceEvents": ev, "displayTimeUnit": "ms",
             "otherData": {"tool": "pcietrace", "command": " ".join(meta.get("command", [])), "simulated": meta.get("simulated", False)}}
+
+
+def write_trace(session: Any, results: dict[str, pd.DataFrame], path: Path) -> None:
+    """An attach run's Perfetto trace (:func:`chrome_trace`) written to ``path``: ``results`` from
+    :func:`pcietrace.analysis.analyze`, the launch track from :func:`pcietrace.analysis.launch_timeline`."""
+    from pcietrace.analysis import launch_timeline
+
+    trace = chrome_trace(session.meta, results["rates"], results["range_instances"], launch_timeline(session))
+    path.write_text(json.dumps(trace))

@@ -1,0 +1,98 @@
+"""guard.Saving, the one way out of every measuring command (run, graphs, latency, attach), on its own: a
+real recorded session (the H100 run in tests/data) saved into a real folder, with stand-in recording steps
+and analyses. The commands' own paths are pinned in test_new_user, test_robust, test_attach, test_gpu_close."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pandas as pd
+import pytest
+
+from pcietrace.record import guard
+from pcietrace.session import Session
+from pcietrace.signals import Terminated
+
+
+def _session(h100) -> Session:
+    return Session(meta={**h100.meta, "status": "complete"}, samples=h100.samples, windows=h100.windows)
+
+
+def _results() -> dict[str, pd.DataFrame]:
+    return {"notes": pd.DataFrame({"note": ["analysed"]})}
+
+
+@pytest.mark.parametrize("partial", [True, False], ids=["run", "attach"])
+def test_a_signal_while_recording_saves_what_was_recorded_in_one_line(partial, h100, tmp_path, capsys,
+                                                                      as_in_a_terminal) -> None:
+    """Ctrl-C in the recording: swallowed, the run saved and published, one line, exit 130, nothing rendered.
+    A partial run (run, graphs) is marked interrupted and not analysed; attach's is analysed as it stands."""
+    s, out = _session(h100), tmp_path / "run"
+    analysed, rendered = [], []
+    saving = guard.Saving(s, guard.RunFolder(out), lambda: analysed.append(1) or _results(),
+                          partial_if_interrupted=partial)
+    before = signal.getsignal(signal.SIGTERM)
+    with saving:
+        assert signal.getsignal(signal.SIGTERM) is not before  # SIGTERM stops it like Ctrl-C from here
+        raise KeyboardInterrupt
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert saving.end(rendered.append) == 128 + signal.SIGINT and not rendered
+    what = guard.run_saved(complete=not partial)
+    assert capsys.readouterr().err == (f"pcietrace: interrupted: saved {what} to {out}; "
+                                       f"`pcietrace report {out}` shows it\n")
+    saved = Session.load(out)
+    assert saved.meta["status"] == ("interrupted" if partial else "complete") and len(saved.samples) == len(h100.samples)
+    assert analysed == ([] if partial else [1]) and list(tmp_path.iterdir()) == [out]
+
+
+def test_a_signal_in_the_held_steps_waits_for_the_save(h100, tmp_path, capsys, as_in_a_terminal) -> None:
+    """SIGTERM as the step before the save runs (attach: the samplers stop): held until the run is saved and
+    the step after it has run, then one line 'the whole run', exit 143, no 'saved to' line."""
+    s, out = _session(h100), tmp_path / "run"
+    steps: list[str] = []
+    saving = guard.Saving(s, guard.RunFolder(out), _results,
+                          before=lambda sv: (steps.append("before"), os.kill(os.getpid(), signal.SIGTERM)),
+                          after=lambda sv: steps.append(f"after, saved to {sv.out_dir.name}"))
+    with saving:
+        steps.append("recorded")
+    assert isinstance(saving.interrupted, Terminated) and steps == ["recorded", "before", "after, saved to run"]
+    assert saving.end(lambda results: None) == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    assert err == (f"pcietrace: interrupted: saved the whole run (the signal came while saving) to {out}; "
+                   f"`pcietrace report {out}` shows it\n")
+    assert Session.load(out).meta["status"] == "complete"
+
+
+@pytest.mark.parametrize("rc", [0, 3])
+def test_a_failed_save_is_one_line_the_results_still_render_and_the_exit_code_is_never_0(rc, h100, tmp_path, capsys,
+                                                                                        monkeypatch) -> None:
+    """The disk fills while saving: one line, no folder (staging removed), the results rendered all the same;
+    exit 2 where the recording's own code was 0, its own code (attach: the program's) otherwise."""
+    def disk_full(self, directory, results=None):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Session, "save", disk_full)
+    rendered: list = []
+    saving = guard.Saving(_session(h100), guard.RunFolder(tmp_path / "run"), _results)
+    with saving:
+        pass
+    assert saving.out_dir is None and saving.end(rendered.append, rc) == (rc or 2)
+    assert [list(r) for r in rendered] == [["notes"]]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"pcietrace: error: could not save the run to {tmp_path / 'run'}: ")
+    assert "No space left on device" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_error_while_recording_still_saves_then_propagates(h100, tmp_path, capsys) -> None:
+    """Not a signal: the run is saved (and said) before the error goes on; the signal handlers are restored."""
+    before = signal.getsignal(signal.SIGINT)
+    saving = guard.Saving(_session(h100), guard.RunFolder(tmp_path / "run"), lambda: None,
+                          saved_line=lambda sv: f"saved partial run to {sv.out_dir}")
+    with pytest.raises(RuntimeError, match="GPU fell off the bus"):
+        with saving:
+            raise RuntimeError("GPU fell off the bus")
+    assert saving.interrupted is None and signal.getsignal(signal.SIGINT) is before
+    assert capsys.readouterr().err == f"saved partial run to {tmp_path / 'run'}\n"
+    assert len(Session.load(tmp_path / "run").samples) == len(h100.samples)

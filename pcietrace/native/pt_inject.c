@@ -552,7 +552,10 @@ static void *slot_for(void **reals, int *ptsz, void *const *slots, void *real, i
     void *out = real;  /* all slots taken: hand out the real function (uncounted) rather than fail */
     pthread_mutex_lock(&g_slot_lock);
     for (int i = 0; i < SLOTS; ++i) {
-        if (reals[i] == real || !reals[i]) { ptsz[i] = per_thread; reals[i] = real; out = slots[i]; break; }
+        if (reals[i] == real || !reals[i]) {
+            if (!reals[i]) ptsz[i] = per_thread;  /* (set before the trampoline is handed out) */
+            reals[i] = real; out = slots[i]; break;
+        }
     }
     int first = !announced;
     announced = 1;

@@ -264,3 +264,22 @@ def test_attach_counts_captured_kernels_apart_from_eager_ones(tmp_path) -> None:
     whole = doc["results"]["whole_run"][0]
     assert whole["program_captured_launches"] == k
     assert whole["program_eager_launches"] >= m  # (plus the app's own set-up launches, if any)
+
+
+def test_the_truth_bench_checks_each_calls_launches_against_the_apps(tmp_path) -> None:
+    """bench/attach_truth.py's launch check on the real 2x H200 threads recording (made before captured launches
+    were told apart: 0 captured): the app's 3,000 eager launches per eager_3000 call match; one more or less, a
+    captured count the recording does not have, or no truth at all do not pass."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import attach_truth
+
+    inst = analyze(Session.load(DATA / "attach_h200x2_threads"))["range_instances"]
+    eager = inst[inst["name"] == "eager_3000"]
+    truth = lambda launches: pd.DataFrame({"launches": [launches] * 2})
+    row = attach_truth.launch_check(truth({"eager": 3000, "graph": 0, "captured": 0}), eager)
+    assert row["launches_ok"] is True and row["eager_ours"] == 3000 and row["captured_ours"] == 0
+    for wrong in ({"eager": 2999}, {"eager": 3001}, {"eager": 3000, "captured": 100}):
+        assert attach_truth.launch_check(truth(wrong), eager)["launches_ok"] is False
+    # "at least" where the app's own count is not exact (PyTorch's capture may add kernels)
+    assert attach_truth.launch_check(truth({"eager": 3000, "captured": 0, "captured_exact": False}), eager)["launches_ok"]
+    assert attach_truth.launch_check(pd.DataFrame({"h2d": [1.0]}), eager)["launches_ok"] is None

@@ -283,3 +283,52 @@ def test_the_truth_bench_checks_each_calls_launches_against_the_apps(tmp_path) -
     # "at least" where the app's own count is not exact (PyTorch's capture may add kernels)
     assert attach_truth.launch_check(truth({"eager": 3000, "captured": 0, "captured_exact": False}), eager)["launches_ok"]
     assert attach_truth.launch_check(pd.DataFrame({"h2d": [1.0]}), eager)["launches_ok"] is None
+
+
+def test_console_and_json_show_captured_launches(tmp_path) -> None:
+    """`pcietrace report --json` on a real recording has ``captured_launches`` in every range and
+    ``program_captured_launches`` in the whole run; the console shows a ``captured`` column only where a range
+    captured (old recordings print as before), in 80 columns, with each range's count. The non-zero counts are
+    the recording's own eager counts put in the captured column (a rendering test: the renderer computes nothing)."""
+    from rich.console import Console
+
+    from pcietrace.report import console
+
+    rec = DATA / "attach_h200x2_threads"
+    proc = subprocess.run([sys.executable, "-m", "pcietrace", "report", str(rec), "--json"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert all(r["captured_launches"] == 0 for r in doc["results"]["ranges"])
+    assert all(w["program_captured_launches"] == 0 for w in doc["results"]["whole_run"])
+
+    s = Session.load(rec)
+    results = analyze(s)
+
+    def launches_table(res: dict) -> str:
+        out = Console(width=80, record=True, file=io.StringIO())
+        for part in console.attach_tables(s.meta, res):
+            out.print(part)
+        text = out.export_text()
+        return text[text.index("Launches per NVTX range"):text.index("Whole run")]
+
+    assert "captured" not in launches_table(results)
+    rg = results["ranges"].assign(captured_launches=results["ranges"]["eager_launches"])
+    table = launches_table({**results, "ranges": rg})
+    assert "captured" in table and max(len(line) for line in table.splitlines()) <= 80
+    top = rg.sort_values("captured_launches").iloc[-1]
+    row = next(line for line in table.splitlines() if line.strip().startswith(top["name"][:8]))
+    assert row.count(f"{int(top['captured_launches']):,}") == 2  # eager and captured columns
+
+
+def test_graph_savings_prediction_ignores_captured_launches() -> None:
+    """attach's "graphs save" prediction rests on eager launches only: on a real recording's ranges, adding
+    captured launches (as many as each range's eager ones) changes no prediction."""
+    from pcietrace.analysis import savings
+
+    s = Session.load(DATA / "attach_h200x2_threads")
+    inst = analyze(s)["range_instances"]
+    before = savings.predict_ms(inst, s.meta["launch_costs"])
+    after = savings.predict_ms(inst.assign(captured_launches=inst["eager_launches"]), s.meta["launch_costs"])
+    assert before["predicted_ms"].gt(0).any()
+    pd.testing.assert_series_equal(before["predicted_ms"], after["predicted_ms"])

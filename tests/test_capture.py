@@ -245,15 +245,16 @@ def test_trace_files_without_captured_fields_read_as_before(tmp_path, recording:
 
 
 @pytest.mark.gpu
-def test_attach_counts_captured_kernels_apart_from_eager_ones(tmp_path) -> None:
-    """On a GPU: an app that launches M kernels eagerly and captures K into a graph inside one range (then
-    replays it once) is reported with eager == M, captured == K and one graph launch, exactly; the process
-    totals agree."""
+@pytest.mark.parametrize("counter", ["interpose", "cupti"])
+def test_attach_counts_captured_kernels_apart_from_eager_ones(tmp_path, counter: str) -> None:
+    """On a GPU, with either launch counter: an app that launches M kernels eagerly and captures K into a graph
+    inside one range (then replays it once) is reported with eager == M, captured == K and one graph launch,
+    exactly; the process totals agree."""
     pytest.importorskip("nvtx")
     m, k = 700, 300
     out = tmp_path / "attach"
-    proc = subprocess.run([sys.executable, "-m", "pcietrace", "attach", "--json", "--no-calibrate", "-o", str(out), "--",
-                           sys.executable, str(APPS / "capture_app.py"), str(m), str(k)],
+    proc = subprocess.run([sys.executable, "-m", "pcietrace", "attach", "--json", "--no-calibrate", "--launch-counter",
+                           counter, "-o", str(out), "--", sys.executable, str(APPS / "capture_app.py"), str(m), str(k)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

@@ -333,3 +333,21 @@ def test_graph_savings_prediction_ignores_captured_launches() -> None:
     after = savings.predict_ms(inst.assign(captured_launches=inst["eager_launches"]), s.meta["launch_costs"])
     assert before["predicted_ms"].gt(0).any()
     pd.testing.assert_series_equal(before["predicted_ms"], after["predicted_ms"])
+
+
+def test_sessions_with_captured_counts_save_and_load(tmp_path) -> None:
+    """A session whose events carry the captured counts (as attach now records them) saves and loads with them;
+    events with one of the two columns only are refused with the file and column named."""
+    from pcietrace.errors import ReportError
+
+    s = Session.load(DATA / "attach_h200x2_threads")
+    n = len(s.events)
+    s.events = s.events.assign(captured_thread=np.arange(n) % 3, captured_process=np.arange(n) % 5)
+    s.save(tmp_path / "new")
+    back = Session.load(tmp_path / "new")
+    assert back.events["captured_thread"].tolist() == s.events["captured_thread"].tolist()
+    assert back.events["captured_process"].tolist() == s.events["captured_process"].tolist()
+    s.events = s.events.drop(columns="captured_process")
+    s.save(tmp_path / "half")
+    with pytest.raises(ReportError, match="captured_process"):
+        Session.load(tmp_path / "half")

@@ -86,7 +86,8 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     df.loc[start, "eager_launches"] = df.loc[start, "eager_launches_process"]
     df.loc[start, "graph_launches"] = df.loc[start, "graph_launches_process"]
     df.loc[start, "captured_launches"] = df.loc[start, "captured_launches_process"]
-    return df.astype({"eager_launches": "int64", "graph_launches": "int64", "captured_launches": "int64"}) if len(df) else df
+    counts = {c: "int64" for c in ("eager_launches", "graph_launches", "captured_launches")}
+    return df.astype(counts) if len(df) else df
 
 
 def _ordinals_to_nvml(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> Any:
@@ -340,8 +341,8 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
 SUMMARY_COLUMNS = ["domain", "name", "calls", "gpus", "incl_ms", "excl_ms", "h2d_bytes", "d2h_bytes", "excl_h2d_bytes",
                    "h2d_raw_bytes", "d2h_raw_bytes", "h2d_edge_bytes", "d2h_edge_bytes", "h2d_floor_err_bytes",
                    "d2h_floor_err_bytes", "status", "stalls",
-                   "eager_launches", "graph_launches", "captured_launches", "short_calls", "h2d_bytes_per_launch", "launch_overhead_ms",
-                   "graph_savings_ms", "gpu_busy_ms"]
+                   "eager_launches", "graph_launches", "captured_launches", "short_calls", "h2d_bytes_per_launch",
+                   "launch_overhead_ms", "graph_savings_ms", "gpu_busy_ms"]
 
 
 def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.DataFrame:

@@ -1,13 +1,17 @@
 """attach against the truth (run on a GPU machine; not a test): each scenario runs an app of known traffic
 alone (its own in-app NVML reads around every range are the truth) and under `pcietrace attach`, then
 compares per (rank, range): truth vs attach bytes per call, error, and attach's stated edge error; plus the
-GPUs each rank's ranges were charged, the per-GPU sampling rate, and the app's runtime alone vs attached.
+GPUs each rank's ranges were charged, the per-GPU sampling rate, and the app's runtime alone vs attached;
+and per range the kernel launches attach counted (eager, graph, captured into a graph) against those the app
+says it made (its truth rows' ``launches``; apps that write none are not checked).
 
     python3 bench/attach_truth.py SCENARIO [...] [--out DIR] [--exact-edges] [--idle-sample-interval-ms MS]
                                   [--sample-interval-ms MS]
 Scenarios: python (cuda.bindings), cpp (NVTX3 + runtime, built with nvcc), torch (eager + CUDA graph),
 torchrun (one process per GPU, --torch), threads (one process, one thread per GPU, cuda.bindings). Done means: ranges >= 2 ms within 5 % (H2D and D2H), shorter
-ranges within their stated error, idle ranges within their error of the truth.
+ranges within their stated error, idle ranges within their error of the truth; every call's eager, graph and
+captured launches equal the app's (captured: at least the app's where its truth row says ``captured_exact``
+false, as PyTorch's own capture may add kernels).
 """
 
 from __future__ import annotations
@@ -107,6 +111,30 @@ def ranks(attached: pd.DataFrame, inst: pd.DataFrame) -> list[int]:
     return [int(rank_of[k]) for k in keys]
 
 
+#: Launch kinds attach counts per range (``{kind}_launches``) and the truth app's ``launches`` keys.
+LAUNCH_KINDS = ("eager", "graph", "captured")
+
+
+def launch_check(truth: pd.DataFrame, ours: pd.DataFrame) -> dict:
+    """Per launch kind: the app's launches per call (``{kind}_truth``: its truth rows' ``launches``, NaN where it
+    writes none), attach's per call (``{kind}_ours``: the mean over the calls) and ``launches_ok``: every call
+    counted exactly the app's (captured: at least, where the app says its count is not exact); None where the app
+    gave no truth."""
+    given = truth["launches"].dropna() if "launches" in truth else pd.Series(dtype=object)
+    row: dict = {}
+    if not len(given):
+        return {**{f"{k}_{s}": np.nan for k in LAUNCH_KINDS for s in ("truth", "ours")}, "launches_ok": None}
+    want = given.iloc[0]
+    ok = True
+    for k in LAUNCH_KINDS:
+        got = ours.get(f"{k}_launches", pd.Series(np.nan, index=ours.index)).astype(float)
+        row[f"{k}_truth"], row[f"{k}_ours"] = float(want.get(k, 0)), float(got.mean())
+        at_least = k == "captured" and not want.get("captured_exact", True)
+        ok &= bool((got >= want.get(k, 0)).all() if at_least else (got == want.get(k, 0)).all())
+    row["launches_ok"] = ok
+    return row
+
+
 def run(scenario: str, work: Path, exact: bool, gpu: str = "all", extra: list[str] | None = None) -> dict:
     build = work / "build"
     build.mkdir(parents=True, exist_ok=True)
@@ -138,6 +166,7 @@ def run(scenario: str, work: Path, exact: bool, gpu: str = "all", extra: list[st
             edge = g[f"{d}_edge_bytes"].mean()
             row.update({f"{d}_truth": truth, f"{d}_ours": ours, f"{d}_err_pct": 100 * (ours - truth) / truth if truth else np.nan,
                         f"{d}_edge": edge, f"{d}_within_edge": bool(abs(ours - truth) <= edge + 0.01 * abs(truth))})
+        row.update(launch_check(t, g))
         long = row["ms"] >= 2
         row["ok"] = all((abs(row[f"{d}_err_pct"]) <= 5) if long and name != "idle_20ms" else row[f"{d}_within_edge"]
                         for d in ("h2d", "d2h"))
@@ -187,6 +216,9 @@ def main() -> int:
         print(f"\n== {sc}{tag}: bytes per call, truth (app alone, in-app NVML) vs attach")
         with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", "{:,.1f}".format):
             print(df[cols].to_string(index=False))
+            print("launches per call, the app's (truth) vs attach's:")
+            print(df[["rank", "range"] + [f"{k}_{s}" for k in LAUNCH_KINDS for s in ("truth", "ours")]
+                     + ["launches_ok"]].to_string(index=False))
         print("sampling:", [(s["nvml_index"], round(s["rate_hz"]), round(s["median_gap_us"])) for s in res["sampling"]])
         print("floor:", [(f["nvml_index"], f["status"], round(f.get("h2d_bytes_per_read") or 0),
                           round((f.get("h2d_background_Bps") or 0) / 1e3)) for f in res["floor"]])

@@ -152,8 +152,11 @@ TABLE_COLUMNS: dict[str, dict[str, str]] = {
     "graphs": {"kernels": "int", "strategy": "str", "round": "int", "iteration": "int", "wall_ns": "num",
                "cpu_ns": "num", "prep_ns": "num", "submit_ns": "num", **{c: "int" for c in COUNT_COLUMNS}},
 }
-#: Columns a table has all of or none of: events recorded before device tracking lack ``dev`` and ``devmask``.
-OPTIONAL_COLUMNS: dict[str, dict[str, str]] = {"events": {"dev": "int", "devmask": "int"}}
+#: Groups of columns a table has all of or none of (each group on its own): events recorded before device
+#: tracking lack ``dev`` and ``devmask``; those recorded before captured launches were told apart lack
+#: ``captured_thread`` and ``captured_process``.
+OPTIONAL_COLUMNS: dict[str, list[dict[str, str]]] = {
+    "events": [{"dev": "int", "devmask": "int"}, {"captured_thread": "int", "captured_process": "int"}]}
 #: The windows of `pcietrace graphs` carry the workload size and round.
 GRAPHS_WINDOW_COLUMNS = {**WINDOW_COLUMNS, "kernels": "int", "round": "int", "iterations": "int"}
 #: The windows of `pcietrace run` (not attach) carry the launch plan too.
@@ -209,9 +212,9 @@ def check_table(df: pd.DataFrame, name: str, columns: dict[str, str]) -> pd.Data
     columns (the analysis then finds none of its rows rather than none of its columns)."""
     if not len(df):
         return empty_table(columns) if not len(df.columns) else df
-    optional = OPTIONAL_COLUMNS.get(name, {})
-    if any(c in df.columns for c in optional):
-        columns = {**columns, **optional}
+    for optional in OPTIONAL_COLUMNS.get(name, []):
+        if any(c in df.columns for c in optional):
+            columns = {**columns, **optional}
     for col, kind in columns.items():
         where = f"{name}.{col}"
         if col not in df.columns:

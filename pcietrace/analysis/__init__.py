@@ -109,9 +109,11 @@ def _counter_bits(s: Session) -> dict[int, int]:
 
 
 #: Launch counts of a range instance, unknown (NaN) where the program ran with ``--no-count-launches``.
-LAUNCH_COUNTS = ("eager_launches", "graph_launches", "eager_launches_process", "graph_launches_process")
+LAUNCH_COUNTS = ("eager_launches", "graph_launches", "eager_launches_process", "graph_launches_process",
+                 "captured_launches", "captured_launches_process")
 #: The same for the whole run's rows.
-WHOLE_RUN_LAUNCHES = ("eager_launches", "graph_launches", "program_eager_launches", "program_graph_launches")
+WHOLE_RUN_LAUNCHES = ("eager_launches", "graph_launches", "program_eager_launches", "program_graph_launches",
+                      "program_captured_launches")
 
 
 def _unplaced_launches(whole: pd.DataFrame) -> list[str]:

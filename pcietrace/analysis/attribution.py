@@ -20,20 +20,32 @@ from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
 from pcietrace.analysis.launch import DIRECTIONS
 
 RANGE_COLUMNS = ["pid", "tid", "domain", "name", "kind", "t_start_ns", "t_end_ns", "depth", "eager_launches",
-                 "graph_launches", "eager_launches_process", "graph_launches_process", "closed"]
+                 "graph_launches", "eager_launches_process", "graph_launches_process", "captured_launches",
+                 "captured_launches_process", "closed"]
 #: Range statuses, best first: bytes are reported only for "ok".
 STATUSES = ("ok", "no floor", "no data", "wrap risk")
 RANGE_EVENTS = {"push", "pop", "start", "end"}
+
+
+def with_captured(events: pd.DataFrame) -> pd.DataFrame:
+    """``events`` with ``captured_thread``/``captured_process`` (launches into a stream being captured into a
+    graph); traces recorded before those were told apart read as 0 captured (their eager counts include them)."""
+    from pcietrace.record.attach import CAPTURED_COLUMNS
+
+    missing = [c for c in CAPTURED_COLUMNS if c not in events.columns]
+    return events.assign(**{c: 0 for c in missing}) if missing else events
 
 
 def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     """Pair push/pop (per thread, by nesting) and start/end (per process, by id) into ranges.
 
     ``eager_launches``/``graph_launches`` count launches made by the range's own thread while it was
-    open; the ``_process`` columns count the whole process's. Ranges still open when the process
-    ended are closed at its last event and marked ``closed=False``.
+    open, ``captured_launches`` those it made into a stream being captured into a graph (nodes added, nothing
+    launched: in neither of the other two); the ``_process`` columns count the whole process's. Ranges still
+    open when the process ended are closed at its last event and marked ``closed=False``.
     """
     rows: list[dict[str, Any]] = []
+    events = with_captured(events)
 
     def close(open_ev: Any, end_ev: Any, end_t: int, kind: str, closed: bool) -> None:
         rows.append({"pid": int(open_ev.pid), "tid": int(open_ev.tid), "domain": open_ev.domain, "name": open_ev.message,
@@ -41,7 +53,10 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
                      "eager_launches": int(end_ev.eager_thread - open_ev.eager_thread),
                      "graph_launches": int(end_ev.graph_thread - open_ev.graph_thread),
                      "eager_launches_process": int(end_ev.eager_process - open_ev.eager_process),
-                     "graph_launches_process": int(end_ev.graph_process - open_ev.graph_process), "closed": closed})
+                     "graph_launches_process": int(end_ev.graph_process - open_ev.graph_process),
+                     "captured_launches": int(end_ev.captured_thread - open_ev.captured_thread),
+                     "captured_launches_process": int(end_ev.captured_process - open_ev.captured_process),
+                     "closed": closed})
 
     for _, g in events.groupby("pid", sort=False):
         stacks: dict[int, list[Any]] = {}
@@ -70,7 +85,9 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     start = df["kind"] == "start"
     df.loc[start, "eager_launches"] = df.loc[start, "eager_launches_process"]
     df.loc[start, "graph_launches"] = df.loc[start, "graph_launches_process"]
-    return df.astype({"eager_launches": "int64", "graph_launches": "int64"}) if len(df) else df
+    df.loc[start, "captured_launches"] = df.loc[start, "captured_launches_process"]
+    counts = {c: "int64" for c in ("eager_launches", "graph_launches", "captured_launches")}
+    return df.astype(counts) if len(df) else df
 
 
 def _ordinals_to_nvml(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> Any:
@@ -275,8 +292,9 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     figure) with their worst-case edge errors ``h2d_edge_bytes``/``d2h_edge_bytes`` and the floor's 95 %
     half-widths ``h2d_floor_err_bytes``/``d2h_floor_err_bytes`` (summed: one floor serves every call),
     ``status`` (the worst of its calls), ``stalls`` (sampling stalls its calls overlap), ``eager_launches``, ``graph_launches``,
+    ``captured_launches`` (made into a stream being captured: graph nodes, in neither count before),
     ``h2d_bytes_per_launch`` (over eager + graph launches), ``launch_overhead_ms`` (launches x the measured
-    host cost per launch), ``graph_savings_ms`` (what capturing its launches into graphs could save at most: the
+    host cost per launch), ``graph_savings_ms`` (what capturing its eager launches into graphs could save at most: the
     instances' ``graph_savings_ms``, :func:`pcietrace.analysis.savings.predict_ms` per call; NaN without it),
     ``gpu_busy_ms``
     (``attach --gpu-time``: the GPU ran its process's kernels; NaN unknown) and ``short_calls`` (calls shorter
@@ -287,7 +305,8 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     at = attributed.assign(status_rank=attributed["status"].map(rank),
                            gpus_text=attributed["gpus"].map(lambda g: ",".join(str(i) for i in g)),
                            predicted_ms=attributed["graph_savings_ms"] if "graph_savings_ms" in attributed else np.nan,
-                           busy_ns=attributed["gpu_busy_ns"] if "gpu_busy_ns" in attributed else np.nan)
+                           busy_ns=attributed["gpu_busy_ns"] if "gpu_busy_ns" in attributed else np.nan,
+                           captured_launches=attributed.get("captured_launches", 0))
     g = at.groupby(["domain", "name"], sort=False)
     out = g.agg(calls=("name", "size"), incl_ms=("duration_ns", "sum"), excl_ms=("excl_ns", "sum"),
                 h2d_bytes=("h2d_bytes", lambda s: s.sum(min_count=len(s))),
@@ -302,6 +321,7 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
                 gpus=("gpus_text", lambda s: ",".join(sorted(set(",".join(s).split(",")) - {""}, key=int))),
                 eager_launches=("eager_launches", lambda s: s.sum(min_count=len(s))),
                 graph_launches=("graph_launches", lambda s: s.sum(min_count=len(s))),
+                captured_launches=("captured_launches", lambda s: s.sum(min_count=len(s))),
                 graph_savings_ms=("predicted_ms", lambda s: s.sum(min_count=len(s))),
                 gpu_busy_ms=("busy_ns", lambda s: s.sum(min_count=len(s)) / 1e6),
                 short_calls=("duration_ns", lambda s: int((s < short_ns).sum()))).reset_index()
@@ -321,8 +341,8 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
 SUMMARY_COLUMNS = ["domain", "name", "calls", "gpus", "incl_ms", "excl_ms", "h2d_bytes", "d2h_bytes", "excl_h2d_bytes",
                    "h2d_raw_bytes", "d2h_raw_bytes", "h2d_edge_bytes", "d2h_edge_bytes", "h2d_floor_err_bytes",
                    "d2h_floor_err_bytes", "status", "stalls",
-                   "eager_launches", "graph_launches", "short_calls", "h2d_bytes_per_launch", "launch_overhead_ms",
-                   "graph_savings_ms", "gpu_busy_ms"]
+                   "eager_launches", "graph_launches", "captured_launches", "short_calls", "h2d_bytes_per_launch",
+                   "launch_overhead_ms", "graph_savings_ms", "gpu_busy_ms"]
 
 
 def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.DataFrame:
@@ -380,13 +400,14 @@ def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: 
     (``{d}_floor_err_bytes``: over a whole run the floor's error outweighs the edges'), the launches made on it
     (:func:`launches_by_gpu`; without device information, the program's own where one GPU was sampled),
     and the program's totals, the same on every row: ``program_eager_launches``, ``program_graph_launches``,
+    ``program_captured_launches`` (into streams being captured: graph nodes, in neither of the other two),
     ``processes``, ``ranges``. ``gpus``: the session's GPU records."""
     sampled = sorted(int(i) for i in cum["nvml_index"].unique())
     span = pd.DataFrame({"t_start_ns": [t0] * len(sampled), "t_end_ns": [t1] * len(sampled), "kind": "start",
                          "pid": 0, "tid": 0, "depth": 0, "gpus": [[g] for g in sampled]})
     at = attribute(span, cum, floor, bits) if sampled else span
-    last = events.groupby("pid").tail(1) if len(events) else events
-    total = {m: int(last[f"{m}_process"].sum()) if len(last) else 0 for m in ("eager", "graph")}
+    last = with_captured(events.groupby("pid").tail(1) if len(events) else events)
+    total = {m: int(last[f"{m}_process"].sum()) if len(last) else 0 for m in ("eager", "graph", "captured")}
     mine = launches_by_gpu(events, [g for g in gpus if int(g["nvml_index"]) in sampled]).set_index("nvml_index")
     if len(sampled) == 1 and mine["eager_launches"].isna().all():
         mine.loc[:, ["eager_launches", "graph_launches"]] = [total["eager"], total["graph"]]
@@ -397,6 +418,7 @@ def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: 
                         "eager_launches": mine["eager_launches"].reindex(sampled).to_numpy(float),
                         "graph_launches": mine["graph_launches"].reindex(sampled).to_numpy(float),
                         "program_eager_launches": total["eager"], "program_graph_launches": total["graph"],
+                        "program_captured_launches": total["captured"],
                         "processes": int(events["pid"].nunique()) if len(events) else 0,
                         "ranges": int(events["event"].isin(["push", "start"]).sum()) if len(events) else 0})
     return out

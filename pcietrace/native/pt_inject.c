@@ -13,10 +13,14 @@
  *
  * Output: one tab-separated line per event, appended to PCIETRACE_TRACE_DIR/trace-<pid>.tsv, a
  * file mapped MAP_SHARED, so what was written survives a crash of the application:
- *   t_ns tid event domain id depth eager_thread graph_thread eager_process graph_process dev devmask message
+ *   t_ns tid event domain id depth eager_thread graph_thread eager_process graph_process dev devmask
+ *   captured_thread captured_process message
  * t_ns is CLOCK_MONOTONIC, the clock pcietrace's counter sampler uses. ``dev`` is the CUDA ordinal current
  * on the thread at the event (-1: none), ``devmask`` the ordinals the thread launched on since its previous
  * event (bit i = ordinal i); a "cudevice" event (id = ordinal, message = PCI bus id) names each ordinal once.
+ * ``captured_*`` count the launches (kernel or graph) made into a stream that was being captured into a graph
+ * (cuStreamBeginCapture ... cuStreamEndCapture): they add a node to a graph and run nothing, so they are in
+ * neither the eager nor the graph counts.
  *
  * Range edges: with PCIETRACE_EDGE_FILE, every push/pop/start/end bumps a shared 32-bit sequence number and
  * wakes the sampler processes waiting on it (a shared futex), so they read the counters right after the
@@ -63,7 +67,8 @@ enum { MSG_ASCII = 1, MSG_UNICODE = 2, MSG_REGISTERED = 3 };
 
 /* ---- CUPTI (values from cupti_callbacks.h / cupti_driver_cbid.h) ---- */
 typedef void (*CuptiCallback)(void *userdata, int domain, uint32_t cbid, const void *cbdata);
-typedef struct { int callbackSite; const char *functionName; } CuptiCallbackDataHead;
+/* CUpti_CallbackData's first fields: callbackSite (enum) at 0, functionName at 8, functionParams at 16 */
+typedef struct { int callbackSite; const char *functionName; const void *functionParams; } CuptiCallbackDataHead;
 enum { CUPTI_CB_DOMAIN_DRIVER_API = 1, CUPTI_API_ENTER = 0 };
 static const uint32_t LAUNCH_CBIDS[] = {307 /* cuLaunchKernel */, 442 /* _ptsz */, 514 /* cuGraphLaunch */,
                                        515 /* _ptsz */, 652 /* cuLaunchKernelEx */, 653 /* _ptsz */};
@@ -74,9 +79,9 @@ static size_t g_cap;
 static atomic_size_t g_pos;
 static atomic_int g_full;                    /* a line did not fit: the "tracefull" line was written */
 enum { TRACE_RESERVE = 256, TRACE_MIN = 1 << 16 };  /* room kept at the end of the file for that line */
-static atomic_ulong g_eager, g_graph, g_range_id;
+static atomic_ulong g_eager, g_graph, g_captured, g_range_id;
 static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
-static __thread unsigned long t_eager, t_graph;
+static __thread unsigned long t_eager, t_graph, t_captured;
 static __thread int t_depth;
 static __thread long t_tid;
 static __thread uint64_t t_devmask;          /* ordinals launched on since this thread's previous event */
@@ -129,9 +134,9 @@ static void child_after_fork(void)
     g_buf = NULL;
     t_tid = 0;  /* the forking thread has a new id in the child */
     t_devmask = 0;  /* the parent's launches since its last event: its next event reports them, not ours */
-    t_eager = t_graph = 0;  /* the child's own counts (else its first event held the parent's too) */
+    t_eager = t_graph = t_captured = 0;  /* the child's own counts (else its first event held the parent's too) */
     atomic_store(&g_pos, 0); atomic_store(&g_full, 0);
-    atomic_store(&g_eager, 0); atomic_store(&g_graph, 0); atomic_store(&g_announced, 0);
+    atomic_store(&g_eager, 0); atomic_store(&g_graph, 0); atomic_store(&g_captured, 0); atomic_store(&g_announced, 0);
     open_ranges_forget();
 }
 
@@ -181,17 +186,18 @@ static void emit_line(unsigned long long t_ns, const char *event, const char *do
      * GPU time: the thread's launches since its previous event wait for its next event of its own. */
     uint64_t mask = 0;
     if (strcmp(event, "kernel")) { mask = t_devmask; t_devmask = 0; }
-    int n = snprintf(line, sizeof line, "%llu\t%ld\t%s\t%s\t%llu\t%d\t%lu\t%lu\t%lu\t%lu\t%d\t%llu\t%s\n",
+    int n = snprintf(line, sizeof line, "%llu\t%ld\t%s\t%s\t%llu\t%d\t%lu\t%lu\t%lu\t%lu\t%d\t%llu\t%lu\t%lu\t%s\n",
                      t_ns, t_tid, event, domain ? domain : "default", id, t_depth, t_eager, t_graph,
-                     atomic_load(&g_eager), atomic_load(&g_graph), dev, (unsigned long long)mask, msg);
+                     atomic_load(&g_eager), atomic_load(&g_graph), dev, (unsigned long long)mask, t_captured,
+                     atomic_load(&g_captured), msg);
     if (n <= 0 || n >= (int)sizeof line) return;
     size_t at = atomic_fetch_add(&g_pos, (size_t)n);
     if (at + (size_t)n <= g_cap - TRACE_RESERVE) { memcpy(g_buf + at, line, (size_t)n); return; }
     if (atomic_exchange(&g_full, 1)) return;
     /* the first line that does not fit: say so, at its time, in the space kept for that at the end */
-    n = snprintf(line, sizeof line, "%llu\t%ld\ttracefull\tdefault\t%llu\t%d\t%lu\t%lu\t%lu\t%lu\t%d\t0\tlater events lost\n",
+    n = snprintf(line, sizeof line, "%llu\t%ld\ttracefull\tdefault\t%llu\t%d\t%lu\t%lu\t%lu\t%lu\t%d\t0\t%lu\t%lu\tlater events lost\n",
                  t_ns, t_tid, (unsigned long long)g_cap, t_depth, t_eager, t_graph, atomic_load(&g_eager),
-                 atomic_load(&g_graph), dev);
+                 atomic_load(&g_graph), dev, t_captured, atomic_load(&g_captured));
     if (n > 0 && n < TRACE_RESERVE) memcpy(g_buf + g_cap - TRACE_RESERVE, line, (size_t)n);
 }
 
@@ -460,9 +466,10 @@ EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
 /* ---- launch counting by interposition (PCIETRACE_COUNT=interpose, library in LD_PRELOAD) ----
  * The CUDA runtime and cuda.bindings look up the driver's cuGetProcAddress with dlsym and fetch every
  * entry point through it. Our dlsym hands out wrappers of cuGetProcAddress(_v2) that return counting
- * trampolines for cuLaunchKernel*, cuLaunchKernelEx* and cuGraphLaunch*: a few ns per launch, where
- * CUPTI's callback dispatch costs ~0.6-0.9 us. Several real entry points (per-thread-stream variants,
- * versions) each get their own trampoline slot. */
+ * trampolines for cuLaunchKernel*, cuLaunchKernelEx* and cuGraphLaunch*: a few ns per launch plus two
+ * driver queries (the current device, and whether the launch's stream is capturing), where CUPTI's callback
+ * dispatch costs ~0.6-0.9 us. Several real entry points (per-thread-stream variants, versions) each get
+ * their own trampoline slot. */
 typedef int CUres;
 typedef CUres (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
 typedef CUres (*launchex_fn)(const void *, void *, void **, void **);
@@ -471,17 +478,68 @@ typedef CUres (*getproc1_fn)(const char *, void **, int, unsigned long long);
 typedef CUres (*getproc2_fn)(const char *, void **, int, unsigned long long, void *);
 #define SLOTS 4
 static void *real_launch[SLOTS], *real_launchex[SLOTS], *real_graph[SLOTS];
+/* per slot: the entry point is a per-thread-default-stream variant (_ptsz, or fetched with that flag), so its
+ * NULL stream means CU_STREAM_PER_THREAD, not the legacy stream */
+static int ptsz_launch[SLOTS], ptsz_launchex[SLOTS], ptsz_graph[SLOTS];
 static getproc1_fn real_getproc1;
-static getproc2_fn real_getproc2;
 static pthread_mutex_t g_slot_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static inline void count_eager(void) { ++t_eager; atomic_fetch_add_explicit(&g_eager, 1, memory_order_relaxed); note_launch_device(); }
 static inline void count_graph(void) { ++t_graph; atomic_fetch_add_explicit(&g_graph, 1, memory_order_relaxed); note_launch_device(); }
+static inline void count_captured(void) { ++t_captured; atomic_fetch_add_explicit(&g_captured, 1, memory_order_relaxed); note_launch_device(); }
+
+/* ---- launches into a stream being captured (a graph node, nothing runs) ----
+ * cuStreamIsCapturing, fetched once from the real driver (legacy-stream flavour: its NULL is the legacy
+ * stream). It accepts CU_STREAM_LEGACY and CU_STREAM_PER_THREAD; on the legacy stream while another stream
+ * captures in global mode it fails with CUDA_ERROR_STREAM_CAPTURE_IMPLICIT without invalidating the capture.
+ * Any failure, or no such entry point, counts the launch as before (eager or graph): never dropped. */
+typedef CUres (*is_capturing_fn)(void *, int *);
+enum { CU_STREAM_CAPTURE_STATUS_ACTIVE = 1, CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
+       CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 2,
+       LAUNCH_CONFIG_STREAM_OFFSET = 32 /* CUlaunchConfig: 7 unsigned ints, then CUstream hStream (8-aligned) */ };
+#define CU_STREAM_PER_THREAD ((void *)0x2)
+static is_capturing_fn p_is_capturing;
+static pthread_once_t g_capture_once = PTHREAD_ONCE_INIT;
+static getproc2_fn real_getproc2;
+
+static void capture_query_resolve(void)
+{
+    void *fn = NULL;
+    int found = 0;
+    if (real_getproc2 && real_getproc2("cuStreamIsCapturing", &fn, 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found) != 0)
+        fn = NULL;
+    if (!fn) {
+        void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        if (lib) fn = real_dlsym_fn(lib, "cuStreamIsCapturing");
+    }
+    p_is_capturing = (is_capturing_fn)fn;
+}
+
+/* Whether a launch into ``stream`` (of a per-thread-default-stream entry point: ``per_thread``) only adds a
+ * node to a graph being captured: its stream's capture is active, or invalidated (the launch then fails). */
+static inline int captured(void *stream, int per_thread)
+{
+    pthread_once(&g_capture_once, capture_query_resolve);
+    if (!p_is_capturing) return 0;
+    int status = 0;
+    if (p_is_capturing(!stream && per_thread ? CU_STREAM_PER_THREAD : stream, &status) != 0) return 0;
+    return status == CU_STREAM_CAPTURE_STATUS_ACTIVE || status == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+}
+
+static inline void *launch_config_stream(const void *cfg)
+{
+    return cfg ? *(void *const *)((const char *)cfg + LAUNCH_CONFIG_STREAM_OFFSET) : NULL;
+}
+
 #define LAUNCH_SLOT(i) static CUres launch_##i(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
-    unsigned g, unsigned sh, void *st, void **p, void **x) { count_eager(); return ((launch_fn)real_launch[i])(f, a, b, c, d, e, g, sh, st, p, x); }
+    unsigned g, unsigned sh, void *st, void **p, void **x) \
+    { if (captured(st, ptsz_launch[i])) count_captured(); else count_eager(); \
+      return ((launch_fn)real_launch[i])(f, a, b, c, d, e, g, sh, st, p, x); }
 #define LAUNCHEX_SLOT(i) static CUres launchex_##i(const void *cfg, void *f, void **p, void **x) \
-    { count_eager(); return ((launchex_fn)real_launchex[i])(cfg, f, p, x); }
-#define GRAPH_SLOT(i) static CUres graph_##i(void *ge, void *st) { count_graph(); return ((graph_fn)real_graph[i])(ge, st); }
+    { if (captured(launch_config_stream(cfg), ptsz_launchex[i])) count_captured(); else count_eager(); \
+      return ((launchex_fn)real_launchex[i])(cfg, f, p, x); }
+#define GRAPH_SLOT(i) static CUres graph_##i(void *ge, void *st) \
+    { if (captured(st, ptsz_graph[i])) count_captured(); else count_graph(); return ((graph_fn)real_graph[i])(ge, st); }
 LAUNCH_SLOT(0) LAUNCH_SLOT(1) LAUNCH_SLOT(2) LAUNCH_SLOT(3)
 LAUNCHEX_SLOT(0) LAUNCHEX_SLOT(1) LAUNCHEX_SLOT(2) LAUNCHEX_SLOT(3)
 GRAPH_SLOT(0) GRAPH_SLOT(1) GRAPH_SLOT(2) GRAPH_SLOT(3)
@@ -489,13 +547,16 @@ static void *const launch_slots[SLOTS] = {(void *)launch_0, (void *)launch_1, (v
 static void *const launchex_slots[SLOTS] = {(void *)launchex_0, (void *)launchex_1, (void *)launchex_2, (void *)launchex_3};
 static void *const graph_slots[SLOTS] = {(void *)graph_0, (void *)graph_1, (void *)graph_2, (void *)graph_3};
 
-static void *slot_for(void **reals, void *const *slots, void *real)
+static void *slot_for(void **reals, int *ptsz, void *const *slots, void *real, int per_thread)
 {
     static int announced;
     void *out = real;  /* all slots taken: hand out the real function (uncounted) rather than fail */
     pthread_mutex_lock(&g_slot_lock);
     for (int i = 0; i < SLOTS; ++i) {
-        if (reals[i] == real || !reals[i]) { reals[i] = real; out = slots[i]; break; }
+        if (reals[i] == real || !reals[i]) {
+            if (!reals[i]) ptsz[i] = per_thread;  /* (set before the trampoline is handed out) */
+            reals[i] = real; out = slots[i]; break;
+        }
     }
     int first = !announced;
     announced = 1;
@@ -510,28 +571,33 @@ static int prefix(const char *s, const char *p) { return !strncmp(s, p, strlen(p
 static CUres getproc1(const char *sym, void **pfn, int ver, unsigned long long flags);
 static CUres getproc2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status);
 
-static void *wrap_entry(const char *sym, void *real)
+static int suffix(const char *s, const char *x) { size_t n = strlen(s), m = strlen(x); return n >= m && !strcmp(s + n - m, x); }
+
+/* ``flags``: cuGetProcAddress's (0 from dlsym): the per-thread flag, like a _ptsz name, picks the variant whose
+ * NULL stream is the thread's default stream. */
+static void *wrap_entry(const char *sym, void *real, unsigned long long flags)
 {
     if (!real || !sym) return real;
     if (!strcmp(sym, "cuGetProcAddress_v2")) { real_getproc2 = (getproc2_fn)real; return (void *)getproc2; }
     if (!strcmp(sym, "cuGetProcAddress")) { real_getproc1 = (getproc1_fn)real; return (void *)getproc1; }
-    if (prefix(sym, "cuLaunchKernelEx")) return slot_for(real_launchex, launchex_slots, real);
-    if (prefix(sym, "cuLaunchKernel")) return slot_for(real_launch, launch_slots, real);
-    if (prefix(sym, "cuGraphLaunch")) return slot_for(real_graph, graph_slots, real);
+    int pt = suffix(sym, "_ptsz") || (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    if (prefix(sym, "cuLaunchKernelEx")) return slot_for(real_launchex, ptsz_launchex, launchex_slots, real, pt);
+    if (prefix(sym, "cuLaunchKernel")) return slot_for(real_launch, ptsz_launch, launch_slots, real, pt);
+    if (prefix(sym, "cuGraphLaunch")) return slot_for(real_graph, ptsz_graph, graph_slots, real, pt);
     return real;
 }
 
 static CUres getproc1(const char *sym, void **pfn, int ver, unsigned long long flags)
 {
     CUres r = real_getproc1(sym, pfn, ver, flags);
-    if (r == 0 && pfn) *pfn = wrap_entry(sym, *pfn);
+    if (r == 0 && pfn) *pfn = wrap_entry(sym, *pfn, flags);
     return r;
 }
 
 static CUres getproc2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status)
 {
     CUres r = real_getproc2(sym, pfn, ver, flags, status);
-    if (r == 0 && pfn) *pfn = wrap_entry(sym, *pfn);
+    if (r == 0 && pfn) *pfn = wrap_entry(sym, *pfn, flags);
     return r;
 }
 
@@ -557,7 +623,7 @@ EXPORT void *dlsym(void *handle, const char *name)
 {
     void *p = real_dlsym_fn(handle, name);
     if (!p || name[0] != 'c' || name[1] != 'u' || !interposing()) return p;
-    return wrap_entry(name, p);
+    return wrap_entry(name, p, 0);
 }
 
 /* Loaded at process start (LD_PRELOAD): map the edge page now, so the samplers know from the start that open
@@ -577,9 +643,20 @@ static void on_driver_api(void *userdata, int domain, uint32_t cbid, const void 
     (void)userdata; (void)cbid;
     const CuptiCallbackDataHead *d = (const CuptiCallbackDataHead *)cbdata;
     if (domain != CUPTI_CB_DOMAIN_DRIVER_API || !d || d->callbackSite != CUPTI_API_ENTER || !d->functionName) return;
-    /* classify by name, so an id that means something else in another CUPTI version never miscounts */
-    if (!strncmp(d->functionName, "cuGraphLaunch", 13)) count_graph();
-    else if (!strncmp(d->functionName, "cuLaunchKernel", 14)) count_eager();
+    /* classify by name, so an id that means something else in another CUPTI version never miscounts; the stream
+     * from the parameter structs of generated_cuda_meta.h, which repeat the arguments: cuGraphLaunch_params
+     * {hGraphExec, hStream}, cuLaunchKernel_params {f, 7 unsigned ints, hStream at 40, ...},
+     * cuLaunchKernelEx_params {config, ...} */
+    const char *name = d->functionName;
+    const char *const *params = (const char *const *)d->functionParams;
+    int pt = suffix(name, "_ptsz");
+    if (!strncmp(name, "cuGraphLaunch", 13)) {
+        if (params && captured((void *)params[1], pt)) count_captured(); else count_graph();
+    } else if (!strncmp(name, "cuLaunchKernelEx", 16)) {
+        if (params && captured(launch_config_stream(params[0]), pt)) count_captured(); else count_eager();
+    } else if (!strncmp(name, "cuLaunchKernel", 14)) {
+        if (params && captured(*(void *const *)((const char *)params + 40), pt)) count_captured(); else count_eager();
+    }
 }
 
 /* ---- GPU time (PCIETRACE_GPU_TIME=1): CUPTI concurrent-kernel activity records ----

@@ -321,10 +321,15 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                       _num(r.excl_ms, ",.2f"), mb(r, "h2d", True), mb(r, "d2h", False))
         parts.append(t)
         busy = "gpu_busy_ms" in rg and rg["gpu_busy_ms"].notna().any()
-        t = _table("Launches per NVTX range", [("range", "left"), ("eager", "right"), ("graph", "right"),
+        capt = "captured_launches" in rg and (rg["captured_launches"] > 0).any()  # (shown where any range captured)
+        t = _table("Launches per NVTX range", [("range", "left"), ("eager", "right"), ("graph", "right")]
+                   + ([("captured", "right")] if capt else []) + [
                    ("H2D B/launch", "right"), ("launch ms", "right")] + ([("GPU busy ms", "right")] if busy else [])
                    + [("graphs save ≤ ms", "right")],
-                   caption="eager/graph = launches made by the range's own thread; launch ms = launches x host cost "
+                   caption="eager/graph = launches made by the range's own thread"
+                           + ("; captured = launches it made into a stream being captured into a graph (graph "
+                              "nodes, nothing ran: in neither count nor the saving)" if capt else "")
+                           + "; launch ms = launches x host cost "
                            f"per launch ({esc(costs['source']) if costs else 'not measured'}); graphs save: "
                            + ("the range's time less what its kernels take on the GPU in a graph (GPU busy: CUPTI "
                               "kernel records)" if busy else "per eager launch, the range's own time per launch less "
@@ -332,6 +337,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                            + " (pcietrace/analysis/savings.py)")
         for r in rg.itertuples():
             t.add_row(name(r), _num(r.eager_launches, ",.0f"), _num(r.graph_launches, ",.0f"),
+                      *([_num(r.captured_launches, ",.0f")] if capt else []),
                       _num(r.h2d_bytes_per_launch, ",.0f"), _num(r.launch_overhead_ms, ",.2f"),
                       *([_num(r.gpu_busy_ms, ",.2f")] if busy else []), _num(r.graph_savings_ms, ",.2f"))
         parts.append(t)

@@ -42,6 +42,7 @@ def chrome_trace(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame
                    "args": {"eager": round(float(r.eager_per_ms), 2), "graph": round(float(r.graph_per_ms), 2)}})
     for r in ranges.itertuples():
         args = {"eager launches": _count(r.eager_launches), "graph launches": _count(r.graph_launches),
+                "captured launches": _count(getattr(r, "captured_launches", 0)),
                 "gpus": [int(g) for g in getattr(r, "gpus", [])], "status": getattr(r, "status", "ok")}
         for d in ("h2d", "d2h"):
             v = float(getattr(r, f"{d}_bytes"))

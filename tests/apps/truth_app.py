@@ -5,7 +5,10 @@ $TRUTH_OUT. Run it alone (the truth) and under `pcietrace attach` (ours): bench/
     python3 truth_app.py [--torch] [--reps N]     (under torchrun: one GPU per rank)
     python3 truth_app.py --threads [--reps N]     (one process, one thread per GPU, cuda.bindings: "rank" = GPU)
 Ranges (each N times): idle_20ms, eager_3000 (3,000 empty launches + sync), h2d_64MiB (~1.5 ms),
-h2d_256MiB, d2h_64MiB, graph (a 1,000-node graph once; --torch: 50 replays of a captured 60-kernel graph).
+h2d_256MiB, d2h_64MiB, graph (a 1,000-node graph once; --torch: 50 replays of a captured 60-kernel graph),
+capture_100 (100 kernels captured into a new graph: no launch runs). Each truth row also holds the launches
+the range makes (``launches``: eager, graph, and captured, i.e. made into a stream being captured); the graphs
+replayed in "graph" are captured once at set-up, outside every range.
 """
 
 from __future__ import annotations
@@ -36,20 +39,28 @@ class Truth:
         v = pynvml.nvmlDeviceGetFieldValues(self.h, [197, 198])
         return time.monotonic_ns(), v[0].value.uiVal, v[1].value.uiVal
 
-    def range(self, name: str, fn) -> None:
+    def range(self, name: str, fn, launches: dict[str, int] | None = None) -> None:
+        """``fn`` inside NVTX range ``name``; ``launches``: the kernel launches it makes (``eager``, ``graph``,
+        ``captured``; absent: none)."""
+        launches = {"eager": 0, "graph": 0, "captured": 0, **(launches or {})}
         if os.environ.get("TRUTH_READS") == "0":  # overhead runs: the same work without the truth's own reads
             t0 = time.monotonic_ns()
             with nvtx.annotate(name, domain="truth"):
                 fn()
             self.rows.append({**self.ids, "rank": self.rank, "nvml_index": self.index, "range": name,
-                              "dur_ns": time.monotonic_ns() - t0, "h2d": None, "d2h": None})
+                              "dur_ns": time.monotonic_ns() - t0, "h2d": None, "d2h": None, "launches": launches})
             return
         with nvtx.annotate(name, domain="truth"):
             t0, tx0, rx0 = self.read()
             fn()
             t1, tx1, rx1 = self.read()
         self.rows.append({**self.ids, "rank": self.rank, "nvml_index": self.index, "range": name,
-                          "dur_ns": t1 - t0, "h2d": (rx1 - rx0) % 2**32, "d2h": (tx1 - tx0) % 2**32})
+                          "dur_ns": t1 - t0, "h2d": (rx1 - rx0) % 2**32, "d2h": (tx1 - tx0) % 2**32,
+                          "launches": launches})
+
+
+#: Kernels the "capture_100" range captures into a graph (launches that run nothing).
+CAPTURED_KERNELS = 100
 
 
 def torch_work(dev: int):
@@ -81,11 +92,19 @@ def torch_work(dev: int):
         for _ in range(50):
             g.replay()
         sync()
+    graphed.launches = 50
+
+    def capture():
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            for _ in range(CAPTURED_KERNELS):
+                x.add_(1)
+    # torch's capture may add kernels of its own (e.g. RNG-state fills where its version registers the generator)
+    capture.exact = {"captured_exact": False}
 
     copies = {"h2d_64MiB": lambda: (d[:64 * MiB].copy_(host[:64 * MiB], non_blocking=True), sync()),
               "h2d_256MiB": lambda: (d.copy_(host, non_blocking=True), sync()),
               "d2h_64MiB": lambda: (host[:64 * MiB].copy_(d[:64 * MiB], non_blocking=True), sync())}
-    return eager, graphed, copies, None  # bus id: from torch's device properties in main()
+    return eager, graphed, capture, copies, None  # bus id: from torch's device properties in main()
 
 
 def bindings_work(dev: int):
@@ -125,19 +144,26 @@ def bindings_work(dev: int):
     def graphed():
         ok(drv.cuGraphLaunch(exe, st))
         sync()
+    graphed.launches = 1
+
+    def capture():
+        ok(drv.cuStreamBeginCapture(st, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
+        for _ in range(CAPTURED_KERNELS):
+            launch()
+        ok(drv.cuGraphDestroy(ok(drv.cuStreamEndCapture(st))))
 
     copies = {"h2d_64MiB": lambda: (drv.cuMemcpyHtoDAsync(d, host, 64 * MiB, st), sync()),
               "h2d_256MiB": lambda: (drv.cuMemcpyHtoDAsync(d, host, 256 * MiB, st), sync()),
               "d2h_64MiB": lambda: (drv.cuMemcpyDtoHAsync(host, d, 64 * MiB, st), sync())}
     bus = ok(drv.cuDeviceGetPCIBusId(32, cu)).split(b"\0", 1)[0].decode()
-    return eager, graphed, copies, bus
+    return eager, graphed, capture, copies, bus
 
 
 def ranges(truth: Truth, work, reps: int, barrier=None) -> tuple[int, int]:
     """The timed loop: every range ``reps`` times (``barrier()`` before each round: ranks start together).
     Returns (one-time set-up ns, loop wall ns)."""
-    eager, graphed, copies = work
-    eager(), graphed(), [c() for c in copies.values()]  # warm every path outside the ranges
+    eager, graphed, capture, copies = work
+    eager(), graphed(), capture(), [c() for c in copies.values()]  # warm every path outside the ranges
     t_init = time.monotonic_ns()
     if barrier:  # NCCL sets up its communicator at the first collective: a one-time cost, timed on its own
         barrier()
@@ -147,10 +173,11 @@ def ranges(truth: Truth, work, reps: int, barrier=None) -> tuple[int, int]:
         if barrier:
             barrier()
         truth.range("idle_20ms", lambda: time.sleep(0.02))
-        truth.range("eager_3000", eager)
+        truth.range("eager_3000", eager, {"eager": 3000})
         for name, c in copies.items():
             truth.range(name, c)
-        truth.range("graph", graphed)
+        truth.range("graph", graphed, {"graph": graphed.launches})
+        truth.range("capture_100", capture, {"captured": CAPTURED_KERNELS, **getattr(capture, "exact", {})})
     return init_ns, time.monotonic_ns() - t_start
 
 
@@ -172,10 +199,10 @@ def threads_main(reps: int) -> None:
 
     def worker(dev: int) -> None:
         try:
-            eager, graphed, copies, bus = bindings_work(dev)
+            eager, graphed, capture, copies, bus = bindings_work(dev)
             with lock:  # NVML set-up once at a time; reads inside ranges are what they are
                 truth = Truth(bus, dev)
-            init_ns, wall_ns = ranges(truth, (eager, graphed, copies), reps, barrier.wait)
+            init_ns, wall_ns = ranges(truth, (eager, graphed, capture, copies), reps, barrier.wait)
             with lock:
                 write(truth.rows, {**truth.ids, "rank": dev, "wall_ns": wall_ns, "init_ns": init_ns})
         except BaseException as exc:  # a thread's failure fails the app (and the bench), not silently
@@ -205,13 +232,13 @@ def main() -> None:
         import torch
         torch.cuda.set_device(dev)
         dist.init_process_group("nccl", device_id=torch.device("cuda", dev))
-    eager, graphed, copies, bus = torch_work(dev) if a.torch else bindings_work(dev)
+    eager, graphed, capture, copies, bus = torch_work(dev) if a.torch else bindings_work(dev)
     if bus is None:
         import torch
         props = torch.cuda.get_device_properties(dev)
         bus = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
     truth = Truth(bus, rank)  # TRUTH_READS=0: no reads in ranges (for runtime-overhead runs)
-    init_ns, wall_ns = ranges(truth, (eager, graphed, copies), a.reps, dist.barrier if dist else None)
+    init_ns, wall_ns = ranges(truth, (eager, graphed, capture, copies), a.reps, dist.barrier if dist else None)
     write(truth.rows, {**truth.ids, "rank": rank, "wall_ns": wall_ns, "init_ns": init_ns})
     if dist:
         dist.destroy_process_group()

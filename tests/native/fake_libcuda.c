@@ -6,6 +6,13 @@
  * fake_fail_code, fake_flag_mode (1: a "kernel" launch stores its value to both flags at once, as pt_flag
  * does; 0: never, to test the timeout), fake_launch_ns (busy time per launch call), fake_device (the ordinal
  * cuCtxGetDevice reports, for the injection library's device tracking; bus id 0000:00:(06 + ordinal).0).
+ * Stream capture (cuStreamIsCapturing, for the injection library's captured launches): the stream handle
+ * fake_capturing_stream is capturing (ACTIVE), fake_invalidated_stream's capture is INVALIDATED, a query of
+ * fake_failing_stream fails (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), CU_STREAM_PER_THREAD (0x2) is capturing
+ * while fake_per_thread_capturing is set; every other handle is not capturing. fake_capture_queries counts
+ * the queries. cuLaunchKernelEx takes its stream from the CUlaunchConfig (hStream at byte 32);
+ * "cuLaunchKernel" fetched with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (or "cuLaunchKernel_ptsz") is a
+ * separate function, as in the real driver.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -47,6 +54,30 @@ static int launch_kernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d
 }
 
 static int graph_launch(void *exe, void *stream) { (void)exe, (void)stream; ++fake_graph_launches; return spend(); }
+static int launch_kernel_ptsz(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g,
+                              unsigned sh, void *stream, void **params, void **extra)
+{
+    return launch_kernel(f, a, b, c, d, e, g, sh, stream, params, extra);
+}
+static int launch_kernel_ex(const void *config, void *f, void **params, void **extra)
+{
+    (void)config, (void)f, (void)params, (void)extra;
+    ++fake_launches;
+    return spend();
+}
+
+unsigned long long fake_capturing_stream, fake_invalidated_stream, fake_failing_stream;
+int fake_per_thread_capturing;
+long long fake_capture_queries;
+int cuStreamIsCapturing(void *stream, int *status)
+{
+    unsigned long long s = (unsigned long long)(uintptr_t)stream;
+    ++fake_capture_queries;
+    if (fake_failing_stream && s == fake_failing_stream) return 906;  /* CUDA_ERROR_STREAM_CAPTURE_IMPLICIT */
+    *status = (fake_capturing_stream && s == fake_capturing_stream) || (s == 2 && fake_per_thread_capturing) ? 1
+              : (fake_invalidated_stream && s == fake_invalidated_stream) ? 2 : 0;
+    return 0;
+}
 static int stream_sync(void *s) { (void)s; ++fake_syncs; return 0; }
 static int stream_query(void *s) { (void)s; return (++fake_queries % 3) ? 600 : 0; }  /* NOT_READY twice, then done */
 static int h2d(unsigned long long dst, const void *src, size_t n, void *s) { (void)dst, (void)src, (void)s; ++fake_h2d; fake_last_nbytes = n; return 0; }
@@ -55,10 +86,15 @@ static int error_name(int code, const char **name) { *name = code == 719 ? "CUDA
 
 int cuGetProcAddress_v2(const char *sym, void **fn, int version, unsigned long long flags, int *status)
 {
-    (void)version, (void)flags;
+    (void)version;
+    if ((flags & 2 && !strcmp(sym, "cuLaunchKernel")) || !strcmp(sym, "cuLaunchKernel_ptsz")) {
+        *fn = (void *)launch_kernel_ptsz;
+        return 0;
+    }
     static const struct { const char *name; void *fn; } table[] = {
         {"cuLaunchKernel", (void *)launch_kernel}, {"cuGraphLaunch", (void *)graph_launch},
         {"cuStreamSynchronize", (void *)stream_sync}, {"cuStreamQuery", (void *)stream_query},
+        {"cuLaunchKernelEx", (void *)launch_kernel_ex}, {"cuStreamIsCapturing", (void *)cuStreamIsCapturing},
         {"cuMemcpyHtoDAsync", (void *)h2d}, {"cuMemcpyDtoHAsync", (void *)d2h}, {"cuGetErrorName", (void *)error_name},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i)

@@ -1,0 +1,353 @@
+"""Launches made while their stream is being captured into a graph are counted as captured, not eager.
+
+The C classification runs in the real injection library over the fake driver of tests/native/fake_libcuda.c
+(no GPU: its cuStreamIsCapturing says which stream handles capture) and over a stand-in libcupti (the CUPTI
+path); old traces and the real recordings in tests/data (made before captured launches were told apart) still
+load, read as 0 captured and keep their eager figures; a GPU test attaches to an app that captures K kernels
+and launches M eagerly.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pcietrace.analysis import analyze, attribution
+from pcietrace.record.attach import CAPTURED_COLUMNS, EVENT_COLUMNS_V1, EVENT_COLUMNS_V2, read_traces
+from pcietrace.session import Session
+
+DATA = Path(__file__).parent / "data"
+NATIVE = Path(__file__).parent / "native"
+APPS = Path(__file__).parent / "apps"
+
+#: Over the fake driver, from one thread, inside NVTX ranges: every way a launch can meet a capture. Each entry
+#: of ``want`` is (range, eager, graph, captured) as the script's own comments count them.
+CAPTURE_SCRIPT = r"""
+import ctypes, json, sys
+import nvtx
+cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+def fetch(name, flags=0):
+    fn = ctypes.c_void_p()
+    assert cuda.cuGetProcAddress_v2(name, ctypes.byref(fn), 12000, ctypes.c_ulonglong(flags), None) == 0
+    return fn.value
+L = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3)
+launch, launch_ptsz = L(fetch(b"cuLaunchKernel")), L(fetch(b"cuLaunchKernel", 2))  # 2: per-thread default stream
+launch_ex = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(fetch(b"cuLaunchKernelEx"))
+graph = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(fetch(b"cuGraphLaunch"))
+class Config(ctypes.Structure):  # CUlaunchConfig (CUDA 12): hStream at byte 32
+    _fields_ = [("dims", ctypes.c_uint * 7), ("hStream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("numAttrs", ctypes.c_uint)]
+assert Config.hStream.offset == 32
+def ex(stream):
+    launch_ex(ctypes.byref(Config(hStream=stream)), None, None, None)
+knob = lambda name: ctypes.c_ulonglong.in_dll(cuda, name)
+knob("fake_capturing_stream").value, knob("fake_invalidated_stream").value, knob("fake_failing_stream").value = 0x200, 0x400, 0x300
+per_thread = ctypes.c_int.in_dll(cuda, "fake_per_thread_capturing")
+k = lambda fn, stream: fn(None, 1, 1, 1, 1, 1, 1, 0, stream, None, None)
+want = []
+nvtx.push_range("plain")        # nothing captures: 3 + 1 eager, 1 graph
+for _ in range(3): k(launch, 0x100)
+ex(0x100); graph(None, 0x100)
+nvtx.pop_range(); want.append(("plain", 4, 1, 0))
+nvtx.push_range("capture")      # into the capturing stream: 5 kernels (4 + 1 by cuLaunchKernelEx) and 1 graph
+for _ in range(4): k(launch, 0x200)
+ex(0x200); graph(None, 0x200)
+k(launch, 0x400)                # a capture already invalidated: the launch fails, nothing runs
+nvtx.pop_range(); want.append(("capture", 0, 0, 7))
+nvtx.push_range("mixed")        # eager between captured ones, and a query that fails: counted eager, never dropped
+k(launch, 0x100); k(launch, 0x200); k(launch, 0x300); k(launch, 0x300); ex(0x200)
+nvtx.pop_range(); want.append(("mixed", 3, 0, 2))
+per_thread.value = 1            # the thread's per-thread default stream captures
+nvtx.push_range("default streams")
+k(launch, None)                 # legacy entry point: NULL is the legacy stream, not capturing
+k(launch_ptsz, None)            # per-thread entry point: NULL is the per-thread stream -> captured
+k(launch, 0x2)                  # CU_STREAM_PER_THREAD named explicitly -> captured
+k(launch, 0x1)                  # CU_STREAM_LEGACY -> eager
+nvtx.pop_range(); want.append(("default streams", 2, 0, 2))
+per_thread.value = 0
+nvtx.push_range("after")
+k(launch_ptsz, None)
+nvtx.pop_range(); want.append(("after", 1, 0, 0))
+calls = ctypes.c_longlong.in_dll(cuda, "fake_launches").value + ctypes.c_longlong.in_dll(cuda, "fake_graph_launches").value
+json.dump({"want": want, "driver_calls": calls, "queries": ctypes.c_longlong.in_dll(cuda, "fake_capture_queries").value},
+          open(sys.argv[1], "w"))
+"""
+
+
+def _build_fake_driver(tmp_path: Path) -> str:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(tmp_path / "libcuda.so.1"),
+                    str(NATIVE / "fake_libcuda.c")], check=True)
+    return cc
+
+
+def _run(tmp_path: Path, script: str, counter: str, extra_env: dict[str, str] | None = None) -> tuple[pd.DataFrame, dict]:
+    """``script`` (its argv[1]: a JSON file it writes) with the real injection library in attach's environment
+    (``counter``: "interpose" or "cupti") over the fake driver; returns the trace's events and the JSON."""
+    from pcietrace.errors import UsageError
+    from pcietrace.record.attach import injection_env
+
+    pytest.importorskip("nvtx")
+    _build_fake_driver(tmp_path)
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    try:
+        env = injection_env(traces, counter, None, [0], False)
+    except UsageError:
+        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
+    env.update({"LD_LIBRARY_PATH": str(tmp_path), **(extra_env or {})})
+    out = tmp_path / "out.json"
+    proc = subprocess.run([sys.executable, "-c", script, str(out)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return read_traces(traces), json.loads(out.read_text())
+
+
+def _per_range(events: pd.DataFrame) -> list[tuple[str, int, int, int]]:
+    r = attribution.ranges_from_events(events).sort_values("t_start_ns")
+    return [(n, int(e), int(g), int(c)) for n, e, g, c in
+            zip(r["name"], r["eager_launches"], r["graph_launches"], r["captured_launches"])]
+
+
+def test_interposer_counts_launches_into_a_capturing_stream_as_captured(tmp_path) -> None:
+    """The interposer's trampolines (cuLaunchKernel, its per-thread-stream variant, cuLaunchKernelEx's config,
+    cuGraphLaunch) ask the driver whether the launch's stream captures: per range, eager/graph/captured are
+    exactly what the script made; every driver call is counted once; a failed query counts eager."""
+    ev, got = _run(tmp_path, CAPTURE_SCRIPT, "interpose")
+    assert set(CAPTURED_COLUMNS) <= set(ev.columns)
+    want = [tuple(w) for w in got["want"]]
+    assert _per_range(ev) == want
+    last = ev.iloc[-1]  # the "exit" event: the process's totals
+    assert last["event"] == "exit"
+    totals = [sum(w[i] for w in want) for i in (1, 2, 3)]
+    assert [last["eager_process"], last["graph_process"], last["captured_process"]] == totals
+    assert sum(totals) == got["driver_calls"]  # never dropped, never counted twice
+    assert got["queries"] == got["driver_calls"]  # one query per launch
+
+
+#: A STAND-IN libcupti with the callback API (no GPU): cuptiSubscribe keeps the injection library's callback;
+#: fake_fire(name, params) calls it at API entry as CUPTI does (CUpti_CallbackData: site, name, params).
+FAKE_CUPTI_CALLBACKS = r"""
+#include <stdint.h>
+#include <string.h>
+typedef void (*cb_fn)(void *, int, uint32_t, const void *);
+typedef struct { int site; const char *name; const void *params; void *ret; const char *symbol; } Data;
+static cb_fn callback;
+static const char *names[] = {"", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuGraphLaunch"};
+int cuptiSubscribe(void **sub, cb_fn cb, void *user) { (void)user; *sub = (void *)1; callback = cb; return 0; }
+int cuptiEnableCallback(uint32_t on, void *sub, int domain, uint32_t id) { (void)on, (void)sub, (void)domain, (void)id; return 0; }
+int cuptiGetCallbackName(int domain, uint32_t id, const char **name) { (void)domain; if (id >= 5) return 1; *name = names[id]; return 0; }
+void fake_fire(const char *name, const void *params) { Data d = {0, name, params, 0, 0}; callback(0, 1, 0, &d); }
+"""
+
+#: The same launches as CAPTURE_SCRIPT's first ranges, through CUPTI callbacks with the parameter structs of
+#: generated_cuda_meta.h (cuLaunchKernel_params: hStream at byte 40; cuLaunchKernelEx_params: config first;
+#: cuGraphLaunch_params: hStream second).
+CUPTI_SCRIPT = r"""
+import ctypes, json, os, sys
+import nvtx
+cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+lib = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])
+assert lib.InitializeInjection() == 1
+cupti = ctypes.CDLL(os.environ["PCIETRACE_CUPTI"])
+ctypes.c_ulonglong.in_dll(cuda, "fake_capturing_stream").value = 0x200
+class KernelParams(ctypes.Structure):
+    _fields_ = [("f", ctypes.c_void_p), ("dims", ctypes.c_uint * 7), ("hStream", ctypes.c_void_p),
+                ("kernelParams", ctypes.c_void_p), ("extra", ctypes.c_void_p)]
+assert KernelParams.hStream.offset == 40
+class Config(ctypes.Structure):
+    _fields_ = [("dims", ctypes.c_uint * 7), ("hStream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("numAttrs", ctypes.c_uint)]
+def kernel(stream, name=b"cuLaunchKernel"):
+    p = KernelParams(hStream=stream); cupti.fake_fire(name, ctypes.byref(p))
+def ex(stream):
+    c = Config(hStream=stream); p = (ctypes.c_void_p * 4)(ctypes.addressof(c)); cupti.fake_fire(b"cuLaunchKernelEx", p)
+def graph(stream):
+    p = (ctypes.c_void_p * 2)(None, stream); cupti.fake_fire(b"cuGraphLaunch", p)
+want = []
+nvtx.push_range("plain"); kernel(0x100); kernel(0x100); ex(0x100); graph(0x100); nvtx.pop_range(); want.append(("plain", 3, 1, 0))
+nvtx.push_range("capture"); kernel(0x200); ex(0x200); graph(0x200); nvtx.pop_range(); want.append(("capture", 0, 0, 3))
+ctypes.c_int.in_dll(cuda, "fake_per_thread_capturing").value = 1
+nvtx.push_range("default streams"); kernel(None); kernel(None, b"cuLaunchKernel_ptsz"); nvtx.pop_range()
+want.append(("default streams", 1, 0, 1))
+json.dump({"want": want}, open(sys.argv[1], "w"))
+"""
+
+
+def test_cupti_callbacks_count_launches_into_a_capturing_stream_as_captured(tmp_path) -> None:
+    """The CUPTI path (``--launch-counter cupti``) reads each launch's stream from the callback's parameter
+    struct and classifies it as the interposer does, over a stand-in libcupti."""
+    cc = _build_fake_driver(tmp_path)
+    (tmp_path / "cupti.c").write_text(FAKE_CUPTI_CALLBACKS)
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "libcupti_standin.so"), str(tmp_path / "cupti.c")],
+                   check=True)
+    ev, got = _run(tmp_path, CUPTI_SCRIPT, "cupti", {"PCIETRACE_CUPTI": str(tmp_path / "libcupti_standin.so")})
+    assert (ev["event"] == "cupti").any()
+    assert _per_range(ev) == [tuple(w) for w in got["want"]]
+
+
+def _recordings() -> list[Path]:
+    found = sorted({p.parent for p in DATA.rglob("events.parquet")})
+    shared = Path(__file__).resolve().parents[2] / "shared" / "recordings"  # (tests/data/recordings holds copies)
+    names = {p.name for p in found}
+    found += sorted({p.parent for p in shared.rglob("events.parquet") if p.parent.name not in names}) \
+        if shared.is_dir() else []
+    return found
+
+
+@pytest.mark.parametrize("recording", _recordings(), ids=lambda p: p.name)
+def test_recordings_from_before_read_as_zero_captured_and_keep_their_eager_counts(recording: Path) -> None:
+    """Every real attach recording made before captured launches were told apart loads; its ranges have 0
+    captured launches (unknown where launches were not counted at all) and the eager/graph counts its saved
+    report.json holds (computed when it was made)."""
+    s = Session.load(recording)
+    assert not set(CAPTURED_COLUMNS) & set(s.events.columns)  # (made before: the test's premise)
+    saved = json.loads((recording / "report.json").read_text()).get("results", {}).get("ranges", [])
+    r = analyze(s)
+    rg, whole = r["ranges"], r["whole_run"]
+    assert len(rg) > 0
+    assert (rg["captured_launches"].isna() == rg["eager_launches"].isna()).all()
+    assert (rg["captured_launches"].dropna() == 0).all()
+    assert (whole["program_captured_launches"].isna() == whole["program_eager_launches"].isna()).all()
+    assert (whole["program_captured_launches"].dropna() == 0).all()
+    if saved and rg["eager_launches"].notna().any():  # (--no-count-launches runs were saved with 0s before NaN)
+        old = pd.DataFrame(saved).set_index(["domain", "name"])
+        new = rg.set_index(["domain", "name"]).loc[old.index]
+        for c in ("eager_launches", "graph_launches"):
+            assert np.array_equal(new[c].astype(float), old[c].astype(float), equal_nan=True)
+
+
+@pytest.mark.parametrize("recording, names", [("attach_h200x8_torchrun", EVENT_COLUMNS_V2),
+                                              ("attach_h100_python", EVENT_COLUMNS_V1)])
+def test_trace_files_without_captured_fields_read_as_before(tmp_path, recording: str, names: list[str]) -> None:
+    """Trace files in the previous formats (13 fields: no captured counts; 11: no devices either), written back
+    from a real recording's events, read into the same frame, and its ranges count 0 captured and the same
+    eager launches."""
+    ev = Session.load(DATA / recording).events
+    assert list(ev.columns) == names + ["pid"]
+    for pid, g in ev.groupby("pid"):
+        buf = io.StringIO()
+        g[names].to_csv(buf, sep="\t", header=False, index=False)
+        (tmp_path / f"trace-{pid}.tsv").write_text(buf.getvalue())
+    back = read_traces(tmp_path)
+    order = lambda df: df.sort_values(["pid", "t_ns"], kind="stable").reset_index(drop=True)
+    pd.testing.assert_frame_equal(order(back[ev.columns.tolist()]), order(ev), check_dtype=False)
+    ranges, before = attribution.ranges_from_events(back), attribution.ranges_from_events(ev)
+    assert len(ranges) and (ranges["captured_launches"] == 0).all()
+    assert ranges["eager_launches"].tolist() == before["eager_launches"].tolist()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("counter", ["interpose", "cupti"])
+def test_attach_counts_captured_kernels_apart_from_eager_ones(tmp_path, counter: str) -> None:
+    """On a GPU, with either launch counter: an app that launches M kernels eagerly and captures K into a graph
+    inside one range (then replays it once) is reported with eager == M, captured == K and one graph launch,
+    exactly; the process totals agree."""
+    pytest.importorskip("nvtx")
+    m, k = 700, 300
+    out = tmp_path / "attach"
+    proc = subprocess.run([sys.executable, "-m", "pcietrace", "attach", "--json", "--no-calibrate", "--launch-counter",
+                           counter, "-o", str(out), "--", sys.executable, str(APPS / "capture_app.py"), str(m), str(k)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    ranges = pd.DataFrame(doc["results"]["ranges"]).set_index("name")
+    assert ranges.loc["eager", ["eager_launches", "graph_launches", "captured_launches"]].tolist() == [m, 0, 0]
+    assert ranges.loc["capture", ["eager_launches", "graph_launches", "captured_launches"]].tolist() == [0, 0, k]
+    assert ranges.loc["replay", ["eager_launches", "graph_launches", "captured_launches"]].tolist() == [0, 1, 0]
+    whole = doc["results"]["whole_run"][0]
+    assert whole["program_captured_launches"] == k
+    assert whole["program_eager_launches"] >= m  # (plus the app's own set-up launches, if any)
+
+
+def test_the_truth_bench_checks_each_calls_launches_against_the_apps(tmp_path) -> None:
+    """bench/attach_truth.py's launch check on the real 2x H200 threads recording (made before captured launches
+    were told apart: 0 captured): the app's 3,000 eager launches per eager_3000 call match; one more or less, a
+    captured count the recording does not have, or no truth at all do not pass."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import attach_truth
+
+    inst = analyze(Session.load(DATA / "attach_h200x2_threads"))["range_instances"]
+    eager = inst[inst["name"] == "eager_3000"]
+    truth = lambda launches: pd.DataFrame({"launches": [launches] * 2})
+    row = attach_truth.launch_check(truth({"eager": 3000, "graph": 0, "captured": 0}), eager)
+    assert row["launches_ok"] is True and row["eager_ours"] == 3000 and row["captured_ours"] == 0
+    for wrong in ({"eager": 2999}, {"eager": 3001}, {"eager": 3000, "captured": 100}):
+        assert attach_truth.launch_check(truth(wrong), eager)["launches_ok"] is False
+    # "at least" where the app's own count is not exact (PyTorch's capture may add kernels)
+    assert attach_truth.launch_check(truth({"eager": 3000, "captured": 0, "captured_exact": False}), eager)["launches_ok"]
+    assert attach_truth.launch_check(pd.DataFrame({"h2d": [1.0]}), eager)["launches_ok"] is None
+
+
+def test_console_and_json_show_captured_launches(tmp_path) -> None:
+    """`pcietrace report --json` on a real recording has ``captured_launches`` in every range and
+    ``program_captured_launches`` in the whole run; the console shows a ``captured`` column only where a range
+    captured (old recordings print as before), in 80 columns, with each range's count. The non-zero counts are
+    the recording's own eager counts put in the captured column (a rendering test: the renderer computes nothing)."""
+    from rich.console import Console
+
+    from pcietrace.report import console
+
+    rec = DATA / "attach_h200x2_threads"
+    proc = subprocess.run([sys.executable, "-m", "pcietrace", "report", str(rec), "--json"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert all(r["captured_launches"] == 0 for r in doc["results"]["ranges"])
+    assert all(w["program_captured_launches"] == 0 for w in doc["results"]["whole_run"])
+
+    s = Session.load(rec)
+    results = analyze(s)
+
+    def launches_table(res: dict) -> str:
+        out = Console(width=80, record=True, file=io.StringIO())
+        for part in console.attach_tables(s.meta, res):
+            out.print(part)
+        text = out.export_text()
+        return text[text.index("Launches per NVTX range"):text.index("Whole run")]
+
+    assert "captured" not in launches_table(results)
+    rg = results["ranges"].assign(captured_launches=results["ranges"]["eager_launches"])
+    table = launches_table({**results, "ranges": rg})
+    assert "captured" in table and max(len(line) for line in table.splitlines()) <= 80
+    top = rg.sort_values("captured_launches").iloc[-1]
+    row = next(line for line in table.splitlines() if line.strip().startswith(top["name"][:8]))
+    assert row.count(f"{int(top['captured_launches']):,}") == 2  # eager and captured columns
+
+
+def test_graph_savings_prediction_ignores_captured_launches() -> None:
+    """attach's "graphs save" prediction rests on eager launches only: on a real recording's ranges, adding
+    captured launches (as many as each range's eager ones) changes no prediction."""
+    from pcietrace.analysis import savings
+
+    s = Session.load(DATA / "attach_h200x2_threads")
+    inst = analyze(s)["range_instances"]
+    before = savings.predict_ms(inst, s.meta["launch_costs"])
+    after = savings.predict_ms(inst.assign(captured_launches=inst["eager_launches"]), s.meta["launch_costs"])
+    assert before["predicted_ms"].gt(0).any()
+    pd.testing.assert_series_equal(before["predicted_ms"], after["predicted_ms"])
+
+
+def test_sessions_with_captured_counts_save_and_load(tmp_path) -> None:
+    """A session whose events carry the captured counts (as attach now records them) saves and loads with them;
+    events with one of the two columns only are refused with the file and column named."""
+    from pcietrace.errors import ReportError
+
+    s = Session.load(DATA / "attach_h200x2_threads")
+    n = len(s.events)
+    s.events = s.events.assign(captured_thread=np.arange(n) % 3, captured_process=np.arange(n) % 5)
+    s.save(tmp_path / "new")
+    back = Session.load(tmp_path / "new")
+    assert back.events["captured_thread"].tolist() == s.events["captured_thread"].tolist()
+    assert back.events["captured_process"].tolist() == s.events["captured_process"].tolist()
+    s.events = s.events.drop(columns="captured_process")
+    s.save(tmp_path / "half")
+    with pytest.raises(ReportError, match="captured_process"):
+        Session.load(tmp_path / "half")

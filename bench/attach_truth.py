@@ -67,7 +67,7 @@ def overhead(scenario: str, work: Path, pairs: int, gpu: str, extra: list[str] |
             path = work / f"{scenario}-overhead-{mode}-{i}.jsonl"
             env = dict(os.environ, TRUTH_OUT=str(path), TRUTH_READS="0")
             pre = [] if mode == "alone" else [sys.executable, "-m", "pcietrace", "attach", "--gpu", gpu, "-o",
-                                              str(work / f"ovh-{i}"), "--no-calibrate", *(extra or []), "--"]
+                                              str(work / f"{scenario}-ovh-{i}"), "--no-calibrate", *(extra or []), "--"]
             subprocess.run(pre + cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             walls[mode].append(np.mean(list(truth_rows(path)[1].values())) / 1e6)
     a, b = np.median(walls["alone"]), np.median(walls["attached"])

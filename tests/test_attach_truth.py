@@ -525,8 +525,9 @@ def test_a_cupti_kernel_line_leaves_the_flushing_threads_launches_to_its_next_ev
 
 def test_idle_ranges_are_unbiased_where_the_gpu_was_cold_before_the_program(data_dir, monkeypatch) -> None:
     """The H100 idle-zero run (idle ranges move nothing: truth 0): the idle windows before the program read a GPU
-    with no context for a while, whose reads took longer and cost more bytes. With one cost per read the floor
-    came out too high inside the ranges (every idle call negative); the read-time term takes it out."""
+    with no context for a while, whose reads took longer and cost more bytes. With one cost per read from the
+    windows alone the floor came out too high inside the ranges (every idle call negative); the read-time term
+    and the ranges' quiet intervals each take it out."""
     from pcietrace.analysis import floor
 
     s = Session.load(data_dir / "attach_h100_idle_zero")
@@ -538,14 +539,17 @@ def test_idle_ranges_are_unbiased_where_the_gpu_was_cold_before_the_program(data
 
     idle, fl = idle_calls()
     assert fl["read_time_term"].all() and (fl["h2d_bytes_per_read_us"] > 0).all()
-    monkeypatch.setattr(floor, "READ_TIME_SPREAD", np.inf)  # one cost per read, as before
+    monkeypatch.setattr(floor, "STATE_RUN", 10**9)  # no quiet intervals: the windows' read-time term alone
+    term_only, _ = idle_calls()
+    monkeypatch.setattr(floor, "READ_TIME_SPREAD", np.inf)  # and one cost per read: as before both
     before, fl_before = idle_calls()
-    assert not fl_before["read_time_term"].any() and len(idle) == len(before) == 5
+    assert not fl_before["read_time_term"].any() and len(idle) == len(term_only) == len(before) == 5
     for d in ("h2d", "d2h"):
         err = idle[f"{d}_edge_bytes"] + idle[f"{d}_floor_err_bytes"]
         assert (idle[f"{d}_bytes"].abs() <= err).all(), d
         assert (before[f"{d}_bytes"] < 0).all(), d  # the bias this fixes
-        assert abs(idle[f"{d}_bytes"].mean()) < 0.3 * abs(before[f"{d}_bytes"].mean()), d
+        for fixed in (idle, term_only):
+            assert abs(fixed[f"{d}_bytes"].mean()) < 0.3 * abs(before[f"{d}_bytes"].mean()), d
 
 
 def test_a_state_the_idle_windows_never_saw_is_in_the_stated_error(data_dir, monkeypatch) -> None:
@@ -562,6 +566,10 @@ def test_a_state_the_idle_windows_never_saw_is_in_the_stated_error(data_dir, mon
         return idle[f"{d}_bytes"].abs() <= idle[f"{d}_edge_bytes"] + idle[f"{d}_floor_err_bytes"]
 
     moved, steady = idle_calls("attach_h100_idle_state"), idle_calls("attach_h100_idle_zero")
+    fl = analyze(Session.load(data_dir / "attach_h100_idle_state"))["floor"].iloc[0]
+    for d in ("h2d", "d2h"):  # reads cheaper in the ranges' quiet intervals than the windows say: charged that
+        windows = fl[f"{d}_bytes_per_read"] + fl[f"{d}_bytes_per_read_us"] * fl["read_us_program"]
+        assert fl[f"{d}_bytes_per_read_program"] == fl[f"{d}_bytes_per_read_quiet"] < windows, d
     for d in ("h2d", "d2h"):
         assert within(moved, d).all() and within(steady, d).all(), d
         assert moved[f"{d}_floor_err_bytes"].min() > 2 * steady[f"{d}_floor_err_bytes"].max(), d

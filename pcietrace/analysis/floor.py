@@ -21,10 +21,12 @@ from pcietrace.analysis.launch import DIRECTIONS
 #: (windows of one read density: one rate, reads not separated), or "no floor" (no idle window covered by
 #: samples). ``{d}_bytes_per_read_us``: bytes per microsecond a read took, fitted only where the reading
 #: windows' reads took clearly different times (``read_time_term``), else 0. ``read_us_program``: the median
-#: time a read took while the program ran (kept within the reading windows' mean read times), where the floor
-#: is taken: ``{d}_bytes_per_read_program`` = per read + per us x that. ``{d}_state_bytes_per_read``: how far
-#: (95 %) the program's quiet sample intervals strayed from that per read (the GPU's state moves a read's
-#: cost; see :func:`state_bytes_per_read`). ``{d}_*_se``: the terms' standard errors from the windows'
+#: time a read took inside the program's ranges (kept within the reading windows' mean read times).
+#: ``{d}_bytes_per_read_quiet``: the median bytes of the ranges' quiet sample intervals (one read each, less
+#: the background; NaN with fewer than :data:`STATE_RUN`). ``{d}_bytes_per_read_program``, what each read in
+#: a range is charged: per read + per us x ``read_us_program``, or the quiet median where that is lower.
+#: ``{d}_state_bytes_per_read``: how far (95 %) the quiet intervals strayed from it (the GPU's state moves a
+#: read's cost; see :func:`state_bytes_per_read`). ``{d}_*_se``: the terms' standard errors from the windows'
 #: scatter; ``{d}_floor_corr`` (per read, background), ``{d}_corr_read_vs_read_us`` and
 #: ``{d}_corr_read_us_vs_background``: their correlations; ``dof``: the degrees of freedom left (0: no error
 #: estimate).
@@ -35,6 +37,7 @@ FLOOR_COLUMNS = ["nvml_index", "status", "windows", "reads_per_s", "h2d_bytes_pe
                  "h2d_bytes_per_read_us", "d2h_bytes_per_read_us", "h2d_bytes_per_read_us_se",
                  "d2h_bytes_per_read_us_se", "h2d_corr_read_vs_read_us", "d2h_corr_read_vs_read_us",
                  "h2d_corr_read_us_vs_background", "d2h_corr_read_us_vs_background",
+                 "h2d_bytes_per_read_quiet", "d2h_bytes_per_read_quiet",
                  "h2d_bytes_per_read_program", "d2h_bytes_per_read_program",
                  "h2d_state_bytes_per_read", "d2h_state_bytes_per_read", "quiet_intervals"]
 
@@ -158,7 +161,14 @@ def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | 
     quiet = both & np.logical_and.reduce([ys[d] < QUIET_FACTOR * np.maximum(floors[d], 1.0) for d in DIRECTIONS])
     row["quiet_intervals"] = int(quiet.sum())
     for d in DIRECTIONS:
-        row[f"{d}_state_bytes_per_read"] = state_bytes_per_read(ys[d][quiet] - floors[d][quiet])
+        # the program's own quiet intervals: reads cheaper there than in the windows lower the floor; dearer
+        # ones do not raise it (steady traffic of the program's own would look the same)
+        bg = row[f"{d}_background_Bps"] * dt_s[quiet]
+        quiet_per_read = float(np.median(ys[d][quiet] - bg)) if quiet.sum() >= STATE_RUN else np.nan
+        row[f"{d}_bytes_per_read_quiet"] = quiet_per_read
+        if quiet_per_read < row[f"{d}_bytes_per_read_program"]:
+            row[f"{d}_bytes_per_read_program"] = quiet_per_read
+        row[f"{d}_state_bytes_per_read"] = state_bytes_per_read(ys[d][quiet] - bg - row[f"{d}_bytes_per_read_program"])
 
 
 def state_bytes_per_read(resid: np.ndarray, run: int | None = None) -> float:

@@ -10,7 +10,7 @@ says it made (its truth rows' ``launches``; apps that write none are not checked
 Scenarios: python (cuda.bindings), cpp (NVTX3 + runtime, built with nvcc), torch (eager + CUDA graph),
 torchrun (one process per GPU, --torch), threads (one process, one thread per GPU, cuda.bindings). Done means: ranges >= 2 ms within 5 % (H2D and D2H), shorter
 ranges within their stated error, idle ranges within their error of the truth; every call's eager, graph and
-captured launches equal the app's (captured: at least the app's where its truth row says ``captured_exact``
+captured launches equal the app's (at least the app's where its truth row says ``{kind}_exact``
 false, as PyTorch's own capture may add kernels).
 """
 
@@ -129,7 +129,7 @@ def launch_check(truth: pd.DataFrame, ours: pd.DataFrame) -> dict:
     for k in LAUNCH_KINDS:
         got = ours.get(f"{k}_launches", pd.Series(np.nan, index=ours.index)).astype(float)
         row[f"{k}_truth"], row[f"{k}_ours"] = float(want.get(k, 0)), float(got.mean())
-        at_least = k == "captured" and not want.get("captured_exact", True)
+        at_least = not want.get(f"{k}_exact", True)
         ok &= bool((got >= want.get(k, 0)).all() if at_least else (got == want.get(k, 0)).all())
     row["launches_ok"] = ok
     return row

@@ -5,7 +5,12 @@ the sampler's read rate changes while a program runs (edges wake it, stalls slow
 interval is ``bytes_per_read x reads in the interval + background_Bps x duration``, fitted per GPU from
 idle windows where the sampler alternately reads (``sampling="on"``) and pauses (``"paused"``). Windows are
 aligned to samples (last sample at or before the start, first at or after the end): no interpolation.
-Stateless: DataFrames in, DataFrames out.
+
+A read's cost depends on the GPU's state: a GPU without a CUDA context for a while (often before the program)
+answers slower and moves more bytes per read. Where the windows' reads took clearly different times the fit
+adds bytes per microsecond of read time, taken at the program's ranges' median read time; the ranges' own
+quiet sample intervals lower the cost per read where reads were cheaper there, and their spread (states no
+window saw) joins each range's floor error. Stateless: DataFrames in, DataFrames out.
 """
 
 from __future__ import annotations
@@ -166,7 +171,7 @@ def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | 
         bg = row[f"{d}_background_Bps"] * dt_s[quiet]
         quiet_per_read = float(np.median(ys[d][quiet] - bg)) if quiet.sum() >= STATE_RUN else np.nan
         row[f"{d}_bytes_per_read_quiet"] = quiet_per_read
-        if quiet_per_read < row[f"{d}_bytes_per_read_program"]:
+        if 0 < quiet_per_read < row[f"{d}_bytes_per_read_program"]:
             row[f"{d}_bytes_per_read_program"] = quiet_per_read
         row[f"{d}_state_bytes_per_read"] = state_bytes_per_read(ys[d][quiet] - bg - row[f"{d}_bytes_per_read_program"])
 

@@ -9,7 +9,6 @@ import json
 import math
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from pcietrace.analysis import attribution, counters, floor, gpu_time, launch, savings, summary, validate
@@ -137,7 +136,6 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
     cum = counters.cumulative_bytes(s.samples, s.counters)
     events = gpu_time.host_events(s.events)
     ranges = attribution.ranges_from_events(events) if len(events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
-    fl = floor.floor_model(cum, s.windows, sampled, ranges[["t_start_ns", "t_end_ns"]].to_numpy(np.int64))
     slow = [d for d in str(s.meta.get("slow_domains") or "").split(",") if d]  # ranges that did not hold the fast rate
     gaps = attribution.sampling_gaps(cum, bits, idle_interval_ns(s.meta), ranges[~ranges["domain"].isin(slow)])
     gap_ns = max((g["median_ns"] for g in gaps.values()), default=0.0)  # the in-range gap: what edges rest on
@@ -149,6 +147,7 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
         notes.append(f"idle-aware sampling: counters read every {idle_interval_ns(s.meta) / 1e6:g} ms while no range "
                      f"was open; median gap while one was: {gap_ns / 1e6:.2f} ms (the sampling table mixes both)")
     ranges = attribution.range_gpus(ranges, events, s.meta.get("gpus", []))
+    fl = floor.floor_model(cum, s.windows, sampled, floor.spans_by_gpu(ranges))
     inst = attribution.attribute(ranges, cum, fl, bits, gaps) if len(ranges) else ranges
     costs = s.meta.get("launch_costs")
     pids = gpu_time.recording_pids(s.events)

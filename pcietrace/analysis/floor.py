@@ -87,12 +87,13 @@ def aligned_windows(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
 
 
 def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int],
-                spans_ns: np.ndarray | None = None) -> pd.DataFrame:
+                spans_ns: np.ndarray | dict[int, np.ndarray] | None = None) -> pd.DataFrame:
     """Per GPU (every index in ``nvml_indices``, also those with no usable window): bytes per read, per
     microsecond of read time (where the windows tell it apart) and background rate per direction, and the
     cost per read in the state the GPU was in while the program's ranges ran (``spans_ns``: their start and
-    end times, ns, shape (n, 2); None or empty: all samples) with its spread (:data:`FLOOR_COLUMNS`);
-    ``h2d_Bps``/``d2h_Bps`` is the plain mean rate over the windows (for display and old reports)."""
+    end times, ns, shape (n, 2), for every GPU or per NVML index (:func:`spans_by_gpu`: each GPU's own
+    ranges); None or empty: all samples) with its spread (:data:`FLOOR_COLUMNS`); ``h2d_Bps``/``d2h_Bps`` is
+    the plain mean rate over the windows (for display and old reports)."""
     aw = aligned_windows(cum, windows)
     rows = []
     for idx in nvml_indices:
@@ -135,26 +136,41 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
                                  ((1, 2), "corr_read_us_vs_background")):
                 row[f"{d}_{name}"] = float(cov3[i, j] / (se[i] * se[j])) if se[i] * se[j] > 0 else \
                     (0.0 if row["dof"] else np.nan)
-        _program_state(row, cum[cum["nvml_index"] == idx], spans_ns, mean_read_us if three_terms else None)
+        # a GPU's own ranges' spans: another GPU's ranges may run while this one is cold or busy otherwise
+        spans = spans_ns.get(int(idx)) if isinstance(spans_ns, dict) else spans_ns
+        windows_read_us = (mean_read_us, float(read_us[on].sum() / reads[on].sum())) if three_terms else None
+        _program_state(row, cum[cum["nvml_index"] == idx], spans, windows_read_us)
         rows.append(row)
     return pd.DataFrame(rows, columns=FLOOR_COLUMNS)
 
 
+def spans_by_gpu(ranges: pd.DataFrame) -> dict[int, np.ndarray]:
+    """Each GPU's ranges' ``t_start_ns``/``t_end_ns`` (shape (n, 2), ns) by NVML index, from ``ranges``
+    carrying ``gpus`` (:func:`pcietrace.analysis.attribution.range_gpus`), for :func:`floor_model`."""
+    if not len(ranges):
+        return {}
+    per = ranges[["gpus", "t_start_ns", "t_end_ns"]].explode("gpus").dropna(subset=["gpus"])
+    return {int(i): g[["t_start_ns", "t_end_ns"]].to_numpy(np.int64) for i, g in per.groupby("gpus")}
+
+
 def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | None,
-                   window_read_us: np.ndarray | None) -> None:
+                   window_read_us: tuple[np.ndarray, float] | None) -> None:
     """Adds ``read_us_program``, ``{d}_bytes_per_read_program``, ``{d}_state_bytes_per_read`` and
     ``quiet_intervals`` to a fitted floor ``row`` (one GPU's samples ``g``; ``spans_ns``: see
-    :func:`floor_model`). Only samples inside the spans count: a program's start-up (before its CUDA context)
-    reads a cold GPU its ranges never see."""
+    :func:`floor_model`; ``window_read_us``: with a read-time term, the reading windows' mean read times, us,
+    and their mean over all their reads). Only samples inside the spans count: a program's start-up (before
+    its CUDA context) reads a cold GPU its ranges never see. Where no sample lies inside the spans the read is
+    taken at the windows' mean read time (the intercept alone would charge a read of 0 us)."""
     t = g["t_ns"].to_numpy(np.int64)
     inside = np.ones(t.size, bool)
     if spans_ns is not None and len(spans_ns):
         starts, ends = np.sort(spans_ns[:, 0]), np.sort(spans_ns[:, 1])
         inside = np.searchsorted(starts, t, "right") - np.searchsorted(ends, t, "left") > 0
     read_us = g["read_ns"].to_numpy(float)[inside] / 1e3 if "read_ns" in g else np.zeros(0)
-    r = float(np.median(read_us)) if read_us.size and window_read_us is not None else np.nan
-    if window_read_us is not None and np.isfinite(r):  # not carried beyond what the windows measured
-        r = float(np.clip(r, window_read_us.min(), window_read_us.max()))
+    r = np.nan
+    if window_read_us is not None:  # not carried beyond what the windows measured
+        per_window, overall = window_read_us
+        r = float(np.clip(np.median(read_us), per_window.min(), per_window.max())) if read_us.size else overall
     row["read_us_program"] = r
     for d in DIRECTIONS:
         row[f"{d}_bytes_per_read_program"] = row[f"{d}_bytes_per_read"] + (

@@ -58,6 +58,10 @@ READ_TIME_SPREAD = 0.25
 #: for 14 reads in a row, ~16 kB otherwise).
 QUIET_FACTOR, STATE_RUN = 1.5, 8
 
+#: Orders of the quiet intervals, shuffled with a fixed seed, over which :func:`state_bytes_per_read` finds how
+#: far runs of independent reads stray (deterministic: the same recording gives the same figures).
+SHUFFLES = 16
+
 #: The terms of the floor, in the order of the design matrix and of the covariance (see :func:`_cov`).
 TERMS = ("bytes_per_read", "bytes_per_read_us", "background_Bps")
 
@@ -183,9 +187,11 @@ def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | 
     row["quiet_intervals"] = int(quiet.sum())
     for d in DIRECTIONS:
         # the program's own quiet intervals: reads cheaper there than in the windows lower the floor; dearer
-        # ones do not raise it (steady traffic of the program's own would look the same)
+        # ones do not raise it (steady traffic of the program's own would look the same). Their mean, as the
+        # windows' fit: a floor is a sum over reads, and a read's bytes are skewed (the median of the 8x
+        # H200's was ~1-3 % below their mean, which alone lowered the floor: idle calls +10 kB)
         bg = row[f"{d}_background_Bps"] * dt_s[quiet]
-        quiet_per_read = float(np.median(ys[d][quiet] - bg)) if quiet.sum() >= STATE_RUN else np.nan
+        quiet_per_read = float(np.mean(ys[d][quiet] - bg)) if quiet.sum() >= STATE_RUN else np.nan
         row[f"{d}_bytes_per_read_quiet"] = quiet_per_read
         if 0 < quiet_per_read < row[f"{d}_bytes_per_read_program"]:
             row[f"{d}_bytes_per_read_program"] = quiet_per_read
@@ -194,15 +200,27 @@ def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | 
 
 def state_bytes_per_read(resid: np.ndarray, run: int | None = None) -> float:
     """How far (bytes per read, 95 %) the cost of a read strayed from the floor's in a program's quiet sample
-    intervals (``resid``: bytes over the floor, one read each, in time order): the 2.5/97.5 percentiles of the
-    mean over every ``run`` consecutive ones (a state lasts many reads, while one interval's bytes also jitter
-    with the counter's 0.2 ms updates), the larger side. 0 with fewer than ``run`` (default
-    :data:`STATE_RUN`) quiet intervals."""
+    intervals (``resid``: bytes over the floor, one read each, in time order), for as long as a state lasts:
+    their mean offset plus the part of the 2.5/97.5 percentiles (larger side) of the means over every ``run``
+    consecutive ones that independent reads do not explain (those percentiles over the same intervals in
+    :data:`SHUFFLES` shuffled orders, subtracted in quadrature). One interval's bytes jitter with the counter's
+    0.2 ms updates and from read to read; charged x every read of a range as if it lasted, that jitter alone
+    widened the 8x H200's idle calls' error 2-3x. 0 with fewer than ``run`` (default :data:`STATE_RUN`)
+    quiet intervals."""
     run = run or STATE_RUN
     if resid.size < run:
         return 0.0
-    means = np.convolve(resid, np.ones(run) / run, mode="valid")
-    lo, hi = np.percentile(means, [2.5, 97.5])
+    offset = float(np.mean(resid))
+    centred = np.asarray(resid, float) - offset
+    rng = np.random.default_rng(0)
+    spread = _run_spread(centred, run)
+    independent = float(np.mean([_run_spread(rng.permutation(centred), run) for _ in range(SHUFFLES)]))
+    return abs(offset) + float(np.sqrt(max(spread ** 2 - independent ** 2, 0.0)))
+
+
+def _run_spread(x: np.ndarray, run: int) -> float:
+    """The larger side of the 2.5/97.5 percentiles of the means over every ``run`` consecutive values of ``x``."""
+    lo, hi = np.percentile(np.convolve(x, np.ones(run) / run, mode="valid"), [2.5, 97.5])
     return float(max(abs(lo), abs(hi)))
 
 

@@ -165,11 +165,7 @@ def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | 
     and their mean over all their reads). Only samples inside the spans count: a program's start-up (before
     its CUDA context) reads a cold GPU its ranges never see. Where no sample lies inside the spans the read is
     taken at the windows' mean read time (the intercept alone would charge a read of 0 us)."""
-    t = g["t_ns"].to_numpy(np.int64)
-    inside = np.ones(t.size, bool)
-    if spans_ns is not None and len(spans_ns):
-        starts, ends = np.sort(spans_ns[:, 0]), np.sort(spans_ns[:, 1])
-        inside = np.searchsorted(starts, t, "right") - np.searchsorted(ends, t, "left") > 0
+    inside = inside_spans(g["t_ns"].to_numpy(np.int64), spans_ns)
     read_us = g["read_ns"].to_numpy(float)[inside] / 1e3 if "read_ns" in g else np.zeros(0)
     r = np.nan
     if window_read_us is not None:  # not carried beyond what the windows measured
@@ -179,23 +175,38 @@ def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | 
     for d in DIRECTIONS:
         row[f"{d}_bytes_per_read_program"] = row[f"{d}_bytes_per_read"] + (
             row[f"{d}_bytes_per_read_us"] * r if np.isfinite(r) else 0.0)
-    ys = {d: np.diff(g[f"{c}_bytes"].to_numpy(float)) for d, c in DIRECTIONS.items()}
-    dt_s = np.diff(t) / 1e9
-    both = inside[1:] & inside[:-1]  # intervals between two samples of the program
-    floors = {d: row[f"{d}_bytes_per_read_program"] + row[f"{d}_background_Bps"] * dt_s for d in DIRECTIONS}
-    quiet = both & np.logical_and.reduce([ys[d] < QUIET_FACTOR * np.maximum(floors[d], 1.0) for d in DIRECTIONS])
-    row["quiet_intervals"] = int(quiet.sum())
+    quiet = quiet_bytes(g, inside, row)
+    row["quiet_intervals"] = int(quiet["h2d"].size)
     for d in DIRECTIONS:
         # the program's own quiet intervals: reads cheaper there than in the windows lower the floor; dearer
         # ones do not raise it (steady traffic of the program's own would look the same). Their mean, as the
         # windows' fit: a floor is a sum over reads, and a read's bytes are skewed (the median of the 8x
         # H200's was ~1-3 % below their mean, which alone lowered the floor: idle calls +10 kB)
-        bg = row[f"{d}_background_Bps"] * dt_s[quiet]
-        quiet_per_read = float(np.mean(ys[d][quiet] - bg)) if quiet.sum() >= STATE_RUN else np.nan
+        quiet_per_read = float(np.mean(quiet[d])) if quiet[d].size >= STATE_RUN else np.nan
         row[f"{d}_bytes_per_read_quiet"] = quiet_per_read
         if 0 < quiet_per_read < row[f"{d}_bytes_per_read_program"]:
             row[f"{d}_bytes_per_read_program"] = quiet_per_read
-        row[f"{d}_state_bytes_per_read"] = state_bytes_per_read(ys[d][quiet] - bg - row[f"{d}_bytes_per_read_program"])
+        row[f"{d}_state_bytes_per_read"] = state_bytes_per_read(quiet[d] - row[f"{d}_bytes_per_read_program"])
+
+
+def inside_spans(t_ns: np.ndarray, spans_ns: np.ndarray | None) -> np.ndarray:
+    """Which sample times ``t_ns`` lie inside any of ``spans_ns`` (start, end; ns); None or empty: all."""
+    if spans_ns is None or not len(spans_ns):
+        return np.ones(t_ns.size, bool)
+    starts, ends = np.sort(spans_ns[:, 0]), np.sort(spans_ns[:, 1])
+    return np.searchsorted(starts, t_ns, "right") - np.searchsorted(ends, t_ns, "left") > 0
+
+
+def quiet_bytes(g: pd.DataFrame, inside: np.ndarray, row: dict[str, Any] | pd.Series) -> dict[str, np.ndarray]:
+    """Per direction, the bytes less the background (B, one read each, in time order) of one GPU's quiet sample
+    intervals: between two samples ``inside`` the program's ranges, each under :data:`QUIET_FACTOR` x the
+    floor of ``row`` (``{d}_bytes_per_read_program``, ``{d}_background_Bps``) in both directions."""
+    ys = {d: np.diff(g[f"{c}_bytes"].to_numpy(float)) for d, c in DIRECTIONS.items()}
+    dt_s = np.diff(g["t_ns"].to_numpy(np.int64)) / 1e9
+    bg = {d: row[f"{d}_background_Bps"] * dt_s for d in DIRECTIONS}
+    quiet = inside[1:] & inside[:-1] & np.logical_and.reduce(
+        [ys[d] < QUIET_FACTOR * np.maximum(row[f"{d}_bytes_per_read_program"] + bg[d], 1.0) for d in DIRECTIONS])
+    return {d: (ys[d] - bg[d])[quiet] for d in DIRECTIONS}
 
 
 def state_bytes_per_read(resid: np.ndarray, run: int | None = None) -> float:

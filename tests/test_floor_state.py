@@ -1,0 +1,153 @@
+"""Attach's floor in the program's state (pcietrace/analysis/floor.py), on real recordings: each GPU's state from
+its own ranges, a read-time term with no sample inside the ranges, the quiet intervals' cost and the state spread,
+and what the state model moves against the one-cost-per-read floor where the app's own truth is known."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pcietrace.analysis import analyze, counters, floor
+from pcietrace.session import Session
+
+
+def _one_cost_per_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The floor as before the state model: no read-time term, no quiet intervals."""
+    monkeypatch.setattr(floor, "READ_TIME_SPREAD", np.inf)
+    monkeypatch.setattr(floor, "STATE_RUN", 10**9)
+
+
+def _windows_cost(m: pd.Series | dict, d: str) -> float:
+    """A read's cost from the windows alone, at the program's read time (before the quiet intervals lower it)."""
+    r = m["read_us_program"]
+    return m[f"{d}_bytes_per_read"] + (m[f"{d}_bytes_per_read_us"] * r if np.isfinite(r) else 0.0)
+
+
+def _quiet(s: Session, res: dict, idx: int) -> dict[str, np.ndarray]:
+    """GPU ``idx``'s quiet intervals' bytes less the background, selected as the floor selects them."""
+    cum = counters.cumulative_bytes(s.samples, s.counters)
+    g = cum[cum["nvml_index"] == idx]
+    m = res["floor"].set_index("nvml_index").loc[idx].to_dict()
+    row = {**m, **{f"{d}_bytes_per_read_program": _windows_cost(m, d) for d in ("h2d", "d2h")}}
+    spans = floor.spans_by_gpu(res["range_instances"]).get(idx)
+    return floor.quiet_bytes(g, floor.inside_spans(g["t_ns"].to_numpy(np.int64), spans), row)
+
+
+def test_each_gpu_s_state_comes_from_its_own_ranges(data_dir) -> None:
+    """2x H200, one thread per GPU: GPU k's state (read time, quiet intervals, spread) is taken over the ranges
+    charged to GPU k only; the other thread's ranges, pooled in before, changed GPU 0's state spread."""
+    s = Session.load(data_dir / "attach_h200x2_threads")
+    res = analyze(s)
+    cum = counters.cumulative_bytes(s.samples, s.counters)
+    inst = res["range_instances"]
+    spans = floor.spans_by_gpu(inst)
+    assert sorted(spans) == [0, 1]
+    for idx in (0, 1):
+        own = inst[inst["gpus"].map(lambda g: idx in g)][["t_start_ns", "t_end_ns"]].to_numpy(np.int64)
+        assert len(own) < len(inst)  # the other thread's ranges are not its own
+        alone = floor.floor_model(cum, s.windows, [idx], own).iloc[0]
+        got = res["floor"].set_index("nvml_index").loc[idx]
+        for c in ("read_us_program", "quiet_intervals", "h2d_bytes_per_read_program", "d2h_state_bytes_per_read"):
+            assert got[c] == pytest.approx(alone[c], rel=1e-12, nan_ok=True), (idx, c)
+    pooled = floor.floor_model(cum, s.windows, [0], inst[["t_start_ns", "t_end_ns"]].to_numpy(np.int64)).iloc[0]
+    got0 = res["floor"].set_index("nvml_index").loc[0]
+    assert pooled["quiet_intervals"] > got0["quiet_intervals"]
+    assert pooled["h2d_state_bytes_per_read"] != pytest.approx(got0["h2d_state_bytes_per_read"], rel=0.05)
+
+
+def test_a_read_time_term_with_no_sample_inside_the_ranges_takes_the_windows_mean_read_time(
+        data_dir, monkeypatch) -> None:
+    """H100 idle-zero (read-time term fitted): ranges that hold no sample leave the program's read time unknown.
+    The read is then taken at the windows' mean read time, which costs what one cost per read says; the
+    intercept alone (a read of 0 us) charged ~37 % less."""
+    s = Session.load(data_dir / "attach_h100_idle_zero")
+    cum = counters.cumulative_bytes(s.samples, s.counters)
+    t = cum["t_ns"].to_numpy(np.int64)
+    between = np.array([[t[t.size // 2] + 1, t[t.size // 2] + 2]])  # 1 ns between two samples
+    m = floor.floor_model(cum, s.windows, [0], between).iloc[0]
+    assert m["read_time_term"] and m["quiet_intervals"] == 0
+    aw = floor.aligned_windows(cum, s.windows)
+    on = aw[aw["sampling"] == "on"]
+    assert m["read_us_program"] == pytest.approx(on["read_us"].sum() / on["reads"].sum(), rel=1e-12)
+    _one_cost_per_read(monkeypatch)
+    one = floor.floor_model(cum, s.windows, [0], between).iloc[0]
+    for d in ("h2d", "d2h"):
+        assert m[f"{d}_bytes_per_read_program"] == pytest.approx(one[f"{d}_bytes_per_read"], rel=0.01), d
+        assert m[f"{d}_bytes_per_read"] < 0.9 * one[f"{d}_bytes_per_read"], d  # what was charged before
+        assert np.isfinite(floor.floor_err_bytes(m, d, np.array([40]), np.array([20_000_000]))).all()
+
+
+def test_a_read_is_charged_the_quiet_intervals_mean_not_their_median(data_dir) -> None:
+    """8x H200: a read's bytes are skewed, so the quiet intervals' median sits below their mean. On several GPUs
+    the median was below the windows' cost while the mean was not: charging the median lowered the floor on
+    skew alone (idle calls +8 kB against the app's truth). The mean is charged, and only where it is lower."""
+    s = Session.load(data_dir / "attach_h200x8_torchrun")
+    res = analyze(s)
+    fl = res["floor"].set_index("nvml_index")
+    skewed = 0
+    for idx, m in fl.iterrows():
+        q = _quiet(s, res, idx)
+        for d in ("h2d", "d2h"):
+            windows, mean = _windows_cost(m, d), float(np.mean(q[d]))
+            assert m[f"{d}_bytes_per_read_quiet"] == pytest.approx(mean, rel=1e-9), (idx, d)
+            assert m[f"{d}_bytes_per_read_program"] == pytest.approx(min(windows, mean), rel=1e-9), (idx, d)
+            if np.median(q[d]) < windows <= mean:
+                skewed += 1
+    assert skewed >= 3
+
+
+def test_the_state_spread_is_a_lasting_state_not_read_to_read_jitter(data_dir) -> None:
+    """H100: in the idle-state run the GPU's reads stayed cheap for 14 in a row, in the idle-zero run they did
+    not. The spread of runs of quiet intervals keeps the first (most of it) and drops what independent reads
+    explain (the same intervals shuffled); the raw spread of the idle-zero run is jitter, not a state."""
+    spread = {}
+    for name in ("attach_h100_idle_state", "attach_h100_idle_zero"):
+        s = Session.load(data_dir / name)
+        res = analyze(s)
+        m = res["floor"].iloc[0]
+        q = _quiet(s, res, 0)
+        for d in ("h2d", "d2h"):
+            resid = q[d] - m[f"{d}_bytes_per_read_program"]
+            raw = floor._run_spread(resid - resid.mean(), floor.STATE_RUN)
+            assert m[f"{d}_state_bytes_per_read"] == pytest.approx(floor.state_bytes_per_read(resid), rel=1e-12)
+            shuffled = floor.state_bytes_per_read(np.random.default_rng(1).permutation(resid))
+            assert shuffled <= abs(resid.mean()) + 0.25 * raw, (name, d)  # no lasting state left in it
+            spread[name, d] = (m[f"{d}_state_bytes_per_read"], raw)
+    for d in ("h2d", "d2h"):
+        moved, steady = spread["attach_h100_idle_state", d], spread["attach_h100_idle_zero", d]
+        assert moved[0] > 0.75 * moved[1] and steady[0] < 0.6 * steady[1], d
+        assert moved[0] > 5 * steady[0], d
+
+
+def _truth_calls(path: Path) -> pd.DataFrame:
+    """Per call of the truth app's ranges: rank, range, each direction's bytes, errors and the app's truth."""
+    res = analyze(Session.load(path))
+    truth = pd.DataFrame(json.loads((path / "truth.json").read_text())["ranges"]).set_index(["rank", "range"])
+    inst = res["range_instances"]
+    inst = inst[inst["domain"] == "truth"].assign(rank=lambda x: x["gpus"].str[0])
+    for d in ("h2d", "d2h"):
+        inst[f"{d}_truth"] = [truth.loc[(r, n), f"{d}_truth"] for r, n in zip(inst["rank"], inst["name"])]
+    return inst.reset_index(drop=True)
+
+
+@pytest.mark.parametrize("recording", ["attach_h200x8_torchrun", "attach_h200x2_threads"])
+def test_the_state_model_moves_large_directions_within_noise(data_dir, monkeypatch, recording) -> None:
+    """Where the app's own truth is known: a direction the users read (> 0.5 MB a call) moves by less than the
+    95 % error the one-cost floor stated for it, and every idle call stays within its stated error."""
+    new = _truth_calls(data_dir / recording)
+    _one_cost_per_read(monkeypatch)
+    old = _truth_calls(data_dir / recording)
+    for d in ("h2d", "d2h"):
+        large = new[f"{d}_truth"] > 5e5
+        assert large.sum() >= 10
+        shift = (new[f"{d}_bytes"] - old[f"{d}_bytes"]).groupby([new["rank"], new["name"]]).mean()
+        err = old[f"{d}_floor_err_bytes"].groupby([old["rank"], old["name"]]).mean()
+        big = large.groupby([new["rank"], new["name"]]).all()
+        assert (shift[big].abs() <= err[big]).all(), d
+        idle = new[new["name"] == "idle_20ms"]
+        off = (idle[f"{d}_bytes"] - idle[f"{d}_truth"]).abs()
+        assert (off <= idle[f"{d}_edge_bytes"] + idle[f"{d}_floor_err_bytes"]).all(), d

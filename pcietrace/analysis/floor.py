@@ -8,9 +8,10 @@ aligned to samples (last sample at or before the start, first at or after the en
 
 A read's cost depends on the GPU's state: a GPU without a CUDA context for a while (often before the program)
 answers slower and moves more bytes per read. Where the windows' reads took clearly different times the fit
-adds bytes per microsecond of read time, taken at the program's ranges' median read time; the ranges' own
-quiet sample intervals lower the cost per read where reads were cheaper there, and their spread (states no
-window saw) joins each range's floor error. Stateless: DataFrames in, DataFrames out.
+adds bytes per microsecond of read time, taken at the median read time inside the GPU's own ranges; the
+ranges' own quiet sample intervals give the cost per read there (their mean, never above the windows'), and
+how far runs of them strayed beyond what independent reads explain (states no window saw) joins each range's
+floor error. Stateless: DataFrames in, DataFrames out.
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ from pcietrace.analysis.launch import DIRECTIONS
 #: (windows of one read density: one rate, reads not separated), or "no floor" (no idle window covered by
 #: samples). ``{d}_bytes_per_read_us``: bytes per microsecond a read took, fitted only where the reading
 #: windows' reads took clearly different times (``read_time_term``), else 0. ``read_us_program``: the median
-#: time a read took inside the program's ranges (kept within the reading windows' mean read times).
-#: ``{d}_bytes_per_read_quiet``: the median bytes of the ranges' quiet sample intervals (one read each, less
+#: time a read took inside the GPU's own ranges (kept within the reading windows' mean read times; their mean
+#: over all reads where no sample lies inside the ranges; NaN without a read-time term).
+#: ``{d}_bytes_per_read_quiet``: the mean bytes of the ranges' quiet sample intervals (one read each, less
 #: the background; NaN with fewer than :data:`STATE_RUN`). ``{d}_bytes_per_read_program``, what each read in
-#: a range is charged: per read + per us x ``read_us_program``, or the quiet median where that is lower.
-#: ``{d}_state_bytes_per_read``: how far (95 %) the quiet intervals strayed from it (the GPU's state moves a
-#: read's cost; see :func:`state_bytes_per_read`). ``{d}_*_se``: the terms' standard errors from the windows'
+#: a range is charged: the quiet mean, never above per read + per us x ``read_us_program`` nor above one cost
+#: per read fitted without the read-time term; per read + per us x ``read_us_program`` without quiet intervals.
+#: ``{d}_state_bytes_per_read``: how far (bytes per read, 95 %) the quiet intervals strayed from it for as long
+#: as a state lasts (the GPU's state moves a read's cost; see :func:`state_bytes_per_read`); charged x each
+#: range's reads in its floor error. ``quiet_intervals``: how many there were. ``{d}_*_se``: the terms' standard errors from the windows'
 #: scatter; ``{d}_floor_corr`` (per read, background), ``{d}_corr_read_vs_read_us`` and
 #: ``{d}_corr_read_us_vs_background``: their correlations; ``dof``: the degrees of freedom left (0: no error
 #: estimate).
@@ -121,6 +125,7 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
         # rate only: rows weighted by 1/sqrt(duration), so that the rate stays the windows' total bytes / time
         w = np.ones_like(dur) if two_terms else 1 / np.sqrt(dur)
         x = np.column_stack([reads, read_us, dur])[:, used] * w[:, None]
+        one_cost: dict[str, float] = {}
         for d in DIRECTIONS:
             y = g[f"{d}_bytes"].to_numpy()
             row[f"{d}_Bps"] = float(y.sum() / dur.sum())
@@ -128,6 +133,10 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
             coef3, cov3 = np.zeros(3), np.full((3, 3), np.nan)
             coef, *_ = np.linalg.lstsq(x, yw, rcond=None)
             coef3[used] = coef
+            # one cost per read (per read + background, as without the read-time term): what the windows say a
+            # read costs at most, with the read-time term's cost at the program's read time
+            one_cost[d] = float(np.linalg.lstsq(np.column_stack([reads, dur]), y, rcond=None)[0][0]
+                                if three_terms else coef3[0])
             if row["dof"]:
                 resid = yw - x @ coef
                 cov3 = np.zeros((3, 3))  # terms not fitted: exactly 0
@@ -143,7 +152,7 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
         # a GPU's own ranges' spans: another GPU's ranges may run while this one is cold or busy otherwise
         spans = spans_ns.get(int(idx)) if isinstance(spans_ns, dict) else spans_ns
         windows_read_us = (mean_read_us, float(read_us[on].sum() / reads[on].sum())) if three_terms else None
-        _program_state(row, cum[cum["nvml_index"] == idx], spans, windows_read_us)
+        _program_state(row, cum[cum["nvml_index"] == idx], spans, windows_read_us, one_cost)
         rows.append(row)
     return pd.DataFrame(rows, columns=FLOOR_COLUMNS)
 
@@ -158,11 +167,12 @@ def spans_by_gpu(ranges: pd.DataFrame) -> dict[int, np.ndarray]:
 
 
 def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | None,
-                   window_read_us: tuple[np.ndarray, float] | None) -> None:
+                   window_read_us: tuple[np.ndarray, float] | None, one_cost: dict[str, float]) -> None:
     """Adds ``read_us_program``, ``{d}_bytes_per_read_program``, ``{d}_state_bytes_per_read`` and
     ``quiet_intervals`` to a fitted floor ``row`` (one GPU's samples ``g``; ``spans_ns``: see
     :func:`floor_model`; ``window_read_us``: with a read-time term, the reading windows' mean read times, us,
-    and their mean over all their reads). Only samples inside the spans count: a program's start-up (before
+    and their mean over all their reads; ``one_cost``: per direction, the windows' cost per read fitted
+    without the read-time term, B). Only samples inside the spans count: a program's start-up (before
     its CUDA context) reads a cold GPU its ranges never see. Where no sample lies inside the spans the read is
     taken at the windows' mean read time (the intercept alone would charge a read of 0 us)."""
     inside = inside_spans(g["t_ns"].to_numpy(np.int64), spans_ns)
@@ -178,14 +188,17 @@ def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | 
     quiet = quiet_bytes(g, inside, row)
     row["quiet_intervals"] = int(quiet["h2d"].size)
     for d in DIRECTIONS:
-        # the program's own quiet intervals: reads cheaper there than in the windows lower the floor; dearer
-        # ones do not raise it (steady traffic of the program's own would look the same). Their mean, as the
-        # windows' fit: a floor is a sum over reads, and a read's bytes are skewed (the median of the 8x
-        # H200's was ~1-3 % below their mean, which alone lowered the floor: idle calls +10 kB)
+        # the program's own quiet intervals measure a read in its state: charged where they are (their mean, as
+        # the windows' fit: a floor is a sum over reads, and a read's bytes are skewed: the 8x H200's median
+        # sat 1-3 % below the mean), but never above what the windows say a read costs with or without the
+        # read-time term (a program's own steady traffic would look the same). The read-time term alone
+        # lowered a cold GPU's floor below what its quiet intervals showed (2x H200 GPU 1, four runs: idle calls
+        # H2D +19 ... +52 kB against the app's truth; so: +3 ... +19 kB; one cost per read: -38 ... -19 kB)
         quiet_per_read = float(np.mean(quiet[d])) if quiet[d].size >= STATE_RUN else np.nan
         row[f"{d}_bytes_per_read_quiet"] = quiet_per_read
-        if 0 < quiet_per_read < row[f"{d}_bytes_per_read_program"]:
-            row[f"{d}_bytes_per_read_program"] = quiet_per_read
+        if quiet_per_read > 0:  # (NaN: too few quiet intervals; <= 0: not a read's cost)
+            row[f"{d}_bytes_per_read_program"] = min(quiet_per_read, max(row[f"{d}_bytes_per_read_program"],
+                                                                         one_cost[d]))
         row[f"{d}_state_bytes_per_read"] = state_bytes_per_read(quiet[d] - row[f"{d}_bytes_per_read_program"])
 
 

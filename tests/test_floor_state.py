@@ -155,3 +155,32 @@ def test_the_state_model_moves_large_directions_within_noise(data_dir, monkeypat
         idle = new[new["name"] == "idle_20ms"]
         off = (idle[f"{d}_bytes"] - idle[f"{d}_truth"]).abs()
         assert (off <= idle[f"{d}_edge_bytes"] + idle[f"{d}_floor_err_bytes"]).all(), d
+
+
+def test_a_cold_gpu_s_floor_is_not_lowered_below_what_its_quiet_intervals_show(data_dir, monkeypatch) -> None:
+    """2x H200, one thread per GPU: GPU 1 was cold before the program (its windows' reads took ~480-520 us
+    against ~320 us after it), so it has a read-time term. Taken alone at the program's read time it charged a
+    read less than the GPU's own quiet intervals moved, and its idle calls came out as far above the app's
+    truth as one cost per read had put them below it (H2D); charged the quiet intervals' mean, they sit
+    closest to it."""
+    path = data_dir / "attach_h200x2_threads"
+    truth = pd.DataFrame(json.loads((path / "truth.json").read_text())["ranges"]).set_index(["rank", "range"])
+
+    def gpu1() -> tuple[pd.Series, dict[str, float]]:
+        res = analyze(Session.load(path))
+        inst = res["range_instances"]
+        idle = inst[(inst["domain"] == "truth") & (inst["name"] == "idle_20ms") & (inst["gpus"].str[0] == 1)]
+        off = {d: float((idle[f"{d}_bytes"] - truth.loc[(1, "idle_20ms"), f"{d}_truth"]).mean()) for d in ("h2d", "d2h")}
+        return res["floor"].set_index("nvml_index").loc[1], off
+
+    m, now = gpu1()
+    assert m["read_time_term"] and len(now) == 2
+    monkeypatch.setattr(floor, "STATE_RUN", 10**9)  # no quiet intervals: the read-time term alone
+    m_term, term = gpu1()
+    monkeypatch.setattr(floor, "READ_TIME_SPREAD", np.inf)  # and one cost per read
+    _, one = gpu1()
+    for d in ("h2d", "d2h"):
+        assert m_term[f"{d}_bytes_per_read_program"] < m[f"{d}_bytes_per_read_program"] == pytest.approx(
+            m[f"{d}_bytes_per_read_quiet"], rel=1e-12), d
+        assert abs(now[d]) < abs(term[d]), d
+    assert one["h2d"] < 0 < now["h2d"] < term["h2d"] and abs(now["h2d"]) < abs(one["h2d"])

@@ -496,10 +496,12 @@ def attach_floor_table(fl: pd.DataFrame) -> Table:
                                             ("± B/read", "right"), ("other MB/s", "right")],
                caption="from idle windows before and after the program; floor of an interval = bytes per counter "
                        "read x the sampler's reads in it + the other background (H2D / D2H) x its duration; NVML "
-                       "reads are PCIe traffic themselves. B/read: at the time reads took inside the program's "
-                       "ranges, where the windows' reads took clearly different times (a cold GPU's reads are "
-                       "slower and cost more); ± B/read: how far the program's quiet intervals strayed from it "
-                       "(H2D / D2H, 95 %), times each range's reads in its error; MB = 10^6 B")
+                       "reads are PCIe traffic themselves. B/read: a read's cost in the program's state, the mean "
+                       "of its ranges' quiet intervals, never above the windows' cost (taken at the time reads "
+                       "took inside the ranges where the windows' reads took clearly different times: a cold "
+                       "GPU's reads are slower and cost more); ± B/read: not the fit's error but how far a read's "
+                       "cost strayed in those quiet intervals for as long as a state lasts (H2D / D2H, 95 %), "
+                       "times each range's reads in its error; MB = 10^6 B")
     for r in fl.to_dict("records"):
         if r["status"] == "no floor":
             t.add_row(f"GPU{r['nvml_index']}", "[red]no floor[/]", *["–"] * 5)

@@ -170,7 +170,8 @@ def test_a_cold_gpu_s_floor_is_not_lowered_below_what_its_quiet_intervals_show(d
         res = analyze(Session.load(path))
         inst = res["range_instances"]
         idle = inst[(inst["domain"] == "truth") & (inst["name"] == "idle_20ms") & (inst["gpus"].str[0] == 1)]
-        off = {d: float((idle[f"{d}_bytes"] - truth.loc[(1, "idle_20ms"), f"{d}_truth"]).mean()) for d in ("h2d", "d2h")}
+        want = truth.loc[(1, "idle_20ms")]
+        off = {d: float((idle[f"{d}_bytes"] - want[f"{d}_truth"]).mean()) for d in ("h2d", "d2h")}
         return res["floor"].set_index("nvml_index").loc[1], off
 
     m, now = gpu1()

@@ -31,13 +31,13 @@ from pcietrace.analysis.launch import DIRECTIONS
 #: over all reads where no sample lies inside the ranges; NaN without a read-time term).
 #: ``{d}_bytes_per_read_quiet``: the mean bytes of the ranges' quiet sample intervals (one read each, less
 #: the background; NaN with fewer than :data:`STATE_RUN`). ``{d}_bytes_per_read_program``, what each read in
-#: a range is charged: the quiet mean, never above per read + per us x ``read_us_program`` nor above one cost
-#: per read fitted without the read-time term; per read + per us x ``read_us_program`` without quiet intervals.
+#: a range is charged: the quiet mean, never above the higher of per read + per us x ``read_us_program`` and
+#: one cost per read fitted without the read-time term; without quiet intervals the first.
 #: ``{d}_state_bytes_per_read``: how far (bytes per read, 95 %) the quiet intervals strayed from it for as long
 #: as a state lasts (the GPU's state moves a read's cost; see :func:`state_bytes_per_read`); charged x each
-#: range's reads in its floor error. ``quiet_intervals``: how many there were. ``{d}_*_se``: the terms' standard errors from the windows'
-#: scatter; ``{d}_floor_corr`` (per read, background), ``{d}_corr_read_vs_read_us`` and
-#: ``{d}_corr_read_us_vs_background``: their correlations; ``dof``: the degrees of freedom left (0: no error
+#: range's reads in its floor error. ``quiet_intervals``: how many there were. ``{d}_*_se``: the terms'
+#: standard errors from the windows' scatter; ``{d}_floor_corr`` (per read, background),
+#: ``{d}_corr_read_vs_read_us`` and ``{d}_corr_read_us_vs_background``: their correlations; ``dof``: the degrees of freedom left (0: no error
 #: estimate).
 FLOOR_COLUMNS = ["nvml_index", "status", "windows", "reads_per_s", "h2d_bytes_per_read", "d2h_bytes_per_read",
                  "h2d_background_Bps", "d2h_background_Bps", "h2d_Bps", "d2h_Bps", "dof",

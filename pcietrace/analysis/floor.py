@@ -37,8 +37,8 @@ from pcietrace.analysis.launch import DIRECTIONS
 #: as a state lasts (the GPU's state moves a read's cost; see :func:`state_bytes_per_read`); charged x each
 #: range's reads in its floor error. ``quiet_intervals``: how many there were. ``{d}_*_se``: the terms'
 #: standard errors from the windows' scatter; ``{d}_floor_corr`` (per read, background),
-#: ``{d}_corr_read_vs_read_us`` and ``{d}_corr_read_us_vs_background``: their correlations; ``dof``: the degrees of freedom left (0: no error
-#: estimate).
+#: ``{d}_corr_read_vs_read_us`` and ``{d}_corr_read_us_vs_background``: their correlations; ``dof``: the
+#: degrees of freedom left (0: no error estimate).
 FLOOR_COLUMNS = ["nvml_index", "status", "windows", "reads_per_s", "h2d_bytes_per_read", "d2h_bytes_per_read",
                  "h2d_background_Bps", "d2h_background_Bps", "h2d_Bps", "d2h_Bps", "dof",
                  "h2d_bytes_per_read_se", "d2h_bytes_per_read_se", "h2d_background_Bps_se", "d2h_background_Bps_se",

@@ -185,3 +185,16 @@ def test_a_cold_gpu_s_floor_is_not_lowered_below_what_its_quiet_intervals_show(d
             m[f"{d}_bytes_per_read_quiet"], rel=1e-12), d
         assert abs(now[d]) < abs(term[d]), d
     assert one["h2d"] < 0 < now["h2d"] < term["h2d"] and abs(now["h2d"]) < abs(one["h2d"])
+
+
+def test_the_whole_run_rows_keep_one_cost_per_read(data_dir, monkeypatch) -> None:
+    """H100 idle-zero: a third of the run's reads lie outside its ranges, most on a cold GPU at the start. The
+    ranges' state (read-time term, quiet intervals) would charge them the in-range cost and state a floor error
+    smaller than the shift; the whole-run rows keep the windows' one cost per read and its error."""
+    s = Session.load(data_dir / "attach_h100_idle_zero")
+    now = analyze(s)["whole_run"]
+    monkeypatch.setattr(floor, "READ_TIME_SPREAD", np.inf)
+    monkeypatch.setattr(floor, "STATE_RUN", 10**9)
+    before = analyze(s)["whole_run"]
+    for c in ("h2d_bytes", "d2h_bytes", "h2d_floor_err_bytes", "d2h_floor_err_bytes"):
+        assert now[c].to_numpy() == pytest.approx(before[c].to_numpy(), rel=1e-12), c

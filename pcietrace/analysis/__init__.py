@@ -163,7 +163,8 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
     for r in fl[(fl["status"] != "no floor") & (fl["dof"] == 0)].itertuples():
         notes.append(f"GPU{r.nvml_index}: its floor rests on {r.windows} idle window(s), too few to estimate its "
                      "error: its ± covers the edges only")
-    whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], fl,
+    whole_floor = floor.floor_model(cum, s.windows, sampled, windows_only=True)  # (see floor_model)
+    whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], whole_floor,
                                   s.meta.get("gpus", []), bits)
     whole["program_graph_savings_ms"] = math.nan
     if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0

@@ -95,13 +95,16 @@ def aligned_windows(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
 
 
 def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int],
-                spans_ns: np.ndarray | dict[int, np.ndarray] | None = None) -> pd.DataFrame:
+                spans_ns: np.ndarray | dict[int, np.ndarray] | None = None,
+                windows_only: bool = False) -> pd.DataFrame:
     """Per GPU (every index in ``nvml_indices``, also those with no usable window): bytes per read, per
     microsecond of read time (where the windows tell it apart) and background rate per direction, and the
     cost per read in the state the GPU was in while the program's ranges ran (``spans_ns``: their start and
     end times, ns, shape (n, 2), for every GPU or per NVML index (:func:`spans_by_gpu`: each GPU's own
     ranges); None or empty: all samples) with its spread (:data:`FLOOR_COLUMNS`); ``h2d_Bps``/``d2h_Bps`` is
-    the plain mean rate over the windows (for display and old reports)."""
+    the plain mean rate over the windows (for display and old reports). ``windows_only``: one cost per read
+    from the windows, no read-time term and no program state (the whole run's rows: its reads outside the
+    ranges, often on a cold GPU at the start, are not in the ranges' state)."""
     aw = aligned_windows(cum, windows)
     rows = []
     for idx in nvml_indices:
@@ -116,7 +119,7 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
         row["reads_per_s"] = float(reads[on].sum() / dur[on].sum()) if on.any() else 0.0
         two_terms = len(g) >= 2 and np.ptp(density) > 0.5 * density.max()
         mean_read_us = read_us[on] / np.maximum(reads[on], 1)
-        three_terms = bool(two_terms and len(g) >= 4 and on.sum() >= 2 and mean_read_us.min() > 0
+        three_terms = bool(not windows_only and two_terms and len(g) >= 4 and on.sum() >= 2 and mean_read_us.min() > 0
                            and np.ptp(mean_read_us) > READ_TIME_SPREAD * mean_read_us.min())
         row["status"] = "per read" if two_terms else "rate only"
         row["read_time_term"] = three_terms
@@ -152,7 +155,11 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
         # a GPU's own ranges' spans: another GPU's ranges may run while this one is cold or busy otherwise
         spans = spans_ns.get(int(idx)) if isinstance(spans_ns, dict) else spans_ns
         windows_read_us = (mean_read_us, float(read_us[on].sum() / reads[on].sum())) if three_terms else None
-        _program_state(row, cum[cum["nvml_index"] == idx], spans, windows_read_us, one_cost)
+        if windows_only:
+            row.update({f"{d}_{k}": v for d in DIRECTIONS for k, v in
+                        (("bytes_per_read_program", row[f"{d}_bytes_per_read"]), ("state_bytes_per_read", 0.0))})
+        else:
+            _program_state(row, cum[cum["nvml_index"] == idx], spans, windows_read_us, one_cost)
         rows.append(row)
     return pd.DataFrame(rows, columns=FLOOR_COLUMNS)
 
@@ -288,4 +295,5 @@ def floor_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duratio
     per_read = model_row.get(f"{direction}_bytes_per_read_program", np.nan)
     if per_read is None or not np.isfinite(per_read):  # (a model made before the read-time term)
         per_read = model_row[f"{direction}_bytes_per_read"]
-    return per_read * np.asarray(reads, float) + model_row[f"{direction}_background_Bps"] * np.asarray(duration_ns, float) / 1e9
+    background = model_row[f"{direction}_background_Bps"] * np.asarray(duration_ns, float) / 1e9
+    return per_read * np.asarray(reads, float) + background

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from pcietrace.analysis.counters import unwrap
 from pcietrace.collectors import nvml
 
 HOLD = ("import sys, time; from pcietrace.device.cuda import Gpu; g = Gpu(int(sys.argv[1])); "
@@ -39,10 +40,10 @@ def read_loop(reader: nvml.CounterReader, seconds: float) -> dict[str, float]:
             vals.append(v)
         if b >= end:
             break
-    v = np.array(vals, dtype=np.int64)
-    d = np.diff(v, axis=0) % (1 << reader.bits)  # 32-bit wrap
+    tx, rx = (unwrap(np.array([x[k] for x in vals], dtype=np.uint64), reader.bits) for k in (0, 1))
+    n = len(vals) - 1  # reads between the first value and the last
     pstate = nvml.query_or(-1, "nvmlDeviceGetPerformanceState", nvml.handle(reader.index))
-    return {"reads": len(d), "tx_bytes_per_read": float(d[:, 0].mean()), "rx_bytes_per_read": float(d[:, 1].mean()),
+    return {"reads": n, "tx_bytes_per_read": float(tx[-1] / n), "rx_bytes_per_read": float(rx[-1] / n),
             "read_us_median": float(np.median(t) / 1e3), "pstate": int(pstate)}
 
 

@@ -506,10 +506,9 @@ def attach_floor_table(fl: pd.DataFrame) -> Table:
         if r["status"] == "no floor":
             t.add_row(f"GPU{r['nvml_index']}", "[red]no floor[/]", *["–"] * 5)
             continue
-        state = f"{_num(r.get('h2d_state_bytes_per_read'))} / {_num(r.get('d2h_state_bytes_per_read'))}"
-        t.add_row(f"GPU{r['nvml_index']}", r["status"], _num(r["reads_per_s"]),
-                  _num(r.get("h2d_bytes_per_read_program", r["h2d_bytes_per_read"])),
-                  _num(r.get("d2h_bytes_per_read_program", r["d2h_bytes_per_read"])), state,
+        state = f"{_num(r['h2d_state_bytes_per_read'])} / {_num(r['d2h_state_bytes_per_read'])}"
+        t.add_row(f"GPU{r['nvml_index']}", r["status"], _num(r["reads_per_s"]), _num(r["h2d_bytes_per_read_program"]),
+                  _num(r["d2h_bytes_per_read_program"]), state,
                   f"{_num(r['h2d_background_Bps'] / 1e6, '.2f')} / {_num(r['d2h_background_Bps'] / 1e6, '.2f')}")
     return t
 

@@ -33,25 +33,38 @@ static void read(unsigned* tx, unsigned* rx) {
     *tx = (unsigned)f[0].value; *rx = (unsigned)f[1].value;
 }
 static bool reads_on = true;  // TRUTH_READS=0: the same work without the truth's own reads (overhead runs)
+// TRUTH_READS=outside: the reads sit outside the range, 6 ms (over attach's 5 ms idle sampling interval) before
+// its push and after its pop; a range "gap_ref" with no work is read the same way (as in truth_app.py)
+static bool reads_outside = false;
 template <class F> static void range(const char* name, F fn) {
     nvtxDomainHandle_t dom = nvtxDomainCreateA("truth");
     nvtxEventAttributes_t a = {}; a.version = NVTX_VERSION; a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
     a.messageType = NVTX_MESSAGE_TYPE_ASCII; a.message.ascii = name;
+    unsigned tx0, rx0, tx1, rx1;
+    long long t0 = 0, t1 = 0;
+    if (reads_outside) {
+        t0 = now_ns(); read(&tx0, &rx0);
+        std::this_thread::sleep_for(std::chrono::milliseconds(6));
+    }
     nvtxDomainRangePushEx(dom, &a);
     if (!reads_on) { fn(); nvtxDomainRangePop(dom); return; }
-    unsigned tx0, rx0, tx1, rx1;
-    long long t0 = now_ns(); read(&tx0, &rx0);
+    if (!reads_outside) { t0 = now_ns(); read(&tx0, &rx0); }
     fn();
-    read(&tx1, &rx1); long long t1 = now_ns();
+    if (!reads_outside) { read(&tx1, &rx1); t1 = now_ns(); }
     nvtxDomainRangePop(dom);
-    std::fprintf(out, "{\"pid\": %d, \"rank\": 0, \"nvml_index\": %u, \"range\": \"%s\", \"dur_ns\": %lld, \"h2d\": %u, \"d2h\": %u}\n",
-                 (int)getpid(), gpu_index, name, t1 - t0, rx1 - rx0, tx1 - tx0);
+    if (reads_outside) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(6));
+        read(&tx1, &rx1); t1 = now_ns();
+    }
+    std::fprintf(out, "{\"pid\": %d, \"rank\": 0, \"nvml_index\": %u, \"range\": \"%s\", \"dur_ns\": %lld, \"h2d\": %u, \"d2h\": %u, \"reads\": \"%s\"}\n",
+                 (int)getpid(), gpu_index, name, t1 - t0, rx1 - rx0, tx1 - tx0, reads_outside ? "outside" : "inside");
 }
 
 int main(int argc, char** argv) {
     int reps = argc > 1 ? std::atoi(argv[1]) : 5;
     const char* reads = std::getenv("TRUTH_READS");
     reads_on = !(reads && !std::strcmp(reads, "0"));
+    reads_outside = reads && !std::strcmp(reads, "outside");
     void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
     auto init = (int (*)())dlsym(nvml, "nvmlInit_v2");
     auto by_bus = (int (*)(const char*, void**))dlsym(nvml, "nvmlDeviceGetHandleByPciBusId_v2");
@@ -77,6 +90,7 @@ int main(int argc, char** argv) {
     eager(); graph(); copy(256 * MiB, cudaMemcpyHostToDevice); copy(64 * MiB, cudaMemcpyDeviceToHost);  // warm
     long long t0 = now_ns();
     for (int r = 0; r < reps; ++r) {
+        if (reads_outside) range("gap_ref", [] {});
         range("idle_20ms", [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
         range("eager_3000", eager);
         range("h2d_64MiB", [&] { copy(64 * MiB, cudaMemcpyHostToDevice); });

@@ -25,6 +25,16 @@ import pynvml
 MiB = 1 << 20
 
 
+#: TRUTH_READS: unset = the truth reads inside each range (right after its push, right before its pop); "0" = no
+#: truth reads (overhead and idle-zero runs); "outside" = each range's reads sit OUTSIDE it, OUTSIDE_GAP_S before
+#: its push and after its pop, and every round adds a range "gap_ref" with no work, read the same way: a range's
+#: own bytes are then its window minus gap_ref's (the reads' share of the window and the gaps' traffic), and the
+#: NVTX range holds none of the app's reads (bench/attach_truth.py --reads-outside).
+READS = os.environ.get("TRUTH_READS", "inside")
+#: Longer than attach's idle sampling interval (5 ms), so a sample falls between a truth read and the range edge.
+OUTSIDE_GAP_S = 0.006
+
+
 class Truth:
     """NVML counters of one GPU, read inside every range (after its push, before its pop)."""
 
@@ -43,7 +53,18 @@ class Truth:
         """``fn`` inside NVTX range ``name``; ``launches``: the kernel launches it makes (``eager``, ``graph``,
         ``captured``; absent: none)."""
         launches = {"eager": 0, "graph": 0, "captured": 0, **(launches or {})}
-        if os.environ.get("TRUTH_READS") == "0":  # overhead runs: the same work without the truth's own reads
+        if READS == "outside":  # the reads OUTSIDE the range, a gap away: the range holds none of their bytes
+            t0, tx0, rx0 = self.read()
+            time.sleep(OUTSIDE_GAP_S)
+            with nvtx.annotate(name, domain="truth"):
+                fn()
+            time.sleep(OUTSIDE_GAP_S)
+            t1, tx1, rx1 = self.read()
+            self.rows.append({**self.ids, "rank": self.rank, "nvml_index": self.index, "range": name,
+                              "dur_ns": t1 - t0, "h2d": (rx1 - rx0) % 2**32, "d2h": (tx1 - tx0) % 2**32,
+                              "launches": launches, "reads": "outside"})
+            return
+        if READS == "0":  # overhead runs: the same work without the truth's own reads
             t0 = time.monotonic_ns()
             with nvtx.annotate(name, domain="truth"):
                 fn()
@@ -173,6 +194,8 @@ def ranges(truth: Truth, work, reps: int, barrier=None) -> tuple[int, int]:
     for _ in range(reps):
         if barrier:
             barrier()
+        if READS == "outside":
+            truth.range("gap_ref", lambda: None)
         truth.range("idle_20ms", lambda: time.sleep(0.02))
         truth.range("eager_3000", eager, {"eager": 3000})
         for name, c in copies.items():

@@ -28,7 +28,8 @@ from pcietrace.analysis.launch import DIRECTIONS
 #: samples). ``{d}_bytes_per_read_us``: bytes per microsecond a read took, fitted only where the reading
 #: windows' reads took clearly different times (``read_time_term``), else 0. ``read_us_program``: the median
 #: time a read took inside the GPU's own ranges (kept within the reading windows' mean read times; their mean
-#: over all reads where no sample lies inside the ranges; NaN without a read-time term).
+#: over all reads where no sample lies inside the ranges; NaN without a read-time term); ``read_us_min`` and
+#: ``read_us_max``: the reading windows' lowest and highest mean read time, us (NaN without one).
 #: ``{d}_bytes_per_read_quiet``: the mean bytes of the ranges' quiet sample intervals (one read each, less
 #: the background; NaN with fewer than :data:`STATE_RUN`). ``{d}_bytes_per_read_program``, what each read in
 #: a range is charged: the quiet mean, never above the higher of per read + per us x ``read_us_program`` and
@@ -45,7 +46,7 @@ FLOOR_COLUMNS = ["nvml_index", "status", "windows", "reads_per_s", "h2d_bytes_pe
                  "h2d_floor_corr", "d2h_floor_corr", "read_time_term", "read_us_program",
                  "h2d_bytes_per_read_us", "d2h_bytes_per_read_us", "h2d_bytes_per_read_us_se",
                  "d2h_bytes_per_read_us_se", "h2d_corr_read_vs_read_us", "d2h_corr_read_vs_read_us",
-                 "h2d_corr_read_us_vs_background", "d2h_corr_read_us_vs_background",
+                 "h2d_corr_read_us_vs_background", "d2h_corr_read_us_vs_background", "read_us_min", "read_us_max",
                  "h2d_bytes_per_read_quiet", "d2h_bytes_per_read_quiet",
                  "h2d_bytes_per_read_program", "d2h_bytes_per_read_program",
                  "h2d_state_bytes_per_read", "d2h_state_bytes_per_read", "quiet_intervals"]
@@ -61,6 +62,15 @@ READ_TIME_SPREAD = 0.25
 #: (a state lasts many reads: measured on the H100, reads inside a program's idle ranges moved 12.2-12.8 kB
 #: for 14 reads in a row, ~16 kB otherwise).
 QUIET_FACTOR, STATE_RUN = 1.5, 8
+
+#: A range whose reads took this much longer or shorter (relative, mean over at least STATE_RUN reads) than the
+#: program's median read time was in a state of its own: its floor error adds |bytes per read us| x that
+#: difference x its reads. The sign is not known: measured on the H100, slow reads moved MORE bytes on a GPU
+#: without a context (the windows' term, ~+14 B/us) but LESS in two other states (reads of 398-420 us against
+#: 318 us in two PyTorch eager ranges, ~1.6 kB D2H less each, -15 and -19 %; 600 us reads of 12.5 kB in idle
+#: ranges), so charging a range at its own read time fixed the first and broke the second (eleventh session,
+#: 1,830 range calls of 19 recordings). The gate keeps read-time jitter out of the error.
+RANGE_READ_TIME_SPREAD = 0.15
 
 #: Orders of the quiet intervals, shuffled with a fixed seed, over which :func:`state_bytes_per_read` finds how
 #: far runs of independent reads stray (deterministic: the same recording gives the same figures).
@@ -155,6 +165,8 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
         # a GPU's own ranges' spans: another GPU's ranges may run while this one is cold or busy otherwise
         spans = spans_ns.get(int(idx)) if isinstance(spans_ns, dict) else spans_ns
         windows_read_us = (mean_read_us, float(read_us[on].sum() / reads[on].sum())) if three_terms else None
+        if three_terms:  # how far a read's time may carry the read-time term: what the windows measured
+            row["read_us_min"], row["read_us_max"] = float(mean_read_us.min()), float(mean_read_us.max())
         if windows_only:
             row.update({f"{d}_{k}": v for d in DIRECTIONS for k, v in
                         (("bytes_per_read_program", row[f"{d}_bytes_per_read"]), ("state_bytes_per_read", 0.0))})
@@ -267,11 +279,13 @@ def _cov(model_row: pd.Series, direction: str) -> np.ndarray:
     return corr * np.outer(se, se)
 
 
-def floor_err_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duration_ns: np.ndarray) -> np.ndarray:
+def floor_err_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duration_ns: np.ndarray,
+                    read_us: np.ndarray | None = None) -> np.ndarray:
     """Half-width of the 95 % interval of :func:`floor_bytes` for the same intervals: the fitted terms'
     (Student t, from their covariance) and the GPU's state while the program ran (``{d}_state_bytes_per_read``
-    x reads: a state lasts many reads, so it adds up over them), in quadrature. NaN without a floor or with no
-    degrees of freedom left."""
+    x reads: a state lasts many reads, so it adds up over them) and, where the model has a read-time term, the
+    reads of an interval that sat apart in read time (``read_us``: their summed time, us; see
+    :func:`read_us_apart`), in quadrature. NaN without a floor or with no degrees of freedom left."""
     shape = np.shape(reads)
     if model_row["status"] == "no floor" or not model_row.get("dof"):
         return np.full(shape, np.nan)
@@ -284,7 +298,23 @@ def floor_err_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, dur
     fit = stats.t.ppf(0.975, model_row["dof"]) * np.sqrt(np.maximum(
         np.einsum("...i,ij,...j->...", g, _cov(model_row, direction), g), 0.0))
     state = float(model_row.get(f"{direction}_state_bytes_per_read", 0.0) or 0.0) * n
-    return np.hypot(fit, state)
+    # reads of a range in a state of their own (slower or faster): their cost moved, either way (both seen)
+    apart = abs(float(model_row.get(f"{direction}_bytes_per_read_us", 0.0) or 0.0)) * read_us_apart(model_row, n, read_us) * n
+    return np.sqrt(fit ** 2 + state ** 2 + apart ** 2)
+
+
+def read_us_apart(model_row: pd.Series, reads: np.ndarray, read_us: np.ndarray | None) -> np.ndarray:
+    """How far (us, >= 0) each interval's reads took longer or shorter than the program's read time
+    (``read_us_program``): their mean (``read_us``: the reads' summed time, us; kept within the windows' mean
+    read times), where at least :data:`STATE_RUN` reads sat :data:`RANGE_READ_TIME_SPREAD` apart; else 0, and
+    0 without a read-time term."""
+    n = np.asarray(reads, float)
+    r0 = float(model_row.get("read_us_program", np.nan) or np.nan)
+    lo, hi = (float(model_row.get(k, np.nan) or np.nan) for k in ("read_us_min", "read_us_max"))
+    if read_us is None or not model_row.get("read_time_term") or not np.isfinite([lo, hi, r0]).all():
+        return np.zeros(n.shape)
+    off = np.abs(np.clip(np.divide(read_us, n, out=np.full(n.shape, r0), where=n > 0), lo, hi) - r0)
+    return np.where((n >= STATE_RUN) & (off > RANGE_READ_TIME_SPREAD * r0), off, 0.0)
 
 
 def floor_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duration_ns: np.ndarray) -> np.ndarray:

@@ -115,8 +115,8 @@ def edge_samples(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def calibrate(ordinal: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Per-launch costs measured on the spot on one GPU (run in a child process, so no CUDA context
-    stays open while the application runs): :func:`calibration_records` on a fresh context."""
+    """The records of the per-launch costs, measured on the spot on one GPU (run in a child process, so no
+    CUDA context stays open while the application runs): :func:`calibration_records` on a fresh context."""
     from pcietrace.device.backend import CudaBackend
     from pcietrace.record.generate import LaunchGenerator
 

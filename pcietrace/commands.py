@@ -62,8 +62,9 @@ def _run_folder(args: argparse.Namespace, meta: dict[str, Any], ordinals: list[i
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pcietrace.analysis import analyze
+    from pcietrace.analysis import analyze, to_jsonable
     from pcietrace.record import box, guard
+    from pcietrace.report.console import tell
 
     plan = _plan(args)
     _check_plot(args)
@@ -85,6 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     folder = _run_folder(args, session.meta, ordinals)
     saving = guard.Saving(session, folder, lambda: analyze(session, args.us_per_level)
                           if session.meta.get("status") == "complete" else None,
+                          to_jsonable=to_jsonable, tell=tell,
                           saved_line=lambda s: f"saved {'partial ' if s.results is None else ''}run to {s.out_dir}")
     with saving, _progress(plan.steps() * len(session.meta["gpus"])) as (advance, note):
         record(advance, note)
@@ -189,11 +191,12 @@ def cmd_latency(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from pcietrace.device import backend, cuda
-    from pcietrace.analysis import analyze
+    from pcietrace.analysis import analyze, to_jsonable
     from pcietrace.collectors import topology
     from pcietrace.record import guard
     from pcietrace.record.latency import LatencyProbe, measure
     from pcietrace.record.run import RunPlan, base_meta
+    from pcietrace.report.console import tell
     from pcietrace.session import Session
 
     _check_plot(args)
@@ -221,7 +224,8 @@ def cmd_latency(args: argparse.Namespace) -> int:
         release()
         raise
     session.meta["status"] = "complete"
-    saving = guard.Saving(session, folder, lambda: analyze(session), before=lambda _: release())
+    saving = guard.Saving(session, folder, lambda: analyze(session), to_jsonable=to_jsonable, tell=tell,
+                          before=lambda _: release())
     with saving:  # the suite is measured: a signal while the GPUs are released waits until it is saved
         pass
     return saving.end(lambda results: _emit(session.meta, results, args))
@@ -235,20 +239,22 @@ def _launch_costs(args: argparse.Namespace, ordinal: int) -> dict[str, Any] | No
         from pcietrace.session import Session
 
         return from_run(Session.load(args.baseline), str(args.baseline))
+    from pcietrace.analysis.costs import from_records
     from pcietrace.record.attach import calibrate_in_child
 
-    return calibrate_in_child(ordinal)
+    return from_records(*calibrate_in_child(ordinal), "measured on the spot")
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from pcietrace.analysis import analyze
+    from pcietrace.analysis import analyze, to_jsonable
     from pcietrace.collectors import nvml, topology
     from pcietrace.device import backend, cuda
     from pcietrace.record import guard
     from pcietrace.record.attach import exit_code, record_attach
     from pcietrace.record.run import RunPlan, base_meta
+    from pcietrace.report.console import tell
     from pcietrace.report.perfetto import write_trace
     from pcietrace.schema import NO_LAUNCH_COUNTER
     from pcietrace.session import Session
@@ -277,7 +283,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         session.meta["launch_costs"] = _launch_costs(args, ordinals[0])
     machine_output = args.json or args.format != "table"  # stdout carries the report alone: the program's goes to stderr
     saving = record_attach(session, folder, args.idle_s, sys.stderr if machine_output else None,
-                           lambda: analyze(session), write_trace)
+                           lambda: analyze(session), write_trace, to_jsonable=to_jsonable, tell=tell)
     return saving.end(lambda results: _emit(session.meta, results, args), exit_code(session.meta))
 
 
@@ -343,16 +349,17 @@ def _record_graphs(args: argparse.Namespace, plan: Any, gpu: dict[str, Any], dev
                    extra: dict[str, Any]) -> int:
     from rich.console import Console
 
-    from pcietrace.analysis import analyze
+    from pcietrace.analysis import analyze, to_jsonable
     from pcietrace.record import graphs, guard
     from pcietrace.record.run import RunPlan, base_meta
+    from pcietrace.report.console import tell
     from pcietrace.session import Session
 
     session = Session(meta={**base_meta(RunPlan(), args.simulate), **graphs.meta_for(plan, device), **extra, "gpus": [gpu]})
     session.meta.pop("plan")  # that is `run`'s plan; this run's is graphs_plan
     folder = _run_folder(args, session.meta, [args.gpu], "-graphs")
     err = Console(stderr=True)
-    saving = guard.Saving(session, folder, lambda: analyze(session))
+    saving = guard.Saving(session, folder, lambda: analyze(session), to_jsonable=to_jsonable, tell=tell)
     with saving, err.status("graphs") as status:
         graphs.record(session, plan, device, gpu["nvml_index"], sampler, probe, progress=status.update)
     return saving.end(lambda results: _emit(session.meta, results, args))

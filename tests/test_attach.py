@@ -297,6 +297,38 @@ def test_a_calibration_child_that_dies_fails_at_once_not_at_the_timeout() -> Non
         calibrate_in_child(-1, timeout_s=60, fn=math.sqrt)
 
 
+def test_the_calibration_records_make_every_launch_cost_on_the_simulated_device() -> None:
+    """attach's on-the-spot calibration measured on the SIMULATED device and turned into launch costs as the
+    command does (record/ measures, analysis.costs computes): each the simulated device's own cost per launch
+    (host-bound eager; graph kernels back to back at the GPU's gap)."""
+    from pcietrace.analysis.costs import LAUNCH_COST_KEYS, from_records
+    from pcietrace.device.sim import SimBackend, SimDevice, SimParams
+    from pcietrace.record.attach import calibration_records
+    from pcietrace.record.generate import LaunchGenerator
+
+    p = SimParams.default()
+    costs = from_records(*calibration_records(LaunchGenerator(SimBackend(SimDevice(p, seed=3)))), "SIMULATED")
+    model_ns = [p.host_ns_eager, p.host_ns_graph, max(p.host_ns_eager, p.gap_ns_eager),
+                max(p.host_ns_graph / 100, p.gap_ns_graph)]
+    assert [costs[k] for k in LAUNCH_COST_KEYS] == pytest.approx([ns / 1e3 for ns in model_ns], rel=0.02)
+    assert costs["source"] == "SIMULATED"
+
+
+@pytest.mark.gpu
+def test_the_on_the_spot_calibration_gives_every_launch_cost() -> None:
+    """GPU 0, as ``pcietrace attach`` calibrates: the records come back from the child and make every launch
+    cost, each positive, a graph's kernel cheaper per kernel than an eager one's (K=100, empty kernels)."""
+    import argparse
+
+    from pcietrace.analysis.costs import LAUNCH_COST_KEYS
+    from pcietrace.commands import _launch_costs
+
+    costs = _launch_costs(argparse.Namespace(no_calibrate=False, baseline=None), 0)
+    assert all(np.isfinite(costs[k]) and costs[k] > 0 for k in LAUNCH_COST_KEYS), costs
+    assert costs["wall_us_per_kernel_graph"] < costs["wall_us_per_kernel_eager"]
+    assert costs["source"] == "measured on the spot"
+
+
 @pytest.mark.parametrize("terminal", [False, True])
 def test_sigint_is_passed_on_once(monkeypatch, tmp_path, terminal) -> None:
     # SIGINT to pcietrace while the program runs: passed on, unless pcietrace is a terminal's foreground job

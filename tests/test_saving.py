@@ -10,9 +10,16 @@ import signal
 import pandas as pd
 import pytest
 
+from pcietrace.analysis import to_jsonable
 from pcietrace.record import guard
+from pcietrace.report.console import tell
 from pcietrace.session import Session
 from pcietrace.signals import Terminated
+
+
+def _saving(*args, **kw) -> guard.Saving:
+    """guard.Saving with what the commands pass it from above record/: the results' JSON form, the rich status line."""
+    return guard.Saving(*args, to_jsonable=to_jsonable, tell=tell, **kw)
 
 
 def _session(h100) -> Session:
@@ -30,8 +37,8 @@ def test_a_signal_while_recording_saves_what_was_recorded_in_one_line(partial, h
     A partial run (run, graphs) is marked interrupted and not analysed; attach's is analysed as it stands."""
     s, out = _session(h100), tmp_path / "run"
     analysed, rendered = [], []
-    saving = guard.Saving(s, guard.RunFolder(out), lambda: analysed.append(1) or _results(),
-                          partial_if_interrupted=partial)
+    saving = _saving(s, guard.RunFolder(out), lambda: analysed.append(1) or _results(),
+                     partial_if_interrupted=partial)
     before = signal.getsignal(signal.SIGTERM)
     with saving:
         assert signal.getsignal(signal.SIGTERM) is not before  # SIGTERM stops it like Ctrl-C from here
@@ -51,9 +58,9 @@ def test_a_signal_in_the_held_steps_waits_for_the_save(h100, tmp_path, capsys, a
     the step after it has run, then one line 'the whole run', exit 143, no 'saved to' line."""
     s, out = _session(h100), tmp_path / "run"
     steps: list[str] = []
-    saving = guard.Saving(s, guard.RunFolder(out), _results,
-                          before=lambda sv: (steps.append("before"), os.kill(os.getpid(), signal.SIGTERM)),
-                          after=lambda sv: steps.append(f"after, saved to {sv.out_dir.name}"))
+    saving = _saving(s, guard.RunFolder(out), _results,
+                     before=lambda sv: (steps.append("before"), os.kill(os.getpid(), signal.SIGTERM)),
+                     after=lambda sv: steps.append(f"after, saved to {sv.out_dir.name}"))
     with saving:
         steps.append("recorded")
     assert isinstance(saving.interrupted, Terminated) and steps == ["recorded", "before", "after, saved to run"]
@@ -74,7 +81,7 @@ def test_a_failed_save_is_one_line_the_results_still_render_and_the_exit_code_is
 
     monkeypatch.setattr(Session, "save", disk_full)
     rendered: list = []
-    saving = guard.Saving(_session(h100), guard.RunFolder(tmp_path / "run"), _results)
+    saving = _saving(_session(h100), guard.RunFolder(tmp_path / "run"), _results)
     with saving:
         pass
     assert saving.out_dir is None and saving.end(rendered.append, rc) == (rc or 2)
@@ -88,8 +95,8 @@ def test_a_failed_save_is_one_line_the_results_still_render_and_the_exit_code_is
 def test_an_error_while_recording_still_saves_then_propagates(h100, tmp_path, capsys) -> None:
     """Not a signal: the run is saved (and said) before the error goes on; the signal handlers are restored."""
     before = signal.getsignal(signal.SIGINT)
-    saving = guard.Saving(_session(h100), guard.RunFolder(tmp_path / "run"), lambda: None,
-                          saved_line=lambda sv: f"saved partial run to {sv.out_dir}")
+    saving = _saving(_session(h100), guard.RunFolder(tmp_path / "run"), lambda: None,
+                     saved_line=lambda sv: f"saved partial run to {sv.out_dir}")
     with pytest.raises(RuntimeError, match="GPU fell off the bus"):
         with saving:
             raise RuntimeError("GPU fell off the bus")

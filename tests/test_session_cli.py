@@ -147,6 +147,21 @@ def test_simulated_run_is_labelled_and_recovers_its_model(tmp_path, capsys) -> N
     assert "SIMULATED" in capsys.readouterr().out
 
 
+def test_sim_params_are_derived_from_a_real_run_and_refused_from_a_simulated_one(h100, data_dir, tmp_path) -> None:
+    """bench/sim_params.py (the tool that wrote pcietrace/data/sim_params.json) on the real H100 run: SimParams
+    the simulated device takes, carrying the run's own per-launch bytes; a simulated run: one line, exit 2."""
+    from pcietrace.device.sim import SimParams
+
+    script, run = [sys.executable, str(data_dir.parents[1] / "bench" / "sim_params.py")], data_dir / "h100_run"
+    proc = subprocess.run([*script, str(run)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    p = SimParams(**json.loads(proc.stdout))
+    pl = analyze(h100)["per_launch"].set_index(["mode", "direction"])["bytes_per_call"]
+    assert (p.source, p.gpu_name) == (str(run), h100.meta["gpus"][0]["name"])
+    assert p.eager_rx_bytes == pytest.approx(pl["eager", "h2d"])
+    Session(meta={**h100.meta, "simulated": True}, samples=h100.samples, windows=h100.windows).save(tmp_path / "sim")
+    proc = subprocess.run([*script, str(tmp_path / "sim")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr == "refusing to derive simulation parameters from a simulated report\n"
 def test_import_and_help_need_no_driver() -> None:
     code = ("import sys, pcietrace, pcietrace.cli, pcietrace.analysis, pcietrace.collectors; "
             "bad = [m for m in ('pynvml', 'cuda.bindings.driver', 'rich') if m in sys.modules]; print(bad)")

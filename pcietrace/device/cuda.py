@@ -1,4 +1,4 @@
-"""The one module that imports cuda.bindings (driver API and NVRTC).
+"""The one module that imports cuda.bindings (driver API and NVRTC), and cuda.pathfinder (libcupti's path).
 
 Every call goes through :func:`handle_return`, which turns a non-success code into :class:`CudaError`.
 Importing this module needs neither cuda-python nor a driver; :func:`open_gpu` raises
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -79,6 +80,18 @@ def bus_ids() -> list[str]:
     """PCI bus id of every visible CUDA device, in CUDA ordinal order (no context is created)."""
     drv, _ = _bindings()
     return [_bus_id(handle_return(drv.cuDeviceGet(o), "cuDeviceGet")) for o in range(device_count())]
+
+
+def cupti_library() -> str | None:
+    """libcupti's path: $PCIETRACE_CUPTI, else what cuda-pathfinder finds (pip wheel or CUDA toolkit)."""
+    if os.environ.get("PCIETRACE_CUPTI"):
+        return os.environ["PCIETRACE_CUPTI"]
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        return str(load_nvidia_dynamic_lib("cupti").abs_path)
+    except Exception:  # no CUPTI anywhere: launches are then not counted, and the report says so
+        return None
 
 
 @functools.lru_cache(maxsize=None)

@@ -2,7 +2,7 @@
 
 Its parameters (bytes per launch, floor, host and GPU cost per launch) come from a real recorded report
 (``pcietrace/data/sim_params.json`` was derived from the committed H100 report; regenerate with
-``python -m pcietrace.device.sim REPORT_DIR``). Time is virtual: launches advance it by the measured host cost,
+``python3 bench/sim_params.py REPORT_DIR``). Time is virtual: launches advance it by the measured host cost,
 the GPU is a queue that runs kernels back to back with the measured gap, and the counter samples are
 synthesised afterwards at the real sampler's period, wrapped to 32 bits like NVML's. Everything it
 produces is labelled simulated.
@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -318,19 +316,3 @@ def latency(params: SimParams, gpus: list[dict[str, Any]], repeats: int, seed: i
                 rows.append({"nvml_index": g["nvml_index"], "test": test, "peer": -1, "repeat": rep, "value_us": float(v)})
     return pd.DataFrame(rows, columns=["nvml_index", "test", "peer", "repeat", "value_us"])
 
-
-def main(argv: list[str]) -> int:
-    """``python -m pcietrace.device.sim REPORT_DIR``: print SimParams derived from a real report as JSON."""
-    from pcietrace.analysis import analyze
-    from pcietrace.session import Session
-
-    s = Session.load(Path(argv[0]))
-    if s.meta.get("simulated"):
-        print("refusing to derive simulation parameters from a simulated report", file=sys.stderr)
-        return 2
-    print(json.dumps(asdict(params_from_results(analyze(s), s.meta, argv[0])), indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

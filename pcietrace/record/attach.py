@@ -49,18 +49,6 @@ def injection_library() -> str:
     return built("_pt_inject")
 
 
-def cupti_library() -> str | None:
-    """libcupti's path: $PCIETRACE_CUPTI, else what cuda-pathfinder finds (pip wheel or CUDA toolkit)."""
-    if os.environ.get("PCIETRACE_CUPTI"):
-        return os.environ["PCIETRACE_CUPTI"]
-    try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
-
-        return str(load_nvidia_dynamic_lib("cupti").abs_path)
-    except Exception:  # no CUPTI anywhere: launches are then not counted, and the report says so
-        return None
-
-
 #: Bytes the injection library keeps free at the end of a trace file for its "tracefull" line (TRACE_RESERVE).
 TRACE_RESERVE_BYTES = 256
 
@@ -126,19 +114,24 @@ def edge_samples(events: pd.DataFrame) -> pd.DataFrame:
                          "rx_raw": parts[3].to_numpy()})
 
 
-def calibrate(ordinal: int) -> dict[str, Any]:
-    """Per-launch costs measured on the spot on one GPU (run in a child process, so no CUDA context
-    stays open while the application runs): host us per eager launch / per graph launch (queue never
-    full) and wall us per kernel eager vs graph (K=100, empty kernels)."""
-    from pcietrace.analysis.costs import from_records
+def calibrate(ordinal: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The records of the per-launch costs, measured on the spot on one GPU (run in a child process, so no
+    CUDA context stays open while the application runs): :func:`calibration_records` on a fresh context."""
     from pcietrace.device.backend import CudaBackend
     from pcietrace.record.generate import LaunchGenerator
 
     with contextlib.closing(CudaBackend(ordinal)) as backend:
-        gen = LaunchGenerator(backend)
-        bursts = [gen.burst("eager", 0.0, 1, 900), gen.burst("graph", 0.0, 100, 9)]
-        e2e = [gen.end_to_end(mode, 0.0, k, 4000) for _ in range(3) for mode, k in (("eager", 1), ("graph", 100))]
-    return from_records(bursts, e2e, "measured on the spot")
+        return calibration_records(LaunchGenerator(backend))
+
+
+def calibration_records(gen: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(bursts, e2e)`` through ``gen`` (a :class:`~pcietrace.record.generate.LaunchGenerator`): bursts for the
+    host us per eager launch / per graph launch (queue never full), end-to-end records for the wall us per
+    kernel eager vs graph (K=100, empty kernels). :func:`pcietrace.analysis.costs.from_records` makes them the
+    launch costs, in the command (record/ does not import analysis)."""
+    bursts = [gen.burst("eager", 0.0, 1, 900), gen.burst("graph", 0.0, 100, 9)]
+    e2e = [gen.end_to_end(mode, 0.0, k, 4000) for _ in range(3) for mode, k in (("eager", 1), ("graph", 100))]
+    return bursts, e2e
 
 
 
@@ -256,6 +249,8 @@ def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, n
     if slow_domains:
         env["PCIETRACE_SLOW_DOMAINS"] = slow_domains
     if launch_counter == "cupti" or gpu_time:
+        from pcietrace.device.cuda import cupti_library
+
         env["CUDA_INJECTION64_PATH"] = lib
         cupti = cupti_library()
         if cupti:
@@ -363,14 +358,16 @@ class Recording:
 
 
 def record_attach(session: Any, folder: RunFolder | None, idle_s: float, program_stdout: Any,
-                  analyze: Callable[[], Any], write_trace: Callable[[Any, Any, Path], None]) -> Saving:
+                  analyze: Callable[[], Any], write_trace: Callable[[Any, Any, Path], None], *,
+                  to_jsonable: Callable[[Any], Any], tell: Callable[[str], None]) -> Saving:
     """Run the program ``session.meta["command"]`` under the samplers and the injection library, with the
     settings the command put in ``session.meta`` (GPUs, sampling, launch counter, edges, GPU time), between
     ``idle_s`` seconds of idle windows; then ``analyze()``, save into ``folder`` (a
     :class:`~pcietrace.record.guard.RunFolder`, None: not saved) and write the Perfetto trace beside the saved
     run (``write_trace(session, results, path)``). ``program_stdout``: where the program's output goes (None:
-    ours). Returns the :class:`~pcietrace.record.guard.Saving`; its ``end`` gives the exit code (the
-    program's, or 128 + a signal's). A program that could not start is a :class:`UsageError`, nothing saved."""
+    ours). ``to_jsonable`` and ``tell`` go to :class:`~pcietrace.record.guard.Saving` (``tell`` also says the
+    program is starting). Returns the Saving; its ``end`` gives the exit code (the program's, or 128 + a
+    signal's). A program that could not start is a :class:`UsageError`, nothing saved."""
     from pcietrace import signals
     from pcietrace.record.guard import Saving, discard_on_error
 
@@ -385,11 +382,11 @@ def record_attach(session: Any, folder: RunFolder | None, idle_s: float, program
         for g in meta["gpus"]:
             g["counter"] = rec.sampler.modes.get(g["nvml_index"])
         end = _AttachEnd(rec, stack, write_trace)
-        saving = Saving(session, folder, analyze, partial_if_interrupted=False, before=end.collect,
-                        after=end.trace, saved_line=end.saved_line, what=end.what)
+        saving = Saving(session, folder, analyze, to_jsonable=to_jsonable, tell=tell, partial_if_interrupted=False,
+                        before=end.collect, after=end.trace, saved_line=end.saved_line, what=end.what)
         with saving:  # before and after the program signals save like Ctrl-C; during it run_program passes them on
             try:
-                _run_between_idle_windows(session, rec, end.windows, idle_s, program_stdout)
+                _run_between_idle_windows(session, rec, end.windows, idle_s, program_stdout, tell)
             except UsageError:  # the program could not start (ENOEXEC...): refused like a missing one, nothing saved
                 if saving.folder is not None and "t_app_start_ns" not in meta:
                     saving.folder.discard()
@@ -399,10 +396,8 @@ def record_attach(session: Any, folder: RunFolder | None, idle_s: float, program
 
 
 def _run_between_idle_windows(session: Any, rec: Recording, windows: list[dict[str, Any]], idle_s: float,
-                              program_stdout: Any) -> None:
+                              program_stdout: Any, tell: Callable[[str], None]) -> None:
     """Idle windows, the program (its exit code and times into ``session.meta``), idle windows again."""
-    from pcietrace.record.guard import tell
-
     meta = session.meta
     indices = [g["nvml_index"] for g in meta["gpus"]]
     idle_windows(rec.sampler, indices, idle_s, windows)

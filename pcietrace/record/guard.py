@@ -11,6 +11,10 @@ signals.
   fails it says so in one line and the results are still returned for printing.
 - :class:`Saving` puts these together around a recording, the one way out of every measuring command:
   record, then save whatever happened, say one line, and give the exit code.
+
+What comes from the layers above (the results' JSON form: ``pcietrace.analysis.to_jsonable``; the status
+line as rich prints it: ``pcietrace.report.console.tell``) is passed in by the command, as ``analyze`` is:
+record/ imports neither (tests/test_layers.py).
 """
 
 from __future__ import annotations
@@ -216,13 +220,6 @@ def discard_on_error(folder: RunFolder | None) -> Iterator[None]:
         raise
 
 
-def tell(line: str) -> None:
-    """A status line on stderr as rich prints it (no markup, not wrapped off a terminal)."""
-    from rich.console import Console
-
-    Console(stderr=True).print(line, markup=False, soft_wrap=True)
-
-
 def interrupted_line(folder: RunFolder | None, out_dir: Path | None, what: str) -> str:
     """The one line a signal ends a measuring command with: ``what`` was saved, and where."""
     if folder is None:
@@ -249,20 +246,24 @@ class Saving:
     Any other error still propagates after the save. Then :meth:`end` says the one interrupted line or
     renders, and gives the exit code::
 
-        saving = Saving(session, folder, lambda: analyze(session))
+        saving = Saving(session, folder, lambda: analyze(session), to_jsonable=to_jsonable, tell=tell)
         with saving:
             record(session, ...)
         return saving.end(lambda results: render(session.meta, results))
 
-    The hooks are called with this object: ``before``/``after`` (signals held), ``saved_line`` and ``what``
-    (what an interrupted run saved; default :func:`run_saved` of the session's status).
+    ``to_jsonable``: the results as saved in ``report.json`` (:func:`finish`); ``tell``: how the ``saved to``
+    line is said (both from the command: record/ imports neither analysis nor rich). The hooks are called
+    with this object: ``before``/``after`` (signals held), ``saved_line`` and ``what`` (what an interrupted
+    run saved; default :func:`run_saved` of the session's status).
     """
 
     def __init__(self, session: Any, folder: RunFolder | None, analyze: Callable[[], Any], *,
+                 to_jsonable: Callable[[Any], Any], tell: Callable[[str], None],
                  partial_if_interrupted: bool = True, before: Callable[["Saving"], None] | None = None,
                  after: Callable[["Saving"], None] | None = None, saved_line: Callable[["Saving"], str] | None = None,
                  what: Callable[["Saving"], str] | None = None) -> None:
         self.session, self.folder, self.analyze = session, folder, analyze
+        self.to_jsonable, self.tell = to_jsonable, tell
         self.partial_if_interrupted = partial_if_interrupted
         self.before, self.after = before, after
         self.saved_line = saved_line or (lambda s: f"saved to {s.out_dir}")
@@ -290,18 +291,16 @@ class Saving:
         analysis error still saves (and publishes) the raw data."""
         try:
             with self._intr.finishing():
-                from pcietrace.analysis import to_jsonable  # (imported by the command already: no wait here)
-
                 if self.before is not None:
                     self.before(self)
                 self.results, self.out_dir = finish(self.session, self.folder, analyze or (lambda: None),
-                                                    to_jsonable, say)
+                                                    self.to_jsonable, say)
                 if self.after is not None:
                     self.after(self)
         except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
             self.interrupted = self.interrupted or exc
         if self.out_dir is not None and self.interrupted is None:
-            tell(self.saved_line(self))
+            self.tell(self.saved_line(self))
 
     def end(self, render: Callable[[Any], None], rc: int = 0) -> int:
         """Interrupted: the one line saying what was saved and where, and 128 + the signal. Else

@@ -650,3 +650,9 @@ def compare_tables(cmp: pd.DataFrame, names: list[str]) -> list[Table]:
         either = cmp[f"value:{names[0]}"].notna() | cmp[f"value:{n}"].notna() | cmp[f"delta:{n}"].notna()
         tables.append(compare_table(cmp[either], [names[0], n], "A" + chr(65 + i), f"Comparison: {chr(65 + i)} vs A"))
     return tables
+
+
+def tell(line: str) -> None:
+    """A status line on stderr as rich prints it (no markup, not wrapped off a terminal): what a measuring
+    command says about its run (``saved to DIR``, attach's ``running CMD``), passed to record/ by the command."""
+    Console(stderr=True).print(line, markup=False, soft_wrap=True)

@@ -117,6 +117,11 @@ def main() -> int:
         med, lo, hi = median_ci(ratios)
         print(f"{c}: app runtime per pair {', '.join(f'{r:+.1f}' for r in ratios)} % -> median {med:+.2f} % "
               f"[95 % CI {lo:+.2f}, {hi:+.2f}]")
+        # each range the same way: its median call per run, paired by round (the median over all calls of all runs
+        # above mixes the runs' levels: each process draws its own, e.g. torch eager_3000 +-10 % between runs)
+        for r in table.index.drop([loop, "NCCL first barrier (mean over ranks)"]):
+            med, lo, hi = median_ci([100 * (x[r] / y[r] - 1) for x, y in zip(res[c], res["alone"])])
+            print(f"    {r}: median per pair {med:+.2f} % [95 % CI {lo:+.2f}, {hi:+.2f}]")
     return 0
 
 

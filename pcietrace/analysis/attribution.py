@@ -225,9 +225,13 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
         covered = (a >= t[0]) & (b <= t[-1])
         wrap = _gaps_overlapping(t, gp["wrap"], a, b) > 0
         no_floor = int(idx) not in models.index or models.loc[int(idx), "status"] == "no floor"
-        reads = np.searchsorted(t, b, "right") - np.searchsorted(t, a, "right")
-        read_cs = np.concatenate([[0.0], np.cumsum(g["read_ns"].to_numpy(float) / 1e3)]) if "read_ns" in g else None
-        read_us = None if read_cs is None else read_cs[np.searchsorted(t, b, "right")] - read_cs[np.searchsorted(t, a, "right")]
+        first, after = np.searchsorted(t, a, "right"), np.searchsorted(t, b, "right")  # samples inside: first..after-1
+        reads = after - first
+        # their reads' summed time (us): a range whose reads sat apart in read time states it in its floor error
+        read_us = None
+        if "read_ns" in g:
+            spent_us = np.concatenate([[0.0], np.cumsum(g["read_ns"].to_numpy(float) / 1e3)])
+            read_us = spent_us[after] - spent_us[first]
         st = np.where(~covered, 2, np.where(wrap, 3, 1 if no_floor else 0))
         status = np.where(mine, np.maximum(status, st), status)
         acc["stalls"] += np.where(mine, _gaps_overlapping(t, gp["stall"], a, b), 0)
@@ -237,8 +241,9 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             acc[f"{d}_raw"] += np.where(mine, yb - ya, 0)
             acc[f"{d}_edge"] += np.where(mine, ea + eb, 0)
             if not no_floor:
-                acc[f"{d}_floor"] += np.where(mine, floor_bytes(models.loc[int(idx)], d, reads, b - a), 0)
-                acc[f"{d}_floor_var"] += np.where(mine, floor_err_bytes(models.loc[int(idx)], d, reads, b - a, read_us) ** 2, 0)
+                model = models.loc[int(idx)]
+                acc[f"{d}_floor"] += np.where(mine, floor_bytes(model, d, reads, b - a), 0)
+                acc[f"{d}_floor_var"] += np.where(mine, floor_err_bytes(model, d, reads, b - a, read_us) ** 2, 0)
     sampled = set(cum["nvml_index"].astype(int))
     status = np.where([not set(r) <= sampled for r in out["gpus"]], 2, status)  # a GPU with no samples at all
     out["status"] = [STATUSES[i] for i in status]

@@ -299,7 +299,8 @@ def floor_err_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, dur
         np.einsum("...i,ij,...j->...", g, _cov(model_row, direction), g), 0.0))
     state = float(model_row.get(f"{direction}_state_bytes_per_read", 0.0) or 0.0) * n
     # reads of a range in a state of their own (slower or faster): their cost moved, either way (both seen)
-    apart = abs(float(model_row.get(f"{direction}_bytes_per_read_us", 0.0) or 0.0)) * read_us_apart(model_row, n, read_us) * n
+    per_us = abs(float(model_row.get(f"{direction}_bytes_per_read_us", 0.0) or 0.0))
+    apart = per_us * read_us_apart(model_row, n, read_us) * n
     return np.sqrt(fit ** 2 + state ** 2 + apart ** 2)
 
 

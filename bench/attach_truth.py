@@ -141,9 +141,9 @@ def launch_check(truth: pd.DataFrame, ours: pd.DataFrame) -> dict:
 
 
 def outside_truth(rows: pd.DataFrame) -> pd.DataFrame:
-    """Truth rows read outside their ranges (``TRUTH_READS=outside``): each window minus the mean window of the
+    """Truth rows read outside their ranges (``TRUTH_READS=outside``): each window minus the median window of the
     rank's empty ``gap_ref`` range (the reads' own share of the window and the gaps' traffic), per direction."""
-    ref = rows[rows["range"] == "gap_ref"].groupby("rank")[["h2d", "d2h"]].mean()
+    ref = rows[rows["range"] == "gap_ref"].groupby("rank")[["h2d", "d2h"]].median()
     out = rows[rows["range"] != "gap_ref"].copy()
     for d in ("h2d", "d2h"):
         out[d] = out[d] - out["rank"].map(ref[d])
@@ -220,7 +220,8 @@ def main() -> int:
                     help="passed to attach: the sampling interval inside ranges (default: attach's own, 0.5)")
     ap.add_argument("--reads-outside", action="store_true",
                     help="the app's truth reads outside its ranges (a range's truth: its window minus an empty one's)")
-    ap.add_argument("--attach-args", default="", metavar="ARGS", help="more arguments for attach (one string)")
+    ap.add_argument("--attach-args", default="", metavar="ARGS", help="more arguments for attach, one string (write --attach-args=--no-count-launches: "
+                         "a value that starts with - needs the =)")
     ap.add_argument("--idle-s", default=None, metavar="S",
                     help="passed to attach: idle time sampled before and after the program for the floor (default 0.5)")
     a = ap.parse_args()

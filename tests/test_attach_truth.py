@@ -276,9 +276,6 @@ def test_the_bench_finds_each_threads_rank_and_stops_on_a_thread_it_cannot_match
     """bench/attach_truth.py matches range instances to the app's ranks by (pid, tid); the app's rows are made
     here from the real recording's threads (rank = the thread's GPU). A thread with no truth row stops the bench
     (was: its ranges silently dropped out of the comparison, which then read all within error)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
     from attach_truth import ranks
 
     _, res, _ = threads2
@@ -583,9 +580,6 @@ def test_with_the_truth_read_outside_its_ranges_every_range_of_2_ms_is_within_5_
     inside the ranges, the same call's eager D2H read +3.0 / +5.4 % against a truth that holds only part of
     those reads' bytes; here it must be within 5 % like every other direction of a range >= 2 ms that moves
     more than 0.5 MB, and every direction within what attach states (edges + the floor's 95 % interval)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
     from attach_truth import outside_truth, truth_rows
 
     path = data_dir / "attach_h200x2_torchrun_outside"
@@ -617,9 +611,6 @@ def test_a_range_whose_reads_sat_apart_in_read_time_states_that_in_its_error(dat
     cannot know the sign of such a state (slow reads moved more bytes on a GPU with no context), so it states
     it: |bytes per read us| x how far the range's reads sat apart x its reads joins the floor error. Without that
     term the two calls are outside their stated error."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
     from attach_truth import outside_truth, truth_rows
     from pcietrace.analysis import floor
 

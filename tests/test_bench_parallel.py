@@ -7,10 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+import parallel_vs_alone as pva
 
-import parallel_vs_alone as pva  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_pairs_are_made_round_by_round_where_a_run_lacks_a_figure() -> None:

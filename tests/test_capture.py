@@ -273,7 +273,6 @@ def test_the_truth_bench_checks_each_calls_launches_against_the_apps(tmp_path) -
     """bench/attach_truth.py's launch check on the real 2x H200 threads recording (made before captured launches
     were told apart: 0 captured): the app's 3,000 eager launches per eager_3000 call match; one more or less, a
     captured count the recording does not have, or no truth at all do not pass."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     import attach_truth
 
     inst = analyze(Session.load(DATA / "attach_h200x2_threads"))["range_instances"]

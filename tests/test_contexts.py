@@ -86,9 +86,7 @@ def test_contexts_out_of_range_are_refused(capsys) -> None:
 def test_compare_bound_covers_how_far_runs_over_contexts_moved() -> None:
     # bench/eager_gpu_truth.py's saved runs (real: H100 and 2x H200, 5 contexts each, 2026-11-22)
     import json
-    import sys
 
-    sys.path.insert(0, str(DATA.parents[1] / "bench"))
     from _stats import pair_p95_pct
 
     from pcietrace.analysis.compare import run_to_run_pct

@@ -102,17 +102,11 @@ def test_one_iqr_spread_for_the_tables_and_bench(data_dir) -> None:
     """The interquartile spread in % is spelled once: the latency table's ``spread_pct``, the host cost by
     language's ``iqr_pct`` and bench/'s ``iqr_pct`` are :func:`pcietrace.analysis.spread.iqr_pct`, the same
     figure as before over the real H100 run's raw values (pandas' linear quartiles)."""
-    import sys
-    from pathlib import Path
+    import _stats
 
     from pcietrace.analysis import launch
     from pcietrace.analysis.spread import iqr_pct
 
-    sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
-    try:
-        import _stats
-    finally:
-        sys.path.pop(0)
     assert _stats.iqr_pct is iqr_pct
     s = Session.load(data_dir / "h100_run_latency")
     res = analyze(s)

@@ -36,7 +36,8 @@ OUTSIDE_GAP_S = 0.006
 
 
 class Truth:
-    """NVML counters of one GPU, read inside every range (after its push, before its pop)."""
+    """NVML counters of one GPU, read around every range: inside it (after its push, before its pop) or, with
+    TRUTH_READS=outside, a gap outside it (see :data:`READS`)."""
 
     def __init__(self, bus_id: str, rank: int) -> None:
         pynvml.nvmlInit()
@@ -53,17 +54,6 @@ class Truth:
         """``fn`` inside NVTX range ``name``; ``launches``: the kernel launches it makes (``eager``, ``graph``,
         ``captured``; absent: none)."""
         launches = {"eager": 0, "graph": 0, "captured": 0, **(launches or {})}
-        if READS == "outside":  # the reads OUTSIDE the range, a gap away: the range holds none of their bytes
-            t0, tx0, rx0 = self.read()
-            time.sleep(OUTSIDE_GAP_S)
-            with nvtx.annotate(name, domain="truth"):
-                fn()
-            time.sleep(OUTSIDE_GAP_S)
-            t1, tx1, rx1 = self.read()
-            self.rows.append({**self.ids, "rank": self.rank, "nvml_index": self.index, "range": name,
-                              "dur_ns": t1 - t0, "h2d": (rx1 - rx0) % 2**32, "d2h": (tx1 - tx0) % 2**32,
-                              "launches": launches, "reads": "outside"})
-            return
         if READS == "0":  # overhead runs: the same work without the truth's own reads
             t0 = time.monotonic_ns()
             with nvtx.annotate(name, domain="truth"):
@@ -71,13 +61,22 @@ class Truth:
             self.rows.append({**self.ids, "rank": self.rank, "nvml_index": self.index, "range": name,
                               "dur_ns": time.monotonic_ns() - t0, "h2d": None, "d2h": None, "launches": launches})
             return
-        with nvtx.annotate(name, domain="truth"):
+        outside = READS == "outside"  # the reads a gap outside the range: it holds none of their bytes
+        if outside:
             t0, tx0, rx0 = self.read()
+            time.sleep(OUTSIDE_GAP_S)
+        with nvtx.annotate(name, domain="truth"):
+            if not outside:
+                t0, tx0, rx0 = self.read()
             fn()
+            if not outside:
+                t1, tx1, rx1 = self.read()
+        if outside:
+            time.sleep(OUTSIDE_GAP_S)
             t1, tx1, rx1 = self.read()
         self.rows.append({**self.ids, "rank": self.rank, "nvml_index": self.index, "range": name,
                           "dur_ns": t1 - t0, "h2d": (rx1 - rx0) % 2**32, "d2h": (tx1 - tx0) % 2**32,
-                          "launches": launches})
+                          "launches": launches, "reads": READS})
 
 
 #: Kernels the "capture_100" range captures into a graph (launches that run nothing).

@@ -83,7 +83,7 @@ def bus_id_of(dev: int) -> str:
         if err == cu.CUresult.CUDA_SUCCESS:
             bus = bus.decode() if isinstance(bus, (bytes, bytearray)) else str(bus)
             return bus.split("\x00")[0]
-    except ImportError:
+    except Exception:  # no cuda.bindings, or it cannot reach the driver: ask torch
         pass
     props = torch.cuda.get_device_properties(dev)
     if all(hasattr(props, k) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
@@ -110,7 +110,10 @@ def zero_copy_view(dev: torch.device, nbytes: int) -> tuple[torch.Tensor | None,
     ok = cu.CUresult.CUDA_SUCCESS
     n = nbytes // 4
     host = torch.ones(n, dtype=torch.float32, pin_memory=True)
-    err, dptr = cu.cuMemHostGetDevicePointer(host.data_ptr(), 0)
+    try:
+        err, dptr = cu.cuMemHostGetDevicePointer(host.data_ptr(), 0)
+    except Exception as e:  # cuda.bindings cannot reach the driver (e.g. a version mismatch): skip, do not guess
+        return None, {"skipped": f"cuda.bindings cuMemHostGetDevicePointer: {e!r}"}
     how = "torch pin_memory + cuMemHostGetDevicePointer"
     keep = host
     if err != ok:

@@ -223,7 +223,9 @@ def main() -> int:
                           "print(torch.__version__, torch.cuda.get_device_name(0))"],
                          capture_output=True, text=True, cwd=ROOT)
     if pre.returncode != 0:
-        ap.error(f"{a.python} cannot run the app: {pre.stderr.strip().splitlines()[-1] if pre.stderr.strip() else pre.returncode}")
+        why = pre.stderr.strip().splitlines()[-1] if pre.stderr.strip() else f"exit {pre.returncode}"
+        ap.error(f"{a.python} cannot run the app ({why}); name an interpreter with torch, pynvml and pcietrace "
+                 "with --python (on the lent GPUs: after `. bench/device_setup.sh`)")
     print(f"torch {pre.stdout.strip()}; {a.calls} calls per range; python {a.python}", flush=True)
 
     r = Runner(a)

@@ -124,18 +124,46 @@ def test_attach_session_analyses_renders_and_exports(events, tmp_path, capsys, m
     assert "PCIe bytes per NVTX range" in out and "Launches per NVTX range" in out and "Whole run" in out and "Processes followed" in out
 
 
-def test_edge_values_follow_neighbouring_rates() -> None:
-    # CONSTRUCTED: a burst of 100 B that ends between the samples at t=10 and t=20 (none moves after t=20)
-    # and steady traffic of 10 B per unit time from t=40 on.
-    t = np.array([0, 10, 20, 30, 40, 50, 60])
-    y = np.array([0.0, 100.0, 130.0, 130.0, 130.0, 230.0, 330.0])
-    est, err = attribution.edge_values(t, y, np.array([18, 45, 55]))
-    # the burst's rate carried forward reaches 130 before t=18, and nothing moves after 20: the edge is at 130
-    assert est[0] == pytest.approx(130.0) and err[0] == pytest.approx(30.0)
-    # traffic that starts at t=40 and stays steady: (nearly) linear interpolation, which is right here
-    assert est[1] == pytest.approx(180.0, rel=0.02) and est[2] == pytest.approx(280.0)
-    # the bound is every byte of the interval on the far side of the estimate
-    assert err[1:] == pytest.approx(np.maximum(est[1:] - [130.0, 230.0], [230.0, 330.0] - est[1:]))
+def test_edge_values_put_a_range_s_burst_inside_it() -> None:
+    # CONSTRUCTED (ns, bytes): idle at 0.1 B/ns until t=10, a burst of 100 B somewhere in (10, 20], idle after.
+    t = np.array([0, 10, 20, 30])
+    y = np.array([0.0, 1.0, 102.0, 103.0])
+    start, err_start = attribution.edge_values(t, y, np.array([12]), "start")
+    end, err_end = attribution.edge_values(t, y, np.array([18]), "end")
+    # a range pushed at 12 and popped at 18 holds the burst: only the idle rate runs on past its edges
+    assert start[0] == pytest.approx(1.2) and end[0] == pytest.approx(101.8)
+    # the bound is the worst case: every byte of the interval on the other side (no cap binds at these rates)
+    assert err_start[0] == pytest.approx(102.0 - 1.2) and err_end[0] == pytest.approx(101.8 - 1.0)
+
+
+def test_edge_values_run_the_previous_range_s_copy_on_to_the_edge() -> None:
+    # CONSTRUCTED: a copy at 10 B/ns until t=15 (the previous range's), then quiet; the next range starts at 15
+    t = np.array([0, 10, 20, 30])
+    y = np.array([0.0, 100.0, 150.0, 150.0])
+    est, _ = attribution.edge_values(t, y, np.array([15]), "start")
+    assert est[0] == pytest.approx(150.0)  # every byte of the copy before the edge, none in the new range
+
+
+def test_edge_values_spread_the_floor_s_share_evenly() -> None:
+    # CONSTRUCTED: idle on both sides, each interval holding one read of 20 B: the floor's share, spread
+    # evenly as the floor model counts it, so idle ranges come out unbiased
+    t = np.array([0, 100, 200, 300])
+    y = np.array([0.0, 20.0, 40.0, 60.0])
+    for side in ("start", "end"):
+        est, _ = attribution.edge_values(t, y, np.array([125]), side, floor_per_read=20.0)
+        assert est[0] == pytest.approx(25.0), side
+
+
+def test_edge_values_charge_no_more_than_the_link_can_move() -> None:
+    # CONSTRUCTED: 60 MB moved between samples 1 ms apart, after idle; a range starts 0.1 ms before the later
+    # sample, whose value applies by its time at the latest: at 64 GB/s no more than 6.4 MB can be after the edge
+    t = np.array([0, 1_000_000, 2_000_000, 3_000_000])
+    y = np.array([0.0, 10.0, 60e6 + 10, 60e6 + 20])
+    est, err = attribution.edge_values(t, y, np.array([1_900_000]), "start", early=t, late=t)
+    bps = attribution.MAX_LINK_BPS
+    assert est[0] == pytest.approx(y[2] - bps * 100e-6)
+    # and no more than 57.6 MB before it: the bound is what the link allows either side, not the whole 60 MB
+    assert err[0] == pytest.approx(y[1] + bps * 900e-6 - est[0])
 
 
 def test_real_attach_run_on_the_h100(data_dir, h100, tmp_path, capsys) -> None:

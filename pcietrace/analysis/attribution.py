@@ -297,7 +297,9 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     """Per (domain, name), every figure a total over its ``calls`` (none is per call): ``gpus`` (sorted NVML
     indices its calls were charged to, a list like each instance's, e.g. [0, 1]),
     ``incl_ms``/``excl_ms`` (summed), ``h2d_bytes``/``d2h_bytes`` (inclusive, summed; NaN if any call has no
-    figure) with their worst-case edge errors ``h2d_edge_bytes``/``d2h_edge_bytes`` and the floor's 95 %
+    figure), ``excl_h2d_bytes`` (minus direct children's, summed; NaN likewise), ``h2d_raw_bytes``/
+    ``d2h_raw_bytes`` (before the floor is removed, summed) and the worst-case edge errors
+    ``h2d_edge_bytes``/``d2h_edge_bytes`` (summed) and the floor's 95 %
     half-widths ``h2d_floor_err_bytes``/``d2h_floor_err_bytes`` (summed: one floor serves every call),
     ``status`` (the worst of its calls), ``stalls`` (sampling stalls its calls overlap), ``eager_launches``, ``graph_launches``,
     ``captured_launches`` (made into a stream being captured: graph nodes, in neither count before),

@@ -625,7 +625,8 @@ def _gpu_list(text: Any) -> str:
     """[0, 1, 2, 3, 5] (or "0,1,2,3,5") -> "0-3,5": runs of NVML indices shortened, so the column stays narrow
     on big boxes."""
     try:
-        idx = sorted({int(x) for x in (text if isinstance(text, (list, tuple)) else str(text).split(",")) if str(x).strip()})
+        items = text if isinstance(text, (list, tuple)) else str(text).split(",")
+        idx = sorted({int(x) for x in items if str(x).strip()})
     except ValueError:
         return esc(text)
     runs: list[list[int]] = []

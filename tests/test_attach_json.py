@@ -115,3 +115,26 @@ def test_readme_names_every_key_of_the_attach_tables(docs) -> None:
     for table in ("ranges", "range_instances", "whole_run"):
         keys = {k for doc in docs.values() for r in doc["results"][table] for k in r}
         assert keys and not keys - named, (table, sorted(keys - named))
+
+
+def test_ranges_with_no_domain_are_in_domain_default(tmp_path) -> None:
+    """The real injection library, driven by the nvtx package (no GPU needed): ranges opened without a domain
+    (the package's "NVTX" domain, a NULL domain handle in C) are named ``default``, as the README says; a
+    named domain keeps its name."""
+    import os
+    import subprocess
+    import sys
+
+    from pcietrace.analysis import attribution
+    from pcietrace.record.attach import injection_library, read_traces
+
+    pytest.importorskip("nvtx")
+    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
+    prog = ("import nvtx\n"
+            "nvtx.push_range('pushed')\nnvtx.pop_range()\n"
+            "with nvtx.annotate('annotated'):\n    pass\n"
+            "nvtx.end_range(nvtx.start_range('started'))\n"
+            "with nvtx.annotate('mine', domain='mine'):\n    pass\n")
+    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
+    r = attribution.ranges_from_events(read_traces(tmp_path)).set_index("name")["domain"].to_dict()
+    assert r == {"pushed": "default", "annotated": "default", "started": "default", "mine": "mine"}

@@ -190,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", formatter_class=_Formatter, help="re-analyse and re-render a saved run (no GPU needed)",
                         description="Load a report saved by run, latency, graphs or attach (report.json and the Parquet "
                                     "tables beside it), analyse it again and render it in any format; no GPU needed. "
+                                    "--format json prints schema, meta, summary and results (analysed now); the "
+                                    "folder's report.json is the recording itself (meta, the recorded tables, and "
+                                    "results as analysed when it was recorded, never updated; no summary). "
                                     "A damaged report, or one from an older or newer pcietrace, is refused in one "
                                     "line naming the file and the field.")
     rp.add_argument("path", type=Path, help="a run folder or its report.json")
@@ -223,7 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     at = sub.add_parser("attach", formatter_class=_Formatter, help="PCIe bytes and launches per NVTX range of a program",
                         description="Run an unmodified program (Python with nvtx or torch.cuda.nvtx, or C/C++ with NVTX3) "
                                     "while sampling the PCIe counters; NVTX ranges and kernel launches are captured through "
-                                    "NVTX's and CUDA's injection hooks. The program's exit code is passed through.",
+                                    "NVTX's and CUDA's injection hooks. The program's exit code is passed through. "
+                                    "Per NVTX range (by domain and name; ranges with no domain, e.g. torch.cuda.nvtx's "
+                                    "or nvtxRangePushA's, are in domain 'default') every figure is a total over its "
+                                    "calls; JSON's range_instances has each call. README: \"attach's JSON\" names "
+                                    "every key.",
                         epilog="example:\n  pcietrace attach -- python train.py --steps 10")
     at.add_argument("--gpu", default="all", help="CUDA device numbers whose counters to sample, e.g. 0,1, or 'all'")
     at.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=0.5,
@@ -268,7 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "program 1-3 us per launch (H100), which the range times and the prediction include")
     _save_options(at, "-attach", no_save=False)
     _output_options(at, json_help="the same as --format json. With any --format but table the program's own stdout "
-                                  "is sent to stderr, so stdout carries the report alone (also saved in the folder)")
+                                  "is sent to stderr, so stdout carries the report alone: the document `pcietrace "
+                                  "report DIR --format json` prints, not the folder's report.json (the recording: "
+                                  "meta, recorded tables, results as analysed then, no summary)")
     at.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the program to run")
     at.set_defaults(func="cmd_attach")
 

@@ -326,9 +326,12 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
 
 
 def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns: float) -> pd.DataFrame:
-    """Per (domain, name): ``calls``, ``gpus`` (NVML indices its calls were charged to, e.g. "0,1"),
+    """Per (domain, name), every figure a total over its ``calls`` (none is per call): ``gpus`` (sorted NVML
+    indices its calls were charged to, a list like each instance's, e.g. [0, 1]),
     ``incl_ms``/``excl_ms`` (summed), ``h2d_bytes``/``d2h_bytes`` (inclusive, summed; NaN if any call has no
-    figure) with their worst-case edge errors ``h2d_edge_bytes``/``d2h_edge_bytes`` and the floor's 95 %
+    figure), ``excl_h2d_bytes`` (minus direct children's, summed; NaN likewise), ``h2d_raw_bytes``/
+    ``d2h_raw_bytes`` (before the floor is removed, summed) and the worst-case edge errors
+    ``h2d_edge_bytes``/``d2h_edge_bytes`` (summed) and the floor's 95 %
     half-widths ``h2d_floor_err_bytes``/``d2h_floor_err_bytes`` (summed: one floor serves every call),
     ``status`` (the worst of its calls), ``stalls`` (sampling stalls its calls overlap), ``eager_launches``, ``graph_launches``,
     ``captured_launches`` (made into a stream being captured: graph nodes, in neither count before),
@@ -342,7 +345,6 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     rank = {s: i for i, s in enumerate(STATUSES)}
     at = attributed.assign(status_rank=attributed["status"].map(rank),
-                           gpus_text=attributed["gpus"].map(lambda g: ",".join(str(i) for i in g)),
                            predicted_ms=attributed["graph_savings_ms"] if "graph_savings_ms" in attributed else np.nan,
                            busy_ns=attributed["gpu_busy_ns"] if "gpu_busy_ns" in attributed else np.nan,
                            captured_launches=attributed.get("captured_launches", 0))
@@ -357,7 +359,7 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
                 h2d_floor_err_bytes=("h2d_floor_err_bytes", lambda s: s.sum(min_count=len(s))),
                 d2h_floor_err_bytes=("d2h_floor_err_bytes", lambda s: s.sum(min_count=len(s))),
                 status_rank=("status_rank", "max"), stalls=("stalls", "sum"),
-                gpus=("gpus_text", lambda s: ",".join(sorted(set(",".join(s).split(",")) - {""}, key=int))),
+                gpus=("gpus", lambda s: sorted({int(i) for g in s for i in g})),  # a list, as each instance's
                 eager_launches=("eager_launches", lambda s: s.sum(min_count=len(s))),
                 graph_launches=("graph_launches", lambda s: s.sum(min_count=len(s))),
                 captured_launches=("captured_launches", lambda s: s.sum(min_count=len(s))),

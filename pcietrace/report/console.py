@@ -313,7 +313,8 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
         t = _table("PCIe bytes per NVTX range" + (esc(f" (domain {domains[0]})") if one_domain else ""),
                    [("range", "left"), ("GPUs", "left"), ("calls", "right"), ("incl ms", "right"), ("excl ms", "right"),
                     ("H2D MB ± error", "right"), ("D2H MB", "right")],
-                   caption="bytes inclusive of nested ranges, floor removed, summed over the range's own GPUs (those "
+                   caption="every figure a total over the range's calls (divide by calls for one call); "
+                           "bytes inclusive of nested ranges, floor removed, summed over the range's own GPUs (those "
                            "its thread used, else its process's); MB = 10^6 B; ± error: how far the counters at the "
                            "range's edges can be off, plus the floor's 95 % interval")
         for r in rg.itertuples():
@@ -326,7 +327,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                    + ([("captured", "right")] if capt else []) + [
                    ("H2D B/launch", "right"), ("launch ms", "right")] + ([("GPU busy ms", "right")] if busy else [])
                    + [("graphs save ≤ ms", "right")],
-                   caption="eager/graph = launches made by the range's own thread"
+                   caption="totals over the range's calls; eager/graph = launches made by the range's own thread"
                            + ("; captured = launches it made into a stream being captured into a graph (graph "
                               "nodes, nothing ran: in neither count nor the saving)" if capt else "")
                            + "; launch ms = launches x host cost "
@@ -621,9 +622,11 @@ def _id(v: Any) -> str:
 
 
 def _gpu_list(text: Any) -> str:
-    """"0,1,2,3,5" -> "0-3,5": runs of NVML indices shortened, so the column stays narrow on big boxes."""
+    """[0, 1, 2, 3, 5] (or "0,1,2,3,5") -> "0-3,5": runs of NVML indices shortened, so the column stays narrow
+    on big boxes."""
     try:
-        idx = sorted({int(x) for x in str(text).split(",") if x.strip()})
+        items = text if isinstance(text, (list, tuple)) else str(text).split(",")
+        idx = sorted({int(x) for x in items if str(x).strip()})
     except ValueError:
         return esc(text)
     runs: list[list[int]] = []

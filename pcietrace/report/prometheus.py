@@ -94,7 +94,9 @@ def families(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> Iterator
             for r, values, v in rows:
                 if v is not None and not pd.isna(v):
                     # the GPUs whose bytes the range holds (its own), as the table and JSON name them
-                    fam.add_metric([host, str(getattr(r, "gpus", sampled)), str(r.name), str(r.domain)] + list(values),
+                    gpus = getattr(r, "gpus", sampled)  # a list in the table, one label value "0,1" here
+                    gpus = ",".join(map(str, gpus)) if isinstance(gpus, (list, tuple)) else str(gpus)
+                    fam.add_metric([host, gpus, str(r.name), str(r.domain)] + list(values),
                                    float(v))
             return fam
 

@@ -1,0 +1,140 @@
+"""What `pcietrace report DIR --format json` gives for real attach recordings: one shape for ``gpus`` in every
+table, counts as JSON integers (null where unknown), and a README that names every key of the attach tables."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from pcietrace.cli import main
+from pcietrace.report.json import is_count
+
+ROOT = Path(__file__).parent.parent
+DATA = ROOT / "tests/data"
+#: Real recordings: one GPU (PyTorch, launches counted), 2x H200 torchrun (a process per GPU), launches not
+#: counted, and one with --gpu-time (CUPTI kernel records: the gpu_* columns).
+RECORDINGS = ("attach_h100_torch_outside", "attach_h200x2_torchrun_outside", "attach_h100_nocount",
+              "attach_h100_decode/decode-eager-gputime")
+
+
+@pytest.fixture(scope="module")
+def docs() -> dict[str, dict]:
+    """Each recording's JSON, as a user gets it from the command line."""
+    out = {}
+    for name in RECORDINGS:
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert main(["report", str(DATA / name), "--format", "json"]) == 0
+        out[name] = json.loads(buf.getvalue())
+    return out
+
+
+@pytest.mark.parametrize("name", RECORDINGS)
+def test_gpus_is_a_list_of_ints_in_ranges_as_in_range_instances(docs, name: str) -> None:
+    res = docs[name]["results"]
+    assert res["ranges"] and res["range_instances"]
+    for table in ("ranges", "range_instances"):
+        for r in res[table]:
+            assert isinstance(r["gpus"], list) and r["gpus"], (table, r)
+            assert all(type(g) is int for g in r["gpus"]) and r["gpus"] == sorted(set(r["gpus"])), (table, r)
+    # a range's GPUs are those its calls were charged to
+    union: dict[tuple[str, str], set[int]] = {}
+    for i in res["range_instances"]:
+        union.setdefault((i["domain"], i["name"]), set()).update(i["gpus"])
+    assert {(r["domain"], r["name"]): r["gpus"] for r in res["ranges"]} == {k: sorted(v) for k, v in union.items()}
+
+
+def test_a_range_of_every_rank_holds_both_gpus_each_call_its_own(docs) -> None:
+    """2x H200 torchrun: each rank's calls hold its own GPU; the range row (both ranks) holds both."""
+    res = docs["attach_h200x2_torchrun_outside"]["results"]
+    sampled = sorted(w["nvml_index"] for w in res["whole_run"])
+    truth = [i for i in res["range_instances"] if i["domain"] == "truth"]
+    assert len(sampled) == 2 and {len(i["gpus"]) for i in truth} == {1}
+    row = next(r for r in res["ranges"] if r["domain"] == "truth" and r["name"] == truth[0]["name"])
+    assert row["gpus"] == sampled
+
+
+def _counts(table: list[dict]) -> dict[str, list]:
+    return {k: [r[k] for r in table] for k in (table[0] if table else {}) if is_count(k)}
+
+
+@pytest.mark.parametrize("name", RECORDINGS)
+def test_counts_are_json_integers_or_null(docs, name: str) -> None:
+    doc = docs[name]
+    tables = {**doc["results"], **{f"summary.{k}": v for k, v in doc["summary"].items() if isinstance(v, list)
+                                   and v and isinstance(v[0], dict)}}
+    seen = 0
+    for table, rows in tables.items():
+        for col, values in _counts(rows).items():
+            assert all(v is None or type(v) is int for v in values), (table, col, values[:5])
+            seen += sum(v is not None for v in values)
+    assert seen  # the check above ran on figures, not only on nulls
+
+
+def test_whole_run_launches_are_ints_as_the_programs_totals(docs) -> None:
+    """The real H100 PyTorch run: one GPU, so its row holds every launch of the program; both are integers
+    (pandas keeps the per-GPU column float because it may be unknown)."""
+    row, = docs["attach_h100_torch_outside"]["results"]["whole_run"]
+    for mode in ("eager", "graph"):
+        assert type(row[f"{mode}_launches"]) is int and row[f"{mode}_launches"] == row[f"program_{mode}_launches"]
+    assert row["eager_launches"] > 0
+
+
+def test_unknown_counts_are_null_not_zero(docs) -> None:
+    """--no-count-launches (real H100 run): the launch counts are unknown: null in JSON, never 0."""
+    res = docs["attach_h100_nocount"]["results"]
+    for table in ("ranges", "range_instances", "whole_run"):
+        launches = [v for col, vals in _counts(res[table]).items() if col.endswith("launches") for v in vals]
+        assert launches and all(v is None for v in launches), table
+    assert all(type(r["calls"]) is int for r in res["ranges"])  # counted all the same
+
+
+def test_a_count_with_a_fraction_is_left_as_it_is(docs) -> None:
+    import pandas as pd
+
+    from pcietrace.report.json import counts_as_ints
+
+    whole = pd.DataFrame(docs["attach_h100_torch_outside"]["results"]["whole_run"]).astype({"eager_launches": float})
+    assert counts_as_ints(whole)["eager_launches"].dtype == "Int64"
+    half = whole.assign(eager_launches=whole["eager_launches"] + 0.5)
+    assert counts_as_ints(half)["eager_launches"].tolist() == half["eager_launches"].tolist()
+
+
+def test_readme_names_every_key_of_the_attach_tables(docs) -> None:
+    """The README's attach JSON section lists each key of ``ranges``, ``range_instances`` and ``whole_run`` that
+    the real recordings carry (--gpu-time's included)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### attach's JSON"):]
+    section = section[:section.index("\n## ")]
+    named = set(re.findall(r"`([a-z0-9_]+)`", section))
+    for table in ("ranges", "range_instances", "whole_run"):
+        keys = {k for doc in docs.values() for r in doc["results"][table] for k in r}
+        assert keys and not keys - named, (table, sorted(keys - named))
+
+
+def test_ranges_with_no_domain_are_in_domain_default(tmp_path) -> None:
+    """The real injection library, driven by the nvtx package (no GPU needed): ranges opened without a domain
+    (the package's "NVTX" domain, a NULL domain handle in C) are named ``default``, as the README says; a
+    named domain keeps its name."""
+    import os
+    import subprocess
+    import sys
+
+    from pcietrace.analysis import attribution
+    from pcietrace.record.attach import injection_library, read_traces
+
+    pytest.importorskip("nvtx")
+    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
+    prog = ("import nvtx\n"
+            "nvtx.push_range('pushed')\nnvtx.pop_range()\n"
+            "with nvtx.annotate('annotated'):\n    pass\n"
+            "nvtx.end_range(nvtx.start_range('started'))\n"
+            "with nvtx.annotate('mine', domain='mine'):\n    pass\n")
+    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
+    r = attribution.ranges_from_events(read_traces(tmp_path)).set_index("name")["domain"].to_dict()
+    assert r == {"pushed": "default", "annotated": "default", "started": "default", "mine": "mine"}

@@ -140,7 +140,7 @@ def compare(truth: pd.DataFrame, ranges: pd.DataFrame, inst: pd.DataFrame, app_c
                        attach_status=f"{a['status']}" + "".join(f", {int(a[k])} {w}" for k, w in
                                                                 (("stalls", "stalls"), ("short_calls", "short"))
                                                                 if pd.notna(a.get(k)) and a.get(k)),
-                       gpus=str(a.get("gpus")))
+                       gpus=",".join(map(str, a["gpus"])) if isinstance(a.get("gpus"), list) else str(a.get("gpus")))
             if len(ii) and np.isfinite(tv):
                 bi = ii[f"{d}_edge_bytes"] + ii[f"{d}_floor_err_bytes"]
                 row["calls_in_bound"] = f"{int(((ii[f'{d}_bytes'] - tv).abs() <= bi).sum())}/{len(ii)}"

@@ -1,0 +1,113 @@
+"""Properties of attach's edge rule (:func:`pcietrace.analysis.attribution.edge_values`) on CONSTRUCTED samples
+(hypothesis), and on the real attach recordings in tests/data: where the estimate lies, how its error bound
+is formed, that it grows with the edge's time, and that the bound holds for any traffic the link could move."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pcietrace.analysis import analyze, attribution
+from pcietrace.analysis.counters import COUNTER_UPDATE_NS, MAX_LINK_BPS
+from pcietrace.session import Session
+
+CAP = MAX_LINK_BPS / 1e9  # bytes per ns
+SIDES = ("start", "end")
+
+# sample times (ns) with gaps of at least 0.1 ms, as attach's sampler keeps
+times = st.lists(st.integers(100_000, 5_000_000), min_size=1, max_size=8).map(
+    lambda gaps: np.cumsum([1_000_000] + gaps).astype(np.int64))
+floor_args = st.tuples(st.floats(0, 50_000), st.floats(0, 1.0))  # floor_per_read (B), floor_bytes_per_ns
+
+
+def _interval(t: np.ndarray, edge: np.ndarray) -> np.ndarray:
+    return np.clip(np.searchsorted(t, edge, side="right") - 1, 0, t.size - 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(t=times, data=st.data(), side=st.sampled_from(SIDES), fl=floor_args)
+def test_the_estimate_lies_between_the_samples_around_the_edge_and_its_error_is_not_negative(t, data, side, fl) -> None:
+    # any non-decreasing counter, also one that moves more than the link could (the caps' fallback)
+    steps = data.draw(st.lists(st.floats(0, 1e9), min_size=t.size - 1, max_size=t.size - 1))
+    y = np.concatenate([[0.0], np.cumsum(steps)])
+    edge = np.array(data.draw(st.lists(st.integers(int(t[0]), int(t[-1])), min_size=1, max_size=6)), np.int64)
+    # values that applied at their sample's time: the samples around an edge bound it
+    est, err = attribution.edge_values(t, y, edge, side, t, t, *fl)
+    i = _interval(t, edge)
+    assert np.all(est >= y[i]) and np.all(est <= y[i + 1])
+    assert np.all(err >= 0)
+    # and with read windows (the default: one counter update either side), the error is still >= 0
+    assert np.all(attribution.edge_values(t, y, edge, side, None, None, *fl)[1] >= 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(t=times, data=st.data(), side=st.sampled_from(SIDES), fl=floor_args)
+def test_where_no_cap_binds_the_error_is_every_byte_on_the_far_side_of_the_estimate(t, data, side, fl) -> None:
+    # at most 1 MB per interval and edges >= 20 us from a sample: the link moves 1.28 MB in 20 us, no cap binds
+    steps = data.draw(st.lists(st.floats(0, 1e6), min_size=t.size - 1, max_size=t.size - 1))
+    y = np.concatenate([[0.0], np.cumsum(steps)])
+    k = data.draw(st.integers(0, t.size - 2))
+    edge = np.array([t[k] + int(data.draw(st.floats(0.2, 0.8)) * (t[k + 1] - t[k]))], np.int64)
+    est, err = attribution.edge_values(t, y, edge, side, t, t, *fl)
+    assert err == pytest.approx(np.maximum(est - y[k], y[k + 1] - est), abs=1e-6)
+
+
+def _realizable(data: st.DataObject, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, object]:
+    """A counter the link could have moved (piecewise linear, at most MAX_LINK_BPS), read by reads of up to
+    0.8 ms around each sample time whose values apply anywhere in [read start - one update, read end], as
+    :func:`attribution.value_curve` states: (t, y, early, late, counter(x))."""
+    knots = np.sort(np.array(data.draw(st.lists(st.integers(int(t[0]) - 2_000_000, int(t[-1]) + 2_000_000),
+                                                min_size=2, max_size=12, unique=True)), np.int64))
+    share = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.0, 0.01, 0.3, 1.0]), min_size=knots.size - 1,
+                                        max_size=knots.size - 1)))
+    c = np.concatenate([[0.0], np.cumsum(share * CAP * np.diff(knots))])
+    counter = lambda x: np.interp(x, knots, c)  # noqa: E731 (flat before and after the knots)
+    half = np.array(data.draw(st.lists(st.integers(0, 400_000), min_size=t.size, max_size=t.size)), np.int64)
+    latch = np.array(data.draw(st.lists(st.floats(0, 1), min_size=t.size, max_size=t.size)))
+    early, late = t - half - COUNTER_UPDATE_NS, t + half
+    y = counter(early + latch * (late - early))
+    # the recording's order: value_curve pairs the k-th smallest value with the k-th earliest window
+    return np.sort(t), np.sort(y), np.sort(early), np.sort(late), counter
+
+
+@settings(max_examples=300, deadline=None)
+@given(t=times.filter(lambda t: t.size >= 2), data=st.data(), side=st.sampled_from(SIDES), fl=floor_args)
+def test_the_stated_error_holds_for_any_traffic_the_link_could_move(t, data, side, fl) -> None:
+    t, y, early, late, counter = _realizable(data, t)
+    edge = np.array(data.draw(st.lists(st.integers(int(t[0]), int(t[-1])), min_size=1, max_size=6)), np.int64)
+    est, err = attribution.edge_values(t, y, edge, side, early, late, *fl)
+    assert np.all(np.abs(counter(edge) - est) <= err + 1e-9 * (1 + np.abs(est)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(t=times.filter(lambda t: t.size >= 2), data=st.data(), side=st.sampled_from(SIDES), fl=floor_args)
+def test_the_estimate_grows_with_the_edge_s_time(t, data, side, fl) -> None:
+    t, y, early, late, _ = _realizable(data, t)
+    edge = np.sort(np.array(data.draw(st.lists(st.integers(int(t[0]) - 1_000_000, int(t[-1]) + 1_000_000),
+                                               min_size=2, max_size=20)), np.int64))
+    est, _ = attribution.edge_values(t, y, edge, side, early, late, *fl)
+    assert np.all(np.diff(est) >= -1e-6 * (1 + np.abs(est[1:])))
+
+
+def test_two_samples_equal_times_and_edges_outside_the_samples() -> None:
+    # CONSTRUCTED: two samples only; then a repeated sample time
+    t, y = np.array([0, 1_000_000], np.int64), np.array([0.0, 1e6])
+    for side in SIDES:
+        est, err = attribution.edge_values(t, y, np.array([-5_000_000, 500_000, 9_000_000]), side, t, t)
+        # outside the samples the edge is clamped to the first/last one: its value, nothing uncertain
+        assert est[0] == 0.0 and est[2] == 1e6 and err[0] == 0.0 and err[2] == 0.0
+        assert 0.0 <= est[1] <= 1e6 and err[1] == pytest.approx(max(est[1], 1e6 - est[1]))
+    t2, y2 = np.array([0, 1_000_000, 1_000_000, 2_000_000], np.int64), np.array([0.0, 10.0, 20.0, 30.0])
+    est, err = attribution.edge_values(t2, y2, np.array([1_000_000, 1_500_000]), "start", t2, t2)
+    assert np.all(np.isfinite(est)) and np.all(est >= [10.0, 20.0]) and np.all(est <= [20.0, 30.0])
+
+
+@pytest.mark.parametrize("name", ["attach_h100_blind", "attach_h200x2_threads", "attach_h100_torch_outside"])
+def test_real_recordings_edges_are_finite_and_their_errors_not_negative(data_dir, name) -> None:
+    """Real attach recordings: every range's edge error is finite and not negative."""
+    inst = analyze(Session.load(data_dir / name))["range_instances"]
+    for d in ("h2d", "d2h"):
+        e = inst[f"{d}_edge_bytes"]
+        assert e.notna().all() and (e >= 0).all() and np.isfinite(e).all(), d

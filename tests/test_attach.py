@@ -128,9 +128,8 @@ def test_edge_values_put_a_range_s_burst_inside_it() -> None:
     # CONSTRUCTED (ns, bytes): idle at 0.1 B/ns until t=10, a burst of 100 B somewhere in (10, 20], idle after.
     t = np.array([0, 10, 20, 30])
     y = np.array([0.0, 1.0, 102.0, 103.0])
-    # (values that applied at their samples' times: read windows of +-0.2 ms would dwarf these 10 ns intervals)
-    start, err_start = attribution.edge_values(t, y, np.array([12]), "start", t, t)
-    end, err_end = attribution.edge_values(t, y, np.array([18]), "end", t, t)
+    start, err_start = attribution.edge_values(t, y, np.array([12]), "start")
+    end, err_end = attribution.edge_values(t, y, np.array([18]), "end")
     # a range pushed at 12 and popped at 18 holds the burst: only the idle rate runs on past its edges
     assert start[0] == pytest.approx(1.2) and end[0] == pytest.approx(101.8)
     # the bound is the worst case: every byte of the interval on the other side (no cap binds at these rates)

@@ -294,9 +294,10 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
     an edge (an app's warm-up copy just before its first range) this charges it to the range, no more
     than :data:`MAX_LINK_BPS` moves between the edge and the latest time a sample's value can apply
     (``early``/``late``: the earliest and latest, ns, :func:`value_curve`; default one counter update
-    either side; both ascending). The error is the worst case within those bounds: a value whose read's
-    window holds the edge may have applied on either side of it. Edges outside the samples are clamped
-    (and flagged "no data" by :func:`attribute`)."""
+    either side). The error is the worst case within those bounds, given that the samples around an edge
+    applied on its sides: where the later one's read started less than a counter update before the edge
+    (or the earlier one's ended after it), its value may have applied on the other side, and the bound
+    leaves that out. Edges outside the samples are clamped (and flagged "no data" by :func:`attribute`)."""
     if t.size < 2:
         return np.full(edge.shape, y[0] if y.size else 0.0), np.zeros(edge.shape)
     early = t - COUNTER_UPDATE_NS if early is None else early
@@ -318,22 +319,10 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
         j = np.minimum(i + 2, n - 1)
         nxt = np.where(i + 2 < n, (y[j] - y1) / np.maximum(t[j] - t1, 1), 0.0)
         est = y1 - rate * (t1 - e) - np.clip((nxt - rate) * (t1 - e), 0, np.maximum(above, 0))
-    # Each value applied somewhere in its read's window [early, late], and between then and the edge the
-    # counter moved at most ``cap``: value k bounds the edge from below by y_k - cap * (late_k - edge)^+ and
-    # from above by y_k + cap * (edge - early_k)^+. Over every k (prefix/suffix extremes; times from t[0]):
     cap = MAX_LINK_BPS / 1e9  # bytes per ns
-    x, lt, er = (np.asarray(v, np.int64) - t[0] for v in (np.clip(edge, t[0], t[-1]), late, early))
-    before = np.searchsorted(lt, x, side="right")  # values 0 .. before-1 surely applied by the edge
-    after = np.searchsorted(er, x, side="left")  # values after .. n-1 surely applied from it on
-    y_before = np.concatenate([[-np.inf], y])[before]
-    y_after = np.concatenate([y, [np.inf]])[after]
-    late_max = np.concatenate([np.maximum.accumulate((y - cap * lt)[::-1])[::-1], [-np.inf]])
-    early_min = np.concatenate([[np.inf], np.minimum.accumulate(y - cap * er)])
-    lo = np.maximum(y_before, cap * x + late_max[before])
-    hi = np.minimum(y_after, cap * x + early_min[after])
-    # more bytes than the link can move (a faster link; throughput-mode counters): the samples around the edge
-    ok = lo <= hi
-    lo, hi = np.where(ok, lo, np.minimum(y0, lo)), np.where(ok, hi, np.maximum(y1, hi))
+    lo = np.maximum(y0, y1 - cap * np.maximum(late[i + 1] - edge, 0))
+    hi = np.minimum(y1, y0 + cap * np.maximum(edge - early[i], 0))
+    lo, hi = np.where(lo <= hi, lo, y0), np.where(lo <= hi, hi, y1)
     est = np.clip(est, lo, hi)
     return est, np.maximum(est - lo, hi - est)
 

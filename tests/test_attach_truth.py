@@ -606,7 +606,7 @@ def test_with_the_truth_read_outside_its_ranges_every_range_of_2_ms_is_within_5_
 
 def test_a_range_whose_reads_sat_apart_in_read_time_states_that_in_its_error(data_dir, monkeypatch) -> None:
     """H100, PyTorch, truth read outside the ranges (eleventh session): in the first two eager calls the reads
-    took ~400-420 us against the program's ~318 us and moved ~1.6 kB D2H less each, so those calls read 135-175 kB
+    took ~400-420 us against the program's ~318 us and moved ~1.6 kB D2H less each, so those calls read 140-180 kB
     under their truth (the median call's window minus gap_ref's); the later calls are within 1.6 %. The floor
     cannot know the sign of such a state (slow reads moved more bytes on a GPU with no context), so it states
     it: |bytes per read us| x how far the range's reads sat apart x its reads joins the floor error. Without that

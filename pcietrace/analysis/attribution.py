@@ -292,9 +292,9 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
     used before put half of a 0.5 ms copy that followed idle time outside its range: -35 ... -94 % on the
     blind oracle's short copies; this rule reads them within 0.3 %.) Where traffic outside any range abuts
     an edge (an app's warm-up copy just before its first range) this charges it to the range, no more
-    than :data:`MAX_LINK_BPS` moves between the edge and the latest time a sample's value can apply
-    (``early``/``late``: the earliest and latest, ns, :func:`value_curve`; default one counter update
-    either side). The error is the worst case within those bounds, given that the samples around an edge
+    than :data:`MAX_LINK_BPS` moves between the edge and the latest time the next sample's value can apply
+    (nor between the earliest time the previous one's can and the edge; ``early``/``late``: the earliest
+    and latest, ns, ascending, :func:`value_curve`; default one counter update either side). The error is the worst case within those bounds, given that the samples around an edge
     applied on its sides: where the later one's read started less than a counter update before the edge
     (or the earlier one's ended after it), its value may have applied on the other side, and the bound
     leaves that out. Edges outside the samples are clamped (and flagged "no data" by :func:`attribute`)."""

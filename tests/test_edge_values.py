@@ -5,6 +5,7 @@ is formed, that it grows with the edge's time, and that the bound holds for any 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -119,3 +120,50 @@ def test_real_recordings_edges_are_finite_and_their_errors_not_negative(data_dir
     for d in ("h2d", "d2h"):
         e = inst[f"{d}_edge_bytes"]
         assert e.notna().all() and (e >= 0).all() and np.isfinite(e).all(), d
+
+
+def test_a_pop_and_the_next_push_in_one_interval_do_not_both_take_its_bytes() -> None:
+    # CONSTRUCTED (ns, bytes): quiet at 0.01 B/ns, then 5 MB between t=2 ms and 3 ms, quiet after. Range A
+    # pops at 2.3 ms and range B pushes at 2.4 ms: by the rule A holds the interval's traffic (the next
+    # interval is quiet) and B does too (the previous one is)
+    t = np.arange(6, dtype=np.int64) * 1_000_000
+    y = np.array([0.0, 1e4, 2e4, 5e6 + 3e4, 5e6 + 4e4, 5e6 + 5e4])
+    a, b = np.array([1_500_000, 2_400_000]), np.array([2_300_000, 3_500_000])  # A, B
+    (ya, ea), (yb, eb) = (attribution.edge_values(t, y, x, side, t, t) for x, side in ((a, "start"), (b, "end")))
+    assert yb[0] > ya[1]  # A's end past B's start: both count the bytes between
+    mine = np.ones(2, bool)
+    (ya2, ea2), (yb2, eb2) = attribution.growing_edges(a, b, ya, yb, ea, eb, mine)
+    assert yb2[0] <= ya2[1] and yb2[0] == pytest.approx((yb[0] + ya[1]) / 2)  # they meet halfway
+    assert (yb2[0] - ya2[0]) + (yb2[1] - ya2[1]) == pytest.approx(yb[1] - ya[0])  # together: the whole span
+    # the bound grows by the shift, so it still holds where either estimate was right
+    assert eb2[0] == pytest.approx(eb[0] + yb[0] - yb2[0]) and ea2[1] == pytest.approx(ea[1] + ya2[1] - ya[1])
+    # the edges that grew already are unchanged
+    assert ya2[0] == ya[0] and yb2[1] == yb[1] and ea2[0] == ea[0] and eb2[1] == eb[1]
+
+
+@pytest.mark.parametrize("name", ["attach_h100_blind", "attach_h100_idle_zero", "attach_h100_idle_state"])
+def test_real_back_to_back_ranges_count_no_byte_twice(data_dir, name) -> None:
+    """Real H100 recordings (one GPU): two ranges of a thread at one depth, one after the other, together
+    hold no more than a range from the first's push to the second's pop (before the fix, a pop and the next
+    push in one sample interval both took up to 6 MB: `inner_h2d` -> `inner_d2h`, `eager_3000` ->
+    `h2d_64MiB`)."""
+    from pcietrace.analysis import counters
+
+    s = Session.load(data_dir / name)
+    res = analyze(s)
+    inst = res["range_instances"]
+    pairs = []
+    for _, g in inst[inst["kind"] == "push"].groupby(["pid", "tid", "depth"]):
+        g = g.sort_values("t_start_ns")
+        pairs += [(g.iloc[k], g.iloc[k + 1]) for k in range(len(g) - 1)]
+    assert len(pairs) > 20
+    first = pd.DataFrame([p[0] for p in pairs])
+    second = pd.DataFrame([p[1] for p in pairs])
+    both = first.assign(t_end_ns=second["t_end_ns"].to_numpy())
+    assert (second["t_start_ns"].to_numpy() >= first["t_end_ns"].to_numpy()).all()
+    ranges = pd.concat([first, second, both], ignore_index=True)[attribution.RANGE_COLUMNS + ["gpus"]]
+    at = attribution.attribute(ranges, counters.cumulative_bytes(s.samples, s.counters), res["floor"])
+    n = len(pairs)
+    for d in ("h2d", "d2h"):
+        raw = at[f"{d}_raw_bytes"].to_numpy()
+        assert np.all(raw[:n] + raw[n:2 * n] <= raw[2 * n:] + 1e-6 * np.abs(raw[2 * n:]) + 1), d

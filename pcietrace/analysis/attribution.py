@@ -196,7 +196,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     """Adds ``duration_ns``; per direction ``{d}_raw_bytes`` (counter change over the range, interpolated
     between samples, summed over the range's ``gpus``), ``{d}_bytes`` (raw minus the floor model; NaN unless
     ``status`` is "ok"), ``{d}_edge_bytes`` (how far the counter values at the two edges can be off, from
-    :func:`edge_values`) and ``{d}_floor_err_bytes`` (the 95 % half-width of the floor subtracted, its GPUs'
+    :func:`edge_values`, made to grow with time by :func:`growing_edges`) and ``{d}_floor_err_bytes`` (the 95 % half-width of the floor subtracted, its GPUs'
     in quadrature: :func:`pcietrace.analysis.floor.floor_err_bytes`; NaN unless "ok"); ``stalls``
     (sampling gaps the range overlaps that are longer than 4 counter updates);
     ``status`` (:data:`STATUSES`: "no data" where a GPU's samples do not cover the range, "wrap risk" where a
@@ -242,6 +242,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             per_ns = 0.0 if no_floor else float(np.nan_to_num(floor_bytes(model, d, np.zeros(1), np.ones(1))[0]))
             (ya, ea), (yb, eb) = (edge_values(*curve[:2], x, side, *curve[2:], per_read, per_ns)
                                   for x, side in ((a, "start"), (b, "end")))
+            (ya, ea), (yb, eb) = growing_edges(a, b, ya, yb, ea, eb, mine)
             acc[f"{d}_raw"] += np.where(mine, yb - ya, 0)
             acc[f"{d}_edge"] += np.where(mine, ea + eb, 0)
             if not no_floor:
@@ -325,6 +326,28 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
     lo, hi = np.where(lo <= hi, lo, y0), np.where(lo <= hi, hi, y1)
     est = np.clip(est, lo, hi)
     return est, np.maximum(est - lo, hi - est)
+
+
+def growing_edges(a: np.ndarray, b: np.ndarray, ya: np.ndarray, yb: np.ndarray, ea: np.ndarray, eb: np.ndarray,
+                  mine: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """One GPU's counter estimates at its ranges' starts ``a`` and ends ``b`` (ns; ``ya``/``yb``, bytes, with
+    errors ``ea``/``eb``; only where ``mine``), made to grow with time as the counter does. A pop and the next
+    push in one sample interval can each take that interval's traffic by :func:`edge_values`' rule (the range
+    that ends holds it if the next interval is quiet, the one that starts if the previous one is): both
+    ranges would count the same bytes. There the estimates meet halfway (the mean of the running maximum
+    and the reversed running minimum: unchanged where they grow already), and each error grows by its
+    shift. At equal times an end comes before a start."""
+    k = np.flatnonzero(mine)
+    t, y = np.concatenate([a[k], b[k]]), np.concatenate([ya[k], yb[k]])
+    order = np.lexsort((np.repeat([1, 0], k.size), t))  # by time, ends first
+    v = y[order]
+    fixed = np.empty_like(y)
+    fixed[order] = (np.maximum.accumulate(v) + np.minimum.accumulate(v[::-1])[::-1]) / 2
+    ya, yb, ea, eb = ya.copy(), yb.copy(), ea.copy(), eb.copy()
+    shift = np.abs(fixed - y)
+    ya[k], yb[k] = fixed[:k.size], fixed[k.size:]
+    ea[k], eb[k] = ea[k] + shift[:k.size], eb[k] + shift[k.size:]
+    return (ya, ea), (yb, eb)
 
 
 def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns: float) -> pd.DataFrame:

@@ -150,7 +150,7 @@ def test_edge_values_spread_the_floor_s_share_evenly() -> None:
     t = np.array([0, 100, 200, 300])
     y = np.array([0.0, 20.0, 40.0, 60.0])
     for side in ("start", "end"):
-        est, _ = attribution.edge_values(t, y, np.array([125]), side, floor_per_read=20.0)
+        est, _ = attribution.edge_values(t, y, np.array([125]), side, floor_bytes_per_read=20.0)
         assert est[0] == pytest.approx(25.0), side
 
 

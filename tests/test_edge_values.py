@@ -20,7 +20,7 @@ SIDES = ("start", "end")
 # sample times (ns) with gaps of at least 0.1 ms, as attach's sampler keeps
 times = st.lists(st.integers(100_000, 5_000_000), min_size=1, max_size=8).map(
     lambda gaps: np.cumsum([1_000_000] + gaps).astype(np.int64))
-floor_args = st.tuples(st.floats(0, 50_000), st.floats(0, 1.0))  # floor_per_read (B), floor_bytes_per_ns
+floor_args = st.tuples(st.floats(0, 50_000), st.floats(0, 1.0))  # floor_bytes_per_read, floor_bytes_per_ns
 
 
 def _interval(t: np.ndarray, edge: np.ndarray) -> np.ndarray:

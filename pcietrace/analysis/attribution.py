@@ -279,13 +279,13 @@ def value_curve(cum: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray,
 
 
 def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early: np.ndarray | None = None,
-                late: np.ndarray | None = None, floor_per_read: float = 0.0,
+                late: np.ndarray | None = None, floor_bytes_per_read: float = 0.0,
                 floor_bytes_per_ns: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """The cumulative counter at each range ``edge`` (``side`` "start" or "end") and how far that can be
     off (both in bytes), from samples at ``t`` (ns) with values ``y``.
 
     Between the two samples around an edge the interval's bytes could have moved on either side. The
-    floor's share of them (one read, ``floor_per_read``, and the background, ``floor_bytes_per_ns``) is
+    floor's share of them (one read, ``floor_bytes_per_read``, and the background, ``floor_bytes_per_ns``) is
     spread evenly over the interval, as the floor model counts it. A range wraps the work that moves its
     bytes, so the edge is where the rest changes: at a start, what the previous interval moved above the
     floor's rate runs on up to the edge and the remainder is the range's; at an end, the next interval's
@@ -309,7 +309,7 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
     e = np.clip(edge, t0, t1)
     span = np.maximum(t1 - t0, 1)
     moved = y1 - y0
-    spread = np.clip(floor_per_read + floor_bytes_per_ns * span, 0, np.maximum(moved, 0))  # the floor's share
+    spread = np.clip(floor_bytes_per_read + floor_bytes_per_ns * span, 0, np.maximum(moved, 0))  # the floor's share
     rate = spread / span
     above = moved - spread
     if side == "start":

@@ -196,9 +196,10 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     """Adds ``duration_ns``; per direction ``{d}_raw_bytes`` (counter change over the range, interpolated
     between samples, summed over the range's ``gpus``), ``{d}_bytes`` (raw minus the floor model; NaN unless
     ``status`` is "ok"), ``{d}_edge_bytes`` (how far the counter values at the two edges can be off, from
-    :func:`edge_values`, made to grow with time by :func:`growing_edges`) and ``{d}_floor_err_bytes`` (the 95 % half-width of the floor subtracted, its GPUs'
-    in quadrature: :func:`pcietrace.analysis.floor.floor_err_bytes`; NaN unless "ok"); ``stalls``
-    (sampling gaps the range overlaps that are longer than 4 counter updates);
+    :func:`edge_values`, made to grow with time by :func:`growing_edges`) and ``{d}_floor_err_bytes`` (the
+    95 % half-width of the floor subtracted, its GPUs' in quadrature:
+    :func:`pcietrace.analysis.floor.floor_err_bytes`; NaN unless "ok"); ``stalls`` (sampling gaps the range
+    overlaps that are longer than 4 counter updates);
     ``status`` (:data:`STATUSES`: "no data" where a GPU's samples do not cover the range, "wrap risk" where a
     gap could hide a counter wrap, "no floor" where a GPU has none); and the exclusive figures (``excl_ns``,
     ``excl_h2d_bytes``, ``excl_d2h_bytes``: minus the direct children of push/pop ranges on the same thread).
@@ -284,21 +285,21 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
     """The cumulative counter at each range ``edge`` (``side`` "start" or "end") and how far that can be
     off (both in bytes), from samples at ``t`` (ns) with values ``y``.
 
-    Between the two samples around an edge the interval's bytes could have moved on either side. The
-    floor's share of them (one read, ``floor_bytes_per_read``, and the background, ``floor_bytes_per_ns``) is
-    spread evenly over the interval, as the floor model counts it. A range wraps the work that moves its
-    bytes, so the edge is where the rest changes: at a start, what the previous interval moved above the
-    floor's rate runs on up to the edge and the remainder is the range's; at an end, the next interval's
-    rate above the floor runs back to the edge and the remainder is the range's. (The rate-matching rule
-    used before put half of a 0.5 ms copy that followed idle time outside its range: -35 ... -94 % on the
-    blind oracle's short copies; this rule reads them within 0.3 %.) Where traffic outside any range abuts
-    an edge (an app's warm-up copy just before its first range) this charges it to the range, no more
-    than :data:`MAX_LINK_BPS` moves between the edge and the latest time the next sample's value can apply
-    (nor between the earliest time the previous one's can and the edge; ``early``/``late``: the earliest
-    and latest, ns, ascending, :func:`value_curve`; default one counter update either side). The error is the worst case within those bounds, given that the samples around an edge
-    applied on its sides: where the later one's read started less than a counter update before the edge
-    (or the earlier one's ended after it), its value may have applied on the other side, and the bound
-    leaves that out. Edges outside the samples are clamped (and flagged "no data" by :func:`attribute`)."""
+    Between the two samples around an edge the interval's bytes could have moved on either side. The floor's share
+    of them (one read, ``floor_bytes_per_read``, and the background, ``floor_bytes_per_ns``) is spread evenly over
+    the interval, as the floor model counts it. A range wraps the work that moves its bytes, so the edge is where
+    the rest changes: at a start, what the previous interval moved above the floor's rate runs on up to the edge and
+    the remainder is the range's; at an end, the next interval's rate above the floor runs back to the edge and the
+    remainder is the range's. (The rate-matching rule used before put half of a 0.5 ms copy that followed idle time
+    outside its range: -35 ... -94 % on the blind oracle's short copies; this rule reads them within 0.3 %.) Where
+    traffic outside any range abuts an edge (an app's warm-up copy just before its first range) this charges it to
+    the range, no more than :data:`MAX_LINK_BPS` moves between the edge and the latest time the next sample's value
+    can apply (nor between the earliest time the previous one's can and the edge; ``early``/``late``: the earliest
+    and latest, ns, ascending, :func:`value_curve`; default one counter update either side). The error is the worst
+    case within those bounds, given that the samples around an edge applied on its sides: where the later one's read
+    started less than a counter update before the edge (or the earlier one's ended after it), its value may have
+    applied on the other side, and the bound leaves that out. Edges outside the samples are clamped (and flagged "no
+    data" by :func:`attribute`)."""
     if t.size < 2:
         return np.full(edge.shape, y[0] if y.size else 0.0), np.zeros(edge.shape)
     early = t - COUNTER_UPDATE_NS if early is None else early

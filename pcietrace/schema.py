@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 
 from pcietrace.collectors.sampler import SAMPLE_COLUMNS
@@ -18,6 +19,29 @@ STRATEGIES = ("eager", "recapture", "exec_update", "node_update", "recognize")
 #: What each iteration counts (C int32 fields of pt_iter, in order).
 COUNT_COLUMNS = ("captures", "instantiations", "updates", "node_updates", "cache_hits", "update_failures", "evictions",
                  "graph_launches", "eager_launches")
+
+
+#: Columns that count things (calls, launches, processes...): written as JSON integers, null where unknown.
+COUNTS = ("calls", "short_calls", "stalls", "launches", "processes", "ranges", "samples", "windows", "dof",
+          "quiet_intervals", "gpu_kernels")
+
+
+def is_count(column: str) -> bool:
+    """Whether ``column`` holds a count (:data:`COUNTS`, or launches: ``*_launches``, ``*_launches_process``)."""
+    return column in COUNTS or column.endswith(("_launches", "_launches_process"))
+
+
+def counts_as_ints(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its float count columns whose values are all whole (a column that may hold NaN is float in
+    pandas, e.g. launches per GPU, unknown without device information) as nullable integers: 18018, not 18018.0,
+    and null where unknown. A fractional value leaves its column as it is."""
+    whole = {}
+    for c in df.columns:
+        if is_count(str(c)) and df[c].dtype.kind == "f":
+            v = df[c].dropna().to_numpy()
+            if np.isfinite(v).all() and (v == np.round(v)).all():
+                whole[c] = "Int64"
+    return df.astype(whole) if whole else df
 
 
 def normalize_bus_id(bus_id: str) -> str:

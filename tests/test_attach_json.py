@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pcietrace.cli import main
-from pcietrace.report.json import is_count
+from pcietrace.schema import is_count
 
 ROOT = Path(__file__).parent.parent
 DATA = ROOT / "tests/data"
@@ -97,7 +97,7 @@ def test_unknown_counts_are_null_not_zero(docs) -> None:
 def test_a_count_with_a_fraction_is_left_as_it_is(docs) -> None:
     import pandas as pd
 
-    from pcietrace.report.json import counts_as_ints
+    from pcietrace.schema import counts_as_ints
 
     whole = pd.DataFrame(docs["attach_h100_torch_outside"]["results"]["whole_run"]).astype({"eager_launches": float})
     assert counts_as_ints(whole)["eager_launches"].dtype == "Int64"
@@ -138,3 +138,17 @@ def test_ranges_with_no_domain_are_in_domain_default(tmp_path) -> None:
     subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
     r = attribution.ranges_from_events(read_traces(tmp_path)).set_index("name")["domain"].to_dict()
     assert r == {"pushed": "default", "annotated": "default", "started": "default", "mine": "mine"}
+
+
+def test_a_saved_report_s_results_hold_counts_as_integers(data_dir) -> None:
+    """The folder's report.json keeps `results` as analysed when recorded (:func:`pcietrace.analysis.to_jsonable`):
+    its counts are integers too, as in `report --format json`, and unknown ones null."""
+    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.session import Session
+
+    saved = to_jsonable(analyze(Session.load(data_dir / "attach_h100_torch_outside")))
+    whole = saved["whole_run"][0]
+    assert isinstance(whole["eager_launches"], int) and whole["eager_launches"] == whole["program_eager_launches"]
+    assert all(isinstance(r["calls"], int) for r in saved["ranges"])
+    nocount = to_jsonable(analyze(Session.load(data_dir / "attach_h100_nocount")))
+    assert all(r["eager_launches"] is None for r in nocount["range_instances"])

@@ -1,6 +1,6 @@
 """JSON: the schema, the run's metadata, the summary and every result table as records (NaN -> null; counts as
-integers: :func:`counts_as_ints`), the timelines are left out by :func:`pcietrace.report.output.emit`, as in the
-saved report."""
+integers: :func:`pcietrace.schema.counts_as_ints`), the timelines are left out by
+:func:`pcietrace.report.output.emit`, as in the saved report."""
 
 from __future__ import annotations
 
@@ -8,31 +8,9 @@ import json
 import math
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-
-#: Columns that count things (calls, launches, processes...): written as JSON integers, null where unknown.
-COUNTS = ("calls", "short_calls", "stalls", "launches", "processes", "ranges", "samples", "windows", "dof",
-          "quiet_intervals", "gpu_kernels")
-
-
-def is_count(column: str) -> bool:
-    """Whether ``column`` holds a count (:data:`COUNTS`, or launches: ``*_launches``, ``*_launches_process``)."""
-    return column in COUNTS or column.endswith(("_launches", "_launches_process"))
-
-
-def counts_as_ints(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with its float count columns whose values are all whole (a column that may hold NaN is float in
-    pandas, e.g. launches per GPU, unknown without device information) as nullable integers: 18018, not 18018.0,
-    and null where unknown. A fractional value leaves its column as it is."""
-    whole = {}
-    for c in df.columns:
-        if is_count(str(c)) and df[c].dtype.kind == "f":
-            v = df[c].dropna().to_numpy()
-            if np.isfinite(v).all() and (v == np.round(v)).all():
-                whole[c] = "Int64"
-    return df.astype(whole) if whole else df
+from pcietrace.schema import counts_as_ints
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

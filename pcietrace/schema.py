@@ -5,6 +5,7 @@ the file too. Unknown extra keys are allowed (a later schema-1 writer may add so
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Callable
 
@@ -42,6 +43,11 @@ def counts_as_ints(df: pd.DataFrame) -> pd.DataFrame:
             if np.isfinite(v).all() and (v == np.round(v)).all():
                 whole[c] = "Int64"
     return df.astype(whole) if whole else df
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """A table as JSON-ready records: NaN -> null, counts as integers (:func:`counts_as_ints`); [] if empty."""
+    return json.loads(counts_as_ints(df).to_json(orient="records")) if len(df) else []
 
 
 def normalize_bus_id(bus_id: str) -> str:

@@ -5,7 +5,6 @@ Never imports rich or touches a GPU. :func:`analyze` is the one entry point the 
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -14,7 +13,7 @@ import pandas as pd
 from pcietrace.analysis import attribution, counters, floor, gpu_time, launch, savings, summary, validate
 from pcietrace.analysis import graphs as graphs_analysis
 from pcietrace.analysis import latency as latency_analysis
-from pcietrace.schema import NO_LAUNCH_COUNTER, TRACE_FULL, counts_as_ints
+from pcietrace.schema import NO_LAUNCH_COUNTER, TRACE_FULL, records
 from pcietrace.session import Session
 
 #: Result tables in display order; each is a DataFrame documented in its producing function.
@@ -97,9 +96,9 @@ def idle_interval_ns(meta: dict[str, Any]) -> int:
 
 
 def to_jsonable(results: dict[str, pd.DataFrame]) -> dict[str, Any]:
-    """Result tables as lists of records (NaN -> null, counts as integers: :func:`pcietrace.schema.counts_as_ints`),
-    for the JSON report and ``--json`` (timelines left out: :data:`TIMELINES`)."""
-    return {k: json.loads(counts_as_ints(v).to_json(orient="records")) for k, v in results.items() if k not in TIMELINES}
+    """Result tables as lists of records (:func:`pcietrace.schema.records`: NaN -> null, counts as integers), for
+    the JSON report and ``--json`` (timelines left out: :data:`TIMELINES`)."""
+    return {k: records(v) for k, v in results.items() if k not in TIMELINES}
 
 
 def _counter_bits(s: Session) -> dict[int, int]:

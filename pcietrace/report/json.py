@@ -1,5 +1,5 @@
 """JSON: the schema, the run's metadata, the summary and every result table as records (NaN -> null; counts as
-integers: :func:`pcietrace.schema.counts_as_ints`), the timelines are left out by
+integers: :func:`pcietrace.schema.records`), the timelines are left out by
 :func:`pcietrace.report.output.emit`, as in the saved report."""
 
 from __future__ import annotations
@@ -10,11 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from pcietrace.schema import counts_as_ints
-
-
-def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    return json.loads(counts_as_ints(df).to_json(orient="records")) if len(df) else []
+from pcietrace.schema import records
 
 
 def _finite(o: Any) -> Any:
@@ -33,6 +29,6 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict
     from pcietrace.session import SCHEMA
 
     doc = {"schema": SCHEMA, "meta": _finite(meta),
-           "summary": {k: _records(v) if isinstance(v, pd.DataFrame) else v for k, v in summary.items()},
-           "results": {k: _records(v) for k, v in results.items()}}
+           "summary": {k: records(v) if isinstance(v, pd.DataFrame) else v for k, v in summary.items()},
+           "results": {k: records(v) for k, v in results.items()}}
     return json.dumps(doc, indent=1, default=str, allow_nan=False) + "\n"

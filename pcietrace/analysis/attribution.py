@@ -236,12 +236,13 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
         st = np.where(~covered, 2, np.where(wrap, 3, 1 if no_floor else 0))
         status = np.where(mine, np.maximum(status, st), status)
         acc["stalls"] += np.where(mine, _gaps_overlapping(t, gp["stall"], a, b), 0)
+        model = None if no_floor else models.loc[int(idx)]
         for d, c in DIRECTIONS.items():
             curve = value_curve(g, c)
-            model = None if no_floor else models.loc[int(idx)]
-            per_read = 0.0 if no_floor else float(np.nan_to_num(floor_bytes(model, d, np.ones(1), np.zeros(1))[0]))
-            per_ns = 0.0 if no_floor else float(np.nan_to_num(floor_bytes(model, d, np.zeros(1), np.ones(1))[0]))
-            (ya, ea), (yb, eb) = (edge_values(*curve[:2], x, side, *curve[2:], per_read, per_ns)
+            # the floor's bytes per read and per ns, which the edges spread evenly (none without a floor)
+            per_read, per_ns = (0.0, 0.0) if no_floor else \
+                np.nan_to_num(floor_bytes(model, d, np.array([1, 0]), np.array([0, 1])))
+            (ya, ea), (yb, eb) = (edge_values(*curve[:2], x, side, *curve[2:], float(per_read), float(per_ns))
                                   for x, side in ((a, "start"), (b, "end")))
             (ya, ea), (yb, eb) = growing_edges(a, b, ya, yb, ea, eb, mine)
             acc[f"{d}_raw"] += np.where(mine, yb - ya, 0)

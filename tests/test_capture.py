@@ -48,6 +48,8 @@ class Config(ctypes.Structure):  # CUlaunchConfig (CUDA 12): hStream at byte 32
 assert Config.hStream.offset == 32
 def ex(stream):
     launch_ex(ctypes.byref(Config(hStream=stream)), None, None, None)
+coop = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 2)(fetch(b"cuLaunchCooperativeKernel"))
+multi = fetch(b"cuLaunchCooperativeKernelMultiDevice")
 knob = lambda name: ctypes.c_ulonglong.in_dll(cuda, name)
 knob("fake_capturing_stream").value, knob("fake_invalidated_stream").value, knob("fake_failing_stream").value = 0x200, 0x400, 0x300
 per_thread = ctypes.c_int.in_dll(cuda, "fake_per_thread_capturing")
@@ -76,6 +78,11 @@ per_thread.value = 0
 nvtx.push_range("after")
 k(launch_ptsz, None)
 nvtx.pop_range(); want.append(("after", 1, 0, 0))
+nvtx.push_range("cooperative")  # cudaLaunchCooperativeKernel's driver call: 2 eager, 1 into the capturing stream
+coop(None, 1, 1, 1, 1, 1, 1, 0, 0x100, None); coop(None, 1, 1, 1, 1, 1, 1, 0, None, None)
+coop(None, 1, 1, 1, 1, 1, 1, 0, 0x200, None)
+nvtx.pop_range(); want.append(("cooperative", 2, 0, 1))
+assert multi == ctypes.cast(cuda.fake_multi_device_launch, ctypes.c_void_p).value  # another signature: not wrapped
 calls = ctypes.c_longlong.in_dll(cuda, "fake_launches").value + ctypes.c_longlong.in_dll(cuda, "fake_graph_launches").value
 json.dump({"want": want, "driver_calls": calls, "queries": ctypes.c_longlong.in_dll(cuda, "fake_capture_queries").value},
           open(sys.argv[1], "w"))
@@ -120,7 +127,7 @@ def _per_range(events: pd.DataFrame) -> list[tuple[str, int, int, int]]:
 
 def test_interposer_counts_launches_into_a_capturing_stream_as_captured(tmp_path) -> None:
     """The interposer's trampolines (cuLaunchKernel, its per-thread-stream variant, cuLaunchKernelEx's config,
-    cuGraphLaunch) ask the driver whether the launch's stream captures: per range, eager/graph/captured are
+    cuLaunchCooperativeKernel, cuGraphLaunch) ask the driver whether the launch's stream captures: per range, eager/graph/captured are
     exactly what the script made; every driver call is counted once; a failed query counts eager."""
     ev, got = _run(tmp_path, CAPTURE_SCRIPT, "interpose")
     assert set(CAPTURED_COLUMNS) <= set(ev.columns)
@@ -142,15 +149,17 @@ FAKE_CUPTI_CALLBACKS = r"""
 typedef void (*cb_fn)(void *, int, uint32_t, const void *);
 typedef struct { int site; const char *name; const void *params; void *ret; const char *symbol; } Data;
 static cb_fn callback;
-static const char *names[] = {"", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuGraphLaunch"};
+static const char *names[] = {"", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuGraphLaunch",
+                              "cuLaunchCooperativeKernel"};
 int cuptiSubscribe(void **sub, cb_fn cb, void *user) { (void)user; *sub = (void *)1; callback = cb; return 0; }
 int cuptiEnableCallback(uint32_t on, void *sub, int domain, uint32_t id) { (void)on, (void)sub, (void)domain, (void)id; return 0; }
-int cuptiGetCallbackName(int domain, uint32_t id, const char **name) { (void)domain; if (id >= 5) return 1; *name = names[id]; return 0; }
+int cuptiGetCallbackName(int domain, uint32_t id, const char **name) { (void)domain; if (id >= 6) return 1; *name = names[id]; return 0; }
 void fake_fire(const char *name, const void *params) { Data d = {0, name, params, 0, 0}; callback(0, 1, 0, &d); }
 """
 
 #: The same launches as CAPTURE_SCRIPT's first ranges, through CUPTI callbacks with the parameter structs of
-#: generated_cuda_meta.h (cuLaunchKernel_params: hStream at byte 40; cuLaunchKernelEx_params: config first;
+#: generated_cuda_meta.h (cuLaunchKernel_params and cuLaunchCooperativeKernel_params: hStream at byte 40;
+#: cuLaunchKernelEx_params: config first;
 #: cuGraphLaunch_params: hStream second).
 CUPTI_SCRIPT = r"""
 import ctypes, json, os, sys
@@ -173,8 +182,10 @@ def ex(stream):
 def graph(stream):
     p = (ctypes.c_void_p * 2)(None, stream); cupti.fake_fire(b"cuGraphLaunch", p)
 want = []
-nvtx.push_range("plain"); kernel(0x100); kernel(0x100); ex(0x100); graph(0x100); nvtx.pop_range(); want.append(("plain", 3, 1, 0))
-nvtx.push_range("capture"); kernel(0x200); ex(0x200); graph(0x200); nvtx.pop_range(); want.append(("capture", 0, 0, 3))
+coop = lambda stream: kernel(stream, b"cuLaunchCooperativeKernel")
+nvtx.push_range("plain"); kernel(0x100); kernel(0x100); ex(0x100); graph(0x100); coop(0x100); nvtx.pop_range()
+want.append(("plain", 4, 1, 0))
+nvtx.push_range("capture"); kernel(0x200); ex(0x200); graph(0x200); coop(0x200); nvtx.pop_range(); want.append(("capture", 0, 0, 4))
 ctypes.c_int.in_dll(cuda, "fake_per_thread_capturing").value = 1
 nvtx.push_range("default streams"); kernel(None); kernel(None, b"cuLaunchKernel_ptsz"); nvtx.pop_range()
 want.append(("default streams", 1, 0, 1))

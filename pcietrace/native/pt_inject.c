@@ -5,7 +5,7 @@
  *  - by NVTX (NVTX_INJECTION64_PATH): InitializeInjectionNvtx2 fills NVTX's callback tables, so
  *    every push/pop/start/end (core and domain APIs) lands here;
  *  - by the CUDA driver (CUDA_INJECTION64_PATH): InitializeInjection subscribes to CUPTI driver-API
- *    callbacks for cuLaunchKernel* (eager) and cuGraphLaunch* (graph), counted per thread and per
+ *    callbacks for cuLaunchKernel*, cuLaunchCooperativeKernel (eager) and cuGraphLaunch* (graph), counted per thread and per
  *    process. libcupti is opened with dlopen (path in PCIETRACE_CUPTI), so no CUDA or NVTX headers
  *    are needed to build this file;
  *  - or, cheaper, by LD_PRELOAD with PCIETRACE_COUNT=interpose: launches are counted by trampolines
@@ -466,21 +466,23 @@ EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
 /* ---- launch counting by interposition (PCIETRACE_COUNT=interpose, library in LD_PRELOAD) ----
  * The CUDA runtime and cuda.bindings look up the driver's cuGetProcAddress with dlsym and fetch every
  * entry point through it. Our dlsym hands out wrappers of cuGetProcAddress(_v2) that return counting
- * trampolines for cuLaunchKernel*, cuLaunchKernelEx* and cuGraphLaunch*: a few ns per launch plus two
+ * trampolines for cuLaunchKernel*, cuLaunchKernelEx*, cuLaunchCooperativeKernel* and cuGraphLaunch*: a few ns per launch plus two
  * driver queries (the current device, and whether the launch's stream is capturing), where CUPTI's callback
  * dispatch costs ~0.6-0.9 us. Several real entry points (per-thread-stream variants, versions) each get
  * their own trampoline slot. */
 typedef int CUres;
 typedef CUres (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
 typedef CUres (*launchex_fn)(const void *, void *, void **, void **);
+/* cudaLaunchCooperativeKernel's driver call: cuLaunchKernel's arguments without ``extra`` */
+typedef CUres (*coop_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **);
 typedef CUres (*graph_fn)(void *, void *);
 typedef CUres (*getproc1_fn)(const char *, void **, int, unsigned long long);
 typedef CUres (*getproc2_fn)(const char *, void **, int, unsigned long long, void *);
 #define SLOTS 4
-static void *real_launch[SLOTS], *real_launchex[SLOTS], *real_graph[SLOTS];
+static void *real_launch[SLOTS], *real_launchex[SLOTS], *real_coop[SLOTS], *real_graph[SLOTS];
 /* per slot: the entry point is a per-thread-default-stream variant (_ptsz, or fetched with that flag), so its
  * NULL stream means CU_STREAM_PER_THREAD, not the legacy stream */
-static int ptsz_launch[SLOTS], ptsz_launchex[SLOTS], ptsz_graph[SLOTS];
+static int ptsz_launch[SLOTS], ptsz_launchex[SLOTS], ptsz_coop[SLOTS], ptsz_graph[SLOTS];
 static getproc1_fn real_getproc1;
 static pthread_mutex_t g_slot_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -538,13 +540,19 @@ static inline void *launch_config_stream(const void *cfg)
 #define LAUNCHEX_SLOT(i) static CUres launchex_##i(const void *cfg, void *f, void **p, void **x) \
     { if (captured(launch_config_stream(cfg), ptsz_launchex[i])) count_captured(); else count_eager(); \
       return ((launchex_fn)real_launchex[i])(cfg, f, p, x); }
+#define COOP_SLOT(i) static CUres coop_##i(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
+    unsigned g, unsigned sh, void *st, void **p) \
+    { if (captured(st, ptsz_coop[i])) count_captured(); else count_eager(); \
+      return ((coop_fn)real_coop[i])(f, a, b, c, d, e, g, sh, st, p); }
 #define GRAPH_SLOT(i) static CUres graph_##i(void *ge, void *st) \
     { if (captured(st, ptsz_graph[i])) count_captured(); else count_graph(); return ((graph_fn)real_graph[i])(ge, st); }
 LAUNCH_SLOT(0) LAUNCH_SLOT(1) LAUNCH_SLOT(2) LAUNCH_SLOT(3)
 LAUNCHEX_SLOT(0) LAUNCHEX_SLOT(1) LAUNCHEX_SLOT(2) LAUNCHEX_SLOT(3)
+COOP_SLOT(0) COOP_SLOT(1) COOP_SLOT(2) COOP_SLOT(3)
 GRAPH_SLOT(0) GRAPH_SLOT(1) GRAPH_SLOT(2) GRAPH_SLOT(3)
 static void *const launch_slots[SLOTS] = {(void *)launch_0, (void *)launch_1, (void *)launch_2, (void *)launch_3};
 static void *const launchex_slots[SLOTS] = {(void *)launchex_0, (void *)launchex_1, (void *)launchex_2, (void *)launchex_3};
+static void *const coop_slots[SLOTS] = {(void *)coop_0, (void *)coop_1, (void *)coop_2, (void *)coop_3};
 static void *const graph_slots[SLOTS] = {(void *)graph_0, (void *)graph_1, (void *)graph_2, (void *)graph_3};
 
 static void *slot_for(void **reals, int *ptsz, void *const *slots, void *real, int per_thread)
@@ -573,6 +581,10 @@ static CUres getproc2(const char *sym, void **pfn, int ver, unsigned long long f
 
 static int suffix(const char *s, const char *x) { size_t n = strlen(s), m = strlen(x); return n >= m && !strcmp(s + n - m, x); }
 
+/* cuLaunchCooperativeKernel and its _ptsz variant only: cuLaunchCooperativeKernelMultiDevice (deprecated) takes
+ * a list of launches, not a stream, so it is left alone (uncounted) rather than read with the wrong layout. */
+static int cooperative(const char *s) { return !strcmp(s, "cuLaunchCooperativeKernel") || !strcmp(s, "cuLaunchCooperativeKernel_ptsz"); }
+
 /* ``flags``: cuGetProcAddress's (0 from dlsym): the per-thread flag, like a _ptsz name, picks the variant whose
  * NULL stream is the thread's default stream. */
 static void *wrap_entry(const char *sym, void *real, unsigned long long flags)
@@ -584,6 +596,7 @@ static void *wrap_entry(const char *sym, void *real, unsigned long long flags)
     if (prefix(sym, "cuLaunchKernelEx")) return slot_for(real_launchex, ptsz_launchex, launchex_slots, real, pt);
     if (prefix(sym, "cuLaunchKernel")) return slot_for(real_launch, ptsz_launch, launch_slots, real, pt);
     if (prefix(sym, "cuGraphLaunch")) return slot_for(real_graph, ptsz_graph, graph_slots, real, pt);
+    if (cooperative(sym)) return slot_for(real_coop, ptsz_coop, coop_slots, real, pt);
     return real;
 }
 
@@ -645,8 +658,8 @@ static void on_driver_api(void *userdata, int domain, uint32_t cbid, const void 
     if (domain != CUPTI_CB_DOMAIN_DRIVER_API || !d || d->callbackSite != CUPTI_API_ENTER || !d->functionName) return;
     /* classify by name, so an id that means something else in another CUPTI version never miscounts; the stream
      * from the parameter structs of generated_cuda_meta.h, which repeat the arguments: cuGraphLaunch_params
-     * {hGraphExec, hStream}, cuLaunchKernel_params {f, 7 unsigned ints, hStream at 40, ...},
-     * cuLaunchKernelEx_params {config, ...} */
+     * {hGraphExec, hStream}, cuLaunchKernel_params and cuLaunchCooperativeKernel_params {f, 7 unsigned ints,
+     * hStream at 40, ...}, cuLaunchKernelEx_params {config, ...} */
     const char *name = d->functionName;
     const char *const *params = (const char *const *)d->functionParams;
     int pt = suffix(name, "_ptsz");
@@ -654,7 +667,7 @@ static void on_driver_api(void *userdata, int domain, uint32_t cbid, const void 
         if (params && captured((void *)params[1], pt)) count_captured(); else count_graph();
     } else if (!strncmp(name, "cuLaunchKernelEx", 16)) {
         if (params && captured(launch_config_stream(params[0]), pt)) count_captured(); else count_eager();
-    } else if (!strncmp(name, "cuLaunchKernel", 14)) {
+    } else if (!strncmp(name, "cuLaunchKernel", 14) || cooperative(name)) {
         if (params && captured(*(void *const *)((const char *)params + 40), pt)) count_captured(); else count_eager();
     }
 }
@@ -742,14 +755,14 @@ EXPORT int InitializeInjection(void)
     void *sub = NULL;
     int rc = subscribe ? subscribe(&sub, on_driver_api, NULL) : -1;
     if (rc) { char m[64]; snprintf(m, sizeof m, "cuptiSubscribe failed (%d)", rc); emit("cupti", NULL, 0, m); return 1; }
-    /* Enable every driver callback named cuLaunchKernel* or cuGraphLaunch* (ids differ between CUPTI
+    /* Enable every driver callback named cuLaunchKernel*, cuGraphLaunch* or cuLaunchCooperativeKernel(_ptsz) (ids differ between CUPTI
        versions); fall back to the known ids where CUPTI cannot name its callbacks. */
     int (*name_of)(int, uint32_t, const char **) = (int (*)(int, uint32_t, const char **))dlsym(lib, "cuptiGetCallbackName");
     int enabled = 0;
     for (uint32_t id = 1; name_of && id < 4096; ++id) {
         const char *name = NULL;
         if (name_of(CUPTI_CB_DOMAIN_DRIVER_API, id, &name) || !name) continue;
-        if (!strncmp(name, "cuLaunchKernel", 14) || !strncmp(name, "cuGraphLaunch", 13))
+        if (!strncmp(name, "cuLaunchKernel", 14) || !strncmp(name, "cuGraphLaunch", 13) || cooperative(name))
             enabled += enable(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, id) == 0;
     }
     for (size_t i = 0; !enabled && i < sizeof LAUNCH_CBIDS / sizeof LAUNCH_CBIDS[0]; ++i)

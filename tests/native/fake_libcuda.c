@@ -12,7 +12,7 @@
  * while fake_per_thread_capturing is set; every other handle is not capturing. fake_capture_queries counts
  * the queries. cuLaunchKernelEx takes its stream from the CUlaunchConfig (hStream at byte 32);
  * "cuLaunchKernel" fetched with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (or "cuLaunchKernel_ptsz") is a
- * separate function, as in the real driver.
+ * separate function, as in the real driver. cuLaunchCooperativeKernel is cuLaunchKernel without ``extra``.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -59,6 +59,13 @@ static int launch_kernel_ptsz(void *f, unsigned a, unsigned b, unsigned c, unsig
 {
     return launch_kernel(f, a, b, c, d, e, g, sh, stream, params, extra);
 }
+static int launch_cooperative(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g,
+                              unsigned sh, void *stream, void **params)
+{
+    return launch_kernel(f, a, b, c, d, e, g, sh, stream, params, NULL);
+}
+/* handed out as cuLaunchCooperativeKernelMultiDevice (another signature): the library must leave it unwrapped */
+int fake_multi_device_launch(void *list, unsigned n, unsigned flags) { (void)list, (void)n, (void)flags; return 0; }
 static int launch_kernel_ex(const void *config, void *f, void **params, void **extra)
 {
     (void)config, (void)f, (void)params, (void)extra;
@@ -94,7 +101,8 @@ int cuGetProcAddress_v2(const char *sym, void **fn, int version, unsigned long l
     static const struct { const char *name; void *fn; } table[] = {
         {"cuLaunchKernel", (void *)launch_kernel}, {"cuGraphLaunch", (void *)graph_launch},
         {"cuStreamSynchronize", (void *)stream_sync}, {"cuStreamQuery", (void *)stream_query},
-        {"cuLaunchKernelEx", (void *)launch_kernel_ex}, {"cuStreamIsCapturing", (void *)cuStreamIsCapturing},
+        {"cuLaunchKernelEx", (void *)launch_kernel_ex}, {"cuLaunchCooperativeKernel", (void *)launch_cooperative},
+        {"cuLaunchCooperativeKernelMultiDevice", (void *)fake_multi_device_launch}, {"cuStreamIsCapturing", (void *)cuStreamIsCapturing},
         {"cuMemcpyHtoDAsync", (void *)h2d}, {"cuMemcpyDtoHAsync", (void *)d2h}, {"cuGetErrorName", (void *)error_name},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i)

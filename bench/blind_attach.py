@@ -1,4 +1,10 @@
-"""`pcietrace attach` against a blind oracle: tests/apps/blind_app.py, an app whose traffic is known (run on a GPU).
+"""`pcietrace attach` against a blind oracle: an app whose traffic is known (run on a GPU).
+
+Two apps, each written from the user's side by someone who did not read attach's code, with the same output:
+``--app torch`` (default) is tests/apps/blind_app.py (PyTorch: torch.cuda.nvtx, pinned, pageable, zero-copy);
+``--app cpp`` is tests/apps/blind_app.cu (CUDA runtime + NVTX3 C++ in a named domain, unified memory,
+registered host memory, 2D copies, cooperative / Ex / per-thread-stream launches, graph replays, 4 threads),
+built here with nvcc.
 
 Written as an outside reviewer would, from what a user has: the README, `pcietrace attach --help` and the
 JSON that `pcietrace report RUN --format json` prints. Steps:
@@ -32,7 +38,8 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = ROOT / "tests" / "apps" / "blind_app.py"
+APPS = ROOT / "tests" / "apps"
+NVCC = ["nvcc", "-O2", "-std=c++17", "-ldl", "-lpthread"]
 DIRS = ("h2d", "d2h")
 BIG_BYTES = 1_000_000      # a direction that moves at least this much per call is checked in % (issue 7: 5 %)
 GOAL_PCT = 5.0
@@ -69,7 +76,7 @@ class Runner:
         jsonl = self.out / f"{tag}.jsonl"
         env = {**os.environ, "BLIND_OUT": str(jsonl), "BLIND_CALLS": str(self.a.calls),
                "BLIND_TRUTH": "1" if truth else "0", "PYTHONUNBUFFERED": "1"}
-        app_cmd = [self.a.python, str(APP)]
+        app_cmd = self.a.app_cmd
         folder = self.out / tag if attach else None
         cmd = ([self.a.python, "-m", "pcietrace", "attach", "-o", str(folder), *self.a.attach_args, "--", *app_cmd]
                if attach else app_cmd)
@@ -92,8 +99,11 @@ class Runner:
 def truth_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per range name: the median call's truth bytes (None for ranges without truth), duration, launches."""
     r = df[df["kind"] == "range"]
+    if "domain" not in r:
+        r = r.assign(domain=None)
     g = r.groupby("name", sort=False)
     return pd.DataFrame({
+        "domain": g["domain"].first().fillna("default"),  # the C++ app names its NVTX3 domain; the rest are NVTX's default
         "calls": g.size(),
         "depth": g["depth"].first(),
         "truth_h2d": g["h2d_bytes"].median(),  # NaN where the app took no truth (inner ranges, BLIND_TRUTH=0)
@@ -116,15 +126,13 @@ def compare(truth: pd.DataFrame, ranges: pd.DataFrame, inst: pd.DataFrame, app_c
     """One row per range and direction: truth per call vs attach per call, with attach's stated bound."""
     rows = []
     for name, t in truth.iterrows():
-        m = ranges[ranges["name"] == name]
-        if len(m) > 1:  # the same name in several domains: torch.cuda.nvtx's is NVTX's default domain
-            m = m[m["domain"] == "default"] if (m["domain"] == "default").any() else m.iloc[:1]
+        m = ranges[(ranges["name"] == name) & (ranges["domain"] == t["domain"])]
         a = m.iloc[0] if len(m) else None
         calls = int(a["calls"]) if a is not None else 0
         ii = inst[inst["name"] == name] if len(inst) else inst
         for d in DIRS:
             tv = t[f"truth_{d}"]
-            row = {"range": name, "dir": d.upper(), "depth": int(t["depth"]), "ms": t["ms"],
+            row = {"range": name if t["domain"] == "default" else f"{t['domain']}:{name}", "dir": d.upper(), "depth": int(t["depth"]), "ms": t["ms"],
                    "truth": tv, "truth_min": t[f"truth_{d}_min"], "truth_max": t[f"truth_{d}_max"],
                    "attach_calls": calls, "app_calls": int(t["calls"])}
             if d == "h2d":
@@ -205,6 +213,8 @@ def main() -> int:
                                  epilog="example: python3 bench/blind_attach.py --out /tmp/blind --calls 8 --pairs 3")
     ap.add_argument("--out", type=Path, required=True, help="folder for everything (new or empty)")
     ap.add_argument("--calls", type=int, default=8, help="rounds of the app: calls of each range (default 8)")
+    ap.add_argument("--app", choices=("torch", "cpp"), default="torch",
+                    help="torch: tests/apps/blind_app.py; cpp: tests/apps/blind_app.cu, built with nvcc (default torch)")
     ap.add_argument("--pairs", type=int, default=3, help="alone/attached runtime pairs, ABBA (0 = skip; default 3)")
     ap.add_argument("--python", default=sys.executable,
                     help="interpreter with torch, pynvml and pcietrace for the app and attach (default: this one)")
@@ -220,13 +230,22 @@ def main() -> int:
     a.out = a.out.resolve()
 
     pre = subprocess.run([a.python, "-c", "import torch, pynvml, pcietrace; assert torch.cuda.is_available(), 'no CUDA'; "
-                          "print(torch.__version__, torch.cuda.get_device_name(0))"],
+                          "print('torch', torch.__version__, torch.cuda.get_device_name(0))"],
                          capture_output=True, text=True, cwd=ROOT)
     if pre.returncode != 0:
         why = pre.stderr.strip().splitlines()[-1] if pre.stderr.strip() else f"exit {pre.returncode}"
         ap.error(f"{a.python} cannot run the app ({why}); name an interpreter with torch, pynvml and pcietrace "
                  "with --python (on the lent GPUs: after `. bench/device_setup.sh`)")
-    print(f"torch {pre.stdout.strip()}; {a.calls} calls per range; python {a.python}", flush=True)
+    print(f"{pre.stdout.strip()}; {a.calls} calls per range; python {a.python}", flush=True)
+    if a.app == "torch":
+        a.app_cmd = [a.python, str(APPS / "blind_app.py")]
+    else:
+        exe = a.out / "blind_app_cpp"
+        build = subprocess.run([*NVCC[:3], "-o", str(exe), str(APPS / "blind_app.cu"), *NVCC[3:]],
+                               capture_output=True, text=True, cwd=ROOT)
+        if build.returncode != 0:
+            sys.exit(f"blind_attach: nvcc failed: {build.stderr.strip()[-800:]}")
+        a.app_cmd = [str(exe)]
 
     r = Runner(a)
     print("truth: the app alone", flush=True)
@@ -241,8 +260,8 @@ def main() -> int:
     ranges, inst = attach_tables(rep)
     c = compare(truth, ranges, inst, a.calls)
     print(f"\nPer range and direction (truth: median call of the alone run, its empty reference window subtracted; "
-          f"attach: its `ranges` totals / calls; bound: (edge + floor_err) / calls; GPU {meta['gpu']}, "
-          f"NVML index {meta['nvml_index']}; zero copy: {meta['zero_copy']})")
+          f"attach: its `ranges` totals / calls; bound: (edge + floor_err) / calls; GPU {meta.get('gpu', meta.get('device'))}, "
+          f"NVML index {meta.get('nvml_index')}; app {a.app}; skipped: {meta.get('skipped') or meta.get('zero_copy')})")
     print_compare(c)
     checked = c[c["goal"].astype(str).str.contains("ok|FAIL", regex=True)] if "goal" in c else c.iloc[:0]
     fails = checked[checked["goal"].str.startswith("FAIL")]
@@ -258,7 +277,7 @@ def main() -> int:
                                               f"{w['d2h_bytes'] / 1e6:,.1f} MB D2H, {w['eager_launches']:g} eager, "
                                               f"status {w['status']}" for w in wr))
 
-    summary = {"calls": a.calls, "python": a.python, "attach_args": a.attach_args, "app_meta_alone": meta,
+    summary = {"app": a.app, "calls": a.calls, "python": a.python, "attach_args": a.attach_args, "app_meta_alone": meta,
                "app_meta_attached": ameta, "comparison": json.loads(c.to_json(orient="records")),
                "truth_alone": json.loads(truth.reset_index().to_json(orient="records")),
                "attach_summary_lines": rep.get("summary", {}).get("lines")}

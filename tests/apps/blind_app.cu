@@ -10,21 +10,25 @@
 //
 // Build (CUDA 12 or 13 toolkit, NVTX3 headers are header-only; NVML is dlopen'ed, not linked):
 //     nvcc -O2 -std=c++17 -o blind_app_cpp tests/apps/blind_app.cu -ldl -lpthread
+// (nvcc links the CUDA runtime statically by default; add `-cudart shared` for a build whose runtime is
+// libcudart.so, to compare how attach's launch counter sees the two). Needs NVTX >= 3.1 headers
+// (nvtx3::scoped_range_in), as in CUDA 12.x/13.
 // Run (the same environment as blind_app.py):
 //     BLIND_OUT=truth.jsonl [BLIND_CALLS=8] [BLIND_TRUTH=1] [LOCAL_RANK=0] ./blind_app_cpp
 //
 // Ranges, each once per round in this order (BLIND_CALLS rounds, default 8); bytes are payload bytes (the
-// counters also count TLP headers, ~8 % more), launches are per call:
+// counters also count TLP headers, ~8 % more, and each launch moves ~2 KB H2D itself: the truth reads see all
+// of it), launches are per call:
 //   h2d_pinned_40MiB      domain "blind" (nvtx3::scoped_range_in<blind_domain>, registered string, color,
 //                         payload): cudaMemcpyAsync 40 MiB pinned -> device + stream sync.  H2D 41,943,040 B, 0 launches
-//   launch_chevron_300    300 tiny_kernel<<<1,32,0,s>>> + sync.                          0 B, 300 eager launches
+//   launch_chevron_300    300 tiny_kernel<<<1,32,0,s>>> + sync.                          no payload, 300 eager launches
 //   d2h_2d_3000x8KiB      nvtxRangePushEx (ASCII, color): cudaMemcpy2DAsync D2H, 3000 rows of 8 KiB out of a
 //                         16 KiB-pitched device buffer into pinned memory + sync.  D2H 24,576,000 B, 0 launches
-//   idle_12ms             sleep 12 ms.                                                    ~0 B, 0 launches
+//   idle_12ms             sleep 12 ms.                                                    no payload (~0 B), 0 launches
 //   (mark_only)           nvtxMarkA("mark_only") between two ranges: no range, no JSON line
 //   um_prefetch_to_gpu    cudaMemPrefetchAsync of a 48 MiB managed buffer (resident on the host) to the GPU
 //                         + sync.                                                          H2D 50,331,648 B, 0 launches
-//   launch_ex_200         200 cudaLaunchKernelEx with a priority launch attribute + sync.  0 B, 200 eager launches
+//   launch_ex_200         200 cudaLaunchKernelEx with a priority launch attribute + sync.  no payload, 200 eager launches
 //   registered_d2h        cudaMemcpyAsync 24 MiB device -> malloc'd host memory registered with
 //                         cudaHostRegister (outside the range) + sync.                     D2H 25,165,824 B, 0 launches
 //   graph_replay_20       20 cudaGraphLaunch of a graph captured before the loop (10 kernels + a 1 MiB H2D
@@ -33,14 +37,14 @@
 //   h2d_pageable_20MiB    cudaMemcpy (synchronous, legacy default stream) of 20 MiB from plain `new char[]`,
 //                         then cudaDeviceSynchronize (a pageable H2D cudaMemcpy may return before the last
 //                         staged DMA has landed; the sync keeps its bytes inside the range).  H2D 20,971,520 B
-//   launch_cooperative_50 50 cudaLaunchCooperativeKernel + sync.                           0 B, 50 eager launches
+//   launch_cooperative_50 50 cudaLaunchCooperativeKernel + sync.                           no payload, 50 eager launches
 //   threads_4x8MiB        (default domain, main thread) 4 std::threads, each on its own stream:
 //                         nvtxRangePushA("thread_h2d"), 8 MiB pinned H2D + 25 launches + stream sync, pop.
 //                         H2D 33,554,432 B; the main thread itself launches nothing (attach counts a range's
 //                         own thread's launches: 0), its process 100 (`launches_expected_process`).
 //     thread_h2d          (4 per round, one per thread) no truth; depth 1 under threads_4x8MiB logically, but
 //                         NVTX depth 0 on its own thread (`thread_depth`).  H2D 8,388,608 B, 25 eager launches
-//   stream_per_thread_100 100 launches into cudaStreamPerThread + sync.                   0 B, 100 eager launches
+//   stream_per_thread_100 100 launches into cudaStreamPerThread + sync.                   no payload, 100 eager launches
 // A device without concurrentManagedAccess skips both um_* kinds, one without cooperative launch skips
 // launch_cooperative_50; the meta line says so (`skipped`). Everything runs once outside any range first
 // (kernels loaded, streams created, graph instantiated, NVTX domain and strings registered, UM pages mapped).

@@ -56,10 +56,11 @@ typedef NvtxFunctionPointer **NvtxFunctionTable;
 typedef struct { size_t struct_size; int (*GetModuleFunctionTable)(int module, NvtxFunctionTable *table, unsigned int *size); } NvtxExportTableCallbacks;
 typedef const void *(*NvtxGetExportTableFunc_t)(uint32_t exportTableId);
 enum { NVTX_ETID_CALLBACKS = 1, NVTX_CB_MODULE_CORE = 1, NVTX_CB_MODULE_CORE2 = 5 };
-enum { CORE_MarkEx = 1, CORE_MarkA = 2, CORE_RangeStartEx = 4, CORE_RangeStartA = 5, CORE_RangeEnd = 7,
-       CORE_RangePushEx = 8, CORE_RangePushA = 9, CORE_RangePop = 11 };
+enum { CORE_MarkEx = 1, CORE_MarkA = 2, CORE_MarkW = 3, CORE_RangeStartEx = 4, CORE_RangeStartA = 5, CORE_RangeStartW = 6,
+       CORE_RangeEnd = 7, CORE_RangePushEx = 8, CORE_RangePushA = 9, CORE_RangePushW = 10, CORE_RangePop = 11 };
 enum { CORE2_DomainMarkEx = 1, CORE2_DomainRangeStartEx = 2, CORE2_DomainRangeEnd = 3, CORE2_DomainRangePushEx = 4,
-       CORE2_DomainRangePop = 5, CORE2_DomainRegisterStringA = 10, CORE2_DomainCreateA = 12 };
+       CORE2_DomainRangePop = 5, CORE2_DomainRegisterStringA = 10, CORE2_DomainRegisterStringW = 11,
+       CORE2_DomainCreateA = 12, CORE2_DomainCreateW = 13 };
 /* nvtxEventAttributes_v2: message type at byte 32, message (char*, wchar_t* or string handle) at 40 */
 typedef struct { uint16_t version, size; uint32_t category; int32_t colorType; uint32_t color; int32_t payloadType;
                  int32_t reserved0; uint64_t payload; int32_t messageType; int32_t pad; const void *message; } EventAttributes;
@@ -206,13 +207,22 @@ static void emit(const char *event, const char *domain, unsigned long long id, c
     emit_line(mono_ns(), event, domain, id, message, current_device());
 }
 
+/* A wide (wchar_t) NVTX message as a multibyte string in ``tmp`` (the program's locale; "(unicode)" where it
+ * cannot say it). */
+static const char *narrow(const wchar_t *w, char *tmp, size_t tmpsize)
+{
+    if (!w) return "";
+    if (wcstombs(tmp, w, tmpsize - 1) == (size_t)-1) return "(unicode)";
+    tmp[tmpsize - 1] = 0;
+    return tmp;
+}
+
 static const char *message_of(const EventAttributes *a, char *tmp, size_t tmpsize)
 {
     if (!a || !a->message) return "";
     switch (a->messageType) {
     case MSG_ASCII: case MSG_REGISTERED: return (const char *)a->message;  /* our string handles are char* */
-    case MSG_UNICODE: if (wcstombs(tmp, (const wchar_t *)a->message, tmpsize - 1) == (size_t)-1) return "(unicode)";
-                      tmp[tmpsize - 1] = 0; return tmp;
+    case MSG_UNICODE: return narrow((const wchar_t *)a->message, tmp, tmpsize);
     default: return "";
     }
 }
@@ -425,7 +435,10 @@ static int RangePop(void) { return pop_(NULL); }
 static uint64_t RangeStartA(const char *m) { return start_(NULL, m); }
 static uint64_t RangeStartEx(const EventAttributes *a) { char t[1024]; return start_(NULL, message_of(a, t, sizeof t)); }
 static void RangeEnd(uint64_t id) { end_(NULL, id); }
+static int RangePushW(const wchar_t *m) { char t[1024]; return push_(NULL, narrow(m, t, sizeof t)); }
+static uint64_t RangeStartW(const wchar_t *m) { char t[1024]; return start_(NULL, narrow(m, t, sizeof t)); }
 static void MarkA(const char *m) { emit("mark", NULL, 0, m); }
+static void MarkW(const wchar_t *m) { char t[1024]; emit("mark", NULL, 0, narrow(m, t, sizeof t)); }
 static void MarkEx(const EventAttributes *a) { char t[1024]; emit("mark", NULL, 0, message_of(a, t, sizeof t)); }
 static int DomainRangePushEx(const char *d, const EventAttributes *a) { char t[1024]; return push_(d, message_of(a, t, sizeof t)); }
 static int DomainRangePop(const char *d) { return pop_(d); }
@@ -433,7 +446,9 @@ static uint64_t DomainRangeStartEx(const char *d, const EventAttributes *a) { ch
 static void DomainRangeEnd(const char *d, uint64_t id) { end_(d, id); }
 static void DomainMarkEx(const char *d, const EventAttributes *a) { char t[1024]; emit("mark", d, 0, message_of(a, t, sizeof t)); }
 static const char *DomainRegisterStringA(const char *d, const char *s) { (void)d; return strdup(s ? s : ""); }
+static const char *DomainRegisterStringW(const char *d, const wchar_t *s) { char t[1024]; (void)d; return strdup(narrow(s, t, sizeof t)); }
 static const char *DomainCreateA(const char *name) { return strdup(name ? name : "(unnamed)"); }
+static const char *DomainCreateW(const wchar_t *name) { char t[1024]; return name ? strdup(narrow(name, t, sizeof t)) : DomainCreateA(NULL); }
 
 static void install(NvtxFunctionTable table, unsigned int size, unsigned int id, void *fn)
 {
@@ -451,6 +466,8 @@ EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
         install(t, n, CORE_RangeStartEx, (void *)RangeStartEx); install(t, n, CORE_RangeStartA, (void *)RangeStartA);
         install(t, n, CORE_RangeEnd, (void *)RangeEnd); install(t, n, CORE_RangePushEx, (void *)RangePushEx);
         install(t, n, CORE_RangePushA, (void *)RangePushA); install(t, n, CORE_RangePop, (void *)RangePop);
+        install(t, n, CORE_MarkW, (void *)MarkW); install(t, n, CORE_RangeStartW, (void *)RangeStartW);
+        install(t, n, CORE_RangePushW, (void *)RangePushW);
     }
     if (cb->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &t, &n)) {
         install(t, n, CORE2_DomainMarkEx, (void *)DomainMarkEx); install(t, n, CORE2_DomainRangeStartEx, (void *)DomainRangeStartEx);
@@ -458,6 +475,8 @@ EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
         install(t, n, CORE2_DomainRangePop, (void *)DomainRangePop);
         install(t, n, CORE2_DomainRegisterStringA, (void *)DomainRegisterStringA);
         install(t, n, CORE2_DomainCreateA, (void *)DomainCreateA);
+        install(t, n, CORE2_DomainRegisterStringW, (void *)DomainRegisterStringW);
+        install(t, n, CORE2_DomainCreateW, (void *)DomainCreateW);
     }
     emit("nvtx", NULL, 0, "injection initialised");
     return 1;

@@ -255,8 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--launch-counter", choices=["interpose", "cupti"], default="interpose",
                     help="how launches are counted: trampolines handed out by an LD_PRELOAD-ed dlsym/cuGetProcAddress "
                          "(a few ns per launch, plus one cuCtxGetDevice to charge ranges the GPUs they launched "
-                         "on), or CUPTI driver callbacks (~0.6-0.9 us per launch; also sees "
-                         "programs that bypass dlsym, e.g. statically linked ones)")
+                         "on; code linked against libcuda is counted too), or CUPTI driver callbacks (~0.6-0.9 us "
+                         "per launch; sees launches however they reach the driver)")
     at.add_argument("--no-count-launches", action="store_true",
                     help="do not count kernel launches at all (lowest overhead)")
     at.add_argument("--sampler-duty", type=_number(0, 1), default=1.0, metavar="FRACTION",

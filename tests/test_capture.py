@@ -4,7 +4,7 @@ The C classification runs in the real injection library over the fake driver of 
 (no GPU: its cuStreamIsCapturing says which stream handles capture) and over a stand-in libcupti (the CUPTI
 path); old traces and the real recordings in tests/data (made before captured launches were told apart) still
 load, read as 0 captured and keep their eager figures; a GPU test attaches to an app that captures K kernels
-and launches M eagerly.
+and launches M eagerly, and another attaches to a driver-API program linked against libcuda.
 """
 
 from __future__ import annotations
@@ -98,7 +98,8 @@ def _build_fake_driver(tmp_path: Path) -> str:
     return cc
 
 
-def _run(tmp_path: Path, script: str, counter: str, extra_env: dict[str, str] | None = None) -> tuple[pd.DataFrame, dict]:
+def _run(tmp_path: Path, script: str, counter: str, extra_env: dict[str, str] | None = None,
+         args: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
     """``script`` (its argv[1]: a JSON file it writes) with the real injection library in attach's environment
     (``counter``: "interpose" or "cupti") over the fake driver; returns the trace's events and the JSON."""
     from pcietrace.errors import UsageError
@@ -114,7 +115,7 @@ def _run(tmp_path: Path, script: str, counter: str, extra_env: dict[str, str] | 
         pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
     env.update({"LD_LIBRARY_PATH": str(tmp_path), **(extra_env or {})})
     out = tmp_path / "out.json"
-    proc = subprocess.run([sys.executable, "-c", script, str(out)], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", script, str(out), *(args or [])], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return read_traces(traces), json.loads(out.read_text())
 
@@ -139,6 +140,59 @@ def test_interposer_counts_launches_into_a_capturing_stream_as_captured(tmp_path
     assert [last["eager_process"], last["graph_process"], last["captured_process"]] == totals
     assert sum(totals) == got["driver_calls"]  # never dropped, never counted twice
     assert got["queries"] == got["driver_calls"]  # one query per launch
+
+
+#: A library linked against libcuda (-lcuda, as CuPy is) that calls the launch entry points directly (through its
+#: PLT, never dlsym): each call of ``direct_all`` makes 4 kernel launches (cuLaunchKernel, its _ptsz variant on the
+#: per-thread stream, cuLaunchKernelEx, cuLaunchCooperativeKernel) and 1 graph launch into ``stream``.
+DIRECT_LIB = r"""
+typedef struct { unsigned dims[7]; void *hStream; void *attrs; unsigned numAttrs; } Config;
+int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
+int cuLaunchKernel_ptsz(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
+int cuLaunchKernelEx(const Config *, void *, void **, void **);
+int cuLaunchCooperativeKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **);
+int cuGraphLaunch(void *, void *);
+int direct_all(void *stream)
+{
+    Config c = {{1, 1, 1, 1, 1, 1, 0}, stream, 0, 0};
+    return cuLaunchKernel(0, 1, 1, 1, 1, 1, 1, 0, stream, 0, 0) | cuLaunchKernel_ptsz(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0)
+         | cuLaunchKernelEx(&c, 0, 0, 0) | cuLaunchCooperativeKernel(0, 1, 1, 1, 1, 1, 1, 0, stream, 0) | cuGraphLaunch(0, stream);
+}
+"""
+
+DIRECT_SCRIPT = r"""
+import ctypes, json, sys
+import nvtx
+cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+direct = ctypes.CDLL(sys.argv[2])
+ctypes.c_ulonglong.in_dll(cuda, "fake_capturing_stream").value = 0x200
+want = []
+nvtx.push_range("direct"); assert direct.direct_all(ctypes.c_void_p(0x100)) == 0; nvtx.pop_range(); want.append(("direct", 4, 1, 0))
+nvtx.push_range("direct capturing")  # the _ptsz launch goes to the thread's stream, which does not capture
+assert direct.direct_all(ctypes.c_void_p(0x200)) == 0; nvtx.pop_range(); want.append(("direct capturing", 1, 0, 4))
+L = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3)
+by_name = L(ctypes.cast(ctypes.CDLL(None).cuLaunchKernel, ctypes.c_void_p).value)  # RTLD_DEFAULT: the library's own
+by_handle = L(ctypes.cast(cuda.cuLaunchKernel, ctypes.c_void_p).value)            # libcuda's, wrapped once
+nvtx.push_range("looked up"); by_name(None, 1, 1, 1, 1, 1, 1, 0, 0x100, None, None)
+by_handle(None, 1, 1, 1, 1, 1, 1, 0, 0x100, None, None); nvtx.pop_range(); want.append(("looked up", 2, 0, 0))
+calls = ctypes.c_longlong.in_dll(cuda, "fake_launches").value + ctypes.c_longlong.in_dll(cuda, "fake_graph_launches").value
+json.dump({"want": want, "driver_calls": calls}, open(sys.argv[1], "w"))
+"""
+
+
+def test_interposer_counts_direct_calls_of_code_linked_against_libcuda(tmp_path) -> None:
+    """Code linked against libcuda calls the launch entry points through its PLT, not dlsym: the preloaded
+    library defines them, so each launch is counted once (eager, graph or captured, as the trampolines count),
+    and a name looked up in the global scope (the library's own entry point) is not wrapped a second time."""
+    cc = _build_fake_driver(tmp_path)
+    (tmp_path / "direct.c").write_text(DIRECT_LIB)
+    lib = tmp_path / "libdirect.so"
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "direct.c"), "-L", str(tmp_path),
+                    "-l:libcuda.so.1"], check=True)
+    ev, got = _run(tmp_path, DIRECT_SCRIPT, "interpose", args=[str(lib)])
+    want = [tuple(w) for w in got["want"]]
+    assert _per_range(ev) == want
+    assert sum(sum(w[1:]) for w in want) == got["driver_calls"]  # every call counted once
 
 
 #: A STAND-IN libcupti with the callback API (no GPU): cuptiSubscribe keeps the injection library's callback;
@@ -278,6 +332,37 @@ def test_attach_counts_captured_kernels_apart_from_eager_ones(tmp_path, counter:
     whole = doc["results"]["whole_run"][0]
     assert whole["program_captured_launches"] == k
     assert whole["program_eager_launches"] >= m  # (plus the app's own set-up launches, if any)
+
+
+def _build_driver_api_app(tmp_path: Path) -> Path:
+    """tests/apps/driver_api_app.cu linked against libcuda (the toolkit's stub, else the driver's libcuda.so.1)."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc: the driver-API app is not built")
+    exe = tmp_path / "driver_api_app"
+    for link in (["-lcuda"], ["-L/usr/local/cuda/lib64/stubs", "-lcuda"], ["-l:libcuda.so.1"]):
+        if subprocess.run(["nvcc", "-O2", "-o", str(exe), str(APPS / "driver_api_app.cu"), *link],
+                          capture_output=True).returncode == 0:
+            return exe
+    pytest.fail("nvcc could not link tests/apps/driver_api_app.cu against libcuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("counter", ["interpose", "cupti"])
+def test_attach_counts_a_driver_api_programs_direct_launches(tmp_path, counter: str) -> None:
+    """On a GPU, a program linked against libcuda calls cuLaunchKernel, cuLaunchKernelEx,
+    cuLaunchCooperativeKernel and cuGraphLaunch directly (its PLT, no dlsym): with either launch counter each
+    range holds exactly the launches it made."""
+    n = 250
+    exe = _build_driver_api_app(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "pcietrace", "attach", "--json", "--no-calibrate", "--launch-counter",
+                           counter, "-o", str(tmp_path / "attach"), "--", str(exe), str(n)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    ranges = pd.DataFrame(json.loads(proc.stdout)["results"]["ranges"]).set_index("name")
+    cols = ["eager_launches", "graph_launches", "captured_launches"]
+    for name in ("direct_launch", "direct_ex", "direct_cooperative"):
+        assert ranges.loc[name, cols].tolist() == [n, 0, 0], name
+    assert ranges.loc["direct_graph", cols].tolist() == [0, n, 0]
 
 
 def test_the_truth_bench_checks_each_calls_launches_against_the_apps(tmp_path) -> None:

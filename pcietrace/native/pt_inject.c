@@ -651,12 +651,53 @@ static void *real_dlsym_fn(void *handle, const char *name)
     return real_dlsym(handle, name);
 }
 
+/* Whether ``p`` is defined in this library (one of the direct-call entry points below: already counting). */
+static int ours(void *p)
+{
+    Dl_info here, there;
+    return dladdr((void *)ours, &here) && dladdr(p, &there) && here.dli_fbase == there.dli_fbase;
+}
+
 EXPORT void *dlsym(void *handle, const char *name)
 {
     void *p = real_dlsym_fn(handle, name);
-    if (!p || name[0] != 'c' || name[1] != 'u' || !interposing()) return p;
+    if (!p || name[0] != 'c' || name[1] != 'u' || !interposing() || ours(p)) return p;
     return wrap_entry(name, p, 0);
 }
+
+/* ---- direct calls: a program or library linked against libcuda (-lcuda; CuPy) calls the launch entry points
+ * through its PLT, never through dlsym. Preloaded, this library defines them first: each counts as the
+ * trampolines do and calls libcuda's own (the next definition). Outside interpose mode it only forwards. */
+enum { CUDA_ERROR_NOT_FOUND = 500 };
+static void *next_entry(void **cache, const char *name)
+{
+    void *f = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+    if (!f) { f = real_dlsym_fn(RTLD_NEXT, name); __atomic_store_n(cache, f, __ATOMIC_RELEASE); }
+    return f;
+}
+static inline void count_direct(void *stream, int per_thread, int graph)
+{
+    if (!interposing()) return;
+    if (captured(stream, per_thread)) count_captured(); else if (graph) count_graph(); else count_eager();
+}
+#define DIRECT_LAUNCH(sym, pt) EXPORT CUres sym(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
+    unsigned g, unsigned sh, void *st, void **p, void **x) \
+    { static void *real; launch_fn fn = (launch_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
+      count_direct(st, pt, 0); return fn(f, a, b, c, d, e, g, sh, st, p, x); }
+#define DIRECT_LAUNCHEX(sym, pt) EXPORT CUres sym(const void *cfg, void *f, void **p, void **x) \
+    { static void *real; launchex_fn fn = (launchex_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
+      count_direct(launch_config_stream(cfg), pt, 0); return fn(cfg, f, p, x); }
+#define DIRECT_COOP(sym, pt) EXPORT CUres sym(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
+    unsigned g, unsigned sh, void *st, void **p) \
+    { static void *real; coop_fn fn = (coop_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
+      count_direct(st, pt, 0); return fn(f, a, b, c, d, e, g, sh, st, p); }
+#define DIRECT_GRAPH(sym, pt) EXPORT CUres sym(void *ge, void *st) \
+    { static void *real; graph_fn fn = (graph_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
+      count_direct(st, pt, 1); return fn(ge, st); }
+DIRECT_LAUNCH(cuLaunchKernel, 0) DIRECT_LAUNCH(cuLaunchKernel_ptsz, 1)
+DIRECT_LAUNCHEX(cuLaunchKernelEx, 0) DIRECT_LAUNCHEX(cuLaunchKernelEx_ptsz, 1)
+DIRECT_COOP(cuLaunchCooperativeKernel, 0) DIRECT_COOP(cuLaunchCooperativeKernel_ptsz, 1)
+DIRECT_GRAPH(cuGraphLaunch, 0) DIRECT_GRAPH(cuGraphLaunch_ptsz, 1)
 
 /* Loaded at process start (LD_PRELOAD): map the edge page now, so the samplers know from the start that open
  * ranges are counted here (else they read fast until the first NVTX call). */

@@ -73,6 +73,25 @@ static int launch_kernel_ex(const void *config, void *f, void **params, void **e
     return spend();
 }
 
+/* The same stand-ins under their own names, for code linked against libcuda that calls them directly (PLT). */
+int cuLaunchKernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned sh,
+                   void *stream, void **params, void **extra)
+{
+    return launch_kernel(f, a, b, c, d, e, g, sh, stream, params, extra);
+}
+int cuLaunchKernel_ptsz(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned sh,
+                        void *stream, void **params, void **extra)
+{
+    return launch_kernel(f, a, b, c, d, e, g, sh, stream, params, extra);
+}
+int cuLaunchKernelEx(const void *config, void *f, void **params, void **extra) { return launch_kernel_ex(config, f, params, extra); }
+int cuLaunchCooperativeKernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g,
+                              unsigned sh, void *stream, void **params)
+{
+    return launch_cooperative(f, a, b, c, d, e, g, sh, stream, params);
+}
+int cuGraphLaunch(void *exe, void *stream) { return graph_launch(exe, stream); }
+
 unsigned long long fake_capturing_stream, fake_invalidated_stream, fake_failing_stream;
 int fake_per_thread_capturing;
 long long fake_capture_queries;

@@ -152,3 +152,13 @@ def test_a_saved_report_s_results_hold_counts_as_integers(data_dir) -> None:
     assert all(isinstance(r["calls"], int) for r in saved["ranges"])
     nocount = to_jsonable(analyze(Session.load(data_dir / "attach_h100_nocount")))
     assert all(r["eager_launches"] is None for r in nocount["range_instances"])
+
+
+def test_the_console_names_a_ranges_domain_only_where_it_is_not_the_default(monkeypatch, capsys) -> None:
+    """The C++ blind oracle's recording has ranges in NVTX's default domain and in the named domain ``blind``:
+    the console marks the named one, not the default ones."""
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["report", str(DATA / "attach_h100_blind_cpp")]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"h2d_pinned_40MiB \(blind\)", text)
+    assert "(default)" not in text and "idle_12ms" in text

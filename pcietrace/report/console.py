@@ -287,6 +287,12 @@ def compare_table(cmp: pd.DataFrame, names: list[str], letters: str | None = Non
     return t
 
 
+def _domain_mark(domain: Any, one_domain: bool) -> str:
+    """A range name's domain beside it where ranges of several domains share a table; NVTX's default domain
+    (no domain: torch.cuda.nvtx, nvtxRangePushA) goes unsaid."""
+    return "" if one_domain or str(domain) == "default" else f" [dim]({esc(str(domain))})[/]"
+
+
 def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list[Any]:
     """Per-range tables (bytes and time; launches and costs), whole-run line, processes, and notes."""
     parts: list[Any] = []
@@ -302,7 +308,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
         def name(r: Any) -> str:
             marks = (f" [yellow]({r.short_calls} short)[/]" if r.short_calls else "") + \
                     (f" [yellow]({r.stalls} stalls)[/]" if getattr(r, "stalls", 0) else "")
-            return esc(r.name) + ("" if one_domain else f" [dim]({esc(r.domain)})[/]") + marks
+            return esc(r.name) + _domain_mark(r.domain, one_domain) + marks
 
         def mb(r: Any, d: str, edge: bool) -> str:
             if getattr(r, "status", "ok") != "ok":  # no floor / no data / wrap risk: never a silent number
@@ -582,7 +588,7 @@ def savings_table(sv: pd.DataFrame, paths: list[str]) -> Table:
         return "–" if x is None or pd.isna(x) else f"{x:+.0f} %"
 
     for r in sv.itertuples():
-        t.add_row(esc(r.name) + ("" if one_domain else f" [dim]({esc(r.domain)})[/]"), _num(r.eager_ms, ",.2f"),
+        t.add_row(esc(r.name) + _domain_mark(r.domain, one_domain), _num(r.eager_ms, ",.2f"),
                   _num(r.graphed_ms, ",.2f"), _num(r.eager_launches), _num(r.measured_ms, ",.2f"),
                   _num(r.predicted_ms, ",.2f"), err(r.error_pct),
                   "–" if pd.isna(r.launch_bound) else "yes" if r.launch_bound else "no")

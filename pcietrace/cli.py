@@ -267,7 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "more than short ranges")
     at.add_argument("--exact-edges", action="store_true",
                     help="the injection library also reads the counters itself at every range edge (costs the program "
-                         "~0.3 ms per edge; for short critical ranges). Without it, every edge wakes the samplers, "
+                         "~0.3-0.9 ms per edge, and threads at an edge at once take turns; for short critical ranges). "
+                         "Without it, every edge wakes the samplers, "
                          "which read right after it without the program waiting")
     at.add_argument("--gpu-time", action="store_true",
                     help="also record when each kernel ran on the GPU (CUPTI kernel activity): per range the GPU's busy "

@@ -673,3 +673,34 @@ def test_the_blind_oracles_copies_are_read_within_2_percent(data_dir, recording:
         assert len(mine) == (every["name"] == key[1]).sum(), key  # every call seen, worker threads' included
         assert (mine["eager_launches"] == want["launches_expected"] - want["graph"]).all(), key
         assert (mine["graph_launches"] == want["graph"]).all(), key
+
+
+def test_exact_edge_reads_swapped_with_the_samplers_are_left_out(data_dir, monkeypatch) -> None:
+    """`bench/blind_attach.py --app cpp --attach-args=--exact-edges` on the lent H100 (thirteenth session, before
+    the library's reads took turns): the program's threads read the counters at their edges while the sampler
+    read, and 69 of 2,036 reads, merged by their midpoints, saw the counters in the other order. Kept, their
+    step back passed for a quiet interval and the step after it for a busy one, so a read's cost in the
+    program came out 169 B D2H (the windows': 21.8 kB) and the idle range +455 kB D2H a call against a truth
+    of 0, ten times its bound. Left out, every idle call is within its bound, and a read costs what the
+    windows say."""
+    from pcietrace.analysis import counters
+
+    rec = data_dir / "attach_h100_blind_cpp_exact"
+    rows = [json.loads(x) for x in (rec / "truth_alone.jsonl").read_text().splitlines()]
+    truth = pd.DataFrame([r for r in rows if r.get("name") == "idle_12ms"])[["h2d_bytes", "d2h_bytes"]].median()
+
+    def idle_and_floor() -> tuple[pd.DataFrame, pd.Series]:
+        res = analyze(Session.load(rec))
+        inst = res["range_instances"]
+        return inst[inst["name"] == "idle_12ms"], res["floor"].iloc[0]
+
+    idle, fl = idle_and_floor()
+    assert len(idle) == 8
+    for d in ("h2d", "d2h"):
+        assert ((idle[f"{d}_bytes"] - truth[f"{d}_bytes"]).abs()
+                <= idle[f"{d}_edge_bytes"] + idle[f"{d}_floor_err_bytes"]).all(), d
+        assert fl[f"{d}_bytes_per_read_program"] == pytest.approx(fl[f"{d}_bytes_per_read"], rel=0.05), d
+    monkeypatch.setattr(counters, "in_order", lambda tx, rx: np.ones(tx.size, bool))  # every read kept
+    idle, fl = idle_and_floor()
+    assert ((idle["d2h_bytes"] - truth["d2h_bytes"]) > 5 * (idle["d2h_edge_bytes"] + idle["d2h_floor_err_bytes"])).all()
+    assert fl["d2h_bytes_per_read_program"] < 0.05 * fl["d2h_bytes_per_read"]

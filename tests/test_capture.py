@@ -448,3 +448,54 @@ def test_sessions_with_captured_counts_save_and_load(tmp_path) -> None:
     s.save(tmp_path / "half")
     with pytest.raises(ReportError, match="captured_process"):
         Session.load(tmp_path / "half")
+
+
+#: Four threads open and close a range at the same moment (NVTX's side played by tests/native/nvtx_loader.py), the
+#: injection library reading the counters itself at each edge (--exact-edges) through the fake NVML of
+#: tests/native/fake_libnvml.c, whose reads take turns.
+EXACT_SCRIPT = r"""
+import ctypes as C, json, sys, threading
+sys.path.insert(0, sys.argv[2])
+from nvtx_loader import fn
+push, pop = fn(1, 9, C.c_int, C.c_char_p), fn(1, 11, C.c_int)  # nvtxRangePushA, nvtxRangePop (GIL released)
+start = threading.Barrier(4)
+def work():
+    start.wait()
+    push(b"edge")
+    pop()
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+json.dump({}, open(sys.argv[1], "w"))
+"""
+
+
+def test_exact_edge_reads_time_only_the_read_not_the_wait_for_their_turn(tmp_path) -> None:
+    """``--exact-edges``: threads at an edge at once take turns reading (NVML serializes a process's reads).
+    Each read's recorded time is the read's own (the fake's 2 ms), not its wait for the others, so its
+    midpoint is where its values were taken: the reads' spans do not overlap and their values grow in the
+    order of their midpoints. (Timed from before the wait, reads took up to 4x as long on the lent H100.)"""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-o",
+                    str(tmp_path / "libnvidia-ml.so.1"), str(NATIVE / "fake_libnvml.c"), "-lpthread"], check=True)
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    from pcietrace.errors import UsageError
+    from pcietrace.record.attach import edge_samples, injection_env
+
+    try:
+        env = injection_env(traces, "none", None, [0], True)
+    except UsageError:
+        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
+    env["LD_LIBRARY_PATH"] = str(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", EXACT_SCRIPT, str(tmp_path / "out.json"), str(NATIVE)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    reads = edge_samples(read_traces(traces)).sort_values("t_ns")
+    assert len(reads) == 8  # a read before each push and after each pop
+    assert reads["read_ns"].max() < 1.5 * 2e6  # one read's time, not up to 4 reads'
+    begin, end = reads["t_ns"] - reads["read_ns"] // 2, reads["t_ns"] + reads["read_ns"] // 2
+    assert (begin.to_numpy()[1:] >= end.to_numpy()[:-1] - 100_000).all()  # one after another
+    assert reads["tx_raw"].is_monotonic_increasing and reads["rx_raw"].is_monotonic_increasing

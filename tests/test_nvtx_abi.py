@@ -1,8 +1,8 @@
 """The injection library answers every NVTX entry point a program can name a range with.
 
 NVTX hands an injection its callback tables through ``InitializeInjectionNvtx2``. Here a script plays NVTX's
-side over ctypes (a STAND-IN for NVTX's loader, no GPU, no NVTX headers): it hands the real library tables of
-the sizes nvtxTypes.h gives, then calls what the library installed, as NVTX would for nvtxRangePushA/W/Ex,
+side over ctypes (tests/native/nvtx_loader.py, a STAND-IN for NVTX's loader, no GPU, no NVTX headers): it hands
+the real library tables of the sizes nvtxTypes.h gives, then calls what the library installed, as NVTX would for nvtxRangePushA/W/Ex,
 nvtxRangeStartA/W/Ex, nvtxMarkA/W, nvtxDomainCreateA/W, nvtxDomainRegisterStringA/W and the domain ranges with
 ASCII, wide and registered messages. Each range must come out with its name and domain; an entry point the
 library left empty would leave NVTX's no-op, and a range made through it would be lost (its pop would close
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,47 +22,24 @@ from pcietrace.analysis import attribution
 from pcietrace.errors import UsageError
 from pcietrace.record.attach import injection_env, read_traces
 
-#: NVTX's side of the injection ABI, then one range per entry point. Callback ids: nvtxTypes.h
-#: (NVTX_CBID_CORE_* and NVTX_CBID_CORE2_*); nvtxEventAttributes_v2: message type at byte 32, message at 40.
+NATIVE = Path(__file__).parent / "native"
+
+#: One range per entry point, called as NVTX would (argv[2]: the folder of nvtx_loader.py). Callback ids:
+#: nvtxTypes.h (NVTX_CBID_CORE_* and NVTX_CBID_CORE2_*).
 NVTX_SIDE = r"""
-import ctypes as C, json, os, sys
-lib = C.CDLL(os.environ["NVTX_INJECTION64_PATH"])
-sizes = {1: 16, 5: 16}                                  # NVTX_CB_MODULE_CORE, NVTX_CB_MODULE_CORE2: CBID_*_SIZE
-slots = {m: (C.c_void_p * n)() for m, n in sizes.items()}
-tables = {m: (C.c_void_p * n)(*[C.addressof(slots[m]) + 8 * i for i in range(n)]) for m, n in sizes.items()}
-GetTable = C.CFUNCTYPE(C.c_int, C.c_int, C.POINTER(C.c_void_p), C.POINTER(C.c_uint))
-def get_table(module, table, size):
-    if module not in tables:
-        return 0
-    table[0] = C.addressof(tables[module]); size[0] = sizes[module]
-    return 1
-get_table_c = GetTable(get_table)
-class Callbacks(C.Structure):
-    _fields_ = [("struct_size", C.c_size_t), ("get", GetTable)]
-callbacks = Callbacks(C.sizeof(Callbacks), get_table_c)
-GetExport = C.CFUNCTYPE(C.c_void_p, C.c_uint32)
-get_export = GetExport(lambda etid: C.addressof(callbacks) if etid == 1 else None)
-assert lib.InitializeInjectionNvtx2(get_export) == 1
-class Attrs(C.Structure):
-    _fields_ = [("version", C.c_uint16), ("size", C.c_uint16), ("category", C.c_uint32), ("colorType", C.c_int32),
-                ("color", C.c_uint32), ("payloadType", C.c_int32), ("reserved0", C.c_int32), ("payload", C.c_uint64),
-                ("messageType", C.c_int32), ("pad", C.c_int32), ("message", C.c_void_p)]
-assert Attrs.messageType.offset == 32 and Attrs.message.offset == 40
-def fn(module, cbid, restype, *argtypes):
-    assert slots[module][cbid], f"module {module} callback {cbid} not installed"
-    return C.CFUNCTYPE(restype, *argtypes)(slots[module][cbid])
-def attrs(kind, message):
-    return Attrs(3, C.sizeof(Attrs), 0, 1, 0xFF00FF00, 0, 0, 0, kind, 0, C.cast(message, C.c_void_p))
-push_a, push_w, push_ex = fn(1, 9, C.c_int, C.c_char_p), fn(1, 10, C.c_int, C.c_wchar_p), fn(1, 8, C.c_int, C.POINTER(Attrs))
+import ctypes as C, json, sys
+sys.path.insert(0, sys.argv[2])
+from nvtx_loader import ASCII, REGISTERED, UNICODE, Attrs as A, attrs, fn
+Attrs = C.POINTER(A)
+push_a, push_w, push_ex = fn(1, 9, C.c_int, C.c_char_p), fn(1, 10, C.c_int, C.c_wchar_p), fn(1, 8, C.c_int, Attrs)
 pop = fn(1, 11, C.c_int)
-start_a, start_w, start_ex = fn(1, 5, C.c_uint64, C.c_char_p), fn(1, 6, C.c_uint64, C.c_wchar_p), fn(1, 4, C.c_uint64, C.POINTER(Attrs))
+start_a, start_w, start_ex = fn(1, 5, C.c_uint64, C.c_char_p), fn(1, 6, C.c_uint64, C.c_wchar_p), fn(1, 4, C.c_uint64, Attrs)
 end = fn(1, 7, None, C.c_uint64)
 mark_a, mark_w = fn(1, 2, None, C.c_char_p), fn(1, 3, None, C.c_wchar_p)
 create_a, create_w = fn(5, 12, C.c_void_p, C.c_char_p), fn(5, 13, C.c_void_p, C.c_wchar_p)
 register_a, register_w = fn(5, 10, C.c_void_p, C.c_void_p, C.c_char_p), fn(5, 11, C.c_void_p, C.c_void_p, C.c_wchar_p)
-d_push, d_pop = fn(5, 4, C.c_int, C.c_void_p, C.POINTER(Attrs)), fn(5, 5, C.c_int, C.c_void_p)
-d_start, d_end = fn(5, 2, C.c_uint64, C.c_void_p, C.POINTER(Attrs)), fn(5, 3, None, C.c_void_p, C.c_uint64)
-ASCII, UNICODE, REGISTERED = 1, 2, 3
+d_push, d_pop = fn(5, 4, C.c_int, C.c_void_p, Attrs), fn(5, 5, C.c_int, C.c_void_p)
+d_start, d_end = fn(5, 2, C.c_uint64, C.c_void_p, Attrs), fn(5, 3, None, C.c_void_p, C.c_uint64)
 want = []  # (domain, name, kind)
 push_a(b"outer"); want.append(("default", "outer", "push"))
 push_w("wide_push"); pop(); want.append(("default", "wide_push", "push"))
@@ -93,7 +71,7 @@ def test_every_nvtx_entry_point_makes_its_range(tmp_path) -> None:
     except UsageError:
         pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
     out = tmp_path / "want.json"
-    proc = subprocess.run([sys.executable, "-c", NVTX_SIDE, str(out)], env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", NVTX_SIDE, str(out), str(NATIVE)], env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     want = sorted(tuple(w) for w in json.loads(out.read_text()))

@@ -62,10 +62,26 @@ def integrate_rate(t_ns: np.ndarray, kb_per_s: np.ndarray) -> np.ndarray:
     return np.concatenate([[0.0], np.cumsum(np.diff(t) * (r[1:] + r[:-1]) / 2)])
 
 
+def in_order(tx_bytes: np.ndarray, rx_bytes: np.ndarray) -> np.ndarray:
+    """Which samples of one GPU (cumulative bytes in time order) agree with the order of the reads before them:
+    neither direction below the highest value read before. Reads of several readers merged by their midpoints
+    (``--exact-edges``: the program's threads read at their edges while the sampler reads; NVML serializes
+    them, so a read's midpoint can lie a wait away from when its values were taken) can land in the other
+    order than the values they saw. Such a step back is two reads swapped, not traffic: kept, its negative
+    step and the larger one after it would be taken for a quiet interval and a busy one (the C++ blind app's
+    idle range, H100: +455 kB D2H per call against a truth of 0). One reader's samples never step back."""
+    if tx_bytes.size < 2:
+        return np.ones(tx_bytes.size, bool)
+    keep = np.ones(tx_bytes.size, bool)
+    keep[1:] = (tx_bytes[1:] >= np.maximum.accumulate(tx_bytes)[:-1]) & (rx_bytes[1:] >= np.maximum.accumulate(rx_bytes)[:-1])
+    return keep
+
+
 def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]]) -> pd.DataFrame:
     """Raw samples (see ``SAMPLE_COLUMNS``) -> ``nvml_index, t_ns, tx_bytes, rx_bytes`` (bytes since the
     GPU's first sample) and ``read_ns`` (how long that sample's read took, as recorded; the floor's cost of a
-    read grows with it). ``counters`` gives each GPU's ``mode`` ("fields"/"throughput") and ``bits``."""
+    read grows with it). ``counters`` gives each GPU's ``mode`` ("fields"/"throughput") and ``bits``. Samples
+    that step back against the reads before them (:func:`in_order`) are left out."""
     parts = []
     for idx, g in samples.groupby("nvml_index", sort=True):
         c = counters.get(int(idx), {"mode": "fields", "bits": 32})
@@ -75,7 +91,9 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
         else:
             tx, rx = integrate_rate(t, g["tx_raw"].to_numpy()), integrate_rate(t, g["rx_raw"].to_numpy())
         read_ns = g["read_ns"].to_numpy(np.int64) if "read_ns" in g else np.zeros(t.size, np.int64)
-        parts.append(pd.DataFrame({"nvml_index": int(idx), "t_ns": t, "tx_bytes": tx, "rx_bytes": rx, "read_ns": read_ns}))
+        keep = in_order(tx, rx)
+        parts.append(pd.DataFrame({"nvml_index": int(idx), "t_ns": t[keep], "tx_bytes": tx[keep], "rx_bytes": rx[keep],
+                                   "read_ns": read_ns[keep]}))
     if not parts:
         return pd.DataFrame(columns=["nvml_index", "t_ns", "tx_bytes", "rx_bytes", "read_ns"])
     return pd.concat(parts, ignore_index=True)

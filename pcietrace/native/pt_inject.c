@@ -128,6 +128,7 @@ static inline void note_launch_device(void)
 }
 
 static void open_ranges_forget(void);
+static pthread_mutex_t g_read_lock = PTHREAD_MUTEX_INITIALIZER;  /* the library's own counter reads take turns */
 /* A forked child writes its own trace: its launch totals start at 0, it names its devices again there, and its
  * thread is its own. */
 static void child_after_fork(void)
@@ -139,6 +140,7 @@ static void child_after_fork(void)
     atomic_store(&g_pos, 0); atomic_store(&g_full, 0);
     atomic_store(&g_eager, 0); atomic_store(&g_graph, 0); atomic_store(&g_captured, 0); atomic_store(&g_announced, 0);
     open_ranges_forget();
+    pthread_mutex_init(&g_read_lock, NULL);  /* a parent's thread may have held it at fork(): it has no thread here */
 }
 
 static int trace_open(void)
@@ -382,6 +384,9 @@ static int exact_on(void)
     return g_exact;
 }
 
+/* NVML serializes a process's reads: threads at their edges at once take turns. Taking the turn here, before
+ * the clock starts, keeps the wait out of a read's time, so its midpoint stays where its values were taken
+ * (the C++ blind app's 4 worker threads: reads of 1-4 ms, values taken near their ends). */
 static void read_one(void *h)
 {
     NvmlField f[2];
@@ -389,9 +394,11 @@ static void read_one(void *h)
     f[0].fieldId = 197; f[1].fieldId = 198;  /* PCIE_COUNT_TX_BYTES, PCIE_COUNT_RX_BYTES */
     unsigned idx = 0;
     struct timespec a, b;
+    pthread_mutex_lock(&g_read_lock);
     clock_gettime(CLOCK_MONOTONIC, &a);
     int rc = nvml_fields(h, 2, f);
     clock_gettime(CLOCK_MONOTONIC, &b);
+    pthread_mutex_unlock(&g_read_lock);
     if (rc || f[0].nvmlReturn || f[1].nvmlReturn || nvml_index_of(h, &idx)) return;
     long long t0 = (long long)a.tv_sec * 1000000000LL + a.tv_nsec, t1 = (long long)b.tv_sec * 1000000000LL + b.tv_nsec;
     char m[96];
@@ -422,7 +429,8 @@ static void exact_read(void)
 }
 
 static void edge_open_range(void) { exact_read(); }
-static void edge_close_range(void) { edge_signal(); exact_read(); }
+/* (exact edges: the library's own read first, then the samplers', rather than both at once) */
+static void edge_close_range(void) { exact_read(); edge_signal(); }
 
 static int push_(const char *domain, const char *msg) { edge_open_range(); emit("push", domain, 0, msg); if (holds_fast(domain)) open_push(); edge_signal(); return t_depth++; }
 static int pop_(const char *domain) { if (t_depth > 0) --t_depth; emit("pop", domain, 0, ""); if (holds_fast(domain)) close_pop(); edge_close_range(); return t_depth; }

@@ -810,3 +810,24 @@ def test_a_signal_that_cuts_the_collection_short_ends_with_one_line_nothing_save
     assert err.strip().splitlines()[-1] == "pcietrace: interrupted: nothing saved", err
     assert "saved to" not in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == [] and not any(_leftovers(made[0]))
+
+
+def test_launches_of_threads_without_ranges_are_said_not_silently_dropped(data_dir) -> None:
+    """The 4x H200 torchrun DDP recording: each rank's `train_step` range counts its own thread's launches
+    (440 a call), while the rank's autograd threads, which have no NVTX range, launch the backward pass: 7,680
+    of each rank's 10,332 launches. A note says so and where they are; the recording of threads that each open
+    their own ranges gets none."""
+    from pcietrace.analysis import analyze, attribution
+    from pcietrace.session import Session
+
+    s = Session.load(data_dir / "recordings" / "attach-h200x4-torchrun-ddp")
+    per = attribution.launches_by_untraced_threads(s.events).set_index("pid")
+    ranks = per[per["launches"] > 0]
+    assert len(ranks) == 4 and (ranks["untraced"] > 0.5 * ranks["launches"]).all()
+    res = analyze(s)
+    inst = res["range_instances"]
+    step = inst[inst["name"] == "train_step"]
+    assert (step["eager_launches_process"] > step["eager_launches"]).all()
+    note = [n for n in res["notes"]["note"] if "no NVTX range" in n]
+    assert note and f"{int(ranks['untraced'].sum()):,} of {int(ranks['launches'].sum()):,} launches" in note[0]
+    assert not [n for n in analyze(Session.load(data_dir / "attach_h200x2_threads"))["notes"]["note"] if "no NVTX range" in n]

@@ -128,6 +128,18 @@ def _unplaced_launches(whole: pd.DataFrame) -> list[str]:
             "several between two of its events or had no event after them"]
 
 
+def _untraced_launches(events: pd.DataFrame) -> list[str]:
+    """A note where threads with no NVTX event made launches: no push/pop range counts them."""
+    u = attribution.launches_by_untraced_threads(events)
+    u = u[u["untraced"] > 0.01 * u["launches"]]  # (a few set-up launches after a thread's last event: no note)
+    if not len(u):
+        return []
+    return [f"{int(u['untraced'].sum()):,} of {int(u['launches'].sum()):,} launches ({len(u)} process(es)) were made by "
+            "threads with no NVTX range (e.g. PyTorch's autograd threads, which launch the backward pass): a push/pop "
+            "range counts its own thread's launches only; range_instances' eager_launches_process and "
+            "graph_launches_process count the whole process's while it was open"]
+
+
 def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> dict[str, pd.DataFrame]:
     """Attribution for an attach session: idle windows before/after the program give each GPU's floor
     (per counter read + background); each range is charged to its own GPUs."""
@@ -170,8 +182,9 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
         inst = inst.assign(**{c: math.nan for c in LAUNCH_COUNTS if c in inst})
         whole = whole.assign(**{c: math.nan for c in WHOLE_RUN_LAUNCHES})
         notes.append("launches were not counted (--no-count-launches): no launch overhead or graph-savings figures")
-    elif len(whole):
-        notes += _unplaced_launches(whole)
+    else:
+        notes += _unplaced_launches(whole) if len(whole) else []
+        notes += _untraced_launches(events)
     if costs and len(inst):  # attach's "graphs save" figure, per call and for the run (one prediction each)
         p = savings.predict_ms(inst, costs)
         inst = inst.assign(graph_savings_ms=p["predicted_ms"], launch_bound=p["launch_bound"])

@@ -352,6 +352,21 @@ def growing_edges(a: np.ndarray, b: np.ndarray, ya: np.ndarray, yb: np.ndarray, 
     return (ya, ea), (yb, eb)
 
 
+def launches_by_untraced_threads(events: pd.DataFrame) -> pd.DataFrame:
+    """Per process: its launches (eager + graph, ``launches``) and how many of them no thread with an NVTX event
+    saw (``untraced``: made by threads that never opened a range or marked, e.g. PyTorch's autograd threads,
+    which launch the backward pass, or after a thread's last event). No push/pop range counts those (each counts
+    its own thread's); each instance's ``*_launches_process`` does, for the whole process while it was open."""
+    cols = ["pid", "launches", "untraced"]
+    if not len(events) or "eager_process" not in events:
+        return pd.DataFrame(columns=cols)
+    g = events.groupby("pid")
+    total = g["eager_process"].max() + g["graph_process"].max()
+    by_threads = events.groupby(["pid", "tid"])[["eager_thread", "graph_thread"]].max().sum(axis=1).groupby("pid").sum()
+    out = pd.DataFrame({"launches": total, "untraced": total - by_threads.reindex(total.index, fill_value=0)})
+    return out.reset_index()[cols].astype(int)
+
+
 def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns: float) -> pd.DataFrame:
     """Per (domain, name), every figure a total over its ``calls`` (none is per call): ``gpus`` (sorted NVML
     indices its calls were charged to, a list like each instance's, e.g. [0, 1]),

@@ -25,6 +25,8 @@ from pcietrace.analysis import analyze, attribution
 from pcietrace.record.attach import CAPTURED_COLUMNS, EVENT_COLUMNS_V1, EVENT_COLUMNS_V2, read_traces
 from pcietrace.session import Session
 
+from injected import build_fake, run_injected
+
 DATA = Path(__file__).parent / "data"
 NATIVE = Path(__file__).parent / "native"
 APPS = Path(__file__).parent / "apps"
@@ -90,34 +92,16 @@ json.dump({"want": want, "driver_calls": calls, "queries": ctypes.c_longlong.in_
 
 
 def _build_fake_driver(tmp_path: Path) -> str:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(tmp_path / "libcuda.so.1"),
-                    str(NATIVE / "fake_libcuda.c")], check=True)
-    return cc
+    return build_fake(tmp_path, "fake_libcuda.c", "libcuda.so.1")
 
 
 def _run(tmp_path: Path, script: str, counter: str, extra_env: dict[str, str] | None = None,
          args: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
     """``script`` (its argv[1]: a JSON file it writes) with the real injection library in attach's environment
     (``counter``: "interpose" or "cupti") over the fake driver; returns the trace's events and the JSON."""
-    from pcietrace.errors import UsageError
-    from pcietrace.record.attach import injection_env
-
     pytest.importorskip("nvtx")
     _build_fake_driver(tmp_path)
-    traces = tmp_path / "traces"
-    traces.mkdir()
-    try:
-        env = injection_env(traces, counter, None, [0], False)
-    except UsageError:
-        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
-    env.update({"LD_LIBRARY_PATH": str(tmp_path), **(extra_env or {})})
-    out = tmp_path / "out.json"
-    proc = subprocess.run([sys.executable, "-c", script, str(out), *(args or [])], env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    return read_traces(traces), json.loads(out.read_text())
+    return run_injected(tmp_path, script, counter, env=extra_env, args=args)
 
 
 def _per_range(events: pd.DataFrame) -> list[tuple[str, int, int, int]]:
@@ -475,25 +459,11 @@ def test_exact_edge_reads_time_only_the_read_not_the_wait_for_their_turn(tmp_pat
     Each read's recorded time is the read's own (the fake's 2 ms), not its wait for the others, so its
     midpoint is where its values were taken: the reads' spans do not overlap and their values grow in the
     order of their midpoints. (Timed from before the wait, reads took up to 4x as long on the lent H100.)"""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-o",
-                    str(tmp_path / "libnvidia-ml.so.1"), str(NATIVE / "fake_libnvml.c"), "-lpthread"], check=True)
-    traces = tmp_path / "traces"
-    traces.mkdir()
-    from pcietrace.errors import UsageError
-    from pcietrace.record.attach import edge_samples, injection_env
+    from pcietrace.record.attach import edge_samples
 
-    try:
-        env = injection_env(traces, "none", None, [0], True)
-    except UsageError:
-        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
-    env["LD_LIBRARY_PATH"] = str(tmp_path)
-    proc = subprocess.run([sys.executable, "-c", EXACT_SCRIPT, str(tmp_path / "out.json"), str(NATIVE)], env=env,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    reads = edge_samples(read_traces(traces)).sort_values("t_ns")
+    build_fake(tmp_path, "fake_libnvml.c", "libnvidia-ml.so.1", "-lpthread")
+    events, _ = run_injected(tmp_path, EXACT_SCRIPT, exact_edges=True, args=[str(NATIVE)])
+    reads = edge_samples(events).sort_values("t_ns")
     assert len(reads) == 8  # a read before each push and after each pop
     assert reads["read_ns"].max() < 1.5 * 2e6  # one read's time, not up to 4 reads'
     begin, end = reads["t_ns"] - reads["read_ns"] // 2, reads["t_ns"] + reads["read_ns"] // 2

@@ -2,27 +2,18 @@
 
 NVTX hands an injection its callback tables through ``InitializeInjectionNvtx2``. Here a script plays NVTX's
 side over ctypes (tests/native/nvtx_loader.py, a STAND-IN for NVTX's loader, no GPU, no NVTX headers): it hands
-the real library tables of the sizes nvtxTypes.h gives, then calls what the library installed, as NVTX would for nvtxRangePushA/W/Ex,
-nvtxRangeStartA/W/Ex, nvtxMarkA/W, nvtxDomainCreateA/W, nvtxDomainRegisterStringA/W and the domain ranges with
-ASCII, wide and registered messages. Each range must come out with its name and domain; an entry point the
+the real library tables of the sizes nvtxTypes.h gives, then calls what the library installed, as NVTX would
+for nvtxRangePushA/W/Ex, nvtxRangeStartA/W/Ex, nvtxMarkA/W, nvtxDomainCreateA/W, nvtxDomainRegisterStringA/W
+and the domain ranges with ASCII, wide and registered messages. Each range must come out with its name and domain; an entry point the
 library left empty would leave NVTX's no-op, and a range made through it would be lost (its pop would close
 the range around it).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-import pytest
-
 from pcietrace.analysis import attribution
-from pcietrace.errors import UsageError
-from pcietrace.record.attach import injection_env, read_traces
 
-NATIVE = Path(__file__).parent / "native"
+from injected import NATIVE, run_injected
 
 #: One range per entry point, called as NVTX would (argv[2]: the folder of nvtx_loader.py). Callback ids:
 #: nvtxTypes.h (NVTX_CBID_CORE_* and NVTX_CBID_CORE2_*).
@@ -64,20 +55,10 @@ json.dump(want, open(sys.argv[1], "w"))
 def test_every_nvtx_entry_point_makes_its_range(tmp_path) -> None:
     """A/W/Ex ranges, start/end, marks, domains created and strings registered in both spellings: every range
     the script made is in the trace with its domain, name and kind, and nothing else is."""
-    traces = tmp_path / "traces"
-    traces.mkdir()
-    try:
-        env = injection_env(traces, "none", None, [0], False)
-    except UsageError:
-        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
-    out = tmp_path / "want.json"
-    proc = subprocess.run([sys.executable, "-c", NVTX_SIDE, str(out), str(NATIVE)], env=env, capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    want = sorted(tuple(w) for w in json.loads(out.read_text()))
-    ranges = attribution.ranges_from_events(read_traces(traces))
+    events, made = run_injected(tmp_path, NVTX_SIDE, args=[str(NATIVE)])
+    want = sorted(tuple(w) for w in made)
+    ranges = attribution.ranges_from_events(events)
     got = sorted(zip(ranges["domain"], ranges["name"], ranges["kind"]))
     assert got == want
     assert ranges["closed"].all()
-    events = read_traces(traces)
     assert sorted(events.loc[events["event"] == "mark", "message"]) == ["a mark", "a wide mark"]

@@ -1,0 +1,47 @@
+"""CPU tests of the injection library (pcietrace/native/pt_inject.c) over fakes: build a stand-in shared library
+(tests/native/), and run a script with the real library in attach's environment (no GPU)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+NATIVE = Path(__file__).parent / "native"
+
+
+def build_fake(tmp_path: Path, source: str, soname: str, *libs: str) -> str:
+    """Compile ``tests/native/<source>`` into ``tmp_path/<soname>`` (skips without a C compiler); the compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(tmp_path / soname),
+                    str(NATIVE / source), *libs], check=True)
+    return cc
+
+
+def run_injected(tmp_path: Path, script: str, counter: str = "none", *, exact_edges: bool = False,
+                 env: dict[str, str] | None = None, args: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
+    """``script`` (its argv[1]: a JSON file it writes; then ``args``) with the injection library as attach sets
+    it up (``counter``: "interpose", "cupti" or "none"; ``exact_edges``), fakes found in ``tmp_path`` first;
+    returns the trace's events and the JSON. Skips where the library is not built."""
+    from pcietrace.errors import UsageError
+    from pcietrace.record.attach import injection_env, read_traces
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    try:
+        full = injection_env(traces, counter, None, [0], exact_edges)
+    except UsageError:
+        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
+    full.update({"LD_LIBRARY_PATH": str(tmp_path), **(env or {})})
+    out = tmp_path / "out.json"
+    proc = subprocess.run([sys.executable, "-c", script, str(out), *(args or [])], env=full, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return read_traces(traces), json.loads(out.read_text())

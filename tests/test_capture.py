@@ -195,6 +195,34 @@ def test_interposer_counts_direct_calls_of_code_linked_against_libcuda(tmp_path)
     assert sum(sum(w[1:]) for w in want) == got["driver_calls"]  # every call counted once
 
 
+#: The direct caller dlopened RTLD_LOCAL (ctypes' default, as Python imports extension modules) before anything
+#: loads libcuda globally: libcuda is then in that library's local scope only, where RTLD_NEXT does not look.
+LOCAL_DIRECT_SCRIPT = r"""
+import ctypes, json, sys
+import nvtx
+direct = ctypes.CDLL(sys.argv[2])
+nvtx.push_range("direct"); rc = direct.direct_all(ctypes.c_void_p(0x100)); nvtx.pop_range()
+cuda = ctypes.CDLL("libcuda.so.1")
+calls = ctypes.c_longlong.in_dll(cuda, "fake_launches").value + ctypes.c_longlong.in_dll(cuda, "fake_graph_launches").value
+json.dump({"rc": rc, "want": [("direct", 4, 1, 0)], "driver_calls": calls}, open(sys.argv[1], "w"))
+"""
+
+
+def test_direct_calls_reach_a_libcuda_loaded_in_a_local_scope_only(tmp_path) -> None:
+    """A library linked against libcuda and loaded RTLD_LOCAL binds its launch calls to the preloaded library's
+    definitions; those must still reach libcuda (not fail with CUDA_ERROR_NOT_FOUND) and count once each."""
+    cc = _build_fake_driver(tmp_path)
+    (tmp_path / "direct.c").write_text(DIRECT_LIB)
+    lib = tmp_path / "libdirect.so"
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "direct.c"), "-L", str(tmp_path),
+                    "-l:libcuda.so.1"], check=True)
+    ev, got = _run(tmp_path, LOCAL_DIRECT_SCRIPT, "interpose", args=[str(lib)])
+    assert got["rc"] == 0
+    want = [tuple(w) for w in got["want"]]
+    assert _per_range(ev) == want
+    assert sum(sum(w[1:]) for w in want) == got["driver_calls"]
+
+
 #: A STAND-IN libcupti with the callback API (no GPU): cuptiSubscribe keeps the injection library's callback;
 #: fake_fire(name, params) calls it at API entry as CUPTI does (CUpti_CallbackData: site, name, params).
 FAKE_CUPTI_CALLBACKS = r"""

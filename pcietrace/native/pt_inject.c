@@ -680,7 +680,13 @@ enum { CUDA_ERROR_NOT_FOUND = 500 };
 static void *next_entry(void **cache, const char *name)
 {
     void *f = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
-    if (!f) { f = real_dlsym_fn(RTLD_NEXT, name); __atomic_store_n(cache, f, __ATOMIC_RELEASE); }
+    if (f) return f;
+    f = real_dlsym_fn(RTLD_NEXT, name);
+    /* RTLD_NEXT searches the global scope only: a caller dlopened RTLD_LOCAL (a Python extension linked against
+     * libcuda) brings libcuda into its own local scope, where only libcuda's handle finds it */
+    if (!f) { void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); if (lib) f = real_dlsym_fn(lib, name); }
+    if (f && ours(f)) f = NULL;  /* never forward to ourselves */
+    if (f) __atomic_store_n(cache, f, __ATOMIC_RELEASE);
     return f;
 }
 static inline void count_direct(void *stream, int per_thread, int graph)

@@ -231,12 +231,27 @@ FAKE_CUPTI_CALLBACKS = r"""
 typedef void (*cb_fn)(void *, int, uint32_t, const void *);
 typedef struct { int site; const char *name; const void *params; void *ret; const char *symbol; } Data;
 static cb_fn callback;
-static const char *names[] = {"", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuGraphLaunch",
-                              "cuLaunchCooperativeKernel"};
+static const struct { uint32_t id; const char *name; } cbids[] = {  /* cupti_driver_cbid.h */
+    {307, "cuLaunchKernel"}, {442, "cuLaunchKernel_ptsz"}, {652, "cuLaunchKernelEx"}, {514, "cuGraphLaunch"},
+    {477, "cuLaunchCooperativeKernel"}};
+static int enabled[4096];
 int cuptiSubscribe(void **sub, cb_fn cb, void *user) { (void)user; *sub = (void *)1; callback = cb; return 0; }
-int cuptiEnableCallback(uint32_t on, void *sub, int domain, uint32_t id) { (void)on, (void)sub, (void)domain, (void)id; return 0; }
-int cuptiGetCallbackName(int domain, uint32_t id, const char **name) { (void)domain; if (id >= 6) return 1; *name = names[id]; return 0; }
-void fake_fire(const char *name, const void *params) { Data d = {0, name, params, 0, 0}; callback(0, 1, 0, &d); }
+int cuptiEnableCallback(uint32_t on, void *sub, int domain, uint32_t id) { (void)sub, (void)domain; if (id < 4096) enabled[id] = on; return 0; }
+#ifndef NO_NAMES  /* an older CUPTI that cannot name its callbacks: the library enables the known ids */
+int cuptiGetCallbackName(int domain, uint32_t id, const char **name)
+{
+    (void)domain;
+    for (unsigned i = 0; i < sizeof cbids / sizeof cbids[0]; ++i) if (cbids[i].id == id) { *name = cbids[i].name; return 0; }
+    return 1;
+}
+#endif
+/* as CUPTI: a callback fires only where it was enabled */
+void fake_fire(const char *name, const void *params)
+{
+    Data d = {0, name, params, 0, 0};
+    for (unsigned i = 0; i < sizeof cbids / sizeof cbids[0]; ++i)
+        if (!strcmp(cbids[i].name, name) && enabled[cbids[i].id]) callback(0, 1, cbids[i].id, &d);
+}
 """
 
 #: The same launches as CAPTURE_SCRIPT's first ranges, through CUPTI callbacks with the parameter structs of
@@ -275,13 +290,15 @@ json.dump({"want": want}, open(sys.argv[1], "w"))
 """
 
 
-def test_cupti_callbacks_count_launches_into_a_capturing_stream_as_captured(tmp_path) -> None:
-    """The CUPTI path (``--launch-counter cupti``) reads each launch's stream from the callback's parameter
-    struct and classifies it as the interposer does, over a stand-in libcupti."""
+@pytest.mark.parametrize("named", [True, False], ids=["callbacks named", "known ids"])
+def test_cupti_callbacks_count_launches_into_a_capturing_stream_as_captured(tmp_path, named: bool) -> None:
+    """The CUPTI path (``--launch-counter cupti``) enables the launch callbacks (by name, or by the known ids
+    where CUPTI cannot name them), reads each launch's stream from the callback's parameter struct and
+    classifies it as the interposer does, over a stand-in libcupti that fires only enabled callbacks."""
     cc = _build_fake_driver(tmp_path)
     (tmp_path / "cupti.c").write_text(FAKE_CUPTI_CALLBACKS)
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "libcupti_standin.so"), str(tmp_path / "cupti.c")],
-                   check=True)
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", *([] if named else ["-DNO_NAMES"]), "-o",
+                    str(tmp_path / "libcupti_standin.so"), str(tmp_path / "cupti.c")], check=True)
     ev, got = _run(tmp_path, CUPTI_SCRIPT, "cupti", {"PCIETRACE_CUPTI": str(tmp_path / "libcupti_standin.so")})
     assert (ev["event"] == "cupti").any()
     assert _per_range(ev) == [tuple(w) for w in got["want"]]

@@ -72,7 +72,8 @@ typedef void (*CuptiCallback)(void *userdata, int domain, uint32_t cbid, const v
 typedef struct { int callbackSite; const char *functionName; const void *functionParams; } CuptiCallbackDataHead;
 enum { CUPTI_CB_DOMAIN_DRIVER_API = 1, CUPTI_API_ENTER = 0 };
 static const uint32_t LAUNCH_CBIDS[] = {307 /* cuLaunchKernel */, 442 /* _ptsz */, 514 /* cuGraphLaunch */,
-                                       515 /* _ptsz */, 652 /* cuLaunchKernelEx */, 653 /* _ptsz */};
+                                       515 /* _ptsz */, 652 /* cuLaunchKernelEx */, 653 /* _ptsz */,
+                                       477 /* cuLaunchCooperativeKernel */, 478 /* _ptsz */};
 
 /* ---- state ---- */
 static char *g_buf;

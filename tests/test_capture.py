@@ -223,6 +223,55 @@ def test_direct_calls_reach_a_libcuda_loaded_in_a_local_scope_only(tmp_path) -> 
     assert sum(sum(w[1:]) for w in want) == got["driver_calls"]
 
 
+#: On the real driver: each direct call's return code (before cuInit: the driver's own error, never the
+#: library's CUDA_ERROR_NOT_FOUND, 500, for a libcuda it could not find).
+LOCAL_REAL_SCRIPT = r"""
+import ctypes, json, sys
+import nvtx
+direct = ctypes.CDLL(sys.argv[2])  # RTLD_LOCAL; its libcuda.so.1 is the real one (no LD_LIBRARY_PATH)
+rc = {}
+nvtx.push_range("direct")
+for name in ("cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuGraphLaunch"):
+    rc[name] = getattr(direct, "one_" + name)()
+nvtx.pop_range()
+json.dump(rc, open(sys.argv[1], "w"))
+"""
+
+#: DIRECT_LIB's calls one by one, each with null handles.
+DIRECT_ONE_BY_ONE = DIRECT_LIB + r"""
+int one_cuLaunchKernel(void) { return cuLaunchKernel(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0); }
+int one_cuLaunchKernel_ptsz(void) { return cuLaunchKernel_ptsz(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0); }
+int one_cuLaunchKernelEx(void) { Config c = {{1, 1, 1, 1, 1, 1, 0}, 0, 0, 0}; return cuLaunchKernelEx(&c, 0, 0, 0); }
+int one_cuLaunchCooperativeKernel(void) { return cuLaunchCooperativeKernel(0, 1, 1, 1, 1, 1, 1, 0, 0, 0); }
+int one_cuGraphLaunch(void) { return cuGraphLaunch(0, 0); }
+"""
+
+
+@pytest.mark.gpu
+def test_direct_calls_from_a_locally_loaded_library_reach_the_real_driver(tmp_path) -> None:
+    """With the real driver: a library linked against libcuda and loaded RTLD_LOCAL (a Python extension) calls
+    the launch entry points through the preloaded library, which must hand each call to libcuda (its return
+    code is the driver's, not 500) and count it once."""
+    from pcietrace.record.attach import injection_env
+
+    pytest.importorskip("nvtx")
+    cc = _build_fake_driver(tmp_path)  # linked against the fake only for its soname: the real one loads at run time
+    (tmp_path / "direct.c").write_text(DIRECT_ONE_BY_ONE)
+    lib = tmp_path / "libdirect.so"
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "direct.c"), "-L", str(tmp_path),
+                    "-l:libcuda.so.1"], check=True)
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    env = injection_env(traces, "interpose", None, [0], False)  # (the fake's folder is not on the loader's path)
+    out = tmp_path / "out.json"
+    proc = subprocess.run([sys.executable, "-c", LOCAL_REAL_SCRIPT, str(out), str(lib)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rc = json.loads(out.read_text())
+    assert all(v not in (0, 500) for v in rc.values()), rc  # the driver's error for null handles before cuInit
+    assert _per_range(read_traces(traces)) == [("direct", 4, 1, 0)]
+
+
 #: A STAND-IN libcupti with the callback API (no GPU): cuptiSubscribe keeps the injection library's callback;
 #: fake_fire(name, params) calls it at API entry as CUPTI does (CUpti_CallbackData: site, name, params).
 FAKE_CUPTI_CALLBACKS = r"""

@@ -195,6 +195,31 @@ def test_interposer_counts_direct_calls_of_code_linked_against_libcuda(tmp_path)
     assert sum(sum(w[1:]) for w in want) == got["driver_calls"]  # every call counted once
 
 
+#: A driver whose cuGetProcAddress hands out the address of its exported cuGraphLaunch, which the preloaded
+#: library's own definition interposes: the entry point handed out already counts, and must not be wrapped again.
+EXPORTED_SCRIPT = r"""
+import ctypes, json, sys
+import nvtx
+cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+ctypes.c_int.in_dll(cuda, "fake_getproc_exported").value = 1
+fn = ctypes.c_void_p()
+assert cuda.cuGetProcAddress_v2(b"cuGraphLaunch", ctypes.byref(fn), 12000, ctypes.c_ulonglong(0), None) == 0
+graph = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(fn.value)
+nvtx.push_range("exported"); graph(None, 0x100); graph(None, 0x100); nvtx.pop_range()
+json.dump({"want": [("exported", 0, 2, 0)], "driver_calls": ctypes.c_longlong.in_dll(cuda, "fake_graph_launches").value},
+          open(sys.argv[1], "w"))
+"""
+
+
+def test_an_entry_point_the_driver_hands_out_that_is_the_library_s_own_is_counted_once(tmp_path) -> None:
+    """cuGetProcAddress of a driver that takes its exported launch entry points' addresses through the GOT returns
+    the preloaded library's definitions; wrapped in a trampoline as well, each launch was counted twice."""
+    ev, got = _run(tmp_path, EXPORTED_SCRIPT, "interpose")
+    want = [tuple(w) for w in got["want"]]
+    assert _per_range(ev) == want
+    assert sum(sum(w[1:]) for w in want) == got["driver_calls"]
+
+
 #: The direct caller dlopened RTLD_LOCAL (ctypes' default, as Python imports extension modules) before anything
 #: loads libcuda globally: libcuda is then in that library's local scope only, where RTLD_NEXT does not look.
 LOCAL_DIRECT_SCRIPT = r"""

@@ -615,9 +615,10 @@ static int cooperative(const char *s) { return !strcmp(s, "cuLaunchCooperativeKe
 
 /* ``flags``: cuGetProcAddress's (0 from dlsym): the per-thread flag, like a _ptsz name, picks the variant whose
  * NULL stream is the thread's default stream. */
+static int ours(void *p);
 static void *wrap_entry(const char *sym, void *real, unsigned long long flags)
 {
-    if (!real || !sym) return real;
+    if (!real || !sym || ours(real)) return real;  /* our own direct-call definition (interposed): counts already */
     if (!strcmp(sym, "cuGetProcAddress_v2")) { real_getproc2 = (getproc2_fn)real; return (void *)getproc2; }
     if (!strcmp(sym, "cuGetProcAddress")) { real_getproc1 = (getproc1_fn)real; return (void *)getproc1; }
     int pt = suffix(sym, "_ptsz") || (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);

@@ -210,13 +210,25 @@ static void emit(const char *event, const char *domain, unsigned long long id, c
     emit_line(mono_ns(), event, domain, id, message, current_device());
 }
 
-/* A wide (wchar_t) NVTX message as a multibyte string in ``tmp`` (the program's locale; "(unicode)" where it
- * cannot say it). */
+/* A wide (wchar_t: UTF-32 on Linux) NVTX message as UTF-8 in ``tmp``, whatever the program's locale (a C++
+ * program that never calls setlocale runs in "C", where wcstombs fails on anything beyond ASCII); truncated at
+ * a character boundary, a code point that is not one written as U+FFFD. */
 static const char *narrow(const wchar_t *w, char *tmp, size_t tmpsize)
 {
     if (!w) return "";
-    if (wcstombs(tmp, w, tmpsize - 1) == (size_t)-1) return "(unicode)";
-    tmp[tmpsize - 1] = 0;
+    size_t n = 0;
+    for (; *w; ++w) {
+        uint32_t c = (uint32_t)*w;
+        if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) c = 0xFFFD;
+        int len = c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+        if (n + (size_t)len >= tmpsize) break;
+        if (len == 1) { tmp[n++] = (char)c; continue; }
+        static const unsigned char lead[] = {0, 0, 0xC0, 0xE0, 0xF0};
+        for (int i = len - 1; i > 0; --i, c >>= 6) tmp[n + (size_t)i] = (char)(0x80 | (c & 0x3F));
+        tmp[n] = (char)(lead[len] | c);
+        n += (size_t)len;
+    }
+    tmp[n] = 0;
     return tmp;
 }
 

@@ -179,6 +179,108 @@ def test_interposer_counts_direct_calls_of_code_linked_against_libcuda(tmp_path)
     assert sum(sum(w[1:]) for w in want) == got["driver_calls"]  # every call counted once
 
 
+#: A driver whose cuGetProcAddress hands out the address of its exported cuGraphLaunch, which the preloaded
+#: library's own definition interposes: the entry point handed out already counts, and must not be wrapped again.
+EXPORTED_SCRIPT = r"""
+import ctypes, json, sys
+import nvtx
+cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+ctypes.c_int.in_dll(cuda, "fake_getproc_exported").value = 1
+fn = ctypes.c_void_p()
+assert cuda.cuGetProcAddress_v2(b"cuGraphLaunch", ctypes.byref(fn), 12000, ctypes.c_ulonglong(0), None) == 0
+graph = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(fn.value)
+nvtx.push_range("exported"); graph(None, 0x100); graph(None, 0x100); nvtx.pop_range()
+json.dump({"want": [("exported", 0, 2, 0)], "driver_calls": ctypes.c_longlong.in_dll(cuda, "fake_graph_launches").value},
+          open(sys.argv[1], "w"))
+"""
+
+
+def test_an_entry_point_the_driver_hands_out_that_is_the_library_s_own_is_counted_once(tmp_path) -> None:
+    """cuGetProcAddress of a driver that takes its exported launch entry points' addresses through the GOT returns
+    the preloaded library's definitions; wrapped in a trampoline as well, each launch was counted twice."""
+    ev, got = _run(tmp_path, EXPORTED_SCRIPT, "interpose")
+    want = [tuple(w) for w in got["want"]]
+    assert _per_range(ev) == want
+    assert sum(sum(w[1:]) for w in want) == got["driver_calls"]
+
+
+#: The direct caller dlopened RTLD_LOCAL (ctypes' default, as Python imports extension modules) before anything
+#: loads libcuda globally: libcuda is then in that library's local scope only, where RTLD_NEXT does not look.
+LOCAL_DIRECT_SCRIPT = r"""
+import ctypes, json, sys
+import nvtx
+direct = ctypes.CDLL(sys.argv[2])
+nvtx.push_range("direct"); rc = direct.direct_all(ctypes.c_void_p(0x100)); nvtx.pop_range()
+cuda = ctypes.CDLL("libcuda.so.1")
+calls = ctypes.c_longlong.in_dll(cuda, "fake_launches").value + ctypes.c_longlong.in_dll(cuda, "fake_graph_launches").value
+json.dump({"rc": rc, "want": [("direct", 4, 1, 0)], "driver_calls": calls}, open(sys.argv[1], "w"))
+"""
+
+
+def test_direct_calls_reach_a_libcuda_loaded_in_a_local_scope_only(tmp_path) -> None:
+    """A library linked against libcuda and loaded RTLD_LOCAL binds its launch calls to the preloaded library's
+    definitions; those must still reach libcuda (not fail with CUDA_ERROR_NOT_FOUND) and count once each."""
+    cc = _build_fake_driver(tmp_path)
+    (tmp_path / "direct.c").write_text(DIRECT_LIB)
+    lib = tmp_path / "libdirect.so"
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "direct.c"), "-L", str(tmp_path),
+                    "-l:libcuda.so.1"], check=True)
+    ev, got = _run(tmp_path, LOCAL_DIRECT_SCRIPT, "interpose", args=[str(lib)])
+    assert got["rc"] == 0
+    want = [tuple(w) for w in got["want"]]
+    assert _per_range(ev) == want
+    assert sum(sum(w[1:]) for w in want) == got["driver_calls"]
+
+
+#: On the real driver: each direct call's return code (before cuInit: the driver's own error, never the
+#: library's CUDA_ERROR_NOT_FOUND, 500, for a libcuda it could not find).
+LOCAL_REAL_SCRIPT = r"""
+import ctypes, json, sys
+import nvtx
+direct = ctypes.CDLL(sys.argv[2])  # RTLD_LOCAL; its libcuda.so.1 is the real one (no LD_LIBRARY_PATH)
+rc = {}
+nvtx.push_range("direct")
+for name in ("cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuGraphLaunch"):
+    rc[name] = getattr(direct, "one_" + name)()
+nvtx.pop_range()
+json.dump(rc, open(sys.argv[1], "w"))
+"""
+
+#: DIRECT_LIB's calls one by one, each with null handles.
+DIRECT_ONE_BY_ONE = DIRECT_LIB + r"""
+int one_cuLaunchKernel(void) { return cuLaunchKernel(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0); }
+int one_cuLaunchKernel_ptsz(void) { return cuLaunchKernel_ptsz(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0); }
+int one_cuLaunchKernelEx(void) { Config c = {{1, 1, 1, 1, 1, 1, 0}, 0, 0, 0}; return cuLaunchKernelEx(&c, 0, 0, 0); }
+int one_cuLaunchCooperativeKernel(void) { return cuLaunchCooperativeKernel(0, 1, 1, 1, 1, 1, 1, 0, 0, 0); }
+int one_cuGraphLaunch(void) { return cuGraphLaunch(0, 0); }
+"""
+
+
+@pytest.mark.gpu
+def test_direct_calls_from_a_locally_loaded_library_reach_the_real_driver(tmp_path) -> None:
+    """With the real driver: a library linked against libcuda and loaded RTLD_LOCAL (a Python extension) calls
+    the launch entry points through the preloaded library, which must hand each call to libcuda (its return
+    code is the driver's, not 500) and count it once."""
+    from pcietrace.record.attach import injection_env
+
+    pytest.importorskip("nvtx")
+    cc = _build_fake_driver(tmp_path)  # linked against the fake only for its soname: the real one loads at run time
+    (tmp_path / "direct.c").write_text(DIRECT_ONE_BY_ONE)
+    lib = tmp_path / "libdirect.so"
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "direct.c"), "-L", str(tmp_path),
+                    "-l:libcuda.so.1"], check=True)
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    env = injection_env(traces, "interpose", None, [0], False)  # (the fake's folder is not on the loader's path)
+    out = tmp_path / "out.json"
+    proc = subprocess.run([sys.executable, "-c", LOCAL_REAL_SCRIPT, str(out), str(lib)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rc = json.loads(out.read_text())
+    assert all(v not in (0, 500) for v in rc.values()), rc  # the driver's error for null handles before cuInit
+    assert _per_range(read_traces(traces)) == [("direct", 4, 1, 0)]
+
+
 #: A STAND-IN libcupti with the callback API (no GPU): cuptiSubscribe keeps the injection library's callback;
 #: fake_fire(name, params) calls it at API entry as CUPTI does (CUpti_CallbackData: site, name, params).
 FAKE_CUPTI_CALLBACKS = r"""
@@ -187,12 +289,27 @@ FAKE_CUPTI_CALLBACKS = r"""
 typedef void (*cb_fn)(void *, int, uint32_t, const void *);
 typedef struct { int site; const char *name; const void *params; void *ret; const char *symbol; } Data;
 static cb_fn callback;
-static const char *names[] = {"", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuGraphLaunch",
-                              "cuLaunchCooperativeKernel"};
+static const struct { uint32_t id; const char *name; } cbids[] = {  /* cupti_driver_cbid.h */
+    {307, "cuLaunchKernel"}, {442, "cuLaunchKernel_ptsz"}, {652, "cuLaunchKernelEx"}, {514, "cuGraphLaunch"},
+    {477, "cuLaunchCooperativeKernel"}};
+static int enabled[4096];
 int cuptiSubscribe(void **sub, cb_fn cb, void *user) { (void)user; *sub = (void *)1; callback = cb; return 0; }
-int cuptiEnableCallback(uint32_t on, void *sub, int domain, uint32_t id) { (void)on, (void)sub, (void)domain, (void)id; return 0; }
-int cuptiGetCallbackName(int domain, uint32_t id, const char **name) { (void)domain; if (id >= 6) return 1; *name = names[id]; return 0; }
-void fake_fire(const char *name, const void *params) { Data d = {0, name, params, 0, 0}; callback(0, 1, 0, &d); }
+int cuptiEnableCallback(uint32_t on, void *sub, int domain, uint32_t id) { (void)sub, (void)domain; if (id < 4096) enabled[id] = on; return 0; }
+#ifndef NO_NAMES  /* an older CUPTI that cannot name its callbacks: the library enables the known ids */
+int cuptiGetCallbackName(int domain, uint32_t id, const char **name)
+{
+    (void)domain;
+    for (unsigned i = 0; i < sizeof cbids / sizeof cbids[0]; ++i) if (cbids[i].id == id) { *name = cbids[i].name; return 0; }
+    return 1;
+}
+#endif
+/* as CUPTI: a callback fires only where it was enabled */
+void fake_fire(const char *name, const void *params)
+{
+    Data d = {0, name, params, 0, 0};
+    for (unsigned i = 0; i < sizeof cbids / sizeof cbids[0]; ++i)
+        if (!strcmp(cbids[i].name, name) && enabled[cbids[i].id]) callback(0, 1, cbids[i].id, &d);
+}
 """
 
 #: The same launches as CAPTURE_SCRIPT's first ranges, through CUPTI callbacks with the parameter structs of
@@ -231,13 +348,15 @@ json.dump({"want": want}, open(sys.argv[1], "w"))
 """
 
 
-def test_cupti_callbacks_count_launches_into_a_capturing_stream_as_captured(tmp_path) -> None:
-    """The CUPTI path (``--launch-counter cupti``) reads each launch's stream from the callback's parameter
-    struct and classifies it as the interposer does, over a stand-in libcupti."""
+@pytest.mark.parametrize("named", [True, False], ids=["callbacks named", "known ids"])
+def test_cupti_callbacks_count_launches_into_a_capturing_stream_as_captured(tmp_path, named: bool) -> None:
+    """The CUPTI path (``--launch-counter cupti``) enables the launch callbacks (by name, or by the known ids
+    where CUPTI cannot name them), reads each launch's stream from the callback's parameter struct and
+    classifies it as the interposer does, over a stand-in libcupti that fires only enabled callbacks."""
     cc = _build_fake_driver(tmp_path)
     (tmp_path / "cupti.c").write_text(FAKE_CUPTI_CALLBACKS)
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "libcupti_standin.so"), str(tmp_path / "cupti.c")],
-                   check=True)
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", *([] if named else ["-DNO_NAMES"]), "-o",
+                    str(tmp_path / "libcupti_standin.so"), str(tmp_path / "cupti.c")], check=True)
     ev, got = _run(tmp_path, CUPTI_SCRIPT, "cupti", {"PCIETRACE_CUPTI": str(tmp_path / "libcupti_standin.so")})
     assert (ev["event"] == "cupti").any()
     assert _per_range(ev) == [tuple(w) for w in got["want"]]

@@ -149,3 +149,39 @@ def test_reads_merged_out_of_order_step_back_not_four_gigabytes_forward() -> Non
     for d in ("h2d", "d2h"):
         peers = eager.xs(d, level="direction").drop(index=4)["bytes_per_call"]
         assert abs(eager.loc[(4, d), "bytes_per_call"] - peers.median()) <= eager.loc[(4, d), "ci95"]
+
+
+@given(start=st.integers(0, 2**32 - 1), steps=st.lists(st.integers(0, 64_000_000), min_size=1, max_size=100),
+       bits=st.sampled_from([32, 64]))
+@settings(max_examples=200, deadline=None)
+def test_one_reader_s_samples_are_all_kept(start: int, steps: list[int], bits: int) -> None:
+    """A single reader's counters never step back (at most what the link moves in 1 ms between its 1 ms-apart
+    reads; 32-bit ones wrap): counters.in_order leaves out none of them, quiet (equal) reads and wraps included;
+    nor any throughput-mode sample (rates integrate to a non-decreasing total)."""
+    raw = (start + np.cumsum([0] + steps, dtype=np.uint64)) % np.uint64(2**bits if bits < 64 else 2**63)
+    t_ns = np.arange(raw.size, dtype=np.int64) * 1_000_000
+    samples = pd.DataFrame({"nvml_index": 0, "t_ns": t_ns, "read_ns": 0, "tx_raw": raw, "rx_raw": raw})
+    cum = counters.cumulative_bytes(samples, {0: {"mode": "fields", "bits": bits}})
+    assert len(cum) == len(samples)
+    assert cum["tx_bytes"].tolist() == np.cumsum([0] + steps).tolist()
+    rates = samples.assign(tx_raw=np.array(steps[:1] + steps, np.uint64) % 10**7, rx_raw=0)
+    assert len(counters.cumulative_bytes(rates, {0: {"mode": "throughput", "bits": 32}})) == len(samples)
+
+
+def _recordings_of_one_reader() -> list:
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data"
+    found = sorted({p.parent for p in data.rglob("samples.parquet")})
+    # the library's own edge reads ("ctr" events, --exact-edges) are a second reader
+    return [p for p in found if not (p / "events.parquet").exists()
+            or "ctr" not in set(pd.read_parquet(p / "events.parquet", columns=["event"])["event"])]
+
+
+@pytest.mark.parametrize("recording", _recordings_of_one_reader(), ids=lambda p: p.name)
+def test_in_order_keeps_every_sample_of_a_recording_with_one_reader(recording) -> None:
+    """Real recordings whose samples come from the samplers alone: not one sample is left out."""
+    from pcietrace.session import Session
+
+    s = Session.load(recording)
+    assert len(counters.cumulative_bytes(s.samples, s.counters)) == len(s.samples)

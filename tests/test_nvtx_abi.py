@@ -62,3 +62,37 @@ def test_every_nvtx_entry_point_makes_its_range(tmp_path) -> None:
     assert got == want
     assert ranges["closed"].all()
     assert sorted(events.loc[events["event"] == "mark", "message"]) == ["a mark", "a wide mark"]
+
+
+#: Wide names beyond ASCII, in a process that never chose a locale (a C++ program's "C" locale; here LC_ALL=C).
+WIDE_SIDE = r"""
+import ctypes as C, json, sys
+sys.path.insert(0, sys.argv[2])
+from nvtx_loader import fn
+push_w, pop, mark_w = fn(1, 10, C.c_int, C.c_wchar_p), fn(1, 11, C.c_int), fn(1, 3, None, C.c_wchar_p)
+names = ["naïve", "λ-step", "データ", "🚀 launch"]
+for n in names:
+    push_w(n); pop()
+mark_w(names[0])
+json.dump(names, open(sys.argv[1], "w"))
+"""
+
+
+def test_wide_names_keep_their_characters_whatever_the_program_s_locale(tmp_path) -> None:
+    """nvtxRangePushW/MarkW names are written as UTF-8 whatever locale the program runs in: in the "C" locale
+    of a program that never calls setlocale, a name beyond ASCII is not lost (nor merged with the others)."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    try:
+        env = injection_env(traces, "none", None, [0], False)
+    except UsageError:
+        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
+    env.update({"LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0"})
+    out = tmp_path / "names.json"
+    proc = subprocess.run([sys.executable, "-c", WIDE_SIDE, str(out), str(NATIVE)], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    names = json.loads(out.read_text())
+    events = read_traces(traces)
+    assert sorted(events.loc[events["event"] == "push", "message"]) == sorted(names)
+    assert events.loc[events["event"] == "mark", "message"].tolist() == names[:1]

@@ -72,7 +72,8 @@ typedef void (*CuptiCallback)(void *userdata, int domain, uint32_t cbid, const v
 typedef struct { int callbackSite; const char *functionName; const void *functionParams; } CuptiCallbackDataHead;
 enum { CUPTI_CB_DOMAIN_DRIVER_API = 1, CUPTI_API_ENTER = 0 };
 static const uint32_t LAUNCH_CBIDS[] = {307 /* cuLaunchKernel */, 442 /* _ptsz */, 514 /* cuGraphLaunch */,
-                                       515 /* _ptsz */, 652 /* cuLaunchKernelEx */, 653 /* _ptsz */};
+                                       515 /* _ptsz */, 652 /* cuLaunchKernelEx */, 653 /* _ptsz */,
+                                       477 /* cuLaunchCooperativeKernel */, 478 /* _ptsz */};
 
 /* ---- state ---- */
 static char *g_buf;
@@ -209,13 +210,25 @@ static void emit(const char *event, const char *domain, unsigned long long id, c
     emit_line(mono_ns(), event, domain, id, message, current_device());
 }
 
-/* A wide (wchar_t) NVTX message as a multibyte string in ``tmp`` (the program's locale; "(unicode)" where it
- * cannot say it). */
+/* A wide (wchar_t: UTF-32 on Linux) NVTX message as UTF-8 in ``tmp``, whatever the program's locale (a C++
+ * program that never calls setlocale runs in "C", where wcstombs fails on anything beyond ASCII); truncated at
+ * a character boundary, a code point that is not one written as U+FFFD. */
 static const char *narrow(const wchar_t *w, char *tmp, size_t tmpsize)
 {
     if (!w) return "";
-    if (wcstombs(tmp, w, tmpsize - 1) == (size_t)-1) return "(unicode)";
-    tmp[tmpsize - 1] = 0;
+    size_t n = 0;
+    for (; *w; ++w) {
+        uint32_t c = (uint32_t)*w;
+        if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) c = 0xFFFD;
+        int len = c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+        if (n + (size_t)len >= tmpsize) break;
+        if (len == 1) { tmp[n++] = (char)c; continue; }
+        static const unsigned char lead[] = {0, 0, 0xC0, 0xE0, 0xF0};
+        for (int i = len - 1; i > 0; --i, c >>= 6) tmp[n + (size_t)i] = (char)(0x80 | (c & 0x3F));
+        tmp[n] = (char)(lead[len] | c);
+        n += (size_t)len;
+    }
+    tmp[n] = 0;
     return tmp;
 }
 
@@ -614,9 +627,10 @@ static int cooperative(const char *s) { return !strcmp(s, "cuLaunchCooperativeKe
 
 /* ``flags``: cuGetProcAddress's (0 from dlsym): the per-thread flag, like a _ptsz name, picks the variant whose
  * NULL stream is the thread's default stream. */
+static int ours(void *p);
 static void *wrap_entry(const char *sym, void *real, unsigned long long flags)
 {
-    if (!real || !sym) return real;
+    if (!real || !sym || ours(real)) return real;  /* our own direct-call definition (interposed): counts already */
     if (!strcmp(sym, "cuGetProcAddress_v2")) { real_getproc2 = (getproc2_fn)real; return (void *)getproc2; }
     if (!strcmp(sym, "cuGetProcAddress")) { real_getproc1 = (getproc1_fn)real; return (void *)getproc1; }
     int pt = suffix(sym, "_ptsz") || (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
@@ -680,7 +694,13 @@ enum { CUDA_ERROR_NOT_FOUND = 500 };
 static void *next_entry(void **cache, const char *name)
 {
     void *f = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
-    if (!f) { f = real_dlsym_fn(RTLD_NEXT, name); __atomic_store_n(cache, f, __ATOMIC_RELEASE); }
+    if (f) return f;
+    f = real_dlsym_fn(RTLD_NEXT, name);
+    /* RTLD_NEXT searches the global scope only: a caller dlopened RTLD_LOCAL (a Python extension linked against
+     * libcuda) brings libcuda into its own local scope, where only libcuda's handle finds it */
+    if (!f) { void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); if (lib) f = real_dlsym_fn(lib, name); }
+    if (f && ours(f)) f = NULL;  /* never forward to ourselves */
+    if (f) __atomic_store_n(cache, f, __ATOMIC_RELEASE);
     return f;
 }
 static inline void count_direct(void *stream, int per_thread, int graph)

@@ -110,9 +110,16 @@ static int h2d(unsigned long long dst, const void *src, size_t n, void *s) { (vo
 static int d2h(void *dst, unsigned long long src, size_t n, void *s) { (void)dst, (void)src, (void)s; ++fake_d2h; fake_last_nbytes = n; return 0; }
 static int error_name(int code, const char **name) { *name = code == 719 ? "CUDA_ERROR_LAUNCH_FAILED" : "CUDA_ERROR_FAKE"; return 0; }
 
+/* set: cuGetProcAddress hands out cuGraphLaunch's exported address (taken through the GOT, as PIC code takes a
+ * symbol that may be interposed: a preloaded definition of the name, where there is one) */
+int fake_getproc_exported;
 int cuGetProcAddress_v2(const char *sym, void **fn, int version, unsigned long long flags, int *status)
 {
     (void)version;
+    if (fake_getproc_exported && !strcmp(sym, "cuGraphLaunch")) {
+        *fn = (void *)cuGraphLaunch;
+        return 0;
+    }
     if ((flags & 2 && !strcmp(sym, "cuLaunchKernel")) || !strcmp(sym, "cuLaunchKernel_ptsz")) {
         *fn = (void *)launch_kernel_ptsz;
         return 0;

@@ -81,18 +81,7 @@ json.dump(names, open(sys.argv[1], "w"))
 def test_wide_names_keep_their_characters_whatever_the_program_s_locale(tmp_path) -> None:
     """nvtxRangePushW/MarkW names are written as UTF-8 whatever locale the program runs in: in the "C" locale
     of a program that never calls setlocale, a name beyond ASCII is not lost (nor merged with the others)."""
-    traces = tmp_path / "traces"
-    traces.mkdir()
-    try:
-        env = injection_env(traces, "none", None, [0], False)
-    except UsageError:
-        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
-    env.update({"LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0"})
-    out = tmp_path / "names.json"
-    proc = subprocess.run([sys.executable, "-c", WIDE_SIDE, str(out), str(NATIVE)], env=env, capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    names = json.loads(out.read_text())
-    events = read_traces(traces)
+    events, names = run_injected(tmp_path, WIDE_SIDE, env={"LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0"},
+                                 args=[str(NATIVE)])
     assert sorted(events.loc[events["event"] == "push", "message"]) == sorted(names)
     assert events.loc[events["event"] == "mark", "message"].tolist() == names[:1]

@@ -164,6 +164,26 @@ json.dump({"want": want, "driver_calls": calls}, open(sys.argv[1], "w"))
 """
 
 
+NO_DRIVER_SCRIPT = r"""
+import ctypes, json, sys
+everywhere = ctypes.CDLL(None)
+found = {name: hasattr(everywhere, name) for name in ("cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch")}
+cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)  # the driver now loaded: the names are there
+found_after = {name: hasattr(everywhere, name) for name in found}
+json.dump({"before": found, "after": found_after}, open(sys.argv[1], "w"))
+"""
+
+
+def test_without_a_driver_the_launch_entry_points_are_not_found(tmp_path) -> None:
+    """The preloaded library defines cuLaunchKernel & co. for code linked against libcuda; a program probing for
+    the driver by such a name (``dlsym(RTLD_DEFAULT, ...)``) before any libcuda is loaded must not find the
+    library's own, whose calls would fail: not found until the driver is loaded, then found."""
+    _build_fake_driver(tmp_path)
+    _, got = run_injected(tmp_path, NO_DRIVER_SCRIPT, "interpose")
+    assert not any(got["before"].values())
+    assert all(got["after"].values())
+
+
 def test_interposer_counts_direct_calls_of_code_linked_against_libcuda(tmp_path) -> None:
     """Code linked against libcuda calls the launch entry points through its PLT, not dlsym: the preloaded
     library defines them, so each launch is counted once (eager, graph or captured, as the trampolines count),

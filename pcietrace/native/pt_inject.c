@@ -680,10 +680,21 @@ static int ours(void *p)
     return dladdr((void *)ours, &here) && dladdr(p, &there) && here.dli_fbase == there.dli_fbase;
 }
 
+static int libcuda_loaded(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (h) dlclose(h);
+    return h != NULL;
+}
+
 EXPORT void *dlsym(void *handle, const char *name)
 {
     void *p = real_dlsym_fn(handle, name);
-    if (!p || name[0] != 'c' || name[1] != 'u' || !interposing() || ours(p)) return p;
+    if (!p || name[0] != 'c' || name[1] != 'u' || !interposing()) return p;
+    /* our own direct-call definition counts already; without a driver loaded the name is not there (a program
+     * probing for the driver by a launch entry point must not find it in this library): what comes after us,
+     * NULL with dlerror() set (ctypes, for one, reads dlerror() whenever dlsym returns NULL) */
+    if (ours(p)) return libcuda_loaded() ? p : real_dlsym_fn(RTLD_NEXT, name);
     return wrap_entry(name, p, 0);
 }
 

@@ -5,8 +5,8 @@
  *  - by NVTX (NVTX_INJECTION64_PATH): InitializeInjectionNvtx2 fills NVTX's callback tables, so
  *    every push/pop/start/end (core and domain APIs) lands here;
  *  - by the CUDA driver (CUDA_INJECTION64_PATH): InitializeInjection subscribes to CUPTI driver-API
- *    callbacks for cuLaunchKernel*, cuLaunchCooperativeKernel (eager) and cuGraphLaunch* (graph), counted per thread and per
- *    process. libcupti is opened with dlopen (path in PCIETRACE_CUPTI), so no CUDA or NVTX headers
+ *    callbacks for cuLaunchKernel*, cuLaunchCooperativeKernel (eager) and cuGraphLaunch* (graph), counted
+ *    per thread and per process. libcupti is opened with dlopen (path in PCIETRACE_CUPTI), so no CUDA or NVTX headers
  *    are needed to build this file;
  *  - or, cheaper, by LD_PRELOAD with PCIETRACE_COUNT=interpose: launches are counted by trampolines
  *    handed out through an interposed dlsym/cuGetProcAddress (see below).
@@ -506,8 +506,8 @@ EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
 /* ---- launch counting by interposition (PCIETRACE_COUNT=interpose, library in LD_PRELOAD) ----
  * The CUDA runtime and cuda.bindings look up the driver's cuGetProcAddress with dlsym and fetch every
  * entry point through it. Our dlsym hands out wrappers of cuGetProcAddress(_v2) that return counting
- * trampolines for cuLaunchKernel*, cuLaunchKernelEx*, cuLaunchCooperativeKernel* and cuGraphLaunch*: a few ns per launch plus two
- * driver queries (the current device, and whether the launch's stream is capturing), where CUPTI's callback
+ * trampolines for cuLaunchKernel*, cuLaunchKernelEx*, cuLaunchCooperativeKernel* and cuGraphLaunch*: a few
+ * ns per launch plus two driver queries (the current device, and whether the launch's stream is capturing), where CUPTI's callback
  * dispatch costs ~0.6-0.9 us. Several real entry points (per-thread-stream variants, versions) each get
  * their own trampoline slot. */
 typedef int CUres;

@@ -6,8 +6,8 @@
  *    every push/pop/start/end (core and domain APIs) lands here;
  *  - by the CUDA driver (CUDA_INJECTION64_PATH): InitializeInjection subscribes to CUPTI driver-API
  *    callbacks for cuLaunchKernel*, cuLaunchCooperativeKernel (eager) and cuGraphLaunch* (graph), counted
- *    per thread and per process. libcupti is opened with dlopen (path in PCIETRACE_CUPTI), so no CUDA or NVTX headers
- *    are needed to build this file;
+ *    per thread and per process. libcupti is opened with dlopen (path in PCIETRACE_CUPTI), so no CUDA or
+ *    NVTX headers are needed to build this file;
  *  - or, cheaper, by LD_PRELOAD with PCIETRACE_COUNT=interpose: launches are counted by trampolines
  *    handed out through an interposed dlsym/cuGetProcAddress (see below).
  *

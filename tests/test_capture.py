@@ -174,6 +174,15 @@ json.dump({"before": found, "after": found_after}, open(sys.argv[1], "w"))
 """
 
 
+def _build_direct_lib(tmp_path: Path, cc: str, source: str) -> Path:
+    """``source`` (C) built into a library linked against the libcuda.so.1 in ``tmp_path`` (the fake's soname)."""
+    (tmp_path / "direct.c").write_text(source)
+    lib = tmp_path / "libdirect.so"
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "direct.c"), "-L", str(tmp_path),
+                    "-l:libcuda.so.1"], check=True)
+    return lib
+
+
 def test_without_a_driver_the_launch_entry_points_are_not_found(tmp_path) -> None:
     """The preloaded library defines cuLaunchKernel & co. for code linked against libcuda; a program probing for
     the driver by such a name (``dlsym(RTLD_DEFAULT, ...)``) before any libcuda is loaded must not find the
@@ -189,10 +198,7 @@ def test_interposer_counts_direct_calls_of_code_linked_against_libcuda(tmp_path)
     library defines them, so each launch is counted once (eager, graph or captured, as the trampolines count),
     and a name looked up in the global scope (the library's own entry point) is not wrapped a second time."""
     cc = _build_fake_driver(tmp_path)
-    (tmp_path / "direct.c").write_text(DIRECT_LIB)
-    lib = tmp_path / "libdirect.so"
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "direct.c"), "-L", str(tmp_path),
-                    "-l:libcuda.so.1"], check=True)
+    lib = _build_direct_lib(tmp_path, cc, DIRECT_LIB)
     ev, got = _run(tmp_path, DIRECT_SCRIPT, "interpose", args=[str(lib)])
     want = [tuple(w) for w in got["want"]]
     assert _per_range(ev) == want
@@ -241,10 +247,7 @@ def test_direct_calls_reach_a_libcuda_loaded_in_a_local_scope_only(tmp_path) -> 
     """A library linked against libcuda and loaded RTLD_LOCAL binds its launch calls to the preloaded library's
     definitions; those must still reach libcuda (not fail with CUDA_ERROR_NOT_FOUND) and count once each."""
     cc = _build_fake_driver(tmp_path)
-    (tmp_path / "direct.c").write_text(DIRECT_LIB)
-    lib = tmp_path / "libdirect.so"
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "direct.c"), "-L", str(tmp_path),
-                    "-l:libcuda.so.1"], check=True)
+    lib = _build_direct_lib(tmp_path, cc, DIRECT_LIB)
     ev, got = _run(tmp_path, LOCAL_DIRECT_SCRIPT, "interpose", args=[str(lib)])
     assert got["rc"] == 0
     want = [tuple(w) for w in got["want"]]
@@ -285,10 +288,7 @@ def test_direct_calls_from_a_locally_loaded_library_reach_the_real_driver(tmp_pa
 
     pytest.importorskip("nvtx")
     cc = _build_fake_driver(tmp_path)  # linked against the fake only for its soname: the real one loads at run time
-    (tmp_path / "direct.c").write_text(DIRECT_ONE_BY_ONE)
-    lib = tmp_path / "libdirect.so"
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "direct.c"), "-L", str(tmp_path),
-                    "-l:libcuda.so.1"], check=True)
+    lib = _build_direct_lib(tmp_path, cc, DIRECT_ONE_BY_ONE)
     traces = tmp_path / "traces"
     traces.mkdir()
     env = injection_env(traces, "interpose", None, [0], False)  # (the fake's folder is not on the loader's path)

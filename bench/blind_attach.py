@@ -229,13 +229,16 @@ def main() -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     a.out = a.out.resolve()
 
-    pre = subprocess.run([a.python, "-c", "import torch, pynvml, pcietrace; assert torch.cuda.is_available(), 'no CUDA'; "
-                          "print('torch', torch.__version__, torch.cuda.get_device_name(0))"],
-                         capture_output=True, text=True, cwd=ROOT)
+    # the PyTorch app needs torch and pynvml in --python; the C++ one (NVML through dlopen) only pcietrace for attach
+    check = ("import torch, pynvml, pcietrace; assert torch.cuda.is_available(), 'no CUDA'; "
+             "print('torch', torch.__version__, torch.cuda.get_device_name(0))") if a.app == "torch" else \
+        "import pcietrace; print('pcietrace', pcietrace.__version__)"
+    pre = subprocess.run([a.python, "-c", check], capture_output=True, text=True, cwd=ROOT)
     if pre.returncode != 0:
         why = pre.stderr.strip().splitlines()[-1] if pre.stderr.strip() else f"exit {pre.returncode}"
-        ap.error(f"{a.python} cannot run the app ({why}); name an interpreter with torch, pynvml and pcietrace "
-                 "with --python (on the lent GPUs: after `. bench/device_setup.sh`)")
+        ap.error(f"{a.python} cannot run the {a.app} app ({why}); name an interpreter with "
+                 f"{'torch, pynvml and ' if a.app == 'torch' else ''}pcietrace with --python (on the lent GPUs: "
+                 "after `. bench/device_setup.sh`)")
     print(f"{pre.stdout.strip()}; {a.calls} calls per range; python {a.python}", flush=True)
     if a.app == "torch":
         a.app_cmd = [a.python, str(APPS / "blind_app.py")]

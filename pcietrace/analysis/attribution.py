@@ -271,13 +271,12 @@ def value_curve(cum: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray,
     """One GPU's counter ``column`` ("tx"/"rx"): (sample times, ns: the reads' midpoints; cumulative bytes;
     the earliest and latest each value can apply, ns: the read's start less one counter update, and its
     end), each ascending. Where in a read its values apply differs by direction and load
-    (``bench/read_latch_probe.py``), hence the whole read. Reads from two processes (edge reads beside the
-    sampler) can overlap and land in the other order than their values: the counter only grows, so the
-    k-th smallest value goes with the k-th earliest time."""
+    (``bench/read_latch_probe.py``), hence the whole read. ``cum`` comes in time order with its values
+    ascending (:func:`pcietrace.analysis.counters.cumulative_bytes` leaves out reads that step back); the
+    windows of reads of different lengths are put in order too, the k-th earliest with the k-th value."""
     t = cum["t_ns"].to_numpy(np.int64)
     half = cum["read_ns"].to_numpy(np.int64) // 2 if "read_ns" in cum else np.zeros(t.size, np.int64)
-    return (np.sort(t), np.sort(cum[f"{column}_bytes"].to_numpy(float)),
-            np.sort(t - half - COUNTER_UPDATE_NS), np.sort(t + half))
+    return t, cum[f"{column}_bytes"].to_numpy(float), np.sort(t - half - COUNTER_UPDATE_NS), np.sort(t + half)
 
 
 def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early: np.ndarray | None = None,

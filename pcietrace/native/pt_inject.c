@@ -95,10 +95,13 @@ static int (*p_ctx_get_device)(int *);
 static int (*p_device_bus_id)(char *, int, int);
 static void *real_dlsym_fn(void *handle, const char *name);
 
+/* The CUDA driver's handle if the process has loaded it (in any scope), else NULL: never loads it. */
+static void *libcuda(void) { return dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); }
+
 static int current_device(void)
 {
     if (!p_ctx_get_device) {
-        void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        void *lib = libcuda();
         if (!lib) return -1;
         p_device_bus_id = (int (*)(char *, int, int))real_dlsym_fn(lib, "cuDeviceGetPCIBusId");
         p_ctx_get_device = (int (*)(int *))real_dlsym_fn(lib, "cuCtxGetDevice");
@@ -551,7 +554,7 @@ static void capture_query_resolve(void)
     if (real_getproc2 && real_getproc2("cuStreamIsCapturing", &fn, 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found) != 0)
         fn = NULL;
     if (!fn) {
-        void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        void *lib = libcuda();
         if (lib) fn = real_dlsym_fn(lib, "cuStreamIsCapturing");
     }
     p_is_capturing = (is_capturing_fn)fn;
@@ -568,6 +571,12 @@ static inline int captured(void *stream, int per_thread)
     return status == CU_STREAM_CAPTURE_STATUS_ACTIVE || status == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
 }
 
+/* A launch into ``stream``: captured into a graph being built, else eager (kernel) or graph (``graph``). */
+static inline void count_launch(void *stream, int per_thread, int graph)
+{
+    if (captured(stream, per_thread)) count_captured(); else if (graph) count_graph(); else count_eager();
+}
+
 static inline void *launch_config_stream(const void *cfg)
 {
     return cfg ? *(void *const *)((const char *)cfg + LAUNCH_CONFIG_STREAM_OFFSET) : NULL;
@@ -575,17 +584,17 @@ static inline void *launch_config_stream(const void *cfg)
 
 #define LAUNCH_SLOT(i) static CUres launch_##i(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
     unsigned g, unsigned sh, void *st, void **p, void **x) \
-    { if (captured(st, ptsz_launch[i])) count_captured(); else count_eager(); \
+    { count_launch(st, ptsz_launch[i], 0); \
       return ((launch_fn)real_launch[i])(f, a, b, c, d, e, g, sh, st, p, x); }
 #define LAUNCHEX_SLOT(i) static CUres launchex_##i(const void *cfg, void *f, void **p, void **x) \
-    { if (captured(launch_config_stream(cfg), ptsz_launchex[i])) count_captured(); else count_eager(); \
+    { count_launch(launch_config_stream(cfg), ptsz_launchex[i], 0); \
       return ((launchex_fn)real_launchex[i])(cfg, f, p, x); }
 #define COOP_SLOT(i) static CUres coop_##i(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
     unsigned g, unsigned sh, void *st, void **p) \
-    { if (captured(st, ptsz_coop[i])) count_captured(); else count_eager(); \
+    { count_launch(st, ptsz_coop[i], 0); \
       return ((coop_fn)real_coop[i])(f, a, b, c, d, e, g, sh, st, p); }
 #define GRAPH_SLOT(i) static CUres graph_##i(void *ge, void *st) \
-    { if (captured(st, ptsz_graph[i])) count_captured(); else count_graph(); return ((graph_fn)real_graph[i])(ge, st); }
+    { count_launch(st, ptsz_graph[i], 1); return ((graph_fn)real_graph[i])(ge, st); }
 LAUNCH_SLOT(0) LAUNCH_SLOT(1) LAUNCH_SLOT(2) LAUNCH_SLOT(3)
 LAUNCHEX_SLOT(0) LAUNCHEX_SLOT(1) LAUNCHEX_SLOT(2) LAUNCHEX_SLOT(3)
 COOP_SLOT(0) COOP_SLOT(1) COOP_SLOT(2) COOP_SLOT(3)
@@ -680,13 +689,6 @@ static int ours(void *p)
     return dladdr((void *)ours, &here) && dladdr(p, &there) && here.dli_fbase == there.dli_fbase;
 }
 
-static int libcuda_loaded(void)
-{
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (h) dlclose(h);
-    return h != NULL;
-}
-
 EXPORT void *dlsym(void *handle, const char *name)
 {
     void *p = real_dlsym_fn(handle, name);
@@ -694,7 +696,7 @@ EXPORT void *dlsym(void *handle, const char *name)
     /* our own direct-call definition counts already; without a driver loaded the name is not there (a program
      * probing for the driver by a launch entry point must not find it in this library): what comes after us,
      * NULL with dlerror() set (ctypes, for one, reads dlerror() whenever dlsym returns NULL) */
-    if (ours(p)) return libcuda_loaded() ? p : real_dlsym_fn(RTLD_NEXT, name);
+    if (ours(p)) return libcuda() ? p : real_dlsym_fn(RTLD_NEXT, name);
     return wrap_entry(name, p, 0);
 }
 
@@ -709,15 +711,14 @@ static void *next_entry(void **cache, const char *name)
     f = real_dlsym_fn(RTLD_NEXT, name);
     /* RTLD_NEXT searches the global scope only: a caller dlopened RTLD_LOCAL (a Python extension linked against
      * libcuda) brings libcuda into its own local scope, where only libcuda's handle finds it */
-    if (!f) { void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); if (lib) f = real_dlsym_fn(lib, name); }
+    if (!f) { void *lib = libcuda(); if (lib) f = real_dlsym_fn(lib, name); }
     if (f && ours(f)) f = NULL;  /* never forward to ourselves */
     if (f) __atomic_store_n(cache, f, __ATOMIC_RELEASE);
     return f;
 }
 static inline void count_direct(void *stream, int per_thread, int graph)
 {
-    if (!interposing()) return;
-    if (captured(stream, per_thread)) count_captured(); else if (graph) count_graph(); else count_eager();
+    if (interposing()) count_launch(stream, per_thread, graph);
 }
 #define DIRECT_LAUNCH(sym, pt) EXPORT CUres sym(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
     unsigned g, unsigned sh, void *st, void **p, void **x) \

@@ -185,3 +185,69 @@ def test_in_order_keeps_every_sample_of_a_recording_with_one_reader(recording) -
 
     s = Session.load(recording)
     assert len(counters.cumulative_bytes(s.samples, s.counters)) == len(s.samples)
+
+
+def _reset_counters(s, at_ns: int, to: str):
+    """SIMULATED counter reset on a real recording: from the first sample at or after ``at_ns`` both raw
+    counters of GPU 0 restart from another value (``to``: "zero"; "back", 1 GiB below; "ahead", 2 GiB + 1 MB
+    above, which modulo 2**32 reads as a step forward) and count on as before."""
+    raw = s.samples[["tx_raw", "rx_raw"]].to_numpy(np.uint64).astype(np.int64)
+    k = int(np.searchsorted(s.samples["t_ns"].to_numpy(), at_ns))
+    for j, col in enumerate(("tx_raw", "rx_raw")):
+        base = {"zero": 0, "back": raw[k, j] - 2**30, "ahead": raw[k, j] + 2**31 + 10**6}[to]
+        raw[k:, j] = (raw[k:, j] - raw[k, j] + base) % 2**32
+        s.samples[col] = raw[:, j].astype(np.uint64)
+    return s
+
+
+@pytest.mark.parametrize("to", ["zero", "back", "ahead"])
+def test_a_counter_reset_inside_a_range_makes_that_range_unknown_and_no_other(data_dir, to: str) -> None:
+    """A 32-bit counter restarting from another value mid-run (never seen on the lent GPUs; a driver reload or
+    a GPU reset would do it) steps by more than a link can move between two reads. Before, a step back was
+    taken for reads swapped and every later sample left out until the counter caught up (later ranges
+    read wrong or "no data"), and a step forward was counted as GBs of traffic. Now the range across it is
+    'wrap risk' with no bytes, a note says so, and every other range reads as it did, on the real C++ blind
+    oracle's H100 recording."""
+    from pcietrace.analysis import analyze
+    from pcietrace.session import Session
+
+    clean = analyze(Session.load(data_dir / "attach_h100_blind_cpp"))["range_instances"]
+    hit = clean[clean["name"] == "um_prefetch_to_gpu"].iloc[0]
+    s = _reset_counters(Session.load(data_dir / "attach_h100_blind_cpp"), (hit.t_start_ns + hit.t_end_ns) // 2, to)
+    res = analyze(s)
+    assert len(counters.cumulative_bytes(s.samples, s.counters)) == len(s.samples)  # none left out
+    assert res["sampling"]["counter_jumps"].tolist() == [1]
+    assert any("jumped 1 time(s)" in n for n in res["notes"]["note"])
+    inst = res["range_instances"]
+    across = (inst["t_start_ns"] < hit.t_end_ns) & (inst["t_end_ns"] > hit.t_start_ns)
+    assert (inst.loc[across, "status"] == "wrap risk").all() and inst.loc[across, "h2d_bytes"].isna().all()
+    others = ~across
+    assert others.sum() >= 20 and (inst.loc[others, "status"] == clean.loc[others, "status"]).all()
+    for col in ("h2d_bytes", "d2h_bytes", "h2d_edge_bytes", "d2h_edge_bytes"):
+        assert np.allclose(inst.loc[others, col], clean.loc[others, col], rtol=1e-9, atol=1e-3, equal_nan=True), col
+    assert res["whole_run"]["status"].tolist() == ["wrap risk"]
+
+
+@pytest.mark.parametrize("to", ["zero", "back", "ahead"])
+def test_a_counter_reset_inside_a_run_window_leaves_that_window_out(data_dir, to: str) -> None:
+    """The same reset inside one of the real H100 run's four eager fit windows: that window has no bytes, the
+    per-launch fit rests on the other three and stays within its 95 % interval of the clean run's, and the
+    System table says the GPU's counter was reset."""
+    from rich.console import Console
+
+    from pcietrace.analysis import analyze
+    from pcietrace.report.console import system_table
+    from pcietrace.session import Session
+
+    clean = analyze(Session.load(data_dir / "h100_run"))
+    s = Session.load(data_dir / "h100_run")
+    w = s.windows[(s.windows["purpose"] == "fit") & (s.windows["mode"] == "eager")].iloc[2]
+    res = analyze(_reset_counters(s, (w.t_start_ns + w.t_end_ns) // 2, to))
+    eager = lambda r: r["per_launch"][r["per_launch"]["mode"] == "eager"].set_index("direction")  # noqa: E731
+    assert (eager(res)["n"] == eager(clean)["n"] - 1).all()
+    diff = (eager(res)["bytes_per_call"] - eager(clean)["bytes_per_call"]).abs()
+    assert (diff <= eager(clean)["ci95"] + eager(res)["ci95"]).all()
+    assert res["fit_windows"]["h2d_net_bytes"].isna().sum() == 1 + clean["fit_windows"]["h2d_net_bytes"].isna().sum()
+    con = Console(width=200, record=True)
+    con.print(system_table(s.meta, res["sampling"]))
+    assert "1 reset(s)" in con.export_text()

@@ -30,14 +30,14 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
     out: dict[str, pd.DataFrame] = {t: pd.DataFrame() for t in RESULT_TABLES}
     s = session
     bits = _counter_bits(s)
+    cum = counters.cumulative_bytes(s.samples, s.counters)
     if len(s.samples):
-        out["sampling"] = counters.sample_gaps(s.samples, bits)
+        out["sampling"] = counters.sample_gaps(s.samples, bits, cum)
     if s.meta.get("kind") == "graphs":
-        out.update(_graphs(s))
+        out.update(_graphs(s, cum))
         return out
     attach = str(s.meta.get("kind", "")).startswith("attach")
     if len(s.windows) and len(s.samples) and not attach:
-        cum = counters.cumulative_bytes(s.samples, s.counters)
         wb = counters.window_bytes(cum, s.windows)
         fl = counters.floor(wb)
         wb = counters.subtract_floor(wb, fl)
@@ -57,7 +57,7 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
     if len(s.e2e):
         out["speedup"] = launch.speedup(s.e2e)
     if s.meta.get("kind") == "attach" and len(s.samples):  # ("attach-failed": the program never ran)
-        out.update(_attach(s, out, bits))
+        out.update(_attach(s, cum, bits))
     if len(s.latency):
         out["latency"] = latency_analysis.summary(s.latency)
         if len(out["gpu_time"]):
@@ -140,11 +140,11 @@ def _untraced_launches(events: pd.DataFrame) -> list[str]:
             "graph_launches_process count the whole process's while it was open"]
 
 
-def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> dict[str, pd.DataFrame]:
-    """Attribution for an attach session: idle windows before/after the program give each GPU's floor
-    (per counter read + background); each range is charged to its own GPUs."""
+def _attach(s: Session, cum: pd.DataFrame, bits: dict[int, int]) -> dict[str, pd.DataFrame]:
+    """Attribution for an attach session (``cum``: its :func:`counters.cumulative_bytes`): idle windows
+    before/after the program give each GPU's floor (per counter read + background); each range is charged to
+    its own GPUs."""
     sampled = [int(g["nvml_index"]) for g in s.meta.get("gpus", [])]
-    cum = counters.cumulative_bytes(s.samples, s.counters)
     events = gpu_time.host_events(s.events)
     ranges = attribution.ranges_from_events(events) if len(events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
     slow = [d for d in str(s.meta.get("slow_domains") or "").split(",") if d]  # ranges that did not hold the fast rate
@@ -169,6 +169,10 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
         notes.append(f"process {r.pid}: its trace file filled up ({int(r.id) / 2**20:,.0f} MiB) at t = "
                      f"{(r.t_ns - s.meta['t_app_start_ns']) / 1e9:,.3f} s; later events were lost (ranges still open are "
                      "closed there, later launches uncounted): set PCIETRACE_TRACE_BYTES higher")
+    for idx, n in cum.groupby("nvml_index")["jump"].sum().items():
+        if n:
+            notes.append(f"GPU{idx}: its counters jumped {int(n)} time(s) by more than the link could move (a "
+                         "counter reset): the bytes across a jump are unknown; ranges over one are 'wrap risk'")
     for r in fl[fl["status"] == "no floor"].itertuples():
         notes.append(f"GPU{r.nvml_index}: no floor (no idle window covered by its samples); its bytes are shown raw only")
     for r in fl[(fl["status"] != "no floor") & (fl["dof"] == 0)].itertuples():
@@ -194,11 +198,12 @@ def _attach(s: Session, out: dict[str, pd.DataFrame], bits: dict[int, int]) -> d
             "notes": pd.DataFrame({"note": notes}, dtype=str)}
 
 
-def _graphs(s: Session) -> dict[str, pd.DataFrame]:
-    """A ``pcietrace graphs`` session: the floor from its idle windows, then the per-strategy summary."""
+def _graphs(s: Session, cum: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """A ``pcietrace graphs`` session (``cum``: its :func:`counters.cumulative_bytes`): the floor from its idle
+    windows, then the per-strategy summary."""
     per_window = not s.meta.get("graphs_plan", {}).get("sync", True)
     if not len(s.windows) or not len(s.samples):
         return {"graphs": graphs_analysis.summary(s.graphs, pd.DataFrame(), per_window)}
-    wb = counters.window_bytes(counters.cumulative_bytes(s.samples, s.counters), s.windows)
+    wb = counters.window_bytes(cum, s.windows)
     fl = counters.floor(wb)
     return {"floor": fl, "graphs": graphs_analysis.summary(s.graphs, counters.subtract_floor(wb, fl), per_window)}

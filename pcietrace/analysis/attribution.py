@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.analysis import nesting
-from pcietrace.analysis.counters import COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap
+from pcietrace.analysis.counters import COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, gaps_overlapping, jumps
 from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
 from pcietrace.analysis.launch import DIRECTIONS
 
@@ -166,10 +166,11 @@ def sampling_gaps(cum: pd.DataFrame, bits: dict[int, int] | None = None, idle_ns
                   ranges: pd.DataFrame | None = None) -> dict[int, dict[str, Any]]:
     """Per GPU: sample times ``t``; per gap between consecutive samples whether it is a ``stall`` (longer
     than 4 counter updates and twice the median in-range gap) or a ``wrap`` risk (long enough for a
-    saturated link to wrap the counter unseen); and ``median_ns``, the median gap the sampler keeps while
-    a range is open. With idle-aware sampling (``idle_ns`` > 0, the sampler's idle interval, and the
-    recording's ``ranges``) a gap that starts while no range is open was meant to last up to ``idle_ns``:
-    it is a stall only beyond twice that, and it does not count towards the median."""
+    saturated link to wrap the counter unseen, or holding a counter jump: :func:`counters.jumps`); and
+    ``median_ns``, the median gap the sampler keeps while a range is open. With idle-aware sampling
+    (``idle_ns`` > 0, the sampler's idle interval, and the recording's ``ranges``) a gap that starts while no
+    range is open was meant to last up to ``idle_ns``: it is a stall only beyond twice that, and it does not
+    count towards the median."""
     out = {}
     for idx, g in cum.groupby("nvml_index"):
         t = g["t_ns"].to_numpy(np.int64)
@@ -179,16 +180,8 @@ def sampling_gaps(cum: pd.DataFrame, bits: dict[int, int] | None = None, idle_ns
         median = float(np.median(fast)) if fast.size else 0.0
         limit = max(4 * COUNTER_UPDATE_NS, 2 * median) if gap.size else 0
         out[int(idx)] = {"t": t, "stall": gap > np.where(idle, max(limit, 2 * idle_ns), limit), "median_ns": median,
-                         "wrap": could_hide_wrap(gap, (bits or {}).get(int(idx), 32))}
+                         "wrap": could_hide_wrap(gap, (bits or {}).get(int(idx), 32)) | jumps(g)}
     return out
-
-
-def _gaps_overlapping(t: np.ndarray, flags: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """How many flagged gaps (between t[k] and t[k+1]) overlap each interval [a, b]."""
-    csum = np.concatenate([[0], np.cumsum(flags)])
-    lo = np.clip(np.searchsorted(t, a, "right") - 1, 0, flags.size)
-    hi = np.clip(np.searchsorted(t, b, "left"), 0, flags.size)
-    return csum[np.maximum(hi, lo)] - csum[lo]
 
 
 def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
@@ -201,8 +194,9 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     :func:`pcietrace.analysis.floor.floor_err_bytes`; NaN unless "ok"); ``stalls`` (sampling gaps the range
     overlaps that are longer than 4 counter updates);
     ``status`` (:data:`STATUSES`: "no data" where a GPU's samples do not cover the range, "wrap risk" where a
-    gap could hide a counter wrap, "no floor" where a GPU has none); and the exclusive figures (``excl_ns``,
-    ``excl_h2d_bytes``, ``excl_d2h_bytes``: minus the direct children of push/pop ranges on the same thread).
+    gap could hide a counter wrap or the counter jumped, "no floor" where a GPU has none); and the exclusive
+    figures (``excl_ns``, ``excl_h2d_bytes``, ``excl_d2h_bytes``: minus the direct children of push/pop ranges
+    on the same thread).
     ``ranges`` must carry ``gpus`` (:func:`range_gpus`); ``floor``: :func:`pcietrace.analysis.floor.floor_model`;
     ``bits``: each GPU's counter width (default 32); ``gaps``: :func:`sampling_gaps` where the sampler's rate
     varied (idle-aware sampling; default: computed with one rate).
@@ -224,7 +218,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
         t = g["t_ns"].to_numpy(np.int64)
         gp = gaps[int(idx)]
         covered = (a >= t[0]) & (b <= t[-1])
-        wrap = _gaps_overlapping(t, gp["wrap"], a, b) > 0
+        wrap = gaps_overlapping(t, gp["wrap"], a, b) > 0
         no_floor = int(idx) not in models.index or models.loc[int(idx), "status"] == "no floor"
         first, after = np.searchsorted(t, a, "right"), np.searchsorted(t, b, "right")  # samples inside: first..after-1
         reads = after - first
@@ -235,7 +229,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             read_us = spent_us[after] - spent_us[first]
         st = np.where(~covered, 2, np.where(wrap, 3, 1 if no_floor else 0))
         status = np.where(mine, np.maximum(status, st), status)
-        acc["stalls"] += np.where(mine, _gaps_overlapping(t, gp["stall"], a, b), 0)
+        acc["stalls"] += np.where(mine, gaps_overlapping(t, gp["stall"], a, b), 0)
         model = None if no_floor else models.loc[int(idx)]
         for d, c in DIRECTIONS.items():
             curve = value_curve(g, c)

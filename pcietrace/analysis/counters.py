@@ -77,33 +77,84 @@ def in_order(tx_bytes: np.ndarray, rx_bytes: np.ndarray) -> np.ndarray:
     return keep
 
 
+def impossible_steps(t_ns: np.ndarray, read_ns: np.ndarray, *cum_bytes: np.ndarray) -> np.ndarray:
+    """Which steps between consecutive samples (one flag per step; cumulative bytes in time order) no link
+    could make: more bytes, either way, than a saturated link moves between the earliest and the latest time
+    the two reads' values can apply (the gap between their midpoints, half of each read, one counter update).
+    Two reads swapped step back far less than that (:func:`in_order`); a counter that was reset (or jumped)
+    steps by up to its whole range, which a 0.5 ms gap cannot hold."""
+    if t_ns.size < 2:
+        return np.zeros(0, bool)
+    span_ns = np.diff(t_ns) + (read_ns[1:] + read_ns[:-1]) / 2 + COUNTER_UPDATE_NS
+    movable = span_ns / 1e9 * MAX_LINK_BPS
+    return np.logical_or.reduce([np.abs(np.diff(y)) > movable for y in cum_bytes])
+
+
+def rebase(cum_bytes: np.ndarray, jumped: np.ndarray) -> np.ndarray:
+    """Cumulative bytes with the steps flagged in ``jumped`` (one per step) taken as 0: the values after a
+    counter reset continue from the last one before it, so later intervals keep their bytes (the interval
+    across it is unknown, which the ``jump`` flag says)."""
+    steps = np.diff(cum_bytes)
+    steps[jumped] = 0
+    return np.concatenate([cum_bytes[:1], cum_bytes[0] + np.cumsum(steps)])
+
+
 def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]]) -> pd.DataFrame:
     """Raw samples (see ``SAMPLE_COLUMNS``) -> ``nvml_index, t_ns, tx_bytes, rx_bytes`` (bytes since the
-    GPU's first sample) and ``read_ns`` (how long that sample's read took, as recorded; the floor's cost of a
-    read grows with it). ``counters`` gives each GPU's ``mode`` ("fields"/"throughput") and ``bits``. Samples
-    that step back against the reads before them (:func:`in_order`) are left out."""
+    GPU's first sample), ``read_ns`` (how long that sample's read took, as recorded; the floor's cost of a
+    read grows with it) and ``jump`` (the interval up to this sample held a step no link could move, a
+    counter reset: its bytes are unknown, :func:`impossible_steps`; the values go on from before it).
+    ``counters`` gives each GPU's ``mode`` ("fields"/"throughput") and ``bits``. Samples that step back
+    against the reads before them (:func:`in_order`) are left out."""
     parts = []
-    for idx, g in samples.groupby("nvml_index", sort=True):
+    for idx, g in samples.groupby("nvml_index", sort=True) if len(samples) else ():
         c = counters.get(int(idx), {"mode": "fields", "bits": 32})
         t = g["t_ns"].to_numpy(np.int64)
+        read_ns = g["read_ns"].to_numpy(np.int64) if "read_ns" in g else np.zeros(t.size, np.int64)
+        jumped = np.zeros(max(t.size - 1, 0), bool)
         if c["mode"] == "fields":
             tx, rx = unwrap(g["tx_raw"].to_numpy(), c["bits"], t), unwrap(g["rx_raw"].to_numpy(), c["bits"], t)
+            jumped = impossible_steps(t, read_ns, tx, rx)
+            tx, rx = rebase(tx, jumped), rebase(rx, jumped)
         else:
             tx, rx = integrate_rate(t, g["tx_raw"].to_numpy()), integrate_rate(t, g["rx_raw"].to_numpy())
-        read_ns = g["read_ns"].to_numpy(np.int64) if "read_ns" in g else np.zeros(t.size, np.int64)
         keep = in_order(tx, rx)
+        # a jump belongs to the interval it lies in, also where in_order leaves out the sample after it
+        jumps_before = np.concatenate([[0], np.cumsum(jumped)])[keep]
+        jump = np.diff(jumps_before, prepend=0) > 0
         parts.append(pd.DataFrame({"nvml_index": int(idx), "t_ns": t[keep], "tx_bytes": tx[keep], "rx_bytes": rx[keep],
-                                   "read_ns": read_ns[keep]}))
+                                   "read_ns": read_ns[keep], "jump": jump}))
     if not parts:
-        return pd.DataFrame(columns=["nvml_index", "t_ns", "tx_bytes", "rx_bytes", "read_ns"])
+        return pd.DataFrame(columns=CUMULATIVE_COLUMNS)
     return pd.concat(parts, ignore_index=True)
 
 
-def sample_gaps(samples: pd.DataFrame, bits: dict[int, int] | None = None) -> pd.DataFrame:
-    """Per GPU: samples, sample rate (Hz), median and max gap (us), and whether the max gap is long
+#: The columns of :func:`cumulative_bytes`.
+CUMULATIVE_COLUMNS = ["nvml_index", "t_ns", "tx_bytes", "rx_bytes", "read_ns", "jump"]
+
+
+def jumps(g: pd.DataFrame) -> np.ndarray:
+    """One GPU's :func:`cumulative_bytes` rows -> per gap between consecutive samples, whether a counter
+    jump lies in it (frames without the column, made by hand: none)."""
+    return g["jump"].to_numpy(bool)[1:] if "jump" in g else np.zeros(max(len(g) - 1, 0), bool)
+
+
+def gaps_overlapping(t: np.ndarray, flags: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How many flagged gaps (between ``t[k]`` and ``t[k+1]``, ns) overlap each interval [``a``, ``b``] (ns)."""
+    csum = np.concatenate([[0], np.cumsum(flags)])
+    lo = np.clip(np.searchsorted(t, a, "right") - 1, 0, flags.size)
+    hi = np.clip(np.searchsorted(t, b, "left"), 0, flags.size)
+    return csum[np.maximum(hi, lo)] - csum[lo]
+
+
+def sample_gaps(samples: pd.DataFrame, bits: dict[int, int] | None = None,
+                cum: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per GPU: samples, sample rate (Hz), median and max gap (us), whether the max gap is long
     enough that a saturated link could have wrapped the counter unseen (``wrap_risk``; ``bits``: each
-    GPU's counter width, default 32)."""
+    GPU's counter width, default 32) and ``counter_jumps`` (steps no link could move, a counter reset, in
+    ``cum``, the samples' :func:`cumulative_bytes`; 0 without it)."""
     rows = []
+    jumped = cum.groupby("nvml_index")["jump"].sum() if cum is not None and "jump" in cum else pd.Series(dtype=int)
     for idx, g in samples.groupby("nvml_index", sort=True):
         t = g["t_ns"].to_numpy(np.int64)
         d = np.diff(t) if t.size > 1 else np.array([0])
@@ -112,15 +163,16 @@ def sample_gaps(samples: pd.DataFrame, bits: dict[int, int] | None = None) -> pd
                      "rate_hz": (t.size - 1) / span_s if t.size > 1 and span_s > 0 else float("nan"),
                      "median_gap_us": float(np.median(d)) / 1e3, "max_gap_us": float(d.max()) / 1e3,
                      "median_read_us": float(g["read_ns"].median()) / 1e3,
-                     "wrap_risk": bool(could_hide_wrap(d.max(), (bits or {}).get(int(idx), 32)))})
+                     "wrap_risk": bool(could_hide_wrap(d.max(), (bits or {}).get(int(idx), 32))),
+                     "counter_jumps": int(jumped.get(idx, 0))})
     return pd.DataFrame(rows, columns=["nvml_index", "samples", "rate_hz", "median_gap_us", "max_gap_us",
-                                       "median_read_us", "wrap_risk"])
+                                       "median_read_us", "wrap_risk", "counter_jumps"])
 
 
 def window_bytes(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     """``windows`` plus ``duration_s``, ``tx_bytes``, ``rx_bytes`` (counter change between the window's
     start and end, linearly interpolated between samples) and ``samples`` (samples inside the window).
-    Windows not covered by samples get NaN bytes."""
+    Windows not covered by samples, or across a counter jump (:func:`cumulative_bytes`), get NaN bytes."""
     out = windows.copy()
     out["duration_s"] = (out["t_end_ns"] - out["t_start_ns"]) / 1e9
     for col in ("tx_bytes", "rx_bytes"):
@@ -130,7 +182,7 @@ def window_bytes(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
         t = g["t_ns"].to_numpy(np.int64)
         sel = (out["nvml_index"] == idx).to_numpy()
         a, b = out.loc[sel, "t_start_ns"].to_numpy(np.int64), out.loc[sel, "t_end_ns"].to_numpy(np.int64)
-        covered = (a >= t[0]) & (b <= t[-1])
+        covered = (a >= t[0]) & (b <= t[-1]) & (gaps_overlapping(t, jumps(g), a, b) == 0)
         for col in ("tx_bytes", "rx_bytes"):
             y = g[col].to_numpy(np.float64)
             out.loc[sel, col] = np.where(covered, np.interp(b, t, y) - np.interp(a, t, y), np.nan)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pcietrace.analysis.counters import jumps
 from pcietrace.analysis.launch import DIRECTIONS
 
 #: Columns of :func:`floor_model`. ``status``: "per read" (per-read and background terms fitted), "rate only"
@@ -83,16 +84,17 @@ TERMS = ("bytes_per_read", "bytes_per_read_us", "background_Bps")
 def aligned_windows(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     """Idle windows widened to the samples around them: ``t_a_ns``/``t_b_ns`` (sample times), ``duration_s``,
     ``reads`` (samples in (t_a, t_b]), ``read_us`` (the time those reads took), ``h2d_bytes``/``d2h_bytes``;
-    windows no sample precedes or follows are dropped (they cannot be measured)."""
+    windows no sample precedes or follows, or across a counter jump, are dropped (they cannot be measured)."""
     rows = []
     idle = windows[windows["mode"] == "idle"] if len(windows) else windows
     for idx, g in cum.groupby("nvml_index"):
         t = g["t_ns"].to_numpy(np.int64)
         ys = {d: g[f"{c}_bytes"].to_numpy(float) for d, c in DIRECTIONS.items()}
         read_us = np.cumsum(g["read_ns"].to_numpy(float) / 1e3) if "read_ns" in g else np.zeros(t.size)
+        jump = jumps(g)  # (a window across a counter jump cannot be measured either)
         for w in idle[idle["nvml_index"] == idx].itertuples():
             i, j = np.searchsorted(t, w.t_start_ns, "right") - 1, np.searchsorted(t, w.t_end_ns, "left")
-            if i < 0 or j >= t.size or j <= i:
+            if i < 0 or j >= t.size or j <= i or jump[i:j].any():
                 continue
             row = {"nvml_index": int(idx), "sampling": getattr(w, "sampling", "on"), "t_a_ns": int(t[i]),
                    "t_b_ns": int(t[j]), "duration_s": (t[j] - t[i]) / 1e9, "reads": int(j - i),
@@ -232,11 +234,12 @@ def inside_spans(t_ns: np.ndarray, spans_ns: np.ndarray | None) -> np.ndarray:
 def quiet_bytes(g: pd.DataFrame, inside: np.ndarray, row: dict[str, Any] | pd.Series) -> dict[str, np.ndarray]:
     """Per direction, the bytes less the background (B, one read each, in time order) of one GPU's quiet sample
     intervals: between two samples ``inside`` the program's ranges, each under :data:`QUIET_FACTOR` x the
-    floor of ``row`` (``{d}_bytes_per_read_program``, ``{d}_background_Bps``) in both directions."""
+    floor of ``row`` (``{d}_bytes_per_read_program``, ``{d}_background_Bps``) in both directions (none across a
+    counter jump: its bytes are unknown)."""
     ys = {d: np.diff(g[f"{c}_bytes"].to_numpy(float)) for d, c in DIRECTIONS.items()}
     dt_s = np.diff(g["t_ns"].to_numpy(np.int64)) / 1e9
     bg = {d: row[f"{d}_background_Bps"] * dt_s for d in DIRECTIONS}
-    quiet = inside[1:] & inside[:-1] & np.logical_and.reduce(
+    quiet = inside[1:] & inside[:-1] & ~jumps(g) & np.logical_and.reduce(
         [ys[d] < QUIET_FACTOR * np.maximum(row[f"{d}_bytes_per_read_program"] + bg[d], 1.0) for d in DIRECTIONS])
     return {d: (ys[d] - bg[d])[quiet] for d in DIRECTIONS}
 

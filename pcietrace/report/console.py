@@ -63,12 +63,15 @@ def _table(title: str, columns: list[tuple[str, str]], caption: str | None = Non
 
 def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
     pinned = any(g.get("timing_cpu") is not None for g in meta.get("gpus", []))  # runs since timed steps took turns
+    resets = "counter_jumps" in sampling and bool(sampling["counter_jumps"].any())
     t = _table("System", [("GPU", "right"), ("model", "left"), ("bus id", "right"), ("PCIe", "left"),
                           ("counter", "left"), ("reads/s", "right"), ("gap ms", "right")]
                + ([("timing CPU", "right")] if pinned else []),
                caption=esc(f"driver {meta.get('driver', '?')}, host {meta.get('host', '?')}, {meta.get('created', '')}; "
                            "counter: NVML fields 197/198 (32-bit, wrapping) or the 20 ms throughput API (LOW RES); "
-                           "gap: median time between background samples"
+                           + ("reset(s): steps no link could move, the bytes across them unknown (windows left out, "
+                              "ranges 'wrap risk'); " if resets else "")
+                           + "gap: median time between background samples"
                            + ("; timing CPU: the core that timed the GPU's host loops, one GPU at a time (beside "
                               "others: its turn did not come in time, so its timed figures may have shifted)" if pinned else "")))
     smp = sampling.set_index("nvml_index") if len(sampling) else None
@@ -76,6 +79,8 @@ def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
         c = g.get("counter", {})
         src = f"{c.get('bits', 32)}-bit" if c.get("mode") == "fields" else "[yellow]LOW RES[/]"
         row = smp.loc[g["nvml_index"]] if smp is not None and g["nvml_index"] in smp.index else None
+        jumps = int(row.get("counter_jumps", 0)) if row is not None else 0
+        src += f" [yellow]{jumps} reset(s)[/]" if jumps else ""
         t.add_row(gpu_label(g["nvml_index"]), esc(short_name(g.get("name"))), esc(g.get("bus_id", "?")),
                   esc(link_label(g)), src, _num(row["rate_hz"] if row is not None else None),
                   _num(row["median_gap_us"] / 1e3 if row is not None else None, ".1f"),

@@ -46,10 +46,11 @@ def collect(gpus: list[dict[str, Any]] | None = None, sysfs_root: str = "/sys") 
             for j in peers:
                 links[places[j][1].bdf] = links.get(places[j][1].bdf, 0) + fanout
             if peers:
-                via = ([f"{to_switch} to NVSwitches"] if to_switch else []) + \
-                      ([f"{fanout - to_switch} with remote PCI ids {unmatched} matching no GPU here"] if unmatched else [])
-                notes.append(f"GPU{gi['nvml_index']}: NVLink links {' and '.join(via)} counted toward every peer "
-                             "NVML's NVLink P2P status reports (as nvidia-smi does)")
+                via = ([f"{to_switch} NVLink links to NVSwitches"] if to_switch else []) + \
+                      ([f"{fanout - to_switch} NVLink links with remote PCI ids {unmatched} matching no GPU here"]
+                       if unmatched else [])
+                notes.append(f"GPU{gi['nvml_index']}: {' and '.join(via)}, counted toward every peer that NVML's "
+                             "NVLink P2P status reports (as nvidia-smi does)")
         for j, (gj, pj) in enumerate(places):
             if i == j:
                 continue

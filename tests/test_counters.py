@@ -251,3 +251,33 @@ def test_a_counter_reset_inside_a_run_window_leaves_that_window_out(data_dir, to
     con = Console(width=200, record=True)
     con.print(system_table(s.meta, res["sampling"]))
     assert "1 reset(s)" in con.export_text()
+
+
+def test_a_counter_reset_leaves_the_rate_timeline_unknown_across_it_not_zero(data_dir) -> None:
+    """The attach timeline (``rates``, plotted and exported to Perfetto) across the same SIMULATED reset: the
+    values after it go on from before it, so a bin over the jump read as 0 B/s (traffic unknown shown as
+    none). Now the bins over it are NaN, every other bin reads as on the clean recording, and the Perfetto
+    trace stays valid JSON (no NaN literal) and leaves the unknown bins' values out."""
+    import json
+
+    from pcietrace.analysis import analyze
+    from pcietrace.report.perfetto import chrome_trace
+    from pcietrace.session import Session
+
+    clean = analyze(Session.load(data_dir / "attach_h100_blind_cpp"))
+    hit = clean["range_instances"][clean["range_instances"]["name"] == "um_prefetch_to_gpu"].iloc[0]
+    s = _reset_counters(Session.load(data_dir / "attach_h100_blind_cpp"), (hit.t_start_ns + hit.t_end_ns) // 2, "zero")
+    res = analyze(s)
+    cum = counters.cumulative_bytes(s.samples, s.counters)
+    k = int(np.flatnonzero(cum["jump"])[0])
+    t_a, t_b = int(cum["t_ns"].iloc[k - 1]), int(cum["t_ns"].iloc[k])  # the interval holding the jump
+    r, c = res["rates"], clean["rates"]
+    assert len(r) == len(c) and (r["t_ns"] == c["t_ns"]).all()
+    bin_ns = int(np.diff(r["t_ns"]).min())
+    over = ((r["t_ns"] < t_b) & (r["t_ns"] + bin_ns > t_a)).to_numpy()
+    assert over.sum() >= 1 and r.loc[over, ["rx_Bps", "tx_Bps"]].isna().all().all()
+    assert np.allclose(r.loc[~over, ["rx_Bps", "tx_Bps"]], c.loc[~over, ["rx_Bps", "tx_Bps"]], rtol=1e-9, atol=1e-6)
+    trace = chrome_trace(s.meta, res["rates"], res["range_instances"])
+    json.dumps(trace, allow_nan=False)
+    pcie = [e for e in trace["traceEvents"] if e["ph"] == "C" and e["pid"] == 0]
+    assert len(pcie) == len(r) and sum(not e["args"] for e in pcie) == over.sum()

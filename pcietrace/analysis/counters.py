@@ -216,7 +216,8 @@ def subtract_floor(wb: pd.DataFrame, fl: pd.DataFrame) -> pd.DataFrame:
 
 def rates(cum: pd.DataFrame, bin_ns: int = 1_000_000) -> pd.DataFrame:
     """Counter rates for timelines: per GPU and ``bin_ns`` bin, ``t_ns`` (bin start), ``rx_Bps``/``tx_Bps``
-    (bytes per second over the bin, from the cumulative counters interpolated at bin edges)."""
+    (bytes per second over the bin, from the cumulative counters interpolated at bin edges; NaN over a counter
+    jump, whose bytes are unknown: :func:`cumulative_bytes`)."""
     parts = []
     for idx, g in cum.groupby("nvml_index"):
         t = g["t_ns"].to_numpy(np.int64)
@@ -226,8 +227,9 @@ def rates(cum: pd.DataFrame, bin_ns: int = 1_000_000) -> pd.DataFrame:
         if edges.size < 2:
             continue
         part = {"nvml_index": int(idx), "t_ns": edges[:-1]}
+        unknown = gaps_overlapping(t, jumps(g), edges[:-1], edges[1:]) > 0  # (rebased there: it would read 0)
         for col in ("rx_bytes", "tx_bytes"):
             y = np.interp(edges, t, g[col].to_numpy(float))
-            part[col.replace("_bytes", "_Bps")] = np.diff(y) / (bin_ns / 1e9)
+            part[col.replace("_bytes", "_Bps")] = np.where(unknown, np.nan, np.diff(y) / (bin_ns / 1e9))
         parts.append(pd.DataFrame(part))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["nvml_index", "t_ns", "rx_Bps", "tx_Bps"])

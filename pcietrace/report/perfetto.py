@@ -27,9 +27,9 @@ def chrome_trace(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame
     for idx in sorted(set(rates["nvml_index"])) if len(rates) else []:
         ev.append({"ph": "M", "pid": 0, "tid": int(idx), "name": "thread_name", "args": {"name": f"GPU{idx}"}})
     for r in rates.itertuples():
+        mbps = {"H2D (RX)": r.rx_Bps / 1e6, "D2H (TX)": r.tx_Bps / 1e6}  # NaN (over a counter reset): left out
         ev.append({"ph": "C", "pid": 0, "tid": int(r.nvml_index), "name": f"GPU{r.nvml_index} PCIe MB/s",
-                   "ts": (r.t_ns - t0) / 1e3,
-                   "args": {"H2D (RX)": round(r.rx_Bps / 1e6, 3), "D2H (TX)": round(r.tx_Bps / 1e6, 3)}})
+                   "ts": (r.t_ns - t0) / 1e3, "args": {k: round(v, 3) for k, v in mbps.items() if v == v}})
     program = meta.get("command", ["app"])[0]
     pids = sorted(set(ranges["pid"]) | set(launches["pid"])) if len(ranges) or len(launches) else []
     for pid in pids:

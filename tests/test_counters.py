@@ -281,3 +281,33 @@ def test_a_counter_reset_leaves_the_rate_timeline_unknown_across_it_not_zero(dat
     json.dumps(trace, allow_nan=False)
     pcie = [e for e in trace["traceEvents"] if e["ph"] == "C" and e["pid"] == 0]
     assert len(pcie) == len(r) and sum(not e["args"] for e in pcie) == over.sum()
+
+
+def test_a_fast_copy_between_two_long_reads_is_traffic_not_a_step_back(data_dir) -> None:
+    """unwrap took a 32-bit step of more than half the counter's range as a step back where a saturated link
+    could not move it between the two reads' MIDPOINTS, while the values apply anywhere in the reads
+    (impossible_steps' span: the gap, half of each read, one counter update). The real 8x H200 torchrun
+    recording has gaps of 40-45 ms between reads of 2-8 ms (GPU5: 17 of them): a SIMULATED copy at 60 GB/s
+    (the fastest the lent GPUs' counters counted: 309 MB in a 5.2 ms gap on the 2x H200) across one moves
+    more than 2**31 bytes, which read as ~2 GB back, too little for a reset, so every later sample was left
+    out until the counter caught up. Now it is the traffic it is: no jump, no sample left out."""
+    from pcietrace.session import Session
+
+    s = Session.load(data_dir / "attach_h200x8_torchrun")
+    gpu = s.samples["nvml_index"] == 5
+    g = s.samples[gpu]
+    t, read_ns = g["t_ns"].to_numpy(np.int64), g["read_ns"].to_numpy(np.int64)
+    span_ns = np.diff(t) + (read_ns[1:] + read_ns[:-1]) / 2 + counters.COUNTER_UPDATE_NS
+    copy = (60e9 * span_ns / 1e9).astype(np.int64)
+    hit = np.flatnonzero((copy >= 2**31) & (copy > counters.MAX_LINK_BPS * np.diff(t) / 1e9))
+    assert hit.size  # such gaps are in the recording
+    k = int(hit[0])
+    raw = g["rx_raw"].to_numpy(np.uint64).astype(np.int64)
+    raw[k + 1:] = (raw[k + 1:] + copy[k]) % 2**32
+    s.samples.loc[gpu, "rx_raw"] = raw.astype(np.uint64)
+    cum = counters.cumulative_bytes(s.samples, s.counters)
+    mine = cum[cum["nvml_index"] == 5]
+    assert len(mine) == gpu.sum() and not mine["jump"].any()
+    clean = counters.cumulative_bytes(Session.load(data_dir / "attach_h200x8_torchrun").samples, s.counters)
+    before = clean.loc[clean["nvml_index"] == 5, "rx_bytes"].to_numpy()
+    assert (mine["rx_bytes"].to_numpy()[k + 1:] - before[k + 1:] == copy[k]).all()

@@ -26,7 +26,18 @@ def could_hide_wrap(gap_ns: Any, bits: int = 32) -> Any:
 COUNTER_UPDATE_NS = 200_000
 
 
-def unwrap(raw: np.ndarray, bits: int = 32, t_ns: np.ndarray | None = None) -> np.ndarray:
+def movable_bytes(t_ns: np.ndarray, read_ns: np.ndarray | None = None) -> np.ndarray:
+    """Per step between consecutive samples: the most bytes a saturated link moves between the earliest and the
+    latest time the two reads' values can apply (the gap between their midpoints, half of each read, ``read_ns``,
+    and one counter update)."""
+    t_ns = np.asarray(t_ns, dtype=np.int64)
+    read_ns = np.zeros(t_ns.size, np.int64) if read_ns is None else np.asarray(read_ns, dtype=np.int64)
+    span_ns = np.diff(t_ns) + (read_ns[1:] + read_ns[:-1]) / 2 + COUNTER_UPDATE_NS
+    return span_ns / 1e9 * MAX_LINK_BPS
+
+
+def unwrap(raw: np.ndarray, bits: int = 32, t_ns: np.ndarray | None = None,
+           read_ns: np.ndarray | None = None) -> np.ndarray:
     """Cumulative bytes since the first sample from raw counter values that wrap at ``2**bits``.
 
     Each step is taken modulo ``2**bits``, so one wrap between consecutive samples is undone; two wraps
@@ -36,7 +47,9 @@ def unwrap(raw: np.ndarray, bits: int = 32, t_ns: np.ndarray | None = None) -> n
     reads) are merged by the midpoints of reads that take up to milliseconds, so two overlapping reads can
     land in the other order than the counter values they saw: the counter seems to step back a few KB, which
     modulo ``2**bits`` reads as a ~4.29 GB step (real 8x H200 run: GPU4's floor came out 3.5 GB/s). A step of
-    more than half the counter's range over a gap too short for a saturated link to move it is taken as the
+    more than half the counter's range that a saturated link could not move between the reads
+    (:func:`movable_bytes`, with the reads' times ``read_ns``: their values apply anywhere in them, so a 60 GB/s
+    copy between reads of a few ms 40 ms apart moves more than the midpoints' gap allows) is taken as the
     step back it is (negative): the cumulative values are then the counter values each read saw.
     """
     raw = np.asarray(raw, dtype=np.uint64)
@@ -47,8 +60,7 @@ def unwrap(raw: np.ndarray, bits: int = 32, t_ns: np.ndarray | None = None) -> n
         steps &= np.uint64((1 << bits) - 1)  # ... and the mask makes it modulo 2**bits
     signed = steps.astype(np.int64)  # (64 bits: a step back is negative already)
     if t_ns is not None and bits < 64:
-        movable = np.diff(np.asarray(t_ns, dtype=np.int64)) / 1e9 * MAX_LINK_BPS  # the most a gap can move (B)
-        back = (steps >= np.uint64(1 << (bits - 1))) & (steps.astype(np.float64) > movable)
+        back = (steps >= np.uint64(1 << (bits - 1))) & (steps.astype(np.float64) > movable_bytes(t_ns, read_ns))
         signed[back] -= 1 << bits
     return np.concatenate([[0], np.cumsum(signed)])
 
@@ -85,8 +97,7 @@ def impossible_steps(t_ns: np.ndarray, read_ns: np.ndarray, *cum_bytes: np.ndarr
     steps by up to its whole range, which a 0.5 ms gap cannot hold."""
     if t_ns.size < 2:
         return np.zeros(0, bool)
-    span_ns = np.diff(t_ns) + (read_ns[1:] + read_ns[:-1]) / 2 + COUNTER_UPDATE_NS
-    movable = span_ns / 1e9 * MAX_LINK_BPS
+    movable = movable_bytes(t_ns, read_ns)
     return np.logical_or.reduce([np.abs(np.diff(y)) > movable for y in cum_bytes])
 
 
@@ -113,7 +124,7 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
         read_ns = g["read_ns"].to_numpy(np.int64) if "read_ns" in g else np.zeros(t.size, np.int64)
         jumped = np.zeros(max(t.size - 1, 0), bool)
         if c["mode"] == "fields":
-            tx, rx = unwrap(g["tx_raw"].to_numpy(), c["bits"], t), unwrap(g["rx_raw"].to_numpy(), c["bits"], t)
+            tx, rx = (unwrap(g[col].to_numpy(), c["bits"], t, read_ns) for col in ("tx_raw", "rx_raw"))
             jumped = impossible_steps(t, read_ns, tx, rx)
             tx, rx = rebase(tx, jumped), rebase(rx, jumped)
         else:

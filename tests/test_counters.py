@@ -311,3 +311,26 @@ def test_a_fast_copy_between_two_long_reads_is_traffic_not_a_step_back(data_dir)
     clean = counters.cumulative_bytes(Session.load(data_dir / "attach_h200x8_torchrun").samples, s.counters)
     before = clean.loc[clean["nvml_index"] == 5, "rx_bytes"].to_numpy()
     assert (mine["rx_bytes"].to_numpy()[k + 1:] - before[k + 1:] == copy[k]).all()
+
+
+def test_a_run_gpu_without_a_floor_has_no_net_bytes(data_dir) -> None:
+    """subtract_floor took a GPU with no floor (no idle window measured: here a SIMULATED reset inside each of
+    the real H100 run's three idle windows, so none can be) for a floor of 0: the net bytes kept the
+    background, and by_duration read up to +44 % D2H per launch (50 us kernels: 421 B against 293 B) and the
+    graph fits up to 7x, with nothing to say so. Now they are unknown: no fit rests on them and every byte
+    figure of that GPU is NaN, while its host and GPU timings stay as they were."""
+    from pcietrace.analysis import analyze
+    from pcietrace.session import Session
+
+    clean = analyze(Session.load(data_dir / "h100_run"))
+    s = Session.load(data_dir / "h100_run")
+    for w in s.windows[s.windows["mode"] == "idle"].itertuples():
+        s = _reset_counters(s, (w.t_start_ns + w.t_end_ns) // 2, "back")
+    res = analyze(s)
+    assert res["sampling"]["counter_jumps"].tolist() == [3] and not len(res["floor"])
+    assert res["by_duration"][["h2d_bytes_per_launch", "d2h_bytes_per_launch"]].isna().all().all()
+    assert len(res["by_duration"]) == len(clean["by_duration"])
+    assert not len(res["per_launch"]) and res["fit_windows"][["h2d_net_bytes", "d2h_net_bytes"]].isna().all().all()
+    gpu, was = res["per_gpu"].iloc[0], clean["per_gpu"].iloc[0]
+    assert np.isnan([gpu["eager_h2d_bytes"], gpu["eager_d2h_bytes"], gpu["graph_fixed_h2d_bytes"]]).all()
+    assert gpu["host_us_per_launch"] == was["host_us_per_launch"] and gpu["eager_gpu_us"] == was["eager_gpu_us"]

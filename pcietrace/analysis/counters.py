@@ -217,11 +217,11 @@ def floor(wb: pd.DataFrame) -> pd.DataFrame:
 
 
 def subtract_floor(wb: pd.DataFrame, fl: pd.DataFrame) -> pd.DataFrame:
-    """Adds ``tx_net_bytes``/``rx_net_bytes``: window bytes minus floor rate x window duration."""
+    """Adds ``tx_net_bytes``/``rx_net_bytes``: window bytes minus floor rate x window duration (NaN for a GPU
+    with no floor: its windows' background is unknown, not 0)."""
     out = wb.merge(fl[["nvml_index", "tx_Bps", "rx_Bps"]], on="nvml_index", how="left")
     for d in ("tx", "rx"):
-        out[f"{d}_net_bytes"] = (out[f"{d}_bytes"].astype(float)
-                                 - out[f"{d}_Bps"].astype(float).fillna(0.0) * out["duration_s"])
+        out[f"{d}_net_bytes"] = out[f"{d}_bytes"].astype(float) - out[f"{d}_Bps"].astype(float) * out["duration_s"]
     return out.drop(columns=["tx_Bps", "rx_Bps"])
 
 

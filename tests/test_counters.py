@@ -363,3 +363,19 @@ def test_a_counter_reset_next_to_swapped_reads_moves_no_other_range_beyond_its_e
         for d in ("h2d", "d2h"):
             errors = sum(r[f"{d}_{e}_bytes"].fillna(0) for r in (inst, clean) for e in ("edge", "floor_err"))
             assert ((inst[f"{d}_bytes"] - clean[f"{d}_bytes"]).abs()[~across] <= errors[~across]).all()
+
+
+def _recordings() -> list:
+    from pathlib import Path
+
+    return sorted({p.parent for p in (Path(__file__).parent / "data").rglob("samples.parquet")})
+
+
+@pytest.mark.parametrize("recording", _recordings(), ids=lambda p: p.name)
+def test_no_real_recording_has_a_counter_jump(recording) -> None:
+    """Every real recording, merged readers (--exact-edges, boundary probes) and 8 GPUs under torchrun
+    included: real traffic never steps by more than a link moves between two reads' value times."""
+    from pcietrace.session import Session
+
+    s = Session.load(recording)
+    assert not counters.cumulative_bytes(s.samples, s.counters)["jump"].any()

@@ -54,8 +54,11 @@ class Session:
 
     @property
     def counters(self) -> dict[int, dict[str, Any]]:
-        """Per NVML index: the counter source (``mode``: fields/throughput, ``bits``)."""
-        return {int(g["nvml_index"]): g.get("counter") or {"mode": "fields", "bits": 32} for g in self.meta.get("gpus", [])}
+        """Per NVML index: the counter source (``mode``: fields/throughput, ``bits``) and the GPU's link
+        (``pcie_gen_max``, ``pcie_width_max``; None where not recorded)."""
+        return {int(g["nvml_index"]): {**(g.get("counter") or {"mode": "fields", "bits": 32}),
+                                       "pcie_gen_max": g.get("pcie_gen_max"), "pcie_width_max": g.get("pcie_width_max")}
+                for g in self.meta.get("gpus", [])}
 
     def save(self, directory: Path, results: dict[str, Any] | None = None) -> Path:
         """Write the session (and, if given, analysis results as JSON-ready data) to ``directory``."""

@@ -379,3 +379,27 @@ def test_no_real_recording_has_a_counter_jump(recording) -> None:
 
     s = Session.load(recording)
     assert not counters.cumulative_bytes(s.samples, s.counters)["jump"].any()
+
+
+def test_a_faster_link_s_copies_are_not_taken_for_resets(data_dir) -> None:
+    """Counter steps are judged against the GPU's own link (its recorded highest generation and width), never
+    under a Gen5 x16's 64 GB/s: a SIMULATED step of 1.5x what a Gen5 x16 link moves between two of the real
+    H100 run's reads is a reset on the H100 (Gen5) and, recorded as a Gen6 x16 GPU's, traffic, counted in full."""
+    from pcietrace.session import Session
+
+    s = Session.load(data_dir / "h100_run")
+    k = len(s.samples) // 2
+    t, read = s.samples["t_ns"].to_numpy(np.int64), s.samples["read_ns"].to_numpy(np.int64)
+    step = int(1.5 * counters.movable_bytes(t[k - 1:k + 1], read[k - 1:k + 1])[0])
+    for col in ("tx_raw", "rx_raw"):
+        raw = s.samples[col].to_numpy(np.uint64).astype(np.int64)
+        raw[k:] = (raw[k:] + step) % 2**32
+        s.samples[col] = raw.astype(np.uint64)
+    assert s.meta["gpus"][0]["pcie_gen_max"] == 5
+    assert counters.cumulative_bytes(s.samples, s.counters)["jump"].sum() == 1
+    clean = counters.cumulative_bytes(Session.load(data_dir / "h100_run").samples, s.counters)
+    s.meta["gpus"][0].update(pcie_gen_max=6, pcie_width_max=16)
+    assert counters.link_bps(6, 16) == 2 * counters.MAX_LINK_BPS == 2 * counters.link_bps(5, 16)
+    cum = counters.cumulative_bytes(s.samples, s.counters)
+    assert not cum["jump"].any()
+    assert (cum["rx_bytes"] - clean["rx_bytes"]).tolist() == [0] * k + [step] * (len(cum) - k)

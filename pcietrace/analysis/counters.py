@@ -26,18 +26,30 @@ def could_hide_wrap(gap_ns: Any, bits: int = 32) -> Any:
 COUNTER_UPDATE_NS = 200_000
 
 
-def movable_bytes(t_ns: np.ndarray, read_ns: np.ndarray | None = None) -> np.ndarray:
-    """Per step between consecutive samples: the most bytes a saturated link moves between the earliest and the
-    latest time the two reads' values can apply (the gap between their midpoints, half of each read, ``read_ns``,
-    and one counter update)."""
+#: PCIe transfers per second and lane (GT/s) by generation: one bit per lane each, before encoding.
+GT_PER_LANE = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0, 7: 128.0}
+
+
+def link_bps(pcie_gen_max: Any = None, pcie_width_max: Any = None) -> float:
+    """The most bytes per second one direction of a GPU's link can move (B/s, from its highest generation and
+    width, before encoding), never under :data:`MAX_LINK_BPS` (unknown: that): counter steps and resets are
+    judged against it, so a Gen6 GPU's copies are never taken for resets."""
+    gt = GT_PER_LANE.get(int(pcie_gen_max or 0))
+    return max(MAX_LINK_BPS, gt * 1e9 * int(pcie_width_max) / 8) if gt and pcie_width_max else MAX_LINK_BPS
+
+
+def movable_bytes(t_ns: np.ndarray, read_ns: np.ndarray | None = None, max_bps: float = MAX_LINK_BPS) -> np.ndarray:
+    """Per step between consecutive samples: the most bytes a saturated link (``max_bps``, B/s) moves between the
+    earliest and the latest time the two reads' values can apply (the gap between their midpoints, half of each
+    read, ``read_ns``, and one counter update)."""
     t_ns = np.asarray(t_ns, dtype=np.int64)
     read_ns = np.zeros(t_ns.size, np.int64) if read_ns is None else np.asarray(read_ns, dtype=np.int64)
     span_ns = np.diff(t_ns) + (read_ns[1:] + read_ns[:-1]) / 2 + COUNTER_UPDATE_NS
-    return span_ns / 1e9 * MAX_LINK_BPS
+    return span_ns / 1e9 * max_bps
 
 
 def unwrap(raw: np.ndarray, bits: int = 32, t_ns: np.ndarray | None = None,
-           read_ns: np.ndarray | None = None) -> np.ndarray:
+           read_ns: np.ndarray | None = None, max_bps: float = MAX_LINK_BPS) -> np.ndarray:
     """Cumulative bytes since the first sample from raw counter values that wrap at ``2**bits``.
 
     Each step is taken modulo ``2**bits``, so one wrap between consecutive samples is undone; two wraps
@@ -60,7 +72,7 @@ def unwrap(raw: np.ndarray, bits: int = 32, t_ns: np.ndarray | None = None,
         steps &= np.uint64((1 << bits) - 1)  # ... and the mask makes it modulo 2**bits
     signed = steps.astype(np.int64)  # (64 bits: a step back is negative already)
     if t_ns is not None and bits < 64:
-        back = (steps >= np.uint64(1 << (bits - 1))) & (steps.astype(np.float64) > movable_bytes(t_ns, read_ns))
+        back = (steps >= np.uint64(1 << (bits - 1))) & (steps.astype(np.float64) > movable_bytes(t_ns, read_ns, max_bps))
         signed[back] -= 1 << bits
     return np.concatenate([[0], np.cumsum(signed)])
 
@@ -89,7 +101,8 @@ def in_order(tx_bytes: np.ndarray, rx_bytes: np.ndarray) -> np.ndarray:
     return keep
 
 
-def impossible_steps(t_ns: np.ndarray, read_ns: np.ndarray, *cum_bytes: np.ndarray) -> np.ndarray:
+def impossible_steps(t_ns: np.ndarray, read_ns: np.ndarray, *cum_bytes: np.ndarray,
+                     max_bps: float = MAX_LINK_BPS) -> np.ndarray:
     """Which steps between consecutive samples (one flag per step; cumulative bytes in time order) no link
     could make: more bytes, either way, than a saturated link moves between the earliest and the latest time
     the two reads' values can apply (the gap between their midpoints, half of each read, one counter update).
@@ -97,7 +110,7 @@ def impossible_steps(t_ns: np.ndarray, read_ns: np.ndarray, *cum_bytes: np.ndarr
     steps by up to its whole range, which a 0.5 ms gap cannot hold."""
     if t_ns.size < 2:
         return np.zeros(0, bool)
-    movable = movable_bytes(t_ns, read_ns)
+    movable = movable_bytes(t_ns, read_ns, max_bps)
     return np.logical_or.reduce([np.abs(np.diff(y)) > movable for y in cum_bytes])
 
 
@@ -115,8 +128,9 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
     GPU's first sample), ``read_ns`` (how long that sample's read took, as recorded; the floor's cost of a
     read grows with it) and ``jump`` (the interval up to this sample held a step no link could move, a
     counter reset: its bytes are unknown, :func:`impossible_steps`; the values go on from before it).
-    ``counters`` gives each GPU's ``mode`` ("fields"/"throughput") and ``bits``. Samples that step back
-    against the reads before them (:func:`in_order`) are left out."""
+    ``counters`` gives each GPU's ``mode`` ("fields"/"throughput"), ``bits`` and, where known,
+    ``pcie_gen_max``/``pcie_width_max`` (:func:`link_bps`). Samples that step back against the reads before
+    them (:func:`in_order`) are left out."""
     parts = []
     for idx, g in samples.groupby("nvml_index", sort=True) if len(samples) else ():
         c = counters.get(int(idx), {"mode": "fields", "bits": 32})
@@ -124,8 +138,9 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
         read_ns = g["read_ns"].to_numpy(np.int64) if "read_ns" in g else np.zeros(t.size, np.int64)
         jumped = np.zeros(max(t.size - 1, 0), bool)
         if c["mode"] == "fields":
-            tx, rx = (unwrap(g[col].to_numpy(), c["bits"], t, read_ns) for col in ("tx_raw", "rx_raw"))
-            jumped = impossible_steps(t, read_ns, tx, rx)
+            link = link_bps(c.get("pcie_gen_max"), c.get("pcie_width_max"))
+            tx, rx = (unwrap(g[col].to_numpy(), c["bits"], t, read_ns, link) for col in ("tx_raw", "rx_raw"))
+            jumped = impossible_steps(t, read_ns, tx, rx, max_bps=link)
             tx, rx = rebase(tx, jumped), rebase(rx, jumped)
         else:
             tx, rx = integrate_rate(t, g["tx_raw"].to_numpy()), integrate_rate(t, g["rx_raw"].to_numpy())

@@ -403,3 +403,19 @@ def test_a_faster_link_s_copies_are_not_taken_for_resets(data_dir) -> None:
     cum = counters.cumulative_bytes(s.samples, s.counters)
     assert not cum["jump"].any()
     assert (cum["rx_bytes"] - clean["rx_bytes"]).tolist() == [0] * k + [step] * (len(cum) - k)
+
+
+def test_a_faster_link_s_edges_can_move_more(data_dir) -> None:
+    """What a range's edges can be off by grows with what the GPU's link can move: the real H100 attach
+    recording, analysed as recorded (Gen5 x16) and relabelled as a Gen6 x16 GPU's: no edge error shrinks and
+    some grow (those the link's rate bounds), and the ranges' status does not change."""
+    from pcietrace.analysis import analyze
+    from pcietrace.session import Session
+
+    gen5 = analyze(Session.load(data_dir / "attach_h100_python"))["range_instances"]
+    s = Session.load(data_dir / "attach_h100_python")
+    s.meta["gpus"][0].update(pcie_gen_max=6, pcie_width_max=16)
+    gen6 = analyze(s)["range_instances"]
+    assert (gen6["status"] == gen5["status"]).all()
+    cols = ["h2d_edge_bytes", "d2h_edge_bytes"]
+    assert (gen6[cols] >= gen5[cols] - 1e-6).all().all() and (gen6[cols] > gen5[cols] + 1).any().any()

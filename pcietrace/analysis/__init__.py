@@ -30,9 +30,10 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
     out: dict[str, pd.DataFrame] = {t: pd.DataFrame() for t in RESULT_TABLES}
     s = session
     bits = _counter_bits(s)
+    links = {i: counters.link_bps(c.get("pcie_gen_max"), c.get("pcie_width_max")) for i, c in s.counters.items()}
     cum = counters.cumulative_bytes(s.samples, s.counters)
     if len(s.samples):
-        out["sampling"] = counters.sample_gaps(s.samples, bits, cum)
+        out["sampling"] = counters.sample_gaps(s.samples, bits, cum, links)
     if s.meta.get("kind") == "graphs":
         out.update(_graphs(s, cum))
         return out
@@ -57,7 +58,7 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
     if len(s.e2e):
         out["speedup"] = launch.speedup(s.e2e)
     if s.meta.get("kind") == "attach" and len(s.samples):  # ("attach-failed": the program never ran)
-        out.update(_attach(s, cum, bits))
+        out.update(_attach(s, cum, bits, links))
     if len(s.latency):
         out["latency"] = latency_analysis.summary(s.latency)
         if len(out["gpu_time"]):
@@ -140,15 +141,15 @@ def _untraced_launches(events: pd.DataFrame) -> list[str]:
             "graph_launches_process count the whole process's while it was open"]
 
 
-def _attach(s: Session, cum: pd.DataFrame, bits: dict[int, int]) -> dict[str, pd.DataFrame]:
-    """Attribution for an attach session (``cum``: its :func:`counters.cumulative_bytes`): idle windows
-    before/after the program give each GPU's floor (per counter read + background); each range is charged to
-    its own GPUs."""
+def _attach(s: Session, cum: pd.DataFrame, bits: dict[int, int], links: dict[int, float]) -> dict[str, pd.DataFrame]:
+    """Attribution for an attach session (``cum``: its :func:`counters.cumulative_bytes`; ``bits``, ``links``:
+    each GPU's counter width and :func:`counters.link_bps`): idle windows before/after the program give each
+    GPU's floor (per counter read + background); each range is charged to its own GPUs."""
     sampled = [int(g["nvml_index"]) for g in s.meta.get("gpus", [])]
     events = gpu_time.host_events(s.events)
     ranges = attribution.ranges_from_events(events) if len(events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
     slow = [d for d in str(s.meta.get("slow_domains") or "").split(",") if d]  # ranges that did not hold the fast rate
-    gaps = attribution.sampling_gaps(cum, bits, idle_interval_ns(s.meta), ranges[~ranges["domain"].isin(slow)])
+    gaps = attribution.sampling_gaps(cum, bits, idle_interval_ns(s.meta), ranges[~ranges["domain"].isin(slow)], links)
     gap_ns = max((g["median_ns"] for g in gaps.values()), default=0.0)  # the in-range gap: what edges rest on
     notes = []
     if len(ranges) and "devmask" not in events.columns:
@@ -159,7 +160,7 @@ def _attach(s: Session, cum: pd.DataFrame, bits: dict[int, int]) -> dict[str, pd
                      f"was open; median gap while one was: {gap_ns / 1e6:.2f} ms (the sampling table mixes both)")
     ranges = attribution.range_gpus(ranges, events, s.meta.get("gpus", []))
     fl = floor.floor_model(cum, s.windows, sampled, floor.spans_by_gpu(ranges))
-    inst = attribution.attribute(ranges, cum, fl, bits, gaps) if len(ranges) else ranges
+    inst = attribution.attribute(ranges, cum, fl, bits, gaps, links) if len(ranges) else ranges
     costs = s.meta.get("launch_costs")
     pids = gpu_time.recording_pids(s.events)
     if pids and len(inst):  # attach --gpu-time: the GPU's busy time per range
@@ -180,7 +181,7 @@ def _attach(s: Session, cum: pd.DataFrame, bits: dict[int, int]) -> dict[str, pd
                      "error: its ± covers the edges only")
     whole_floor = floor.floor_model(cum, s.windows, sampled, windows_only=True)  # (see floor_model)
     whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], whole_floor,
-                                  s.meta.get("gpus", []), bits)
+                                  s.meta.get("gpus", []), bits, links)
     whole["program_graph_savings_ms"] = math.nan
     if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0
         inst = inst.assign(**{c: math.nan for c in LAUNCH_COUNTS if c in inst})

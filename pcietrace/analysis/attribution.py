@@ -163,14 +163,15 @@ def open_ranges_at(ranges: pd.DataFrame, t_ns: np.ndarray) -> np.ndarray:
 
 
 def sampling_gaps(cum: pd.DataFrame, bits: dict[int, int] | None = None, idle_ns: int = 0,
-                  ranges: pd.DataFrame | None = None) -> dict[int, dict[str, Any]]:
+                  ranges: pd.DataFrame | None = None,
+                  links: dict[int, float] | None = None) -> dict[int, dict[str, Any]]:
     """Per GPU: sample times ``t``; per gap between consecutive samples whether it is a ``stall`` (longer
     than 4 counter updates and twice the median in-range gap) or a ``wrap`` risk (long enough for a
     saturated link to wrap the counter unseen, or holding a counter jump: :func:`counters.jumps`); and
     ``median_ns``, the median gap the sampler keeps while a range is open. With idle-aware sampling
     (``idle_ns`` > 0, the sampler's idle interval, and the recording's ``ranges``) a gap that starts while no
     range is open was meant to last up to ``idle_ns``: it is a stall only beyond twice that, and it does not
-    count towards the median."""
+    count towards the median. ``links``: each GPU's :func:`counters.link_bps` (default a Gen5 x16's)."""
     out = {}
     for idx, g in cum.groupby("nvml_index"):
         t = g["t_ns"].to_numpy(np.int64)
@@ -180,12 +181,14 @@ def sampling_gaps(cum: pd.DataFrame, bits: dict[int, int] | None = None, idle_ns
         median = float(np.median(fast)) if fast.size else 0.0
         limit = max(4 * COUNTER_UPDATE_NS, 2 * median) if gap.size else 0
         out[int(idx)] = {"t": t, "stall": gap > np.where(idle, max(limit, 2 * idle_ns), limit), "median_ns": median,
-                         "wrap": could_hide_wrap(gap, (bits or {}).get(int(idx), 32)) | jumps(g)}
+                         "wrap": could_hide_wrap(gap, (bits or {}).get(int(idx), 32),
+                                                 (links or {}).get(int(idx), MAX_LINK_BPS)) | jumps(g)}
     return out
 
 
 def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
-              bits: dict[int, int] | None = None, gaps: dict[int, dict[str, Any]] | None = None) -> pd.DataFrame:
+              bits: dict[int, int] | None = None, gaps: dict[int, dict[str, Any]] | None = None,
+              links: dict[int, float] | None = None) -> pd.DataFrame:
     """Adds ``duration_ns``; per direction ``{d}_raw_bytes`` (counter change over the range, interpolated
     between samples, summed over the range's ``gpus``), ``{d}_bytes`` (raw minus the floor model; NaN unless
     ``status`` is "ok"), ``{d}_edge_bytes`` (how far the counter values at the two edges can be off, from
@@ -199,7 +202,8 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     on the same thread).
     ``ranges`` must carry ``gpus`` (:func:`range_gpus`); ``floor``: :func:`pcietrace.analysis.floor.floor_model`;
     ``bits``: each GPU's counter width (default 32); ``gaps``: :func:`sampling_gaps` where the sampler's rate
-    varied (idle-aware sampling; default: computed with one rate).
+    varied (idle-aware sampling; default: computed with one rate); ``links``: each GPU's
+    :func:`counters.link_bps`, what its edges can move (default a Gen5 x16's).
     The floor counts the reads inside each range, so a read rate that changes between ranges, idle time and
     the floor's calibration windows is accounted for read by read."""
     out = ranges.copy()
@@ -209,7 +213,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     acc = {k: np.zeros(n) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor", "d2h_floor",
                                     "h2d_floor_var", "d2h_floor_var", "stalls")}
     status = np.zeros(n, np.int64)  # index into STATUSES; the worst over the range's GPUs wins
-    gaps = gaps if gaps is not None else sampling_gaps(cum, bits)
+    gaps = gaps if gaps is not None else sampling_gaps(cum, bits, links=links)
     models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
     for idx, g in cum.groupby("nvml_index"):
         mine = np.array([int(idx) in r for r in out["gpus"]], bool)
@@ -236,7 +240,8 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             # the floor's bytes per read and per ns, which the edges spread evenly (none without a floor)
             per_read, per_ns = (0.0, 0.0) if no_floor else \
                 np.nan_to_num(floor_bytes(model, d, np.array([1, 0]), np.array([0, 1])))
-            (ya, ea), (yb, eb) = (edge_values(*curve[:2], x, side, *curve[2:], float(per_read), float(per_ns))
+            (ya, ea), (yb, eb) = (edge_values(*curve[:2], x, side, *curve[2:], float(per_read), float(per_ns),
+                                                  (links or {}).get(int(idx), MAX_LINK_BPS))
                                   for x, side in ((a, "start"), (b, "end")))
             (ya, ea), (yb, eb) = growing_edges(a, b, ya, yb, ea, eb, mine)
             acc[f"{d}_raw"] += np.where(mine, yb - ya, 0)
@@ -275,7 +280,7 @@ def value_curve(cum: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray,
 
 def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early: np.ndarray | None = None,
                 late: np.ndarray | None = None, floor_bytes_per_read: float = 0.0,
-                floor_bytes_per_ns: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+                floor_bytes_per_ns: float = 0.0, max_bps: float = MAX_LINK_BPS) -> tuple[np.ndarray, np.ndarray]:
     """The cumulative counter at each range ``edge`` (``side`` "start" or "end") and how far that can be
     off (both in bytes), from samples at ``t`` (ns) with values ``y``.
 
@@ -287,8 +292,8 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
     remainder is the range's. (The rate-matching rule used before put half of a 0.5 ms copy that followed idle time
     outside its range: -35 ... -94 % on the blind oracle's short copies; this rule reads them within 0.3 %.) Where
     traffic outside any range abuts an edge (an app's warm-up copy just before its first range) this charges it to
-    the range, no more than :data:`MAX_LINK_BPS` moves between the edge and the latest time the next sample's value
-    can apply (nor between the earliest time the previous one's can and the edge; ``early``/``late``: the earliest
+    the range, no more than the link (``max_bps``, B/s) moves between the edge and the latest time the next sample's
+    value can apply (nor between the earliest time the previous one's can and the edge; ``early``/``late``: the earliest
     and latest, ns, ascending, :func:`value_curve`; default one counter update either side). The error is the worst
     case within those bounds, given that the samples around an edge applied on its sides: where the later one's read
     started less than a counter update before the edge (or the earlier one's ended after it), its value may have
@@ -315,7 +320,7 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
         j = np.minimum(i + 2, n - 1)
         nxt = np.where(i + 2 < n, (y[j] - y1) / np.maximum(t[j] - t1, 1), 0.0)
         est = y1 - rate * (t1 - e) - np.clip((nxt - rate) * (t1 - e), 0, np.maximum(above, 0))
-    cap = MAX_LINK_BPS / 1e9  # bytes per ns
+    cap = max_bps / 1e9  # bytes per ns
     lo = np.maximum(y0, y1 - cap * np.maximum(late[i + 1] - edge, 0))
     hi = np.minimum(y1, y0 + cap * np.maximum(edge - early[i], 0))
     lo, hi = np.where(lo <= hi, lo, y0), np.where(lo <= hi, hi, y1)
@@ -470,18 +475,19 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
 
 
 def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,
-              gpus: list[dict[str, Any]], bits: dict[int, int] | None = None) -> pd.DataFrame:
+              gpus: list[dict[str, Any]], bits: dict[int, int] | None = None,
+              links: dict[int, float] | None = None) -> pd.DataFrame:
     """One row per sampled GPU for the whole program run: duration, H2D/D2H bytes (floor removed; NaN with
     the reason in ``status`` where that GPU has no floor or no data) with the floor's 95 % half-width
     (``{d}_floor_err_bytes``: over a whole run the floor's error outweighs the edges'), the launches made on it
     (:func:`launches_by_gpu`; without device information, the program's own where one GPU was sampled),
     and the program's totals, the same on every row: ``program_eager_launches``, ``program_graph_launches``,
     ``program_captured_launches`` (into streams being captured: graph nodes, in neither of the other two),
-    ``processes``, ``ranges``. ``gpus``: the session's GPU records."""
+    ``processes``, ``ranges``. ``gpus``: the session's GPU records; ``bits``, ``links``: see :func:`attribute`."""
     sampled = sorted(int(i) for i in cum["nvml_index"].unique())
     span = pd.DataFrame({"t_start_ns": [t0] * len(sampled), "t_end_ns": [t1] * len(sampled), "kind": "start",
                          "pid": 0, "tid": 0, "depth": 0, "gpus": [[g] for g in sampled]})
-    at = attribute(span, cum, floor, bits) if sampled else span
+    at = attribute(span, cum, floor, bits, links=links) if sampled else span
     last = with_captured(events.groupby("pid").tail(1) if len(events) else events)
     total = {m: int(last[f"{m}_process"].sum()) if len(last) else 0 for m in ("eager", "graph", "captured")}
     mine = launches_by_gpu(events, [g for g in gpus if int(g["nvml_index"]) in sampled]).set_index("nvml_index")

@@ -16,10 +16,11 @@ import pandas as pd
 MAX_LINK_BPS = 64e9
 
 
-def could_hide_wrap(gap_ns: Any, bits: int = 32) -> Any:
-    """Whether a gap between samples (ns; scalar or array) is long enough for a saturated link to move
-    ``2**bits`` bytes, i.e. to wrap the counter unseen (then nothing after it can be trusted)."""
-    return np.asarray(gap_ns) / 1e9 * MAX_LINK_BPS >= 2**bits
+def could_hide_wrap(gap_ns: Any, bits: int = 32, max_bps: float = MAX_LINK_BPS) -> Any:
+    """Whether a gap between samples (ns; scalar or array) is long enough for a saturated link (``max_bps``,
+    B/s: :func:`link_bps`) to move ``2**bits`` bytes, i.e. to wrap the counter unseen (then nothing after it
+    can be trusted)."""
+    return np.asarray(gap_ns) / 1e9 * max_bps >= 2**bits
 
 
 #: How often NVML's PCIe byte counters change (measured on the lent H100/H200, driver 580): ~0.2 ms.
@@ -174,11 +175,12 @@ def gaps_overlapping(t: np.ndarray, flags: np.ndarray, a: np.ndarray, b: np.ndar
 
 
 def sample_gaps(samples: pd.DataFrame, bits: dict[int, int] | None = None,
-                cum: pd.DataFrame | None = None) -> pd.DataFrame:
+                cum: pd.DataFrame | None = None, links: dict[int, float] | None = None) -> pd.DataFrame:
     """Per GPU: samples, sample rate (Hz), median and max gap (us), whether the max gap is long
     enough that a saturated link could have wrapped the counter unseen (``wrap_risk``; ``bits``: each
     GPU's counter width, default 32) and ``counter_jumps`` (steps no link could move, a counter reset, in
-    ``cum``, the samples' :func:`cumulative_bytes`; 0 without it)."""
+    ``cum``, the samples' :func:`cumulative_bytes`; 0 without it). ``links``: each GPU's :func:`link_bps`
+    (default a Gen5 x16's)."""
     rows = []
     jumped = cum.groupby("nvml_index")["jump"].sum() if cum is not None and "jump" in cum else pd.Series(dtype=int)
     for idx, g in samples.groupby("nvml_index", sort=True):
@@ -189,7 +191,8 @@ def sample_gaps(samples: pd.DataFrame, bits: dict[int, int] | None = None,
                      "rate_hz": (t.size - 1) / span_s if t.size > 1 and span_s > 0 else float("nan"),
                      "median_gap_us": float(np.median(d)) / 1e3, "max_gap_us": float(d.max()) / 1e3,
                      "median_read_us": float(g["read_ns"].median()) / 1e3,
-                     "wrap_risk": bool(could_hide_wrap(d.max(), (bits or {}).get(int(idx), 32))),
+                     "wrap_risk": bool(could_hide_wrap(d.max(), (bits or {}).get(int(idx), 32),
+                                                       (links or {}).get(int(idx), MAX_LINK_BPS))),
                      "counter_jumps": int(jumped.get(idx, 0))})
     return pd.DataFrame(rows, columns=["nvml_index", "samples", "rate_hz", "median_gap_us", "max_gap_us",
                                        "median_read_us", "wrap_risk", "counter_jumps"])

@@ -160,7 +160,7 @@ static void child_after_fork(void)
 static const char k_marker[] = "pcietrace injection library";
 /* exported as an alias: this copy's own code refers to k_marker, which no other copy's definition interposes */
 EXPORT extern const char pcietrace_inject_copy[sizeof k_marker] __attribute__((alias("k_marker")));
-static int g_passive;       /* another copy, loaded before this one, records: this one only forwards */
+static int g_passive = -1;  /* another copy, loaded before, records: this one forwards (-1: not known yet) */
 static void *g_first;       /* that copy's handle */
 static pthread_once_t g_copies_once = PTHREAD_ONCE_INIT;
 
@@ -198,15 +198,18 @@ static void copies_resolve(void)
         free(e.names[i]);
     }
     Dl_info there;  /* (found in that object or one it depends on: the copy is the object that defines it) */
-    g_passive = marker && marker != k_marker;
-    if (g_passive && dladdr(marker, &there)) g_first = dlopen(there.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    int later = marker && marker != k_marker;
+    if (later && dladdr(marker, &there)) g_first = dlopen(there.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
     free(e.names);
     dlerror();  /* the objects probed in vain are no error of the program's */
+    __atomic_store_n(&g_passive, later, __ATOMIC_RELEASE);
 }
 
 /* Whether another copy of this library, loaded before this one, records: this one then forwards only. */
-static int passive(void)
+static inline int passive(void)
 {
+    int known = __atomic_load_n(&g_passive, __ATOMIC_ACQUIRE);  /* (a direct call asks at every launch) */
+    if (__builtin_expect(known >= 0, 1)) return known;
     pthread_once(&g_copies_once, copies_resolve);
     return g_passive;
 }
@@ -709,7 +712,8 @@ static int cooperative(const char *s) { return !strcmp(s, "cuLaunchCooperativeKe
 static int ours(void *p);
 static void *wrap_entry(const char *sym, void *real, unsigned long long flags)
 {
-    if (!real || !sym || ours(real) || passive()) return real;  /* our own direct-call definition (interposed): counts already */
+    /* our own direct-call definition (interposed) counts already; a passive copy wraps nothing */
+    if (!real || !sym || ours(real) || passive()) return real;
     if (!strcmp(sym, "cuGetProcAddress_v2")) { real_getproc2 = (getproc2_fn)real; return (void *)getproc2; }
     if (!strcmp(sym, "cuGetProcAddress")) { real_getproc1 = (getproc1_fn)real; return (void *)getproc1; }
     int pt = suffix(sym, "_ptsz") || (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);

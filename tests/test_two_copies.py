@@ -171,3 +171,35 @@ def test_attach_with_a_second_copy_counts_direct_launches_once(tmp_path, first: 
     for name in ("direct_launch", "direct_ex", "direct_cooperative"):
         assert ranges.loc[name, COLS].tolist() == [n, 0, 0], name
     assert ranges.loc["direct_graph", COLS].tolist() == [0, n, 0]
+
+
+#: A C program that probes for the driver from its own code (not through ctypes, whose dlsym caller is libffi).
+PROBE_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+int main(void)
+{
+    void *p = dlsym(RTLD_DEFAULT, "cuLaunchKernel");
+    const char *err = p ? "" : dlerror();
+    printf("%d %d\n", p != NULL, err != NULL);
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("copies", [1, 2])
+def test_a_c_program_probing_for_the_driver_finds_no_copy_s_entry_points(tmp_path, copies: int) -> None:
+    """A C program's own dlsym(RTLD_DEFAULT, "cuLaunchKernel") with no driver loaded, under one copy or two:
+    not found, with dlerror() set. (Before: the library's own definition was handed back, the next object after
+    the program being the preloaded library itself.)"""
+    lib, copy = _copy(tmp_path)
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "probe.c").write_text(PROBE_C)
+    subprocess.run([cc, "-O2", "-o", str(tmp_path / "probe"), str(tmp_path / "probe.c"), "-ldl"], check=True)
+    env = dict(os.environ, PCIETRACE_COUNT="interpose", LD_PRELOAD=" ".join([lib, copy][:copies]))
+    proc = subprocess.run([str(tmp_path / "probe")], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0", "1"]  # not found, and dlerror() says why

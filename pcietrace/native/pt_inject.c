@@ -763,14 +763,25 @@ static int ours(void *p)
     return dladdr((void *)ours, &here) && dladdr(p, &there) && here.dli_fbase == there.dli_fbase;
 }
 
+static void *g_libc;  /* libc's handle, for not_found */
+/* NULL with dlerror() set, as for a name nothing defines (ctypes, for one, reads dlerror() whenever dlsym returns
+ * NULL): the name asked of libc, which defines no cu* name. Not RTLD_NEXT, whose "next" counts from the code
+ * that called dlsym (ours is a tail call): from a program's own code, the next object is this library (or
+ * another copy), and its own definition was handed back. */
+static void *not_found(const char *name)
+{
+    void *libc = __atomic_load_n(&g_libc, __ATOMIC_RELAXED);
+    if (!libc) __atomic_store_n(&g_libc, libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD), __ATOMIC_RELAXED);
+    return real_dlsym_fn(libc ? libc : RTLD_NEXT, name);
+}
+
 EXPORT void *dlsym(void *handle, const char *name)
 {
     void *p = real_dlsym_fn(handle, name);
     if (!p || name[0] != 'c' || name[1] != 'u' || !interposing() || passive()) return p;
     /* our own direct-call definition counts already; without a driver loaded the name is not there (a program
-     * probing for the driver by a launch entry point must not find it in this library): what comes after us,
-     * NULL with dlerror() set (ctypes, for one, reads dlerror() whenever dlsym returns NULL) */
-    if (ours(p)) return libcuda() ? p : real_dlsym_fn(RTLD_NEXT, name);
+     * probing for the driver by a launch entry point must not find it in this library) */
+    if (ours(p)) return libcuda() ? p : not_found(name);
     return wrap_entry(name, p, 0);
 }
 

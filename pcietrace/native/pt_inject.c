@@ -825,7 +825,7 @@ DIRECT_COOP(cuLaunchCooperativeKernel, 0) DIRECT_COOP(cuLaunchCooperativeKernel_
 DIRECT_GRAPH(cuGraphLaunch, 0) DIRECT_GRAPH(cuGraphLaunch_ptsz, 1)
 
 /* Loaded at process start (LD_PRELOAD): map the edge page now, so the samplers know from the start that open
- * ranges are counted here (else they read fast until the first NVTX call). */
+ * ranges are counted here (else they read fast until the first NVTX call). A passive copy leaves it to the first. */
 __attribute__((constructor)) static void at_load(void) { if (!passive()) edges_open(); }
 
 /* Final counters at normal exit (a crash skips this; the report then ends at the last event). */

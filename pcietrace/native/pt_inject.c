@@ -10,6 +10,7 @@
  *    NVTX headers are needed to build this file;
  *  - or, cheaper, by LD_PRELOAD with PCIETRACE_COUNT=interpose: launches are counted by trampolines
  *    handed out through an interposed dlsym/cuGetProcAddress (see below).
+ * A second copy loaded from another path (another object) records nothing and only forwards: see "two copies".
  *
  * Output: one tab-separated line per event, appended to PCIETRACE_TRACE_DIR/trace-<pid>.tsv, a
  * file mapped MAP_SHARED, so what was written survives a crash of the application:
@@ -41,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
+#include <link.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -147,9 +149,78 @@ static void child_after_fork(void)
     pthread_mutex_init(&g_read_lock, NULL);  /* a parent's thread may have held it at fork(): it has no thread here */
 }
 
+/* ---- two copies in one process: the first loaded records, a later one only forwards ----
+ * Two paths are two objects (attach from one install wrapping a program that runs attach from another, or the
+ * library added to LD_PRELOAD by hand beside attach's): each would count every launch that passes through both
+ * (direct calls go from one's definition to the next) and truncate the other's trace. Every copy exports
+ * pcietrace_inject_copy; the copy that records is the first object, in load order (dl_iterate_phdr: preloads,
+ * then each dlopen), that defines it. Not a lookup in the global scope (RTLD_DEFAULT): copies that NVTX's or
+ * CUDA's loader opened RTLD_LOCAL are not there, and two such would each find only themselves. The same path
+ * loaded twice is one object, which finds itself. */
+static const char k_marker[] = "pcietrace injection library";
+/* exported as an alias: this copy's own code refers to k_marker, which no other copy's definition interposes */
+EXPORT extern const char pcietrace_inject_copy[sizeof k_marker] __attribute__((alias("k_marker")));
+static int g_passive = -1;  /* another copy, loaded before, records: this one forwards (-1: not known yet) */
+static void *g_first;       /* that copy's handle */
+static pthread_once_t g_copies_once = PTHREAD_ONCE_INIT;
+
+struct earlier { uintptr_t self; char **names; size_t n, cap; };
+
+/* dl_iterate_phdr's visit: the name of each object loaded before this one; stops at this one. */
+static int note_earlier(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    struct earlier *e = data;
+    for (int i = 0; i < info->dlpi_phnum; ++i) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t at = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && e->self >= at && e->self - at < ph->p_memsz) return 1;
+    }
+    if (!*info->dlpi_name) return 0;  /* the program itself: a copy is never that */
+    if (e->n == e->cap) {
+        char **more = realloc(e->names, (e->cap = e->cap ? 2 * e->cap : 64) * sizeof *more);
+        if (!more) return 1;
+        e->names = more;
+    }
+    if ((e->names[e->n] = strdup(info->dlpi_name))) ++e->n;  /* copied: an object may be unloaded meanwhile */
+    return 0;
+}
+
+static void copies_resolve(void)
+{
+    struct earlier e = {(uintptr_t)(void *)copies_resolve, NULL, 0, 0};
+    dl_iterate_phdr(note_earlier, &e);
+    /* dlopen and dlsym outside the visit: dl_iterate_phdr holds the loader's list lock */
+    const char *marker = NULL;
+    for (size_t i = 0; i < e.n; ++i) {
+        void *h = marker ? NULL : dlopen(e.names[i], RTLD_LAZY | RTLD_NOLOAD);
+        if (h) { marker = real_dlsym_fn(h, "pcietrace_inject_copy"); dlclose(h); }
+        free(e.names[i]);
+    }
+    Dl_info there;  /* (found in that object or one it depends on: the copy is the object that defines it) */
+    int later = marker && marker != k_marker;
+    if (later && dladdr(marker, &there)) g_first = dlopen(there.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    free(e.names);
+    dlerror();  /* the objects probed in vain are no error of the program's */
+    __atomic_store_n(&g_passive, later, __ATOMIC_RELEASE);
+}
+
+/* Whether another copy of this library, loaded before this one, records: this one then forwards only. */
+static inline int passive(void)
+{
+    int known = __atomic_load_n(&g_passive, __ATOMIC_ACQUIRE);  /* (a direct call asks at every launch) */
+    if (__builtin_expect(known >= 0, 1)) return known;
+    pthread_once(&g_copies_once, copies_resolve);
+    return g_passive;
+}
+
+/* The recording copy's ``name`` (a passive copy hands NVTX's and CUDA's initialisation to it). */
+static void *first_copy(const char *name) { return passive() && g_first ? real_dlsym_fn(g_first, name) : NULL; }
+
 static int trace_open(void)
 {
     if (g_buf) return 1;
+    if (passive()) return 0;  /* the recording copy writes this process's trace */
     pthread_mutex_lock(&g_open_lock);
     if (!g_buf) {
         const char *dir = getenv("PCIETRACE_TRACE_DIR");
@@ -481,6 +552,8 @@ static void install(NvtxFunctionTable table, unsigned int size, unsigned int id,
 
 EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
 {
+    int (*first)(NvtxGetExportTableFunc_t) = (int (*)(NvtxGetExportTableFunc_t))first_copy("InitializeInjectionNvtx2");
+    if (passive()) return first ? first(getExportTable) : 0;  /* NVTX picked a later copy: the first fills the tables */
     const NvtxExportTableCallbacks *cb = (const NvtxExportTableCallbacks *)getExportTable(NVTX_ETID_CALLBACKS);
     NvtxFunctionTable t = NULL;
     unsigned int n = 0;
@@ -639,7 +712,8 @@ static int cooperative(const char *s) { return !strcmp(s, "cuLaunchCooperativeKe
 static int ours(void *p);
 static void *wrap_entry(const char *sym, void *real, unsigned long long flags)
 {
-    if (!real || !sym || ours(real)) return real;  /* our own direct-call definition (interposed): counts already */
+    /* our own direct-call definition (interposed) counts already; a passive copy wraps nothing */
+    if (!real || !sym || ours(real) || passive()) return real;
     if (!strcmp(sym, "cuGetProcAddress_v2")) { real_getproc2 = (getproc2_fn)real; return (void *)getproc2; }
     if (!strcmp(sym, "cuGetProcAddress")) { real_getproc1 = (getproc1_fn)real; return (void *)getproc1; }
     int pt = suffix(sym, "_ptsz") || (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
@@ -689,14 +763,25 @@ static int ours(void *p)
     return dladdr((void *)ours, &here) && dladdr(p, &there) && here.dli_fbase == there.dli_fbase;
 }
 
+static void *g_libc;  /* libc's handle, for not_found */
+/* NULL with dlerror() set, as for a name nothing defines (ctypes, for one, reads dlerror() whenever dlsym returns
+ * NULL): the name asked of libc, which defines no cu* name. Not RTLD_NEXT, whose "next" counts from the code
+ * that called dlsym (ours is a tail call): from a program's own code, the next object is this library (or
+ * another copy), and its own definition was handed back. */
+static void *not_found(const char *name)
+{
+    void *libc = __atomic_load_n(&g_libc, __ATOMIC_RELAXED);
+    if (!libc) __atomic_store_n(&g_libc, libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD), __ATOMIC_RELAXED);
+    return real_dlsym_fn(libc ? libc : RTLD_NEXT, name);
+}
+
 EXPORT void *dlsym(void *handle, const char *name)
 {
     void *p = real_dlsym_fn(handle, name);
-    if (!p || name[0] != 'c' || name[1] != 'u' || !interposing()) return p;
+    if (!p || name[0] != 'c' || name[1] != 'u' || !interposing() || passive()) return p;
     /* our own direct-call definition counts already; without a driver loaded the name is not there (a program
-     * probing for the driver by a launch entry point must not find it in this library): what comes after us,
-     * NULL with dlerror() set (ctypes, for one, reads dlerror() whenever dlsym returns NULL) */
-    if (ours(p)) return libcuda() ? p : real_dlsym_fn(RTLD_NEXT, name);
+     * probing for the driver by a launch entry point must not find it in this library) */
+    if (ours(p)) return libcuda() ? p : not_found(name);
     return wrap_entry(name, p, 0);
 }
 
@@ -718,7 +803,7 @@ static void *next_entry(void **cache, const char *name)
 }
 static inline void count_direct(void *stream, int per_thread, int graph)
 {
-    if (interposing()) count_launch(stream, per_thread, graph);
+    if (interposing() && !passive()) count_launch(stream, per_thread, graph);  /* (a passive copy: the first counts) */
 }
 #define DIRECT_LAUNCH(sym, pt) EXPORT CUres sym(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
     unsigned g, unsigned sh, void *st, void **p, void **x) \
@@ -740,8 +825,8 @@ DIRECT_COOP(cuLaunchCooperativeKernel, 0) DIRECT_COOP(cuLaunchCooperativeKernel_
 DIRECT_GRAPH(cuGraphLaunch, 0) DIRECT_GRAPH(cuGraphLaunch_ptsz, 1)
 
 /* Loaded at process start (LD_PRELOAD): map the edge page now, so the samplers know from the start that open
- * ranges are counted here (else they read fast until the first NVTX call). */
-__attribute__((constructor)) static void at_load(void) { edges_open(); }
+ * ranges are counted here (else they read fast until the first NVTX call). A passive copy leaves it to the first. */
+__attribute__((constructor)) static void at_load(void) { if (!passive()) edges_open(); }
 
 /* Final counters at normal exit (a crash skips this; the report then ends at the last event). */
 __attribute__((destructor)) static void at_exit(void)
@@ -842,6 +927,8 @@ static void gpu_time_on(void *lib)
 
 EXPORT int InitializeInjection(void)
 {
+    int (*first)(void) = (int (*)(void))first_copy("InitializeInjection");
+    if (passive()) return first ? first() : 1;  /* the driver picked a later copy: the first subscribes */
     const char *path = getenv("PCIETRACE_CUPTI");
     const char *gpu_time = getenv("PCIETRACE_GPU_TIME");
     void *lib = dlopen(path && *path ? path : "libcupti.so", RTLD_NOW | RTLD_GLOBAL);

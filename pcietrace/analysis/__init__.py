@@ -13,7 +13,7 @@ import pandas as pd
 from pcietrace.analysis import attribution, counters, floor, gpu_time, launch, savings, summary, validate
 from pcietrace.analysis import graphs as graphs_analysis
 from pcietrace.analysis import latency as latency_analysis
-from pcietrace.schema import NO_LAUNCH_COUNTER, TRACE_FULL, records
+from pcietrace.schema import NO_LAUNCH_COUNTER, TABLE_COLUMNS, TRACE_FULL, empty_table, records
 from pcietrace.session import Session
 
 #: Result tables in display order; each is a DataFrame documented in its producing function.
@@ -21,14 +21,48 @@ RESULT_TABLES = ("sampling", "per_gpu", "floor", "calibration", "per_launch", "p
                  "cpu_cost", "host_cost_by_language", "gpu_time", "speedup", "latency", "topology_model", "ranges",
                  "range_instances", "whole_run", "notes", "graphs", "fit_windows", "rates")
 
+#: Column groups ``range_instances`` has all of or none of, beside :data:`attribution.INSTANCE_COLUMNS`, in this
+#: order: ``gpu_time`` where the GPU's busy time was recorded (``attach --gpu-time``), ``savings`` where launch costs
+#: are known (attach's "graphs save" figure).
+INSTANCE_EXTRAS = {"gpu_time": gpu_time.BUSY_COLUMNS, "savings": ["graph_savings_ms", "launch_bound"]}
+#: Columns of the ``notes`` table (attach: one sentence per row).
+NOTES_COLUMNS = ["note"]
+
+
+def declared_columns(kind: str | None) -> dict[str, list[str]]:
+    """Each result table's columns, as its producer declares them, in a session of ``kind`` (``meta["kind"]``;
+    None: a run): the columns every table has, with rows or without. Two tables name more: ``calibration`` is
+    the session's own table (its declared columns, :data:`pcietrace.schema.TABLE_COLUMNS`, and whatever else the
+    recording holds) and ``range_instances`` gains :data:`INSTANCE_EXTRAS` where measured."""
+    attach = str(kind or "").startswith("attach")
+    return {"sampling": counters.SAMPLING_COLUMNS, "per_gpu": summary.GPU_COLUMNS,
+            "floor": floor.FLOOR_COLUMNS if attach else counters.RATE_FLOOR_COLUMNS,
+            "calibration": list(TABLE_COLUMNS["calibration"]), "per_launch": launch.PER_LAUNCH_COLUMNS,
+            "per_node": launch.PER_NODE_COLUMNS, "by_duration": launch.BY_DURATION_COLUMNS,
+            "cpu_cost": launch.CPU_COST_COLUMNS, "host_cost_by_language": launch.HOST_COST_BY_LANGUAGE_COLUMNS,
+            "gpu_time": launch.GPU_TIME_COLUMNS, "speedup": launch.SPEEDUP_COLUMNS,
+            "latency": latency_analysis.SUMMARY_COLUMNS, "topology_model": latency_analysis.TOPOLOGY_MODEL_COLUMNS,
+            "ranges": attribution.SUMMARY_COLUMNS, "range_instances": attribution.INSTANCE_COLUMNS,
+            "whole_run": attribution.WHOLE_RUN_COLUMNS, "notes": NOTES_COLUMNS, "graphs": graphs_analysis.SUMMARY_COLUMNS,
+            "fit_windows": launch.FIT_WINDOW_COLUMNS, "rates": counters.RATES_COLUMNS}
+
+
+def empty_results(kind: str | None) -> dict[str, pd.DataFrame]:
+    """Every result table with no rows and its :func:`declared_columns` (what :func:`analyze` starts from)."""
+    columns = declared_columns(kind)
+    out = {t: pd.DataFrame(columns=columns[t]) for t in RESULT_TABLES}
+    out["calibration"] = empty_table(TABLE_COLUMNS["calibration"])  # (as a saved session's empty table loads)
+    return out
+
 
 def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_PER_LEVEL) -> dict[str, pd.DataFrame]:
-    """All result tables of a session (tables whose inputs are missing come back empty).
+    """All result tables of a session (tables whose inputs are missing come back empty, with their
+    :func:`declared_columns`).
     ``us_per_level``: round trip added per PCIe switch level, for the topology model. A session that
     breaks an invariant the figures rely on raises :class:`~pcietrace.errors.DataError` first."""
     validate.check(session)
-    out: dict[str, pd.DataFrame] = {t: pd.DataFrame() for t in RESULT_TABLES}
     s = session
+    out = empty_results(s.meta.get("kind"))
     bits = _counter_bits(s)
     links = {i: counters.link_bps(c.get("pcie_gen_max"), c.get("pcie_width_max")) for i, c in s.counters.items()}
     cum = counters.cumulative_bytes(s.samples, s.counters)
@@ -160,7 +194,8 @@ def _attach(s: Session, cum: pd.DataFrame, bits: dict[int, int], links: dict[int
                      f"was open; median gap while one was: {gap_ns / 1e6:.2f} ms (the sampling table mixes both)")
     ranges = attribution.range_gpus(ranges, events, s.meta.get("gpus", []))
     fl = floor.floor_model(cum, s.windows, sampled, floor.spans_by_gpu(ranges))
-    inst = attribution.attribute(ranges, cum, fl, bits, gaps, links) if len(ranges) else ranges
+    inst = attribution.attribute(ranges, cum, fl, bits, gaps, links) if len(ranges) else \
+        pd.DataFrame(columns=attribution.INSTANCE_COLUMNS)
     costs = s.meta.get("launch_costs")
     pids = gpu_time.recording_pids(s.events)
     if pids and len(inst):  # attach --gpu-time: the GPU's busy time per range
@@ -182,7 +217,6 @@ def _attach(s: Session, cum: pd.DataFrame, bits: dict[int, int], links: dict[int
     whole_floor = floor.floor_model(cum, s.windows, sampled, windows_only=True)  # (see floor_model)
     whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], whole_floor,
                                   s.meta.get("gpus", []), bits, links)
-    whole["program_graph_savings_ms"] = math.nan
     if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0
         inst = inst.assign(**{c: math.nan for c in LAUNCH_COUNTS if c in inst})
         whole = whole.assign(**{c: math.nan for c in WHOLE_RUN_LAUNCHES})
@@ -196,7 +230,7 @@ def _attach(s: Session, cum: pd.DataFrame, bits: dict[int, int], links: dict[int
         whole["program_graph_savings_ms"] = savings.outermost_ms(p)
     return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta)),
             "ranges": attribution.summarize(inst, costs, short_ns=2 * gap_ns), "whole_run": whole,
-            "notes": pd.DataFrame({"note": notes}, dtype=str)}
+            "notes": pd.DataFrame(notes, columns=NOTES_COLUMNS, dtype=str)}
 
 
 def _graphs(s: Session, cum: pd.DataFrame) -> dict[str, pd.DataFrame]:

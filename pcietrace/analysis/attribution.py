@@ -22,6 +22,13 @@ from pcietrace.analysis.launch import DIRECTIONS
 RANGE_COLUMNS = ["pid", "tid", "domain", "name", "kind", "t_start_ns", "t_end_ns", "depth", "eager_launches",
                  "graph_launches", "eager_launches_process", "graph_launches_process", "captured_launches",
                  "captured_launches_process", "closed"]
+#: What :func:`attribute` adds to a range (in this order, after the range's own columns).
+ATTRIBUTED_COLUMNS = ["duration_ns", "status", "stalls",
+                      *(f"{d}_{c}" for d in DIRECTIONS for c in ("raw_bytes", "bytes", "edge_bytes", "floor_err_bytes")),
+                      "excl_ns", "excl_h2d_bytes", "excl_d2h_bytes"]
+#: Columns of an attributed range instance (the ``range_instances`` result table, before the groups
+#: :func:`pcietrace.analysis.analyze` adds where measured: :data:`pcietrace.analysis.INSTANCE_EXTRAS`).
+INSTANCE_COLUMNS = [*RANGE_COLUMNS, "gpus", "gpus_rule", *ATTRIBUTED_COLUMNS]  # ("gpus*": :func:`range_gpus`)
 #: Range statuses, best first: bytes are reported only for "ok".
 STATUSES = ("ok", "no floor", "no data", "wrap risk")
 RANGE_EVENTS = {"push", "pop", "start", "end"}
@@ -263,7 +270,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     parent = nesting.parents(out)
     for c in ("ns", "h2d_bytes", "d2h_bytes"):
         out[f"excl_{c}"] -= nesting.children_sum(out, parent, "duration_ns" if c == "ns" else c)
-    return out
+    return out[list(dict.fromkeys([*ranges.columns, *ATTRIBUTED_COLUMNS]))]  # (ranges attributed again keep their order)
 
 
 def value_curve(cum: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -474,6 +481,12 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
     return out
 
 
+#: Columns of :func:`whole_run` (the ``whole_run`` result table).
+WHOLE_RUN_COLUMNS = ["nvml_index", "duration_ms", "h2d_bytes", "d2h_bytes", "h2d_floor_err_bytes", "d2h_floor_err_bytes",
+                     "status", "eager_launches", "graph_launches", "program_eager_launches", "program_graph_launches",
+                     "program_captured_launches", "processes", "ranges", "program_graph_savings_ms"]
+
+
 def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,
               gpus: list[dict[str, Any]], bits: dict[int, int] | None = None,
               links: dict[int, float] | None = None) -> pd.DataFrame:
@@ -483,7 +496,10 @@ def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: 
     (:func:`launches_by_gpu`; without device information, the program's own where one GPU was sampled),
     and the program's totals, the same on every row: ``program_eager_launches``, ``program_graph_launches``,
     ``program_captured_launches`` (into streams being captured: graph nodes, in neither of the other two),
-    ``processes``, ``ranges``. ``gpus``: the session's GPU records; ``bits``, ``links``: see :func:`attribute`."""
+    ``processes``, ``ranges``, and ``program_graph_savings_ms`` (NaN here: what capturing the outermost ranges into
+    graphs could save, :func:`pcietrace.analysis.savings.outermost_ms`, filled in where launch costs are known).
+    Columns: :data:`WHOLE_RUN_COLUMNS`. ``gpus``: the session's GPU records; ``bits``, ``links``: see
+    :func:`attribute`."""
     sampled = sorted(int(i) for i in cum["nvml_index"].unique())
     span = pd.DataFrame({"t_start_ns": [t0] * len(sampled), "t_end_ns": [t1] * len(sampled), "kind": "start",
                          "pid": 0, "tid": 0, "depth": 0, "gpus": [[g] for g in sampled]})
@@ -503,7 +519,7 @@ def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: 
                         "program_captured_launches": total["captured"],
                         "processes": int(events["pid"].nunique()) if len(events) else 0,
                         "ranges": int(events["event"].isin(["push", "start"]).sum()) if len(events) else 0})
-    return out
+    return out.reindex(columns=WHOLE_RUN_COLUMNS)  # (program_graph_savings_ms: NaN)
 
 
 def launch_rate(events: pd.DataFrame, bin_ns: int = 1_000_000) -> pd.DataFrame:

@@ -174,6 +174,11 @@ def gaps_overlapping(t: np.ndarray, flags: np.ndarray, a: np.ndarray, b: np.ndar
     return csum[np.maximum(hi, lo)] - csum[lo]
 
 
+#: The columns of :func:`sample_gaps` (the ``sampling`` result table).
+SAMPLING_COLUMNS = ["nvml_index", "samples", "rate_hz", "median_gap_us", "max_gap_us", "median_read_us", "wrap_risk",
+                    "counter_jumps"]
+
+
 def sample_gaps(samples: pd.DataFrame, bits: dict[int, int] | None = None,
                 cum: pd.DataFrame | None = None, links: dict[int, float] | None = None) -> pd.DataFrame:
     """Per GPU: samples, sample rate (Hz), median and max gap (us), whether the max gap is long
@@ -194,8 +199,7 @@ def sample_gaps(samples: pd.DataFrame, bits: dict[int, int] | None = None,
                      "wrap_risk": bool(could_hide_wrap(d.max(), (bits or {}).get(int(idx), 32),
                                                        (links or {}).get(int(idx), MAX_LINK_BPS))),
                      "counter_jumps": int(jumped.get(idx, 0))})
-    return pd.DataFrame(rows, columns=["nvml_index", "samples", "rate_hz", "median_gap_us", "max_gap_us",
-                                       "median_read_us", "wrap_risk", "counter_jumps"])
+    return pd.DataFrame(rows, columns=SAMPLING_COLUMNS)
 
 
 def window_bytes(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
@@ -219,6 +223,11 @@ def window_bytes(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+#: The columns of :func:`floor` (a run's or a graphs run's ``floor`` result table; attach's is
+#: :data:`pcietrace.analysis.floor.FLOOR_COLUMNS`).
+RATE_FLOOR_COLUMNS = ["nvml_index", "tx_Bps", "tx_Bps_std", "rx_Bps", "rx_Bps_std", "windows", "reads_per_s"]
+
+
 def floor(wb: pd.DataFrame) -> pd.DataFrame:
     """Background traffic from the idle windows, per GPU: ``tx_Bps``/``rx_Bps`` (mean bytes per second),
     their standard deviations over windows, ``windows`` (how many idle windows) and ``reads_per_s``
@@ -230,8 +239,7 @@ def floor(wb: pd.DataFrame) -> pd.DataFrame:
         rows.append({"nvml_index": int(idx), "tx_Bps": tx.mean(), "tx_Bps_std": tx.std(ddof=1),
                      "rx_Bps": rx.mean(), "rx_Bps_std": rx.std(ddof=1), "windows": len(g),
                      "reads_per_s": (g["samples"] / g["duration_s"]).mean()})
-    return pd.DataFrame(rows, columns=["nvml_index", "tx_Bps", "tx_Bps_std", "rx_Bps", "rx_Bps_std", "windows",
-                                       "reads_per_s"])
+    return pd.DataFrame(rows, columns=RATE_FLOOR_COLUMNS)
 
 
 def subtract_floor(wb: pd.DataFrame, fl: pd.DataFrame) -> pd.DataFrame:
@@ -241,6 +249,10 @@ def subtract_floor(wb: pd.DataFrame, fl: pd.DataFrame) -> pd.DataFrame:
     for d in ("tx", "rx"):
         out[f"{d}_net_bytes"] = out[f"{d}_bytes"].astype(float) - out[f"{d}_Bps"].astype(float) * out["duration_s"]
     return out.drop(columns=["tx_Bps", "rx_Bps"])
+
+
+#: The columns of :func:`rates` (the ``rates`` timeline).
+RATES_COLUMNS = ["nvml_index", "t_ns", "rx_Bps", "tx_Bps"]
 
 
 def rates(cum: pd.DataFrame, bin_ns: int = 1_000_000) -> pd.DataFrame:
@@ -261,4 +273,4 @@ def rates(cum: pd.DataFrame, bin_ns: int = 1_000_000) -> pd.DataFrame:
             y = np.interp(edges, t, g[col].to_numpy(float))
             part[col.replace("_bytes", "_Bps")] = np.where(unknown, np.nan, np.diff(y) / (bin_ns / 1e9))
         parts.append(pd.DataFrame(part))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["nvml_index", "t_ns", "rx_Bps", "tx_Bps"])
+    return pd.concat(parts, ignore_index=True)[RATES_COLUMNS] if parts else pd.DataFrame(columns=RATES_COLUMNS)

@@ -12,6 +12,14 @@ from pcietrace.analysis.spread import iqr_pct
 DEFAULT_US_PER_LEVEL = 0.3
 
 
+#: Columns of :func:`summary` (the ``latency`` result table).
+SUMMARY_COLUMNS = ["nvml_index", "test", "peer", "median_us", "p10_us", "p90_us", "ci95_us", "spread_pct", "n"]
+#: Columns of :func:`topology_model`.
+TOPOLOGY_MODEL_COLUMNS = ["nvml_index", "kernel_us", "switch_levels", "host_rtt_us", "eager_extra_us", "rtts_per_launch",
+                          "us_per_level", "added_us_per_level", "eager_gpu_us", "share_per_level_pct",
+                          "eager_gpu_us_plus1", "eager_gpu_us_plus2"]
+
+
 def summary(latency: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     """Per ``nvml_index, test, peer``: ``median_us``, ``p10_us``, ``p90_us``, ``ci95_us`` (half-width of a
     bootstrap 95 % interval of the median), ``spread_pct`` (interquartile range relative to the median)
@@ -27,7 +35,7 @@ def summary(latency: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
         rows.append({"nvml_index": int(idx), "test": test, "peer": int(peer), "median_us": med,
                      "p10_us": float(p10), "p90_us": float(p90), "ci95_us": float(hi - lo) / 2,
                      "spread_pct": iqr_pct(v), "n": int(v.size)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
 def topology_model(gpu_time: pd.DataFrame, lat: pd.DataFrame, switch_levels: dict[int, int],
@@ -58,7 +66,7 @@ def topology_model(gpu_time: pd.DataFrame, lat: pd.DataFrame, switch_levels: dic
                          "us_per_level": us_per_level, "added_us_per_level": added,
                          "eager_gpu_us": r.eager_gpu_us, "share_per_level_pct": added / r.eager_gpu_us * 100,
                          "eager_gpu_us_plus1": r.eager_gpu_us + added, "eager_gpu_us_plus2": r.eager_gpu_us + 2 * added})
-    out = pd.DataFrame(rows)
+    out = pd.DataFrame(rows, columns=TOPOLOGY_MODEL_COLUMNS)
     if len(out):  # whole numbers or None (a GPU the topology does not place), never NaN
         out["switch_levels"] = pd.Series([r["switch_levels"] for r in rows], dtype=object)
     return out

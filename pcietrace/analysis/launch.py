@@ -24,6 +24,10 @@ BY_DURATION_COLUMNS = ["nvml_index", "kernel_us", "launches", "achieved_rate_hz"
 PER_LAUNCH_COLUMNS = ["nvml_index", "mode", "graph_k", "direction", "bytes_per_call", "ci95", "bytes_per_kernel",
                       "intercept_bytes", "intercept_Bps", "intercept_ci95_Bps", "floor_Bps", "intercept_ok", "r2", "n"]
 PER_NODE_COLUMNS = ["nvml_index", "direction", "fixed_bytes", "fixed_ci95", "per_node_bytes", "per_node_ci95", "ks"]
+CPU_COST_COLUMNS = ["nvml_index", "mode", "graph_k", "host_us_per_call", "host_us_per_kernel", "cpu_us_per_call"]
+GPU_TIME_COLUMNS = ["nvml_index", "kernel_us", "eager_gpu_us", "graph_gpu_us", "saturated", "eager_gpu_us_min",
+                    "eager_gpu_us_max", "eager_contexts", "measured_us", "eager_gap_us", "graph_gap_us", "gpu_speedup"]
+SPEEDUP_COLUMNS = ["nvml_index", "kernel_us", "eager_wall_us", "graph_wall_us", "graph_k", "speedup"]
 
 #: Launch paths (``path`` column of bursts, windows and e2e records) and how tables name them.
 #: Reports from before the native loops have no ``path``: their loops ran in Python.
@@ -127,13 +131,13 @@ def cpu_cost(bursts: pd.DataFrame) -> pd.DataFrame:
     waits): ``host_us_per_call`` (wall time of the launch loop) and ``cpu_us_per_call`` (the launching
     thread's CPU time), medians over kernel durations (dry bursts left out: :func:`kept_bursts`), and
     ``host_us_per_kernel`` (per call / K).
-    Columns: ``nvml_index, mode, graph_k, host_us_per_call, host_us_per_kernel, cpu_us_per_call``."""
+    Columns: :data:`CPU_COST_COLUMNS`."""
     bursts = kept_bursts(primary(bursts), ["nvml_index", "mode", "graph_k", "kernel_us"])
     b = bursts.assign(host_us_per_call=bursts["host_ns"] / bursts["calls"] / 1e3,
                       cpu_us_per_call=bursts["cpu_ns"] / bursts["calls"] / 1e3)
     out = b.groupby(["nvml_index", "mode", "graph_k"], as_index=False)[["host_us_per_call", "cpu_us_per_call"]].median()
-    out.insert(4, "host_us_per_kernel", out["host_us_per_call"] / out["graph_k"])
-    return out
+    out["host_us_per_kernel"] = out["host_us_per_call"] / out["graph_k"]
+    return out[CPU_COST_COLUMNS]
 
 
 def gpu_time(bursts: pd.DataFrame, calibration: pd.DataFrame, contexts: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -145,7 +149,7 @@ def gpu_time(bursts: pd.DataFrame, calibration: pd.DataFrame, contexts: pd.DataF
     A CUDA context draws its own eager level (:data:`pcietrace.record.run.RunPlan.gpu_time_contexts`):
     where ``contexts`` holds bursts in fresh contexts, the shortest kernel's ``eager_gpu_us`` is the median
     over every context's level (:func:`context_levels`), ``eager_gpu_us_min``/``_max`` their range and
-    ``eager_contexts`` their number (1, min = max, elsewhere)."""
+    ``eager_contexts`` their number (1, min = max, elsewhere). Columns: :data:`GPU_TIME_COLUMNS`."""
     b = primary(bursts)
     b = b.assign(us_per_kernel=b["gpu_ns"] / b["launches"] / 1e3)
     piv = b.pivot_table(index=["nvml_index", "kernel_us"], columns="mode",
@@ -175,7 +179,7 @@ def gpu_time(bursts: pd.DataFrame, calibration: pd.DataFrame, contexts: pd.DataF
     out["eager_gap_us"] = out["eager_gpu_us"] - out["measured_us"]
     out["graph_gap_us"] = out["graph_gpu_us"] - out["measured_us"]
     out["gpu_speedup"] = out["eager_gpu_us"] / out["graph_gpu_us"]
-    return out
+    return out[GPU_TIME_COLUMNS]
 
 
 def context_levels(bursts: pd.DataFrame, contexts: pd.DataFrame | None) -> pd.DataFrame:
@@ -198,7 +202,8 @@ def context_levels(bursts: pd.DataFrame, contexts: pd.DataFrame | None) -> pd.Da
 
 def speedup(e2e: pd.DataFrame) -> pd.DataFrame:
     """End-to-end wall time per kernel (``eager_wall_us``, ``graph_wall_us``; host launching as fast as it can, plus the final sync),
-    eager vs graph, per kernel duration; ``speedup`` = eager / graph (the classic CUDA-graph figure)."""
+    eager vs graph, per kernel duration; ``speedup`` = eager / graph (the classic CUDA-graph figure).
+    Columns: :data:`SPEEDUP_COLUMNS`."""
     e2e = primary(e2e)
     e = e2e.assign(us_per_kernel=e2e["wall_ns"] / e2e["launches"] / 1e3)
     piv = e.pivot_table(index=["nvml_index", "kernel_us"], columns="mode", values="us_per_kernel", aggfunc="median")
@@ -206,7 +211,7 @@ def speedup(e2e: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"eager_wall_us": piv["eager"], "graph_wall_us": piv["graph"]}).reset_index()
     out["graph_k"] = int(e.loc[e["mode"] == "graph", "graph_k"].iloc[0]) if (e["mode"] == "graph").any() else 0
     out["speedup"] = out["eager_wall_us"] / out["graph_wall_us"]
-    return out
+    return out[SPEEDUP_COLUMNS]
 
 
 #: Bursts under which host_cost_by_language gives no spread (``iqr_pct`` NaN): too few to speak of one.

@@ -609,6 +609,6 @@ def test_a_signal_while_the_latency_command_releases_its_gpus_saves_the_measured
     out = tmp_path / "lat"
     assert main(["latency", "-o", str(out)]) == 128 + signal.SIGTERM
     err = capsys.readouterr().err
-    assert err.strip().splitlines()[-1].startswith(f"pcietrace: interrupted: saved the whole run "), err
+    assert err.strip().splitlines()[-1].startswith("pcietrace: interrupted: saved the whole run "), err
     assert Backend.closed == len(gpus) and list(tmp_path.iterdir()) == [out]
     assert len(Session.load(out).latency) == len(real.latency)

@@ -51,7 +51,7 @@ def test_without_gpu_time_figures_are_unknown_not_zero(decode) -> None:
 
 def test_prediction_from_gpu_time_is_within_20_percent_of_the_measured_saving(decode) -> None:
     # truth: eager minus graphed range time, measured in two real runs; the prediction only sees the eager one
-    (s, eager), (_, graphed) = decode["decode-eager-gputime"], decode["decode-graph"]
+    (_, eager), (_, graphed) = decode["decode-eager-gputime"], decode["decode-graph"]
     sv = savings(eager, graphed).set_index("name")
     steps = sv.loc[[f"decode_step_b{b}" for b in (1, 4, 16, 64)]]
     assert (steps["measured_ms"] > 0.5 * steps["eager_ms"]).all()  # host-bound: graphs remove most of it

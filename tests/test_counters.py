@@ -399,7 +399,9 @@ def test_a_faster_link_s_copies_are_not_taken_for_resets(data_dir) -> None:
     assert counters.cumulative_bytes(s.samples, s.counters)["jump"].sum() == 1
     clean = counters.cumulative_bytes(Session.load(data_dir / "h100_run").samples, s.counters)
     s.meta["gpus"][0].update(pcie_gen_max=6, pcie_width_max=16)
-    assert counters.link_bps(6, 16) == 2 * counters.MAX_LINK_BPS == 2 * counters.link_bps(5, 16)
+    gen = {g: {"pcie_gen_max": g, "pcie_width_max": 16} for g in (4, 5, 6)}
+    assert counters.link_bps(gen[6]) == 2 * counters.link_bps(gen[5]) == 2 * counters.MAX_LINK_BPS
+    assert counters.link_bps(gen[4]) == counters.link_bps({}) == counters.MAX_LINK_BPS  # (never under Gen5 x16's)
     cum = counters.cumulative_bytes(s.samples, s.counters)
     assert not cum["jump"].any()
     assert (cum["rx_bytes"] - clean["rx_bytes"]).tolist() == [0] * k + [step] * (len(cum) - k)

@@ -64,7 +64,7 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
     s = session
     out = empty_results(s.meta.get("kind"))
     bits = _counter_bits(s)
-    links = {i: counters.link_bps(c.get("pcie_gen_max"), c.get("pcie_width_max")) for i, c in s.counters.items()}
+    links = {i: counters.link_bps(c) for i, c in s.counters.items()}
     cum = counters.cumulative_bytes(s.samples, s.counters)
     if len(s.samples):
         out["sampling"] = counters.sample_gaps(s.samples, bits, cum, links)

@@ -31,12 +31,13 @@ COUNTER_UPDATE_NS = 200_000
 GT_PER_LANE = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0, 7: 128.0}
 
 
-def link_bps(pcie_gen_max: Any = None, pcie_width_max: Any = None) -> float:
+def link_bps(counter: dict[str, Any]) -> float:
     """The most bytes per second one direction of a GPU's link can move (B/s, from its highest generation and
-    width, before encoding), never under :data:`MAX_LINK_BPS` (unknown: that): counter steps and resets are
+    width, ``pcie_gen_max``/``pcie_width_max`` of its ``counter`` record, :attr:`Session.counters`; before
+    encoding), never under :data:`MAX_LINK_BPS` (unknown: that): counter steps and resets, edges and wraps are
     judged against it, so a Gen6 GPU's copies are never taken for resets."""
-    gt = GT_PER_LANE.get(int(pcie_gen_max or 0))
-    return max(MAX_LINK_BPS, gt * 1e9 * int(pcie_width_max) / 8) if gt and pcie_width_max else MAX_LINK_BPS
+    gt, width = GT_PER_LANE.get(int(counter.get("pcie_gen_max") or 0)), counter.get("pcie_width_max")
+    return max(MAX_LINK_BPS, gt * 1e9 * int(width) / 8) if gt and width else MAX_LINK_BPS
 
 
 def movable_bytes(t_ns: np.ndarray, read_ns: np.ndarray | None = None, max_bps: float = MAX_LINK_BPS) -> np.ndarray:
@@ -73,7 +74,8 @@ def unwrap(raw: np.ndarray, bits: int = 32, t_ns: np.ndarray | None = None,
         steps &= np.uint64((1 << bits) - 1)  # ... and the mask makes it modulo 2**bits
     signed = steps.astype(np.int64)  # (64 bits: a step back is negative already)
     if t_ns is not None and bits < 64:
-        back = (steps >= np.uint64(1 << (bits - 1))) & (steps.astype(np.float64) > movable_bytes(t_ns, read_ns, max_bps))
+        movable = movable_bytes(t_ns, read_ns, max_bps)
+        back = (steps >= np.uint64(1 << (bits - 1))) & (steps.astype(np.float64) > movable)
         signed[back] -= 1 << bits
     return np.concatenate([[0], np.cumsum(signed)])
 
@@ -139,7 +141,7 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
         read_ns = g["read_ns"].to_numpy(np.int64) if "read_ns" in g else np.zeros(t.size, np.int64)
         jumped = np.zeros(max(t.size - 1, 0), bool)
         if c["mode"] == "fields":
-            link = link_bps(c.get("pcie_gen_max"), c.get("pcie_width_max"))
+            link = link_bps(c)
             tx, rx = (unwrap(g[col].to_numpy(), c["bits"], t, read_ns, link) for col in ("tx_raw", "rx_raw"))
             jumped = impossible_steps(t, read_ns, tx, rx, max_bps=link)
             tx, rx = rebase(tx, jumped), rebase(rx, jumped)

@@ -421,3 +421,23 @@ def test_a_faster_link_s_edges_can_move_more(data_dir) -> None:
     assert (gen6["status"] == gen5["status"]).all()
     cols = ["h2d_edge_bytes", "d2h_edge_bytes"]
     assert (gen6[cols] >= gen5[cols] - 1e-6).all().all() and (gen6[cols] > gen5[cols] + 1).any().any()
+
+
+def test_a_reset_seen_by_one_field_first_counts_once(data_dir) -> None:
+    """A read that straddles a reset: its TX field already restarted, its RX field not yet (the read after it
+    sees both restarted). Both steps around it are impossible, one reset: the System table and the note say 1
+    (SIMULATED on the real C++ blind H100 recording); the range over it is 'wrap risk' as with any reset."""
+    from pcietrace.analysis import analyze
+    from pcietrace.session import Session
+
+    s = Session.load(data_dir / "attach_h100_blind_cpp")
+    k = len(s.samples) // 2
+    for col, at in (("tx_raw", k), ("rx_raw", k + 1)):
+        raw = s.samples[col].to_numpy(np.uint64).astype(np.int64)
+        raw[at:] = (raw[at:] - raw[at] + 2**30) % 2**32
+        s.samples[col] = raw.astype(np.uint64)
+    cum = counters.cumulative_bytes(s.samples, s.counters)
+    assert cum["jump"].sum() == 2 and counters.resets(cum).tolist() == [1]
+    res = analyze(s)
+    assert res["sampling"]["counter_jumps"].tolist() == [1]
+    assert any("jumped 1 time(s)" in n for n in res["notes"]["note"])

@@ -205,7 +205,7 @@ def _attach(s: Session, cum: pd.DataFrame, bits: dict[int, int], links: dict[int
         notes.append(f"process {r.pid}: its trace file filled up ({int(r.id) / 2**20:,.0f} MiB) at t = "
                      f"{(r.t_ns - s.meta['t_app_start_ns']) / 1e9:,.3f} s; later events were lost (ranges still open are "
                      "closed there, later launches uncounted): set PCIETRACE_TRACE_BYTES higher")
-    for idx, n in cum.groupby("nvml_index")["jump"].sum().items():
+    for idx, n in counters.resets(cum).items():
         if n:
             notes.append(f"GPU{idx}: its counters jumped {int(n)} time(s) by more than the link could move (a "
                          "counter reset): the bytes across a jump are unknown; ranges over one are 'wrap risk'")

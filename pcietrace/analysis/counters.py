@@ -168,6 +168,16 @@ def jumps(g: pd.DataFrame) -> np.ndarray:
     return g["jump"].to_numpy(bool)[1:] if "jump" in g else np.zeros(max(len(g) - 1, 0), bool)
 
 
+def resets(cum: pd.DataFrame) -> pd.Series:
+    """Per GPU (index ``nvml_index``): how many counter resets its :func:`cumulative_bytes` hold, a run of
+    consecutive sample gaps with a jump counting once (a read that straddles a reset can step impossibly on
+    both sides: its two fields, or it and the read after it, saw different sides of it)."""
+    if not len(cum):
+        return pd.Series(dtype=int)
+    j = cum["jump"].to_numpy(bool)  # (a GPU's first sample never has one: no run spans two GPUs)
+    return pd.Series(j & ~np.concatenate([[False], j[:-1]]), index=cum["nvml_index"]).groupby(level=0).sum()
+
+
 def gaps_overlapping(t: np.ndarray, flags: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """How many flagged gaps (between ``t[k]`` and ``t[k+1]``, ns) overlap each interval [``a``, ``b``] (ns)."""
     csum = np.concatenate([[0], np.cumsum(flags)])
@@ -185,11 +195,11 @@ def sample_gaps(samples: pd.DataFrame, bits: dict[int, int] | None = None,
                 cum: pd.DataFrame | None = None, links: dict[int, float] | None = None) -> pd.DataFrame:
     """Per GPU: samples, sample rate (Hz), median and max gap (us), whether the max gap is long
     enough that a saturated link could have wrapped the counter unseen (``wrap_risk``; ``bits``: each
-    GPU's counter width, default 32) and ``counter_jumps`` (steps no link could move, a counter reset, in
-    ``cum``, the samples' :func:`cumulative_bytes`; 0 without it). ``links``: each GPU's :func:`link_bps`
+    GPU's counter width, default 32) and ``counter_jumps`` (counter resets, :func:`resets`, in ``cum``, the
+    samples' :func:`cumulative_bytes`; 0 without it). ``links``: each GPU's :func:`link_bps`
     (default a Gen5 x16's)."""
     rows = []
-    jumped = cum.groupby("nvml_index")["jump"].sum() if cum is not None and "jump" in cum else pd.Series(dtype=int)
+    jumped = resets(cum) if cum is not None and "jump" in cum else pd.Series(dtype=int)
     for idx, g in samples.groupby("nvml_index", sort=True):
         t = g["t_ns"].to_numpy(np.int64)
         d = np.diff(t) if t.size > 1 else np.array([0])

@@ -99,7 +99,7 @@ def test_a_gap_that_could_hide_a_wrap_is_an_error_for_its_ranges() -> None:
     assert out["status"].tolist() == ["ok", "wrap risk"]
     assert out["h2d_bytes"].iloc[0] == pytest.approx(1e4) and np.isnan(out["h2d_bytes"].iloc[1])
     # 64-bit counters cannot wrap in 100 ms: the same gap costs nothing there
-    assert attribution.attribute(ranges, cum, floor, {0: 64})["status"].tolist() == ["ok", "ok"]
+    assert attribution.attribute(ranges, cum, floor, {0: {"bits": 64}})["status"].tolist() == ["ok", "ok"]
 
 
 @pytest.fixture(scope="module")

@@ -63,11 +63,9 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
     validate.check(session)
     s = session
     out = empty_results(s.meta.get("kind"))
-    bits = _counter_bits(s)
-    links = {i: counters.link_bps(c) for i, c in s.counters.items()}
     cum = counters.cumulative_bytes(s.samples, s.counters)
     if len(s.samples):
-        out["sampling"] = counters.sample_gaps(s.samples, bits, cum, links)
+        out["sampling"] = counters.sample_gaps(s.samples, s.counters, cum)
     if s.meta.get("kind") == "graphs":
         out.update(_graphs(s, cum))
         return out
@@ -92,7 +90,7 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
     if len(s.e2e):
         out["speedup"] = launch.speedup(s.e2e)
     if s.meta.get("kind") == "attach" and len(s.samples):  # ("attach-failed": the program never ran)
-        out.update(_attach(s, cum, bits, links))
+        out.update(_attach(s, cum))
     if len(s.latency):
         out["latency"] = latency_analysis.summary(s.latency)
         if len(out["gpu_time"]):
@@ -136,11 +134,6 @@ def to_jsonable(results: dict[str, pd.DataFrame]) -> dict[str, Any]:
     return {k: records(v) for k, v in results.items() if k not in TIMELINES}
 
 
-def _counter_bits(s: Session) -> dict[int, int]:
-    """Each GPU's counter width (bits), which sets how long a sampling gap may be before it could hide a wrap."""
-    return {i: int(c.get("bits") or 32) for i, c in s.counters.items()}
-
-
 #: Launch counts of a range instance, unknown (NaN) where the program ran with ``--no-count-launches``.
 LAUNCH_COUNTS = ("eager_launches", "graph_launches", "eager_launches_process", "graph_launches_process",
                  "captured_launches", "captured_launches_process")
@@ -175,15 +168,15 @@ def _untraced_launches(events: pd.DataFrame) -> list[str]:
             "graph_launches_process count the whole process's while it was open"]
 
 
-def _attach(s: Session, cum: pd.DataFrame, bits: dict[int, int], links: dict[int, float]) -> dict[str, pd.DataFrame]:
-    """Attribution for an attach session (``cum``: its :func:`counters.cumulative_bytes`; ``bits``, ``links``:
-    each GPU's counter width and :func:`counters.link_bps`): idle windows before/after the program give each
-    GPU's floor (per counter read + background); each range is charged to its own GPUs."""
+def _attach(s: Session, cum: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Attribution for an attach session (``cum``: its :func:`counters.cumulative_bytes`): idle windows
+    before/after the program give each GPU's floor (per counter read + background); each range is charged to
+    its own GPUs."""
     sampled = [int(g["nvml_index"]) for g in s.meta.get("gpus", [])]
     events = gpu_time.host_events(s.events)
     ranges = attribution.ranges_from_events(events) if len(events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
     slow = [d for d in str(s.meta.get("slow_domains") or "").split(",") if d]  # ranges that did not hold the fast rate
-    gaps = attribution.sampling_gaps(cum, bits, idle_interval_ns(s.meta), ranges[~ranges["domain"].isin(slow)], links)
+    gaps = attribution.sampling_gaps(cum, s.counters, idle_interval_ns(s.meta), ranges[~ranges["domain"].isin(slow)])
     gap_ns = max((g["median_ns"] for g in gaps.values()), default=0.0)  # the in-range gap: what edges rest on
     notes = []
     if len(ranges) and "devmask" not in events.columns:
@@ -194,7 +187,7 @@ def _attach(s: Session, cum: pd.DataFrame, bits: dict[int, int], links: dict[int
                      f"was open; median gap while one was: {gap_ns / 1e6:.2f} ms (the sampling table mixes both)")
     ranges = attribution.range_gpus(ranges, events, s.meta.get("gpus", []))
     fl = floor.floor_model(cum, s.windows, sampled, floor.spans_by_gpu(ranges))
-    inst = attribution.attribute(ranges, cum, fl, bits, gaps, links) if len(ranges) else \
+    inst = attribution.attribute(ranges, cum, fl, s.counters, gaps) if len(ranges) else \
         pd.DataFrame(columns=attribution.INSTANCE_COLUMNS)
     costs = s.meta.get("launch_costs")
     pids = gpu_time.recording_pids(s.events)
@@ -216,7 +209,7 @@ def _attach(s: Session, cum: pd.DataFrame, bits: dict[int, int], links: dict[int
                      "error: its ± covers the edges only")
     whole_floor = floor.floor_model(cum, s.windows, sampled, windows_only=True)  # (see floor_model)
     whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], whole_floor,
-                                  s.meta.get("gpus", []), bits, links)
+                                  s.meta.get("gpus", []), s.counters)
     if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0
         inst = inst.assign(**{c: math.nan for c in LAUNCH_COUNTS if c in inst})
         whole = whole.assign(**{c: math.nan for c in WHOLE_RUN_LAUNCHES})

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.analysis import nesting
-from pcietrace.analysis.counters import COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, gaps_overlapping, jumps
+from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, gaps_overlapping, jumps,
+                                         link_bps)
 from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
 from pcietrace.analysis.launch import DIRECTIONS
 
@@ -169,16 +170,16 @@ def open_ranges_at(ranges: pd.DataFrame, t_ns: np.ndarray) -> np.ndarray:
     return np.searchsorted(starts, t_ns, "right") - np.searchsorted(ends, t_ns, "right")
 
 
-def sampling_gaps(cum: pd.DataFrame, bits: dict[int, int] | None = None, idle_ns: int = 0,
-                  ranges: pd.DataFrame | None = None,
-                  links: dict[int, float] | None = None) -> dict[int, dict[str, Any]]:
+def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None = None, idle_ns: int = 0,
+                  ranges: pd.DataFrame | None = None) -> dict[int, dict[str, Any]]:
     """Per GPU: sample times ``t``; per gap between consecutive samples whether it is a ``stall`` (longer
     than 4 counter updates and twice the median in-range gap) or a ``wrap`` risk (long enough for a
     saturated link to wrap the counter unseen, or holding a counter jump: :func:`counters.jumps`); and
     ``median_ns``, the median gap the sampler keeps while a range is open. With idle-aware sampling
     (``idle_ns`` > 0, the sampler's idle interval, and the recording's ``ranges``) a gap that starts while no
     range is open was meant to last up to ``idle_ns``: it is a stall only beyond twice that, and it does not
-    count towards the median. ``links``: each GPU's :func:`counters.link_bps` (default a Gen5 x16's)."""
+    count towards the median. ``counters``: each GPU's record (:attr:`pcietrace.session.Session.counters`:
+    its counter width and link, :func:`could_hide_wrap`)."""
     out = {}
     for idx, g in cum.groupby("nvml_index"):
         t = g["t_ns"].to_numpy(np.int64)
@@ -188,14 +189,13 @@ def sampling_gaps(cum: pd.DataFrame, bits: dict[int, int] | None = None, idle_ns
         median = float(np.median(fast)) if fast.size else 0.0
         limit = max(4 * COUNTER_UPDATE_NS, 2 * median) if gap.size else 0
         out[int(idx)] = {"t": t, "stall": gap > np.where(idle, max(limit, 2 * idle_ns), limit), "median_ns": median,
-                         "wrap": could_hide_wrap(gap, (bits or {}).get(int(idx), 32),
-                                                 (links or {}).get(int(idx), MAX_LINK_BPS)) | jumps(g)}
+                         "wrap": could_hide_wrap(gap, (counters or {}).get(int(idx))) | jumps(g)}
     return out
 
 
 def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
-              bits: dict[int, int] | None = None, gaps: dict[int, dict[str, Any]] | None = None,
-              links: dict[int, float] | None = None) -> pd.DataFrame:
+              counters: dict[int, dict[str, Any]] | None = None,
+              gaps: dict[int, dict[str, Any]] | None = None) -> pd.DataFrame:
     """Adds ``duration_ns``; per direction ``{d}_raw_bytes`` (counter change over the range, interpolated
     between samples, summed over the range's ``gpus``), ``{d}_bytes`` (raw minus the floor model; NaN unless
     ``status`` is "ok"), ``{d}_edge_bytes`` (how far the counter values at the two edges can be off, from
@@ -208,9 +208,9 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     figures (``excl_ns``, ``excl_h2d_bytes``, ``excl_d2h_bytes``: minus the direct children of push/pop ranges
     on the same thread).
     ``ranges`` must carry ``gpus`` (:func:`range_gpus`); ``floor``: :func:`pcietrace.analysis.floor.floor_model`;
-    ``bits``: each GPU's counter width (default 32); ``gaps``: :func:`sampling_gaps` where the sampler's rate
-    varied (idle-aware sampling; default: computed with one rate); ``links``: each GPU's
-    :func:`counters.link_bps`, what its edges can move (default a Gen5 x16's).
+    ``counters``: each GPU's record (:attr:`pcietrace.session.Session.counters`: its counter width, and its
+    link, :func:`link_bps`, what its edges can move; default 32 bits, a Gen5 x16); ``gaps``:
+    :func:`sampling_gaps` where the sampler's rate varied (idle-aware sampling; default: computed with one rate).
     The floor counts the reads inside each range, so a read rate that changes between ranges, idle time and
     the floor's calibration windows is accounted for read by read."""
     out = ranges.copy()
@@ -220,7 +220,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     acc = {k: np.zeros(n) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor", "d2h_floor",
                                     "h2d_floor_var", "d2h_floor_var", "stalls")}
     status = np.zeros(n, np.int64)  # index into STATUSES; the worst over the range's GPUs wins
-    gaps = gaps if gaps is not None else sampling_gaps(cum, bits, links=links)
+    gaps = gaps if gaps is not None else sampling_gaps(cum, counters)
     models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
     for idx, g in cum.groupby("nvml_index"):
         mine = np.array([int(idx) in r for r in out["gpus"]], bool)
@@ -248,7 +248,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             per_read, per_ns = (0.0, 0.0) if no_floor else \
                 np.nan_to_num(floor_bytes(model, d, np.array([1, 0]), np.array([0, 1])))
             (ya, ea), (yb, eb) = (edge_values(*curve[:2], x, side, *curve[2:], float(per_read), float(per_ns),
-                                                  (links or {}).get(int(idx), MAX_LINK_BPS))
+                                                  link_bps((counters or {}).get(int(idx), {})))
                                   for x, side in ((a, "start"), (b, "end")))
             (ya, ea), (yb, eb) = growing_edges(a, b, ya, yb, ea, eb, mine)
             acc[f"{d}_raw"] += np.where(mine, yb - ya, 0)
@@ -488,8 +488,7 @@ WHOLE_RUN_COLUMNS = ["nvml_index", "duration_ms", "h2d_bytes", "d2h_bytes", "h2d
 
 
 def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,
-              gpus: list[dict[str, Any]], bits: dict[int, int] | None = None,
-              links: dict[int, float] | None = None) -> pd.DataFrame:
+              gpus: list[dict[str, Any]], counters: dict[int, dict[str, Any]] | None = None) -> pd.DataFrame:
     """One row per sampled GPU for the whole program run: duration, H2D/D2H bytes (floor removed; NaN with
     the reason in ``status`` where that GPU has no floor or no data) with the floor's 95 % half-width
     (``{d}_floor_err_bytes``: over a whole run the floor's error outweighs the edges'), the launches made on it
@@ -498,12 +497,12 @@ def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: 
     ``program_captured_launches`` (into streams being captured: graph nodes, in neither of the other two),
     ``processes``, ``ranges``, and ``program_graph_savings_ms`` (NaN here: what capturing the outermost ranges into
     graphs could save, :func:`pcietrace.analysis.savings.outermost_ms`, filled in where launch costs are known).
-    Columns: :data:`WHOLE_RUN_COLUMNS`. ``gpus``: the session's GPU records; ``bits``, ``links``: see
+    Columns: :data:`WHOLE_RUN_COLUMNS`. ``gpus``: the session's GPU records; ``counters``: see
     :func:`attribute`."""
     sampled = sorted(int(i) for i in cum["nvml_index"].unique())
     span = pd.DataFrame({"t_start_ns": [t0] * len(sampled), "t_end_ns": [t1] * len(sampled), "kind": "start",
                          "pid": 0, "tid": 0, "depth": 0, "gpus": [[g] for g in sampled]})
-    at = attribute(span, cum, floor, bits, links=links) if sampled else span
+    at = attribute(span, cum, floor, counters) if sampled else span
     last = with_captured(events.groupby("pid").tail(1) if len(events) else events)
     total = {m: int(last[f"{m}_process"].sum()) if len(last) else 0 for m in ("eager", "graph", "captured")}
     mine = launches_by_gpu(events, [g for g in gpus if int(g["nvml_index"]) in sampled]).set_index("nvml_index")

@@ -16,11 +16,12 @@ import pandas as pd
 MAX_LINK_BPS = 64e9
 
 
-def could_hide_wrap(gap_ns: Any, bits: int = 32, max_bps: float = MAX_LINK_BPS) -> Any:
-    """Whether a gap between samples (ns; scalar or array) is long enough for a saturated link (``max_bps``,
-    B/s: :func:`link_bps`) to move ``2**bits`` bytes, i.e. to wrap the counter unseen (then nothing after it
-    can be trusted)."""
-    return np.asarray(gap_ns) / 1e9 * max_bps >= 2**bits
+def could_hide_wrap(gap_ns: Any, counter: dict[str, Any] | None = None) -> Any:
+    """Whether a gap between samples (ns; scalar or array) is long enough for the GPU's saturated link
+    (:func:`link_bps`) to move ``2**bits`` bytes, i.e. to wrap the counter unseen (then nothing after it can be
+    trusted). ``counter``: the GPU's record (:attr:`pcietrace.session.Session.counters`; ``bits`` default 32)."""
+    c = counter or {}
+    return np.asarray(gap_ns) / 1e9 * link_bps(c) >= 2 ** int(c.get("bits") or 32)
 
 
 #: How often NVML's PCIe byte counters change (measured on the lent H100/H200, driver 580): ~0.2 ms.
@@ -191,13 +192,12 @@ SAMPLING_COLUMNS = ["nvml_index", "samples", "rate_hz", "median_gap_us", "max_ga
                     "counter_jumps"]
 
 
-def sample_gaps(samples: pd.DataFrame, bits: dict[int, int] | None = None,
-                cum: pd.DataFrame | None = None, links: dict[int, float] | None = None) -> pd.DataFrame:
+def sample_gaps(samples: pd.DataFrame, counters: dict[int, dict[str, Any]] | None = None,
+                cum: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per GPU: samples, sample rate (Hz), median and max gap (us), whether the max gap is long
-    enough that a saturated link could have wrapped the counter unseen (``wrap_risk``; ``bits``: each
-    GPU's counter width, default 32) and ``counter_jumps`` (counter resets, :func:`resets`, in ``cum``, the
-    samples' :func:`cumulative_bytes`; 0 without it). ``links``: each GPU's :func:`link_bps`
-    (default a Gen5 x16's)."""
+    enough that a saturated link could have wrapped the counter unseen (``wrap_risk``; ``counters``: each
+    GPU's record, :func:`could_hide_wrap`) and ``counter_jumps`` (counter resets, :func:`resets`, in ``cum``, the
+    samples' :func:`cumulative_bytes`; 0 without it)."""
     rows = []
     jumped = resets(cum) if cum is not None and "jump" in cum else pd.Series(dtype=int)
     for idx, g in samples.groupby("nvml_index", sort=True):
@@ -208,8 +208,7 @@ def sample_gaps(samples: pd.DataFrame, bits: dict[int, int] | None = None,
                      "rate_hz": (t.size - 1) / span_s if t.size > 1 and span_s > 0 else float("nan"),
                      "median_gap_us": float(np.median(d)) / 1e3, "max_gap_us": float(d.max()) / 1e3,
                      "median_read_us": float(g["read_ns"].median()) / 1e3,
-                     "wrap_risk": bool(could_hide_wrap(d.max(), (bits or {}).get(int(idx), 32),
-                                                       (links or {}).get(int(idx), MAX_LINK_BPS))),
+                     "wrap_risk": bool(could_hide_wrap(d.max(), (counters or {}).get(int(idx)))),
                      "counter_jumps": int(jumped.get(idx, 0))})
     return pd.DataFrame(rows, columns=SAMPLING_COLUMNS)
 

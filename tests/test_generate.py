@@ -52,9 +52,9 @@ def test_burst_keeps_the_queue_full_and_times_gpu_and_host_apart(gen) -> None:
 
 def test_plan_step_count_matches_the_steps() -> None:
     plan = RunPlan(durations_us=(0, 5), graph_ks=(1, 10), idle_windows=1, e2e_repeats=1, language_repeats=1)
-    # 2 calibrations + 1 idle + 4 eager fits + 1 duration + 8 graph windows + loading PyTorch + 4 bursts
-    # + 4 fresh CUDA contexts + 3 language bursts (native, Python, PyTorch) + 4 e2e
-    assert plan.steps() == 32
+    # 2 calibrations + 1 idle + 4 eager fits + 1 duration + 8 graph windows + loading PyTorch + making the
+    # fresh CUDA contexts + 4 fresh contexts' bursts + 4 bursts + 3 language bursts (native, Python, PyTorch) + 4 e2e
+    assert plan.steps() == 33
 
 
 def test_end_to_end_loops_of_long_kernels_are_capped_at_whole_graphs() -> None:

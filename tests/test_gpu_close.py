@@ -243,19 +243,42 @@ def test_a_clean_run_closes_every_fresh_context_and_comes_back() -> None:
     _contexts_left_clean(log)
 
 
-@pytest.mark.parametrize("when", ["open", "burst"])
-def test_ctrl_c_in_a_fresh_context_releases_it_and_keeps_the_contexts_before(when) -> None:
-    session, log = _record(_trip_at("fresh2", when, KeyboardInterrupt))
+def test_ctrl_c_in_a_fresh_context_releases_it_those_made_ahead_and_keeps_the_contexts_before() -> None:
+    session, log = _record(_trip_at("fresh2", "burst", KeyboardInterrupt))
     assert session.meta["status"] == "interrupted" and session.meta["raised"] == "KeyboardInterrupt"
     assert sorted(session.contexts["context"].unique()) == [1]  # context 2's bursts never finished: none kept
-    if when == "burst":
-        _contexts_left_clean(log)
-    else:  # never returned: nothing for the step to close, but the run's own context is current again
-        assert ("close", "fresh2") not in log and log[-2:] == [("activate", "fresh2"), ("activate", "own")], log
-    from pcietrace.analysis.launch import gpu_time
+    assert ("activate", "fresh3") in log  # made ahead of the turn, never used: closed all the same
+    _contexts_left_clean(log)
+    assert (session.contexts.groupby("context").size() == CONTEXT_BURSTS).all()
 
-    row = gpu_time(session.bursts, session.calibration, session.contexts).iloc[0]
-    assert row["eager_contexts"] == 2  # the run's own context and fresh context 1
+
+def test_ctrl_c_while_making_the_contexts_ahead_closes_those_made() -> None:
+    session, log = _record(_trip_at("fresh2", "open", KeyboardInterrupt))
+    assert session.meta["status"] == "interrupted" and session.meta["raised"] == "KeyboardInterrupt"
+    assert session.contexts.empty  # before the turn: no context had its bursts yet
+    assert ("close", "fresh1") in log and ("close", "fresh2") not in log  # fresh2 never returned: nothing to close
+    assert log[-1] == ("activate", "own"), log
+
+
+def test_contexts_are_made_before_the_timed_turn_and_their_bursts_open_it() -> None:
+    """Making a context (~130 ms, H100) is no timing: it happens before the GPU's turn (``before_timing``),
+    so a box of N GPUs does not wait N times for it."""
+    params = SimParams.default()
+    device = SimDevice(params, seed=3)
+    log: list[tuple[str, str]] = []
+    plan = RunPlan(durations_us=(0,), graph_ks=(1,), idle_windows=1, rate_fractions=(1.0,), window_s=0.02,
+                   e2e_repeats=1, language_repeats=0, gpu_time_contexts=3)
+    session = Session(meta=base_meta(plan, True))
+    session.meta["gpus"] = gpu_records(params, 1)
+    labels: list[str] = []
+    record(session, plan, [(session.meta["gpus"][0], WatchedSim(device, log, lambda *_: None))], SimSampler({0: device}),
+           progress=labels.append, before_timing=lambda g: (labels.append("TURN"), log.append(("turn", "own"))))
+    turn = log.index(("turn", "own"))
+    assert [e for e in log[:turn] if e[0] == "activate" and e[1] != "own"] == [("activate", "fresh1"), ("activate", "fresh2")]
+    assert not [e for e in log[:turn] if e[0] == "close"]  # made ahead, still open when the turn comes
+    assert labels[labels.index("TURN") + 1].endswith("GPU time: context 2 of 3")  # their bursts open the turn
+    assert sorted(session.contexts["context"].unique()) == [1, 2]
+    _contexts_left_clean(log)
 
 
 def test_a_failed_release_after_a_failed_burst_reports_the_burst() -> None:

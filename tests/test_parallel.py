@@ -177,6 +177,29 @@ def test_a_worker_that_dies_in_its_turn_does_not_hold_the_others(dead) -> None:
     assert [g["status"] for g in s.meta["gpus"] if g["nvml_index"] != dead] == ["complete"]
 
 
+def _sim_with_timed_device_chase(slot: int) -> Any:
+    """A SIMULATED worker whose stand-in latency suite says when each part ran (value_us: time.monotonic in
+    us): "device_chase" (the chases in the GPU's own memory) and "host_suite" (the rest, in the turn)."""
+    w = open_sim(slot, 7)
+    w.device_latency = lambda repeats, note: [(slot, "device_chase", -1, 0, time.monotonic() * 1e6)]
+    w.latency = lambda repeats, note: [(slot, "host_suite", -1, 0, time.monotonic() * 1e6)]
+    w.peer_latency = lambda ordinals, repeats, note: []
+    return w
+
+
+def test_device_memory_chases_run_before_any_gpu_times() -> None:
+    # Timed on the GPU and crossing no link, they need no turn: every GPU's ran before the first turn began,
+    # and each GPU's host-timed suite ran in its own turn, after its timed steps
+    s = Session(meta=base_meta(PLAN, True))
+    record_all(s, PLAN, [functools.partial(_sim_with_timed_device_chase, i) for i in range(3)], latency_repeats=1)
+    assert s.meta["status"] == "complete"
+    lat = s.latency.pivot(index="nvml_index", columns="test", values="value_us") * 1e3  # ns
+    timed = pd.concat([s.bursts, s.contexts, s.e2e]).groupby("nvml_index").agg(start=("t_start_ns", "min"),
+                                                                               end=("t_end_ns", "max"))
+    assert len(lat) == 3 and lat["device_chase"].max() < timed["start"].min(), (lat, timed)
+    assert (lat["host_suite"] > timed["end"]).all(), (lat, timed)
+
+
 def _sim_with_slow_latency(slot: int, seconds: float, timeout_s: float) -> Any:
     """A SIMULATED worker whose stand-in latency suite takes ``seconds`` and says when it ran (value_us:
     time.monotonic in us, tests "turn_start"/"turn_end"); this worker's process waits ``timeout_s`` per

@@ -125,10 +125,27 @@ def _add(rows: Rows, idx: int, test: str, peer: int, values: Any) -> None:
     rows.extend((idx, test, peer, r, float(v)) for r, v in enumerate(values))
 
 
+def measure_device_memory(idx: int, pr: LatencyProbe, repeats: int = 11, steps: int = 2000,
+                          progress: Callable[[str], None] = lambda _: None) -> Rows:
+    """The chases in the GPU's own memory (L2, HBM) on one GPU (NVML index ``idx``); rows as
+    :data:`LATENCY_COLUMNS`. Timed on the GPU and crossing no link: ``pcietrace run`` does them before the
+    GPU's timed turn, where other GPUs' work cannot move them (0.5 s of the turn on an H100)."""
+    rows: Rows = []
+    gpu = pr.be.gpu
+    gpu.make_current()
+    progress(f"GPU {gpu.ordinal}: device memory chase")
+    for test, nbytes in (("device_read_l2", 2 << 20), ("device_read_hbm", 256 << 20)):
+        d = pr._device_chain(gpu, nbytes)
+        pr.chase_us(d, steps * 20)  # warm-up as long as a repeat: every page's translation is cached
+        _add(rows, idx, test, -1, [pr.chase_us(d, steps * 20) for _ in range(repeats)])
+    return rows
+
+
 def measure_gpu(idx: int, pr: LatencyProbe, repeats: int = 11, steps: int = 2000,
-                progress: Callable[[str], None] = lambda _: None) -> Rows:
+                progress: Callable[[str], None] = lambda _: None, device_memory: bool = True) -> Rows:
     """Every single-GPU test on one GPU (NVML index ``idx``); rows as :data:`LATENCY_COLUMNS`. The
-    host-timed tests run in the native loops (:mod:`pcietrace.device.native`)."""
+    host-timed tests run in the native loops (:mod:`pcietrace.device.native`). ``device_memory``: also
+    :func:`measure_device_memory` (False: measured apart)."""
     rows: Rows = []
     gpu, be = pr.be.gpu, pr.be
     gpu.make_current()
@@ -137,11 +154,9 @@ def measure_gpu(idx: int, pr: LatencyProbe, repeats: int = 11, steps: int = 2000
         host = pr._host_chain(nbytes)
         pr.chase_us(host, 100)  # warm
         _add(rows, idx, test, -1, [pr.chase_us(host, steps) for _ in range(repeats)])
-    progress(f"GPU {gpu.ordinal}: device memory chase")
-    for test, nbytes in (("device_read_l2", 2 << 20), ("device_read_hbm", 256 << 20)):
-        d = pr._device_chain(gpu, nbytes)
-        pr.chase_us(d, steps * 20)  # warm-up as long as a repeat: every page's translation is cached
-        _add(rows, idx, test, -1, [pr.chase_us(d, steps * 20) for _ in range(repeats)])
+    if device_memory:
+        rows += measure_device_memory(idx, pr, repeats, steps, progress)
+        gpu.make_current()
     progress(f"GPU {gpu.ordinal}: small copies and launch round trips")
     if "copy" not in pr._bufs:
         pr._bufs["copy"] = (gpu.alloc_pinned(64), gpu.alloc_device(64))

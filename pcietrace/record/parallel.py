@@ -60,8 +60,9 @@ Note = Callable[[str], None]
 class GpuWorker:
     """What one worker measures with: the GPU record (``nvml_index``, ``cuda_ordinal``, name, ...), its
     backend, its own counter sampler and boundary probe, and (real GPUs) the latency suite:
-    ``latency(repeats, note)`` -> rows for this GPU, ``peer_latency(ordinals, repeats, note)`` -> rows
-    from this GPU into the others (both :data:`pcietrace.record.latency.LATENCY_COLUMNS` tuples)."""
+    ``device_latency(repeats, note)`` -> rows of the chases in the GPU's own memory (timed on the GPU: before
+    its turn), ``latency(repeats, note)`` -> the other rows for this GPU, ``peer_latency(ordinals, repeats,
+    note)`` -> rows from this GPU into the others (all :data:`pcietrace.record.latency.LATENCY_COLUMNS` tuples)."""
 
     meta: dict[str, Any]
     backend: Backend
@@ -70,6 +71,7 @@ class GpuWorker:
     latency: Callable[[int, Note], list[tuple[Any, ...]]] | None = None
     peer_latency: Callable[[list[int], int, Note], list[tuple[Any, ...]]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    device_latency: Callable[[int, Note], list[tuple[Any, ...]]] | None = None
     pin: Callable[[], int | None] = lambda: None  # pins the calling thread for timing; returns the CPU
 
 
@@ -140,7 +142,7 @@ def open_cuda(ordinal: int, force_throughput: bool = False, interval_ns: int = 1
     from pcietrace.device.backend import open_gpus
     from pcietrace.schema import normalize_bus_id
     from pcietrace.device.cuda import Gpu
-    from pcietrace.record.latency import LatencyProbe, measure_gpu, measure_peers
+    from pcietrace.record.latency import LatencyProbe, measure_device_memory, measure_gpu, measure_peers
 
     (meta, be), = open_gpus([ordinal])
     idx = meta["nvml_index"]
@@ -151,8 +153,11 @@ def open_cuda(ordinal: int, force_throughput: bool = False, interval_ns: int = 1
             probes.append(LatencyProbe(be))
         return probes[0]
 
+    def device_latency(repeats: int, note: Note) -> list[tuple[Any, ...]]:
+        return measure_device_memory(idx, latency_probe(), repeats, progress=note)
+
     def latency(repeats: int, note: Note) -> list[tuple[Any, ...]]:
-        return measure_gpu(idx, latency_probe(), repeats, progress=note)
+        return measure_gpu(idx, latency_probe(), repeats, progress=note, device_memory=False)
 
     def peer_latency(ordinals: list[int], repeats: int, note: Note) -> list[tuple[Any, ...]]:
         opened: list[Gpu] = []
@@ -179,7 +184,8 @@ def open_cuda(ordinal: int, force_throughput: bool = False, interval_ns: int = 1
 
     try:
         return GpuWorker(meta, be, CounterSampler([idx], force_throughput=force_throughput, interval_ns=interval_ns),
-                         BoundaryProbe(idx, force_throughput), latency, peer_latency, pin=pin)
+                         BoundaryProbe(idx, force_throughput), latency, peer_latency, pin=pin,
+                         device_latency=device_latency)
     except BaseException:  # (NVML failing in the probe, Ctrl-C) the worker never gets the GPU to close
         with contextlib.suppress(Exception):
             be.close()
@@ -221,7 +227,15 @@ def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_rep
             g["timed_beside_others"] = True  # the report marks this GPU's timed figures
             note(f"GPU {g['cuda_ordinal']}: no turn within {turns.wait_s:.0f} s: {what} beside other GPUs' work")
 
+        rows: list[tuple[Any, ...]] = []
+        suite = latency_repeats is not None and w.latency is not None
+        ahead = [suite and w.device_latency is not None]  # the chases in the GPU's own memory: before the turn
+
         def my_turn(g: dict[str, Any]) -> None:
+            if ahead[0]:
+                ahead[0] = False
+                rows.extend(w.device_latency(latency_repeats, note))
+                session.latency = _latency_frame(rows)
             if turns is not None and not turns.held:
                 note(f"GPU {g['cuda_ordinal']}: waiting to time (one GPU at a time)")
                 if not turns.take():
@@ -231,8 +245,7 @@ def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_rep
 
         record(session, plan, [(w.meta, w.backend)], w.sampler, {w.meta["nvml_index"]: w.probe},
                progress=lambda label: send(("step", slot, label)), before_timing=my_turn)
-        rows: list[tuple[Any, ...]] = []
-        if latency_repeats is not None and w.latency is not None:
+        if suite:
             session.meta["status"] = "running latency"
             my_turn(w.meta)
             rows += w.latency(latency_repeats, note)

@@ -119,14 +119,23 @@ def _steps(plan: RunPlan, gen: LaunchGenerator) -> Iterable[tuple[str, str, Call
 
     # PyTorch's import and CUDA set-up (4.6 s on the H100) before the timed steps, not in a GPU's timed turn
     yield "setup", "load PyTorch", load_torch
+    # Likewise the fresh contexts' making (~130 ms each, H100): their bursts open the turn, each closed after
+    # its own (bench/context_idle_probe.py: idle contexts left the GPU time per kernel within 0.1 %)
+    fresh: list[Backend | None] = []
+    try:
+        if plan.gpu_time_contexts > 1:
+            yield ("setup", f"make {plan.gpu_time_contexts - 1} CUDA contexts",
+                   lambda: fresh.extend(_new_context(gen) for _ in range(1, plan.gpu_time_contexts)))
+        d0 = min(plan.durations_us)
+        for c in range(1, plan.gpu_time_contexts):
+            yield ("contexts", f"GPU time: context {c + 1} of {plan.gpu_time_contexts}",
+                   lambda c=c: _context_bursts(gen, c, d0, plan, fresh, c - 1))
+    finally:
+        _close_unused(fresh, gen)  # (Ctrl-C or an error before their bursts)
     for d in plan.durations_us:
         yield "bursts", f"burst eager {d:g} us", lambda d=d: gen.burst("eager", d, 1, plan.burst_kernels)
         k = plan.e2e_graph_k
         yield "bursts", f"burst graph {d:g} us", lambda d=d, k=k: gen.burst("graph", d, k, max(1, plan.burst_kernels // k))
-    d0 = min(plan.durations_us)
-    for c in range(1, plan.gpu_time_contexts):
-        yield ("contexts", f"GPU time: context {c + 1} of {plan.gpu_time_contexts}",
-               lambda c=c: _context_bursts(gen, c, d0, plan))
     # What the language adds: the same burst at the shortest kernel from each launch path, interleaved.
     python = LaunchGenerator(gen.b, path="python") if gen is not None else None
     for _ in range(plan.language_repeats):
@@ -144,27 +153,53 @@ def _steps(plan: RunPlan, gen: LaunchGenerator) -> Iterable[tuple[str, str, Call
 CONTEXT_BURSTS = 3
 
 
-def _context_bursts(gen: LaunchGenerator, context: int, kernel_us: float, plan: RunPlan) -> list[dict[str, Any]] | None:
-    """:data:`CONTEXT_BURSTS` eager bursts of ``kernel_us`` kernels in a fresh CUDA context on the generator's
-    GPU (released after; the generator's own context is made current again). Records as
-    :meth:`LaunchGenerator.burst`'s, plus ``context`` (1, 2, ...: 0 is the run's own context). None where the
-    context cannot be made (e.g. a nearly full GPU: a context takes ~0.5 GB): the figure then rests on fewer
-    contexts and says how many, and the run goes on."""
-    fresh = None
+def _new_context(gen: LaunchGenerator) -> Backend | None:
+    """A fresh CUDA context on the generator's GPU (:meth:`Backend.in_new_context`), or None where it cannot be
+    made (e.g. a nearly full GPU: a context takes ~0.5 GB); the generator's own context is current again."""
     try:
-        try:
-            fresh = gen.b.in_new_context()
-        except CudaError:
-            return None
-        other = LaunchGenerator(fresh)
+        return gen.b.in_new_context()
+    except CudaError:
+        return None
+    finally:
+        gen.b.activate()
+
+
+def _close_unused(fresh: list[Backend | None], gen: LaunchGenerator) -> None:
+    """Close the contexts in ``fresh`` no step has used (their slots are None once used); the generator's own
+    context is current again."""
+    try:
+        for i, b in enumerate(fresh):
+            if b is not None:
+                fresh[i] = None
+                with contextlib.suppress(Exception):  # the error or interrupt that got here is the one to report
+                    b.close()
+    finally:
+        if fresh:
+            gen.b.activate()
+
+
+def _context_bursts(gen: LaunchGenerator, context: int, kernel_us: float, plan: RunPlan,
+                    fresh: list[Backend | None] | None = None, slot: int = 0) -> list[dict[str, Any]] | None:
+    """:data:`CONTEXT_BURSTS` eager bursts of ``kernel_us`` kernels in a fresh CUDA context on the generator's
+    GPU -- ``fresh[slot]``, made ahead (:func:`_new_context`), or, without ``fresh``, made here -- released
+    after (its slot then None); the generator's own context is made current again. Records as
+    :meth:`LaunchGenerator.burst`'s, plus ``context`` (1, 2, ...: 0 is the run's own context). None where the
+    context could not be made: the figure then rests on fewer contexts and says how many, and the run goes on."""
+    made = _new_context(gen) if fresh is None else fresh[slot]
+    if made is None:
+        return None
+    if fresh is not None:
+        fresh[slot] = None  # this step closes it, whatever happens
+    try:
+        made.activate()
+        other = LaunchGenerator(made)
         recs = [{**other.burst("eager", kernel_us, 1, plan.burst_kernels), "context": context}
                 for _ in range(CONTEXT_BURSTS)]
-        fresh.close()  # (idempotent: the clean-up below does nothing after it)
+        made.close()  # (idempotent: the clean-up below does nothing after it)
         return recs
     except BaseException:
-        if fresh is not None:
-            with contextlib.suppress(Exception):  # the error that got here (Ctrl-C included) is the one to report
-                fresh.close()
+        with contextlib.suppress(Exception):  # the error that got here (Ctrl-C included) is the one to report
+            made.close()
         raise
     finally:
         gen.b.activate()  # whatever happened, the run's own context is current again
@@ -238,21 +273,22 @@ def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Bac
                 backend.activate()
                 gen = LaunchGenerator(backend, (probes or {}).get(g["nvml_index"]))
                 timing = False
-                for table, label, thunk in _steps(plan, gen):
-                    if table in TIMED_TABLES and not timing:
-                        timing = True
-                        before_timing(g)
-                    progress(f"GPU {g['cuda_ordinal']}: {label}")
-                    t0 = time.monotonic_ns()
-                    got = thunk()
-                    if got is None:  # a step this machine cannot measure (e.g. no PyTorch)
-                        continue
-                    t1 = time.monotonic_ns()
-                    for rec in got if isinstance(got, list) else [got]:
-                        rec.update(nvml_index=g["nvml_index"], cuda_ordinal=g["cuda_ordinal"])
-                        if table in TIMED_TABLES:  # when it was timed (windows carry their own edges)
-                            rec.update(t_start_ns=t0, t_end_ns=t1)
-                        tables[table].append(rec)
+                with contextlib.closing(_steps(plan, gen)) as steps:  # (at once on error: contexts made ahead close)
+                    for table, label, thunk in steps:
+                        if table in TIMED_TABLES and not timing:
+                            timing = True
+                            before_timing(g)
+                        progress(f"GPU {g['cuda_ordinal']}: {label}")
+                        t0 = time.monotonic_ns()
+                        got = thunk()
+                        if got is None:  # a step this machine cannot measure (e.g. no PyTorch)
+                            continue
+                        t1 = time.monotonic_ns()
+                        for rec in got if isinstance(got, list) else [got]:
+                            rec.update(nvml_index=g["nvml_index"], cuda_ordinal=g["cuda_ordinal"])
+                            if table in TIMED_TABLES:  # when it was timed (windows carry their own edges)
+                                rec.update(t_start_ns=t0, t_end_ns=t1)
+                            tables[table].append(rec)
     finally:
         with signals.deferred():  # a signal here lost every table and sample (the run saved as complete, empty)
             session.samples = merge_samples([sampler.stop()] + [p.frame() for p in (probes or {}).values()])

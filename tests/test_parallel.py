@@ -161,7 +161,7 @@ def _sim_with_latency(slot: int, dies: bool = False) -> Any:
     it holds the turn (as a crash in C or SIGKILL would: no finally, no message)."""
     w = open_sim(slot, 7)
     w.latency = (lambda repeats, note: os._exit(3)) if dies else (lambda repeats, note: [])
-    w.peer_latency = lambda ordinals, repeats, note: []
+    w.peer_latency = lambda ordinals, repeats, note, ready: (ready(), [])[1]
     return w
 
 
@@ -183,7 +183,7 @@ def _sim_with_timed_device_chase(slot: int) -> Any:
     w = open_sim(slot, 7)
     w.device_latency = lambda repeats, note: [(slot, "device_chase", -1, 0, time.monotonic() * 1e6)]
     w.latency = lambda repeats, note: [(slot, "host_suite", -1, 0, time.monotonic() * 1e6)]
-    w.peer_latency = lambda ordinals, repeats, note: []
+    w.peer_latency = lambda ordinals, repeats, note, ready: (ready(), [])[1]
     return w
 
 
@@ -198,6 +198,38 @@ def test_device_memory_chases_run_before_any_gpu_times() -> None:
                                                                                end=("t_end_ns", "max"))
     assert len(lat) == 3 and lat["device_chase"].max() < timed["start"].min(), (lat, timed)
     assert (lat["host_suite"] > timed["end"]).all(), (lat, timed)
+
+
+def _sim_with_timed_peers(slot: int) -> Any:
+    """A SIMULATED worker whose stand-in peer chases say when their set-up (opening the peers, building the
+    chains: 0.4 s) and their chases (0.2 s) ran (value_us: time.monotonic in us)."""
+    w = open_sim(slot, 7)
+    w.latency = lambda repeats, note: []
+
+    def peer_latency(ordinals: list[int], repeats: int, note: Any, ready: Any) -> list[tuple[Any, ...]]:
+        t0 = time.monotonic()
+        time.sleep(0.4)
+        t1 = time.monotonic()
+        ready()
+        t2 = time.monotonic()
+        time.sleep(0.2)
+        return [(slot, name, -1, 0, t * 1e6) for name, t in
+                (("setup_start", t0), ("setup_end", t1), ("chase_start", t2), ("chase_end", time.monotonic()))]
+
+    w.peer_latency = peer_latency
+    return w
+
+
+def test_peer_chases_are_set_up_side_by_side_and_chase_one_at_a_time() -> None:
+    # Opening the peers and building the chains is ~10x a chase: on 8 GPUs, 56 set-ups in a row would add ~10 s
+    s = Session(meta=base_meta(PLAN, True))
+    record_all(s, PLAN, [functools.partial(_sim_with_timed_peers, i) for i in range(3)], latency_repeats=1)
+    assert s.meta["status"] == "complete"
+    lat = s.latency.pivot(index="nvml_index", columns="test", values="value_us")
+    assert len(lat) == 3
+    assert lat["setup_start"].max() < lat["setup_end"].min(), lat  # every set-up under way at once
+    chases = lat.sort_values("chase_start")
+    assert (chases["chase_start"].to_numpy()[1:] >= chases["chase_end"].to_numpy()[:-1]).all(), chases
 
 
 def _sim_with_slow_latency(slot: int, seconds: float, timeout_s: float) -> Any:
@@ -215,7 +247,7 @@ def _sim_with_slow_latency(slot: int, seconds: float, timeout_s: float) -> Any:
         return [(slot, "turn_start", -1, 0, t0 * 1e6), (slot, "turn_end", -1, 0, time.monotonic() * 1e6)]
 
     w.latency = latency
-    w.peer_latency = lambda ordinals, repeats, note: []
+    w.peer_latency = lambda ordinals, repeats, note, ready: (ready(), [])[1]
     return w
 
 

@@ -179,16 +179,20 @@ def measure_gpu(idx: int, pr: LatencyProbe, repeats: int = 11, steps: int = 2000
 
 
 def measure_peers(idx: int, pr: LatencyProbe, peers: dict[int, Any], repeats: int = 11, steps: int = 2000,
-                  progress: Callable[[str], None] = lambda _: None) -> Rows:
+                  progress: Callable[[str], None] = lambda _: None, ready: Callable[[], None] = lambda: None) -> Rows:
     """``peer_read_rtt`` from GPU ``idx`` into each peer it can access (``peers``: NVML index ->
-    :class:`pcietrace.device.cuda.Gpu`)."""
+    :class:`pcietrace.device.cuda.Gpu`). Peer access and the chains in the peers' memory are set up first;
+    ``ready()`` is called between that and the chases (``pcietrace run`` takes its turn there: set-up is
+    ~10x a chase, and on 8 GPUs 56 of them one at a time would add ~10 s)."""
     rows: Rows = []
+    chains = {}
     for jdx, other in peers.items():
-        if jdx == idx or not pr.be.gpu.can_access_peer(other):
-            continue
+        if jdx != idx and pr.be.gpu.can_access_peer(other):
+            pr.be.gpu.enable_peer_access(other)
+            chains[jdx] = (other, pr._device_chain(other, 2 << 20))
+    ready()
+    for jdx, (other, d) in chains.items():
         progress(f"GPU {pr.be.gpu.ordinal} -> GPU {other.ordinal}: peer read round trip")
-        pr.be.gpu.enable_peer_access(other)
-        d = pr._device_chain(other, 2 << 20)
         pr.chase_us(d, 100)
         _add(rows, idx, "peer_read_rtt", jdx, [pr.chase_us(d, steps) for _ in range(repeats)])
     return rows

@@ -62,14 +62,15 @@ class GpuWorker:
     backend, its own counter sampler and boundary probe, and (real GPUs) the latency suite:
     ``device_latency(repeats, note)`` -> rows of the chases in the GPU's own memory (timed on the GPU: before
     its turn), ``latency(repeats, note)`` -> the other rows for this GPU, ``peer_latency(ordinals, repeats,
-    note)`` -> rows from this GPU into the others (all :data:`pcietrace.record.latency.LATENCY_COLUMNS` tuples)."""
+    note, ready)`` -> rows from this GPU into the others, calling ``ready()`` once they are set up, before the
+    chases (all :data:`pcietrace.record.latency.LATENCY_COLUMNS` tuples)."""
 
     meta: dict[str, Any]
     backend: Backend
     sampler: Any
     probe: Any
     latency: Callable[[int, Note], list[tuple[Any, ...]]] | None = None
-    peer_latency: Callable[[list[int], int, Note], list[tuple[Any, ...]]] | None = None
+    peer_latency: Callable[[list[int], int, Note, Callable[[], None]], list[tuple[Any, ...]]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     device_latency: Callable[[int, Note], list[tuple[Any, ...]]] | None = None
     pin: Callable[[], int | None] = lambda: None  # pins the calling thread for timing; returns the CPU
@@ -159,7 +160,7 @@ def open_cuda(ordinal: int, force_throughput: bool = False, interval_ns: int = 1
     def latency(repeats: int, note: Note) -> list[tuple[Any, ...]]:
         return measure_gpu(idx, latency_probe(), repeats, progress=note, device_memory=False)
 
-    def peer_latency(ordinals: list[int], repeats: int, note: Note) -> list[tuple[Any, ...]]:
+    def peer_latency(ordinals: list[int], repeats: int, note: Note, ready: Callable[[], None]) -> list[tuple[Any, ...]]:
         opened: list[Gpu] = []
         try:
             for o in ordinals:
@@ -167,7 +168,7 @@ def open_cuda(ordinal: int, force_throughput: bool = False, interval_ns: int = 1
                     opened.append(Gpu(o))  # (inside the try: a peer that fails to open releases those before it)
             peers = {nvml.index_for_bus_id(g.bus_id): g for g in opened}
             be.activate()
-            return measure_peers(idx, latency_probe(), peers, repeats, progress=note)
+            return measure_peers(idx, latency_probe(), peers, repeats, progress=note, ready=ready)
         finally:
             for g in opened:
                 if probes:
@@ -256,9 +257,12 @@ def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_rep
                 # every GPU's own suite is over (one after another): chase into the peers
                 barrier.wait(BARRIER_TIMEOUT_S if turns is None else turns.wait_s)
                 met = True
-                if turns is not None and not turns.hold():  # the chases read other GPUs: one at a time too
-                    beside_others(w.meta, "peer chases")
-                rows += w.peer_latency(ordinals, latency_repeats, note)
+
+                def chase_in_turn() -> None:  # (peers opened and chains built, side by side)
+                    if turns is not None and not turns.hold():  # the chases read other GPUs: one at a time too
+                        beside_others(w.meta, "peer chases")
+
+                rows += w.peer_latency(ordinals, latency_repeats, note, chase_in_turn)
                 session.latency = _latency_frame(rows)
             session.meta["status"] = "complete"
     except KeyboardInterrupt:

@@ -204,7 +204,7 @@ def cmd_latency(args: argparse.Namespace) -> int:
         ordinals = parse_gpus(args.gpu, cuda.device_count())
         gpus = backend.open_gpus(ordinals)
     except NoGpuError as exc:
-        raise NoGpuError(f"{exc}; `pcietrace topo` works without a GPU") from None
+        raise NoGpuError(f"{exc}; `pcietrace topo` needs no driver (only the GPUs), {SIM_HINT}") from None
     err = Console(stderr=True)
 
     def release() -> None:

@@ -92,6 +92,21 @@ def test_sample_gaps_flag_a_gap_long_enough_to_hide_a_wrap() -> None:
     assert counters.sample_gaps(s2)["wrap_risk"].item() is False
 
 
+def test_a_read_that_stalls_can_hide_a_wrap_behind_a_short_gap(data_dir) -> None:
+    """Real 4x H200 torchrun recording: on GPU 0 a read took 76.5 ms and its midpoint lay 41.9 ms from the
+    one before. Its values apply anywhere in it, so the counter could have moved for ~80 ms, more than a
+    saturated Gen5 x16 link needs to wrap it (~67 ms); the bare gap (41.9 ms) said no risk."""
+    from pcietrace.session import Session
+    s = Session.load(data_dir / "recordings" / "attach-h200x4-torchrun-ddp")
+    g = s.samples[s.samples["nvml_index"] == 0]
+    t, read_ns = g["t_ns"].to_numpy(np.int64), counters.read_ns_of(g)
+    flags = counters.could_hide_wrap(t, read_ns, s.counters[0])
+    k = int(np.argmax(flags))
+    assert flags.any() and np.diff(t)[k] / 1e9 * counters.link_bps(s.counters[0]) < 2**32
+    assert max(read_ns[k], read_ns[k + 1]) > 50e6  # the stalled read
+    assert counters.sample_gaps(s.samples, s.counters)["wrap_risk"].all()
+
+
 def test_floor_and_its_subtraction_on_the_real_run(h100) -> None:
     cum = counters.cumulative_bytes(h100.samples, h100.counters)
     wb = counters.window_bytes(cum, h100.windows)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from pcietrace.analysis import nesting
 from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, gaps_overlapping, jumps,
-                                         link_bps)
+                                         link_bps, read_ns_of)
 from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
 from pcietrace.analysis.launch import DIRECTIONS
 
@@ -189,7 +189,7 @@ def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None 
         median = float(np.median(fast)) if fast.size else 0.0
         limit = max(4 * COUNTER_UPDATE_NS, 2 * median) if gap.size else 0
         out[int(idx)] = {"t": t, "stall": gap > np.where(idle, max(limit, 2 * idle_ns), limit), "median_ns": median,
-                         "wrap": could_hide_wrap(gap, (counters or {}).get(int(idx))) | jumps(g)}
+                         "wrap": could_hide_wrap(t, read_ns_of(g), (counters or {}).get(int(idx))) | jumps(g)}
     return out
 
 
@@ -281,7 +281,7 @@ def value_curve(cum: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray,
     ascending (:func:`pcietrace.analysis.counters.cumulative_bytes` leaves out reads that step back); the
     windows of reads of different lengths are put in order too, the k-th earliest with the k-th value."""
     t = cum["t_ns"].to_numpy(np.int64)
-    half = cum["read_ns"].to_numpy(np.int64) // 2 if "read_ns" in cum else np.zeros(t.size, np.int64)
+    half = read_ns_of(cum) // 2
     return t, cum[f"{column}_bytes"].to_numpy(float), np.sort(t - half - COUNTER_UPDATE_NS), np.sort(t + half)
 
 

@@ -16,12 +16,16 @@ import pandas as pd
 MAX_LINK_BPS = 64e9
 
 
-def could_hide_wrap(gap_ns: Any, counter: dict[str, Any] | None = None) -> Any:
-    """Whether a gap between samples (ns; scalar or array) is long enough for the GPU's saturated link
-    (:func:`link_bps`) to move ``2**bits`` bytes, i.e. to wrap the counter unseen (then nothing after it can be
-    trusted). ``counter``: the GPU's record (:attr:`pcietrace.session.Session.counters`; ``bits`` default 32)."""
+def could_hide_wrap(t_ns: np.ndarray, read_ns: np.ndarray | None = None,
+                    counter: dict[str, Any] | None = None) -> np.ndarray:
+    """Per step between consecutive samples (times ``t_ns``, reads taking ``read_ns``, ns): whether the GPU's
+    saturated link (:func:`link_bps`) could move ``2**bits`` bytes over it, i.e. wrap the counter unseen (then
+    the step's bytes are unknown). The step spans what :func:`movable_bytes` spans, not the bare gap: a read's
+    values apply anywhere in it, and one read that stalls for 50 ms can hide a wrap behind a 40 ms gap (real
+    4x H200 torchrun recording). ``counter``: the GPU's record (:attr:`pcietrace.session.Session.counters`;
+    ``bits`` default 32)."""
     c = counter or {}
-    return np.asarray(gap_ns) / 1e9 * link_bps(c) >= 2 ** int(c.get("bits") or 32)
+    return movable_bytes(t_ns, read_ns, link_bps(c)) >= 2 ** int(c.get("bits") or 32)
 
 
 #: How often NVML's PCIe byte counters change (measured on the lent H100/H200, driver 580): ~0.2 ms.
@@ -39,6 +43,11 @@ def link_bps(counter: dict[str, Any]) -> float:
     judged against it, so a Gen6 GPU's copies are never taken for resets."""
     gt, width = GT_PER_LANE.get(int(counter.get("pcie_gen_max") or 0)), counter.get("pcie_width_max")
     return max(MAX_LINK_BPS, gt * 1e9 * int(width) / 8) if gt and width else MAX_LINK_BPS
+
+
+def read_ns_of(samples: pd.DataFrame) -> np.ndarray:
+    """How long each sample's read took (ns), as recorded; 0 for frames without the column (made by hand)."""
+    return samples["read_ns"].to_numpy(np.int64) if "read_ns" in samples else np.zeros(len(samples), np.int64)
 
 
 def movable_bytes(t_ns: np.ndarray, read_ns: np.ndarray | None = None, max_bps: float = MAX_LINK_BPS) -> np.ndarray:
@@ -139,7 +148,7 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
     for idx, g in samples.groupby("nvml_index", sort=True) if len(samples) else ():
         c = counters.get(int(idx), {"mode": "fields", "bits": 32})
         t = g["t_ns"].to_numpy(np.int64)
-        read_ns = g["read_ns"].to_numpy(np.int64) if "read_ns" in g else np.zeros(t.size, np.int64)
+        read_ns = read_ns_of(g)
         jumped = np.zeros(max(t.size - 1, 0), bool)
         if c["mode"] == "fields":
             link = link_bps(c)
@@ -194,7 +203,7 @@ SAMPLING_COLUMNS = ["nvml_index", "samples", "rate_hz", "median_gap_us", "max_ga
 
 def sample_gaps(samples: pd.DataFrame, counters: dict[int, dict[str, Any]] | None = None,
                 cum: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per GPU: samples, sample rate (Hz), median and max gap (us), whether the max gap is long
+    """Per GPU: samples, sample rate (Hz), median and max gap (us), whether any step between samples is long
     enough that a saturated link could have wrapped the counter unseen (``wrap_risk``; ``counters``: each
     GPU's record, :func:`could_hide_wrap`) and ``counter_jumps`` (counter resets, :func:`resets`, in ``cum``, the
     samples' :func:`cumulative_bytes`; 0 without it)."""
@@ -208,7 +217,7 @@ def sample_gaps(samples: pd.DataFrame, counters: dict[int, dict[str, Any]] | Non
                      "rate_hz": (t.size - 1) / span_s if t.size > 1 and span_s > 0 else float("nan"),
                      "median_gap_us": float(np.median(d)) / 1e3, "max_gap_us": float(d.max()) / 1e3,
                      "median_read_us": float(g["read_ns"].median()) / 1e3,
-                     "wrap_risk": bool(could_hide_wrap(d.max(), (counters or {}).get(int(idx)))),
+                     "wrap_risk": bool(could_hide_wrap(t, read_ns_of(g), (counters or {}).get(int(idx))).any()),
                      "counter_jumps": int(jumped.get(idx, 0))})
     return pd.DataFrame(rows, columns=SAMPLING_COLUMNS)
 

@@ -60,6 +60,10 @@ def normalize_bus_id(bus_id: str) -> str:
 #: bytes, ``t_ns``: its last event; what came later was lost).
 TRACE_FULL = "tracefull"
 
+#: The event a second copy of the injection library (loaded from another path into the same process) writes
+#: into the trace of the copy that records (``message``: the second copy's path): it only forwarded to it.
+SECOND_COPY = "copy"
+
 #: ``meta["launch_counter"]`` of `attach --no-count-launches` (also the C library's PCIETRACE_COUNT): launches
 #: were not counted, so their counts are unknown (NaN), not 0.
 NO_LAUNCH_COUNTER = "none"

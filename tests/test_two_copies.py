@@ -25,7 +25,7 @@ from test_capture import (APPS, CAPTURE_SCRIPT, CUPTI_SCRIPT, DIRECT_LIB, DIRECT
                           NO_DRIVER_SCRIPT, _build_direct_lib, _build_driver_api_app, _per_range)
 
 #: The events one process's trace may hold in these runs (anything else: lines of two writers run together).
-EVENTS = {"push", "pop", "mark", "nvtx", "exit", "interpose", "cupti", "cudevice"}
+EVENTS = {"push", "pop", "mark", "nvtx", "exit", "interpose", "cupti", "cudevice", "copy"}
 #: A range's launch counts in attach's JSON report.
 COLS = ["eager_launches", "graph_launches", "captured_launches"]
 
@@ -45,15 +45,17 @@ def _copy(tmp_path: Path) -> tuple[str, str]:
     return lib, str(copy)
 
 
-def _check_whole(ev: pd.DataFrame, want: list[tuple], counter_event: str) -> None:
+def _check_whole(ev: pd.DataFrame, want: list[tuple], counter_event: str, passive: str | None) -> None:
     """One process's trace, written by one copy: every range's push and pop once, the library's one-off lines
-    (NVTX initialised, how launches are counted, exit) once, and the exit totals equal to the launches the
-    script made (``want``: (range, eager, graph, captured) per range)."""
+    (NVTX initialised, how launches are counted, exit) once, the passive copy's one "copy" line naming it
+    (``passive``: its path; None: none written), and the exit totals equal to the launches the script made
+    (``want``: (range, eager, graph, captured) per range)."""
     kinds = ev["event"].value_counts()
     assert ev["pid"].nunique() == 1
     assert set(kinds.index) <= EVENTS
     assert kinds.get("push", 0) == kinds.get("pop", 0) == len(want)
     assert kinds.get("nvtx", 0) == kinds.get(counter_event, 0) == kinds.get("exit", 0) == 1
+    assert ev.loc[ev["event"] == "copy", "message"].tolist() == ([passive] if passive else [])
     last = ev.iloc[-1]
     assert last["event"] == "exit"
     assert [last["eager_process"], last["graph_process"], last["captured_process"]] == \
@@ -77,7 +79,7 @@ def test_two_preloaded_copies_count_each_launch_once(tmp_path, first: str, scrip
     want = [tuple(w) for w in got["want"]]
     assert _per_range(ev) == want
     assert sum(sum(w[1:]) for w in want) == got["driver_calls"]
-    _check_whole(ev, want, "interpose")
+    _check_whole(ev, want, "interpose", copy if first == "attach's" else lib)
 
 
 @pytest.mark.parametrize("first", ["CUDA's", "NVTX's"])
@@ -87,7 +89,7 @@ def test_two_copies_loaded_locally_record_once(tmp_path, first: str) -> None:
     hands it NVTX's tables or CUDA's InitializeInjection: every range and launch once, in one trace."""
     pytest.importorskip("nvtx")
     cc = build_fake(tmp_path, "fake_libcuda.c", "libcuda.so.1")
-    _, copy = _copy(tmp_path)
+    lib, copy = _copy(tmp_path)
     cupti = tmp_path / "libcupti_standin.so"
     (tmp_path / "cupti.c").write_text(FAKE_CUPTI_CALLBACKS)
     subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(cupti), str(tmp_path / "cupti.c")], check=True)
@@ -96,7 +98,59 @@ def test_two_copies_loaded_locally_record_once(tmp_path, first: str) -> None:
     ev, got = run_injected(tmp_path, script, "cupti", env={"PCIETRACE_CUPTI": str(cupti), "CUDA_INJECTION64_PATH": copy})
     want = [tuple(w) for w in got["want"]]
     assert _per_range(ev) == want
-    _check_whole(ev, want, "cupti")
+    _check_whole(ev, want, "cupti", lib if first == "CUDA's" else copy)
+
+
+def _unmarked_copy(tmp_path: Path, cc: str) -> str:
+    """The injection library as built before copies knew of each other (4aa36b5): the same source, built
+    under setup.py's file name with the marker and the note entry point kept out of its exported symbols."""
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "old").mkdir()
+    (tmp_path / "hide.map").write_text("{ local: pcietrace_inject_copy; pcietrace_inject_copy_loaded; };\n")
+    out = tmp_path / "old" / "_pt_inject.old.so"
+    subprocess.run([cc, "-O2", "-fvisibility=hidden", "-std=gnu11", "-shared", "-fPIC", "-o", str(out),
+                    f"-Wl,--version-script={tmp_path / 'hide.map'}", str(root / "pcietrace" / "native" / "pt_inject.c"),
+                    "-ldl", "-lpthread"], check=True)
+    return str(out)
+
+
+@pytest.mark.parametrize("script", ["trampolines", "direct calls"])
+def test_a_copy_built_before_the_marker_loaded_first_records_alone(tmp_path, script: str) -> None:
+    """A copy without the marker (built before it) preloaded before this build: it records, knowing nothing of
+    copies; this one sees it by its file name and forwards, so each launch is counted once and the trace is
+    whole. It cannot leave a note there (the old copy has no entry point for one). Before, both recorded:
+    direct calls counted twice, one trace truncated by the other."""
+    pytest.importorskip("nvtx")
+    cc = build_fake(tmp_path, "fake_libcuda.c", "libcuda.so.1")
+    lib, _ = _copy(tmp_path)
+    old = _unmarked_copy(tmp_path, cc)
+    args = [str(_build_direct_lib(tmp_path, cc, DIRECT_LIB))] if script == "direct calls" else None
+    ev, got = run_injected(tmp_path, DIRECT_SCRIPT if args else CAPTURE_SCRIPT, "interpose",
+                           env={"LD_PRELOAD": f"{old} {lib}"}, args=args)
+    want = [tuple(w) for w in got["want"]]
+    assert _per_range(ev) == want
+    assert sum(sum(w[1:]) for w in want) == got["driver_calls"]
+    _check_whole(ev, want, "interpose", None)
+
+
+def test_a_second_copy_is_named_in_the_report_s_notes(tmp_path) -> None:
+    """The passive copy's "copy" line becomes a note of the attach report: which process loaded a second
+    copy, from where, and that each launch was counted once."""
+    from pcietrace.analysis import analyze
+    from pcietrace.session import Session
+
+    pytest.importorskip("nvtx")
+    build_fake(tmp_path, "fake_libcuda.c", "libcuda.so.1")
+    lib, copy = _copy(tmp_path)
+    ev, _ = run_injected(tmp_path, CAPTURE_SCRIPT, "interpose", env={"LD_PRELOAD": f"{lib} {copy}"})
+    pid = int(ev["pid"].iloc[0])
+    s = Session.load(Path(__file__).parent / "data" / "attach_h100_python")
+    t0 = int(s.meta["t_app_start_ns"])  # the real H100 recording's program, its events replaced by this trace's
+    s.events = ev.assign(t_ns=t0 + ev["t_ns"] - ev["t_ns"].min())
+    notes = analyze(s)["notes"]["note"].tolist()
+    assert [n for n in notes if "second copy" in n] == \
+        [f"process {pid}: a second copy of the injection library was loaded ({copy}); it only forwarded to the "
+         "first copy, which counted each launch once and wrote this trace"]
 
 
 def test_without_a_driver_neither_copy_s_entry_points_are_found(tmp_path) -> None:

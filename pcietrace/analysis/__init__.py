@@ -13,7 +13,7 @@ import pandas as pd
 from pcietrace.analysis import attribution, counters, floor, gpu_time, launch, savings, summary, validate
 from pcietrace.analysis import graphs as graphs_analysis
 from pcietrace.analysis import latency as latency_analysis
-from pcietrace.schema import NO_LAUNCH_COUNTER, TABLE_COLUMNS, TRACE_FULL, empty_table, records
+from pcietrace.schema import NO_LAUNCH_COUNTER, SECOND_COPY, TABLE_COLUMNS, TRACE_FULL, empty_table, records
 from pcietrace.session import Session
 
 #: Result tables in display order; each is a DataFrame documented in its producing function.
@@ -198,6 +198,9 @@ def _attach(s: Session, cum: pd.DataFrame) -> dict[str, pd.DataFrame]:
         notes.append(f"process {r.pid}: its trace file filled up ({int(r.id) / 2**20:,.0f} MiB) at t = "
                      f"{(r.t_ns - s.meta['t_app_start_ns']) / 1e9:,.3f} s; later events were lost (ranges still open are "
                      "closed there, later launches uncounted): set PCIETRACE_TRACE_BYTES higher")
+    for r in events[events["event"] == SECOND_COPY].itertuples() if len(events) else []:
+        notes.append(f"process {r.pid}: a second copy of the injection library was loaded ({r.message}); it only "
+                     "forwarded to the first copy, which counted each launch once and wrote this trace")
     for idx, n in counters.resets(cum).items():
         if n:
             notes.append(f"GPU{idx}: its counters jumped {int(n)} time(s) by more than the link could move (a "

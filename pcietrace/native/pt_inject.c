@@ -156,13 +156,19 @@ static void child_after_fork(void)
  * pcietrace_inject_copy; the copy that records is the first object, in load order (dl_iterate_phdr: preloads,
  * then each dlopen), that defines it. Not a lookup in the global scope (RTLD_DEFAULT): copies that NVTX's or
  * CUDA's loader opened RTLD_LOCAL are not there, and two such would each find only themselves. The same path
- * loaded twice is one object, which finds itself. */
+ * loaded twice is one object, which finds itself. A copy built before the marker (4aa36b5) is known by its
+ * file name (_pt_inject*, setup.py's) and NVTX's entry point; it records, knowing nothing of later copies. The
+ * passive copy says so in the recording copy's trace (a "copy" event, message = its path), where that copy
+ * exports pcietrace_inject_copy_loaded. */
 static const char k_marker[] = "pcietrace injection library";
 /* exported as an alias: this copy's own code refers to k_marker, which no other copy's definition interposes */
 EXPORT extern const char pcietrace_inject_copy[sizeof k_marker] __attribute__((alias("k_marker")));
 static int g_passive = -1;  /* another copy, loaded before, records: this one forwards (-1: not known yet) */
 static void *g_first;       /* that copy's handle */
 static pthread_once_t g_copies_once = PTHREAD_ONCE_INIT;
+
+/* Called by a later, passive copy (``path``: its file): the trace says a second copy forwarded to this one. */
+EXPORT void pcietrace_inject_copy_loaded(const char *path) { emit("copy", NULL, 0, path); }
 
 struct earlier { uintptr_t self; char **names; size_t n, cap; };
 
@@ -186,23 +192,44 @@ static int note_earlier(struct dl_phdr_info *info, size_t size, void *data)
     return 0;
 }
 
+/* Whether ``name`` (an earlier object's path) is a copy built before the marker: setup.py's file name and
+ * NVTX's entry point, defined there. */
+static int unmarked_copy(const char *name, void *h)
+{
+    const char *base = strrchr(name, '/');
+    Dl_info there;
+    void *entry = real_dlsym_fn(h, "InitializeInjectionNvtx2");
+    return !strncmp(base ? base + 1 : name, "_pt_inject", 10) && entry && dladdr(entry, &there) &&
+           !strcmp(there.dli_fname, name);
+}
+
 static void copies_resolve(void)
 {
     struct earlier e = {(uintptr_t)(void *)copies_resolve, NULL, 0, 0};
     dl_iterate_phdr(note_earlier, &e);
     /* dlopen and dlsym outside the visit: dl_iterate_phdr holds the loader's list lock */
     const char *marker = NULL;
+    char *unmarked = NULL;  /* the first copy built before the marker, if no marked copy came before */
     for (size_t i = 0; i < e.n; ++i) {
         void *h = marker ? NULL : dlopen(e.names[i], RTLD_LAZY | RTLD_NOLOAD);
-        if (h) { marker = real_dlsym_fn(h, "pcietrace_inject_copy"); dlclose(h); }
+        if (h) {
+            marker = real_dlsym_fn(h, "pcietrace_inject_copy");
+            if (!marker && !unmarked && unmarked_copy(e.names[i], h)) unmarked = strdup(e.names[i]);
+            dlclose(h);
+        }
         free(e.names[i]);
     }
     Dl_info there;  /* (found in that object or one it depends on: the copy is the object that defines it) */
-    int later = marker && marker != k_marker;
-    if (later && dladdr(marker, &there)) g_first = dlopen(there.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    int later = (marker && marker != k_marker) || (!marker && unmarked);
+    if (marker && later && dladdr(marker, &there)) g_first = dlopen(there.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    else if (later && unmarked) g_first = dlopen(unmarked, RTLD_LAZY | RTLD_NOLOAD);
+    free(unmarked);
     free(e.names);
     dlerror();  /* the objects probed in vain are no error of the program's */
     __atomic_store_n(&g_passive, later, __ATOMIC_RELEASE);
+    void (*loaded)(const char *) = g_first ? (void (*)(const char *))real_dlsym_fn(g_first, "pcietrace_inject_copy_loaded") : NULL;
+    if (loaded && dladdr(k_marker, &there)) loaded(there.dli_fname);
+    dlerror();
 }
 
 /* Whether another copy of this library, loaded before this one, records: this one then forwards only. */

@@ -297,10 +297,11 @@ def test_a_failed_release_after_a_failed_burst_reports_the_burst() -> None:
     own.in_new_context = lambda: (log.append(("activate", "fresh1")),  # type: ignore[method-assign]
                                   CloseFails(device, log, trip, "fresh1"))[1]
     from pcietrace.record.generate import LaunchGenerator
-    from pcietrace.record.run import _context_bursts
+    from pcietrace.record.run import _context_bursts, _new_context
 
+    gen = LaunchGenerator(own)
     with pytest.raises(CudaError) as exc:
-        _context_bursts(LaunchGenerator(own), 1, 0.0, RunPlan())
+        _context_bursts(gen, 1, 0.0, RunPlan(), _new_context(gen))
     assert exc.value is boom  # not the release's error
     _contexts_left_clean(log)
 
@@ -310,7 +311,7 @@ def test_a_failed_release_after_a_failed_burst_reports_the_burst() -> None:
 def test_ctrl_c_in_a_fresh_context_leaves_the_runs_context_current(monkeypatch) -> None:
     from pcietrace.device.backend import CudaBackend
     from pcietrace.record.generate import LaunchGenerator
-    from pcietrace.record.run import _context_bursts
+    from pcietrace.record.run import _context_bursts, _new_context
 
     drv, _ = cuda._bindings()
     be = CudaBackend(0)
@@ -324,8 +325,9 @@ def test_ctrl_c_in_a_fresh_context_leaves_the_runs_context_current(monkeypatch) 
         return burst(self, *args, **kw)
 
     monkeypatch.setattr(LaunchGenerator, "burst", interrupted)
+    gen = LaunchGenerator(be)
     with pytest.raises(KeyboardInterrupt):
-        _context_bursts(LaunchGenerator(be), 1, 0.0, RunPlan())
+        _context_bursts(gen, 1, 0.0, RunPlan(), _new_context(gen))
     assert len(made) == 1 and made[0].gpu.context is None  # the fresh context was destroyed
     assert int(cuda.handle_return(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")) == int(be.gpu.context)
     r = LaunchGenerator(be).burst("eager", 0.0, 1, 200)  # the run goes on in its own context

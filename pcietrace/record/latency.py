@@ -155,8 +155,7 @@ def measure_gpu(idx: int, pr: LatencyProbe, repeats: int = 11, steps: int = 2000
         pr.chase_us(host, 100)  # warm
         _add(rows, idx, test, -1, [pr.chase_us(host, steps) for _ in range(repeats)])
     if device_memory:
-        rows += measure_device_memory(idx, pr, repeats, steps, progress)
-        gpu.make_current()
+        rows += measure_device_memory(idx, pr, repeats, steps, progress)  # (leaves this GPU current)
     progress(f"GPU {gpu.ordinal}: small copies and launch round trips")
     if "copy" not in pr._bufs:
         pr._bufs["copy"] = (gpu.alloc_pinned(64), gpu.alloc_device(64))

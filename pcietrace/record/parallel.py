@@ -230,11 +230,12 @@ def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_rep
 
         rows: list[tuple[Any, ...]] = []
         suite = latency_repeats is not None and w.latency is not None
-        ahead = [suite and w.device_latency is not None]  # the chases in the GPU's own memory: before the turn
+        ahead = suite and w.device_latency is not None  # the chases in the GPU's own memory: before the turn
 
         def my_turn(g: dict[str, Any]) -> None:
-            if ahead[0]:
-                ahead[0] = False
+            nonlocal ahead
+            if ahead:
+                ahead = False
                 rows.extend(w.device_latency(latency_repeats, note))
                 session.latency = _latency_frame(rows)
             if turns is not None and not turns.held:

@@ -129,7 +129,7 @@ def _steps(plan: RunPlan, gen: LaunchGenerator) -> Iterable[tuple[str, str, Call
         d0 = min(plan.durations_us)
         for c in range(1, plan.gpu_time_contexts):
             yield ("contexts", f"GPU time: context {c + 1} of {plan.gpu_time_contexts}",
-                   lambda c=c: _context_bursts(gen, c, d0, plan, fresh, c - 1))
+                   lambda c=c: _context_bursts(gen, c, d0, plan, _take(fresh, c - 1)))
     finally:
         _close_unused(fresh, gen)  # (Ctrl-C or an error before their bursts)
     for d in plan.durations_us:
@@ -164,32 +164,36 @@ def _new_context(gen: LaunchGenerator) -> Backend | None:
         gen.b.activate()
 
 
+def _take(fresh: list[Backend | None], slot: int) -> Backend | None:
+    """The context made ahead in ``fresh[slot]``, handed over: its slot is None after, so :func:`_close_unused`
+    leaves it to the step that took it."""
+    made, fresh[slot] = fresh[slot], None
+    return made
+
+
 def _close_unused(fresh: list[Backend | None], gen: LaunchGenerator) -> None:
-    """Close the contexts in ``fresh`` no step has used (their slots are None once used); the generator's own
-    context is current again."""
+    """Close the contexts still in ``fresh`` (no step took them: Ctrl-C or an error came first); the generator's
+    own context is current again after any was closed."""
+    left = [b for b in fresh if b is not None]
+    fresh[:] = [None] * len(fresh)
     try:
-        for i, b in enumerate(fresh):
-            if b is not None:
-                fresh[i] = None
-                with contextlib.suppress(Exception):  # the error or interrupt that got here is the one to report
-                    b.close()
+        for b in left:
+            with contextlib.suppress(Exception):  # the error or interrupt that got here is the one to report
+                b.close()
     finally:
-        if fresh:
+        if left:
             gen.b.activate()
 
 
 def _context_bursts(gen: LaunchGenerator, context: int, kernel_us: float, plan: RunPlan,
-                    fresh: list[Backend | None] | None = None, slot: int = 0) -> list[dict[str, Any]] | None:
-    """:data:`CONTEXT_BURSTS` eager bursts of ``kernel_us`` kernels in a fresh CUDA context on the generator's
-    GPU -- ``fresh[slot]``, made ahead (:func:`_new_context`), or, without ``fresh``, made here -- released
-    after (its slot then None); the generator's own context is made current again. Records as
-    :meth:`LaunchGenerator.burst`'s, plus ``context`` (1, 2, ...: 0 is the run's own context). None where the
-    context could not be made: the figure then rests on fewer contexts and says how many, and the run goes on."""
-    made = _new_context(gen) if fresh is None else fresh[slot]
+                    made: Backend | None) -> list[dict[str, Any]] | None:
+    """:data:`CONTEXT_BURSTS` eager bursts of ``kernel_us`` kernels in ``made``, a fresh CUDA context on the
+    generator's GPU (:func:`_new_context`), closed after whatever happens; the generator's own context is made
+    current again. Records as :meth:`LaunchGenerator.burst`'s, plus ``context`` (1, 2, ...: 0 is the run's own
+    context). None where the context could not be made: the figure then rests on fewer contexts and says how
+    many, and the run goes on."""
     if made is None:
         return None
-    if fresh is not None:
-        fresh[slot] = None  # this step closes it, whatever happens
     try:
         made.activate()
         other = LaunchGenerator(made)

@@ -105,6 +105,15 @@ def test_a_read_that_stalls_can_hide_a_wrap_behind_a_short_gap(data_dir) -> None
     assert flags.any() and np.diff(t)[k] / 1e9 * counters.link_bps(s.counters[0]) < 2**32
     assert max(read_ns[k], read_ns[k + 1]) > 50e6  # the stalled read
     assert counters.sample_gaps(s.samples, s.counters)["wrap_risk"].all()
+    # the report says why its whole run has no bytes: which GPU, how many intervals, the stalled read
+    from pcietrace.analysis import analyze
+    res = analyze(s)
+    assert (res["whole_run"]["status"] == "wrap risk").all()
+    wg = counters.wrap_gaps(counters.cumulative_bytes(s.samples, s.counters), s.counters, s.meta["t_app_start_ns"],
+                            s.meta["t_app_end_ns"]).set_index("nvml_index")
+    assert wg.loc[0, "gaps"] >= 1 and wg.loc[0, "longest_read_ms"] == pytest.approx(max(read_ns[k], read_ns[k + 1]) / 1e6)
+    notes = [n for n in res["notes"]["note"] if "could hide a wrap" in n]
+    assert len(notes) == 4 and notes[0].startswith("GPU0: the sampler stalled") and "76.5 ms" in notes[0]
 
 
 def test_floor_and_its_subtraction_on_the_real_run(h100) -> None:

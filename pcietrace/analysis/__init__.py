@@ -205,6 +205,11 @@ def _attach(s: Session, cum: pd.DataFrame) -> dict[str, pd.DataFrame]:
         if n:
             notes.append(f"GPU{idx}: its counters jumped {int(n)} time(s) by more than the link could move (a "
                          "counter reset): the bytes across a jump are unknown; ranges over one are 'wrap risk'")
+    for r in counters.wrap_gaps(cum, s.counters, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"]).itertuples():
+        notes.append(f"GPU{r.nvml_index}: the sampler stalled: {r.gaps} interval(s) between counter reads while the "
+                     f"program ran could hide a wrap of its counter (the longest: {r.longest_span_ms:,.1f} ms from the "
+                     f"start of one read to the end of the next, the longer read {r.longest_read_ms:,.1f} ms); the "
+                     "whole run and the ranges over them are 'wrap risk'")
     for r in fl[fl["status"] == "no floor"].itertuples():
         notes.append(f"GPU{r.nvml_index}: no floor (no idle window covered by its samples); its bytes are shown raw only")
     for r in fl[(fl["status"] != "no floor") & (fl["dof"] == 0)].itertuples():

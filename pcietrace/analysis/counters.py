@@ -50,14 +50,19 @@ def read_ns_of(samples: pd.DataFrame) -> np.ndarray:
     return samples["read_ns"].to_numpy(np.int64) if "read_ns" in samples else np.zeros(len(samples), np.int64)
 
 
-def movable_bytes(t_ns: np.ndarray, read_ns: np.ndarray | None = None, max_bps: float = MAX_LINK_BPS) -> np.ndarray:
-    """Per step between consecutive samples: the most bytes a saturated link (``max_bps``, B/s) moves between the
-    earliest and the latest time the two reads' values can apply (the gap between their midpoints, half of each
-    read, ``read_ns``, and one counter update)."""
+def value_span_ns(t_ns: np.ndarray, read_ns: np.ndarray | None = None) -> np.ndarray:
+    """Per step between consecutive samples (read midpoints ``t_ns``, reads taking ``read_ns``, ns): the time
+    between the earliest and the latest moment the two reads' values can apply (ns): the gap between their
+    midpoints, half of each read and one counter update."""
     t_ns = np.asarray(t_ns, dtype=np.int64)
     read_ns = np.zeros(t_ns.size, np.int64) if read_ns is None else np.asarray(read_ns, dtype=np.int64)
-    span_ns = np.diff(t_ns) + (read_ns[1:] + read_ns[:-1]) / 2 + COUNTER_UPDATE_NS
-    return span_ns / 1e9 * max_bps
+    return np.diff(t_ns) + (read_ns[1:] + read_ns[:-1]) / 2 + COUNTER_UPDATE_NS
+
+
+def movable_bytes(t_ns: np.ndarray, read_ns: np.ndarray | None = None, max_bps: float = MAX_LINK_BPS) -> np.ndarray:
+    """Per step between consecutive samples: the most bytes a saturated link (``max_bps``, B/s) moves over its
+    :func:`value_span_ns`."""
+    return value_span_ns(t_ns, read_ns) / 1e9 * max_bps
 
 
 def unwrap(raw: np.ndarray, bits: int = 32, t_ns: np.ndarray | None = None,
@@ -220,6 +225,29 @@ def sample_gaps(samples: pd.DataFrame, counters: dict[int, dict[str, Any]] | Non
                      "wrap_risk": bool(could_hide_wrap(t, read_ns_of(g), (counters or {}).get(int(idx))).any()),
                      "counter_jumps": int(jumped.get(idx, 0))})
     return pd.DataFrame(rows, columns=SAMPLING_COLUMNS)
+
+
+#: The columns of :func:`wrap_gaps`.
+WRAP_GAP_COLUMNS = ["nvml_index", "gaps", "longest_span_ms", "longest_read_ms"]
+
+
+def wrap_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None, t0_ns: int, t1_ns: int) -> pd.DataFrame:
+    """Per GPU with any: the steps between its samples (``cum``: :func:`cumulative_bytes`) that overlap
+    [``t0_ns``, ``t1_ns``] and could hide a counter wrap (:func:`could_hide_wrap`; counter jumps left out, they
+    are counted apart, :func:`resets`): how many (``gaps``), the longest one's :func:`value_span_ns` (ms) and the
+    longer of the two reads around it (ms; a read that long is the sampler stalling inside NVML)."""
+    rows = []
+    for idx, g in cum.groupby("nvml_index"):
+        t, read_ns = g["t_ns"].to_numpy(np.int64), read_ns_of(g)
+        if t.size < 2:
+            continue
+        hide = could_hide_wrap(t, read_ns, (counters or {}).get(int(idx))) & ~jumps(g) & (t[1:] > t0_ns) & (t[:-1] < t1_ns)
+        if hide.any():
+            span = np.where(hide, value_span_ns(t, read_ns), -1)
+            k = int(np.argmax(span))
+            rows.append({"nvml_index": int(idx), "gaps": int(hide.sum()), "longest_span_ms": span[k] / 1e6,
+                         "longest_read_ms": max(read_ns[k], read_ns[k + 1]) / 1e6})
+    return pd.DataFrame(rows, columns=WRAP_GAP_COLUMNS)
 
 
 def window_bytes(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:

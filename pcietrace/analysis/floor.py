@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pcietrace.analysis.counters import jumps
+from pcietrace.analysis.counters import jumps, read_ns_of
 from pcietrace.analysis.launch import DIRECTIONS
 
 #: Columns of :func:`floor_model`. ``status``: "per read" (per-read and background terms fitted), "rate only"
@@ -90,7 +90,7 @@ def aligned_windows(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     for idx, g in cum.groupby("nvml_index"):
         t = g["t_ns"].to_numpy(np.int64)
         ys = {d: g[f"{c}_bytes"].to_numpy(float) for d, c in DIRECTIONS.items()}
-        read_us = np.cumsum(g["read_ns"].to_numpy(float) / 1e3) if "read_ns" in g else np.zeros(t.size)
+        read_us = np.cumsum(read_ns_of(g) / 1e3)
         jump = jumps(g)  # (a window across a counter jump cannot be measured either)
         for w in idle[idle["nvml_index"] == idx].itertuples():
             i, j = np.searchsorted(t, w.t_start_ns, "right") - 1, np.searchsorted(t, w.t_end_ns, "left")

@@ -188,9 +188,11 @@ TABLE_COLUMNS: dict[str, dict[str, str]] = {
 }
 #: Groups of columns a table has all of or none of (each group on its own): events recorded before device
 #: tracking lack ``dev`` and ``devmask``; those recorded before captured launches were told apart lack
-#: ``captured_thread`` and ``captured_process``.
+#: ``captured_thread`` and ``captured_process``; those recorded before launch and synchronize calls were timed
+#: lack the ``call_ns_*`` and ``wait_ns_*`` columns.
 OPTIONAL_COLUMNS: dict[str, list[dict[str, str]]] = {
-    "events": [{"dev": "int", "devmask": "int"}, {"captured_thread": "int", "captured_process": "int"}]}
+    "events": [{"dev": "int", "devmask": "int"}, {"captured_thread": "int", "captured_process": "int"},
+               {"call_ns_thread": "int", "call_ns_process": "int", "wait_ns_thread": "int", "wait_ns_process": "int"}]}
 #: The windows of `pcietrace graphs` carry the workload size and round.
 GRAPHS_WINDOW_COLUMNS = {**WINDOW_COLUMNS, "kernels": "int", "round": "int", "iterations": "int"}
 #: The windows of `pcietrace run` (not attach) carry the launch plan too.

@@ -9,6 +9,7 @@ its thread launched on or had current while it was open; else its process's; els
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from pcietrace.analysis.launch import DIRECTIONS
 
 RANGE_COLUMNS = ["pid", "tid", "domain", "name", "kind", "t_start_ns", "t_end_ns", "depth", "eager_launches",
                  "graph_launches", "eager_launches_process", "graph_launches_process", "captured_launches",
-                 "captured_launches_process", "closed"]
+                 "captured_launches_process", "launch_call_ns", "sync_wait_ns", "closed"]
 #: What :func:`attribute` adds to a range (in this order, after the range's own columns).
 ATTRIBUTED_COLUMNS = ["duration_ns", "status", "stalls",
                       *(f"{d}_{c}" for d in DIRECTIONS for c in ("raw_bytes", "bytes", "edge_bytes", "floor_err_bytes")),
@@ -44,16 +45,28 @@ def with_captured(events: pd.DataFrame) -> pd.DataFrame:
     return events.assign(**{c: 0 for c in missing}) if missing else events
 
 
+def _timed(open_v: int, end_v: int) -> float:
+    """The ns a timing column (:data:`pcietrace.record.attach.TIMING_COLUMNS`) grew between two events; NaN
+    where either was not timed (-1: the library ran outside interpose mode)."""
+    return float(end_v - open_v) if open_v >= 0 and end_v >= 0 else math.nan
+
+
 def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     """Pair push/pop (per thread, by nesting) and start/end (per process, by id) into ranges.
 
     ``eager_launches``/``graph_launches`` count launches made by the range's own thread while it was
     open, ``captured_launches`` those it made into a stream being captured into a graph (nodes added, nothing
-    launched: in neither of the other two); the ``_process`` columns count the whole process's. Ranges still
-    open when the process ended are closed at its last event and marked ``closed=False``.
+    launched: in neither of the other two); the ``_process`` columns count the whole process's.
+    ``launch_call_ns`` and ``sync_wait_ns``: the ns the range's thread (a start/end range: its process) spent
+    inside eager launch calls and inside synchronize calls (waiting for the GPU), NaN where not timed (traces
+    recorded before, or outside interpose mode). Ranges still open when the process ended are closed at its
+    last event and marked ``closed=False``.
     """
     rows: list[dict[str, Any]] = []
     events = with_captured(events)
+    from pcietrace.record.attach import TIMING_COLUMNS
+
+    events = events.assign(**{c: -1 for c in TIMING_COLUMNS if c not in events.columns})
 
     def close(open_ev: Any, end_ev: Any, end_t: int, kind: str, closed: bool) -> None:
         rows.append({"pid": int(open_ev.pid), "tid": int(open_ev.tid), "domain": open_ev.domain, "name": open_ev.message,
@@ -64,6 +77,10 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
                      "graph_launches_process": int(end_ev.graph_process - open_ev.graph_process),
                      "captured_launches": int(end_ev.captured_thread - open_ev.captured_thread),
                      "captured_launches_process": int(end_ev.captured_process - open_ev.captured_process),
+                     "launch_call_ns": _timed(*((open_ev.call_ns_thread, end_ev.call_ns_thread) if kind == "push"
+                                                else (open_ev.call_ns_process, end_ev.call_ns_process))),
+                     "sync_wait_ns": _timed(*((open_ev.wait_ns_thread, end_ev.wait_ns_thread) if kind == "push"
+                                              else (open_ev.wait_ns_process, end_ev.wait_ns_process))),
                      "closed": closed})
 
     for _, g in events.groupby("pid", sort=False):

@@ -12,6 +12,15 @@ The prediction set beside the measured saving (eager minus graphed range time) i
   saves only the GPU's per-kernel overhead difference (eager - graph GPU time per kernel, when the costs carry
   it; else the calibration's wall difference, an upper bound). A parent adds up its children's savings.
 
+Where the injection library timed the calls (interpose mode: ``sync_wait_ns``), how long the host waited for
+the GPU inside synchronize calls is known: a range whose host waited at most half its own time is launch-bound
+up to :data:`TIMED_LAUNCH_BOUND_FACTOR` x the host cost per launch (a slow host no longer reads as a busy
+GPU), and saves per launch its own host time (waits left out) minus a graph kernel's time. A launch call that
+waited for a full queue is not told apart from one slowed by the host (both are long; measured on the H100
+with a busy loop on the app's CPU, 2026-11-23), so such waits count as host time: kernels that run longer than
+the host takes to launch them, but under 4x a launch's host cost, with no synchronize call in the range, read
+as launch-bound (factor 2 read them so too, up to 2x); ``--gpu-time`` tells.
+
 What the model cannot know from launch counts alone is how busy the GPU was: a PyTorch range whose host
 spends ~10-30 us per operator looks GPU-bound by its time per launch, yet a graph removes most of that host
 time. Where an instance carries ``gpu_busy_ns`` (``attach --gpu-time``: the GPU's busy time inside the range
@@ -39,20 +48,31 @@ from pcietrace.analysis import nesting
 #: ~1.7x the calibration's host cost of seconds before; at 1.5 it was called GPU-bound (prediction -48 %;
 #: reports/h100-savings-20261122/savings-demo-py-3-runs.log holds 3 of those runs).
 LAUNCH_BOUND_FACTOR = 2.0
+#: Where the library timed the range's synchronize calls and its host waited for the GPU at most half its time:
+#: launch-bound up to this many times the host cost of a launch. The host's own time per launch beyond the
+#: launch call is then program work between launches (a Python loop: ~1.5 us on the H100, ~3.6 us with the CPU
+#: shared), which a graph replaces; 4 keeps PyTorch operators (~18-27 us each, their GPU time unknown without
+#: --gpu-time) out. On the H100 with the app's CPU shared with a busy loop (2026-11-23, bench/savings_timed.py)
+#: the demo ranges took 8.4-12.4 us per launch against a 3.4 us host cost: factor 2 called 3 of 6 GPU-bound.
+TIMED_LAUNCH_BOUND_FACTOR = 4.0
 
 SAVINGS_COLUMNS = ["domain", "name", "calls_eager", "calls_graphed", "eager_ms", "graphed_ms", "eager_launches",
                    "graph_launches_graphed", "launch_bound", "measured_ms", "predicted_ms", "error_pct"]
 
 
-def per_launch_saving_us(us_per_launch: float, costs: dict[str, Any]) -> tuple[float, bool]:
+def per_launch_saving_us(us_per_launch: float, costs: dict[str, Any], waited_us: float = math.nan) -> tuple[float, bool]:
     """What capturing one eager launch into a graph saves (us), for a range that spends ``us_per_launch``
-    of its own time per eager launch; and whether that range is launch-bound. ``costs``: attach's launch
+    of its own time per eager launch, ``waited_us`` of it inside synchronize calls (NaN: not timed); and whether
+    that range is launch-bound. ``costs``: attach's launch
     costs (:data:`pcietrace.analysis.costs.LAUNCH_COST_KEYS`; optional ``gpu_us_per_kernel_eager`` /
     ``gpu_us_per_kernel_graph``: the GPU's own time per empty kernel, from a run's ``gpu_time``)."""
     host = max(costs["host_us_per_eager_launch"], costs["wall_us_per_kernel_eager"])
     graph = costs["wall_us_per_kernel_graph"]
-    if us_per_launch <= LAUNCH_BOUND_FACTOR * host:
-        return max(0.0, us_per_launch - graph), True
+    if math.isnan(waited_us):
+        if us_per_launch <= LAUNCH_BOUND_FACTOR * host:
+            return max(0.0, us_per_launch - graph), True
+    elif waited_us <= us_per_launch / 2 and us_per_launch - waited_us <= TIMED_LAUNCH_BOUND_FACTOR * host:
+        return max(0.0, us_per_launch - waited_us - graph), True
     if "gpu_us_per_kernel_eager" in costs and "gpu_us_per_kernel_graph" in costs:
         return max(0.0, costs["gpu_us_per_kernel_eager"] - costs["gpu_us_per_kernel_graph"]), False
     return max(0.0, min(us_per_launch, costs["wall_us_per_kernel_eager"]) - graph), False
@@ -72,7 +92,8 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     time per launch, plus its direct children's predictions). Children are the push/pop ranges one level
     deeper on the same thread inside it; start/end ranges have none. With ``gpu_busy_ns``/``gpu_short_ns``
     columns, instances that have them use :func:`graphed_saving_ms` on their own part (minus children's).
-    Launch counts that are NaN (not counted) give NaN, and ``launch_bound`` NaN (unknown, not "no"): CUPTI's
+    With ``sync_wait_ns`` (timed calls), its own part decides launch-boundness with the own time (see
+    :func:`per_launch_saving_us`). Launch counts that are NaN (not counted) give NaN, and ``launch_bound`` NaN (unknown, not "no"): CUPTI's
     kernel records alone cannot tell a graph's kernels from eager ones, so they would predict savings for
     ranges that already launch graphs."""
     out = instances.copy()
@@ -87,6 +108,8 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     if busy:  # children are disjoint in time, so busy time and shortfall add up
         out["own_busy_ns"] = out["gpu_busy_ns"] - nesting.children_sum(out, parent, "gpu_busy_ns")
         out["own_short_ns"] = out["gpu_short_ns"] - nesting.children_sum(out, parent, "gpu_short_ns")
+    waited = (out["sync_wait_ns"].astype(float) - nesting.children_sum(out, parent, "sync_wait_ns")).to_numpy() \
+        if "sync_wait_ns" in out else np.full(len(out), np.nan)  # NaN where not timed (and in recordings made before)
     n = out["own_eager_launches"].to_numpy()
     own = np.zeros(len(out))
     for k, i in enumerate(out.index):
@@ -96,7 +119,8 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
         if busy and not pd.isna(out.at[i, "own_busy_ns"]):
             own[k] = graphed_saving_ms(out.at[i, "own_ns"] / 1e6, out.at[i, "own_busy_ns"] / 1e6, out.at[i, "own_short_ns"] / 1e6)
         else:
-            per_us, out.at[i, "launch_bound"] = per_launch_saving_us(out.at[i, "own_ns"] / 1e3 / n[k], costs)
+            per_us, out.at[i, "launch_bound"] = per_launch_saving_us(out.at[i, "own_ns"] / 1e3 / n[k], costs,
+                                                                     waited[k] / 1e3 / n[k])
             own[k] = n[k] * per_us / 1e3
     out["predicted_ms"] = own
     for depth in sorted(out["depth"].unique(), reverse=True):  # children first: a parent adds its children's

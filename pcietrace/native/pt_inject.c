@@ -15,13 +15,17 @@
  * Output: one tab-separated line per event, appended to PCIETRACE_TRACE_DIR/trace-<pid>.tsv, a
  * file mapped MAP_SHARED, so what was written survives a crash of the application:
  *   t_ns tid event domain id depth eager_thread graph_thread eager_process graph_process dev devmask
- *   captured_thread captured_process message
+ *   captured_thread captured_process call_ns_thread call_ns_process wait_ns_thread wait_ns_process message
  * t_ns is CLOCK_MONOTONIC, the clock pcietrace's counter sampler uses. ``dev`` is the CUDA ordinal current
  * on the thread at the event (-1: none), ``devmask`` the ordinals the thread launched on since its previous
  * event (bit i = ordinal i); a "cudevice" event (id = ordinal, message = PCI bus id) names each ordinal once.
  * ``captured_*`` count the launches (kernel or graph) made into a stream that was being captured into a graph
  * (cuStreamBeginCapture ... cuStreamEndCapture): they add a node to a graph and run nothing, so they are in
  * neither the eager nor the graph counts.
+ * ``call_ns_*`` add up the ns spent inside eager launch calls (a call whose queue is full waits there for the
+ * GPU), ``wait_ns_*`` those inside cuCtxSynchronize, cuStreamSynchronize and cuEventSynchronize: how long the
+ * host waited for the GPU. Both are timed by the trampolines and direct calls of interpose mode only; other
+ * modes write -1 (not timed).
  *
  * Range edges: with PCIETRACE_EDGE_FILE, every push/pop/start/end bumps a shared 32-bit sequence number and
  * wakes the sampler processes waiting on it (a shared futex), so they read the counters right after the
@@ -86,6 +90,8 @@ enum { TRACE_RESERVE = 256, TRACE_MIN = 1 << 16 };  /* room kept at the end of t
 static atomic_ulong g_eager, g_graph, g_captured, g_range_id;
 static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread unsigned long t_eager, t_graph, t_captured;
+static __thread unsigned long long t_call_ns, t_wait_ns;  /* ns inside eager launch calls / synchronize calls */
+static atomic_ullong g_call_ns, g_wait_ns;
 static __thread int t_depth;
 static __thread long t_tid;
 static __thread uint64_t t_devmask;          /* ordinals launched on since this thread's previous event */
@@ -277,6 +283,15 @@ static unsigned long long mono_ns(void)
     return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
+static int interposing(void);
+/* The four timing fields of a line (tab-separated): -1 each where launch and synchronize calls are not timed. */
+static void timing_fields(char *out, size_t size)
+{
+    if (!interposing()) { snprintf(out, size, "-1\t-1\t-1\t-1"); return; }
+    snprintf(out, size, "%llu\t%llu\t%llu\t%llu", t_call_ns, (unsigned long long)atomic_load(&g_call_ns), t_wait_ns,
+             (unsigned long long)atomic_load(&g_wait_ns));
+}
+
 /* One trace line at time t_ns; dev = the CUDA ordinal to record (emit: the thread's current one). */
 static void emit_line(unsigned long long t_ns, const char *event, const char *domain, unsigned long long id,
                       const char *message, int dev)
@@ -291,18 +306,20 @@ static void emit_line(unsigned long long t_ns, const char *event, const char *do
      * GPU time: the thread's launches since its previous event wait for its next event of its own. */
     uint64_t mask = 0;
     if (strcmp(event, "kernel")) { mask = t_devmask; t_devmask = 0; }
-    int n = snprintf(line, sizeof line, "%llu\t%ld\t%s\t%s\t%llu\t%d\t%lu\t%lu\t%lu\t%lu\t%d\t%llu\t%lu\t%lu\t%s\n",
+    char timed[96];
+    timing_fields(timed, sizeof timed);
+    int n = snprintf(line, sizeof line, "%llu\t%ld\t%s\t%s\t%llu\t%d\t%lu\t%lu\t%lu\t%lu\t%d\t%llu\t%lu\t%lu\t%s\t%s\n",
                      t_ns, t_tid, event, domain ? domain : "default", id, t_depth, t_eager, t_graph,
                      atomic_load(&g_eager), atomic_load(&g_graph), dev, (unsigned long long)mask, t_captured,
-                     atomic_load(&g_captured), msg);
+                     atomic_load(&g_captured), timed, msg);
     if (n <= 0 || n >= (int)sizeof line) return;
     size_t at = atomic_fetch_add(&g_pos, (size_t)n);
     if (at + (size_t)n <= g_cap - TRACE_RESERVE) { memcpy(g_buf + at, line, (size_t)n); return; }
     if (atomic_exchange(&g_full, 1)) return;
     /* the first line that does not fit: say so, at its time, in the space kept for that at the end */
-    n = snprintf(line, sizeof line, "%llu\t%ld\ttracefull\tdefault\t%llu\t%d\t%lu\t%lu\t%lu\t%lu\t%d\t0\t%lu\t%lu\tlater events lost\n",
+    n = snprintf(line, sizeof line, "%llu\t%ld\ttracefull\tdefault\t%llu\t%d\t%lu\t%lu\t%lu\t%lu\t%d\t0\t%lu\t%lu\t%s\tlater events lost\n",
                  t_ns, t_tid, (unsigned long long)g_cap, t_depth, t_eager, t_graph, atomic_load(&g_eager),
-                 atomic_load(&g_graph), dev, t_captured, atomic_load(&g_captured));
+                 atomic_load(&g_graph), dev, t_captured, atomic_load(&g_captured), timed);
     if (n > 0 && n < TRACE_RESERVE) memcpy(g_buf + g_cap - TRACE_RESERVE, line, (size_t)n);
 }
 
@@ -671,11 +688,27 @@ static inline int captured(void *stream, int per_thread)
     return status == CU_STREAM_CAPTURE_STATUS_ACTIVE || status == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
 }
 
-/* A launch into ``stream``: captured into a graph being built, else eager (kernel) or graph (``graph``). */
-static inline void count_launch(void *stream, int per_thread, int graph)
+/* A launch into ``stream``: captured into a graph being built, else eager (kernel) or graph (``graph``).
+ * Returns whether it was an eager launch (the one whose call time is added up). */
+static inline int count_launch(void *stream, int per_thread, int graph)
 {
-    if (captured(stream, per_thread)) count_captured(); else if (graph) count_graph(); else count_eager();
+    if (captured(stream, per_thread)) count_captured(); else if (graph) count_graph(); else { count_eager(); return 1; }
+    return 0;
 }
+
+static inline void add_ns(unsigned long long *thread, atomic_ullong *process, unsigned long long t0)
+{
+    unsigned long long d = mono_ns() - t0;
+    *thread += d;
+    atomic_fetch_add_explicit(process, d, memory_order_relaxed);
+}
+
+/* ``call`` (a driver call returning CUres), its time added to the eager launch-call ns where ``eager``. */
+#define TIMED_LAUNCH(eager, call) do { if (!(eager)) return call; unsigned long long t0_ = mono_ns(); CUres r_ = call; \
+    add_ns(&t_call_ns, &g_call_ns, t0_); return r_; } while (0)
+/* ``call`` (a synchronize call), its time added to the wait ns where ``timed``. */
+#define TIMED_WAIT(timed, call) do { if (!(timed)) return call; unsigned long long t0_ = mono_ns(); CUres r_ = call; \
+    add_ns(&t_wait_ns, &g_wait_ns, t0_); return r_; } while (0)
 
 static inline void *launch_config_stream(const void *cfg)
 {
@@ -684,25 +717,34 @@ static inline void *launch_config_stream(const void *cfg)
 
 #define LAUNCH_SLOT(i) static CUres launch_##i(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
     unsigned g, unsigned sh, void *st, void **p, void **x) \
-    { count_launch(st, ptsz_launch[i], 0); \
-      return ((launch_fn)real_launch[i])(f, a, b, c, d, e, g, sh, st, p, x); }
+    { TIMED_LAUNCH(count_launch(st, ptsz_launch[i], 0), ((launch_fn)real_launch[i])(f, a, b, c, d, e, g, sh, st, p, x)); }
 #define LAUNCHEX_SLOT(i) static CUres launchex_##i(const void *cfg, void *f, void **p, void **x) \
-    { count_launch(launch_config_stream(cfg), ptsz_launchex[i], 0); \
-      return ((launchex_fn)real_launchex[i])(cfg, f, p, x); }
+    { TIMED_LAUNCH(count_launch(launch_config_stream(cfg), ptsz_launchex[i], 0), \
+                   ((launchex_fn)real_launchex[i])(cfg, f, p, x)); }
 #define COOP_SLOT(i) static CUres coop_##i(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
     unsigned g, unsigned sh, void *st, void **p) \
-    { count_launch(st, ptsz_coop[i], 0); \
-      return ((coop_fn)real_coop[i])(f, a, b, c, d, e, g, sh, st, p); }
+    { TIMED_LAUNCH(count_launch(st, ptsz_coop[i], 0), ((coop_fn)real_coop[i])(f, a, b, c, d, e, g, sh, st, p)); }
 #define GRAPH_SLOT(i) static CUres graph_##i(void *ge, void *st) \
     { count_launch(st, ptsz_graph[i], 1); return ((graph_fn)real_graph[i])(ge, st); }
+/* synchronize calls: cuCtxSynchronize(void), cuStreamSynchronize(stream) (and _ptsz), cuEventSynchronize(event) */
+typedef CUres (*sync0_fn)(void);
+typedef CUres (*sync1_fn)(void *);
+static void *real_sync0[SLOTS], *real_sync1[SLOTS];
+static int unused_pt0[SLOTS], unused_pt1[SLOTS];  /* (a synchronize call's stream flavour changes nothing here) */
+#define SYNC0_SLOT(i) static CUres sync0_##i(void) { TIMED_WAIT(1, ((sync0_fn)real_sync0[i])()); }
+#define SYNC1_SLOT(i) static CUres sync1_##i(void *h) { TIMED_WAIT(1, ((sync1_fn)real_sync1[i])(h)); }
 LAUNCH_SLOT(0) LAUNCH_SLOT(1) LAUNCH_SLOT(2) LAUNCH_SLOT(3)
 LAUNCHEX_SLOT(0) LAUNCHEX_SLOT(1) LAUNCHEX_SLOT(2) LAUNCHEX_SLOT(3)
 COOP_SLOT(0) COOP_SLOT(1) COOP_SLOT(2) COOP_SLOT(3)
 GRAPH_SLOT(0) GRAPH_SLOT(1) GRAPH_SLOT(2) GRAPH_SLOT(3)
+SYNC0_SLOT(0) SYNC0_SLOT(1) SYNC0_SLOT(2) SYNC0_SLOT(3)
+SYNC1_SLOT(0) SYNC1_SLOT(1) SYNC1_SLOT(2) SYNC1_SLOT(3)
 static void *const launch_slots[SLOTS] = {(void *)launch_0, (void *)launch_1, (void *)launch_2, (void *)launch_3};
 static void *const launchex_slots[SLOTS] = {(void *)launchex_0, (void *)launchex_1, (void *)launchex_2, (void *)launchex_3};
 static void *const coop_slots[SLOTS] = {(void *)coop_0, (void *)coop_1, (void *)coop_2, (void *)coop_3};
 static void *const graph_slots[SLOTS] = {(void *)graph_0, (void *)graph_1, (void *)graph_2, (void *)graph_3};
+static void *const sync0_slots[SLOTS] = {(void *)sync0_0, (void *)sync0_1, (void *)sync0_2, (void *)sync0_3};
+static void *const sync1_slots[SLOTS] = {(void *)sync1_0, (void *)sync1_1, (void *)sync1_2, (void *)sync1_3};
 
 static void *slot_for(void **reals, int *ptsz, void *const *slots, void *real, int per_thread)
 {
@@ -719,7 +761,7 @@ static void *slot_for(void **reals, int *ptsz, void *const *slots, void *real, i
     announced = 1;
     pthread_mutex_unlock(&g_slot_lock);
     if (first) emit("interpose", NULL, 0, "launch counting on (interposed driver entry points)");
-    if (out == real) emit("interpose", NULL, 0, "more launch entry points than slots: some launches uncounted");
+    if (out == real) emit("interpose", NULL, 0, "more driver entry points than slots: some launches uncounted or calls untimed");
     return out;
 }
 
@@ -733,11 +775,17 @@ static int suffix(const char *s, const char *x) { size_t n = strlen(s), m = strl
 /* cuLaunchCooperativeKernel and its _ptsz variant only: cuLaunchCooperativeKernelMultiDevice (deprecated) takes
  * a list of launches, not a stream, so it is left alone (uncounted) rather than read with the wrong layout. */
 static int cooperative(const char *s) { return !strcmp(s, "cuLaunchCooperativeKernel") || !strcmp(s, "cuLaunchCooperativeKernel_ptsz"); }
+/* The synchronize calls that take one handle, by exact name (cuCtxSynchronize_v2 takes the context). */
+static int one_arg_sync(const char *s)
+{
+    return !strcmp(s, "cuStreamSynchronize") || !strcmp(s, "cuStreamSynchronize_ptsz") || !strcmp(s, "cuEventSynchronize")
+        || !strcmp(s, "cuCtxSynchronize_v2");
+}
 
 /* ``flags``: cuGetProcAddress's (0 from dlsym): the per-thread flag, like a _ptsz name, picks the variant whose
  * NULL stream is the thread's default stream. */
 static int ours(void *p);
-static void *wrap_entry(const char *sym, void *real, unsigned long long flags)
+static void *wrap_entry(const char *sym, void *real, unsigned long long flags, int ver)
 {
     /* our own direct-call definition (interposed) counts already; a passive copy wraps nothing */
     if (!real || !sym || ours(real) || passive()) return real;
@@ -748,20 +796,25 @@ static void *wrap_entry(const char *sym, void *real, unsigned long long flags)
     if (prefix(sym, "cuLaunchKernel")) return slot_for(real_launch, ptsz_launch, launch_slots, real, pt);
     if (prefix(sym, "cuGraphLaunch")) return slot_for(real_graph, ptsz_graph, graph_slots, real, pt);
     if (cooperative(sym)) return slot_for(real_coop, ptsz_coop, coop_slots, real, pt);
+    /* cuGetProcAddress("cuCtxSynchronize") at version 13000 or later hands out cuCtxSynchronize_v2, which takes the
+     * context (cudaTypedefs.h: PFN_cuCtxSynchronize_v13000); dlsym's name is the ABI itself (``ver`` < 0) */
+    if (!strcmp(sym, "cuCtxSynchronize") && ver < 13000) return slot_for(real_sync0, unused_pt0, sync0_slots, real, pt);
+    if (!strcmp(sym, "cuCtxSynchronize")) return slot_for(real_sync1, unused_pt1, sync1_slots, real, pt);
+    if (one_arg_sync(sym)) return slot_for(real_sync1, unused_pt1, sync1_slots, real, pt);
     return real;
 }
 
 static CUres getproc1(const char *sym, void **pfn, int ver, unsigned long long flags)
 {
     CUres r = real_getproc1(sym, pfn, ver, flags);
-    if (r == 0 && pfn) *pfn = wrap_entry(sym, *pfn, flags);
+    if (r == 0 && pfn) *pfn = wrap_entry(sym, *pfn, flags, ver);
     return r;
 }
 
 static CUres getproc2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status)
 {
     CUres r = real_getproc2(sym, pfn, ver, flags, status);
-    if (r == 0 && pfn) *pfn = wrap_entry(sym, *pfn, flags);
+    if (r == 0 && pfn) *pfn = wrap_entry(sym, *pfn, flags, ver);
     return r;
 }
 
@@ -809,7 +862,7 @@ EXPORT void *dlsym(void *handle, const char *name)
     /* our own direct-call definition counts already; without a driver loaded the name is not there (a program
      * probing for the driver by a launch entry point must not find it in this library) */
     if (ours(p)) return libcuda() ? p : not_found(name);
-    return wrap_entry(name, p, 0);
+    return wrap_entry(name, p, 0, -1);
 }
 
 /* ---- direct calls: a program or library linked against libcuda (-lcuda; CuPy) calls the launch entry points
@@ -828,21 +881,22 @@ static void *next_entry(void **cache, const char *name)
     if (f) __atomic_store_n(cache, f, __ATOMIC_RELEASE);
     return f;
 }
-static inline void count_direct(void *stream, int per_thread, int graph)
+/* Whether the launch was eager and counted here (its call is then timed). */
+static inline int count_direct(void *stream, int per_thread, int graph)
 {
-    if (interposing() && !passive()) count_launch(stream, per_thread, graph);  /* (a passive copy: the first counts) */
+    return interposing() && !passive() && count_launch(stream, per_thread, graph);  /* (a passive copy: the first counts) */
 }
 #define DIRECT_LAUNCH(sym, pt) EXPORT CUres sym(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
     unsigned g, unsigned sh, void *st, void **p, void **x) \
     { static void *real; launch_fn fn = (launch_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
-      count_direct(st, pt, 0); return fn(f, a, b, c, d, e, g, sh, st, p, x); }
+      TIMED_LAUNCH(count_direct(st, pt, 0), fn(f, a, b, c, d, e, g, sh, st, p, x)); }
 #define DIRECT_LAUNCHEX(sym, pt) EXPORT CUres sym(const void *cfg, void *f, void **p, void **x) \
     { static void *real; launchex_fn fn = (launchex_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
-      count_direct(launch_config_stream(cfg), pt, 0); return fn(cfg, f, p, x); }
+      TIMED_LAUNCH(count_direct(launch_config_stream(cfg), pt, 0), fn(cfg, f, p, x)); }
 #define DIRECT_COOP(sym, pt) EXPORT CUres sym(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
     unsigned g, unsigned sh, void *st, void **p) \
     { static void *real; coop_fn fn = (coop_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
-      count_direct(st, pt, 0); return fn(f, a, b, c, d, e, g, sh, st, p); }
+      TIMED_LAUNCH(count_direct(st, pt, 0), fn(f, a, b, c, d, e, g, sh, st, p)); }
 #define DIRECT_GRAPH(sym, pt) EXPORT CUres sym(void *ge, void *st) \
     { static void *real; graph_fn fn = (graph_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
       count_direct(st, pt, 1); return fn(ge, st); }
@@ -850,6 +904,14 @@ DIRECT_LAUNCH(cuLaunchKernel, 0) DIRECT_LAUNCH(cuLaunchKernel_ptsz, 1)
 DIRECT_LAUNCHEX(cuLaunchKernelEx, 0) DIRECT_LAUNCHEX(cuLaunchKernelEx_ptsz, 1)
 DIRECT_COOP(cuLaunchCooperativeKernel, 0) DIRECT_COOP(cuLaunchCooperativeKernel_ptsz, 1)
 DIRECT_GRAPH(cuGraphLaunch, 0) DIRECT_GRAPH(cuGraphLaunch_ptsz, 1)
+#define DIRECT_SYNC0(sym) EXPORT CUres sym(void) \
+    { static void *real; sync0_fn fn = (sync0_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
+      TIMED_WAIT(interposing() && !passive(), fn()); }
+#define DIRECT_SYNC1(sym) EXPORT CUres sym(void *h) \
+    { static void *real; sync1_fn fn = (sync1_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
+      TIMED_WAIT(interposing() && !passive(), fn(h)); }
+DIRECT_SYNC0(cuCtxSynchronize) DIRECT_SYNC1(cuStreamSynchronize) DIRECT_SYNC1(cuStreamSynchronize_ptsz)
+DIRECT_SYNC1(cuEventSynchronize) DIRECT_SYNC1(cuCtxSynchronize_v2)
 
 /* Loaded at process start (LD_PRELOAD): map the edge page now, so the samplers know from the start that open
  * ranges are counted here (else they read fast until the first NVTX call). A passive copy leaves it to the first. */

@@ -31,11 +31,16 @@ if TYPE_CHECKING:
     from pcietrace.record.guard import RunFolder, Saving
 
 EVENT_COLUMNS = ["t_ns", "tid", "event", "domain", "id", "depth", "eager_thread", "graph_thread",
-                 "eager_process", "graph_process", "dev", "devmask", "captured_thread", "captured_process", "message"]
+                 "eager_process", "graph_process", "dev", "devmask", "captured_thread", "captured_process",
+                 "call_ns_thread", "call_ns_process", "wait_ns_thread", "wait_ns_process", "message"]
 #: Launches into a stream being captured into a graph (counted apart from eager/graph since they were recorded).
 CAPTURED_COLUMNS = ("captured_thread", "captured_process")
+#: Cumulative ns inside eager launch calls and inside synchronize calls (-1: not timed; interpose mode times them).
+TIMING_COLUMNS = ("call_ns_thread", "call_ns_process", "wait_ns_thread", "wait_ns_process")
+#: The columns of traces written before launch and synchronize calls were timed.
+EVENT_COLUMNS_V3 = [c for c in EVENT_COLUMNS if c not in TIMING_COLUMNS]
 #: The columns of traces written before captured launches were told apart (they counted them as eager).
-EVENT_COLUMNS_V2 = [c for c in EVENT_COLUMNS if c not in CAPTURED_COLUMNS]
+EVENT_COLUMNS_V2 = [c for c in EVENT_COLUMNS_V3 if c not in CAPTURED_COLUMNS]
 #: The columns of traces written before device tracking (no ``dev``/``devmask``).
 EVENT_COLUMNS_V1 = [c for c in EVENT_COLUMNS_V2 if c not in ("dev", "devmask")]
 #: Trace file size per process with ``--gpu-time`` (one line per kernel; sparse, so unused space costs nothing).
@@ -81,14 +86,14 @@ def _whole_lines(text: bytes) -> bytes:
 
 def read_traces(trace_dir: Path) -> pd.DataFrame:
     """All ``trace-<pid>.tsv`` files of a folder as one frame (:data:`EVENT_COLUMNS` plus ``pid``; traces
-    from older libraries keep :data:`EVENT_COLUMNS_V2` or :data:`EVENT_COLUMNS_V1`)."""
+    from older libraries keep :data:`EVENT_COLUMNS_V3`, :data:`EVENT_COLUMNS_V2` or :data:`EVENT_COLUMNS_V1`)."""
     frames = []
     for f in sorted(Path(trace_dir).glob("trace-*.tsv")):
         raw = _trace_lines(f)
         if not raw.strip():
             continue
         fields = raw.split(b"\n", 1)[0].count(b"\t") + 1
-        names = next((n for n in (EVENT_COLUMNS, EVENT_COLUMNS_V2) if fields == len(n)), EVENT_COLUMNS_V1)
+        names = next((n for n in (EVENT_COLUMNS, EVENT_COLUMNS_V3, EVENT_COLUMNS_V2) if fields == len(n)), EVENT_COLUMNS_V1)
         df = pd.read_csv(io.BytesIO(raw), sep="\t", names=names, header=None, quoting=3,
                          keep_default_na=False, dtype={"message": str, "domain": str, "event": str})
         frames.append(df.assign(pid=int(f.stem.split("-")[1])))

@@ -10,7 +10,7 @@
  * fake_capturing_stream is capturing (ACTIVE), fake_invalidated_stream's capture is INVALIDATED, a query of
  * fake_failing_stream fails (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), CU_STREAM_PER_THREAD (0x2) is capturing
  * while fake_per_thread_capturing is set; every other handle is not capturing. fake_capture_queries counts
- * the queries. cuLaunchKernelEx takes its stream from the CUlaunchConfig (hStream at byte 32);
+ * the queries. Synchronize calls spend fake_sync_ns (see sync_on). cuLaunchKernelEx takes its stream from the CUlaunchConfig (hStream at byte 32);
  * "cuLaunchKernel" fetched with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (or "cuLaunchKernel_ptsz") is a
  * separate function, as in the real driver. cuLaunchCooperativeKernel is cuLaunchKernel without ``extra``.
  */
@@ -104,7 +104,26 @@ int cuStreamIsCapturing(void *stream, int *status)
               : (fake_invalidated_stream && s == fake_invalidated_stream) ? 2 : 0;
     return 0;
 }
-static int stream_sync(void *s) { (void)s; ++fake_syncs; return 0; }
+/* synchronize calls: each spends fake_sync_ns (busy) and keeps its handle in fake_sync_handle; cuCtxSynchronize
+ * from cuGetProcAddress at version 13000 or later is the one that takes the context (cuCtxSynchronize_v2) */
+long long fake_sync_ns;
+unsigned long long fake_sync_handle;
+static int sync_on(void *h)
+{
+    long long t = now_ns();
+    while (now_ns() - t < fake_sync_ns) {
+    }
+    ++fake_syncs;
+    fake_sync_handle = (unsigned long long)(uintptr_t)h;
+    return 0;
+}
+static int stream_sync(void *s) { return sync_on(s); }
+static int ctx_sync(void) { return sync_on((void *)0xC0); }
+static int ctx_sync_v2(void *ctx) { return sync_on(ctx); }
+/* the same under their own names, for code linked against libcuda */
+int cuStreamSynchronize(void *s) { return sync_on(s); }
+int cuEventSynchronize(void *e) { return sync_on(e); }
+int cuCtxSynchronize(void) { return ctx_sync(); }
 static int stream_query(void *s) { (void)s; return (++fake_queries % 3) ? 600 : 0; }  /* NOT_READY twice, then done */
 static int h2d(unsigned long long dst, const void *src, size_t n, void *s) { (void)dst, (void)src, (void)s; ++fake_h2d; fake_last_nbytes = n; return 0; }
 static int d2h(void *dst, unsigned long long src, size_t n, void *s) { (void)dst, (void)src, (void)s; ++fake_d2h; fake_last_nbytes = n; return 0; }
@@ -115,7 +134,10 @@ static int error_name(int code, const char **name) { *name = code == 719 ? "CUDA
 int fake_getproc_exported;
 int cuGetProcAddress_v2(const char *sym, void **fn, int version, unsigned long long flags, int *status)
 {
-    (void)version;
+    if (!strcmp(sym, "cuCtxSynchronize")) {
+        *fn = version >= 13000 ? (void *)ctx_sync_v2 : (void *)ctx_sync;
+        return 0;
+    }
     if (fake_getproc_exported && !strcmp(sym, "cuGraphLaunch")) {
         *fn = (void *)cuGraphLaunch;
         return 0;
@@ -126,7 +148,8 @@ int cuGetProcAddress_v2(const char *sym, void **fn, int version, unsigned long l
     }
     static const struct { const char *name; void *fn; } table[] = {
         {"cuLaunchKernel", (void *)launch_kernel}, {"cuGraphLaunch", (void *)graph_launch},
-        {"cuStreamSynchronize", (void *)stream_sync}, {"cuStreamQuery", (void *)stream_query},
+        {"cuStreamSynchronize", (void *)stream_sync}, {"cuEventSynchronize", (void *)stream_sync},
+        {"cuStreamQuery", (void *)stream_query},
         {"cuLaunchKernelEx", (void *)launch_kernel_ex}, {"cuLaunchCooperativeKernel", (void *)launch_cooperative},
         {"cuLaunchCooperativeKernelMultiDevice", (void *)fake_multi_device_launch}, {"cuStreamIsCapturing", (void *)cuStreamIsCapturing},
         {"cuMemcpyHtoDAsync", (void *)h2d}, {"cuMemcpyDtoHAsync", (void *)d2h}, {"cuGetErrorName", (void *)error_name},

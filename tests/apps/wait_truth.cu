@@ -1,0 +1,90 @@
+// Oracle for attach's call timing (it does not use pcietrace): NVTX ranges whose launch calls and synchronize
+// calls the app times itself, on CLOCK_MONOTONIC around each CUDA runtime call (so its figures include the
+// runtime's own layer above the driver call that pcietrace times).
+// Build: nvcc -O2 -o wait_truth tests/apps/wait_truth.cu -ldl      Usage: wait_truth [SPIN_MS [OUT.json]]
+// Ranges: "launches" (2,000 empty kernels, then a stream synchronize), "stream" (a kernel spinning SPIN_MS, then
+// cudaStreamSynchronize), "event" (the same, waited for by cudaEventSynchronize), "device" (the same, by
+// cudaDeviceSynchronize), "queue_full" (6,000 kernels of 20 us launched back to back: the launch queue fills,
+// so launch calls wait for the GPU; then a stream synchronize). Writes one JSON line (to OUT.json, else stdout):
+// per range, the app's own sums, launch_call_ns and sync_wait_ns.
+#include <nvtx3/nvToolsExt.h>
+#include <cuda_runtime.h>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); std::exit(1); } } while (0)
+
+__global__ void empty() {}
+__global__ void spin(long long ns)
+{
+    long long t0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    for (long long t = t0; t - t0 < ns;) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+}
+
+static long long now_ns()
+{
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+struct Sums { long long launch = 0, wait = 0; };
+#define TIMED(sum, call) do { long long t0_ = now_ns(); CK(call); (sum) += now_ns() - t0_; } while (0)
+
+int main(int argc, char** argv)
+{
+    long long spin_ns = (long long)((argc > 1 ? std::atof(argv[1]) : 20.0) * 1e6);
+    cudaStream_t s;
+    cudaEvent_t ev;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    empty<<<1, 1, 0, s>>>();
+    CK(cudaDeviceSynchronize());
+    std::string out = "{\"app\": \"wait_truth\"";
+    auto report = [&](const char* name, const Sums& x) {
+        char b[160];
+        std::snprintf(b, sizeof b, ", \"%s\": {\"launch_call_ns\": %lld, \"sync_wait_ns\": %lld}", name, x.launch, x.wait);
+        out += b;
+    };
+    Sums a;
+    nvtxRangePushA("launches");
+    for (int i = 0; i < 2000; ++i) TIMED(a.launch, cudaLaunchKernel((const void*)empty, 1, 1, nullptr, 0, s));
+    TIMED(a.wait, cudaStreamSynchronize(s));
+    nvtxRangePop();
+    report("launches", a);
+    void* args[] = {&spin_ns};
+    Sums b;
+    nvtxRangePushA("stream");
+    TIMED(b.launch, cudaLaunchKernel((const void*)spin, 1, 1, args, 0, s));
+    TIMED(b.wait, cudaStreamSynchronize(s));
+    nvtxRangePop();
+    report("stream", b);
+    Sums c;
+    nvtxRangePushA("event");
+    TIMED(c.launch, cudaLaunchKernel((const void*)spin, 1, 1, args, 0, s));
+    CK(cudaEventRecord(ev, s));
+    TIMED(c.wait, cudaEventSynchronize(ev));
+    nvtxRangePop();
+    report("event", c);
+    Sums d;
+    nvtxRangePushA("device");
+    TIMED(d.launch, cudaLaunchKernel((const void*)spin, 1, 1, args, 0, s));
+    TIMED(d.wait, cudaDeviceSynchronize());
+    nvtxRangePop();
+    report("device", d);
+    long long k_ns = 20000;
+    void* kargs[] = {&k_ns};
+    Sums q;
+    nvtxRangePushA("queue_full");
+    for (int i = 0; i < 6000; ++i) TIMED(q.launch, cudaLaunchKernel((const void*)spin, 1, 1, kargs, 0, s));
+    TIMED(q.wait, cudaStreamSynchronize(s));
+    nvtxRangePop();
+    report("queue_full", q);
+    FILE* f = argc > 2 ? std::fopen(argv[2], "w") : stdout;
+    if (!f) { std::perror(argv[2]); return 1; }
+    std::fprintf(f, "%s}\n", out.c_str());
+    return f == stdout ? 0 : std::fclose(f);
+}

@@ -1,0 +1,153 @@
+"""The injection library times the calls that tell whether a range's host waited for the GPU (interpose mode):
+eager launch calls (``launch_call_ns``: a full launch queue makes them wait) and synchronize calls
+(``sync_wait_ns``). CPU tests over the fake driver (tests/native/fake_libcuda.c), whose calls spend a set time."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from pcietrace.analysis import attribution
+from pcietrace.record.attach import TIMING_COLUMNS
+from injected import build_fake, run_injected
+from test_capture import _build_direct_lib
+
+#: What the CUDA runtime's own layer may add to a call above the driver call pcietrace times (H100, 2026-11-23:
+#: 0.4 us per cudaLaunchKernel, 1.4 us per cudaStreamSynchronize of an idle stream).
+RUNTIME_LAYER_NS = 3000
+
+#: Busy time per fake launch call and per fake synchronize call (ns): long enough to stand out of Python's own time.
+LAUNCH_NS, SYNC_NS = 200_000, 300_000
+
+TIMING_SCRIPT = r"""
+import ctypes, json, sys
+import nvtx
+cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+def fetch(name, version=12000):
+    fn = ctypes.c_void_p()
+    assert cuda.cuGetProcAddress_v2(name, ctypes.byref(fn), version, ctypes.c_ulonglong(0), None) == 0
+    return fn.value
+L = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3)
+launch = L(fetch(b"cuLaunchKernel"))
+graph = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(fetch(b"cuGraphLaunch"))
+S1 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+stream_sync, event_sync = S1(fetch(b"cuStreamSynchronize")), S1(fetch(b"cuEventSynchronize"))
+ctx_sync = ctypes.CFUNCTYPE(ctypes.c_int)(fetch(b"cuCtxSynchronize"))
+ctx_sync_v2 = S1(fetch(b"cuCtxSynchronize", 13000))  # CUDA 13's ABI of the same name: it takes the context
+knob = lambda name: ctypes.c_longlong.in_dll(cuda, name)
+knob("fake_launch_ns").value, knob("fake_sync_ns").value = int(sys.argv[2]), int(sys.argv[3])
+handle = lambda: ctypes.c_ulonglong.in_dll(cuda, "fake_sync_handle").value
+k = lambda stream=0x100: launch(None, 1, 1, 1, 1, 1, 1, 0, stream, None, None)
+nvtx.push_range("launches"); [k() for _ in range(10)]; nvtx.pop_range()
+ctypes.c_ulonglong.in_dll(cuda, "fake_capturing_stream").value = 0x200
+nvtx.push_range("graphs and captures"); [graph(None, 0x100) for _ in range(5)]; [k(0x200) for _ in range(5)]; nvtx.pop_range()
+handles = []
+nvtx.push_range("waits")
+for call, arg in ((stream_sync, 0x51), (event_sync, 0xE1), (ctx_sync, None), (ctx_sync_v2, 0xC2)):
+    assert (call(arg) if arg else call()) == 0
+    handles.append(handle())
+nvtx.pop_range()
+nvtx.push_range("outer"); nvtx.push_range("inner"); k(); k(); nvtx.pop_range(); stream_sync(0x100); nvtx.pop_range()
+json.dump({"handles": handles, "syncs": knob("fake_syncs").value}, open(sys.argv[1], "w"))
+"""
+
+#: Code linked against libcuda calls the synchronize entry points through its PLT (as it does the launches).
+DIRECT_LIB = r"""
+int cuStreamSynchronize(void *); int cuEventSynchronize(void *); int cuCtxSynchronize(void);
+int sync_all(void) { return cuStreamSynchronize((void *)0x51) | cuEventSynchronize((void *)0xE1) | cuCtxSynchronize(); }
+"""
+
+DIRECT_SCRIPT = r"""
+import ctypes, json, sys
+import nvtx
+cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+direct = ctypes.CDLL(sys.argv[2])
+ctypes.c_longlong.in_dll(cuda, "fake_sync_ns").value = int(sys.argv[3])
+nvtx.push_range("direct waits"); assert direct.sync_all() == 0; nvtx.pop_range()
+json.dump({"syncs": ctypes.c_longlong.in_dll(cuda, "fake_syncs").value}, open(sys.argv[1], "w"))
+"""
+
+
+def _ranges(tmp_path: Path, counter: str) -> tuple[dict, dict]:
+    pytest.importorskip("nvtx")
+    build_fake(tmp_path, "fake_libcuda.c", "libcuda.so.1")
+    ev, got = run_injected(tmp_path, TIMING_SCRIPT, counter, args=[str(LAUNCH_NS), str(SYNC_NS)])
+    assert set(TIMING_COLUMNS) <= set(ev.columns)
+    r = attribution.ranges_from_events(ev).set_index("name")
+    return r.to_dict("index"), got
+
+
+def test_interposer_times_eager_launch_calls_and_synchronize_calls(tmp_path) -> None:
+    """Per range: ``launch_call_ns`` covers each eager launch call's time in the driver and nothing else (graph
+    launches and launches into a capturing stream are not eager); ``sync_wait_ns`` each synchronize call's,
+    whichever way it was fetched (cuCtxSynchronize's CUDA 13 ABI takes the context: it reaches the driver);
+    a parent's figures include its children's."""
+    r, got = _ranges(tmp_path, "interpose")
+    assert got["handles"] == [0x51, 0xE1, 0xC0, 0xC2] and got["syncs"] == 5  # every call forwarded, arguments intact
+    for name, launches, syncs in (("launches", 10, 0), ("graphs and captures", 0, 0), ("waits", 0, 4),
+                                  ("inner", 2, 0), ("outer", 2, 1)):
+        row = r[name]
+        dur = row["t_end_ns"] - row["t_start_ns"]
+        assert launches * LAUNCH_NS <= row["launch_call_ns"] <= max(dur, 1) * (launches > 0), (name, row)
+        assert syncs * SYNC_NS <= row["sync_wait_ns"] <= max(dur, 1) * (syncs > 0), (name, row)
+        assert row["launch_call_ns"] + row["sync_wait_ns"] <= dur, (name, row)
+
+
+def test_outside_interpose_mode_calls_are_not_timed(tmp_path) -> None:
+    """Without the trampolines nothing is timed: the ranges say NaN (unknown), never 0 ns."""
+    r, _ = _ranges(tmp_path, "none")
+    assert all(math.isnan(row["launch_call_ns"]) and math.isnan(row["sync_wait_ns"]) for row in r.values())
+
+
+def test_interposer_times_direct_synchronize_calls(tmp_path) -> None:
+    """Code linked against libcuda reaches the preloaded library's own cuStreamSynchronize, cuEventSynchronize
+    and cuCtxSynchronize, which time the call and forward it to the driver."""
+    pytest.importorskip("nvtx")
+    cc = build_fake(tmp_path, "fake_libcuda.c", "libcuda.so.1")
+    lib = _build_direct_lib(tmp_path, cc, DIRECT_LIB)
+    ev, got = run_injected(tmp_path, DIRECT_SCRIPT, "interpose", args=[str(lib), str(SYNC_NS)])
+    assert got["syncs"] == 3
+    row = attribution.ranges_from_events(ev).set_index("name").loc["direct waits"]
+    assert 3 * SYNC_NS <= row["sync_wait_ns"] <= row["t_end_ns"] - row["t_start_ns"]
+    assert row["launch_call_ns"] == 0
+
+
+@pytest.mark.gpu
+def test_call_timing_matches_the_apps_own_clock(tmp_path) -> None:
+    """On a GPU: tests/apps/wait_truth.cu times its own launch and synchronize calls (CUDA runtime) per range;
+    attach's figures (the driver calls inside them) are never more than the app's and short of it by at most
+    the runtime's own layer (:data:`RUNTIME_LAYER_NS` per call). Each synchronize call -- stream, event and device (cudaDeviceSynchronize
+    reaches cuCtxSynchronize's CUDA 13 ABI, which takes the context) -- is seen, and launch calls that waited for a
+    full queue hold most of their range."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc: the oracle app is not built")
+    exe, truth = tmp_path / "wait_truth", tmp_path / "truth.json"
+    subprocess.run(["nvcc", "-O2", "-o", str(exe), str(Path(__file__).parent / "apps" / "wait_truth.cu"), "-ldl"], check=True)
+    out = tmp_path / "attach"
+    p = subprocess.run([sys.executable, "-m", "pcietrace", "attach", "--json", "--no-calibrate", "-o", str(out), "--",
+                        str(exe), "20", str(truth)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    want = json.loads(truth.read_text())
+    from pcietrace.analysis import analyze
+    from pcietrace.session import Session
+
+    got = analyze(Session.load(out))["range_instances"].set_index("name")
+    calls = {"launches": (2000, 1), "stream": (1, 1), "event": (1, 1), "device": (1, 1), "queue_full": (6000, 1)}
+    rows = [(name, col, float(got.loc[name, col]), float(want[name][col]), n) for name, (launches, syncs) in calls.items()
+            for col, n in (("launch_call_ns", launches), ("sync_wait_ns", syncs))]
+    for name, col, ours, app, n in rows:
+        print(f"{name:11s} {col:15s} app {app / 1e6:9.3f} ms  attach {ours / 1e6:9.3f} ms  "
+              f"short by {(app - ours) / n / 1e3:6.3f} us per call")
+    for name, col, ours, app, n in rows:  # the runtime's layer: 0.4 us per launch, 1.4 us per stream sync (H100)
+        assert 0 < ours <= app and app - ours <= n * RUNTIME_LAYER_NS, (name, col, ours, app)
+    for name in ("stream", "event", "device"):  # the 20 ms spin, waited for
+        assert got.loc[name, "sync_wait_ns"] >= 19e6, got.loc[name]
+    q = got.loc["queue_full"]
+    assert q["launch_call_ns"] > 0.5 * q["duration_ns"], q  # 6,000 x 20 us kernels: the calls waited for the GPU

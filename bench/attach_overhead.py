@@ -44,11 +44,12 @@ def main() -> int:
         subprocess.run(["nvcc", "-O2", "-o", str(tmp / "demo_nvtx"), str(APPS / "demo_nvtx.cu"), "-ldl"], check=True)
         apps["cpp"] = [str(tmp / "demo_nvtx")]
     for name, cmd in apps.items():
-        for variant, opts in VARIANTS.items():
+        for v, (variant, opts) in enumerate(VARIANTS.items()):
             plain, attached = [], []
             for i in range(a.pairs):  # plain and attached runs alternate, so drift hits both
-                plain.append(timings(cmd, None, tmp / f"{name}{i}"))
-                attached.append(timings(cmd, opts, tmp / f"{name}{i}"))
+                run = tmp / f"{name}-{v}-{i}"  # one folder per attached run (attach refuses to overwrite a run)
+                plain.append(timings(cmd, None, run))
+                attached.append(timings(cmd, opts, run))
             for key in ("workload_s", "eager_s"):
                 ratios = [b[key] / p[key] for p, b in zip(plain, attached)]
                 extra = statistics.median(b[key] - p[key] for p, b in zip(plain, attached)) / plain[0]["eager_launches"]

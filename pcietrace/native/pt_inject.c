@@ -626,7 +626,8 @@ EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
 /* ---- launch counting by interposition (PCIETRACE_COUNT=interpose, library in LD_PRELOAD) ----
  * The CUDA runtime and cuda.bindings look up the driver's cuGetProcAddress with dlsym and fetch every
  * entry point through it. Our dlsym hands out wrappers of cuGetProcAddress(_v2) that return counting
- * trampolines for cuLaunchKernel*, cuLaunchKernelEx*, cuLaunchCooperativeKernel* and cuGraphLaunch*: a few
+ * trampolines (which also time the calls, as do those of cuStreamSynchronize, cuEventSynchronize and
+ * cuCtxSynchronize) for cuLaunchKernel*, cuLaunchKernelEx*, cuLaunchCooperativeKernel* and cuGraphLaunch*: a few
  * ns per launch plus two driver queries (the current device, and whether the launch's stream is capturing), where CUPTI's callback
  * dispatch costs ~0.6-0.9 us. Several real entry points (per-thread-stream variants, versions) each get
  * their own trampoline slot. */

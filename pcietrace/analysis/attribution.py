@@ -45,10 +45,11 @@ def with_captured(events: pd.DataFrame) -> pd.DataFrame:
     return events.assign(**{c: 0 for c in missing}) if missing else events
 
 
-def _timed(open_v: int, end_v: int) -> float:
-    """The ns a timing column (:data:`pcietrace.record.attach.TIMING_COLUMNS`) grew between two events; NaN
-    where either was not timed (-1: the library ran outside interpose mode)."""
-    return float(end_v - open_v) if open_v >= 0 and end_v >= 0 else math.nan
+def _timed(open_ev: Any, end_ev: Any, column: str) -> float:
+    """The ns timing column ``column`` (:data:`pcietrace.record.attach.TIMING_COLUMNS`) grew between two events;
+    NaN where either was not timed (-1: the library ran outside interpose mode)."""
+    a, b = getattr(open_ev, column), getattr(end_ev, column)
+    return float(b - a) if a >= 0 and b >= 0 else math.nan
 
 
 def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
@@ -69,6 +70,7 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     events = events.assign(**{c: -1 for c in TIMING_COLUMNS if c not in events.columns})
 
     def close(open_ev: Any, end_ev: Any, end_t: int, kind: str, closed: bool) -> None:
+        scope = "thread" if kind == "push" else "process"  # (start/end ranges may cross threads)
         rows.append({"pid": int(open_ev.pid), "tid": int(open_ev.tid), "domain": open_ev.domain, "name": open_ev.message,
                      "kind": kind, "t_start_ns": int(open_ev.t_ns), "t_end_ns": int(end_t), "depth": int(open_ev.depth),
                      "eager_launches": int(end_ev.eager_thread - open_ev.eager_thread),
@@ -77,10 +79,8 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
                      "graph_launches_process": int(end_ev.graph_process - open_ev.graph_process),
                      "captured_launches": int(end_ev.captured_thread - open_ev.captured_thread),
                      "captured_launches_process": int(end_ev.captured_process - open_ev.captured_process),
-                     "launch_call_ns": _timed(*((open_ev.call_ns_thread, end_ev.call_ns_thread) if kind == "push"
-                                                else (open_ev.call_ns_process, end_ev.call_ns_process))),
-                     "sync_wait_ns": _timed(*((open_ev.wait_ns_thread, end_ev.wait_ns_thread) if kind == "push"
-                                              else (open_ev.wait_ns_process, end_ev.wait_ns_process))),
+                     "launch_call_ns": _timed(open_ev, end_ev, f"call_ns_{scope}"),
+                     "sync_wait_ns": _timed(open_ev, end_ev, f"wait_ns_{scope}"),
                      "closed": closed})
 
     for _, g in events.groupby("pid", sort=False):

@@ -49,40 +49,38 @@ int main(int argc, char** argv)
         std::snprintf(b, sizeof b, ", \"%s\": {\"launch_call_ns\": %lld, \"sync_wait_ns\": %lld}", name, x.launch, x.wait);
         out += b;
     };
-    Sums a;
-    nvtxRangePushA("launches");
-    for (int i = 0; i < 2000; ++i) TIMED(a.launch, cudaLaunchKernel((const void*)empty, 1, 1, nullptr, 0, s));
-    TIMED(a.wait, cudaStreamSynchronize(s));
-    nvtxRangePop();
-    report("launches", a);
+    // One NVTX range: body(sums) makes and times its calls; the sums are reported under the range's name.
+    auto range = [&](const char* name, auto body) {
+        Sums x;
+        nvtxRangePushA(name);
+        body(x);
+        nvtxRangePop();
+        report(name, x);
+    };
+    range("launches", [&](Sums& x) {
+        for (int i = 0; i < 2000; ++i) TIMED(x.launch, cudaLaunchKernel((const void*)empty, 1, 1, nullptr, 0, s));
+        TIMED(x.wait, cudaStreamSynchronize(s));
+    });
     void* args[] = {&spin_ns};
-    Sums b;
-    nvtxRangePushA("stream");
-    TIMED(b.launch, cudaLaunchKernel((const void*)spin, 1, 1, args, 0, s));
-    TIMED(b.wait, cudaStreamSynchronize(s));
-    nvtxRangePop();
-    report("stream", b);
-    Sums c;
-    nvtxRangePushA("event");
-    TIMED(c.launch, cudaLaunchKernel((const void*)spin, 1, 1, args, 0, s));
-    CK(cudaEventRecord(ev, s));
-    TIMED(c.wait, cudaEventSynchronize(ev));
-    nvtxRangePop();
-    report("event", c);
-    Sums d;
-    nvtxRangePushA("device");
-    TIMED(d.launch, cudaLaunchKernel((const void*)spin, 1, 1, args, 0, s));
-    TIMED(d.wait, cudaDeviceSynchronize());
-    nvtxRangePop();
-    report("device", d);
+    range("stream", [&](Sums& x) {
+        TIMED(x.launch, cudaLaunchKernel((const void*)spin, 1, 1, args, 0, s));
+        TIMED(x.wait, cudaStreamSynchronize(s));
+    });
+    range("event", [&](Sums& x) {
+        TIMED(x.launch, cudaLaunchKernel((const void*)spin, 1, 1, args, 0, s));
+        CK(cudaEventRecord(ev, s));
+        TIMED(x.wait, cudaEventSynchronize(ev));
+    });
+    range("device", [&](Sums& x) {
+        TIMED(x.launch, cudaLaunchKernel((const void*)spin, 1, 1, args, 0, s));
+        TIMED(x.wait, cudaDeviceSynchronize());
+    });
     long long k_ns = 20000;
     void* kargs[] = {&k_ns};
-    Sums q;
-    nvtxRangePushA("queue_full");
-    for (int i = 0; i < 6000; ++i) TIMED(q.launch, cudaLaunchKernel((const void*)spin, 1, 1, kargs, 0, s));
-    TIMED(q.wait, cudaStreamSynchronize(s));
-    nvtxRangePop();
-    report("queue_full", q);
+    range("queue_full", [&](Sums& x) {
+        for (int i = 0; i < 6000; ++i) TIMED(x.launch, cudaLaunchKernel((const void*)spin, 1, 1, kargs, 0, s));
+        TIMED(x.wait, cudaStreamSynchronize(s));
+    });
     FILE* f = argc > 2 ? std::fopen(argv[2], "w") : stdout;
     if (!f) { std::perror(argv[2]); return 1; }
     std::fprintf(f, "%s}\n", out.c_str());

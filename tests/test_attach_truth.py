@@ -604,6 +604,41 @@ def test_with_the_truth_read_outside_its_ranges_every_range_of_2_ms_is_within_5_
     assert big == 2 * 4  # per rank: eager H2D and D2H, h2d_256MiB both ways
 
 
+def test_issue_7s_goal_as_the_benches_judge_it_on_the_h100_pytorch_recording(data_dir) -> None:
+    """bench/_goals.py, the one judge of bench/attach_truth.py and bench/blind_attach.py: a direction is held to 5 %
+    only where it moves >= 1 MB per call in a range of >= 2 ms, else to attach's stated error. On the real H100
+    PyTorch recording (truth read outside the ranges) every direction of every range meets it, and the %-checked
+    ones are eager H2D and both directions of the 256 MiB copy. attach_truth.py used to hold the 3.6 ms graph
+    range's ~15 kB of H2D (the instruments' own reads) to 5 % and print it as failed (session 18's H100 run:
+    -5.4 kB against a stated 39.8 kB)."""
+    from _goals import checked_in_pct, meets_goal
+    from attach_truth import outside_truth, truth_rows
+
+    path = data_dir / "attach_h100_torch_outside"
+    rows, _ = truth_rows(path / "truth_alone.jsonl")
+    truth = outside_truth(rows).groupby("range")[["h2d", "d2h"]].median()
+    inst = analyze(Session.load(path))["range_instances"]
+    calls = inst[(inst["domain"] == "truth") & (inst["name"] != "gap_ref")].groupby("name")
+    pct, judged = set(), 0
+    for name, g in calls:
+        ms = g["duration_ns"].mean() / 1e6
+        for d in ("h2d", "d2h"):
+            want, got = truth.loc[name, d], g[f"{d}_bytes"].mean()
+            stated = (g[f"{d}_edge_bytes"] + g[f"{d}_floor_err_bytes"]).mean()
+            assert meets_goal(want, got, stated + 0.01 * abs(want), ms), (name, d, want, got, stated)
+            judged += 1
+            if checked_in_pct(want, ms):
+                pct.add((name, d))
+    assert judged == 14
+    assert pct == {("eager_3000", "h2d"), ("h2d_256MiB", "h2d"), ("h2d_256MiB", "d2h")}
+    # the judge is not lenient: the graph range's H2D held to 5 % would fail, and 5 % off a big one fails
+    graph = calls.get_group("graph")
+    assert not checked_in_pct(truth.loc["graph", "h2d"], graph["duration_ns"].mean() / 1e6)
+    assert abs(graph["h2d_bytes"].mean() / truth.loc["graph", "h2d"] - 1) > 0.05
+    big = truth.loc["h2d_256MiB", "h2d"]
+    assert not meets_goal(big, big * 1.06, big, 5.0)
+
+
 def test_a_range_whose_reads_sat_apart_in_read_time_states_that_in_its_error(data_dir, monkeypatch) -> None:
     """H100, PyTorch, truth read outside the ranges (eleventh session): in the first two eager calls the reads
     took ~400-420 us against the program's ~318 us and moved ~1.6 kB D2H less each, so those calls read 140-180 kB

@@ -6,7 +6,8 @@
 #   pva:    each GPU alone vs all at once, 2 rounds (bench/parallel_vs_alone.py; ~5 min on 4 GPUs, ~8 on 8).
 #   issue7: attach against the truth with one process per GPU (torchrun) and one thread per GPU, the truth read
 #           outside the ranges and the runtime alone vs attached; the blind C++ oracle on GPU 0.
-# COMMIT=abc1234 names the commit in the log. Every step runs under its own time limit even if one before it failed; the log says which failed.
+# COMMIT=abc1234 names the commit in the log. Every step runs under its own time limit even if one before it
+# failed; the log says which failed and how long each took.
 PART=${1:?issue8, pva or issue7}
 R=${2:-${OUT:?give OUTPUT_DIR or set OUT}}
 mkdir -p "$R"

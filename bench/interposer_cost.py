@@ -61,7 +61,8 @@ def main() -> int:
             order = ("none", "interpose") if i % 2 == 0 else ("interpose", "none")
             got = {c: ns_per_launch(loop, work, c, a.launches) for c in order}
             rows.append((got["none"], got["interpose"]))
-            print(f"pair {i + 1}: alone {got['none']:.1f} ns, through the trampolines {got['interpose']:.1f} ns per launch")
+            print(f"pair {i + 1}: alone {got['none']:.1f} ns, through the trampolines {got['interpose']:.1f} ns "
+                  "per launch")
     alone, inter = np.array(rows).T
     med, lo, hi = median_ci(inter - alone)
     print(f"the library's own cost per eager launch: {med:+.1f} ns [95 % CI {lo:+.1f}, {hi:+.1f}] "

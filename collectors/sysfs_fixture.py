@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +20,31 @@ def config_space(port_type: int | None) -> bytes:
     return bytes(cfg)
 
 
-def build(fixture: Path, root: Path) -> Path:
-    """Write the sysfs-like tree the fixture describes under ``root``; returns ``root``."""
-    doc = json.loads(Path(fixture).read_text())
-    by_bdf = {d["bdf"]: d for d in doc["devices"]}
+#: Names that become folders: a PCI address (domain:bus:device.function) and a host bridge (pci<domain>:<bus>).
+#: Anything else (``..``, ``/``) could write outside the tree.
+BDF = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+HOST_BRIDGE = re.compile(r"pci[0-9a-fA-F]{4}:[0-9a-fA-F]{2}")
 
-    def folder(d: dict) -> Path:
-        parent = folder(by_bdf[d["parent"]]) if d["parent"] else root / "devices" / d["host_bridge"]
-        return parent / d["bdf"]
+
+def _checked(name: Any, pattern: re.Pattern, what: str) -> str:
+    if not isinstance(name, str) or not pattern.fullmatch(name):
+        raise ValueError(f"{what} {name!r} is not a PCI name like {'0000:3b:00.0' if pattern is BDF else 'pci0000:00'}")
+    return name
+
+
+def build(fixture: Path, root: Path) -> Path:
+    """Write the sysfs-like tree the fixture describes under ``root``; returns ``root``. Raises ValueError for a
+    name that is not a PCI address, a ``link`` that is not [speed, width, max speed, max width], or parents
+    that form a cycle."""
+    doc = json.loads(Path(fixture).read_text())
+    by_bdf = {_checked(d["bdf"], BDF, "bdf"): d for d in doc["devices"]}
+
+    def folder(d: dict, seen: tuple[str, ...] = ()) -> Path:
+        if d["bdf"] in seen:
+            raise ValueError(f"parents form a cycle: {' -> '.join(seen + (d['bdf'],))}")
+        if not d["parent"]:
+            return root / "devices" / _checked(d["host_bridge"], HOST_BRIDGE, "host_bridge") / d["bdf"]
+        return folder(by_bdf[d["parent"]], seen + (d["bdf"],)) / d["bdf"]
 
     links = root / "bus" / "pci" / "devices"
     links.mkdir(parents=True, exist_ok=True)
@@ -36,6 +54,8 @@ def build(fixture: Path, root: Path) -> Path:
         files = {"vendor": d["vendor"], "device": d["device"], "class": d["class"],
                  "numa_node": str(d["numa_node"]), "local_cpulist": d["local_cpulist"]}
         if "link" in d:
+            if not isinstance(d["link"], list) or len(d["link"]) != 4:
+                raise ValueError(f"{d['bdf']}: link {d['link']!r} is not [speed, width, max speed, max width]")
             files.update(current_link_speed=d["link"][0], current_link_width=str(d["link"][1]),
                          max_link_speed=d["link"][2], max_link_width=str(d["link"][3]))
         for name, text in files.items():

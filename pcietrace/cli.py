@@ -206,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Each GPU's bus id, NUMA node, CPU affinity and PCIe path from the root port down "
                                     "(link speed/width per hop, switch levels), and a GPU<->GPU matrix like "
                                     "`nvidia-smi topo -m`. Works without a driver from sysfs alone.")
-    tp.add_argument("--sysfs-root", default="/sys", help="read this sysfs tree instead (e.g. a test fixture); implies no NVML")
+    tp.add_argument("--sysfs-root", default=None, metavar="DIR",
+                    help="read this sysfs tree instead of /sys (e.g. a test fixture); implies no NVML")
     tp.add_argument("--fixture", type=Path, default=None, metavar="JSON",
                     help="show the machine a topology fixture describes, e.g. tests/data/topo/dgx2_half_two_switch_levels.json")
     tp.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")

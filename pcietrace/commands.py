@@ -129,10 +129,25 @@ def _emit(meta: dict[str, Any], results: Any, args: argparse.Namespace) -> None:
     emit(meta, results, summarize(meta, results), "json" if args.json else args.format, args.detail, args.plot)
 
 
+def _check_perfetto_target(target: Path, recording: Path) -> None:
+    """Refuse a --perfetto file that is standard output or one of the files the report is read from (writing it
+    would replace the recording with the trace)."""
+    from pcietrace.session import recording_files
+
+    if str(target) == "-":
+        raise UsageError("--perfetto writes a file: give its name (standard output holds the report)")
+    for f in recording_files(recording):
+        if target.exists() and f.exists() and os.path.samefile(target, f):
+            raise UsageError(f"--perfetto {target}: that is the report's own {f.name}, which it is read from; "
+                             "choose another file")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from pcietrace.analysis import analyze
     from pcietrace.session import Session
 
+    if args.perfetto is not None:
+        _check_perfetto_target(args.perfetto, args.path)
     session = Session.load(args.path)
     results = analyze(session, args.us_per_level)
     if args.perfetto is not None:
@@ -156,20 +171,21 @@ def cmd_topo(args: argparse.Namespace) -> int:
     if args.fixture is not None:
         from pcietrace.collectors import sysfs_fixture
 
-        if args.sysfs_root != "/sys":  # else one of the two machines named would be silently ignored
+        if args.sysfs_root is not None:  # else one of the two machines named would be silently ignored
             raise UsageError("--fixture and --sysfs-root each name the machine to show: give one of them")
 
         return _emit_topology(sysfs_fixture.topology(args.fixture), args)
     gpus = None
-    if args.sysfs_root == "/sys":
+    root = args.sysfs_root or "/sys"
+    if args.sysfs_root is None:
         try:
             infos = [nvml.gpu_info(i) for i in range(nvml.device_count())]
             gpus = [{"nvml_index": g.nvml_index, "bus_id": g.bus_id, "name": g.name} for g in infos]
         except NoGpuError:
             gpus = None  # no driver: sysfs alone still shows the placement
-    topo = topology.collect(gpus, args.sysfs_root)
+    topo = topology.collect(gpus, root)
     if not topo["gpus"]:
-        raise UsageError(f"no NVIDIA GPU found under {args.sysfs_root}")
+        raise UsageError(f"no NVIDIA GPU found under {root}")
     return _emit_topology(topo, args)
 
 
@@ -328,8 +344,11 @@ def _refuse_nothing_in_common(cmp: Any, names: list[str], paths: list[Path], ses
 
 def cmd_graphs(args: argparse.Namespace) -> int:
     from pcietrace.record import graphs
+    from pcietrace.report.prometheus import NO_METRICS
 
     _check_plot(args)
+    if args.format == "prometheus" and not args.json:
+        raise UsageError(NO_METRICS["graphs"])
     plan = graphs.GraphsPlan(kernels=args.kernels, param_sets=args.param_sets, order=args.order,
                              strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()),
                              kernel_us=tuple(args.kernel_us), iterations=args.iterations, rounds=args.rounds,

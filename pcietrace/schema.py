@@ -40,7 +40,7 @@ def counts_as_ints(df: pd.DataFrame) -> pd.DataFrame:
     for c in df.columns:
         if is_count(str(c)) and df[c].dtype.kind == "f":
             v = df[c].dropna().to_numpy()
-            if np.isfinite(v).all() and (v == np.round(v)).all():
+            if (np.abs(v) < 2**63).all() and (v == np.round(v)).all():  # (NaN-free; inf fails the first)
                 whole[c] = "Int64"
     return df.astype(whole) if whole else df
 
@@ -165,17 +165,17 @@ ATTACH_META = obj({"t_app_start_ns": INT, "t_app_end_ns": INT})
 GRAPHS_META = obj({"graphs_plan": obj({"kernel_us": RANGE})})
 DOC = obj({"schema": STR, "meta": META, "tables": obj({})}, {"results": obj({})})
 
-#: Column kinds: "int" (integers, no nulls), "num" (numbers, nulls allowed), "str" (strings, nulls
-#: allowed), "bool" (true/false, no nulls).
+#: Column kinds: "int" (integers, no nulls), "pos" (integers >= 1, no nulls: graph sizes, which analyses divide
+#: by), "num" (numbers, nulls allowed), "str" (strings, nulls allowed), "bool" (true/false, no nulls).
 WINDOW_COLUMNS = {"nvml_index": "int", "mode": "str", "t_start_ns": "int", "t_end_ns": "int"}
 TABLE_COLUMNS: dict[str, dict[str, str]] = {
     "samples": {c: "int" if c in ("nvml_index", "t_ns") else "num" for c in SAMPLE_COLUMNS},
     "windows": WINDOW_COLUMNS,
-    "bursts": {"nvml_index": "int", "mode": "str", "graph_k": "int", "kernel_us": "num", "calls": "num",
+    "bursts": {"nvml_index": "int", "mode": "str", "graph_k": "pos", "kernel_us": "num", "calls": "num",
                "launches": "num", "host_ns": "num", "cpu_ns": "num", "gpu_ns": "num", "saturated": "bool"},
     "contexts": {"nvml_index": "int", "context": "int", "mode": "str", "kernel_us": "num", "launches": "num",
                  "gpu_ns": "num", "saturated": "bool"},
-    "e2e": {"nvml_index": "int", "mode": "str", "graph_k": "int", "kernel_us": "num", "launches": "num",
+    "e2e": {"nvml_index": "int", "mode": "str", "graph_k": "pos", "kernel_us": "num", "launches": "num",
             "wall_ns": "num"},
     "calibration": {"nvml_index": "int", "kernel_us": "num", "measured_us": "num", "min_us": "num", "max_us": "num"},
     "latency": {"nvml_index": "int", "test": "str", "peer": "int", "value_us": "num"},
@@ -183,20 +183,22 @@ TABLE_COLUMNS: dict[str, dict[str, str]] = {
                "eager_thread": "int", "graph_thread": "int", "eager_process": "int", "graph_process": "int",
                "message": "str", "pid": "int"},
     # `pcietrace graphs`: one row per timed iteration (see pcietrace.record.graphs)
-    "graphs": {"kernels": "int", "strategy": "str", "round": "int", "iteration": "int", "wall_ns": "num",
+    "graphs": {"kernels": "pos", "strategy": "str", "round": "int", "iteration": "int", "wall_ns": "num",
                "cpu_ns": "num", "prep_ns": "num", "submit_ns": "num", **{c: "int" for c in COUNT_COLUMNS}},
 }
 #: Groups of columns a table has all of or none of (each group on its own): events recorded before device
 #: tracking lack ``dev`` and ``devmask``; those recorded before captured launches were told apart lack
 #: ``captured_thread`` and ``captured_process``; those recorded before launch and synchronize calls were timed
-#: lack the ``call_ns_*`` and ``wait_ns_*`` columns.
+#: lack the ``call_ns_*`` and ``wait_ns_*`` columns. Bursts of `run` name the launch path (Python, native...)
+#: since the native core; older ones lack ``path``.
 OPTIONAL_COLUMNS: dict[str, list[dict[str, str]]] = {
+    "bursts": [{"path": "str"}],
     "events": [{"dev": "int", "devmask": "int"}, {"captured_thread": "int", "captured_process": "int"},
                {"call_ns_thread": "int", "call_ns_process": "int", "wait_ns_thread": "int", "wait_ns_process": "int"}]}
 #: The windows of `pcietrace graphs` carry the workload size and round.
-GRAPHS_WINDOW_COLUMNS = {**WINDOW_COLUMNS, "kernels": "int", "round": "int", "iterations": "int"}
+GRAPHS_WINDOW_COLUMNS = {**WINDOW_COLUMNS, "kernels": "pos", "round": "int", "iterations": "int"}
 #: The windows of `pcietrace run` (not attach) carry the launch plan too.
-RUN_WINDOW_COLUMNS = {**WINDOW_COLUMNS, "purpose": "str", "graph_k": "int", "calls": "num", "launches": "num",
+RUN_WINDOW_COLUMNS = {**WINDOW_COLUMNS, "purpose": "str", "graph_k": "pos", "calls": "num", "launches": "num",
                       "kernel_us": "num", "target_rate_hz": "num", "achieved_rate_hz": "num"}
 
 
@@ -256,13 +258,16 @@ def check_table(df: pd.DataFrame, name: str, columns: dict[str, str]) -> pd.Data
         if col not in df.columns:
             raise Invalid(where, "missing column")
         s = df[col]
-        if kind in ("int", "num"):
+        if kind in ("int", "pos", "num"):
             if s.dtype == object and s.isna().all():
                 df[col] = s = s.astype(float)
             if not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
                 raise Invalid(where, f"expected numbers, got {_show(_odd(s, _is_num))}")
-            if kind == "int" and (s.isna().any() or (s.dtype.kind == "f" and not (s == s.round()).all())):
-                raise Invalid(where, "expected whole numbers with no nulls")
+            if kind != "num" and (s.isna().any() or (s.dtype.kind == "f" and not (s.abs() < 2**63).all())
+                                  or (s.dtype.kind == "f" and not (s == s.round()).all())):
+                raise Invalid(where, "expected whole numbers (64-bit) with no nulls")
+            if kind == "pos" and (s < 1).any():
+                raise Invalid(where, f"expected whole numbers >= 1, got {_show(s[s < 1].iloc[0].item())}")
         elif kind == "str" and not s.map(lambda v: v is None or isinstance(v, str)).all():
             raise Invalid(where, f"expected strings, got {_show(_odd(s, lambda v: isinstance(v, str)))}")
         elif kind == "bool" and not pd.api.types.is_bool_dtype(s):
@@ -272,7 +277,7 @@ def check_table(df: pd.DataFrame, name: str, columns: dict[str, str]) -> pd.Data
 
 def empty_table(columns: dict[str, str]) -> pd.DataFrame:
     """No rows, the declared ``columns`` of their kinds."""
-    dtypes = {"int": "int64", "num": "float64", "bool": "bool", "str": "object"}
+    dtypes = {"int": "int64", "pos": "int64", "num": "float64", "bool": "bool", "str": "object"}
     return pd.DataFrame({c: pd.Series(dtype=dtypes[k]) for c, k in columns.items()})
 
 

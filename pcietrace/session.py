@@ -26,6 +26,13 @@ SAMPLES_FILE = "samples.parquet"
 EVENTS_FILE = "events.parquet"
 
 
+def recording_files(path: Path) -> list[Path]:
+    """The files a saved session at ``path`` (its folder or its ``report.json``) is read from."""
+    path = Path(path)
+    report = path / REPORT_FILE if path.is_dir() else path
+    return [report, report.parent / SAMPLES_FILE, report.parent / EVENTS_FILE]
+
+
 def _empty() -> pd.DataFrame:
     return pd.DataFrame()
 
@@ -79,7 +86,7 @@ class Session:
         :mod:`pcietrace.schema`. Anything damaged, missing or from a newer schema raises
         :class:`~pcietrace.errors.ReportError` naming the file and the field."""
         path = Path(path)
-        report = path / REPORT_FILE if path.is_dir() else path
+        report = recording_files(path)[0]
         if not report.is_file():
             raise ReportError(f"no pcietrace report at {path}")
         try:
@@ -93,10 +100,11 @@ class Session:
         except schema.Invalid as exc:
             raise ReportError(f"{report}: {exc}") from None
         tables = {t: _table(report, t, pd.DataFrame.from_records(doc["tables"].get(t, [])), doc["meta"]) for t in TABLES}
-        samples = _parquet(report.parent / SAMPLES_FILE, doc["meta"], required=True)
-        events = _parquet(report.parent / EVENTS_FILE, doc["meta"], required=False)
-        _check_ranges(report.parent / EVENTS_FILE, doc["meta"], events)
-        _check_samples(report.parent / SAMPLES_FILE, doc["meta"], samples, tables["windows"])
+        _, samples_file, events_file = recording_files(path)
+        samples = _parquet(samples_file, doc["meta"], required=True)
+        events = _parquet(events_file, doc["meta"], required=False)
+        _check_ranges(events_file, doc["meta"], events)
+        _check_samples(samples_file, doc["meta"], samples, tables["windows"])
         return cls(meta=doc["meta"], samples=samples, events=events, **tables)
 
 

@@ -254,3 +254,83 @@ def test_sigterm_before_anything_is_recorded_is_one_line(tmp_path) -> None:
     assert p.returncode == 128 + signal.SIGTERM, (p.returncode, err)
     assert err == "pcietrace: interrupted before anything was recorded: nothing saved\n" and out == ""
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("cycle", "parents form a cycle: 0000:01:00.0 -> 0000:01:00.0"),
+    ("short link", "link ['32.0 GT/s PCIe', 16, '32.0 GT/s PCIe'] is not [speed, width, max speed, max width]"),
+    ("path", "is not a PCI name like 0000:3b:00.0"),
+])
+def test_a_damaged_topology_fixture_is_refused_and_writes_nothing_outside(damage, says, data_dir, tmp_path,
+                                                                         capsys) -> None:
+    # was: RecursionError (a device its own parent), IndexError (a link of 3 items), and a bdf that is a path
+    # made `topo --fixture` write its sysfs files there (outside its temporary tree)
+    doc = json.loads((data_dir / "topo" / "wrx80_two_gpus_root_ports.json").read_text())
+    gpu = doc["devices"][1]
+    outside = tmp_path / "outside"
+    if damage == "cycle":
+        gpu["parent"] = gpu["bdf"]
+    elif damage == "short link":
+        gpu["link"] = gpu["link"][:3]
+    else:
+        gpu["bdf"] = str(outside)
+    fixture = tmp_path / "fixture.json"
+    fixture.write_text(json.dumps(doc))
+    assert says in one_line_exit_2(["topo", "--fixture", str(fixture)], capsys)
+    assert not outside.exists()
+
+
+@pytest.mark.parametrize("target", ["report.json", "samples.parquet", "-"])
+def test_report_perfetto_never_overwrites_the_recording_it_reads(target, data_dir, tmp_path, capsys) -> None:
+    # was: `report DIR --perfetto DIR/report.json` replaced the recording with the trace (exit 0; the folder
+    # was no report after), and `--perfetto -` wrote a file named "-"
+    folder = tmp_path / "rec"
+    shutil.copytree(data_dir / "attach_h100_python", folder)
+    before = {f.name: f.read_bytes() for f in folder.iterdir()}
+    path = target if target == "-" else str(folder / target)
+    line = one_line_exit_2(["report", str(folder), "--perfetto", path], capsys)
+    assert ("standard output holds the report" if target == "-" else f"the report's own {target}") in line
+    assert {f.name: f.read_bytes() for f in folder.iterdir()} == before and not Path("-").exists()
+    assert main(["report", str(folder), "--perfetto", str(tmp_path / "trace.json"), "--format", "json"]) == 0
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+
+
+def edit_row(folder: Path, table: str, row: int, **changes) -> None:
+    doc = json.loads((folder / "report.json").read_text())
+    doc["tables"][table][row].update(changes)
+    (folder / "report.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("name, table, row, change, says", [
+    ("h100_run", "windows", 1, {"graph_k": 0}, "windows.graph_k: expected whole numbers >= 1, got 0"),
+    ("graphs_h100", "graphs", 0, {"kernels": float("inf")}, "graphs.kernels: expected whole numbers (64-bit)"),
+    ("h200x2_run_contexts", "bursts", 0, {"path": []}, "bursts.path: expected strings, got []"),
+])
+def test_table_values_the_analysis_cannot_use_name_the_field(name, table, row, change, says, copy, capsys) -> None:
+    # was: ZeroDivisionError (a graph of 0 kernels), OverflowError (infinite kernels: Python's JSON reads
+    # Infinity) and TypeError (a list as a burst's launch path), each a traceback
+    folder = copy(name)
+    edit_row(folder, table, row, **change)
+    assert says in one_line_exit_2(["report", str(folder)], capsys)
+
+
+@pytest.mark.parametrize("name, table, change", [
+    ("h100_run_latency", "bursts", {"gpu_ns": 0}),
+    ("h100_run", "windows", {"launches": 1e308}),
+])
+def test_odd_but_valid_numbers_still_render(name, table, change, copy, capsys) -> None:
+    # was: ZeroDivisionError (a burst of 0 GPU time: the share per switch level divided by it) and TypeError
+    # (--format json wrote a count beyond 64 bits as an integer); such a number is shown as it is
+    folder = copy(name)
+    edit_row(folder, table, 0 if table == "bursts" else 1, **change)
+    assert main(["report", str(folder), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"]
+
+
+@pytest.mark.parametrize("argv", [["graphs", "--simulate", "--no-save", "--format", "prometheus"],
+                                  ["report", "{data}/graphs_h100", "--format", "prometheus"]])
+def test_prometheus_refuses_graphs_instead_of_printing_nothing(argv, data_dir, capsys) -> None:
+    # was: exit 0 and only "# EOF" (no metric family is defined for the strategies' figures); `graphs` now
+    # refuses before measuring
+    argv = [a.replace("{data}", str(data_dir)) for a in argv]
+    assert "--format prometheus has no metrics for `pcietrace graphs`" in one_line_exit_2(argv, capsys)

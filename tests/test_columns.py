@@ -77,6 +77,8 @@ def _renderings(meta: dict, res: dict[str, pd.DataFrame]) -> list[str]:
     out = []
     summ = summarize(meta, res)
     for fmt in ("table", "json", "csv", "md", "prometheus"):
+        if fmt == "prometheus" and meta.get("kind") == "graphs":
+            continue  # refused (tests/test_cli_errors.py)
         buf = io.StringIO()
         emit(meta, res, summ, fmt, detail=True, out=buf)
         out.append(buf.getvalue())

@@ -303,10 +303,12 @@ def test_every_option_is_documented_with_its_default_as_typed() -> None:
     assert "seconds of idle time sampled before and again after the program" in attach
 
 
-def test_topo_refuses_a_fixture_beside_a_sysfs_root(data_dir, tmp_path, capsys) -> None:
-    # was: exit 0 showing the fixture, the --sysfs-root given silently ignored
+@pytest.mark.parametrize("root", ["tmp", "/sys"])
+def test_topo_refuses_a_fixture_beside_a_sysfs_root(root, data_dir, tmp_path, capsys) -> None:
+    # was: exit 0 showing the fixture, the --sysfs-root given silently ignored (/sys, the default, until the
+    # eighteenth session)
     line = one_line_exit_2(["topo", "--fixture", str(data_dir / "topo" / "lent_h100_vm.json"),
-                            "--sysfs-root", str(tmp_path)], capsys)
+                            "--sysfs-root", str(tmp_path) if root == "tmp" else root], capsys)
     assert "--fixture and --sysfs-root" in line
 
 

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -243,6 +244,23 @@ def test_default_names_carry_the_gpu_selection_and_never_collide(tmp_path, h100)
     assert [p.name for p in published] == ["run", "run-2", "run-3"]
     assert all(Session.load(p).meta["gpus"] == h100.meta["gpus"] for p in published)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "run-2", "run-3"]  # no staging left
+
+
+def test_a_published_run_has_the_mode_of_a_new_folder_or_of_the_folder_it_replaces(tmp_path, h100) -> None:
+    # was: always 0700 (the staging folder mkdtemp made): other users could not read a saved run, and an
+    # empty -o folder of the user's own mode lost it
+    old = os.umask(0o022)
+    try:
+        new = guard.RunFolder(tmp_path / "new")
+        (tmp_path / "given").mkdir()
+        (tmp_path / "given").chmod(0o750)
+        given = guard.RunFolder(tmp_path / "given")
+        for f in (new, given):
+            h100.save(f.staging)
+        modes = {f.publish().name: stat.S_IMODE(f.target.stat().st_mode) for f in (new, given)}
+    finally:
+        os.umask(old)
+    assert modes == {"new": 0o755, "given": 0o750}
 
 
 def test_a_second_interrupt_waits_for_the_save(tmp_path, h100, as_in_a_terminal) -> None:

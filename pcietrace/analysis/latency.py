@@ -64,7 +64,8 @@ def topology_model(gpu_time: pd.DataFrame, lat: pd.DataFrame, switch_levels: dic
             rows.append({"nvml_index": int(idx), "kernel_us": r.kernel_us, "switch_levels": switch_levels.get(int(idx)),
                          "host_rtt_us": float(rtt.loc[idx]), "eager_extra_us": extra, "rtts_per_launch": n_rt,
                          "us_per_level": us_per_level, "added_us_per_level": added,
-                         "eager_gpu_us": r.eager_gpu_us, "share_per_level_pct": added / r.eager_gpu_us * 100,
+                         "eager_gpu_us": r.eager_gpu_us,
+                         "share_per_level_pct": added / r.eager_gpu_us * 100 if r.eager_gpu_us > 0 else np.nan,
                          "eager_gpu_us_plus1": r.eager_gpu_us + added, "eager_gpu_us_plus2": r.eager_gpu_us + 2 * added})
     out = pd.DataFrame(rows, columns=TOPOLOGY_MODEL_COLUMNS)
     if len(out):  # whole numbers or None (a GPU the topology does not place), never NaN

@@ -109,7 +109,14 @@ def families(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> Iterator
                    [(r, (), r.incl_ms / 1e3) for r in rg.itertuples()], "seconds")
 
 
+#: What this format says nothing about: refused before measuring (`graphs`) or rendering (`report`).
+NO_METRICS = {"graphs": "--format prometheus has no metrics for `pcietrace graphs` (its figures are per strategy "
+                        "and workload): use table, json, csv or md"}
+
+
 def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[str, Any]) -> str:
+    if meta.get("kind") in NO_METRICS:
+        raise UsageError(NO_METRICS[meta["kind"]])
     try:
         from prometheus_client.openmetrics.exposition import generate_latest
         from prometheus_client.registry import CollectorRegistry

@@ -122,7 +122,8 @@ def _parquet(file: Path, meta: dict[str, Any], required: bool) -> pd.DataFrame:
             raise ReportError(f"{file} is missing: the report's raw samples are needed to analyse it")
         return _empty()
     try:
-        df = pd.read_parquet(file)
+        with open(file, "rb") as f:  # (a path pyarrow cannot encode, e.g. a non-UTF-8 folder name, opens here)
+            df = pd.read_parquet(f)
     except Exception as exc:  # pyarrow raises its own types for truncated or garbage files; all mean "damaged"
         raise ReportError(f"{file} is not a readable Parquet table ({one_line(exc)})") from None
     return _table(file, file.stem, df, meta)

@@ -4,6 +4,7 @@ here was a traceback, a wrong exit code or a silently ignored value before its f
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -334,3 +335,12 @@ def test_prometheus_refuses_graphs_instead_of_printing_nothing(argv, data_dir, c
     # refuses before measuring
     argv = [a.replace("{data}", str(data_dir)) for a in argv]
     assert "--format prometheus has no metrics for `pcietrace graphs`" in one_line_exit_2(argv, capsys)
+
+
+def test_a_folder_name_that_is_not_utf8_still_loads(tmp_path, data_dir, capsys) -> None:
+    # was: "samples.parquet is not a readable Parquet table ('utf-8' codec can't encode ...)": pyarrow could not
+    # encode the path; the file was fine
+    folder = tmp_path / os.fsdecode(b"run-\xff")
+    shutil.copytree(data_dir / "h100_run", folder)
+    assert main(["report", str(folder), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"]["per_launch"]

@@ -207,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(link speed/width per hop, switch levels), and a GPU<->GPU matrix like "
                                     "`nvidia-smi topo -m`. Works without a driver from sysfs alone.")
     tp.add_argument("--sysfs-root", default=None, metavar="DIR",
-                    help="read this sysfs tree instead of /sys (e.g. a test fixture); implies no NVML")
+                    help="read this sysfs tree instead of /sys (e.g. a test fixture); a tree other than /sys implies no NVML")
     tp.add_argument("--fixture", type=Path, default=None, metavar="JSON",
                     help="show the machine a topology fixture describes, e.g. tests/data/topo/dgx2_half_two_switch_levels.json")
     tp.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")

@@ -177,7 +177,7 @@ def cmd_topo(args: argparse.Namespace) -> int:
         return _emit_topology(sysfs_fixture.topology(args.fixture), args)
     gpus = None
     root = args.sysfs_root or "/sys"
-    if args.sysfs_root is None:
+    if Path(root).resolve() == Path("/sys"):  # this machine's own tree: NVML names its GPUs and links
         try:
             infos = [nvml.gpu_info(i) for i in range(nvml.device_count())]
             gpus = [{"nvml_index": g.nvml_index, "bus_id": g.bus_id, "name": g.name} for g in infos]

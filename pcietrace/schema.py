@@ -100,8 +100,13 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _is_num64(v: Any) -> bool:
+    """A number a 64-bit column holds (an int beyond 64 bits is not)."""
+    return _is_num(v) and (isinstance(v, float) or -2**63 <= v < 2**63)
+
+
 INT = _type("a 64-bit integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63)
-NUM = _type("a number", lambda v: _is_num(v) and (isinstance(v, float) or -2**63 <= v < 2**63))
+NUM = _type("a number", _is_num64)
 FINITE = _type("a finite number >= 0", lambda v: _is_num(v) and math.isfinite(v) and v >= 0)
 STR = _type("a string", lambda v: isinstance(v, str))
 #: A sampling interval: the parser's widest bound (--sample-interval-ms 0..60000); beyond it bins overflow.
@@ -262,8 +267,8 @@ def check_table(df: pd.DataFrame, name: str, columns: dict[str, str]) -> pd.Data
             if s.dtype == object and s.isna().all():
                 df[col] = s = s.astype(float)
             if not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
-                raise Invalid(where, f"expected numbers, got {_show(_odd(s, _is_num))}")
-            if kind != "num" and (s.isna().any() or (s.dtype.kind == "f" and not (s.abs() < 2**63).all())
+                raise Invalid(where, f"expected 64-bit numbers, got {_show(_odd(s, _is_num64))}")
+            if kind != "num" and (s.isna().any() or (s.dtype.kind in "fu" and not (s.abs() < 2**63).all())
                                   or (s.dtype.kind == "f" and not (s == s.round()).all())):
                 raise Invalid(where, "expected whole numbers (64-bit) with no nulls")
             if kind == "pos" and (s < 1).any():

@@ -87,7 +87,7 @@ def test_graphs_columns_the_analysis_reads_are_checked(column, copy, capsys) -> 
     # was: ValueError from int('x...') summing the counts, or a KeyError for a dropped column, a traceback
     folder = copy("graphs_h100")
     _edit(folder, lambda doc: [r.__setitem__(column, "x") for r in doc["tables"]["graphs"]])
-    assert f"graphs.{column}: expected numbers" in one_line_exit_2(["report", str(folder)], capsys)
+    assert f"graphs.{column}: expected 64-bit numbers" in one_line_exit_2(["report", str(folder)], capsys)
     _edit(folder, lambda doc: [r.pop(column) for r in doc["tables"]["graphs"]])
     assert f"graphs.{column}: missing column" in one_line_exit_2(["report", str(folder)], capsys)
 

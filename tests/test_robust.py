@@ -246,21 +246,23 @@ def test_default_names_carry_the_gpu_selection_and_never_collide(tmp_path, h100)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "run-2", "run-3"]  # no staging left
 
 
-def test_a_published_run_has_the_mode_of_a_new_folder_or_of_the_folder_it_replaces(tmp_path, h100) -> None:
-    # was: always 0700 (the staging folder mkdtemp made): other users could not read a saved run, and an
-    # empty -o folder of the user's own mode lost it
-    old = os.umask(0o022)
+def test_a_published_run_is_made_as_mkdir_makes_a_folder(tmp_path, h100) -> None:
+    # was: always 0700 (the staging folder tempfile.mkdtemp made): other users could not read a saved run. A
+    # run saved into an empty read-only -o folder takes the umask's mode too, so --force can replace it later
+    old = os.umask(0o027)
     try:
-        new = guard.RunFolder(tmp_path / "new")
-        (tmp_path / "given").mkdir()
-        (tmp_path / "given").chmod(0o750)
-        given = guard.RunFolder(tmp_path / "given")
-        for f in (new, given):
+        (tmp_path / "given").mkdir(mode=0o555)
+        folders = [guard.RunFolder(tmp_path / "new"), guard.RunFolder(tmp_path / "given")]
+        for f in folders:
             h100.save(f.staging)
-        modes = {f.publish().name: stat.S_IMODE(f.target.stat().st_mode) for f in (new, given)}
+        published = [f.publish() for f in folders]
+        again = guard.RunFolder(tmp_path / "given", force=True)
+        h100.save(again.staging)
+        assert again.publish() == tmp_path / "given"
     finally:
         os.umask(old)
-    assert modes == {"new": 0o755, "given": 0o750}
+    assert [stat.S_IMODE(p.stat().st_mode) for p in published] == [0o750, 0o750]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["given", "new"]  # nothing hidden left behind
 
 
 def test_a_second_interrupt_waits_for_the_save(tmp_path, h100, as_in_a_terminal) -> None:

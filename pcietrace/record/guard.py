@@ -23,8 +23,8 @@ import errno
 import os
 import re
 import shutil
+import secrets
 import signal
-import stat
 import sys
 import tempfile
 import threading
@@ -63,11 +63,16 @@ def is_run(path: Path) -> bool:
     return any((path / f).exists() for f in RUN_FILES)
 
 
-def _umask() -> int:
-    """The process's umask (read by setting it back at once)."""
-    mask = os.umask(0o22)
-    os.umask(mask)
-    return mask
+def _new_folder(parent: Path, prefix: str) -> Path:
+    """A new folder ``parent/prefix<random>`` made as mkdir makes any folder (the umask's mode, the parent's
+    setgid group); tempfile.mkdtemp's would be 0700, and a saved run unreadable to anyone else."""
+    while True:
+        path = parent / f"{prefix}{secrets.token_hex(4)}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
 
 
 class RunFolder:
@@ -88,19 +93,15 @@ class RunFolder:
                 raise UsageError(f"{t} already holds a pcietrace run: pass --force to replace it, or choose another -o")
             if explicit and not is_run(t) and any(t.iterdir()):
                 raise UsageError(f"cannot save to {t}: the folder is not empty and holds no pcietrace run")
-        # mkdtemp makes the staging folder 0700; the published run gets the mode of the folder it replaces, else
-        # what the umask gives a new folder (others may read a run, as they may anything else the user saves)
-        self.mode = stat.S_IMODE(t.stat().st_mode) if t.is_dir() else 0o777 & ~_umask()
         try:
             t.parent.mkdir(parents=True, exist_ok=True)
-            self.staging = Path(tempfile.mkdtemp(prefix=f".{t.name}.partial-", dir=t.parent))
+            self.staging = _new_folder(t.parent, f".{t.name}.partial-")
         except OSError as exc:
             raise UsageError(f"cannot save to {t}: {exc.strerror or exc} ({exc.filename or t.parent})") from None
 
     def publish(self) -> Path:
         """Move the staged run into place in one rename and return where it went. The target taken by
         now (another run finished first) -> the next free ``-2``, ``-3``...; ``force`` replaces a run there."""
-        os.chmod(self.staging, self.mode)
         if self.force and self.target.is_dir() and is_run(self.target):
             old = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.replaced-", dir=self.target.parent))
             os.replace(self.target, old / "run")  # aside first: the new run lands in one rename below

@@ -136,10 +136,11 @@ def _check_perfetto_target(target: Path, recording: Path) -> None:
 
     if str(target) == "-":
         raise UsageError("--perfetto writes a file: give its name (standard output holds the report)")
-    for f in recording_files(recording):
-        if target.exists() and f.exists() and os.path.samefile(target, f):
-            raise UsageError(f"--perfetto {target}: that is the report's own {f.name}, which it is read from; "
-                             "choose another file")
+    files = recording_files(recording) if target.exists() else []
+    own = [f for f in files if f.exists() and os.path.samefile(target, f)]
+    if own:
+        raise UsageError(f"--perfetto {target}: that is the report's own {own[0].name}, which it is read from; "
+                         "choose another file")
 
 
 def cmd_report(args: argparse.Namespace) -> int:

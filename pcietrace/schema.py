@@ -105,7 +105,7 @@ def _is_num64(v: Any) -> bool:
     return _is_num(v) and (isinstance(v, float) or -2**63 <= v < 2**63)
 
 
-INT = _type("a 64-bit integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63)
+INT = _type("a 64-bit integer", lambda v: isinstance(v, int) and _is_num64(v))
 NUM = _type("a number", _is_num64)
 FINITE = _type("a finite number >= 0", lambda v: _is_num(v) and math.isfinite(v) and v >= 0)
 STR = _type("a string", lambda v: isinstance(v, str))
@@ -196,10 +196,14 @@ TABLE_COLUMNS: dict[str, dict[str, str]] = {
 #: ``captured_thread`` and ``captured_process``; those recorded before launch and synchronize calls were timed
 #: lack the ``call_ns_*`` and ``wait_ns_*`` columns. Bursts of `run` name the launch path (Python, native...)
 #: since the native core; older ones lack ``path``.
+#: Launches into a stream being captured into a graph (counted apart from eager/graph since they were recorded).
+CAPTURED_COLUMNS = ("captured_thread", "captured_process")
+#: Cumulative ns inside eager launch calls and inside synchronize calls (-1: not timed; interpose mode times them).
+TIMING_COLUMNS = ("call_ns_thread", "call_ns_process", "wait_ns_thread", "wait_ns_process")
 OPTIONAL_COLUMNS: dict[str, list[dict[str, str]]] = {
     "bursts": [{"path": "str"}],
-    "events": [{"dev": "int", "devmask": "int"}, {"captured_thread": "int", "captured_process": "int"},
-               {"call_ns_thread": "int", "call_ns_process": "int", "wait_ns_thread": "int", "wait_ns_process": "int"}]}
+    "events": [{"dev": "int", "devmask": "int"}, dict.fromkeys(CAPTURED_COLUMNS, "int"),
+               dict.fromkeys(TIMING_COLUMNS, "int")]}
 #: The windows of `pcietrace graphs` carry the workload size and round.
 GRAPHS_WINDOW_COLUMNS = {**WINDOW_COLUMNS, "kernels": "pos", "round": "int", "iterations": "int"}
 #: The windows of `pcietrace run` (not attach) carry the launch plan too.

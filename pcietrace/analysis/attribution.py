@@ -20,6 +20,7 @@ from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_
                                          link_bps, read_ns_of)
 from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
 from pcietrace.analysis.launch import DIRECTIONS
+from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS
 
 RANGE_COLUMNS = ["pid", "tid", "domain", "name", "kind", "t_start_ns", "t_end_ns", "depth", "eager_launches",
                  "graph_launches", "eager_launches_process", "graph_launches_process", "captured_launches",
@@ -39,14 +40,12 @@ RANGE_EVENTS = {"push", "pop", "start", "end"}
 def with_captured(events: pd.DataFrame) -> pd.DataFrame:
     """``events`` with ``captured_thread``/``captured_process`` (launches into a stream being captured into a
     graph); traces recorded before those were told apart read as 0 captured (their eager counts include them)."""
-    from pcietrace.record.attach import CAPTURED_COLUMNS
-
     missing = [c for c in CAPTURED_COLUMNS if c not in events.columns]
     return events.assign(**{c: 0 for c in missing}) if missing else events
 
 
 def _timed(open_ev: Any, end_ev: Any, column: str) -> float:
-    """The ns timing column ``column`` (:data:`pcietrace.record.attach.TIMING_COLUMNS`) grew between two events;
+    """The ns timing column ``column`` (:data:`pcietrace.schema.TIMING_COLUMNS`) grew between two events;
     NaN where either was not timed (-1: the library ran outside interpose mode)."""
     a, b = getattr(open_ev, column), getattr(end_ev, column)
     return float(b - a) if a >= 0 and b >= 0 else math.nan
@@ -65,8 +64,6 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     """
     rows: list[dict[str, Any]] = []
     events = with_captured(events)
-    from pcietrace.record.attach import TIMING_COLUMNS
-
     events = events.assign(**{c: -1 for c in TIMING_COLUMNS if c not in events.columns})
 
     def close(open_ev: Any, end_ev: Any, end_t: int, kind: str, closed: bool) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.errors import PcietraceError, UsageError
-from pcietrace.schema import NO_LAUNCH_COUNTER, TRACE_FULL
+from pcietrace.schema import CAPTURED_COLUMNS, NO_LAUNCH_COUNTER, TIMING_COLUMNS, TRACE_FULL
 
 if TYPE_CHECKING:
     from pcietrace.record.guard import RunFolder, Saving
@@ -33,10 +33,6 @@ if TYPE_CHECKING:
 EVENT_COLUMNS = ["t_ns", "tid", "event", "domain", "id", "depth", "eager_thread", "graph_thread",
                  "eager_process", "graph_process", "dev", "devmask", "captured_thread", "captured_process",
                  "call_ns_thread", "call_ns_process", "wait_ns_thread", "wait_ns_process", "message"]
-#: Launches into a stream being captured into a graph (counted apart from eager/graph since they were recorded).
-CAPTURED_COLUMNS = ("captured_thread", "captured_process")
-#: Cumulative ns inside eager launch calls and inside synchronize calls (-1: not timed; interpose mode times them).
-TIMING_COLUMNS = ("call_ns_thread", "call_ns_process", "wait_ns_thread", "wait_ns_process")
 #: The columns of traces written before launch and synchronize calls were timed.
 EVENT_COLUMNS_V3 = [c for c in EVENT_COLUMNS if c not in TIMING_COLUMNS]
 #: The columns of traces written before captured launches were told apart (they counted them as eager).

@@ -704,12 +704,12 @@ static inline void add_ns(unsigned long long *thread, atomic_ullong *process, un
     atomic_fetch_add_explicit(process, d, memory_order_relaxed);
 }
 
-/* ``call`` (a driver call returning CUres), its time added to the eager launch-call ns where ``eager``. */
-#define TIMED_LAUNCH(eager, call) do { if (!(eager)) return call; unsigned long long t0_ = mono_ns(); CUres r_ = call; \
-    add_ns(&t_call_ns, &g_call_ns, t0_); return r_; } while (0)
-/* ``call`` (a synchronize call), its time added to the wait ns where ``timed``. */
-#define TIMED_WAIT(timed, call) do { if (!(timed)) return call; unsigned long long t0_ = mono_ns(); CUres r_ = call; \
-    add_ns(&t_wait_ns, &g_wait_ns, t0_); return r_; } while (0)
+/* Return ``call`` (a driver call returning CUres); where ``timed``, its time is added to the thread's and the
+ * process's sums ``sum`` (call_ns: eager launch calls; wait_ns: synchronize calls). */
+#define TIMED(timed, sum, call) do { if (!(timed)) return call; unsigned long long t0_ = mono_ns(); CUres r_ = call; \
+    add_ns(&t_##sum, &g_##sum, t0_); return r_; } while (0)
+#define TIMED_LAUNCH(eager, call) TIMED(eager, call_ns, call)
+#define TIMED_WAIT(timed, call) TIMED(timed, wait_ns, call)
 
 static inline void *launch_config_stream(const void *cfg)
 {
@@ -731,7 +731,6 @@ static inline void *launch_config_stream(const void *cfg)
 typedef CUres (*sync0_fn)(void);
 typedef CUres (*sync1_fn)(void *);
 static void *real_sync0[SLOTS], *real_sync1[SLOTS];
-static int unused_pt0[SLOTS], unused_pt1[SLOTS];  /* (a synchronize call's stream flavour changes nothing here) */
 #define SYNC0_SLOT(i) static CUres sync0_##i(void) { TIMED_WAIT(1, ((sync0_fn)real_sync0[i])()); }
 #define SYNC1_SLOT(i) static CUres sync1_##i(void *h) { TIMED_WAIT(1, ((sync1_fn)real_sync1[i])(h)); }
 LAUNCH_SLOT(0) LAUNCH_SLOT(1) LAUNCH_SLOT(2) LAUNCH_SLOT(3)
@@ -754,7 +753,7 @@ static void *slot_for(void **reals, int *ptsz, void *const *slots, void *real, i
     pthread_mutex_lock(&g_slot_lock);
     for (int i = 0; i < SLOTS; ++i) {
         if (reals[i] == real || !reals[i]) {
-            if (!reals[i]) ptsz[i] = per_thread;  /* (set before the trampoline is handed out) */
+            if (!reals[i] && ptsz) ptsz[i] = per_thread;  /* (set before the trampoline is handed out) */
             reals[i] = real; out = slots[i]; break;
         }
     }
@@ -799,9 +798,10 @@ static void *wrap_entry(const char *sym, void *real, unsigned long long flags, i
     if (cooperative(sym)) return slot_for(real_coop, ptsz_coop, coop_slots, real, pt);
     /* cuGetProcAddress("cuCtxSynchronize") at version 13000 or later hands out cuCtxSynchronize_v2, which takes the
      * context (cudaTypedefs.h: PFN_cuCtxSynchronize_v13000); dlsym's name is the ABI itself (``ver`` < 0) */
-    if (!strcmp(sym, "cuCtxSynchronize") && ver < 13000) return slot_for(real_sync0, unused_pt0, sync0_slots, real, pt);
-    if (!strcmp(sym, "cuCtxSynchronize")) return slot_for(real_sync1, unused_pt1, sync1_slots, real, pt);
-    if (one_arg_sync(sym)) return slot_for(real_sync1, unused_pt1, sync1_slots, real, pt);
+    /* (ptsz NULL: a synchronize call's stream flavour changes nothing here) */
+    if (!strcmp(sym, "cuCtxSynchronize") && ver < 13000) return slot_for(real_sync0, NULL, sync0_slots, real, pt);
+    if (!strcmp(sym, "cuCtxSynchronize")) return slot_for(real_sync1, NULL, sync1_slots, real, pt);
+    if (one_arg_sync(sym)) return slot_for(real_sync1, NULL, sync1_slots, real, pt);
     return real;
 }
 

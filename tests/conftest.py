@@ -82,3 +82,22 @@ def copy(tmp_path, data_dir):
         shutil.copytree(data_dir / name, dst)
         return dst
     return make
+
+
+def one_line_exit_2(argv: list[str], capsys) -> str:
+    """Run the CLI in-process; assert exit 2 with exactly one line and no traceback; return the line."""
+    from pcietrace.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pcietrace: error:") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def edit_report(folder: Path, change) -> None:
+    """Apply ``change(doc)`` to a copied recording's parsed report.json and write it back."""
+    import json
+
+    doc = json.loads((folder / "report.json").read_text())
+    change(doc)
+    (folder / "report.json").write_text(json.dumps(doc))

@@ -15,16 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import terminal_signals
+from conftest import edit_report, one_line_exit_2, terminal_signals
 from pcietrace.cli import main
-
-
-def one_line_exit_2(argv: list[str], capsys) -> str:
-    """Run the CLI in-process; assert exit 2 with exactly one line and no traceback; return the line."""
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("pcietrace: error:") and err.count("\n") == 1 and "Traceback" not in err, err
-    return err
 
 
 @pytest.mark.parametrize("kernel_us", ["1", "1,2,3"])
@@ -140,9 +132,7 @@ def test_stdout_on_a_full_disk_is_one_line(argv, data_dir) -> None:
 
 
 def edit_meta(folder: Path, **changes) -> None:
-    doc = json.loads((folder / "report.json").read_text())
-    doc["meta"].update(changes)
-    (folder / "report.json").write_text(json.dumps(doc))
+    edit_report(folder, lambda doc: doc["meta"].update(changes))
 
 
 @pytest.mark.parametrize("name", ["h200x2_run", "h100_run_latency"])
@@ -297,9 +287,7 @@ def test_report_perfetto_never_overwrites_the_recording_it_reads(target, data_di
 
 
 def edit_row(folder: Path, table: str, row: int, **changes) -> None:
-    doc = json.loads((folder / "report.json").read_text())
-    doc["tables"][table][row].update(changes)
-    (folder / "report.json").write_text(json.dumps(doc))
+    edit_report(folder, lambda doc: doc["tables"][table][row].update(changes))
 
 
 @pytest.mark.parametrize("name, table, row, change, says", [

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from conftest import edit_report, one_line_exit_2
 from pcietrace.analysis import analyze
 from pcietrace.analysis.summary import summarize
 from pcietrace.cli import main
@@ -54,31 +55,18 @@ def test_graphs_tables_fit_the_terminal(path: Path, width: int) -> None:
 
 # -- damaged reports: one line and exit 2, or rendered with what is there (never a traceback) ---------------
 
-def _edit(folder: Path, change) -> None:
-    doc = json.loads((folder / "report.json").read_text())
-    change(doc)
-    (folder / "report.json").write_text(json.dumps(doc))
-
-
-def one_line_exit_2(argv: list[str], capsys) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("pcietrace: error:") and err.count("\n") == 1 and "Traceback" not in err, err
-    return err
-
-
 @pytest.mark.parametrize("name", ["attach_h100_python", "h100_run"])
 def test_a_gpu_listed_twice_in_meta_is_refused(name, copy, capsys) -> None:
     # was (attach): ValueError 'truth value of a Series is ambiguous', a traceback
     folder = copy(name)
-    _edit(folder, lambda doc: doc["meta"]["gpus"].append(dict(doc["meta"]["gpus"][0])))
+    edit_report(folder, lambda doc: doc["meta"]["gpus"].append(dict(doc["meta"]["gpus"][0])))
     assert "meta.gpus[1].nvml_index: GPU 0 is listed twice" in one_line_exit_2(["report", str(folder)], capsys)
 
 
 def test_a_graphs_report_without_its_plan_is_refused(copy, capsys) -> None:
     # was: ValueError "Unknown format code 'g' for object of type 'str'" (the '?' placeholders), a traceback
     folder = copy("graphs_h100")
-    _edit(folder, lambda doc: doc["meta"].pop("graphs_plan"))
+    edit_report(folder, lambda doc: doc["meta"].pop("graphs_plan"))
     assert "meta.graphs_plan: missing" in one_line_exit_2(["report", str(folder)], capsys)
 
 
@@ -86,9 +74,9 @@ def test_a_graphs_report_without_its_plan_is_refused(copy, capsys) -> None:
 def test_graphs_columns_the_analysis_reads_are_checked(column, copy, capsys) -> None:
     # was: ValueError from int('x...') summing the counts, or a KeyError for a dropped column, a traceback
     folder = copy("graphs_h100")
-    _edit(folder, lambda doc: [r.__setitem__(column, "x") for r in doc["tables"]["graphs"]])
+    edit_report(folder, lambda doc: [r.__setitem__(column, "x") for r in doc["tables"]["graphs"]])
     assert f"graphs.{column}: expected 64-bit numbers" in one_line_exit_2(["report", str(folder)], capsys)
-    _edit(folder, lambda doc: [r.pop(column) for r in doc["tables"]["graphs"]])
+    edit_report(folder, lambda doc: [r.pop(column) for r in doc["tables"]["graphs"]])
     assert f"graphs.{column}: missing column" in one_line_exit_2(["report", str(folder)], capsys)
 
 
@@ -96,7 +84,7 @@ def test_graphs_columns_the_analysis_reads_are_checked(column, copy, capsys) -> 
 def test_an_attach_run_without_idle_windows_has_no_floor(name, copy, capsys) -> None:
     # was: KeyError 'nvml_index' (a traceback): an empty table came back without its declared columns
     folder = copy(name)
-    _edit(folder, lambda doc: doc["tables"].pop("windows"))
+    edit_report(folder, lambda doc: doc["tables"].pop("windows"))
     assert main(["report", str(folder), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     floor = doc["results"]["floor"]
@@ -108,7 +96,7 @@ def test_a_run_with_eager_timings_only_renders_graph_figures_as_unknown(table, c
     # was: KeyError ('us_per_kernel', 'graph') / 'graph' (a traceback) where no graph burst or loop was kept,
     # as in a run cut short between its eager and graph steps
     folder = copy("h100_run")
-    _edit(folder, lambda doc: doc["tables"].__setitem__(
+    edit_report(folder, lambda doc: doc["tables"].__setitem__(
         table, [r for r in doc["tables"][table] if r["mode"] == "eager"]))
     assert main(["report", str(folder), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -342,7 +330,7 @@ def test_a_signal_as_the_recording_hands_its_tables_over_keeps_them(sig, command
 def test_perfetto_of_an_attach_stopped_before_its_program_says_so(copy, tmp_path, capsys) -> None:
     # was: '--perfetto needs a report made by `pcietrace attach`' for a report attach made
     folder = copy("attach_h100_python")
-    _edit(folder, lambda doc: doc["meta"].update(kind="attach-failed", status="interrupted before the program ran"))
+    edit_report(folder, lambda doc: doc["meta"].update(kind="attach-failed", status="interrupted before the program ran"))
     line = one_line_exit_2(["report", str(folder), "--perfetto", str(tmp_path / "t.json")], capsys)
     assert "attach run stopped before its program ran" in line
 
@@ -350,7 +338,7 @@ def test_perfetto_of_an_attach_stopped_before_its_program_says_so(copy, tmp_path
 def test_compare_of_graphs_runs_of_other_sizes_names_why(copy, data_dir, capsys) -> None:
     # was: 'compare graphs reports with graphs reports' said of two graphs reports
     folder = copy("graphs_h100")
-    _edit(folder, lambda doc: [r.__setitem__("kernels", r["kernels"] * 2) for r in doc["tables"]["graphs"]
+    edit_report(folder, lambda doc: [r.__setitem__("kernels", r["kernels"] * 2) for r in doc["tables"]["graphs"]
                                + doc["tables"]["windows"]])
     line = one_line_exit_2(["compare", str(data_dir / "graphs_h100"), str(folder)], capsys)
     assert "(kind: graphs) have no figure in common: other sizes" in line
@@ -359,7 +347,7 @@ def test_compare_of_graphs_runs_of_other_sizes_names_why(copy, data_dir, capsys)
 def test_an_attach_stopped_before_its_program_compares_as_an_attach_run(copy, data_dir, capsys) -> None:
     # was: compared as a run ('a attach-failed report and a run report have no figure in common')
     folder = copy("attach_h100_python")
-    _edit(folder, lambda doc: doc["meta"].update(kind="attach-failed", status="interrupted before the program ran"))
+    edit_report(folder, lambda doc: doc["meta"].update(kind="attach-failed", status="interrupted before the program ran"))
     line = one_line_exit_2(["compare", str(data_dir / "h100_run"), str(folder)], capsys)
     assert "an attach run compares only with another attach run" in line
 
@@ -367,7 +355,7 @@ def test_an_attach_stopped_before_its_program_compares_as_an_attach_run(copy, da
 def test_a_zero_host_round_trip_gives_no_topology_model(copy, capsys) -> None:
     # was: ZeroDivisionError (a traceback) dividing the eager GPU time's extra by a round trip of 0 us
     folder = copy("h100_run_latency")
-    _edit(folder, lambda doc: [r.__setitem__("value_us", 0.0) for r in doc["tables"]["latency"]])
+    edit_report(folder, lambda doc: [r.__setitem__("value_us", 0.0) for r in doc["tables"]["latency"]])
     assert main(["report", str(folder), "--format", "json"]) == 0
     results = json.loads(capsys.readouterr().out)["results"]
     assert results["latency"] and not results["topology_model"]

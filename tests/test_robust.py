@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from conftest import terminal_signals
+from conftest import edit_report, one_line_exit_2, terminal_signals
 from pcietrace.analysis import analyze
 from pcietrace.cli import main
 from pcietrace.errors import DataError, ReportError, UsageError
@@ -41,20 +41,6 @@ def copy(tmp_path, data_dir):
         shutil.copytree(data_dir / name, dst)
         return dst
     return make
-
-
-def one_line_exit_2(argv: list[str], capsys) -> str:
-    """Run the CLI in-process; assert exit 2 with exactly one line and no traceback; return the line."""
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("pcietrace: error:") and err.count("\n") == 1 and "Traceback" not in err, err
-    return err
-
-
-def edit_doc(folder: Path, change) -> None:
-    doc = json.loads((folder / "report.json").read_text())
-    change(doc)
-    (folder / "report.json").write_text(json.dumps(doc))
 
 
 # --- one validated load path --------------------------------------------------------------------
@@ -90,7 +76,7 @@ def test_damaged_events_parquet_is_one_line(copy, capsys) -> None:
 ])
 def test_missing_or_mistyped_keys_name_the_field(copy, capsys, change, field) -> None:
     run = copy()
-    edit_doc(run, change)
+    edit_report(run, change)
     with pytest.raises(ReportError, match=field.replace("[", r"\[").replace("]", r"\]")) as exc:
         Session.load(run)
     assert "report.json" in str(exc.value) or ".parquet" in str(exc.value)
@@ -109,7 +95,7 @@ def test_binary_report_json_is_one_line(tmp_path, capsys) -> None:
 
 def test_newer_schema_says_so(copy, capsys) -> None:
     run = copy()
-    edit_doc(run, lambda d: d.update(schema="pcietrace.report/2"))
+    edit_report(run, lambda d: d.update(schema="pcietrace.report/2"))
     assert "newer pcietrace" in one_line_exit_2(["report", str(run)], capsys)
 
 
@@ -121,7 +107,7 @@ def test_report_without_samples_file_is_one_line(copy, capsys) -> None:
 
 def test_compare_and_baseline_go_through_the_same_load(copy, capsys, data_dir) -> None:
     run = copy()
-    edit_doc(run, lambda d: d["meta"].update(gpus=[{"nvml_index": "x"}]))
+    edit_report(run, lambda d: d["meta"].update(gpus=[{"nvml_index": "x"}]))
     one_line_exit_2(["compare", str(data_dir / "h100_run"), str(run)], capsys)
 
 
@@ -146,14 +132,14 @@ def test_broken_samples_are_refused_not_figured(copy, capsys, change, says) -> N
 
 def test_unknown_counter_mode_and_reversed_windows_are_refused(copy, capsys) -> None:
     run = copy()
-    edit_doc(run, lambda d: d["meta"]["gpus"][0]["counter"].update(mode="bogus"))
+    edit_report(run, lambda d: d["meta"]["gpus"][0]["counter"].update(mode="bogus"))
     assert "unknown counter mode 'bogus'" in one_line_exit_2(["report", str(run)], capsys)
     run2 = copy("h200x2_run")
 
     def reverse(d):
         w = d["tables"]["windows"][5]
         w["t_start_ns"], w["t_end_ns"] = w["t_end_ns"], w["t_start_ns"]
-    edit_doc(run2, reverse)
+    edit_report(run2, reverse)
     assert "ends before it starts" in one_line_exit_2(["report", str(run2)], capsys)
 
 

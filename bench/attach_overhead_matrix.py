@@ -9,7 +9,10 @@ Configurations: alone; attach (defaults, --no-calibrate: idle-aware sampling, 0.
 attach-idle0 (--idle-sample-interval-ms 0: 0.5 ms throughout, the default before idle-aware sampling); attach with
 the sampler's duty cap at 0.5 and 1 (off); attach-1ms and attach-10ms (--sample-interval-ms 1 / 10: inside
 ranges); attach-nocount (--no-count-launches: no launch trampolines, no per-launch device lookup) and
-attach-nocount-10ms (both), which tell the injection's per-launch cost from the reads'. (A first run on 4x H200
+attach-nocount-10ms (both), which tell the injection's per-launch cost from the reads'; inject (the injection library
+as attach sets it up, trampolines in the launch path, but no sampler and no counter read at all) and sampler (a
+bare CounterSampler at 0.5 ms beside the plain app), which split attach into its two halves on the real driver.
+(A first run on 4x H200
 also had `sampler`: a bare CounterSampler at 0.5 ms beside the app, no injection: +41.8 %, the same as attach:
 there the reads, not the injection, cost. On 2x H200 later, the launch-bound `eager_3000` range still took
 +4.5 % at 10 ms inside ranges; the nocount configurations test the injection for it. On 4x H200 in the
@@ -34,6 +37,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _stats import median_ci  # noqa: E402
 from attach_truth import command, truth_rows  # noqa: E402
+from pcietrace.record.attach import injection_env  # noqa: E402
 
 SAMPLER = ("import sys, time\nfrom pcietrace.collectors import CounterSampler, nvml\n"
            "s = CounterSampler(list(range(nvml.device_count())), interval_ns=500_000); s.start()\n"
@@ -42,7 +46,7 @@ CONFIGS = {"alone": None, "attach": [], "attach-idle0": ["--idle-sample-interval
            "attach-duty0.5": ["--sampler-duty", "0.5"],
            "attach-duty1": ["--sampler-duty", "1"], "attach-1ms": ["--sample-interval-ms", "1"],
            "attach-10ms": ["--sample-interval-ms", "10"], "attach-nocount": ["--no-count-launches"],
-           "attach-nocount-10ms": ["--no-count-launches", "--sample-interval-ms", "10"]}
+           "attach-nocount-10ms": ["--no-count-launches", "--sample-interval-ms", "10"], "inject": None, "sampler": None}
 
 
 def once(config: str, cmd: list[str], work: Path, i: int) -> tuple[pd.Series, pd.DataFrame]:
@@ -54,6 +58,11 @@ def once(config: str, cmd: list[str], work: Path, i: int) -> tuple[pd.Series, pd
         side.stdout.readline()
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         side.communicate("")
+    elif config == "inject":
+        traces = work / f"inject-{i}"
+        traces.mkdir()
+        env = {**injection_env(traces, "interpose", None, [0], False), "TRUTH_OUT": str(out), "TRUTH_READS": "0"}
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     else:
         pre = [] if CONFIGS[config] is None else [sys.executable, "-m", "pcietrace", "attach", "--no-calibrate",
                                                    "-o", str(work / f"r-{config}-{i}"), *CONFIGS[config], "--"]
@@ -74,7 +83,8 @@ def main() -> int:
     ap.add_argument("scenario")
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument("--reps", type=int, default=None, help="the app's repetitions (default: its own, 5)")
-    ap.add_argument("--configs", default=",".join(CONFIGS), help="which configurations (alone is always run)")
+    ap.add_argument("--configs", default=",".join(c for c in CONFIGS if c not in ("inject", "sampler")),
+                    help="which configurations (alone is always run; inject and sampler only when named)")
     a = ap.parse_args()
     for c in set(CONFIGS) - {"alone", *a.configs.split(",")}:
         del CONFIGS[c]

@@ -106,11 +106,22 @@ static void *real_dlsym_fn(void *handle, const char *name);
 /* The CUDA driver's handle if the process has loaded it (in any scope), else NULL: never loads it. */
 static void *libcuda(void) { return dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); }
 
-static int current_device(void)
+static unsigned long long mono_ns(void);
+/* A process without the driver asks again at most every 10 ms: dlopen's search cost 5-23 us per range edge
+ * (bench/edge_cost.cu), and a context takes far longer than that to create after the driver loads, so no
+ * device is missed. A launch (``retry_now``) comes through the driver: it asks at once. */
+#define NO_DRIVER_RETRY_NS 10000000ull
+static _Atomic unsigned long long g_no_driver_until_ns;
+
+static int current_device_(int retry_now)
 {
     if (!p_ctx_get_device) {
+        if (!retry_now && mono_ns() < atomic_load_explicit(&g_no_driver_until_ns, memory_order_relaxed)) return -1;
         void *lib = libcuda();
-        if (!lib) return -1;
+        if (!lib) {
+            atomic_store_explicit(&g_no_driver_until_ns, mono_ns() + NO_DRIVER_RETRY_NS, memory_order_relaxed);
+            return -1;
+        }
         p_device_bus_id = (int (*)(char *, int, int))real_dlsym_fn(lib, "cuDeviceGetPCIBusId");
         p_ctx_get_device = (int (*)(int *))real_dlsym_fn(lib, "cuCtxGetDevice");
         if (!p_ctx_get_device) return -1;
@@ -118,6 +129,8 @@ static int current_device(void)
     int dev = -1;
     return p_ctx_get_device(&dev) == 0 ? dev : -1;
 }
+
+static int current_device(void) { return current_device_(0); }
 
 /* Name an ordinal (its PCI bus id) the first time it is seen, so Python can map it to an NVML index. */
 static void announce(int dev)
@@ -132,7 +145,7 @@ static void announce(int dev)
 
 static inline void note_launch_device(void)
 {
-    int dev = current_device();
+    int dev = current_device_(1);
     if (dev >= 0 && dev < 64) {
         if (!(atomic_load_explicit(&g_announced, memory_order_relaxed) & (1ull << dev))) announce(dev);
         t_devmask |= 1ull << dev;  /* after announce(): its event resets the thread's mask */

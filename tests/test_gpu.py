@@ -252,8 +252,9 @@ APPS = __import__("pathlib").Path(__file__).parent / "apps"
 def _reference(tmp_path, n: int) -> tuple[float, float]:
     """(H2D bytes per eager launch of the demo's kernel, H2D counted/copied ratio), measured now on this GPU.
     Per launch: the demo app alone, reading NVML itself around its ``eager_launches`` range (DEMO_TRUTH=1).
-    (A zero-parameter kernel: ~1,761 B on the H100, ~4 % below the 16-byte-parameter kernel that `pcietrace run`
-    times; that run's figure stood in for it until the nineteenth session, and attach read -3.5 % against it.)"""
+    (A zero-parameter kernel: ~1,770 B on the H100, 3.5 % below the 1,834 B of the 16-byte-parameter kernel that
+    `pcietrace run` times; that run's figure stood in for it until the nineteenth session, and attach read
+    -3.2 ... -5.2 % against it.)"""
     proc = subprocess.run([sys.executable, str(APPS / "demo_nvtx.py"), str(n), "1000", "16"], capture_output=True,
                           text=True, timeout=300, cwd=tmp_path, env={**os.environ, "DEMO_TRUTH": "1"})
     assert proc.returncode == 0, proc.stderr

@@ -248,10 +248,11 @@ def test_a_full_trace_file_is_said_not_silently_cut(tmp_path) -> None:
     assert processes(ev, "none")[0]["cupti"] == "off (--no-count-launches)"  # not counted is not "no launches"
 
 
-def test_trace_lines_keep_messages_one_field_and_drop_what_does_not_fit(tmp_path) -> None:
+def test_trace_lines_keep_messages_one_field_and_every_push_its_pop(tmp_path) -> None:
     # the real injection library writes its lines field by field (no snprintf): a message's tabs and newlines
-    # become spaces and it is cut at 1,023 bytes; a line too long for its buffer (a domain name of 2,000 bytes)
-    # is dropped whole, never written in part; no driver loaded: the device field is -1
+    # become spaces and it is cut at 1,023 bytes; a domain name is cut at 255, so no line is too long to write
+    # (a push once dropped for its length left its pop to close the range around it); no driver loaded: the
+    # device field is -1
     import os
     import subprocess
     import sys
@@ -262,14 +263,15 @@ def test_trace_lines_keep_messages_one_field_and_drop_what_does_not_fit(tmp_path
     env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
     prog = ("import nvtx\nnvtx.push_range('a\\tb\\nc', domain='d1')\nnvtx.pop_range(domain='d1')\n"
             "nvtx.push_range('x' * 1500)\nnvtx.pop_range()\n"
-            "nvtx.push_range('lost', domain='y' * 2000)\nnvtx.pop_range(domain='y' * 2000)\n"
-            "nvtx.push_range('last')\nnvtx.pop_range()\n")
+            "nvtx.push_range('outer')\nnvtx.push_range('x' * 1023, domain='y' * 2000)\n"
+            "nvtx.pop_range(domain='y' * 2000)\nnvtx.pop_range()\n")
     subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
     ev = read_traces(tmp_path)
     pushes = ev[ev["event"] == "push"]
-    assert pushes["message"].tolist() == ["a b c", "x" * 1023, "last"], pushes["message"].tolist()
-    assert pushes["domain"].tolist() == ["d1", "default", "default"]
-    assert (ev["event"] == "pop").sum() == 3 and (ev["dev"] == -1).all()
+    assert pushes["message"].tolist() == ["a b c", "x" * 1023, "outer", "x" * 1023], pushes["message"].tolist()
+    assert pushes["domain"].tolist() == ["d1", "default", "default", "y" * 255]
+    assert (ev["event"] == "pop").sum() == 4 and (ev["dev"] == -1).all()
+    assert ev[ev["event"] == "pop"]["domain"].iloc[-2] == "y" * 255  # the inner pop, cut as its push was
     assert (ev["t_ns"].diff().dropna() >= 0).all() and ev["tid"].nunique() == 1
 
 

@@ -299,6 +299,9 @@ static unsigned long long mono_ns(void)
 /* ---- a trace line, field by field: snprintf was ~2/3 of a range edge's cost (~0.4 of 0.62 us, perf over
  * bench/edge_cost.cu), and every NVTX push and pop writes a line in the program's own thread ---- */
 struct line { char *p, *end; int ok; };  /* ok = 0 once something did not fit: the line is dropped */
+/* A line's longest parts are cut so that every line fits its buffer (1,023 + 255 + 16 numbers and the event:
+ * under 1,700 bytes): a push dropped for its length left its pop to close the enclosing range. */
+enum { LINE_BYTES = 2048, MESSAGE_MAX = 1023, DOMAIN_MAX = 255 };
 
 /* ``s``, at most ``max`` bytes of it; ``clean``: tabs and newlines become spaces (a message stays one field) */
 static void put_s(struct line *o, const char *s, size_t max, int clean)
@@ -349,16 +352,16 @@ static void emit_line(unsigned long long t_ns, const char *event, const char *do
 {
     if (!trace_open()) return;
     if (!t_tid) t_tid = (long)syscall(SYS_gettid);
-    char buf[1300];
+    char buf[LINE_BYTES];
     /* A "kernel" line is CUPTI's, written by whichever thread flushed its buffer and stamped with the kernel's
      * GPU time: the thread's launches since its previous event wait for its next event of its own. */
     uint64_t mask = 0;
     if (strcmp(event, "kernel")) { mask = t_devmask; t_devmask = 0; }
     struct line o = {buf, buf + sizeof buf, 1};
     put_u(&o, t_ns); TAB(&o); put_i(&o, t_tid); TAB(&o); put_s(&o, event, SIZE_MAX, 0); TAB(&o);
-    put_s(&o, domain ? domain : "default", SIZE_MAX, 0); TAB(&o); put_u(&o, id); TAB(&o);
+    put_s(&o, domain ? domain : "default", DOMAIN_MAX, 1); TAB(&o); put_u(&o, id); TAB(&o);
     put_counts(&o, dev, mask);
-    put_s(&o, message ? message : "", 1023, 1);
+    put_s(&o, message ? message : "", MESSAGE_MAX, 1);
     put_s(&o, "\n", 1, 0);
     if (!o.ok) return;
     size_t n = (size_t)(o.p - buf);

@@ -346,6 +346,17 @@ static void put_counts(struct line *o, int dev, uint64_t mask)
     TAB(o);
 }
 
+/* A whole line: time, thread, event, domain, id, the counts, the message. */
+static void put_line(struct line *o, unsigned long long t_ns, const char *event, const char *domain,
+                     unsigned long long id, int dev, uint64_t mask, const char *message)
+{
+    put_u(o, t_ns); TAB(o); put_i(o, t_tid); TAB(o); put_s(o, event, SIZE_MAX, 0); TAB(o);
+    put_s(o, domain ? domain : "default", DOMAIN_MAX, 1); TAB(o); put_u(o, id); TAB(o);
+    put_counts(o, dev, mask);
+    put_s(o, message ? message : "", MESSAGE_MAX, 1);
+    put_s(o, "\n", 1, 0);
+}
+
 /* One trace line at time t_ns; dev = the CUDA ordinal to record (emit: the thread's current one). */
 static void emit_line(unsigned long long t_ns, const char *event, const char *domain, unsigned long long id,
                       const char *message, int dev)
@@ -358,11 +369,7 @@ static void emit_line(unsigned long long t_ns, const char *event, const char *do
     uint64_t mask = 0;
     if (strcmp(event, "kernel")) { mask = t_devmask; t_devmask = 0; }
     struct line o = {buf, buf + sizeof buf, 1};
-    put_u(&o, t_ns); TAB(&o); put_i(&o, t_tid); TAB(&o); put_s(&o, event, SIZE_MAX, 0); TAB(&o);
-    put_s(&o, domain ? domain : "default", DOMAIN_MAX, 1); TAB(&o); put_u(&o, id); TAB(&o);
-    put_counts(&o, dev, mask);
-    put_s(&o, message ? message : "", MESSAGE_MAX, 1);
-    put_s(&o, "\n", 1, 0);
+    put_line(&o, t_ns, event, domain, id, dev, mask, message);
     if (!o.ok) return;
     size_t n = (size_t)(o.p - buf);
     size_t at = atomic_fetch_add(&g_pos, n);
@@ -370,8 +377,7 @@ static void emit_line(unsigned long long t_ns, const char *event, const char *do
     if (atomic_exchange(&g_full, 1)) return;
     /* the first line that does not fit: say so, at its time, in the space kept for that at the end */
     o = (struct line){buf, buf + TRACE_RESERVE, 1};
-    put_u(&o, t_ns); TAB(&o); put_i(&o, t_tid); TAB(&o); put_s(&o, "tracefull\tdefault\t", 32, 0); put_u(&o, g_cap);
-    TAB(&o); put_counts(&o, dev, 0); put_s(&o, "later events lost\n", 32, 0);
+    put_line(&o, t_ns, "tracefull", NULL, g_cap, dev, 0, "later events lost");
     if (o.ok) memcpy(g_buf + g_cap - TRACE_RESERVE, buf, (size_t)(o.p - buf));
 }
 
@@ -679,9 +685,9 @@ EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
  * The CUDA runtime and cuda.bindings look up the driver's cuGetProcAddress with dlsym and fetch every
  * entry point through it. Our dlsym hands out wrappers of cuGetProcAddress(_v2) that return counting
  * trampolines (which also time the calls, as do those of cuStreamSynchronize, cuEventSynchronize and
- * cuCtxSynchronize) for cuLaunchKernel*, cuLaunchKernelEx*, cuLaunchCooperativeKernel* and cuGraphLaunch*: a few
- * ns per launch plus two driver queries (the current device, and whether the launch's stream is capturing), where CUPTI's callback
- * dispatch costs ~0.6-0.9 us. Several real entry points (per-thread-stream variants, versions) each get
+ * cuCtxSynchronize) for cuLaunchKernel*, cuLaunchKernelEx*, cuLaunchCooperativeKernel* and cuGraphLaunch*:
+ * ~0.1 us per launch on an H100 host (two driver queries: the current device, and whether the launch's stream is
+ * capturing; and two clock reads; bench/interposer_cost.py), where CUPTI's callback dispatch costs ~0.6-0.9 us. Several real entry points (per-thread-stream variants, versions) each get
  * their own trampoline slot. */
 typedef int CUres;
 typedef CUres (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);

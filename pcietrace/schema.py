@@ -191,15 +191,15 @@ TABLE_COLUMNS: dict[str, dict[str, str]] = {
     "graphs": {"kernels": "pos", "strategy": "str", "round": "int", "iteration": "int", "wall_ns": "num",
                "cpu_ns": "num", "prep_ns": "num", "submit_ns": "num", **{c: "int" for c in COUNT_COLUMNS}},
 }
+#: Launches into a stream being captured into a graph (counted apart from eager/graph since they were recorded).
+CAPTURED_COLUMNS = ("captured_thread", "captured_process")
+#: Cumulative ns inside eager launch calls and inside synchronize calls (-1: not timed; interpose mode times them).
+TIMING_COLUMNS = ("call_ns_thread", "call_ns_process", "wait_ns_thread", "wait_ns_process")
 #: Groups of columns a table has all of or none of (each group on its own): events recorded before device
 #: tracking lack ``dev`` and ``devmask``; those recorded before captured launches were told apart lack
 #: ``captured_thread`` and ``captured_process``; those recorded before launch and synchronize calls were timed
 #: lack the ``call_ns_*`` and ``wait_ns_*`` columns. Bursts of `run` name the launch path (Python, native...)
 #: since the native core; older ones lack ``path``.
-#: Launches into a stream being captured into a graph (counted apart from eager/graph since they were recorded).
-CAPTURED_COLUMNS = ("captured_thread", "captured_process")
-#: Cumulative ns inside eager launch calls and inside synchronize calls (-1: not timed; interpose mode times them).
-TIMING_COLUMNS = ("call_ns_thread", "call_ns_process", "wait_ns_thread", "wait_ns_process")
 OPTIONAL_COLUMNS: dict[str, list[dict[str, str]]] = {
     "bursts": [{"path": "str"}],
     "events": [{"dev": "int", "devmask": "int"}, dict.fromkeys(CAPTURED_COLUMNS, "int"),

@@ -86,7 +86,7 @@ class Session:
         :mod:`pcietrace.schema`. Anything damaged, missing or from a newer schema raises
         :class:`~pcietrace.errors.ReportError` naming the file and the field."""
         path = Path(path)
-        report = recording_files(path)[0]
+        report, samples_file, events_file = recording_files(path)
         if not report.is_file():
             raise ReportError(f"no pcietrace report at {path}")
         try:
@@ -100,7 +100,6 @@ class Session:
         except schema.Invalid as exc:
             raise ReportError(f"{report}: {exc}") from None
         tables = {t: _table(report, t, pd.DataFrame.from_records(doc["tables"].get(t, [])), doc["meta"]) for t in TABLES}
-        _, samples_file, events_file = recording_files(path)
         samples = _parquet(samples_file, doc["meta"], required=True)
         events = _parquet(events_file, doc["meta"], required=False)
         _check_ranges(events_file, doc["meta"], events)

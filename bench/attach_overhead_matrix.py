@@ -7,7 +7,8 @@ app's timed loop and of each range's duration per configuration.
 varied by up to +-9 % between plain torchrun runs on 2x H200; more repetitions average that out).
 Configurations: alone; attach (defaults, --no-calibrate: idle-aware sampling, 0.5 ms in ranges, 5 ms outside);
 attach-idle0 (--idle-sample-interval-ms 0: 0.5 ms throughout, the default before idle-aware sampling); attach with
-the sampler's duty cap at 0.5 and 1 (off); attach-1ms and attach-10ms (--sample-interval-ms 1 / 10: inside
+the sampler's duty cap at 0.5 and 1 (off); attach-nowake (PCIETRACE_EDGE_WAKE=0: range edges do not wake the
+samplers, which read at their own pace, so no read starts right after a push beside the range's first driver call); attach-1ms and attach-10ms (--sample-interval-ms 1 / 10: inside
 ranges); attach-nocount (--no-count-launches: no launch trampolines, no per-launch device lookup) and
 attach-nocount-10ms (both), which tell the injection's per-launch cost from the reads'; inject (the injection library
 as attach sets it up, trampolines in the launch path, but no sampler and no counter read at all) and sampler (a
@@ -46,13 +47,16 @@ CONFIGS = {"alone": None, "attach": [], "attach-idle0": ["--idle-sample-interval
            "attach-duty0.5": ["--sampler-duty", "0.5"],
            "attach-duty1": ["--sampler-duty", "1"], "attach-1ms": ["--sample-interval-ms", "1"],
            "attach-10ms": ["--sample-interval-ms", "10"], "attach-nocount": ["--no-count-launches"],
-           "attach-nocount-10ms": ["--no-count-launches", "--sample-interval-ms", "10"], "inject": None, "sampler": None}
+           "attach-nocount-10ms": ["--no-count-launches", "--sample-interval-ms", "10"], "attach-nowake": [],
+           "inject": None, "sampler": None}
 
 
 def once(config: str, cmd: list[str], work: Path, i: int) -> tuple[pd.Series, pd.DataFrame]:
     """One run of the app in ``config``: (median ms per range and the loop, every call's row)."""
     out = work / f"{config}-{i}.jsonl"
     env = {**__import__("os").environ, "TRUTH_OUT": str(out), "TRUTH_READS": "0"}
+    if config == "attach-nowake":
+        env["PCIETRACE_EDGE_WAKE"] = "0"
     if config == "sampler":
         side = subprocess.Popen([sys.executable, "-c", SAMPLER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         side.stdout.readline()

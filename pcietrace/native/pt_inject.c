@@ -421,12 +421,15 @@ static const char *message_of(const EventAttributes *a, char *tmp, size_t tmpsiz
 /* ---- NVTX handlers: domain handles and registered strings are strdup'ed names ---- */
 /* ---- range edges: wake the samplers; optionally read the counters here (PCIETRACE_EXACT_EDGES) ---- */
 static atomic_uint *g_edge_seq;
+static int g_edge_wake = 1;  /* PCIETRACE_EDGE_WAKE=0: count edges but leave the samplers to their own pace */
 static pthread_once_t g_edges_once = PTHREAD_ONCE_INIT;
 
 static void edges_map(void)
 {
     const char *path = getenv("PCIETRACE_EDGE_FILE");
     if (!path || !*path) return;
+    const char *wake = getenv("PCIETRACE_EDGE_WAKE");
+    g_edge_wake = !(wake && !strcmp(wake, "0"));
     int fd = open(path, O_RDWR);
     if (fd < 0) return;
     void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -444,7 +447,7 @@ static void edge_signal(void)
     edges_open();
     if (!g_edge_seq) return;
     atomic_fetch_add(g_edge_seq, 1);
-    syscall(SYS_futex, (void *)g_edge_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);  /* shared: no FUTEX_PRIVATE_FLAG */
+    if (g_edge_wake) syscall(SYS_futex, (void *)g_edge_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);  /* shared: no FUTEX_PRIVATE_FLAG */
 }
 
 /* ---- ranges open now (word 1 of the edge page) ----

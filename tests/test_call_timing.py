@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pcietrace.analysis import attribution
@@ -18,6 +19,9 @@ from test_capture import _build_direct_lib
 #: two calls: 0.2-0.4 us per cudaLaunchKernel in a loop; single calls 1.4-5.4 us (a kernel's first launch;
 #: each synchronize: 1.4-3.6 us).
 RUNTIME_LAYER_NS = 10_000
+#: Instances of each of the oracle app's ranges: the median instance is judged (the H100's suite in the twentieth
+#: session caught one single call 19 us above its driver call; a one-instance test failed on it).
+REPEATS = 5
 
 #: Busy time per fake launch call and per fake synchronize call (ns): long enough to stand out of Python's own time.
 LAUNCH_NS, SYNC_NS = 200_000, 300_000
@@ -117,11 +121,12 @@ def test_interposer_times_direct_synchronize_calls(tmp_path) -> None:
 
 @pytest.mark.gpu
 def test_call_timing_matches_the_apps_own_clock(tmp_path) -> None:
-    """On a GPU: tests/apps/wait_truth.cu times its own launch and synchronize calls (CUDA runtime) per range;
-    attach's figures (the driver calls inside them) are never more than the app's and short of it by at most
-    the runtime's own layer (:data:`RUNTIME_LAYER_NS` per call). Each synchronize call -- stream, event and device (cudaDeviceSynchronize
-    reaches cuCtxSynchronize's CUDA 13 ABI, which takes the context) -- is seen, and launch calls that waited for a
-    full queue hold most of their range."""
+    """On a GPU: tests/apps/wait_truth.cu times its own launch and synchronize calls (CUDA runtime) per range, each
+    range :data:`REPEATS` times; attach's figures (the driver calls inside them) are never more than the app's, and
+    in the median instance short of it by at most the runtime's own layer (:data:`RUNTIME_LAYER_NS` per call; one
+    instance may catch a host hiccup between the runtime's entry and the driver's). Each synchronize call --
+    stream, event and device (cudaDeviceSynchronize reaches cuCtxSynchronize's CUDA 13 ABI, which takes the context)
+    -- is seen, and launch calls that waited for a full queue hold most of their range."""
     import json
     import shutil
     import subprocess
@@ -133,22 +138,25 @@ def test_call_timing_matches_the_apps_own_clock(tmp_path) -> None:
     subprocess.run(["nvcc", "-O2", "-o", str(exe), str(Path(__file__).parent / "apps" / "wait_truth.cu"), "-ldl"], check=True)
     out = tmp_path / "attach"
     p = subprocess.run([sys.executable, "-m", "pcietrace", "attach", "--json", "--no-calibrate", "-o", str(out), "--",
-                        str(exe), "20", str(truth)], capture_output=True, text=True, timeout=300)
+                        str(exe), "20", str(truth), str(REPEATS)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     want = json.loads(truth.read_text())
     from pcietrace.analysis import analyze
     from pcietrace.session import Session
 
-    got = analyze(Session.load(out))["range_instances"].set_index("name")
+    got = analyze(Session.load(out))["range_instances"].sort_values("t_start_ns").groupby("name")
     calls = {"launches": (2000, 1), "stream": (1, 1), "event": (1, 1), "device": (1, 1), "queue_full": (6000, 1)}
-    rows = [(name, col, float(got.loc[name, col]), float(want[name][col]), n) for name, (launches, syncs) in calls.items()
-            for col, n in (("launch_call_ns", launches), ("sync_wait_ns", syncs))]
-    for name, col, ours, app, n in rows:
-        print(f"{name:11s} {col:15s} app {app / 1e6:9.3f} ms  attach {ours / 1e6:9.3f} ms  "
-              f"short by {(app - ours) / n / 1e3:6.3f} us per call")
-    for name, col, ours, app, n in rows:
-        assert 0 < ours <= app and app - ours <= n * RUNTIME_LAYER_NS, (name, col, ours, app)
-    for name in ("stream", "event", "device"):  # the 20 ms spin, waited for
-        assert got.loc[name, "sync_wait_ns"] >= 19e6, got.loc[name]
-    q = got.loc["queue_full"]
-    assert q["launch_call_ns"] > 0.5 * q["duration_ns"], q  # 6,000 x 20 us kernels: the calls waited for the GPU
+    for name, (launches, syncs) in calls.items():
+        mine = got.get_group(name)
+        assert len(mine) == REPEATS, mine
+        for col, n in (("launch_call_ns", launches), ("sync_wait_ns", syncs)):
+            ours, app = mine[col].to_numpy(float), np.asarray(want[name][col], float)
+            short_ns = app - ours
+            print(f"{name:11s} {col:15s} app {np.median(app) / 1e6:9.3f} ms  attach {np.median(ours) / 1e6:9.3f} ms  "
+                  f"short by {', '.join(f'{x / n / 1e3:.3f}' for x in short_ns)} us per call")
+            assert (ours > 0).all() and (ours <= app).all(), (name, col, ours, app)  # the driver call is inside
+            assert np.median(short_ns) <= n * RUNTIME_LAYER_NS, (name, col, ours, app)
+        if name in ("stream", "event", "device"):  # the 20 ms spin, waited for
+            assert (mine["sync_wait_ns"] >= 19e6).all(), mine
+        if name == "queue_full":  # 6,000 x 20 us kernels: the calls waited for the GPU
+            assert (mine["launch_call_ns"] > 0.5 * mine["duration_ns"]).all(), mine  # 6,000 x 20 us kernels: the calls waited for the GPU

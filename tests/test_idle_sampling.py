@@ -116,6 +116,33 @@ def test_ranges_of_slow_domains_do_not_hold_the_fast_rate(tmp_path) -> None:
     assert json.loads(proc.stdout) == [1, 1, 1, 0, 1, 0]  # the core API's ranges are domain "default", as in the trace
 
 
+WAKE_SCRIPT = """
+import json, sys, threading, time
+import nvtx
+from pcietrace.collectors.edges import EdgeWaiter
+w = EdgeWaiter(sys.argv[1])
+seen = w.seq
+def edges():
+    time.sleep(0.2); nvtx.push_range("r"); nvtx.pop_range()
+threading.Thread(target=edges).start()
+t = time.monotonic()
+w.wait_until(time.monotonic_ns() + 2_000_000_000, seen)
+print(json.dumps({"waited_s": time.monotonic() - t, "edges": (w.seq - seen) % 2**32}))
+"""
+
+
+def test_edges_wake_the_samplers_unless_told_not_to(tmp_path) -> None:
+    # PCIETRACE_EDGE_WAKE=0 (bench/attach_overhead_matrix.py's attach-nowake): edges are counted, no waiter is woken
+    proc, _ = _under_the_library(tmp_path, WAKE_SCRIPT)
+    assert proc.returncode == 0, proc.stderr
+    woken = json.loads(proc.stdout)
+    proc, _ = _under_the_library(tmp_path, WAKE_SCRIPT, PCIETRACE_EDGE_WAKE="0")
+    assert proc.returncode == 0, proc.stderr
+    left = json.loads(proc.stdout)
+    assert woken["waited_s"] < 1.5 and woken["edges"] >= 1, woken
+    assert left["waited_s"] >= 1.9 and left["edges"] == 2, left
+
+
 #: Timing claims (gaps, wake-ups) hold on the best of a few attempts: the suite may share a small machine with
 #: other jobs, and a sampler starved of CPU reads late through no fault of its own. Everything else must hold
 #: on every attempt.

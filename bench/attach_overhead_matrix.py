@@ -8,8 +8,9 @@ varied by up to +-9 % between plain torchrun runs on 2x H200; more repetitions a
 Configurations: alone; attach (defaults, --no-calibrate: idle-aware sampling, 0.5 ms in ranges, 5 ms outside);
 attach-idle0 (--idle-sample-interval-ms 0: 0.5 ms throughout, the default before idle-aware sampling); attach with
 the sampler's duty cap at 0.5 and 1 (off); attach-nowake (PCIETRACE_EDGE_WAKE=0: range edges do not wake the
-samplers, which read at their own pace, so no read starts right after a push beside the range's first driver call); attach-1ms and attach-10ms (--sample-interval-ms 1 / 10: inside
-ranges); attach-nocount (--no-count-launches: no launch trampolines, no per-launch device lookup) and
+samplers, which read at their own pace, so no read starts right after a push beside the range's first driver
+call); attach-1ms and attach-10ms (--sample-interval-ms 1 / 10: inside ranges); attach-nocount
+(--no-count-launches: no launch trampolines, no per-launch device lookup) and
 attach-nocount-10ms (both), which tell the injection's per-launch cost from the reads'; inject (the injection library
 as attach sets it up, trampolines in the launch path, but no sampler and no counter read at all) and sampler (a
 bare CounterSampler at 0.5 ms beside the plain app), which split attach into its two halves on the real driver.

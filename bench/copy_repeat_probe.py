@@ -2,9 +2,10 @@
 
 Repeats the GPU suite's known-copy measurement (tests/test_gpu.py ``_copy_bytes``: a 1 ms background sampler plus
 exact reads right before the copy is issued and right after it is synchronized, the floor taken from the idle
-0.3 s before) and prints counted/copied per copy, a 1 GiB copy before each smaller one as in the suite. The H200's suite in the twentieth session read one 256 MiB H2D
-copy at 0.777 (the same call later in that suite: 1.078). Each copy's samples are saved (Parquet, one file per
-copy, under OUT), so a short one can be looked at: did the counter catch up after the closing read?
+0.3 s before) and prints counted/copied per copy, a 1 GiB copy before each smaller one as in the suite. The
+H200's suite in the twentieth session read one 256 MiB H2D copy at 0.777 (the same call later in that suite:
+1.078; 80 copies repeated on a fresh H200: 1.0781-1.0786 H2D). Each copy's samples are saved (Parquet, one file
+per copy, under OUT), so a short one can be looked at: did the counter catch up after the closing read?
 
     python3 bench/copy_repeat_probe.py OUT [--repeats 20] [--mib 256]
 """

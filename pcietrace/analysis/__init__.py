@@ -25,6 +25,12 @@ RESULT_TABLES = ("sampling", "per_gpu", "floor", "calibration", "per_launch", "p
 #: order: ``gpu_time`` where the GPU's busy time was recorded (``attach --gpu-time``), ``savings`` where launch costs
 #: are known (attach's "graphs save" figure).
 INSTANCE_EXTRAS = {"gpu_time": gpu_time.BUSY_COLUMNS, "savings": ["graph_savings_ms", "launch_bound"]}
+#: attach --launch-counter cupti: CUPTI's driver callbacks move bytes of their own, which every range then holds
+#: (bench/launch_counter_bytes.py: the app's own NVML reads around 20,000 launches, with and without them).
+CUPTI_NOTE = ("launches were counted through CUPTI's driver callbacks, which add PCIe traffic of their own: an empty "
+              "kernel's launch moved 3.0 % more H2D and 1.6 % more D2H bytes with them on (H100), and they cost "
+              "~0.6-0.9 us of host time per launch; these figures include both (--launch-counter interpose adds "
+              "0.07 %)")
 #: Columns of the ``notes`` table (attach: one sentence per row).
 NOTES_COLUMNS = ["note"]
 
@@ -225,6 +231,8 @@ def _attach(s: Session, cum: pd.DataFrame) -> dict[str, pd.DataFrame]:
     else:
         notes += _unplaced_launches(whole) if len(whole) else []
         notes += _untraced_launches(events)
+    if s.meta.get("launch_counter") == "cupti":
+        notes.append(CUPTI_NOTE)
     if costs and len(inst):  # attach's "graphs save" figure, per call and for the run (one prediction each)
         p = savings.predict_ms(inst, costs)
         inst = inst.assign(graph_savings_ms=p["predicted_ms"], launch_bound=p["launch_bound"])

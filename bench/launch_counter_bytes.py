@@ -4,10 +4,9 @@ The demo app (tests/apps/demo_nvtx.py, DEMO_TRUTH=1) reads NVML itself around it
 launches and prints the range's bytes. It runs plain, with the injection library counting through its
 trampolines ("interpose"), counting through CUPTI driver callbacks ("cupti"), and interposing with CUPTI's
 kernel records on ("gpu-time", attach --gpu-time), no sampler in any (the library alone, as attach sets it up),
-in rotating order. Per configuration: the median H2D and D2H
-bytes per launch over the rounds, and the difference from plain with its 95 % bootstrap interval. attach in
-CUPTI mode read ~3 % above the plain app's truth in the nineteenth session; this says whether CUPTI itself
-moves that many bytes (twentieth session, H100: +2.98 % H2D, +1.58 % D2H; interpose +0.07 %; gpu-time not
+in rotating order. Per configuration: the median H2D and D2H bytes per launch over the rounds, and the
+difference from plain with its 95 % bootstrap interval. attach in CUPTI mode read ~3 % above the plain app's
+truth in the nineteenth session; this says whether CUPTI itself moves that many bytes (twentieth session, H100: +2.98 % H2D, +1.58 % D2H; interpose +0.07 %; gpu-time not
 yet run).
 
     python3 bench/launch_counter_bytes.py [--rounds 6] [--launches 20000]

@@ -113,7 +113,7 @@ static unsigned long long mono_ns(void);
 #define NO_DRIVER_RETRY_NS 10000000ull
 static _Atomic unsigned long long g_no_driver_until_ns;
 
-static int current_device_(int retry_now)
+static int current_device(int retry_now)
 {
     if (!p_ctx_get_device) {
         if (!retry_now && mono_ns() < atomic_load_explicit(&g_no_driver_until_ns, memory_order_relaxed)) return -1;
@@ -130,8 +130,6 @@ static int current_device_(int retry_now)
     return p_ctx_get_device(&dev) == 0 ? dev : -1;
 }
 
-static int current_device(void) { return current_device_(0); }
-
 /* Name an ordinal (its PCI bus id) the first time it is seen, so Python can map it to an NVML index. */
 static void announce(int dev)
 {
@@ -145,7 +143,7 @@ static void announce(int dev)
 
 static inline void note_launch_device(void)
 {
-    int dev = current_device_(1);
+    int dev = current_device(1);
     if (dev >= 0 && dev < 64) {
         if (!(atomic_load_explicit(&g_announced, memory_order_relaxed) & (1ull << dev))) announce(dev);
         t_devmask |= 1ull << dev;  /* after announce(): its event resets the thread's mask */
@@ -383,7 +381,7 @@ static void emit_line(unsigned long long t_ns, const char *event, const char *do
 
 static void emit(const char *event, const char *domain, unsigned long long id, const char *message)
 {
-    emit_line(mono_ns(), event, domain, id, message, current_device());
+    emit_line(mono_ns(), event, domain, id, message, current_device(0));
 }
 
 /* A wide (wchar_t: UTF-32 on Linux) NVTX message as UTF-8 in ``tmp``, whatever the program's locale (a C++
@@ -604,7 +602,7 @@ static void read_one(void *h)
 static void exact_read(void)
 {
     if (!exact_on()) return;
-    int dev = current_device();
+    int dev = current_device(0);
     void *h = NULL;
     char bus[64];
     if (dev >= 0 && p_device_bus_id && p_device_bus_id(bus, (int)sizeof bus, dev) == 0 && nvml_by_bus(bus, &h) == 0) {
@@ -690,8 +688,8 @@ EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
  * trampolines (which also time the calls, as do those of cuStreamSynchronize, cuEventSynchronize and
  * cuCtxSynchronize) for cuLaunchKernel*, cuLaunchKernelEx*, cuLaunchCooperativeKernel* and cuGraphLaunch*:
  * ~0.1 us per launch on an H100 host (two driver queries: the current device, and whether the launch's stream is
- * capturing; and two clock reads; bench/interposer_cost.py), where CUPTI's callback dispatch costs ~0.6-0.9 us. Several real entry points (per-thread-stream variants, versions) each get
- * their own trampoline slot. */
+ * capturing; and two clock reads; bench/interposer_cost.py), where CUPTI's callback dispatch costs ~0.6-0.9 us.
+ * Several real entry points (per-thread-stream variants, versions) each get their own trampoline slot. */
 typedef int CUres;
 typedef CUres (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
 typedef CUres (*launchex_fn)(const void *, void *, void **, void **);

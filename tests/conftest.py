@@ -77,7 +77,7 @@ def as_in_a_terminal():
 @pytest.fixture()
 def copy(tmp_path, data_dir):
     """A writable copy of a recorded report folder (tests/data stays untouched)."""
-    def make(name: str) -> Path:
+    def make(name: str = "h100_run") -> Path:
         dst = tmp_path / name.replace("/", "-")
         shutil.copytree(data_dir / name, dst)
         return dst

@@ -7,7 +7,6 @@ import io
 import json
 import os
 import re
-import shutil
 import signal
 import stat
 import subprocess
@@ -31,16 +30,6 @@ from sysfs_fixture import build
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK_SIM = ["run", "--simulate", "--quick", "--window-s", "0.02", "--no-latency"]
-
-
-@pytest.fixture()
-def copy(tmp_path, data_dir):
-    """A writable copy of a recorded report folder."""
-    def make(name: str = "h100_run") -> Path:
-        dst = tmp_path / name
-        shutil.copytree(data_dir / name, dst)
-        return dst
-    return make
 
 
 # --- one validated load path --------------------------------------------------------------------

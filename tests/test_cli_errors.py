@@ -272,11 +272,10 @@ def test_a_damaged_topology_fixture_is_refused_and_writes_nothing_outside(damage
 
 
 @pytest.mark.parametrize("target", ["report.json", "samples.parquet", "-"])
-def test_report_perfetto_never_overwrites_the_recording_it_reads(target, data_dir, tmp_path, capsys) -> None:
+def test_report_perfetto_never_overwrites_the_recording_it_reads(target, copy, tmp_path, capsys) -> None:
     # was: `report DIR --perfetto DIR/report.json` replaced the recording with the trace (exit 0; the folder
     # was no report after), and `--perfetto -` wrote a file named "-"
-    folder = tmp_path / "rec"
-    shutil.copytree(data_dir / "attach_h100_python", folder)
+    folder = copy("attach_h100_python")
     before = {f.name: f.read_bytes() for f in folder.iterdir()}
     path = target if target == "-" else str(folder / target)
     line = one_line_exit_2(["report", str(folder), "--perfetto", path], capsys)

@@ -339,7 +339,7 @@ def test_compare_of_graphs_runs_of_other_sizes_names_why(copy, data_dir, capsys)
     # was: 'compare graphs reports with graphs reports' said of two graphs reports
     folder = copy("graphs_h100")
     edit_report(folder, lambda doc: [r.__setitem__("kernels", r["kernels"] * 2) for r in doc["tables"]["graphs"]
-                               + doc["tables"]["windows"]])
+                                     + doc["tables"]["windows"]])
     line = one_line_exit_2(["compare", str(data_dir / "graphs_h100"), str(folder)], capsys)
     assert "(kind: graphs) have no figure in common: other sizes" in line
 

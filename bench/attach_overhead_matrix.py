@@ -13,7 +13,11 @@ call); attach-1ms and attach-10ms (--sample-interval-ms 1 / 10: inside ranges); 
 (--no-count-launches: no launch trampolines, no per-launch device lookup) and
 attach-nocount-10ms (both), which tell the injection's per-launch cost from the reads'; inject (the injection library
 as attach sets it up, trampolines in the launch path, but no sampler and no counter read at all) and sampler (a
-bare CounterSampler at 0.5 ms beside the plain app), which split attach into its two halves on the real driver.
+bare CounterSampler at 0.5 ms beside the plain app), which split attach into its two halves on the real driver;
+inject-sampler (both halves at once, no attach: whether they only cost together).
+``--pin CPUS``: the app (not attach or its samplers) runs under ``taskset -c CPUS`` in every configuration, to
+tell a per-process level (PyTorch's eager_3000 +-10 % between plain runs on the H100) from where the scheduler
+put the app. Besides the medians it prints each configuration's spread between runs (coefficient of variation).
 (A first run on 4x H200
 also had `sampler`: a bare CounterSampler at 0.5 ms beside the app, no injection: +41.8 %, the same as attach:
 there the reads, not the injection, cost. On 2x H200 later, the launch-bound `eager_3000` range still took
@@ -49,7 +53,8 @@ CONFIGS = {"alone": None, "attach": [], "attach-idle0": ["--idle-sample-interval
            "attach-duty1": ["--sampler-duty", "1"], "attach-1ms": ["--sample-interval-ms", "1"],
            "attach-10ms": ["--sample-interval-ms", "10"], "attach-nocount": ["--no-count-launches"],
            "attach-nocount-10ms": ["--no-count-launches", "--sample-interval-ms", "10"], "attach-nowake": [],
-           "inject": None, "sampler": None}
+           "inject": None, "sampler": None, "inject-sampler": None}
+HALVES = ("inject", "sampler", "inject-sampler")  # run only when named
 
 
 def once(config: str, cmd: list[str], work: Path, i: int) -> tuple[pd.Series, pd.DataFrame]:
@@ -58,16 +63,19 @@ def once(config: str, cmd: list[str], work: Path, i: int) -> tuple[pd.Series, pd
     env = {**__import__("os").environ, "TRUTH_OUT": str(out), "TRUTH_READS": "0"}
     if config == "attach-nowake":
         env["PCIETRACE_EDGE_WAKE"] = "0"
-    if config == "sampler":
-        side = subprocess.Popen([sys.executable, "-c", SAMPLER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        side.stdout.readline()
+    if config in HALVES:
+        side = None
+        if "sampler" in config:
+            side = subprocess.Popen([sys.executable, "-c", SAMPLER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    text=True)
+            side.stdout.readline()
+        if "inject" in config:
+            traces = work / f"{config}-{i}"
+            traces.mkdir()
+            env = {**injection_env(traces, "interpose", None, [0], False), "TRUTH_OUT": str(out), "TRUTH_READS": "0"}
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        side.communicate("")
-    elif config == "inject":
-        traces = work / f"inject-{i}"
-        traces.mkdir()
-        env = {**injection_env(traces, "interpose", None, [0], False), "TRUTH_OUT": str(out), "TRUTH_READS": "0"}
-        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if side is not None:
+            side.communicate("")
     else:
         pre = [] if CONFIGS[config] is None else [sys.executable, "-m", "pcietrace", "attach", "--no-calibrate",
                                                    "-o", str(work / f"r-{config}-{i}"), *CONFIGS[config], "--"]
@@ -88,8 +96,9 @@ def main() -> int:
     ap.add_argument("scenario")
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument("--reps", type=int, default=None, help="the app's repetitions (default: its own, 5)")
-    ap.add_argument("--configs", default=",".join(c for c in CONFIGS if c not in ("inject", "sampler")),
-                    help="which configurations (alone is always run; inject and sampler only when named)")
+    ap.add_argument("--configs", default=",".join(c for c in CONFIGS if c not in HALVES),
+                    help="which configurations (alone is always run; inject, sampler and inject-sampler only when named)")
+    ap.add_argument("--pin", metavar="CPUS", help="run the app under taskset -c CPUS (attach and samplers unpinned)")
     a = ap.parse_args()
     for c in set(CONFIGS) - {"alone", *a.configs.split(",")}:
         del CONFIGS[c]
@@ -97,6 +106,8 @@ def main() -> int:
     cmd = command(a.scenario, work)
     if a.reps is not None:  # the Python apps take --reps, the C++ one a positional count
         cmd += ["--reps", str(a.reps)] if a.scenario != "cpp" else [str(a.reps)]
+    if a.pin:
+        cmd = ["taskset", "-c", a.pin, *cmd]
     res: dict[str, list[pd.Series]] = {c: [] for c in CONFIGS}
     calls: dict[str, list[pd.DataFrame]] = {c: [] for c in CONFIGS}
     signal.signal(signal.SIGTERM, _stop)  # `timeout` ends it: summarise the pairs made so far
@@ -119,6 +130,11 @@ def main() -> int:
     print(f"== {a.scenario}: median ms ({a.pairs} interleaved runs each)")
     print(table.round(2).to_string())
     print((table.div(table["alone"], axis=0) - 1).map(lambda x: f"{x:+.1%}").to_string())
+    # each run's level: a per-process level as wide as the cost sought needs many pairs, or a pinned app
+    spread = pd.DataFrame({c: pd.concat(v, axis=1).pipe(lambda d: d.std(axis=1) / d.mean(axis=1) * 100)
+                           for c, v in res.items()})
+    print(f"== spread between runs: coefficient of variation of the runs' medians, % (--pin {a.pin or 'off'})")
+    print(spread.round(2).to_string())
     # A slow call now and then (a 256 MiB copy at 2.3x its median under attach, H100) hides in the medians
     for q in (0.95, 1.0):
         tail = pd.DataFrame({c: pd.concat(v).groupby("range")["dur_ns"].quantile(q) / 1e6 for c, v in calls.items()})

@@ -6,8 +6,9 @@ trampolines ("interpose"), counting through CUPTI driver callbacks ("cupti"), an
 kernel records on ("gpu-time", attach --gpu-time), no sampler in any (the library alone, as attach sets it up),
 in rotating order. Per configuration: the median H2D and D2H bytes per launch over the rounds, and the
 difference from plain with its 95 % bootstrap interval. attach in CUPTI mode read ~3 % above the plain app's
-truth in the nineteenth session; this says whether CUPTI itself moves that many bytes (twentieth session, H100: +2.98 % H2D, +1.58 % D2H; interpose +0.07 %; gpu-time not
-yet run).
+truth in the nineteenth session; this says whether CUPTI itself moves that many bytes (H100, twentieth /
+twenty-first sessions: cupti +2.98 / +2.63 % H2D, +1.58 / +1.56 % D2H; interpose +0.07 / -0.02 %; gpu-time,
+twenty-first: +1.60 % H2D, +12.96 % D2H).
 
     python3 bench/launch_counter_bytes.py [--rounds 6] [--launches 20000]
 """

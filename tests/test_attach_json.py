@@ -164,15 +164,17 @@ def test_the_console_names_a_ranges_domain_only_where_it_is_not_the_default(monk
     assert "(default)" not in text and "idle_12ms" in text
 
 
-def test_a_cupti_counted_run_says_cupti_moved_bytes_of_its_own(data_dir) -> None:
-    """CUPTI's launch callbacks add PCIe bytes per launch (H100: +3.0 % H2D), which the ranges then hold: a run
-    counted through them says so; an interposed one does not. (A real H100 recording, its meta set to CUPTI's
-    counter: the note depends on nothing else.)"""
-    from pcietrace.analysis import CUPTI_NOTE, analyze
+def test_a_run_with_cupti_on_says_cupti_moved_bytes_of_its_own(data_dir) -> None:
+    """CUPTI's launch callbacks (H100: +2.6-3.0 % H2D per launch) and its kernel records (--gpu-time: +13 % D2H)
+    add PCIe bytes, which the ranges then hold: a run with either on says so, naming which; an interposed run
+    without --gpu-time says neither. (A real H100 recording, its meta set: the notes depend on nothing else.)"""
+    from pcietrace.analysis import CUPTI_NOTE, GPU_TIME_NOTE, analyze
     from pcietrace.session import Session
 
     s = Session.load(data_dir / "attach_h100_torch_outside")
-    assert CUPTI_NOTE not in set(analyze(s)["notes"]["note"])
+    assert not {CUPTI_NOTE, GPU_TIME_NOTE} & set(analyze(s)["notes"]["note"])
     s.meta["launch_counter"] = "cupti"
+    assert CUPTI_NOTE in analyze(s)["notes"]["note"].tolist()
+    s.meta.update(launch_counter="interpose", gpu_time=True)
     notes = analyze(s)["notes"]["note"].tolist()
-    assert CUPTI_NOTE in notes and "3.0 %" in CUPTI_NOTE
+    assert GPU_TIME_NOTE in notes and CUPTI_NOTE not in notes

@@ -17,7 +17,9 @@ bare CounterSampler at 0.5 ms beside the plain app), which split attach into its
 inject-sampler (both halves at once, no attach: whether they only cost together).
 ``--pin CPUS``: the app (not attach or its samplers) runs under ``taskset -c CPUS`` in every configuration, to
 tell a per-process level (PyTorch's eager_3000 +-10 % between plain runs on the H100) from where the scheduler
-put the app. Besides the medians it prints each configuration's spread between runs (coefficient of variation).
+put the app (it did not narrow: CV 11.6 % pinned, 10.1 % not). ``--no-aslr``: the app under ``setarch -R`` (its
+address space laid out the same in every run), for a level drawn from where memory lands. Besides the medians it
+prints each configuration's spread between runs (coefficient of variation).
 (A first run on 4x H200
 also had `sampler`: a bare CounterSampler at 0.5 ms beside the app, no injection: +41.8 %, the same as attach:
 there the reads, not the injection, cost. On 2x H200 later, the launch-bound `eager_3000` range still took
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import signal
 import subprocess
 import sys
@@ -99,6 +102,7 @@ def main() -> int:
     ap.add_argument("--configs", default=",".join(c for c in CONFIGS if c not in HALVES),
                     help="which configurations (alone is always run; inject, sampler and inject-sampler only when named)")
     ap.add_argument("--pin", metavar="CPUS", help="run the app under taskset -c CPUS (attach and samplers unpinned)")
+    ap.add_argument("--no-aslr", action="store_true", help="run the app under setarch -R (no address randomisation)")
     a = ap.parse_args()
     for c in set(CONFIGS) - {"alone", *a.configs.split(",")}:
         del CONFIGS[c]
@@ -108,6 +112,8 @@ def main() -> int:
         cmd += ["--reps", str(a.reps)] if a.scenario != "cpp" else [str(a.reps)]
     if a.pin:
         cmd = ["taskset", "-c", a.pin, *cmd]
+    if a.no_aslr:
+        cmd = ["setarch", platform.machine(), "-R", *cmd]
     res: dict[str, list[pd.Series]] = {c: [] for c in CONFIGS}
     calls: dict[str, list[pd.DataFrame]] = {c: [] for c in CONFIGS}
     signal.signal(signal.SIGTERM, _stop)  # `timeout` ends it: summarise the pairs made so far
@@ -133,7 +139,8 @@ def main() -> int:
     # each run's level: a per-process level as wide as the cost sought needs many pairs, or a pinned app
     spread = pd.DataFrame({c: pd.concat(v, axis=1).pipe(lambda d: d.std(axis=1) / d.mean(axis=1) * 100)
                            for c, v in res.items()})
-    print(f"== spread between runs: coefficient of variation of the runs' medians, % (--pin {a.pin or 'off'})")
+    print(f"== spread between runs: coefficient of variation of the runs' medians, % (--pin {a.pin or 'off'}"
+          f"{', --no-aslr' if a.no_aslr else ''})")
     print(spread.round(2).to_string())
     # A slow call now and then (a 256 MiB copy at 2.3x its median under attach, H100) hides in the medians
     for q in (0.95, 1.0):

@@ -3,8 +3,10 @@
 A C loop (bench/interposer_loop.c) calls cuLaunchKernel of the fake driver (tests/native/fake_libcuda.c, whose
 launch does nothing but read the clock twice) N times, alone (attach's "none" counter: the library is not in
 the launch path) and through attach's trampolines ("interpose": the capture query, the device lookup, the counts
-and the call's timing). Runs alternate ABBA; the figure is the median of the pairs' differences in ns per
-launch, with its 95 % bootstrap interval. Divide by your own ns per launch (H100, C++: ~4,000) for the share.
+and the call's timing), the latter twice: calls timed by the TSC where the kernel's clocksource is it (the
+library's default) and by CLOCK_MONOTONIC (PCIETRACE_CALL_CLOCK=monotonic, as before the twenty-first session).
+Runs rotate; the figure is the median of the rounds' differences in ns per launch, with its 95 % bootstrap
+interval. Divide by your own ns per launch (H100, C++: ~4,000) for the share.
 
     python3 bench/interposer_cost.py [--pairs 6] [--launches 2000000]
 """
@@ -38,17 +40,22 @@ def build(work: Path) -> Path:
     return work / "loop"
 
 
-def ns_per_launch(loop: Path, work: Path, counter: str, launches: int, reps: int = 3) -> float:
+CONFIGS = {"alone": "none", "interpose": "interpose", "interpose-monotonic": "interpose"}
+
+
+def ns_per_launch(loop: Path, work: Path, config: str, launches: int, reps: int = 3) -> float:
     """The loop's best of ``reps`` figures (ns per launch) with the injection library set up as attach does."""
     traces = Path(tempfile.mkdtemp(dir=work))
-    env = {**injection_env(traces, counter, None, [0], False), "LD_LIBRARY_PATH": str(work)}
+    env = {**injection_env(traces, CONFIGS[config], None, [0], False), "LD_LIBRARY_PATH": str(work)}
+    if config == "interpose-monotonic":
+        env["PCIETRACE_CALL_CLOCK"] = "monotonic"
     out = subprocess.run([str(loop), str(launches), str(reps)], env=env, capture_output=True, text=True, check=True)
     return min(float(x) for x in out.stdout.split())
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pairs", type=int, default=6, help="alone/interposed pairs, ABBA (default 6)")
+    ap.add_argument("--pairs", type=int, default=6, help="rounds of the three configurations, rotating (default 6)")
     ap.add_argument("--launches", type=int, default=2_000_000, help="launch calls per figure (default 2,000,000)")
     a = ap.parse_args()
     if a.pairs < 1 or a.launches < 1:
@@ -56,17 +63,17 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         loop = build(work)
+        names = list(CONFIGS)
         rows = []
         for i in range(a.pairs):
-            order = ("none", "interpose") if i % 2 == 0 else ("interpose", "none")
-            got = {c: ns_per_launch(loop, work, c, a.launches) for c in order}
-            rows.append((got["none"], got["interpose"]))
-            print(f"pair {i + 1}: alone {got['none']:.1f} ns, through the trampolines {got['interpose']:.1f} ns "
-                  "per launch")
-    alone, inter = np.array(rows).T
-    med, lo, hi = median_ci(inter - alone)
-    print(f"the library's own cost per eager launch: {med:+.1f} ns [95 % CI {lo:+.1f}, {hi:+.1f}] "
-          f"(fake launch alone: {np.median(alone):.1f} ns)")
+            got = {c: ns_per_launch(loop, work, c, a.launches) for c in names[i % 3:] + names[:i % 3]}
+            rows.append([got[c] for c in names])
+            print(f"round {i + 1}: " + ", ".join(f"{c} {got[c]:.1f}" for c in names) + " ns per launch")
+    alone, inter, mono = np.array(rows).T
+    for what, x in (("calls timed by the TSC (default)", inter), ("by CLOCK_MONOTONIC", mono)):
+        med, lo, hi = median_ci(x - alone)
+        print(f"the library's own cost per eager launch, {what}: {med:+.1f} ns [95 % CI {lo:+.1f}, {hi:+.1f}] "
+              f"(fake launch alone: {np.median(alone):.1f} ns)")
     return 0
 
 

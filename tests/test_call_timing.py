@@ -75,21 +75,23 @@ json.dump({"syncs": ctypes.c_longlong.in_dll(cuda, "fake_syncs").value}, open(sy
 """
 
 
-def _ranges(tmp_path: Path, counter: str) -> tuple[dict, dict]:
+def _ranges(tmp_path: Path, counter: str, env: dict[str, str] | None = None) -> tuple[dict, dict]:
     pytest.importorskip("nvtx")
     build_fake(tmp_path, "fake_libcuda.c", "libcuda.so.1")
-    ev, got = run_injected(tmp_path, TIMING_SCRIPT, counter, args=[str(LAUNCH_NS), str(SYNC_NS)])
+    ev, got = run_injected(tmp_path, TIMING_SCRIPT, counter, env=env, args=[str(LAUNCH_NS), str(SYNC_NS)])
     assert set(TIMING_COLUMNS) <= set(ev.columns)
     r = attribution.ranges_from_events(ev).set_index("name")
     return r.to_dict("index"), got
 
 
-def test_interposer_times_eager_launch_calls_and_synchronize_calls(tmp_path) -> None:
+@pytest.mark.parametrize("clock", ["default", "monotonic"])
+def test_interposer_times_eager_launch_calls_and_synchronize_calls(tmp_path, clock) -> None:
     """Per range: ``launch_call_ns`` covers each eager launch call's time in the driver and nothing else (graph
-    launches and launches into a capturing stream are not eager); ``sync_wait_ns`` each synchronize call's,
-    whichever way it was fetched (cuCtxSynchronize's CUDA 13 ABI takes the context: it reaches the driver);
-    a parent's figures include its children's."""
-    r, got = _ranges(tmp_path, "interpose")
+    launches and launches into a capturing stream are not eager: exactly 0); ``sync_wait_ns`` each synchronize
+    call's, whichever way it was fetched (cuCtxSynchronize's CUDA 13 ABI takes the context: it reaches the
+    driver); a parent's figures include its children's. Both call clocks: the TSC's ticks (where the kernel's
+    clocksource is the TSC, as on the lent VMs and this one, most likely) and CLOCK_MONOTONIC."""
+    r, got = _ranges(tmp_path, "interpose", {"PCIETRACE_CALL_CLOCK": clock})
     assert got["handles"] == [0x51, 0xE1, 0xC0, 0xC2] and got["syncs"] == 5  # every call forwarded, arguments intact
     for name, launches, syncs in (("launches", 10, 0), ("graphs and captures", 0, 0), ("waits", 0, 4),
                                   ("inner", 2, 0), ("outer", 2, 1)):

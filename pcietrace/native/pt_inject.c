@@ -24,8 +24,8 @@
  * neither the eager nor the graph counts.
  * ``call_ns_*`` add up the ns spent inside eager launch calls (a call whose queue is full waits there for the
  * GPU), ``wait_ns_*`` those inside cuCtxSynchronize, cuStreamSynchronize and cuEventSynchronize: how long the
- * host waited for the GPU. Both are timed by the trampolines and direct calls of interpose mode only; other
- * modes write -1 (not timed).
+ * host waited for the GPU. Both are timed by the trampolines and direct calls of interpose mode only (by the
+ * TSC where the kernel's clocksource is it, turned into ns at each line); other modes write -1 (not timed).
  *
  * Range edges: with PCIETRACE_EDGE_FILE, every push/pop/start/end bumps a shared 32-bit sequence number and
  * wakes the sampler processes waiting on it (a shared futex), so they read the counters right after the
@@ -53,6 +53,9 @@
 #include <time.h>
 #include <unistd.h>
 #include <wchar.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -90,8 +93,9 @@ enum { TRACE_RESERVE = 256, TRACE_MIN = 1 << 16 };  /* room kept at the end of t
 static atomic_ulong g_eager, g_graph, g_captured, g_range_id;
 static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread unsigned long t_eager, t_graph, t_captured;
-static __thread unsigned long long t_call_ns, t_wait_ns;  /* ns inside eager launch calls / synchronize calls */
-static atomic_ullong g_call_ns, g_wait_ns;
+/* time inside eager launch calls / synchronize calls, in call-clock ticks (call_ticks(); ns at each line) */
+static __thread unsigned long long t_call_ticks, t_wait_ticks;
+static atomic_ullong g_call_ticks, g_wait_ticks;
 static __thread int t_depth;
 static __thread long t_tid;
 static __thread uint64_t t_devmask;          /* ordinals launched on since this thread's previous event */
@@ -294,6 +298,64 @@ static unsigned long long mono_ns(void)
     return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
+/* ---- the clock that times launch and synchronize calls ----
+ * Two clock_gettime per launch call were most of the library's ~80-95 ns per launch (one read ~34 ns on the
+ * lent VMs, rdtsc ~13: bench/interposer_cost.py). Where the kernel keeps time by the TSC (clocksource "tsc": it
+ * found the TSC invariant and in step across CPUs), calls are timed in TSC ticks, turned into ns at each line
+ * by one ratio fixed at the first timed call: CLOCK_MONOTONIC's advance over the TSC's since the library loaded
+ * (a CUDA context takes far longer than 1 ms to create; the first timed call waits for 1 ms where it came
+ * sooner), so a range with no timed call says 0 and any other is off by < 1e-4 of itself. Elsewhere, or with
+ * PCIETRACE_CALL_CLOCK=monotonic, calls are timed in ns. */
+struct now { unsigned long long ns, tsc; };  /* CLOCK_MONOTONIC and the TSC (0 where there is none) together */
+static struct now g_loaded;                  /* both clocks when the library loaded */
+static _Atomic double g_ns_per_tick = 1.0;   /* set once, before any tick is counted */
+static _Atomic int g_ticks_tsc;              /* call ticks are TSC ticks */
+static pthread_once_t g_call_clock_once = PTHREAD_ONCE_INIT;
+
+static struct now now_pair(void)
+{
+    struct now n = {mono_ns(), 0};
+#if defined(__x86_64__)
+    n.tsc = __rdtsc();
+#endif
+    return n;
+}
+
+static void call_clock_init(void)
+{
+#if defined(__x86_64__)
+    const char *want = getenv("PCIETRACE_CALL_CLOCK");
+    char src[16] = "";
+    int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, src, sizeof src - 1);
+        close(fd);
+        src[n > 0 ? n : 0] = 0;
+    }
+    if ((want && !strcmp(want, "monotonic")) || strcmp(src, "tsc\n") || !g_loaded.tsc) return;
+    while (mono_ns() - g_loaded.ns < 1000000ull) {}
+    struct now n = now_pair();
+    if (n.tsc <= g_loaded.tsc) return;
+    atomic_store_explicit(&g_ns_per_tick, (double)(n.ns - g_loaded.ns) / (double)(n.tsc - g_loaded.tsc),
+                          memory_order_relaxed);
+    atomic_store_explicit(&g_ticks_tsc, 1, memory_order_release);
+#endif
+}
+
+static inline unsigned long long call_ticks(void)
+{
+#if defined(__x86_64__)
+    if (atomic_load_explicit(&g_ticks_tsc, memory_order_relaxed)) return __rdtsc();
+#endif
+    return mono_ns();
+}
+
+/* ns per call tick (1 while calls are timed in ns) */
+static double ns_per_call_tick(void)
+{
+    return atomic_load_explicit(&g_ticks_tsc, memory_order_acquire) ? atomic_load_explicit(&g_ns_per_tick, memory_order_relaxed) : 1.0;
+}
+
 /* ---- a trace line, field by field: snprintf was ~2/3 of a range edge's cost (~0.4 of 0.62 us, perf over
  * bench/edge_cost.cu), and every NVTX push and pop writes a line in the program's own thread ---- */
 struct line { char *p, *end; int ok; };  /* ok = 0 once something did not fit: the line is dropped */
@@ -338,8 +400,9 @@ static void put_counts(struct line *o, int dev, uint64_t mask)
     put_u(o, mask); TAB(o); put_u(o, t_captured); TAB(o); put_u(o, atomic_load(&g_captured)); TAB(o);
     if (!interposing()) put_s(o, "-1\t-1\t-1\t-1", 16, 0);
     else {
-        put_u(o, t_call_ns); TAB(o); put_u(o, atomic_load(&g_call_ns)); TAB(o);
-        put_u(o, t_wait_ns); TAB(o); put_u(o, atomic_load(&g_wait_ns));
+        unsigned long long sums[4] = {t_call_ticks, atomic_load(&g_call_ticks), t_wait_ticks, atomic_load(&g_wait_ticks)};
+        double r = ns_per_call_tick();  /* asked after the sums: a sum holding ticks finds the ratio set */
+        for (int i = 0; i < 4; ++i) { if (i) TAB(o); put_u(o, (unsigned long long)(sums[i] * r)); }
     }
     TAB(o);
 }
@@ -756,19 +819,19 @@ static inline int count_launch(void *stream, int per_thread, int graph)
     return 0;
 }
 
-static inline void add_ns(unsigned long long *thread, atomic_ullong *process, unsigned long long t0)
+static inline void add_ticks(unsigned long long *thread, atomic_ullong *process, unsigned long long t0)
 {
-    unsigned long long d = mono_ns() - t0;
+    unsigned long long d = call_ticks() - t0;
     *thread += d;
     atomic_fetch_add_explicit(process, d, memory_order_relaxed);
 }
 
 /* Return ``call`` (a driver call returning CUres); where ``timed``, its time is added to the thread's and the
- * process's sums ``sum`` (call_ns: eager launch calls; wait_ns: synchronize calls). */
-#define TIMED(timed, sum, call) do { if (!(timed)) return call; unsigned long long t0_ = mono_ns(); CUres r_ = call; \
-    add_ns(&t_##sum, &g_##sum, t0_); return r_; } while (0)
-#define TIMED_LAUNCH(eager, call) TIMED(eager, call_ns, call)
-#define TIMED_WAIT(timed, call) TIMED(timed, wait_ns, call)
+ * process's sums ``sum`` (call_ticks: eager launch calls; wait_ticks: synchronize calls). */
+#define TIMED(timed, sum, call) do { if (!(timed)) return call; pthread_once(&g_call_clock_once, call_clock_init); \
+    unsigned long long t0_ = call_ticks(); CUres r_ = call; add_ticks(&t_##sum, &g_##sum, t0_); return r_; } while (0)
+#define TIMED_LAUNCH(eager, call) TIMED(eager, call_ticks, call)
+#define TIMED_WAIT(timed, call) TIMED(timed, wait_ticks, call)
 
 static inline void *launch_config_stream(const void *cfg)
 {
@@ -975,7 +1038,7 @@ DIRECT_SYNC1(cuEventSynchronize) DIRECT_SYNC1(cuCtxSynchronize_v2)
 
 /* Loaded at process start (LD_PRELOAD): map the edge page now, so the samplers know from the start that open
  * ranges are counted here (else they read fast until the first NVTX call). A passive copy leaves it to the first. */
-__attribute__((constructor)) static void at_load(void) { if (!passive()) edges_open(); }
+__attribute__((constructor)) static void at_load(void) { g_loaded = now_pair(); if (!passive()) edges_open(); }
 
 /* Final counters at normal exit (a crash skips this; the report then ends at the last event). */
 __attribute__((destructor)) static void at_exit(void)

@@ -25,7 +25,7 @@ from test_capture import (APPS, CAPTURE_SCRIPT, CUPTI_SCRIPT, DIRECT_LIB, DIRECT
                           NO_DRIVER_SCRIPT, _build_direct_lib, _build_driver_api_app, _per_range)
 
 #: The events one process's trace may hold in these runs (anything else: lines of two writers run together).
-EVENTS = {"push", "pop", "mark", "nvtx", "exit", "interpose", "cupti", "cudevice", "copy"}
+EVENTS = {"push", "pop", "mark", "nvtx", "exit", "interpose", "cupti", "cudevice", "copy", "callclock"}
 #: A range's launch counts in attach's JSON report.
 COLS = ["eager_launches", "graph_launches", "captured_launches"]
 

@@ -302,23 +302,32 @@ static unsigned long long mono_ns(void)
  * Two clock_gettime per launch call were most of the library's ~80-95 ns per launch (one read ~34 ns on the
  * lent VMs, rdtsc ~13: bench/interposer_cost.py). Where the kernel keeps time by the TSC (clocksource "tsc": it
  * found the TSC invariant and in step across CPUs), calls are timed in TSC ticks, turned into ns at each line
- * by one ratio fixed at the first timed call: CLOCK_MONOTONIC's advance over the TSC's since the library loaded
- * (a CUDA context takes far longer than 1 ms to create; the first timed call waits for 1 ms where it came
- * sooner), so a range with no timed call says 0 and any other is off by < 1e-4 of itself. Elsewhere, or with
+ * by one ratio fixed at the first timed call: CLOCK_MONOTONIC's advance over the TSC's since the library loaded,
+ * over at least CALIBRATE_NS (a CUDA context takes far longer to create; a first timed call that comes sooner
+ * waits), so a range with no timed call says 0 and any other is off by ~1e-6 of itself (a read's jitter over
+ * the window), plus any change in NTP's slewing of CLOCK_MONOTONIC since. The first timed call writes a
+ * "callclock" line: "tsc NS_PER_TICK WINDOW_NS" or "monotonic". Elsewhere, or with
  * PCIETRACE_CALL_CLOCK=monotonic, calls are timed in ns. */
+#define CALIBRATE_NS 10000000ull
 struct now { unsigned long long ns, tsc; };  /* CLOCK_MONOTONIC and the TSC (0 where there is none) together */
 static struct now g_loaded;                  /* both clocks when the library loaded */
 static _Atomic double g_ns_per_tick = 1.0;   /* set once, before any tick is counted */
 static _Atomic int g_ticks_tsc;              /* call ticks are TSC ticks */
 static pthread_once_t g_call_clock_once = PTHREAD_ONCE_INIT;
 
+/* Both clocks at one instant: the TSC read on either side of CLOCK_MONOTONIC, the narrowest of a few tries (an
+ * interrupt between the reads would otherwise enter the ratio), its midpoint taken. */
 static struct now now_pair(void)
 {
-    struct now n = {mono_ns(), 0};
+    struct now best = {mono_ns(), 0};
 #if defined(__x86_64__)
-    n.tsc = __rdtsc();
+    unsigned long long span = ~0ull;
+    for (int i = 0; i < 5; ++i) {
+        unsigned long long a = __rdtsc(), ns = mono_ns(), b = __rdtsc();
+        if (b >= a && b - a < span) { span = b - a; best = (struct now){ns, a + (b - a) / 2}; }
+    }
 #endif
-    return n;
+    return best;
 }
 
 static void call_clock_init(void)
@@ -332,14 +341,21 @@ static void call_clock_init(void)
         close(fd);
         src[n > 0 ? n : 0] = 0;
     }
-    if ((want && !strcmp(want, "monotonic")) || strcmp(src, "tsc\n") || !g_loaded.tsc) return;
-    while (mono_ns() - g_loaded.ns < 1000000ull) {}
-    struct now n = now_pair();
-    if (n.tsc <= g_loaded.tsc) return;
-    atomic_store_explicit(&g_ns_per_tick, (double)(n.ns - g_loaded.ns) / (double)(n.tsc - g_loaded.tsc),
-                          memory_order_relaxed);
-    atomic_store_explicit(&g_ticks_tsc, 1, memory_order_release);
+    if ((!want || strcmp(want, "monotonic")) && !strcmp(src, "tsc\n") && g_loaded.tsc) {
+        while (mono_ns() - g_loaded.ns < CALIBRATE_NS) {}
+        struct now n = now_pair();
+        if (n.tsc > g_loaded.tsc && n.ns > g_loaded.ns) {
+            double r = (double)(n.ns - g_loaded.ns) / (double)(n.tsc - g_loaded.tsc);
+            atomic_store_explicit(&g_ns_per_tick, r, memory_order_relaxed);
+            atomic_store_explicit(&g_ticks_tsc, 1, memory_order_release);
+            char m[64];
+            snprintf(m, sizeof m, "tsc %.9g %llu", r, n.ns - g_loaded.ns);
+            emit("callclock", NULL, 0, m);
+            return;
+        }
+    }
 #endif
+    emit("callclock", NULL, 0, "monotonic");
 }
 
 static inline unsigned long long call_ticks(void)
@@ -348,12 +364,6 @@ static inline unsigned long long call_ticks(void)
     if (atomic_load_explicit(&g_ticks_tsc, memory_order_relaxed)) return __rdtsc();
 #endif
     return mono_ns();
-}
-
-/* ns per call tick (1 while calls are timed in ns) */
-static double ns_per_call_tick(void)
-{
-    return atomic_load_explicit(&g_ticks_tsc, memory_order_acquire) ? atomic_load_explicit(&g_ns_per_tick, memory_order_relaxed) : 1.0;
 }
 
 /* ---- a trace line, field by field: snprintf was ~2/3 of a range edge's cost (~0.4 of 0.62 us, perf over
@@ -401,8 +411,10 @@ static void put_counts(struct line *o, int dev, uint64_t mask)
     if (!interposing()) put_s(o, "-1\t-1\t-1\t-1", 16, 0);
     else {
         unsigned long long sums[4] = {t_call_ticks, atomic_load(&g_call_ticks), t_wait_ticks, atomic_load(&g_wait_ticks)};
-        double r = ns_per_call_tick();  /* asked after the sums: a sum holding ticks finds the ratio set */
-        for (int i = 0; i < 4; ++i) { if (i) TAB(o); put_u(o, (unsigned long long)(sums[i] * r)); }
+        /* asked after the sums (acquire; the adds release): a sum holding ticks finds the TSC clock set */
+        int tsc = atomic_load_explicit(&g_ticks_tsc, memory_order_acquire);
+        double r = atomic_load_explicit(&g_ns_per_tick, memory_order_relaxed);
+        for (int i = 0; i < 4; ++i) { if (i) TAB(o); put_u(o, tsc ? (unsigned long long)(sums[i] * r) : sums[i]); }
     }
     TAB(o);
 }
@@ -821,9 +833,9 @@ static inline int count_launch(void *stream, int per_thread, int graph)
 
 static inline void add_ticks(unsigned long long *thread, atomic_ullong *process, unsigned long long t0)
 {
-    unsigned long long d = call_ticks() - t0;
+    unsigned long long t1 = call_ticks(), d = t1 > t0 ? t1 - t0 : 0;  /* (a TSC found out of step later: never < 0) */
     *thread += d;
-    atomic_fetch_add_explicit(process, d, memory_order_relaxed);
+    atomic_fetch_add_explicit(process, d, memory_order_release);
 }
 
 /* Return ``call`` (a driver call returning CUres); where ``timed``, its time is added to the thread's and the

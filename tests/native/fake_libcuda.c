@@ -21,6 +21,7 @@
 
 long long fake_launches, fake_graph_launches, fake_syncs, fake_queries, fake_h2d, fake_d2h;
 long long fake_fail_at, fake_launch_ns;
+long long fake_busy_ns;  /* ns spent busy in launch and synchronize calls, by CLOCK_MONOTONIC: the call timing's truth */
 int fake_fail_code = 719, fake_flag_mode;
 unsigned long long fake_last_nbytes;
 
@@ -33,9 +34,10 @@ static long long now_ns(void)
 
 static int spend(void)
 {
-    long long t = now_ns();
-    while (now_ns() - t < fake_launch_ns) {
+    long long t = now_ns(), e;
+    while ((e = now_ns()) - t < fake_launch_ns) {
     }
+    fake_busy_ns += e - t;
     long long n = fake_launches + fake_graph_launches;
     return (fake_fail_at && n == fake_fail_at) ? fake_fail_code : 0;
 }
@@ -110,9 +112,10 @@ long long fake_sync_ns;
 unsigned long long fake_sync_handle;
 static int sync_on(void *h)
 {
-    long long t = now_ns();
-    while (now_ns() - t < fake_sync_ns) {
+    long long t = now_ns(), e;
+    while ((e = now_ns()) - t < fake_sync_ns) {
     }
+    fake_busy_ns += e - t;
     ++fake_syncs;
     fake_sync_handle = (unsigned long long)(uintptr_t)h;
     return 0;

@@ -1,4 +1,5 @@
-"""Small statistics the bench/ scripts share: medians with bootstrap intervals, spreads in %.
+"""Small statistics the bench/ scripts share: medians with bootstrap intervals, spreads in %; and the order of
+rounds that rotate their configurations.
 
 Kept out of the package (only the benchmarks use them), except the interquartile spread, which is the
 package's own (:func:`pcietrace.analysis.spread.iqr_pct`: the same figure the reports print).
@@ -31,6 +32,12 @@ def median_ci(values: Sequence[float], level: float = 0.95, draws: int = 10_000,
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(boot, [tail, 100 - tail])
     return float(np.median(v)), float(lo), float(hi)
+
+
+def rotated(items: Sequence, r: int) -> list:
+    """``items`` rotated left by ``r``: round ``r``'s order, so each configuration runs first in turn."""
+    k = r % len(items)
+    return list(items[k:]) + list(items[:k])
 
 
 def range_pct(values: Sequence[float]) -> float:

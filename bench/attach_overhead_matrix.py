@@ -44,13 +44,11 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _side_sampler  # noqa: E402
 from _stats import median_ci  # noqa: E402
 from attach_truth import command, truth_rows  # noqa: E402
 from pcietrace.record.attach import injection_env  # noqa: E402
 
-SAMPLER = ("import sys, time\nfrom pcietrace.collectors import CounterSampler, nvml\n"
-           "s = CounterSampler(list(range(nvml.device_count())), interval_ns=500_000); s.start()\n"
-           "print('ready', flush=True); sys.stdin.read(); s.stop()\n")
 CONFIGS = {"alone": None, "attach": [], "attach-idle0": ["--idle-sample-interval-ms", "0"],
            "attach-duty0.5": ["--sampler-duty", "0.5"],
            "attach-duty1": ["--sampler-duty", "1"], "attach-1ms": ["--sample-interval-ms", "1"],
@@ -69,9 +67,7 @@ def once(config: str, cmd: list[str], work: Path, i: int) -> tuple[pd.Series, pd
     if config in HALVES:
         side = None
         if "sampler" in config:
-            side = subprocess.Popen([sys.executable, "-c", SAMPLER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    text=True)
-            side.stdout.readline()
+            side = _side_sampler.start()
         if "inject" in config:
             traces = work / f"{config}-{i}"
             traces.mkdir()

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _stats import median_ci  # noqa: E402
+from _stats import median_ci, rotated  # noqa: E402
 from pcietrace.record.attach import injection_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +66,7 @@ def main() -> int:
         names = list(CONFIGS)
         rows = []
         for i in range(a.pairs):
-            got = {c: ns_per_launch(loop, work, c, a.launches) for c in names[i % 3:] + names[:i % 3]}
+            got = {c: ns_per_launch(loop, work, c, a.launches) for c in rotated(names, i)}
             rows.append([got[c] for c in names])
             print(f"round {i + 1}: " + ", ".join(f"{c} {got[c]:.1f}" for c in names) + " ns per launch")
     alone, inter, mono = np.array(rows).T

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _stats import median_ci  # noqa: E402
+from _stats import median_ci, rotated  # noqa: E402
 from pcietrace.record.attach import injection_env  # noqa: E402
 
 DEMO = Path(__file__).resolve().parent.parent / "tests" / "apps" / "demo_nvtx.py"
@@ -55,8 +55,7 @@ def main() -> int:
     got: dict[str, list[tuple[float, float]]] = {c: [] for c in CONFIGS}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
-            order = CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]
-            for c in order:
+            for c in rotated(CONFIGS, r):
                 got[c].append(per_launch(c, a.launches, Path(tmp)))
                 print(f"round {r + 1} {c:9s}: H2D {got[c][-1][0]:8.1f} B, D2H {got[c][-1][1]:7.1f} B per launch")
     plain = np.array(got["plain"])

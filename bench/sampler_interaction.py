@@ -27,14 +27,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _stats import median_ci  # noqa: E402
+import _side_sampler  # noqa: E402
+from _stats import median_ci, rotated  # noqa: E402
 
 CONFIGS = ("plain", "inject", "nvtx")
-SIDE = ("import sys\nfrom pcietrace.collectors import CounterSampler, nvml\n"
-        "s = CounterSampler(list(range(nvml.device_count())), interval_ns=500_000); s.start(); s.pause(True)\n"
-        "print('ok', flush=True)\n"
-        "for line in sys.stdin:\n    s.pause(line.strip() != 'on'); print('ok', flush=True)\n"
-        "s.stop()\n")
 #: the library's and pcietrace's variables: the side sampler runs as attach's do, without them
 OURS = ("LD_PRELOAD", "NVTX_INJECTION64_PATH", "CUDA_INJECTION64_PATH")
 
@@ -46,16 +42,12 @@ def app(work: str, blocks: int, reps: int) -> None:
 
     eager = (truth_app.torch_work if work == "torch" else truth_app.bindings_work)(0)[0]
     env = {k: v for k, v in os.environ.items() if k not in OURS and not k.startswith("PCIETRACE_")}
-    side = subprocess.Popen([sys.executable, "-c", SIDE], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
-    side.stdout.readline()
+    side = _side_sampler.start(paused=True, env=env)
     for _ in range(5):
         eager()
     for b in range(blocks):
         for state in (("on", "off") if b % 2 == 0 else ("off", "on")):
-            side.stdin.write(state + "\n")
-            side.stdin.flush()
-            side.stdout.readline()
+            _side_sampler.set_reading(side, state == "on")
             time.sleep(0.05)  # the sampler's first reads at the new state
             ms = []
             for _ in range(reps):
@@ -93,7 +85,7 @@ def main() -> int:
     effect: dict[str, list[float]] = {c: [] for c in CONFIGS}  # per process: sampler on vs off, %
     level: dict[str, list[float]] = {c: [] for c in CONFIGS}  # per process: ms per eager range, sampler paused
     for r in range(a.rounds):
-        for c in CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]:
+        for c in rotated(CONFIGS, r):
             rows = run(c, a, work)
             on = {x["block"]: x["ms"] for x in rows if x["sampler"] == "on"}
             off = {x["block"]: x["ms"] for x in rows if x["sampler"] == "off"}

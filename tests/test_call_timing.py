@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from pcietrace.analysis import attribution
@@ -84,10 +85,15 @@ json.dump({"syncs": ctypes.c_longlong.in_dll(cuda, "fake_syncs").value}, open(sy
 """
 
 
-def _ranges(tmp_path: Path, counter: str, env: dict[str, str] | None = None) -> tuple[dict, dict]:
+def _timing_run(tmp_path: Path, counter: str, env: dict[str, str] | None = None) -> tuple[pd.DataFrame, dict]:
+    """TIMING_SCRIPT over the fake driver under the library (``counter``): its trace's events and its JSON."""
     pytest.importorskip("nvtx")
     build_fake(tmp_path, "fake_libcuda.c", "libcuda.so.1")
-    ev, got = run_injected(tmp_path, TIMING_SCRIPT, counter, env=env, args=[str(LAUNCH_NS), str(SYNC_NS)])
+    return run_injected(tmp_path, TIMING_SCRIPT, counter, env=env, args=[str(LAUNCH_NS), str(SYNC_NS)])
+
+
+def _ranges(tmp_path: Path, counter: str, env: dict[str, str] | None = None) -> tuple[dict, dict]:
+    ev, got = _timing_run(tmp_path, counter, env)
     assert set(TIMING_COLUMNS) <= set(ev.columns)
     r = attribution.ranges_from_events(ev).set_index("name")
     return r.to_dict("index"), got
@@ -125,10 +131,7 @@ def test_the_first_timed_call_says_which_clock_times_calls(tmp_path, clock) -> N
     kernel's clocksource is the TSC on x86-64, else, or when asked, CLOCK_MONOTONIC."""
     import platform
 
-    pytest.importorskip("nvtx")
-    build_fake(tmp_path, "fake_libcuda.c", "libcuda.so.1")
-    ev, _ = run_injected(tmp_path, TIMING_SCRIPT, "interpose", env={"PCIETRACE_CALL_CLOCK": clock},
-                         args=[str(LAUNCH_NS), str(SYNC_NS)])
+    ev, _ = _timing_run(tmp_path, "interpose", {"PCIETRACE_CALL_CLOCK": clock})
     said = ev.loc[ev["event"] == "callclock", "message"].tolist()
     assert len(said) == 1, said
     source = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")

@@ -762,8 +762,9 @@ EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
  * entry point through it. Our dlsym hands out wrappers of cuGetProcAddress(_v2) that return counting
  * trampolines (which also time the calls, as do those of cuStreamSynchronize, cuEventSynchronize and
  * cuCtxSynchronize) for cuLaunchKernel*, cuLaunchKernelEx*, cuLaunchCooperativeKernel* and cuGraphLaunch*:
- * ~0.1 us per launch on an H100 host (two driver queries: the current device, and whether the launch's stream is
- * capturing; and two clock reads; bench/interposer_cost.py), where CUPTI's callback dispatch costs ~0.6-0.9 us.
+ * ~0.07 us per launch on an H100 host (two driver queries: the current device, and whether the launch's stream
+ * is capturing; and two reads of the call clock, below; bench/interposer_cost.py), where CUPTI's callback
+ * dispatch costs ~0.6-0.9 us.
  * Several real entry points (per-thread-stream variants, versions) each get their own trampoline slot. */
 typedef int CUres;
 typedef CUres (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);

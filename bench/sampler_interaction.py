@@ -1,15 +1,24 @@
-"""Does a sampler reading NVML slow an app's launches, more so with attach's library in the app? (GPU only)
+"""Does a sampler reading NVML slow an app's ranges: alone, beside attach's library, reading at range edges?
+
+(GPU only.)
 
 PyTorch's `eager_3000` range (3,000 `x.add_(1)` + synchronize) took +5 ... +10 % under attach on the H100, and
 +6 % with the injection library and a bare sampler beside the app but no attach (twenty-first session); yet
 each process draws its own level of that range (+-11 % between plain runs, pinned or not), so pairs of runs
-cannot resolve a few %. Here the comparison stays inside one process: the app starts a sampler process (0.5 ms
-reads, as attach's in a range; plain environment, no library) and alternates blocks with the sampler reading
-and paused (ABBA), timing the eager range in each. The per-process level cancels in each block pair's ratio.
-The app runs plain, with the library interposing launches (``inject``: LD_PRELOAD trampolines, as attach sets
-it up, no edge page) and with NVTX injection only (``nvtx``: no trampolines), in rotating order.
+cannot resolve a few %. Here the comparison stays inside one process: the app starts its side samplers (0.5 ms
+reads, as attach's in a range; plain environment, no library) and runs blocks in each sampler state, in
+rotating order, timing its ranges in each. The per-process level cancels in each block's ratio to the paused
+block beside it. The app runs plain, with the library interposing launches (``inject``: LD_PRELOAD trampolines,
+as attach sets it up, no edge page) and with NVTX injection only (``nvtx``: no trampolines), in rotating order.
+
+Sampler states: ``off`` (paused), ``periodic`` (0.5 ms reads at their own phase) and, with ``--edges``,
+``edges``: a second sampler that also reads at once when the app signals an edge page at each range's start and
+end, as the injection library does at push and pop under attach (the app signals in every state, so the signal's
+own cost cancels). ``--edges`` also times the 64 MiB and 256 MiB copies: under attach they took 37-53 us longer
+per range (twenty-first session), and a read starting with the copy is the candidate.
 
     python3 bench/sampler_interaction.py [--rounds 6] [--blocks 10] [--reps 10] [--work torch|bindings]
+                                         [--configs plain,inject,nvtx] [--edges]
 """
 
 from __future__ import annotations
@@ -35,27 +44,43 @@ CONFIGS = ("plain", "inject", "nvtx")
 OURS = ("LD_PRELOAD", "NVTX_INJECTION64_PATH", "CUDA_INJECTION64_PATH")
 
 
-def app(work: str, blocks: int, reps: int) -> None:
-    """In the traced process: the eager range timed in blocks, the side sampler reading or paused (ABBA)."""
+def app(a: argparse.Namespace) -> None:
+    """In the traced process: its ranges timed in blocks, one sampler state per block (rotating order)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "apps"))
     import truth_app
+    from pcietrace.collectors import edges
 
-    eager = (truth_app.torch_work if work == "torch" else truth_app.bindings_work)(0)[0]
+    eager, _, _, copies, _ = (truth_app.torch_work if a.work == "torch" else truth_app.bindings_work)(0)
+    work = {"eager_3000": eager, **(copies if a.edges else {})}
     env = {k: v for k, v in os.environ.items() if k not in OURS and not k.startswith("PCIETRACE_")}
-    side = _side_sampler.start(paused=True, env=env)
-    for _ in range(5):
-        eager()
-    for b in range(blocks):
-        for state in (("on", "off") if b % 2 == 0 else ("off", "on")):
-            _side_sampler.set_reading(side, state == "on")
+    path = edges.create() if a.edges else ""
+    page = edges.EdgeWaiter(path)  # without a file: signal() does nothing
+    sides = {"periodic": _side_sampler.start(paused=True, env=env)}
+    if a.edges:
+        sides["edges"] = _side_sampler.start(paused=True, env=env, edge_file=path)
+    states = ["off", *sides]
+    for fn in work.values():
+        fn()
+    for b in range(a.blocks):
+        for state in rotated(states, b):
+            for name, side in sides.items():
+                _side_sampler.set_reading(side, name == state)
             time.sleep(0.05)  # the sampler's first reads at the new state
-            ms = []
-            for _ in range(reps):
-                t0 = time.perf_counter_ns()
-                eager()
-                ms.append((time.perf_counter_ns() - t0) / 1e6)
-            print(json.dumps({"block": b, "sampler": state, "ms": statistics.median(ms)}), flush=True)
-    side.communicate("")
+            for name, fn in work.items():
+                ms = []
+                for _ in range(a.reps):
+                    page.signal()  # as a push would
+                    t0 = time.perf_counter_ns()
+                    fn()
+                    ms.append((time.perf_counter_ns() - t0) / 1e6)
+                    page.signal()  # as a pop would
+                print(json.dumps({"block": b, "sampler": state, "range": name, "ms": statistics.median(ms)}),
+                      flush=True)
+    for side in sides.values():
+        side.communicate("")
+    page.close()
+    if path:
+        os.unlink(path)
 
 
 def run(config: str, a: argparse.Namespace, work: Path) -> list[dict]:
@@ -66,40 +91,57 @@ def run(config: str, a: argparse.Namespace, work: Path) -> list[dict]:
     env = (dict(os.environ) if config == "plain" else
            injection_env(traces, "interpose" if config == "inject" else "none", None, [0], False))
     out = subprocess.run([sys.executable, __file__, "--app", "--work", a.work, "--blocks", str(a.blocks),
-                          "--reps", str(a.reps)], env=env, check=True, capture_output=True, text=True).stdout
+                          "--reps", str(a.reps), *(["--edges"] if a.edges else [])],
+                         env=env, check=True, capture_output=True, text=True).stdout
     return [json.loads(x) for x in out.splitlines() if x.startswith("{")]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--blocks", type=int, default=10, help="block pairs per process (sampler reading, paused)")
-    ap.add_argument("--reps", type=int, default=10, help="eager ranges timed per block")
+    ap.add_argument("--blocks", type=int, default=10, help="blocks per sampler state and process")
+    ap.add_argument("--reps", type=int, default=10, help="calls of each range timed per block")
     ap.add_argument("--work", choices=("torch", "bindings"), default="torch")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="the app's configurations, comma-separated")
+    ap.add_argument("--edges", action="store_true", help="also an edge-woken sampler, and the copies timed")
     ap.add_argument("--app", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.app:
-        app(a.work, a.blocks, a.reps)
+        app(a)
         return 0
+    configs = a.configs.split(",")
+    if not set(configs) <= set(CONFIGS):
+        ap.error(f"--configs: choose from {', '.join(CONFIGS)}")
     work = Path(tempfile.mkdtemp())
-    effect: dict[str, list[float]] = {c: [] for c in CONFIGS}  # per process: sampler on vs off, %
-    level: dict[str, list[float]] = {c: [] for c in CONFIGS}  # per process: ms per eager range, sampler paused
+    effect: dict[tuple, list[float]] = {}  # (config, range, state): per process, state vs off, %
+    extra_us: dict[tuple, list[float]] = {}  # the same in us per range
+    level: dict[tuple, list[float]] = {}  # (config, range): per process, ms per range, sampler paused
     for r in range(a.rounds):
-        for c in rotated(CONFIGS, r):
+        for c in rotated(configs, r):
             rows = run(c, a, work)
-            on = {x["block"]: x["ms"] for x in rows if x["sampler"] == "on"}
-            off = {x["block"]: x["ms"] for x in rows if x["sampler"] == "off"}
-            ratios = [100 * (on[b] / off[b] - 1) for b in on if b in off]
-            effect[c].append(float(np.median(ratios)))
-            level[c].append(float(np.median(list(off.values()))))
-            print(f"round {r + 1} {c:6}: eager range {level[c][-1]:.2f} ms with the sampler paused; reading: "
-                  f"{effect[c][-1]:+.2f} % (block pairs {min(ratios):+.1f} ... {max(ratios):+.1f} %)", flush=True)
-    for c in CONFIGS:
-        med, lo, hi = median_ci(effect[c])
-        lmed, llo, lhi = median_ci([100 * (x / y - 1) for x, y in zip(level[c], level["plain"])])
-        print(f"{c:6}: the sampler reading slows the eager range {med:+.2f} % [95 % CI {lo:+.2f}, {hi:+.2f}] "
-              f"(median over {len(effect[c])} processes); its level with the sampler paused vs plain, per round: "
-              f"{lmed:+.2f} % [{llo:+.2f}, {lhi:+.2f}]")
+            ms = {(x["range"], x["sampler"], x["block"]): x["ms"] for x in rows}
+            for rng in dict.fromkeys(x["range"] for x in rows):
+                off = {b: v for (n, s, b), v in ms.items() if n == rng and s == "off"}
+                level.setdefault((c, rng), []).append(float(np.median(list(off.values()))))
+                for state in dict.fromkeys(x["sampler"] for x in rows if x["sampler"] != "off"):
+                    on = {b: v for (n, s, b), v in ms.items() if n == rng and s == state and b in off}
+                    pct = [100 * (v / off[b] - 1) for b, v in on.items()]
+                    effect.setdefault((c, rng, state), []).append(float(np.median(pct)))
+                    extra_us.setdefault((c, rng, state), []).append(
+                        float(np.median([1e3 * (v - off[b]) for b, v in on.items()])))
+                    print(f"round {r + 1} {c:6} {rng:11}: {level[c, rng][-1]:.3f} ms paused; {state}: "
+                          f"{effect[c, rng, state][-1]:+.2f} % ({extra_us[c, rng, state][-1]:+.1f} us; "
+                          f"blocks {min(pct):+.1f} ... {max(pct):+.1f} %)", flush=True)
+    for (c, rng, state), v in effect.items():
+        med, lo, hi = median_ci(v)
+        umed, ulo, uhi = median_ci(extra_us[c, rng, state])
+        print(f"{c:6} {rng:11} {state:8}: the sampler slows the range {med:+.2f} % [95 % CI {lo:+.2f}, {hi:+.2f}], "
+              f"{umed:+.1f} us [{ulo:+.1f}, {uhi:+.1f}] (median over {len(v)} processes)")
+    for c in configs[1:] if configs[0] == "plain" else []:
+        for rng in dict.fromkeys(r for (cc, r) in level if cc == c):
+            lmed, llo, lhi = median_ci([100 * (x / y - 1) for x, y in zip(level[c, rng], level["plain", rng])])
+            print(f"{c:6} {rng:11}: its level with the sampler paused vs plain, per round: "
+                  f"{lmed:+.2f} % [{llo:+.2f}, {lhi:+.2f}]")
     return 0
 
 

@@ -9,16 +9,21 @@ cannot resolve a few %. Here the comparison stays inside one process: the app st
 reads, as attach's in a range; plain environment, no library) and runs blocks in each sampler state, in
 rotating order, timing its ranges in each. The per-process level cancels in each block's ratio to the paused
 block beside it. The app runs plain, with the library interposing launches (``inject``: LD_PRELOAD trampolines,
-as attach sets it up, no edge page) and with NVTX injection only (``nvtx``: no trampolines), in rotating order.
+as attach sets it up, no edge page) and with NVTX injection only (``nvtx``: no trampolines), in rotating order;
+``--configs`` may add ``inject-monotonic`` (calls timed on CLOCK_MONOTONIC, not the TSC), ``preload-nocount``
+(the library preloaded and injected, its trampolines off: PCIETRACE_COUNT=none) and ``preload-empty`` (an empty
+shared library preloaded: the address space shifted, nothing else), to tell which part of the library costs
+where its level differs from plain (copies' levels are steady between plain processes; PyTorch's eager range's
+are not).
 
 Sampler states: ``off`` (paused), ``periodic`` (0.5 ms reads at their own phase) and, with ``--edges``,
 ``edges``: a second sampler that also reads at once when the app signals an edge page at each range's start and
 end, as the injection library does at push and pop under attach (the app signals in every state, so the signal's
-own cost cancels). ``--edges`` also times the 64 MiB and 256 MiB copies: under attach they took 37-53 us longer
-per range (twenty-first session), and a read starting with the copy is the candidate.
+own cost cancels). ``--ranges all`` also times the 64 MiB and 256 MiB copies: under attach they took 37-53 us
+longer per range (twenty-first session). ``--no-sampler``: no side sampler (the configurations' levels only).
 
     python3 bench/sampler_interaction.py [--rounds 6] [--blocks 10] [--reps 10] [--work torch|bindings]
-                                         [--configs plain,inject,nvtx] [--edges]
+                                         [--configs plain,inject,nvtx] [--edges] [--ranges all] [--no-sampler]
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _side_sampler  # noqa: E402
 from _stats import median_ci, rotated  # noqa: E402
 
-CONFIGS = ("plain", "inject", "nvtx")
+CONFIGS = ("plain", "inject", "nvtx", "inject-monotonic", "preload-nocount", "preload-empty")
 #: the library's and pcietrace's variables: the side sampler runs as attach's do, without them
 OURS = ("LD_PRELOAD", "NVTX_INJECTION64_PATH", "CUDA_INJECTION64_PATH")
 
@@ -51,12 +56,13 @@ def app(a: argparse.Namespace) -> None:
     from pcietrace.collectors import edges
 
     eager, _, _, copies, _ = (truth_app.torch_work if a.work == "torch" else truth_app.bindings_work)(0)
-    work = {"eager_3000": eager, **(copies if a.edges else {})}
+    work = {"eager_3000": eager, **copies}
+    work = {n: fn for n, fn in work.items() if a.ranges == "all" or n in a.ranges.split(",")}
     env = {k: v for k, v in os.environ.items() if k not in OURS and not k.startswith("PCIETRACE_")}
     path = edges.create() if a.edges else ""
     page = edges.EdgeWaiter(path)  # without a file: signal() does nothing
-    sides = {"periodic": _side_sampler.start(paused=True, env=env)}
-    if a.edges:
+    sides = {} if a.no_sampler else {"periodic": _side_sampler.start(paused=True, env=env)}
+    if a.edges and not a.no_sampler:
         sides["edges"] = _side_sampler.start(paused=True, env=env, edge_file=path)
     states = ["off", *sides]
     for fn in work.values():
@@ -83,16 +89,33 @@ def app(a: argparse.Namespace) -> None:
         os.unlink(path)
 
 
-def run(config: str, a: argparse.Namespace, work: Path) -> list[dict]:
-    """One app process under ``config``: its blocks' rows."""
+def config_env(config: str, work: Path) -> dict[str, str]:
+    """The app's environment under ``config`` (its trace folder under ``work``)."""
     from pcietrace.record.attach import injection_env
 
-    traces = Path(tempfile.mkdtemp(dir=work))
-    env = (dict(os.environ) if config == "plain" else
-           injection_env(traces, "interpose" if config == "inject" else "none", None, [0], False))
+    if config == "plain":
+        return dict(os.environ)
+    if config == "preload-empty":
+        lib = work / "empty.so"
+        if not lib.exists():
+            subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), "-x", "c", "-"], input="int pt_empty;\n",
+                           text=True, check=True)
+        return {**os.environ, "LD_PRELOAD": str(lib)}
+    env = injection_env(Path(tempfile.mkdtemp(dir=work)), "interpose" if config.startswith("inject") else "none",
+                        None, [0], False)
+    if config == "inject-monotonic":
+        env["PCIETRACE_CALL_CLOCK"] = "monotonic"
+    if config == "preload-nocount":
+        env["LD_PRELOAD"] = injection_env(work, "interpose", None, [0], False)["LD_PRELOAD"]
+    return env
+
+
+def run(config: str, a: argparse.Namespace, work: Path) -> list[dict]:
+    """One app process under ``config``: its blocks' rows."""
     out = subprocess.run([sys.executable, __file__, "--app", "--work", a.work, "--blocks", str(a.blocks),
-                          "--reps", str(a.reps), *(["--edges"] if a.edges else [])],
-                         env=env, check=True, capture_output=True, text=True).stdout
+                          "--reps", str(a.reps), "--ranges", a.ranges, *(["--edges"] if a.edges else []),
+                          *(["--no-sampler"] if a.no_sampler else [])],
+                         env=config_env(config, work), check=True, capture_output=True, text=True).stdout
     return [json.loads(x) for x in out.splitlines() if x.startswith("{")]
 
 
@@ -102,8 +125,12 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=10, help="blocks per sampler state and process")
     ap.add_argument("--reps", type=int, default=10, help="calls of each range timed per block")
     ap.add_argument("--work", choices=("torch", "bindings"), default="torch")
-    ap.add_argument("--configs", default=",".join(CONFIGS), help="the app's configurations, comma-separated")
-    ap.add_argument("--edges", action="store_true", help="also an edge-woken sampler, and the copies timed")
+    ap.add_argument("--configs", default=",".join(CONFIGS[:3]), help=f"the app's configurations, comma-separated, "
+                    f"of {', '.join(CONFIGS)} (default: %(default)s)")
+    ap.add_argument("--edges", action="store_true", help="also a sampler woken at each range's start and end")
+    ap.add_argument("--ranges", default="eager_3000", help="the ranges timed, comma-separated, or all (with the "
+                    "copies; default: %(default)s)")
+    ap.add_argument("--no-sampler", action="store_true", help="no side sampler: the configurations' levels only")
     ap.add_argument("--app", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.app:
@@ -123,25 +150,27 @@ def main() -> int:
             for rng in dict.fromkeys(x["range"] for x in rows):
                 off = {b: v for (n, s, b), v in ms.items() if n == rng and s == "off"}
                 level.setdefault((c, rng), []).append(float(np.median(list(off.values()))))
+                print(f"round {r + 1} {c:16} {rng:11}: {level[c, rng][-1]:.3f} ms, sampler paused", flush=True)
                 for state in dict.fromkeys(x["sampler"] for x in rows if x["sampler"] != "off"):
                     on = {b: v for (n, s, b), v in ms.items() if n == rng and s == state and b in off}
                     pct = [100 * (v / off[b] - 1) for b, v in on.items()]
                     effect.setdefault((c, rng, state), []).append(float(np.median(pct)))
                     extra_us.setdefault((c, rng, state), []).append(
                         float(np.median([1e3 * (v - off[b]) for b, v in on.items()])))
-                    print(f"round {r + 1} {c:6} {rng:11}: {level[c, rng][-1]:.3f} ms paused; {state}: "
-                          f"{effect[c, rng, state][-1]:+.2f} % ({extra_us[c, rng, state][-1]:+.1f} us; "
+                    print(f"round {r + 1} {c:16} {rng:11}: {state}: {effect[c, rng, state][-1]:+.2f} % ({extra_us[c, rng, state][-1]:+.1f} us; "
                           f"blocks {min(pct):+.1f} ... {max(pct):+.1f} %)", flush=True)
     for (c, rng, state), v in effect.items():
         med, lo, hi = median_ci(v)
         umed, ulo, uhi = median_ci(extra_us[c, rng, state])
-        print(f"{c:6} {rng:11} {state:8}: the sampler slows the range {med:+.2f} % [95 % CI {lo:+.2f}, {hi:+.2f}], "
+        print(f"{c:16} {rng:11} {state:8}: the sampler slows the range {med:+.2f} % [95 % CI {lo:+.2f}, {hi:+.2f}], "
               f"{umed:+.1f} us [{ulo:+.1f}, {uhi:+.1f}] (median over {len(v)} processes)")
     for c in configs[1:] if configs[0] == "plain" else []:
         for rng in dict.fromkeys(r for (cc, r) in level if cc == c):
-            lmed, llo, lhi = median_ci([100 * (x / y - 1) for x, y in zip(level[c, rng], level["plain", rng])])
-            print(f"{c:6} {rng:11}: its level with the sampler paused vs plain, per round: "
-                  f"{lmed:+.2f} % [{llo:+.2f}, {lhi:+.2f}]")
+            pairs = list(zip(level[c, rng], level["plain", rng]))
+            lmed, llo, lhi = median_ci([100 * (x / y - 1) for x, y in pairs])
+            umed, ulo, uhi = median_ci([1e3 * (x - y) for x, y in pairs])
+            print(f"{c:16} {rng:11}: its level with the sampler paused vs plain, per round: "
+                  f"{lmed:+.2f} % [{llo:+.2f}, {lhi:+.2f}], {umed:+.1f} us [{ulo:+.1f}, {uhi:+.1f}]")
     return 0
 
 

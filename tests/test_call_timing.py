@@ -57,6 +57,7 @@ def push(name): at[name] = knob("fake_busy_ns").value; nvtx.push_range(name)
 def pop(name): nvtx.pop_range(); busy[name] = knob("fake_busy_ns").value - at[name]
 push("launches"); [k() for _ in range(10)]; pop("launches")
 ctypes.c_ulonglong.in_dll(cuda, "fake_capturing_stream").value = 0x200
+assert ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int)(fetch(b"cuStreamBeginCapture"))(0x200, 0) == 0
 push("graphs and captures"); [graph(None, 0x100) for _ in range(5)]; [k(0x200) for _ in range(5)]; pop("graphs and captures")
 handles = []
 push("waits")

@@ -61,6 +61,11 @@ nvtx.push_range("plain")        # nothing captures: 3 + 1 eager, 1 graph
 for _ in range(3): k(launch, 0x100)
 ex(0x100); graph(None, 0x100)
 nvtx.pop_range(); want.append(("plain", 4, 1, 0))
+calls = lambda: ctypes.c_longlong.in_dll(cuda, "fake_launches").value + ctypes.c_longlong.in_dll(cuda, "fake_graph_launches").value
+queries = lambda: ctypes.c_longlong.in_dll(cuda, "fake_capture_queries").value
+before = {"calls_before_begin": calls(), "queries_before_begin": queries()}  # no capture has begun: no query
+begin = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int)(fetch(b"cuStreamBeginCapture"))
+assert begin(0x200, 1) == 0     # (the fake's capturing streams are set above; a begin changes nothing there)
 nvtx.push_range("capture")      # into the capturing stream: 5 kernels (4 + 1 by cuLaunchKernelEx) and 1 graph
 for _ in range(4): k(launch, 0x200)
 ex(0x200); graph(None, 0x200)
@@ -85,9 +90,11 @@ coop(None, 1, 1, 1, 1, 1, 1, 0, 0x100, None); coop(None, 1, 1, 1, 1, 1, 1, 0, No
 coop(None, 1, 1, 1, 1, 1, 1, 0, 0x200, None)
 nvtx.pop_range(); want.append(("cooperative", 2, 0, 1))
 assert multi == ctypes.cast(cuda.fake_multi_device_launch, ctypes.c_void_p).value  # another signature: not wrapped
-calls = ctypes.c_longlong.in_dll(cuda, "fake_launches").value + ctypes.c_longlong.in_dll(cuda, "fake_graph_launches").value
-json.dump({"want": want, "driver_calls": calls, "queries": ctypes.c_longlong.in_dll(cuda, "fake_capture_queries").value},
-          open(sys.argv[1], "w"))
+to_graph = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * 4, ctypes.c_size_t, ctypes.c_int)(fetch(b"cuStreamBeginCaptureToGraph"))
+assert to_graph(0x200, 0x11, 0x22, 0x33, 4, 2) == 0
+json.dump({"want": want, "driver_calls": calls(), "queries": queries(), **before,
+           "begins": ctypes.c_longlong.in_dll(cuda, "fake_capture_begins").value,
+           "begin_args": list((ctypes.c_ulonglong * 6).in_dll(cuda, "fake_begin_args"))}, open(sys.argv[1], "w"))
 """
 
 
@@ -113,7 +120,10 @@ def _per_range(events: pd.DataFrame) -> list[tuple[str, int, int, int]]:
 def test_interposer_counts_launches_into_a_capturing_stream_as_captured(tmp_path) -> None:
     """The interposer's trampolines (cuLaunchKernel, its per-thread-stream variant, cuLaunchKernelEx's config,
     cuLaunchCooperativeKernel, cuGraphLaunch) ask the driver whether the launch's stream captures: per range, eager/graph/captured are
-    exactly what the script made; every driver call is counted once; a failed query counts eager."""
+    exactly what the script made; every driver call is counted once; a failed query counts eager. They ask only
+    once the process has begun a capture (no launch before can be captured): none before the first
+    cuStreamBeginCapture, one per launch after; the begin trampolines pass every argument on (six for
+    cuStreamBeginCaptureToGraph)."""
     ev, got = _run(tmp_path, CAPTURE_SCRIPT, "interpose")
     assert set(CAPTURED_COLUMNS) <= set(ev.columns)
     want = [tuple(w) for w in got["want"]]
@@ -123,12 +133,15 @@ def test_interposer_counts_launches_into_a_capturing_stream_as_captured(tmp_path
     totals = [sum(w[i] for w in want) for i in (1, 2, 3)]
     assert [last["eager_process"], last["graph_process"], last["captured_process"]] == totals
     assert sum(totals) == got["driver_calls"]  # never dropped, never counted twice
-    assert got["queries"] == got["driver_calls"]  # one query per launch
+    assert got["calls_before_begin"] == 5 and got["queries_before_begin"] == 0
+    assert got["queries"] == got["driver_calls"] - got["calls_before_begin"]  # then one query per launch
+    assert got["begins"] == 2 and got["begin_args"] == [0x200, 0x11, 0x22, 0x33, 4, 2]
 
 
 #: A library linked against libcuda (-lcuda, as CuPy is) that calls the launch entry points directly (through its
 #: PLT, never dlsym): each call of ``direct_all`` makes 4 kernel launches (cuLaunchKernel, its _ptsz variant on the
-#: per-thread stream, cuLaunchKernelEx, cuLaunchCooperativeKernel) and 1 graph launch into ``stream``.
+#: per-thread stream, cuLaunchKernelEx, cuLaunchCooperativeKernel) and 1 graph launch into ``stream``; ``begin``
+#: begins a capture (cuStreamBeginCapture_v2), after which the library asks whether each launch's stream captures.
 DIRECT_LIB = r"""
 typedef struct { unsigned dims[7]; void *hStream; void *attrs; unsigned numAttrs; } Config;
 int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
@@ -136,6 +149,8 @@ int cuLaunchKernel_ptsz(void *, unsigned, unsigned, unsigned, unsigned, unsigned
 int cuLaunchKernelEx(const Config *, void *, void **, void **);
 int cuLaunchCooperativeKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **);
 int cuGraphLaunch(void *, void *);
+int cuStreamBeginCapture_v2(void *, int);
+int begin(void *stream) { return cuStreamBeginCapture_v2(stream, 0); }
 int direct_all(void *stream)
 {
     Config c = {{1, 1, 1, 1, 1, 1, 0}, stream, 0, 0};
@@ -152,6 +167,9 @@ direct = ctypes.CDLL(sys.argv[2])
 ctypes.c_ulonglong.in_dll(cuda, "fake_capturing_stream").value = 0x200
 want = []
 nvtx.push_range("direct"); assert direct.direct_all(ctypes.c_void_p(0x100)) == 0; nvtx.pop_range(); want.append(("direct", 4, 1, 0))
+queries = ctypes.c_longlong.in_dll(cuda, "fake_capture_queries")
+assert queries.value == 0  # no capture has begun: no query
+assert direct.begin(ctypes.c_void_p(0x200)) == 0 and ctypes.c_longlong.in_dll(cuda, "fake_capture_begins").value == 1
 nvtx.push_range("direct capturing")  # the _ptsz launch goes to the thread's stream, which does not capture
 assert direct.direct_all(ctypes.c_void_p(0x200)) == 0; nvtx.pop_range(); want.append(("direct capturing", 1, 0, 4))
 L = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3)

@@ -762,9 +762,9 @@ EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
  * entry point through it. Our dlsym hands out wrappers of cuGetProcAddress(_v2) that return counting
  * trampolines (which also time the calls, as do those of cuStreamSynchronize, cuEventSynchronize and
  * cuCtxSynchronize) for cuLaunchKernel*, cuLaunchKernelEx*, cuLaunchCooperativeKernel* and cuGraphLaunch*:
- * ~0.07 us per launch on an H100 host (two driver queries: the current device, and whether the launch's stream
- * is capturing; and two reads of the call clock, below; bench/interposer_cost.py), where CUPTI's callback
- * dispatch costs ~0.6-0.9 us.
+ * ~0.07 us per launch on an H100 host (a driver query of the current device, two reads of the call clock,
+ * below; and, once the process has begun a stream capture, whether the launch's stream is capturing;
+ * bench/interposer_cost.py), where CUPTI's callback dispatch costs ~0.6-0.9 us.
  * Several real entry points (per-thread-stream variants, versions) each get their own trampoline slot. */
 typedef int CUres;
 typedef CUres (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
@@ -813,6 +813,20 @@ static void capture_query_resolve(void)
     p_is_capturing = (is_capturing_fn)fn;
 }
 
+/* Until the process first begins a stream capture no launch can be captured, so the interposer skips the query
+ * (cuStreamIsCapturing: 23-50 ns per launch on the H100). Every capture begins in a cuStreamBeginCapture* entry
+ * point, which the library hands out and defines (begin trampolines, below) as it does the launch entry points.
+ * Set for good: a capture may go on in another thread or stream, and graph capture usually happens once. The
+ * begin trampolines forward six pointer-sized arguments whatever the variant's own (one, two or six): passing
+ * more integer-register arguments than a callee takes is harmless on x86-64 and AArch64 only; elsewhere every
+ * launch queries, as before. CUPTI's callbacks (on_driver_api) always query: no begin passes through there. */
+#if defined(__x86_64__) || defined(__aarch64__)
+static atomic_int g_capture_begun;
+#else
+static atomic_int g_capture_begun = 1;
+#endif
+static inline void capture_begins(void) { atomic_store_explicit(&g_capture_begun, 1, memory_order_release); }
+
 /* Whether a launch into ``stream`` (of a per-thread-default-stream entry point: ``per_thread``) only adds a
  * node to a graph being captured: its stream's capture is active, or invalidated (the launch then fails). */
 static inline int captured(void *stream, int per_thread)
@@ -828,7 +842,8 @@ static inline int captured(void *stream, int per_thread)
  * Returns whether it was an eager launch (the one whose call time is added up). */
 static inline int count_launch(void *stream, int per_thread, int graph)
 {
-    if (captured(stream, per_thread)) count_captured(); else if (graph) count_graph(); else { count_eager(); return 1; }
+    if (atomic_load_explicit(&g_capture_begun, memory_order_acquire) && captured(stream, per_thread)) count_captured();
+    else if (graph) count_graph(); else { count_eager(); return 1; }
     return 0;
 }
 
@@ -868,18 +883,26 @@ typedef CUres (*sync1_fn)(void *);
 static void *real_sync0[SLOTS], *real_sync1[SLOTS];
 #define SYNC0_SLOT(i) static CUres sync0_##i(void) { TIMED_WAIT(1, ((sync0_fn)real_sync0[i])()); }
 #define SYNC1_SLOT(i) static CUres sync1_##i(void *h) { TIMED_WAIT(1, ((sync1_fn)real_sync1[i])(h)); }
+/* capture begins: cuStreamBeginCapture (stream), its _v2 (stream, mode), cuStreamBeginCaptureToGraph (six), and
+ * their _ptsz variants (see g_capture_begun) */
+typedef CUres (*begin_fn)(void *, void *, void *, void *, void *, void *);
+static void *real_begin[SLOTS];
+#define BEGIN_SLOT(i) static CUres begin_##i(void *a, void *b, void *c, void *d, void *e, void *f) \
+    { capture_begins(); return ((begin_fn)real_begin[i])(a, b, c, d, e, f); }
 LAUNCH_SLOT(0) LAUNCH_SLOT(1) LAUNCH_SLOT(2) LAUNCH_SLOT(3)
 LAUNCHEX_SLOT(0) LAUNCHEX_SLOT(1) LAUNCHEX_SLOT(2) LAUNCHEX_SLOT(3)
 COOP_SLOT(0) COOP_SLOT(1) COOP_SLOT(2) COOP_SLOT(3)
 GRAPH_SLOT(0) GRAPH_SLOT(1) GRAPH_SLOT(2) GRAPH_SLOT(3)
 SYNC0_SLOT(0) SYNC0_SLOT(1) SYNC0_SLOT(2) SYNC0_SLOT(3)
 SYNC1_SLOT(0) SYNC1_SLOT(1) SYNC1_SLOT(2) SYNC1_SLOT(3)
+BEGIN_SLOT(0) BEGIN_SLOT(1) BEGIN_SLOT(2) BEGIN_SLOT(3)
 static void *const launch_slots[SLOTS] = {(void *)launch_0, (void *)launch_1, (void *)launch_2, (void *)launch_3};
 static void *const launchex_slots[SLOTS] = {(void *)launchex_0, (void *)launchex_1, (void *)launchex_2, (void *)launchex_3};
 static void *const coop_slots[SLOTS] = {(void *)coop_0, (void *)coop_1, (void *)coop_2, (void *)coop_3};
 static void *const graph_slots[SLOTS] = {(void *)graph_0, (void *)graph_1, (void *)graph_2, (void *)graph_3};
 static void *const sync0_slots[SLOTS] = {(void *)sync0_0, (void *)sync0_1, (void *)sync0_2, (void *)sync0_3};
 static void *const sync1_slots[SLOTS] = {(void *)sync1_0, (void *)sync1_1, (void *)sync1_2, (void *)sync1_3};
+static void *const begin_slots[SLOTS] = {(void *)begin_0, (void *)begin_1, (void *)begin_2, (void *)begin_3};
 
 static void *slot_for(void **reals, int *ptsz, void *const *slots, void *real, int per_thread)
 {
@@ -896,7 +919,8 @@ static void *slot_for(void **reals, int *ptsz, void *const *slots, void *real, i
     announced = 1;
     pthread_mutex_unlock(&g_slot_lock);
     if (first) emit("interpose", NULL, 0, "launch counting on (interposed driver entry points)");
-    if (out == real) emit("interpose", NULL, 0, "more driver entry points than slots: some launches uncounted or calls untimed");
+    if (out == real && slots == begin_slots) capture_begins();  /* a begin not seen: query every launch from now */
+    else if (out == real) emit("interpose", NULL, 0, "more driver entry points than slots: some launches uncounted or calls untimed");
     return out;
 }
 
@@ -937,6 +961,7 @@ static void *wrap_entry(const char *sym, void *real, unsigned long long flags, i
     if (!strcmp(sym, "cuCtxSynchronize") && ver < 13000) return slot_for(real_sync0, NULL, sync0_slots, real, pt);
     if (!strcmp(sym, "cuCtxSynchronize")) return slot_for(real_sync1, NULL, sync1_slots, real, pt);
     if (one_arg_sync(sym)) return slot_for(real_sync1, NULL, sync1_slots, real, pt);
+    if (prefix(sym, "cuStreamBeginCapture")) return slot_for(real_begin, NULL, begin_slots, real, pt);
     return real;
 }
 
@@ -1048,6 +1073,12 @@ DIRECT_GRAPH(cuGraphLaunch, 0) DIRECT_GRAPH(cuGraphLaunch_ptsz, 1)
       TIMED_WAIT(interposing() && !passive(), fn(h)); }
 DIRECT_SYNC0(cuCtxSynchronize) DIRECT_SYNC1(cuStreamSynchronize) DIRECT_SYNC1(cuStreamSynchronize_ptsz)
 DIRECT_SYNC1(cuEventSynchronize) DIRECT_SYNC1(cuCtxSynchronize_v2)
+#define DIRECT_BEGIN(sym) EXPORT CUres sym(void *a, void *b, void *c, void *d, void *e, void *f) \
+    { static void *real; begin_fn fn = (begin_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
+      capture_begins(); return fn(a, b, c, d, e, f); }
+DIRECT_BEGIN(cuStreamBeginCapture) DIRECT_BEGIN(cuStreamBeginCapture_ptsz) DIRECT_BEGIN(cuStreamBeginCapture_v2)
+DIRECT_BEGIN(cuStreamBeginCapture_v2_ptsz) DIRECT_BEGIN(cuStreamBeginCaptureToGraph)
+DIRECT_BEGIN(cuStreamBeginCaptureToGraph_ptsz)
 
 /* Loaded at process start (LD_PRELOAD): map the edge page now, so the samplers know from the start that open
  * ranges are counted here (else they read fast until the first NVTX call). A passive copy leaves it to the first. */

@@ -10,7 +10,8 @@
  * fake_capturing_stream is capturing (ACTIVE), fake_invalidated_stream's capture is INVALIDATED, a query of
  * fake_failing_stream fails (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), CU_STREAM_PER_THREAD (0x2) is capturing
  * while fake_per_thread_capturing is set; every other handle is not capturing. fake_capture_queries counts
- * the queries. Synchronize calls spend fake_sync_ns (see sync_on). cuLaunchKernelEx takes its stream from the CUlaunchConfig (hStream at byte 32);
+ * the queries. cuStreamBeginCapture (_v2: stream, mode) and cuStreamBeginCaptureToGraph (six arguments) change
+ * nothing: they count themselves in fake_capture_begins and keep their arguments in fake_begin_args. Synchronize calls spend fake_sync_ns (see sync_on). cuLaunchKernelEx takes its stream from the CUlaunchConfig (hStream at byte 32);
  * "cuLaunchKernel" fetched with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (or "cuLaunchKernel_ptsz") is a
  * separate function, as in the real driver. cuLaunchCooperativeKernel is cuLaunchKernel without ``extra``.
  */
@@ -106,6 +107,22 @@ int cuStreamIsCapturing(void *stream, int *status)
               : (fake_invalidated_stream && s == fake_invalidated_stream) ? 2 : 0;
     return 0;
 }
+long long fake_capture_begins;
+unsigned long long fake_begin_args[6];
+static int begin_capture(void *s, int mode)
+{
+    ++fake_capture_begins;
+    fake_begin_args[0] = (unsigned long long)(uintptr_t)s, fake_begin_args[1] = (unsigned long long)mode;
+    return 0;
+}
+static int begin_capture_to_graph(void *s, void *g, const void *deps, const void *data, size_t n, int mode)
+{
+    const unsigned long long a[6] = {(uintptr_t)s, (uintptr_t)g, (uintptr_t)deps, (uintptr_t)data, n, (unsigned long long)mode};
+    ++fake_capture_begins;
+    memcpy(fake_begin_args, a, sizeof a);
+    return 0;
+}
+int cuStreamBeginCapture_v2(void *s, int mode) { return begin_capture(s, mode); }
 /* synchronize calls: each spends fake_sync_ns (busy) and keeps its handle in fake_sync_handle; cuCtxSynchronize
  * from cuGetProcAddress at version 13000 or later is the one that takes the context (cuCtxSynchronize_v2) */
 long long fake_sync_ns;
@@ -155,6 +172,7 @@ int cuGetProcAddress_v2(const char *sym, void **fn, int version, unsigned long l
         {"cuStreamQuery", (void *)stream_query},
         {"cuLaunchKernelEx", (void *)launch_kernel_ex}, {"cuLaunchCooperativeKernel", (void *)launch_cooperative},
         {"cuLaunchCooperativeKernelMultiDevice", (void *)fake_multi_device_launch}, {"cuStreamIsCapturing", (void *)cuStreamIsCapturing},
+        {"cuStreamBeginCapture", (void *)begin_capture}, {"cuStreamBeginCaptureToGraph", (void *)begin_capture_to_graph},
         {"cuMemcpyHtoDAsync", (void *)h2d}, {"cuMemcpyDtoHAsync", (void *)d2h}, {"cuGetErrorName", (void *)error_name},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i)

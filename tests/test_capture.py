@@ -66,6 +66,7 @@ queries = lambda: ctypes.c_longlong.in_dll(cuda, "fake_capture_queries").value
 before = {"calls_before_begin": calls(), "queries_before_begin": queries()}  # no capture has begun: no query
 begin = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int)(fetch(b"cuStreamBeginCapture"))
 assert begin(0x200, 1) == 0     # (the fake's capturing streams are set above; a begin changes nothing there)
+before["begin_args"] = list((ctypes.c_ulonglong * 6).in_dll(cuda, "fake_begin_args"))[:2]
 nvtx.push_range("capture")      # into the capturing stream: 5 kernels (4 + 1 by cuLaunchKernelEx) and 1 graph
 for _ in range(4): k(launch, 0x200)
 ex(0x200); graph(None, 0x200)
@@ -94,7 +95,7 @@ to_graph = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * 4, ctypes.c_size_
 assert to_graph(0x200, 0x11, 0x22, 0x33, 4, 2) == 0
 json.dump({"want": want, "driver_calls": calls(), "queries": queries(), **before,
            "begins": ctypes.c_longlong.in_dll(cuda, "fake_capture_begins").value,
-           "begin_args": list((ctypes.c_ulonglong * 6).in_dll(cuda, "fake_begin_args"))}, open(sys.argv[1], "w"))
+           "to_graph_args": list((ctypes.c_ulonglong * 6).in_dll(cuda, "fake_begin_args"))}, open(sys.argv[1], "w"))
 """
 
 
@@ -135,7 +136,8 @@ def test_interposer_counts_launches_into_a_capturing_stream_as_captured(tmp_path
     assert sum(totals) == got["driver_calls"]  # never dropped, never counted twice
     assert got["calls_before_begin"] == 5 and got["queries_before_begin"] == 0
     assert got["queries"] == got["driver_calls"] - got["calls_before_begin"]  # then one query per launch
-    assert got["begins"] == 2 and got["begin_args"] == [0x200, 0x11, 0x22, 0x33, 4, 2]
+    assert got["begins"] == 2 and got["begin_args"] == [0x200, 1]
+    assert got["to_graph_args"] == [0x200, 0x11, 0x22, 0x33, 4, 2]
 
 
 #: A library linked against libcuda (-lcuda, as CuPy is) that calls the launch entry points directly (through its
@@ -150,7 +152,19 @@ int cuLaunchKernelEx(const Config *, void *, void **, void **);
 int cuLaunchCooperativeKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **);
 int cuGraphLaunch(void *, void *);
 int cuStreamBeginCapture_v2(void *, int);
-int begin(void *stream) { return cuStreamBeginCapture_v2(stream, 0); }
+int cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
+int begin(void *stream) { return cuStreamBeginCapture_v2(stream, 5); }
+/* entry points fetched through cuGetProcAddress_v2 called directly: a begin, and a launch into ``stream`` */
+int fetched_begin(void *stream)
+{
+    int (*fn)(void *, int) = 0;
+    return cuGetProcAddress_v2("cuStreamBeginCapture", (void **)&fn, 12000, 0, 0) || fn(stream, 6);
+}
+int fetched_launch(void *stream)
+{
+    int (*fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **) = 0;
+    return cuGetProcAddress_v2("cuLaunchKernel", (void **)&fn, 12000, 0, 0) || fn(0, 1, 1, 1, 1, 1, 1, 0, stream, 0, 0);
+}
 int direct_all(void *stream)
 {
     Config c = {{1, 1, 1, 1, 1, 1, 0}, stream, 0, 0};
@@ -170,6 +184,7 @@ nvtx.push_range("direct"); assert direct.direct_all(ctypes.c_void_p(0x100)) == 0
 queries = ctypes.c_longlong.in_dll(cuda, "fake_capture_queries")
 assert queries.value == 0  # no capture has begun: no query
 assert direct.begin(ctypes.c_void_p(0x200)) == 0 and ctypes.c_longlong.in_dll(cuda, "fake_capture_begins").value == 1
+assert list((ctypes.c_ulonglong * 2).in_dll(cuda, "fake_begin_args")) == [0x200, 5]  # stream and mode passed on
 nvtx.push_range("direct capturing")  # the _ptsz launch goes to the thread's stream, which does not capture
 assert direct.direct_all(ctypes.c_void_p(0x200)) == 0; nvtx.pop_range(); want.append(("direct capturing", 1, 0, 4))
 L = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3)
@@ -221,6 +236,80 @@ def test_interposer_counts_direct_calls_of_code_linked_against_libcuda(tmp_path)
     want = [tuple(w) for w in got["want"]]
     assert _per_range(ev) == want
     assert sum(sum(w[1:]) for w in want) == got["driver_calls"]  # every call counted once
+
+
+#: Begins fetched as the CUDA 13 runtime fetches them at start-up (six: cuStreamBeginCapture at 10000 and 10010 and
+#: ToGraph at 12030, each with and without the per-thread flag) plus cuda.bindings' ToCig (both flags), none
+#: called; then ``sys.argv[2]`` more fake begins ("_stubK", none called), launches, one begin, launches.
+START_UP_SCRIPT = r"""
+import ctypes, json, sys
+import nvtx
+cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+def fetch(name, version=12000, flags=0):
+    fn = ctypes.c_void_p()
+    assert cuda.cuGetProcAddress_v2(name, ctypes.byref(fn), version, ctypes.c_ulonglong(flags), None) == 0
+    return fn.value
+begins = {(n, v, f): fetch(n, v, f) for n, v in ((b"cuStreamBeginCapture", 10000), (b"cuStreamBeginCapture", 10010),
+          (b"cuStreamBeginCaptureToGraph", 12030), (b"cuStreamBeginCaptureToCig", 13000)) for f in (0, 2)}
+stubs = [fetch(b"cuStreamBeginCapture_stub%d" % k) for k in range(int(sys.argv[2]))]
+launch = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3)(fetch(b"cuLaunchKernel"))
+k = lambda stream: launch(None, 1, 1, 1, 1, 1, 1, 0, stream, None, None)
+queries = lambda: ctypes.c_longlong.in_dll(cuda, "fake_capture_queries").value
+ctypes.c_ulonglong.in_dll(cuda, "fake_capturing_stream").value = 0x200
+nvtx.push_range("before"); k(0x100); k(0x100); nvtx.pop_range()
+q_before = queries()
+v1_ptsz = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(begins[b"cuStreamBeginCapture", 10000, 2])
+assert v1_ptsz(0x200) == 0
+args = list((ctypes.c_ulonglong * 2).in_dll(cuda, "fake_begin_args"))
+nvtx.push_range("after"); k(0x100); k(0x200); nvtx.pop_range()
+json.dump({"distinct": len(set(begins.values()) | set(stubs)), "queries_before": q_before, "queries_after": queries() - q_before,
+           "args": args}, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.mark.parametrize("stubs", [0, 16], ids=["runtime's begins", "more begins than slots"])
+def test_the_capture_query_waits_for_the_first_begin_after_the_runtime_fetches_its_begins(tmp_path, stubs: int) -> None:
+    """The runtime fetches six begin entry points at start-up, each a function of its own, and cuda.bindings two
+    more: each gets a trampoline, so launches before the program's first begin are not queried, and one per launch
+    after it (the one-argument begin reaches the driver with its stream). With more begins than the library has
+    trampolines for (16 more), one handed out unwrapped could begin a capture unseen: then every launch is queried
+    from the start, and the trace says so."""
+    _build_fake_driver(tmp_path)
+    ev, got = run_injected(tmp_path, START_UP_SCRIPT, "interpose", args=[str(stubs)])
+    assert got["distinct"] == 8 + stubs
+    assert got["args"] == [0x200, 2**64 - 2]  # the stream passed on; -2: the fake's own mark for this variant
+    assert got["queries_after"] == 2
+    assert _per_range(ev) == [("before", 2, 0, 0), ("after", 1, 0, 1)]
+    overflow = ev["message"].astype(str).str.contains("more capture-begin entry points than slots")
+    assert got["queries_before"] == (2 if stubs else 0)
+    assert overflow.any() == bool(stubs)
+
+
+#: Code linked against libcuda that fetches entry points with cuGetProcAddress_v2 itself (through its PLT).
+FETCHED_SCRIPT = r"""
+import ctypes, json, sys
+import nvtx
+cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+direct = ctypes.CDLL(sys.argv[2])
+ctypes.c_ulonglong.in_dll(cuda, "fake_capturing_stream").value = 0x200
+nvtx.push_range("fetched"); assert direct.fetched_launch(ctypes.c_void_p(0x100)) == 0; nvtx.pop_range()
+assert direct.fetched_begin(ctypes.c_void_p(0x200)) == 0
+args = list((ctypes.c_ulonglong * 2).in_dll(cuda, "fake_begin_args"))
+nvtx.push_range("fetched capturing"); assert direct.fetched_launch(ctypes.c_void_p(0x200)) == 0
+assert direct.direct_all(ctypes.c_void_p(0x200)) == 0; nvtx.pop_range()
+json.dump({"want": [("fetched", 1, 0, 0), ("fetched capturing", 1, 0, 5)], "args": args}, open(sys.argv[1], "w"))
+"""
+
+
+def test_entry_points_fetched_by_a_direct_cuGetProcAddress_call_are_wrapped(tmp_path) -> None:
+    """Code linked against libcuda may call cuGetProcAddress_v2 itself, through its PLT: the preloaded library
+    defines it, so a launch fetched that way is counted and a begin fetched that way is seen (the launches into
+    the capturing stream after it are captured, not eager)."""
+    cc = _build_fake_driver(tmp_path)
+    lib = _build_direct_lib(tmp_path, cc, DIRECT_LIB)
+    ev, got = _run(tmp_path, FETCHED_SCRIPT, "interpose", args=[str(lib)])
+    assert got["args"] == [0x200, 6]
+    assert _per_range(ev) == [tuple(w) for w in got["want"]]
 
 
 #: A driver whose cuGetProcAddress hands out the address of its exported cuGraphLaunch, which the preloaded

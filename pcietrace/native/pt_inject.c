@@ -814,15 +814,18 @@ static void capture_query_resolve(void)
 }
 
 /* Until the process first begins a stream capture no launch can be captured, so the interposer skips the query
- * (cuStreamIsCapturing: 23-50 ns per launch on the H100). Every capture begins in a cuStreamBeginCapture* entry
+ * (cuStreamIsCapturing: 28-54 ns per launch on the H100). Every capture begins in a cuStreamBeginCapture* entry
  * point, which the library hands out and defines (begin trampolines, below) as it does the launch entry points.
  * Set for good: a capture may go on in another thread or stream, and graph capture usually happens once. The
  * begin trampolines forward six pointer-sized arguments whatever the variant's own (one, two or six): passing
- * more integer-register arguments than a callee takes is harmless on x86-64 and AArch64 only; elsewhere every
- * launch queries, as before. CUPTI's callbacks (on_driver_api) always query: no begin passes through there. */
+ * more integer-register arguments than a callee takes is harmless on x86-64 and AArch64 only; elsewhere there
+ * are no begin trampolines and every launch queries, as before. CUPTI's callbacks (on_driver_api) always query:
+ * no begin passes through there. */
 #if defined(__x86_64__) || defined(__aarch64__)
+#define CAPTURE_GATE 1
 static atomic_int g_capture_begun;
 #else
+#define CAPTURE_GATE 0
 static atomic_int g_capture_begun = 1;
 #endif
 static inline void capture_begins(void) { atomic_store_explicit(&g_capture_begun, 1, memory_order_release); }
@@ -883,10 +886,13 @@ typedef CUres (*sync1_fn)(void *);
 static void *real_sync0[SLOTS], *real_sync1[SLOTS];
 #define SYNC0_SLOT(i) static CUres sync0_##i(void) { TIMED_WAIT(1, ((sync0_fn)real_sync0[i])()); }
 #define SYNC1_SLOT(i) static CUres sync1_##i(void *h) { TIMED_WAIT(1, ((sync1_fn)real_sync1[i])(h)); }
-/* capture begins: cuStreamBeginCapture (stream), its _v2 (stream, mode), cuStreamBeginCaptureToGraph (six), and
- * their _ptsz variants (see g_capture_begun) */
+/* capture begins: cuStreamBeginCapture (stream), its _v2 (stream, mode), cuStreamBeginCaptureToGraph (six),
+ * cuStreamBeginCaptureToCig, and their _ptsz variants (see g_capture_begun). The CUDA 13 runtime fetches six at
+ * start-up (cuStreamBeginCapture at versions 10000 and 10010, ToGraph at 12030, each with and without the
+ * per-thread flag) and cuda.bindings a seventh; a begin handed out unwrapped (no slot left) sets the flag. */
 typedef CUres (*begin_fn)(void *, void *, void *, void *, void *, void *);
-static void *real_begin[SLOTS];
+#define BEGIN_SLOTS 12
+static void *real_begin[BEGIN_SLOTS];
 #define BEGIN_SLOT(i) static CUres begin_##i(void *a, void *b, void *c, void *d, void *e, void *f) \
     { capture_begins(); return ((begin_fn)real_begin[i])(a, b, c, d, e, f); }
 LAUNCH_SLOT(0) LAUNCH_SLOT(1) LAUNCH_SLOT(2) LAUNCH_SLOT(3)
@@ -895,21 +901,27 @@ COOP_SLOT(0) COOP_SLOT(1) COOP_SLOT(2) COOP_SLOT(3)
 GRAPH_SLOT(0) GRAPH_SLOT(1) GRAPH_SLOT(2) GRAPH_SLOT(3)
 SYNC0_SLOT(0) SYNC0_SLOT(1) SYNC0_SLOT(2) SYNC0_SLOT(3)
 SYNC1_SLOT(0) SYNC1_SLOT(1) SYNC1_SLOT(2) SYNC1_SLOT(3)
-BEGIN_SLOT(0) BEGIN_SLOT(1) BEGIN_SLOT(2) BEGIN_SLOT(3)
+#if CAPTURE_GATE
+BEGIN_SLOT(0) BEGIN_SLOT(1) BEGIN_SLOT(2) BEGIN_SLOT(3) BEGIN_SLOT(4) BEGIN_SLOT(5)
+BEGIN_SLOT(6) BEGIN_SLOT(7) BEGIN_SLOT(8) BEGIN_SLOT(9) BEGIN_SLOT(10) BEGIN_SLOT(11)
+static void *const begin_slots[BEGIN_SLOTS] = {(void *)begin_0, (void *)begin_1, (void *)begin_2, (void *)begin_3,
+    (void *)begin_4, (void *)begin_5, (void *)begin_6, (void *)begin_7, (void *)begin_8, (void *)begin_9,
+    (void *)begin_10, (void *)begin_11};
+#endif
 static void *const launch_slots[SLOTS] = {(void *)launch_0, (void *)launch_1, (void *)launch_2, (void *)launch_3};
 static void *const launchex_slots[SLOTS] = {(void *)launchex_0, (void *)launchex_1, (void *)launchex_2, (void *)launchex_3};
 static void *const coop_slots[SLOTS] = {(void *)coop_0, (void *)coop_1, (void *)coop_2, (void *)coop_3};
 static void *const graph_slots[SLOTS] = {(void *)graph_0, (void *)graph_1, (void *)graph_2, (void *)graph_3};
 static void *const sync0_slots[SLOTS] = {(void *)sync0_0, (void *)sync0_1, (void *)sync0_2, (void *)sync0_3};
 static void *const sync1_slots[SLOTS] = {(void *)sync1_0, (void *)sync1_1, (void *)sync1_2, (void *)sync1_3};
-static void *const begin_slots[SLOTS] = {(void *)begin_0, (void *)begin_1, (void *)begin_2, (void *)begin_3};
 
-static void *slot_for(void **reals, int *ptsz, void *const *slots, void *real, int per_thread)
+/* A trampoline of ``slots`` (``n`` of them) for ``real``: its own if it has one, else the next free one. */
+static void *slot_for(void **reals, int *ptsz, void *const *slots, int n, void *real, int per_thread)
 {
     static int announced;
     void *out = real;  /* all slots taken: hand out the real function (uncounted) rather than fail */
     pthread_mutex_lock(&g_slot_lock);
-    for (int i = 0; i < SLOTS; ++i) {
+    for (int i = 0; i < n; ++i) {
         if (reals[i] == real || !reals[i]) {
             if (!reals[i] && ptsz) ptsz[i] = per_thread;  /* (set before the trampoline is handed out) */
             reals[i] = real; out = slots[i]; break;
@@ -919,8 +931,12 @@ static void *slot_for(void **reals, int *ptsz, void *const *slots, void *real, i
     announced = 1;
     pthread_mutex_unlock(&g_slot_lock);
     if (first) emit("interpose", NULL, 0, "launch counting on (interposed driver entry points)");
-    if (out == real && slots == begin_slots) capture_begins();  /* a begin not seen: query every launch from now */
-    else if (out == real) emit("interpose", NULL, 0, "more driver entry points than slots: some launches uncounted or calls untimed");
+    if (out == real && n == BEGIN_SLOTS) {  /* a begin not seen: query every launch from now on */
+        capture_begins();
+        emit("interpose", NULL, 0, "more capture-begin entry points than slots: every launch's capture queried");
+    } else if (out == real) {
+        emit("interpose", NULL, 0, "more driver entry points than slots: some launches uncounted or calls untimed");
+    }
     return out;
 }
 
@@ -951,17 +967,19 @@ static void *wrap_entry(const char *sym, void *real, unsigned long long flags, i
     if (!strcmp(sym, "cuGetProcAddress_v2")) { real_getproc2 = (getproc2_fn)real; return (void *)getproc2; }
     if (!strcmp(sym, "cuGetProcAddress")) { real_getproc1 = (getproc1_fn)real; return (void *)getproc1; }
     int pt = suffix(sym, "_ptsz") || (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
-    if (prefix(sym, "cuLaunchKernelEx")) return slot_for(real_launchex, ptsz_launchex, launchex_slots, real, pt);
-    if (prefix(sym, "cuLaunchKernel")) return slot_for(real_launch, ptsz_launch, launch_slots, real, pt);
-    if (prefix(sym, "cuGraphLaunch")) return slot_for(real_graph, ptsz_graph, graph_slots, real, pt);
-    if (cooperative(sym)) return slot_for(real_coop, ptsz_coop, coop_slots, real, pt);
+    if (prefix(sym, "cuLaunchKernelEx")) return slot_for(real_launchex, ptsz_launchex, launchex_slots, SLOTS, real, pt);
+    if (prefix(sym, "cuLaunchKernel")) return slot_for(real_launch, ptsz_launch, launch_slots, SLOTS, real, pt);
+    if (prefix(sym, "cuGraphLaunch")) return slot_for(real_graph, ptsz_graph, graph_slots, SLOTS, real, pt);
+    if (cooperative(sym)) return slot_for(real_coop, ptsz_coop, coop_slots, SLOTS, real, pt);
     /* cuGetProcAddress("cuCtxSynchronize") at version 13000 or later hands out cuCtxSynchronize_v2, which takes the
      * context (cudaTypedefs.h: PFN_cuCtxSynchronize_v13000); dlsym's name is the ABI itself (``ver`` < 0) */
     /* (ptsz NULL: a synchronize call's stream flavour changes nothing here) */
-    if (!strcmp(sym, "cuCtxSynchronize") && ver < 13000) return slot_for(real_sync0, NULL, sync0_slots, real, pt);
-    if (!strcmp(sym, "cuCtxSynchronize")) return slot_for(real_sync1, NULL, sync1_slots, real, pt);
-    if (one_arg_sync(sym)) return slot_for(real_sync1, NULL, sync1_slots, real, pt);
-    if (prefix(sym, "cuStreamBeginCapture")) return slot_for(real_begin, NULL, begin_slots, real, pt);
+    if (!strcmp(sym, "cuCtxSynchronize") && ver < 13000) return slot_for(real_sync0, NULL, sync0_slots, SLOTS, real, pt);
+    if (!strcmp(sym, "cuCtxSynchronize")) return slot_for(real_sync1, NULL, sync1_slots, SLOTS, real, pt);
+    if (one_arg_sync(sym)) return slot_for(real_sync1, NULL, sync1_slots, SLOTS, real, pt);
+#if CAPTURE_GATE
+    if (prefix(sym, "cuStreamBeginCapture")) return slot_for(real_begin, NULL, begin_slots, BEGIN_SLOTS, real, pt);
+#endif
     return real;
 }
 
@@ -1073,12 +1091,35 @@ DIRECT_GRAPH(cuGraphLaunch, 0) DIRECT_GRAPH(cuGraphLaunch_ptsz, 1)
       TIMED_WAIT(interposing() && !passive(), fn(h)); }
 DIRECT_SYNC0(cuCtxSynchronize) DIRECT_SYNC1(cuStreamSynchronize) DIRECT_SYNC1(cuStreamSynchronize_ptsz)
 DIRECT_SYNC1(cuEventSynchronize) DIRECT_SYNC1(cuCtxSynchronize_v2)
+#if CAPTURE_GATE
 #define DIRECT_BEGIN(sym) EXPORT CUres sym(void *a, void *b, void *c, void *d, void *e, void *f) \
     { static void *real; begin_fn fn = (begin_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
       capture_begins(); return fn(a, b, c, d, e, f); }
 DIRECT_BEGIN(cuStreamBeginCapture) DIRECT_BEGIN(cuStreamBeginCapture_ptsz) DIRECT_BEGIN(cuStreamBeginCapture_v2)
 DIRECT_BEGIN(cuStreamBeginCapture_v2_ptsz) DIRECT_BEGIN(cuStreamBeginCaptureToGraph)
-DIRECT_BEGIN(cuStreamBeginCaptureToGraph_ptsz)
+DIRECT_BEGIN(cuStreamBeginCaptureToGraph_ptsz) DIRECT_BEGIN(cuStreamBeginCaptureToCig)
+DIRECT_BEGIN(cuStreamBeginCaptureToCig_ptsz)
+#endif
+/* ... and may fetch entry points with cuGetProcAddress itself, through its PLT: what it gets is wrapped as the
+ * runtime's fetches are (counting launches, timing calls, seeing capture begins) */
+EXPORT CUres cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status)
+{
+    static void *real;
+    getproc2_fn fn = (getproc2_fn)next_entry(&real, "cuGetProcAddress_v2");
+    if (!fn) return CUDA_ERROR_NOT_FOUND;
+    CUres r = fn(sym, pfn, ver, flags, status);
+    if (r == 0 && pfn && interposing()) *pfn = wrap_entry(sym, *pfn, flags, ver);
+    return r;
+}
+EXPORT CUres cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags)
+{
+    static void *real;
+    getproc1_fn fn = (getproc1_fn)next_entry(&real, "cuGetProcAddress");
+    if (!fn) return CUDA_ERROR_NOT_FOUND;
+    CUres r = fn(sym, pfn, ver, flags);
+    if (r == 0 && pfn && interposing()) *pfn = wrap_entry(sym, *pfn, flags, ver);
+    return r;
+}
 
 /* Loaded at process start (LD_PRELOAD): map the edge page now, so the samplers know from the start that open
  * ranges are counted here (else they read fast until the first NVTX call). A passive copy leaves it to the first. */

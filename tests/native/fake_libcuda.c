@@ -10,13 +10,17 @@
  * fake_capturing_stream is capturing (ACTIVE), fake_invalidated_stream's capture is INVALIDATED, a query of
  * fake_failing_stream fails (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), CU_STREAM_PER_THREAD (0x2) is capturing
  * while fake_per_thread_capturing is set; every other handle is not capturing. fake_capture_queries counts
- * the queries. cuStreamBeginCapture (_v2: stream, mode) and cuStreamBeginCaptureToGraph (six arguments) change
- * nothing: they count themselves in fake_capture_begins and keep their arguments in fake_begin_args. Synchronize calls spend fake_sync_ns (see sync_on). cuLaunchKernelEx takes its stream from the CUlaunchConfig (hStream at byte 32);
+ * the queries. Capture begins change nothing: they count themselves in fake_capture_begins and keep their
+ * arguments in fake_begin_args (the one-argument begins a mode of -1 or -2). As the real driver does, each
+ * variant is its own function: cuStreamBeginCapture before version 10010 (stream) and after (_v2: stream, mode),
+ * cuStreamBeginCaptureToGraph (six arguments), cuStreamBeginCaptureToCig (stream, params), each also per-thread
+ * (flag 2); and 16 more begins under fake names, "cuStreamBeginCapture_stub0" ... "_stub15". Synchronize calls spend fake_sync_ns (see sync_on). cuLaunchKernelEx takes its stream from the CUlaunchConfig (hStream at byte 32);
  * "cuLaunchKernel" fetched with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (or "cuLaunchKernel_ptsz") is a
  * separate function, as in the real driver. cuLaunchCooperativeKernel is cuLaunchKernel without ``extra``.
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -123,6 +127,38 @@ static int begin_capture_to_graph(void *s, void *g, const void *deps, const void
     return 0;
 }
 int cuStreamBeginCapture_v2(void *s, int mode) { return begin_capture(s, mode); }
+static int begin_v1(void *s) { return begin_capture(s, -1); }
+static int begin_v1_ptsz(void *s) { return begin_capture(s, -2); }
+static int begin_v2_ptsz(void *s, int mode) { fake_begin_args[2] = 2; return begin_capture(s, mode); }
+static int begin_to_graph_ptsz(void *s, void *g, const void *deps, const void *data, size_t n, int mode)
+{
+    int r = begin_capture_to_graph(s, g, deps, data, n, mode);
+    fake_begin_args[5] |= 0x100;  /* (a body of its own: a distinct function) */
+    return r;
+}
+static int begin_to_cig(void *s, void *params) { fake_begin_args[2] = (uintptr_t)params; return begin_capture(s, 3); }
+static int begin_to_cig_ptsz(void *s, void *params) { fake_begin_args[2] = (uintptr_t)params; return begin_capture(s, 4); }
+#define STUB(k) static int begin_stub##k(void *s, int mode) { (void)mode; return begin_capture(s, 100 + k); }
+STUB(0) STUB(1) STUB(2) STUB(3) STUB(4) STUB(5) STUB(6) STUB(7) STUB(8) STUB(9) STUB(10) STUB(11) STUB(12) STUB(13)
+STUB(14) STUB(15)
+static void *const begin_stubs[16] = {(void *)begin_stub0, (void *)begin_stub1, (void *)begin_stub2, (void *)begin_stub3,
+    (void *)begin_stub4, (void *)begin_stub5, (void *)begin_stub6, (void *)begin_stub7, (void *)begin_stub8,
+    (void *)begin_stub9, (void *)begin_stub10, (void *)begin_stub11, (void *)begin_stub12, (void *)begin_stub13,
+    (void *)begin_stub14, (void *)begin_stub15};
+/* the begin cuGetProcAddress hands out for ``sym`` at ``version`` with ``flags`` (NULL: not a begin) */
+static void *begin_for(const char *sym, int version, unsigned long long flags)
+{
+    int pt = (flags & 2) != 0;
+    if (!strcmp(sym, "cuStreamBeginCapture"))
+        return version < 10010 ? (pt ? (void *)begin_v1_ptsz : (void *)begin_v1) : (pt ? (void *)begin_v2_ptsz : (void *)begin_capture);
+    if (!strcmp(sym, "cuStreamBeginCaptureToGraph")) return pt ? (void *)begin_to_graph_ptsz : (void *)begin_capture_to_graph;
+    if (!strcmp(sym, "cuStreamBeginCaptureToCig")) return pt ? (void *)begin_to_cig_ptsz : (void *)begin_to_cig;
+    if (!strncmp(sym, "cuStreamBeginCapture_stub", 25)) {
+        int k = atoi(sym + 25);
+        return k >= 0 && k < 16 ? begin_stubs[k] : NULL;
+    }
+    return NULL;
+}
 /* synchronize calls: each spends fake_sync_ns (busy) and keeps its handle in fake_sync_handle; cuCtxSynchronize
  * from cuGetProcAddress at version 13000 or later is the one that takes the context (cuCtxSynchronize_v2) */
 long long fake_sync_ns;
@@ -162,6 +198,7 @@ int cuGetProcAddress_v2(const char *sym, void **fn, int version, unsigned long l
         *fn = (void *)cuGraphLaunch;
         return 0;
     }
+    if ((*fn = begin_for(sym, version, flags))) return 0;
     if ((flags & 2 && !strcmp(sym, "cuLaunchKernel")) || !strcmp(sym, "cuLaunchKernel_ptsz")) {
         *fn = (void *)launch_kernel_ptsz;
         return 0;
@@ -172,7 +209,6 @@ int cuGetProcAddress_v2(const char *sym, void **fn, int version, unsigned long l
         {"cuStreamQuery", (void *)stream_query},
         {"cuLaunchKernelEx", (void *)launch_kernel_ex}, {"cuLaunchCooperativeKernel", (void *)launch_cooperative},
         {"cuLaunchCooperativeKernelMultiDevice", (void *)fake_multi_device_launch}, {"cuStreamIsCapturing", (void *)cuStreamIsCapturing},
-        {"cuStreamBeginCapture", (void *)begin_capture}, {"cuStreamBeginCaptureToGraph", (void *)begin_capture_to_graph},
         {"cuMemcpyHtoDAsync", (void *)h2d}, {"cuMemcpyDtoHAsync", (void *)d2h}, {"cuGetErrorName", (void *)error_name},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i)

@@ -931,7 +931,7 @@ static void *slot_for(void **reals, int *ptsz, void *const *slots, int n, void *
     announced = 1;
     pthread_mutex_unlock(&g_slot_lock);
     if (first) emit("interpose", NULL, 0, "launch counting on (interposed driver entry points)");
-    if (out == real && n == BEGIN_SLOTS) {  /* a begin not seen: query every launch from now on */
+    if (out == real && reals == real_begin) {  /* a begin not seen: query every launch from now on */
         capture_begins();
         emit("interpose", NULL, 0, "more capture-begin entry points than slots: every launch's capture queried");
     } else if (out == real) {

@@ -1,8 +1,8 @@
 // Probe (GPU machine; not a test): what attach's captured-launch check costs per launch. The interposer asks
 // cuStreamIsCapturing of a launch's stream (a launch into a stream being captured is counted as captured, not
-// eager) once the process has begun a capture. Times that query alone on a created stream, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD, not
-// capturing and (the created stream) capturing; then an eager launch loop with and without an extra query per
-// launch. Run it plain and under attach; the launch loop's difference between the two is the interposer's whole
+// eager) once the process has begun a capture. Times that query alone on a created stream, CU_STREAM_LEGACY and
+// CU_STREAM_PER_THREAD, not capturing and (the created stream) capturing; then an eager launch loop with and
+// without an extra query per launch. Run it plain and under attach; the launch loop's difference between the two is the interposer's whole
 // per-launch cost (device lookup and capture query included):
 //   nvcc -O2 -o /tmp/capq bench/capture_query_probe.cu -lcuda && /tmp/capq
 //   python3 -m pcietrace attach --no-calibrate -- /tmp/capq

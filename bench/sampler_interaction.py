@@ -13,14 +13,14 @@ as attach sets it up, no edge page) and with NVTX injection only (``nvtx``: no t
 ``--configs`` may add ``inject-monotonic`` (calls timed on CLOCK_MONOTONIC, not the TSC), ``preload-nocount``
 (the library preloaded and injected, its trampolines off: PCIETRACE_COUNT=none) and ``preload-empty`` (an empty
 shared library preloaded: the address space shifted, nothing else), to tell which part of the library costs
-where its level differs from plain (copies' levels are steady between plain processes; PyTorch's eager range's
-are not).
+where its level differs from plain (between plain processes, a 64 MiB copy's level varied by ~3 % on the H100,
+PyTorch's eager range's by ~10 %).
 
 Sampler states: ``off`` (paused), ``periodic`` (0.5 ms reads at their own phase) and, with ``--edges``,
 ``edges``: a second sampler that also reads at once when the app signals an edge page at each range's start and
 end, as the injection library does at push and pop under attach (the app signals in every state, so the signal's
 own cost cancels). ``--ranges all`` also times the 64 MiB and 256 MiB copies: under attach they took 37-53 us
-longer per range (twenty-first session). ``--no-sampler``: no side sampler (the configurations' levels only).
+longer per range (twenty-first session), 13-16 us (twenty-second; the edge reads ruled out). ``--no-sampler``: no side sampler (the configurations' levels only).
 
     python3 bench/sampler_interaction.py [--rounds 6] [--blocks 10] [--reps 10] [--work torch|bindings]
                                          [--configs plain,inject,nvtx] [--edges] [--ranges all] [--no-sampler]
@@ -157,8 +157,9 @@ def main() -> int:
                     effect.setdefault((c, rng, state), []).append(float(np.median(pct)))
                     extra_us.setdefault((c, rng, state), []).append(
                         float(np.median([1e3 * (v - off[b]) for b, v in on.items()])))
-                    print(f"round {r + 1} {c:16} {rng:11}: {state}: {effect[c, rng, state][-1]:+.2f} % ({extra_us[c, rng, state][-1]:+.1f} us; "
-                          f"blocks {min(pct):+.1f} ... {max(pct):+.1f} %)", flush=True)
+                    print(f"round {r + 1} {c:16} {rng:11}: {state}: {effect[c, rng, state][-1]:+.2f} % "
+                          f"({extra_us[c, rng, state][-1]:+.1f} us; blocks {min(pct):+.1f} ... {max(pct):+.1f} %)",
+                          flush=True)
     for (c, rng, state), v in effect.items():
         med, lo, hi = median_ci(v)
         umed, ulo, uhi = median_ci(extra_us[c, rng, state])

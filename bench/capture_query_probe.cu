@@ -2,8 +2,8 @@
 // cuStreamIsCapturing of a launch's stream (a launch into a stream being captured is counted as captured, not
 // eager) once the process has begun a capture. Times that query alone on a created stream, CU_STREAM_LEGACY and
 // CU_STREAM_PER_THREAD, not capturing and (the created stream) capturing; then an eager launch loop with and
-// without an extra query per launch. Run it plain and under attach; the launch loop's difference between the two is the interposer's whole
-// per-launch cost (device lookup and capture query included):
+// without an extra query per launch. Run it plain and under attach; the launch loop's difference between the
+// two is the interposer's whole per-launch cost (device lookup and, after the capture, capture query included):
 //   nvcc -O2 -o /tmp/capq bench/capture_query_probe.cu -lcuda && /tmp/capq
 //   python3 -m pcietrace attach --no-calibrate -- /tmp/capq
 // Under attach the "captured" line must equal the kernels captured here (kCaptured) and "eager" the launches

@@ -20,7 +20,8 @@ Sampler states: ``off`` (paused), ``periodic`` (0.5 ms reads at their own phase)
 ``edges``: a second sampler that also reads at once when the app signals an edge page at each range's start and
 end, as the injection library does at push and pop under attach (the app signals in every state, so the signal's
 own cost cancels). ``--ranges all`` also times the 64 MiB and 256 MiB copies: under attach they took 37-53 us
-longer per range (twenty-first session), 13-16 us (twenty-second; the edge reads ruled out). ``--no-sampler``: no side sampler (the configurations' levels only).
+longer per range (twenty-first session), 13-16 us (twenty-second; the edge reads ruled out). ``--no-sampler``:
+no side sampler (the configurations' levels only).
 
     python3 bench/sampler_interaction.py [--rounds 6] [--blocks 10] [--reps 10] [--work torch|bindings]
                                          [--configs plain,inject,nvtx] [--edges] [--ranges all] [--no-sampler]
@@ -101,12 +102,12 @@ def config_env(config: str, work: Path) -> dict[str, str]:
             subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), "-x", "c", "-"], input="int pt_empty;\n",
                            text=True, check=True)
         return {**os.environ, "LD_PRELOAD": str(lib)}
-    env = injection_env(Path(tempfile.mkdtemp(dir=work)), "interpose" if config.startswith("inject") else "none",
-                        None, [0], False)
+    preloaded = config.startswith("inject") or config == "preload-nocount"
+    env = injection_env(Path(tempfile.mkdtemp(dir=work)), "interpose" if preloaded else "none", None, [0], False)
     if config == "inject-monotonic":
         env["PCIETRACE_CALL_CLOCK"] = "monotonic"
     if config == "preload-nocount":
-        env["LD_PRELOAD"] = injection_env(work, "interpose", None, [0], False)["LD_PRELOAD"]
+        env["PCIETRACE_COUNT"] = "none"  # preloaded as for interposing, its trampolines off
     return env
 
 

@@ -255,8 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--no-calibrate", action="store_true", help="skip the per-launch cost measurement (no overhead columns)")
     at.add_argument("--launch-counter", choices=["interpose", "cupti"], default="interpose",
                     help="how launches are counted: trampolines handed out by an LD_PRELOAD-ed dlsym/cuGetProcAddress "
-                         "(~0.07 us per launch on an H100 host: a capture check, one cuCtxGetDevice to charge ranges "
-                         "the GPUs they launched on, and the call's timing; code linked against libcuda is counted "
+                         "(~0.07 us per launch on an H100 host: one cuCtxGetDevice to charge ranges the GPUs they "
+                         "launched on, the call's timing and, once the program has begun a graph capture, a capture "
+                         "check; code linked against libcuda is counted "
                          "too), or CUPTI driver callbacks (~0.6-0.9 us "
                          "per launch, and ~3 %% more H2D bytes per launch, which the figures then include; sees launches "
                          "however they reach the driver)")

@@ -814,7 +814,7 @@ static void capture_query_resolve(void)
 }
 
 /* Until the process first begins a stream capture no launch can be captured, so the interposer skips the query
- * (cuStreamIsCapturing: 28-54 ns per launch on the H100). Every capture begins in a cuStreamBeginCapture* entry
+ * (cuStreamIsCapturing: 25-54 ns per launch on the H100). Every capture begins in a cuStreamBeginCapture* entry
  * point, which the library hands out and defines (begin trampolines, below) as it does the launch entry points.
  * Set for good: a capture may go on in another thread or stream, and graph capture usually happens once. The
  * begin trampolines forward six pointer-sized arguments whatever the variant's own (one, two or six): passing
@@ -983,18 +983,21 @@ static void *wrap_entry(const char *sym, void *real, unsigned long long flags, i
     return real;
 }
 
-static CUres getproc1(const char *sym, void **pfn, int ver, unsigned long long flags)
+/* cuGetProcAddress's result ``r``, with the entry point it found in ``*pfn`` wrapped */
+static CUres wrapped(CUres r, const char *sym, void **pfn, unsigned long long flags, int ver)
 {
-    CUres r = real_getproc1(sym, pfn, ver, flags);
     if (r == 0 && pfn) *pfn = wrap_entry(sym, *pfn, flags, ver);
     return r;
 }
 
+static CUres getproc1(const char *sym, void **pfn, int ver, unsigned long long flags)
+{
+    return wrapped(real_getproc1(sym, pfn, ver, flags), sym, pfn, flags, ver);
+}
+
 static CUres getproc2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status)
 {
-    CUres r = real_getproc2(sym, pfn, ver, flags, status);
-    if (r == 0 && pfn) *pfn = wrap_entry(sym, *pfn, flags, ver);
-    return r;
+    return wrapped(real_getproc2(sym, pfn, ver, flags, status), sym, pfn, flags, ver);
 }
 
 static int interposing(void)
@@ -1108,8 +1111,7 @@ EXPORT CUres cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned 
     getproc2_fn fn = (getproc2_fn)next_entry(&real, "cuGetProcAddress_v2");
     if (!fn) return CUDA_ERROR_NOT_FOUND;
     CUres r = fn(sym, pfn, ver, flags, status);
-    if (r == 0 && pfn && interposing()) *pfn = wrap_entry(sym, *pfn, flags, ver);
-    return r;
+    return interposing() ? wrapped(r, sym, pfn, flags, ver) : r;
 }
 EXPORT CUres cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags)
 {
@@ -1117,8 +1119,7 @@ EXPORT CUres cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned lon
     getproc1_fn fn = (getproc1_fn)next_entry(&real, "cuGetProcAddress");
     if (!fn) return CUDA_ERROR_NOT_FOUND;
     CUres r = fn(sym, pfn, ver, flags);
-    if (r == 0 && pfn && interposing()) *pfn = wrap_entry(sym, *pfn, flags, ver);
-    return r;
+    return interposing() ? wrapped(r, sym, pfn, flags, ver) : r;
 }
 
 /* Loaded at process start (LD_PRELOAD): map the edge page now, so the samplers know from the start that open

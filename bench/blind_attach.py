@@ -1,10 +1,12 @@
 """`pcietrace attach` against a blind oracle: an app whose traffic is known (run on a GPU).
 
-Two apps, each written from the user's side by someone who did not read attach's code, with the same output:
+Three apps, each written from the user's side by someone who did not read attach's code, with the same output:
 ``--app torch`` (default) is tests/apps/blind_app.py (PyTorch: torch.cuda.nvtx, pinned, pageable, zero-copy);
 ``--app cpp`` is tests/apps/blind_app.cu (CUDA runtime + NVTX3 C++ in a named domain, unified memory,
 registered host memory, 2D copies, cooperative / Ex / per-thread-stream launches, graph replays, 4 threads),
-built here with nvcc.
+built here with nvcc; ``--app graphs`` is tests/apps/blind_graphs_app.py (PyTorch: copies inside replayed CUDA
+graphs, a side stream's copy beside compute, a capture with no replay, a start/end range ended on another
+thread, 50 short ranges inside one).
 
 Written as an outside reviewer would, from what a user has: the README, `pcietrace attach --help` and the
 JSON that `pcietrace report RUN --format json` prints. Steps:
@@ -44,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 APPS = ROOT / "tests" / "apps"
 NVCC = ["nvcc", "-O2", "-std=c++17", "-ldl", "-lpthread"]
 DIRS = ("h2d", "d2h")
+TORCH_APPS = {"torch": "blind_app.py", "graphs": "blind_graphs_app.py"}  # --app: the PyTorch apps' files
 
 
 def run(cmd: list[str], log: Path, env: dict[str, str], timeout_s: float) -> tuple[int, float]:
@@ -211,8 +214,9 @@ def main() -> int:
                                  epilog="example: python3 bench/blind_attach.py --out /tmp/blind --calls 8 --pairs 3")
     ap.add_argument("--out", type=Path, required=True, help="folder for everything (new or empty)")
     ap.add_argument("--calls", type=int, default=8, help="rounds of the app: calls of each range (default 8)")
-    ap.add_argument("--app", choices=("torch", "cpp"), default="torch",
-                    help="torch: tests/apps/blind_app.py; cpp: tests/apps/blind_app.cu, built with nvcc (default torch)")
+    ap.add_argument("--app", choices=tuple(TORCH_APPS) + ("cpp",), default="torch",
+                    help="torch: tests/apps/blind_app.py; graphs: tests/apps/blind_graphs_app.py; cpp: "
+                         "tests/apps/blind_app.cu, built with nvcc (default torch)")
     ap.add_argument("--pairs", type=int, default=3, help="alone/attached runtime pairs, ABBA (0 = skip; default 3)")
     ap.add_argument("--python", default=sys.executable,
                     help="interpreter with torch, pynvml and pcietrace for the app and attach (default: this one)")
@@ -229,17 +233,17 @@ def main() -> int:
 
     # the PyTorch app needs torch and pynvml in --python; the C++ one (NVML through dlopen) only pcietrace for attach
     check = ("import torch, pynvml, pcietrace; assert torch.cuda.is_available(), 'no CUDA'; "
-             "print('torch', torch.__version__, torch.cuda.get_device_name(0))") if a.app == "torch" else \
+             "print('torch', torch.__version__, torch.cuda.get_device_name(0))") if a.app in TORCH_APPS else \
         "import pcietrace; print('pcietrace', pcietrace.__version__)"
     pre = subprocess.run([a.python, "-c", check], capture_output=True, text=True, cwd=ROOT)
     if pre.returncode != 0:
         why = pre.stderr.strip().splitlines()[-1] if pre.stderr.strip() else f"exit {pre.returncode}"
         ap.error(f"{a.python} cannot run the {a.app} app ({why}); name an interpreter with "
-                 f"{'torch, pynvml and ' if a.app == 'torch' else ''}pcietrace with --python (on the lent GPUs: "
+                 f"{'torch, pynvml and ' if a.app in TORCH_APPS else ''}pcietrace with --python (on the lent GPUs: "
                  "after `. bench/device_setup.sh`)")
     print(f"{pre.stdout.strip()}; {a.calls} calls per range; python {a.python}", flush=True)
-    if a.app == "torch":
-        a.app_cmd = [a.python, str(APPS / "blind_app.py")]
+    if a.app in TORCH_APPS:
+        a.app_cmd = [a.python, str(APPS / TORCH_APPS[a.app])]
     else:
         exe = a.out / "blind_app_cpp"
         build = subprocess.run([*NVCC[:3], "-o", str(exe), str(APPS / "blind_app.cu"), *NVCC[3:]],

@@ -675,6 +675,7 @@ def test_a_range_whose_reads_sat_apart_in_read_time_states_that_in_its_error(dat
 @pytest.mark.parametrize("recording, big_directions", [
     ("attach_h100_blind", 11),      # PyTorch: every copy's payload direction, and four >1 MB reverse directions
     ("attach_h100_blind_cpp", 13),  # C++: eight copies' payload directions, five >1 MB reverse directions
+    ("attach_h100_blind_graphs", 10),  # graphs, streams, threads: six copies' payload directions, four reverse
 ])
 def test_the_blind_oracles_copies_are_read_within_2_percent(data_dir, recording: str, big_directions: int) -> None:
     """`bench/blind_attach.py` on the lent H100: apps written from the README alone, their truth read 6 ms
@@ -682,7 +683,10 @@ def test_the_blind_oracles_copies_are_read_within_2_percent(data_dir, recording:
     of 0.2-1.3 ms follow idle time, and attach's edge rule before that session read them -35 ... -94 % (within
     its wide bound). The C++ one (thirteenth session; `--app cpp`): a named NVTX3 domain with a registered
     string, nvtxRangePushEx, 2D copies, unified-memory prefetches both ways, cudaHostRegister'ed memory,
-    cooperative, Ex, per-thread-stream and graph launches, 4 threads. Every direction moving > 1 MB is within
+    cooperative, Ex, per-thread-stream and graph launches, 4 threads. The third (twenty-third session; `--app
+    graphs`): copies inside replayed CUDA graphs, a side stream's copy beside compute, a pageable .cpu(), a
+    capture with no replay (torch's own 2 fill_ kernels at capture begin are its eager launches), a start/end
+    range ended on a worker thread, 50 short ranges inside one. Every direction moving > 1 MB is within
     2 %, every direction within attach's stated bound, and every launch count exact (eager and graph)."""
     rows = [json.loads(x) for x in (data_dir / recording / "truth_alone.jsonl").read_text().splitlines()]
     every = pd.DataFrame([r for r in rows if r.get("kind") == "range"])  # inner and worker-thread ranges too

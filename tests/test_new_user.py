@@ -153,6 +153,24 @@ def test_attach_range_names_longer_than_their_column_are_folded_not_cut(name, da
     assert names and all(n in flat or n in out for n in names)
 
 
+def test_attach_range_names_stay_whole_at_80_columns(data_dir, monkeypatch, capsys) -> None:
+    # was: 'graph_repla' / 'y_h2d' and 'pageable_d2h_cp' / 'u (2 stalls)' at 80 columns: the numbers' one-line
+    # headers squeezed the name column to 11-15 characters, and a range's marks broke its name further
+    monkeypatch.setenv("COLUMNS", "80")
+    rec = data_dir / "attach_h100_blind_graphs"
+    assert main(["report", str(rec)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "…" not in "".join(lines) and max(map(len, lines)) <= 80
+    rg = analyze(Session.load(rec))["ranges"]
+    assert rg["stalls"].sum() and rg["short_calls"].sum()  # the recording has both marks to show
+    for r in rg.itertuples():  # in both tables, each name whole on a line of its own, its marks on the next
+        rows = [i for i, line in enumerate(lines) if line.startswith(f" {r.name} ")]  # table rows are indented
+        assert len(rows) == 2, r.name
+        marks = [f"({r.short_calls} short)"] * bool(r.short_calls) + [f"({r.stalls} stall"] * bool(r.stalls)
+        for i in rows:
+            assert all(m in lines[i + 1] for m in marks), (r.name, lines[i + 1])
+
+
 # -- signals: one line saying what was saved ---------------------------------------------------------------
 
 QUICK_SIM = ["run", "--simulate", "--quick", "--window-s", "0.02", "--no-latency"]

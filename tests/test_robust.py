@@ -158,7 +158,7 @@ def test_attach_report_with_an_uncovered_floor_renders(copy, capsys, monkeypatch
     t0, t1 = doc["meta"]["t_app_start_ns"], doc["meta"]["t_app_end_ns"]
     _samples(run, lambda s: s[(s["t_ns"] > t0) & (s["t_ns"] < t1)])  # idle windows lie outside: no floor
     assert main(["report", str(run)]) == 0
-    assert "H2D B/launch" in capsys.readouterr().out
+    assert "Launches per NVTX range" in capsys.readouterr().out
 
 
 def test_recorded_reports_pass_validation(data_dir) -> None:

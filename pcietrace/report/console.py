@@ -24,6 +24,8 @@ from pcietrace.analysis.launch import LANGUAGES
 from pcietrace.analysis.summary import DETAIL_GPUS, gpu_label, link_label, short_name
 
 DIR_LABEL = {"h2d": "H2D", "d2h": "D2H"}
+#: At most this many columns for an attach table's range names: longer names fold rather than squeeze the numbers.
+NAME_COLUMNS = 24
 
 
 def esc(x: Any) -> str:
@@ -310,10 +312,14 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
         domains = rg["domain"].astype(str).unique()
         one_domain = len(domains) == 1
 
-        def name(r: Any) -> str:
-            marks = (f" [yellow]({r.short_calls} short)[/]" if r.short_calls else "") + \
-                    (f" [yellow]({r.stalls} stalls)[/]" if getattr(r, "stalls", 0) else "")
-            return esc(r.name) + _domain_mark(r.domain, one_domain) + marks
+        def name(r: Any) -> str:  # the marks on a line of their own, so that a name is never broken for them
+            marks = " ".join(([f"({r.short_calls} short)"] if r.short_calls else [])
+                             + ([f"({r.stalls} stall{'s' * (r.stalls != 1)})"] if getattr(r, "stalls", 0) else []))
+            return esc(r.name) + _domain_mark(r.domain, one_domain) + (f"\n[yellow]{marks}[/]" if marks else "")
+
+        # as wide as the longest name (up to NAME_COLUMNS): the numbers' headers wrap onto two lines instead
+        name_width = min(NAME_COLUMNS, max(len(str(n)) + len(_domain_mark(d, one_domain))
+                                           for n, d in zip(rg["name"], rg["domain"])))
 
         def mb(r: Any, d: str, edge: bool) -> str:
             if getattr(r, "status", "ok") != "ok":  # no floor / no data / wrap risk: never a silent number
@@ -322,12 +328,13 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
             return _pm(v, _stated_err(r, d) / 1e6, ",.3f") if edge else _num(v, ",.3f")
 
         t = _table("PCIe bytes per NVTX range" + (esc(f" (domain {domains[0]})") if one_domain else ""),
-                   [("range", "left"), ("GPUs", "left"), ("calls", "right"), ("incl ms", "right"), ("excl ms", "right"),
-                    ("H2D MB ± error", "right"), ("D2H MB", "right")],
+                   [("range", "left"), ("GPUs", "left"), ("calls", "right"), ("incl\nms", "right"), ("excl\nms", "right"),
+                    ("H2D MB\n± error", "right"), ("D2H\nMB", "right")],
                    caption="every figure a total over the range's calls (divide by calls for one call); "
                            "bytes inclusive of nested ranges, floor removed, summed over the range's own GPUs (those "
                            "its thread used, else its process's); MB = 10^6 B; ± error: how far the counters at the "
                            "range's edges can be off, plus the floor's 95 % interval")
+        t.columns[0].min_width = name_width
         for r in rg.itertuples():
             t.add_row(name(r), _gpu_list(getattr(r, "gpus", "")), str(r.calls), _num(r.incl_ms, ",.2f"),
                       _num(r.excl_ms, ",.2f"), mb(r, "h2d", True), mb(r, "d2h", False))
@@ -336,8 +343,8 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
         capt = "captured_launches" in rg and (rg["captured_launches"] > 0).any()  # (shown where any range captured)
         t = _table("Launches per NVTX range", [("range", "left"), ("eager", "right"), ("graph", "right")]
                    + ([("captured", "right")] if capt else []) + [
-                   ("H2D B/launch", "right"), ("launch ms", "right")] + ([("GPU busy ms", "right")] if busy else [])
-                   + [("graphs save ≤ ms", "right")],
+                   ("H2D\nB/launch", "right"), ("launch\nms", "right")] + ([("GPU busy\nms", "right")] if busy else [])
+                   + [("graphs\nsave ≤ ms", "right")],
                    caption="totals over the range's calls; eager/graph = launches made by the range's own thread"
                            + ("; captured = launches it made into a stream being captured into a graph (graph "
                               "nodes, nothing ran: in neither count nor the saving)" if capt else "")
@@ -347,6 +354,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                               "kernel records)" if busy else "per eager launch, the range's own time per launch less "
                               "a graph kernel's where it is launch-bound, else the GPU's per-kernel overhead")
                            + " (pcietrace/analysis/savings.py)")
+        t.columns[0].min_width = name_width
         for r in rg.itertuples():
             t.add_row(name(r), _num(r.eager_launches, ",.0f"), _num(r.graph_launches, ",.0f"),
                       *([_num(r.captured_launches, ",.0f")] if capt else []),

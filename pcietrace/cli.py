@@ -174,9 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "run's own). Each context draws its own level (H100: 1.65-1.89 us, in two groups): the "
                         "figure is their median, with their range")
     r.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=10.0,
-                   help="background counter sampling interval (0 = as fast as NVML answers, ~0.16 ms). Each NVML "
-                        "read is itself ~30 KB of PCIe traffic (GSP RPC), so fast sampling adds a large floor; "
-                        "window edges are always read exactly")
+                   help="background counter sampling interval (0 = as fast as NVML answers, a read every ~0.3 ms). "
+                        "Each NVML read is itself ~35 kB of PCIe traffic (~15 kB H2D, ~20 kB D2H: a GSP RPC), so "
+                        "fast sampling adds a large floor; window edges are always read exactly")
     r.add_argument("--throughput-api", action="store_true",
                    help="force NVML's low-resolution throughput API instead of the byte counters")
     _save_options(r)

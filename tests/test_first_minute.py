@@ -226,7 +226,8 @@ def test_prometheus_attach_ranges_keep_hostile_names(capsys) -> None:
 
 @pytest.mark.parametrize("report,pngs", [
     ("h100_run_latency", {"bytes_vs_launches.png", "bytes_vs_duration.png", "time_per_kernel.png", "latency.png"}),
-    ("attach_h100_python", {"attach_timeline.png"})])
+    ("attach_h100_python", {"attach_timeline.png"}),
+    ("graphs_h100", {"graph_strategies.png"})])
 def test_plot_writes_the_pngs(report: str, pngs: set[str], tmp_path, capsys) -> None:
     pytest.importorskip("matplotlib")
     assert main(["report", str(ROOT / "tests/data" / report), "--plot", str(tmp_path), "--format", "json"]) == 0

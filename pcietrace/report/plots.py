@@ -7,7 +7,9 @@ of a result table as they are; nothing is computed here beyond the fit line the 
 - ``time_per_kernel.png``: GPU and wall time per kernel, eager vs graph, vs duration, and the speedup
   (``gpu_time``, ``speedup``);
 - ``latency.png``: medians with p10-p90 (``latency``);
-- ``attach_timeline.png``: per-GPU PCIe rate (``rates``) with the NVTX ranges under it (``range_instances``).
+- ``attach_timeline.png``: per-GPU PCIe rate (``rates``) with the NVTX ranges under it (``range_instances``);
+- ``graph_strategies.png``: ``pcietrace graphs``' median time per iteration per strategy and graph size, with its
+  95 % interval, labelled with the speedup over eager (of the mean times, as the table gives it; ``graphs``).
 """
 
 from __future__ import annotations
@@ -143,6 +145,27 @@ def latency(plt: Any, meta: dict[str, Any], lat: pd.DataFrame) -> Any:
     return fig
 
 
+def graph_strategies(plt: Any, meta: dict[str, Any], gr: pd.DataFrame) -> Any:
+    sizes = sorted(gr["kernels"].unique())
+    fig, axes = plt.subplots(1, len(sizes), figsize=(4.5 * len(sizes), 3.6), squeeze=False)
+    for ax, n in zip(axes[0], sizes):
+        g = gr[gr["kernels"] == n].reset_index(drop=True)
+        x = range(len(g))
+        ax.bar(list(x), g["wall_us_median"] / 1e3, color="tab:blue", alpha=0.7)
+        ax.errorbar(list(x), g["wall_us_median"] / 1e3, fmt="none", ecolor="black", lw=1, capsize=3,
+                    yerr=[(g["wall_us_median"] - g["wall_us_median_lo"]) / 1e3,
+                          (g["wall_us_median_hi"] - g["wall_us_median"]) / 1e3])
+        for i, r in g.iterrows():  # the speedup over eager above each bar (the table's: of the mean times)
+            ax.annotate(f"{r['speedup']:.2f}x", (i, r["wall_us_median_hi"] / 1e3), ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(list(x), g["strategy"], rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("ms per iteration (median, 95 % CI)")
+        ax.set_title(f"{n:,} kernels per iteration", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(_title(meta, "CUDA graph strategies (labels: speedup over eager, of the mean times)"), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def attach_timeline(plt: Any, meta: dict[str, Any], rates: pd.DataFrame, inst: pd.DataFrame) -> Any:
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(11, 6), sharex=True, gridspec_kw={"height_ratios": [2, 1.3]})
     starts = ([int(rates["t_ns"].min())] if len(rates) else []) + ([int(inst["t_start_ns"].min())] if len(inst) else [])
@@ -199,7 +222,7 @@ def write(meta: dict[str, Any], results: dict[str, pd.DataFrame], directory: Pat
     except OSError as exc:
         raise UsageError(f"cannot create plot folder {directory}: {exc.strerror}") from None
     r = {k: results.get(k, pd.DataFrame()) for k in ("fit_windows", "per_launch", "by_duration", "gpu_time", "speedup",
-                                                     "latency", "rates", "range_instances")}
+                                                     "latency", "rates", "range_instances", "graphs")}
     figs = []
     if len(r["fit_windows"]) and len(r["per_launch"]):
         figs.append(("bytes_vs_launches.png", bytes_vs_launches(plt, meta, r["fit_windows"], r["per_launch"])))
@@ -211,6 +234,8 @@ def write(meta: dict[str, Any], results: dict[str, pd.DataFrame], directory: Pat
         figs.append(("latency.png", latency(plt, meta, r["latency"])))
     if len(r["rates"]):
         figs.append(("attach_timeline.png", attach_timeline(plt, meta, r["rates"], r["range_instances"])))
+    if len(r["graphs"]):
+        figs.append(("graph_strategies.png", graph_strategies(plt, meta, r["graphs"])))
     paths = []
     for name, fig in figs:
         try:

@@ -49,10 +49,10 @@ from typing import Callable
 
 import torch
 
+# the truth as blind_app.py takes it: its NVML reader, 6 ms gaps (this folder is on sys.path when run as a script)
+from blind_app import GAP_S, Counters, bus_id_of, delta
+
 MiB = 1 << 20
-GAP_S = 0.006                # sleep between a truth read and a range edge (longer than attach's 5 ms idle sampling)
-WRAP = 1 << 32               # NVML fields 197/198 are 32-bit counters
-FIELD_TX, FIELD_RX = 197, 198  # PCIE_COUNT_TX_BYTES (device->host), PCIE_COUNT_RX_BYTES (host->device)
 GRAPH_MIB, REPLAYS = 16, 8   # 8 replays, not 4: 128 MiB keeps the range >= 2 ms on a Gen5 x16 link
 OVERLAP_MIB, COMPUTE_OPS, COMPUTE_MIB = 32, 64, 64
 PAGEABLE_MIB, CROSS_MIB, TINY = 24, 96, 50
@@ -60,59 +60,6 @@ CAPTURED = 50
 KERNEL_OPS = {"aten.fill_.Scalar", "aten.zero_.default"}  # one fill kernel each on a contiguous CUDA tensor
 NO_KERNEL_OPS = {"aten.empty.memory_format", "aten.empty_strided.default", "aten.detach.default",
                  "aten.alias.default", "aten.view.default"}
-
-
-class Counters:
-    """One GPU's NVML PCIe byte counters (pynvml), read as (rx_bytes, tx_bytes) mod 2**32."""
-
-    def __init__(self, bus_id: str):
-        import pynvml
-
-        self.nvml = pynvml
-        pynvml.nvmlInit()
-        domain, rest = bus_id.lower().split(":", 1)
-        spellings = [f"{int(domain, 16):08x}:{rest}", f"{int(domain, 16):04x}:{rest}"]  # NVML's and CUDA's
-        for i, spelling in enumerate(spellings):
-            try:
-                self.handle = pynvml.nvmlDeviceGetHandleByPciBusId(spelling.encode())
-                break
-            except pynvml.NVMLError:
-                if i == len(spellings) - 1:
-                    raise
-        self.nvml_index = int(pynvml.nvmlDeviceGetIndex(self.handle))
-        self.read()  # fail here, before the loop, if the fields are not supported
-
-    def read(self) -> tuple[int, int]:
-        """(rx_bytes, tx_bytes), each the low 32 bits of the counter (NVML reports them as 32-bit)."""
-        vals = self.nvml.nvmlDeviceGetFieldValues(self.handle, [FIELD_RX, FIELD_TX])
-        out = []
-        for v, fid in zip(vals, (FIELD_RX, FIELD_TX)):
-            if v.nvmlReturn != 0:
-                raise RuntimeError(f"NVML field {fid}: return code {v.nvmlReturn}")
-            out.append(int(v.value.ullVal) % WRAP)
-        return out[0], out[1]
-
-
-def delta(after: tuple[int, int], before: tuple[int, int]) -> tuple[int, int]:
-    """(h2d_bytes, d2h_bytes) between two reads, unwrapped mod 2**32 (a window is far below one wrap)."""
-    return (after[0] - before[0]) % WRAP, (after[1] - before[1]) % WRAP
-
-
-def bus_id_of(dev: int) -> str:
-    """PCI bus id of CUDA device ``dev`` (CUDA's numbering: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER apply)."""
-    try:
-        from cuda.bindings import driver as cu
-
-        err, bus = cu.cuDeviceGetPCIBusId(32, dev)
-        if err == cu.CUresult.CUDA_SUCCESS:
-            bus = bus.decode() if isinstance(bus, (bytes, bytearray)) else str(bus)
-            return bus.split("\x00")[0]
-    except Exception:  # no cuda.bindings, or it cannot reach the driver: ask torch
-        pass
-    props = torch.cuda.get_device_properties(dev)
-    if all(hasattr(props, k) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
-        return f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-    raise RuntimeError("cannot find the GPU's PCI bus id (no cuda.bindings, torch too old): run with BLIND_TRUTH=0")
 
 
 def graph_ctx(g: torch.cuda.CUDAGraph):

@@ -19,7 +19,7 @@ from _stats import median_ci
 def pairs_in(text: str, config: str) -> list[float]:
     """Every pair's runtime change, in %, from the lines of ``config`` in one log's ``text``."""
     lines = re.findall(rf"^{re.escape(config)}: app runtime per pair (.*?) %", text, flags=re.M)
-    return [float(v) for line in lines for v in line.split(", ")]
+    return [float(v) for line in lines for v in line.split(", ") if v.strip()]  # (a config with no pair: "pair  %")
 
 
 def main() -> int:

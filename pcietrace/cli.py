@@ -98,6 +98,10 @@ def _save_options(p: argparse.ArgumentParser, suffix: str = "", no_save: bool = 
     p.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
 
 
+#: What one counter read costs, as the lent GPUs measured it (both sampling options say so).
+READ_COST = "Each NVML read is itself ~35 kB of PCIe traffic (~15 kB H2D, ~20 kB D2H: a GSP RPC)"
+
+
 def _output_options(p: argparse.ArgumentParser, json_help: str = "the same as --format json") -> None:
     """--format (``--json`` stays as its alias), --detail and --plot, the same on every command that renders."""
     p.add_argument("--json", action="store_true", help=json_help)
@@ -175,8 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "figure is their median, with their range")
     r.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=10.0,
                    help="background counter sampling interval (0 = as fast as NVML answers, a read every ~0.3 ms). "
-                        "Each NVML read is itself ~35 kB of PCIe traffic (~15 kB H2D, ~20 kB D2H: a GSP RPC), so "
-                        "fast sampling adds a large floor; window edges are always read exactly")
+                        f"{READ_COST}, so fast sampling adds a large floor; window edges are always read exactly")
     r.add_argument("--throughput-api", action="store_true",
                    help="force NVML's low-resolution throughput API instead of the byte counters")
     _save_options(r)
@@ -236,8 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--gpu", default="all", help="CUDA device numbers whose counters to sample, e.g. 0,1, or 'all'")
     at.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=0.5,
                     help="counter sampling interval while an NVTX range is open (0 = as fast as NVML answers; see "
-                         "--idle-sample-interval-ms for the time between). Range edges are interpolated between "
-                         "samples: at rate R an edge is off by at most R x interval / 4; each read is ~30 KB of PCIe traffic")
+                         "--idle-sample-interval-ms for the time between). A range's edges fall between two samples, "
+                         f"which bound how far its bytes can be off (its ± error). {READ_COST}")
     # 20 ms: collectors.sampler.MAX_IDLE_INTERVAL_NS (not imported: the parser loads no numpy)
     at.add_argument("--idle-sample-interval-ms", type=_number(0, 20, low_open=False), default=5.0, metavar="MS",
                     help="while no NVTX range is open in any traced process, read the counters only this often "

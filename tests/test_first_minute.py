@@ -63,6 +63,18 @@ def _assert_readable(parts: list, width: int) -> None:
                 assert any(text in line for line in lines), f"{t.title!r} / {col.header!r}: {text!r} wrapped or cut"
 
 
+ATTACH_RECORDINGS = sorted(p.parent for p in (ROOT / "tests/data").glob("**/report.json") if "attach" in str(p.parent))
+
+
+@pytest.mark.parametrize("rec", ATTACH_RECORDINGS, ids=lambda p: str(p.relative_to(ROOT / "tests/data")))
+def test_every_attach_recording_is_readable_at_80_columns(rec: Path) -> None:
+    # was: a name column held at the longest name's width pushed the table past 80 columns, and rich cropped
+    # each line there: the D2H column of attach_h200x8_torchrun and attach_h100_blind_cpp was lost, silently
+    s = Session.load(rec)
+    res = analyze(s)
+    _assert_readable(console.parts(s.meta, res, summarize(s.meta, res), detail=True), 80)
+
+
 @pytest.mark.parametrize("width", [80, 160])
 @pytest.mark.parametrize("report", [p.name for p in REPORTS])
 def test_committed_reports_are_readable(loaded, report: str, width: int) -> None:

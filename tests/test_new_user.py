@@ -166,9 +166,11 @@ def test_attach_range_names_stay_whole_at_80_columns(data_dir, monkeypatch, caps
     for r in rg.itertuples():  # in both tables, each name whole on a line of its own, its marks on the next
         rows = [i for i, line in enumerate(lines) if line.startswith(f" {r.name} ")]  # table rows are indented
         assert len(rows) == 2, r.name
-        marks = [f"({r.short_calls} short)"] * bool(r.short_calls) + [f"({r.stalls} stall"] * bool(r.stalls)
+        marks = [f"({r.short_calls} short)"] * bool(r.short_calls) + [f"({r.stalls} stall{'s' * (r.stalls != 1)})"] * bool(r.stalls)
         for i in rows:
-            assert all(m in lines[i + 1] for m in marks), (r.name, lines[i + 1])
+            assert [line.split(maxsplit=2)[0:2] for line in lines[i + 1:i + 1 + len(marks)]] == \
+                [m.split() for m in marks], (r.name, lines[i + 1:i + 3])
+    assert "(1 stall)" in "".join(lines)  # cross_thread's one
 
 
 # -- signals: one line saying what was saved ---------------------------------------------------------------

@@ -24,8 +24,6 @@ from pcietrace.analysis.launch import LANGUAGES
 from pcietrace.analysis.summary import DETAIL_GPUS, gpu_label, link_label, short_name
 
 DIR_LABEL = {"h2d": "H2D", "d2h": "D2H"}
-#: At most this many columns for an attach table's range names: longer names fold rather than squeeze the numbers.
-NAME_COLUMNS = 24
 
 
 def esc(x: Any) -> str:
@@ -312,14 +310,10 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
         domains = rg["domain"].astype(str).unique()
         one_domain = len(domains) == 1
 
-        def name(r: Any) -> str:  # the marks on a line of their own, so that a name is never broken for them
-            marks = " ".join(([f"({r.short_calls} short)"] if r.short_calls else [])
-                             + ([f"({r.stalls} stall{'s' * (r.stalls != 1)})"] if getattr(r, "stalls", 0) else []))
-            return esc(r.name) + _domain_mark(r.domain, one_domain) + (f"\n[yellow]{marks}[/]" if marks else "")
-
-        # as wide as the longest name (up to NAME_COLUMNS): the numbers' headers wrap onto two lines instead
-        name_width = min(NAME_COLUMNS, max(len(str(n)) + len(_domain_mark(d, one_domain))
-                                           for n, d in zip(rg["name"], rg["domain"])))
+        def name(r: Any) -> str:  # each mark on a line of its own, so that neither breaks the name nor the other
+            marks = ([f"({r.short_calls} short)"] if r.short_calls else []) \
+                + ([f"({r.stalls} stall{'s' * (r.stalls != 1)})"] if getattr(r, "stalls", 0) else [])
+            return esc(r.name) + _domain_mark(r.domain, one_domain) + "".join(f"\n[yellow]{m}[/]" for m in marks)
 
         def mb(r: Any, d: str, edge: bool) -> str:
             if getattr(r, "status", "ok") != "ok":  # no floor / no data / wrap risk: never a silent number
@@ -334,7 +328,6 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                            "bytes inclusive of nested ranges, floor removed, summed over the range's own GPUs (those "
                            "its thread used, else its process's); MB = 10^6 B; ± error: how far the counters at the "
                            "range's edges can be off, plus the floor's 95 % interval")
-        t.columns[0].min_width = name_width
         for r in rg.itertuples():
             t.add_row(name(r), _gpu_list(getattr(r, "gpus", "")), str(r.calls), _num(r.incl_ms, ",.2f"),
                       _num(r.excl_ms, ",.2f"), mb(r, "h2d", True), mb(r, "d2h", False))
@@ -354,7 +347,6 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                               "kernel records)" if busy else "per eager launch, the range's own time per launch less "
                               "a graph kernel's where it is launch-bound, else the GPU's per-kernel overhead")
                            + " (pcietrace/analysis/savings.py)")
-        t.columns[0].min_width = name_width
         for r in rg.itertuples():
             t.add_row(name(r), _num(r.eager_launches, ",.0f"), _num(r.graph_launches, ",.0f"),
                       *([_num(r.captured_launches, ",.0f")] if capt else []),

@@ -151,12 +151,16 @@ def graph_strategies(plt: Any, meta: dict[str, Any], gr: pd.DataFrame) -> Any:
     for ax, n in zip(axes[0], sizes):
         g = gr[gr["kernels"] == n].reset_index(drop=True)
         x = range(len(g))
-        ax.bar(list(x), g["wall_us_median"] / 1e3, color="tab:blue", alpha=0.7)
-        ax.errorbar(list(x), g["wall_us_median"] / 1e3, fmt="none", ecolor="black", lw=1, capsize=3,
-                    yerr=[(g["wall_us_median"] - g["wall_us_median_lo"]) / 1e3,
-                          (g["wall_us_median_hi"] - g["wall_us_median"]) / 1e3])
+        med_ms = g["wall_us_median"] / 1e3
+        ax.bar(list(x), med_ms, color="tab:blue", alpha=0.7)
+        # (a bootstrap interval holds its median; clipped all the same: matplotlib refuses a negative bar)
+        ax.errorbar(list(x), med_ms, fmt="none", ecolor="black", lw=1, capsize=3,
+                    yerr=[(med_ms - g["wall_us_median_lo"] / 1e3).clip(lower=0),
+                          (g["wall_us_median_hi"] / 1e3 - med_ms).clip(lower=0)])
+        top_ms = pd.concat([med_ms, g["wall_us_median_hi"] / 1e3], axis=1).max(axis=1)  # a NaN bound: the bar's top
         for i, r in g.iterrows():  # the speedup over eager above each bar (the table's: of the mean times)
-            ax.annotate(f"{r['speedup']:.2f}x", (i, r["wall_us_median_hi"] / 1e3), ha="center", va="bottom", fontsize=7)
+            if pd.notna(r["speedup"]):  # none without an eager row to set it against
+                ax.annotate(f"{r['speedup']:.2f}x", (i, top_ms[i]), ha="center", va="bottom", fontsize=7)
         ax.set_xticks(list(x), g["strategy"], rotation=30, ha="right", fontsize=8)
         ax.set_ylabel("ms per iteration (median, 95 % CI)")
         ax.set_title(f"{n:,} kernels per iteration", fontsize=9)

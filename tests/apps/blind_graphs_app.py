@@ -159,7 +159,10 @@ def main() -> int:
         with torch.cuda.stream(side):
             ov_dst.copy_(ov_src, non_blocking=True)  # a memcpy on the side stream, no kernel
         for i in range(COMPUTE_OPS):  # in place by a Python float on a contiguous float32 tensor: one kernel each
-            ov_x.mul_(0.5) if i % 2 else ov_x.add_(1.0)
+            if i % 2:
+                ov_x.mul_(0.5)
+            else:
+                ov_x.add_(1.0)
         main_stream.wait_stream(side)
         torch.cuda.synchronize(dev)
 

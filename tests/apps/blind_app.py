@@ -100,6 +100,36 @@ class _DeviceView:
                                          "strides": None, "version": 3}
 
 
+def window(dev: torch.device, counters: Counters | None, body) -> tuple[tuple[int, int] | None, int]:
+    """Run ``body`` between truth reads GAP_S away from it (none without ``counters``): ((h2d, d2h) bytes or
+    None, body's ns)."""
+    torch.cuda.synchronize(dev)
+    before = counters.read() if counters else None
+    time.sleep(GAP_S)
+    t0 = time.perf_counter_ns()
+    body()
+    t1 = time.perf_counter_ns()
+    time.sleep(GAP_S)
+    after = counters.read() if counters else None
+    return (delta(after, before) if counters else None), t1 - t0
+
+
+def ref_row(rnd: int, ref: tuple[int, int] | None) -> dict:
+    """The output line of round ``rnd``'s empty reference window (bytes None without truth)."""
+    return {"kind": "ref", "name": "_ref", "call": rnd,
+            "h2d_bytes": ref[0] if ref else None, "d2h_bytes": ref[1] if ref else None}
+
+
+def range_row(name: str, rnd: int, raw: tuple[int, int] | None, ref: tuple[int, int] | None, ns: int,
+              payload_bytes: int, direction: str | None, launches: int | None) -> dict:
+    """The output line of one outer range call: its window's bytes less the round's reference window's."""
+    return {"kind": "range", "name": name, "call": rnd, "depth": 0, "truth": raw is not None,
+            "h2d_bytes": raw[0] - ref[0] if raw else None, "d2h_bytes": raw[1] - ref[1] if raw else None,
+            "raw_h2d_bytes": raw[0] if raw else None, "raw_d2h_bytes": raw[1] if raw else None,
+            "duration_ns": ns, "payload_bytes": payload_bytes, "direction": direction,
+            "launches_expected": launches}
+
+
 def zero_copy_view(dev: torch.device, nbytes: int) -> tuple[torch.Tensor | None, dict]:
     """A CUDA float32 tensor whose storage is pinned, mapped HOST memory (a kernel reading it reads over
     PCIe), and how it was made; (None, {"skipped": reason}) where that cannot be done reliably."""
@@ -225,18 +255,6 @@ def main() -> int:
 
     lines: list[dict] = []
 
-    def window(body) -> tuple[tuple[int, int] | None, int]:
-        """Run ``body`` between truth reads 6 ms away from it: ((h2d, d2h) bytes or None, body's ns)."""
-        torch.cuda.synchronize(dev)
-        before = counters.read() if counters else None
-        time.sleep(GAP_S)
-        t0 = time.perf_counter_ns()
-        body()
-        t1 = time.perf_counter_ns()
-        time.sleep(GAP_S)
-        after = counters.read() if counters else None
-        return (delta(after, before) if counters else None), t1 - t0
-
     inner_ns: dict[str, int] = {}
 
     def nested():
@@ -271,18 +289,11 @@ def main() -> int:
 
     t_loop0 = time.perf_counter_ns()
     for rnd in range(calls):
-        ref, _ = window(lambda: None)  # the empty reference window of this round
-        lines.append({"kind": "ref", "name": "_ref", "call": rnd,
-                      "h2d_bytes": ref[0] if ref else None, "d2h_bytes": ref[1] if ref else None})
+        ref, _ = window(dev, counters, lambda: None)  # the empty reference window of this round
+        lines.append(ref_row(rnd, ref))
         for name in order:
-            raw, ns = window(bodies[name])
-            nbytes, direction, launches = expect[name]
-            row = {"kind": "range", "name": name, "call": rnd, "depth": 0, "truth": raw is not None,
-                   "h2d_bytes": raw[0] - ref[0] if raw else None, "d2h_bytes": raw[1] - ref[1] if raw else None,
-                   "raw_h2d_bytes": raw[0] if raw else None, "raw_d2h_bytes": raw[1] if raw else None,
-                   "duration_ns": ns, "payload_bytes": nbytes, "direction": direction,
-                   "launches_expected": launches}
-            lines.append(row)
+            raw, ns = window(dev, counters, bodies[name])
+            lines.append(range_row(name, rnd, raw, ref, ns, *expect[name]))
             if name == "step_nested":
                 for inner, (ib, idir, il) in nested_expect.items():
                     lines.append({"kind": "range", "name": inner, "call": rnd, "depth": 1, "truth": False,

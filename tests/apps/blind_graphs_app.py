@@ -49,8 +49,8 @@ from typing import Callable
 
 import torch
 
-# the truth as blind_app.py takes it: its NVML reader, 6 ms gaps (this folder is on sys.path when run as a script)
-from blind_app import GAP_S, Counters, bus_id_of, delta
+# the truth as blind_app.py takes it: its NVML reader, its windows 6 ms away, its rows (this folder is on sys.path as a script)
+from blind_app import GAP_S, Counters, bus_id_of, range_row, ref_row, window
 
 MiB = 1 << 20
 GRAPH_MIB, REPLAYS = 16, 8   # 8 replays, not 4: 128 MiB keeps the range >= 2 ms on a Gen5 x16 link
@@ -265,33 +265,15 @@ def main() -> int:
 
     lines: list[dict] = []
 
-    def window(body: Callable[[], None]) -> tuple[tuple[int, int] | None, int]:
-        """Run ``body`` between truth reads 6 ms away from it: ((h2d, d2h) bytes or None, body's ns)."""
-        torch.cuda.synchronize(dev)
-        before = counters.read() if counters else None
-        time.sleep(GAP_S)
-        t0 = time.perf_counter_ns()
-        body()
-        t1 = time.perf_counter_ns()
-        time.sleep(GAP_S)
-        after = counters.read() if counters else None
-        return (delta(after, before) if counters else None), t1 - t0
-
     time.sleep(0.020)  # quiet between the warm-up and the first range
     t_loop0 = time.perf_counter_ns()
     for rnd in range(calls):
-        ref, _ = window(lambda: None)  # the empty reference window of this round
-        lines.append({"kind": "ref", "name": "_ref", "call": rnd,
-                      "h2d_bytes": ref[0] if ref else None, "d2h_bytes": ref[1] if ref else None})
+        ref, _ = window(dev, counters, lambda: None)  # the empty reference window of this round
+        lines.append(ref_row(rnd, ref))
         for name, body, nbytes, direction, launches, extra in kinds:
-            raw, ns = window(body)
+            raw, ns = window(dev, counters, body)
             held.clear()  # capture_only's graph is destroyed here, outside its window
-            lines.append({"kind": "range", "name": name, "call": rnd, "depth": 0, "truth": raw is not None,
-                          "h2d_bytes": raw[0] - ref[0] if raw else None,
-                          "d2h_bytes": raw[1] - ref[1] if raw else None,
-                          "raw_h2d_bytes": raw[0] if raw else None, "raw_d2h_bytes": raw[1] if raw else None,
-                          "duration_ns": ns, "payload_bytes": nbytes, "direction": direction,
-                          "launches_expected": launches, **extra})
+            lines.append({**range_row(name, rnd, raw, ref, ns, nbytes, direction, launches), **extra})
             if name == "tiny_ranges_outer":
                 for ins in inner_ns:
                     lines.append({"kind": "range", "name": "tiny_h2d_1MiB", "call": rnd, "depth": 1,

@@ -136,7 +136,7 @@ def _range_view_options(p: argparse.ArgumentParser) -> None:
                         "sizes = [...]' -> 'aten::linear'), other names as they are; numbered = also fold a trailing "
                         "number ('layer0'...'layer31' -> 'layer#'); name = every distinct name. Each call keeps its "
                         "full name in range_instances")
-    p.add_argument("--top", type=_top, default=20, metavar="N",
+    p.add_argument("--top", type=_top, default=15, metavar="N",
                    help="on the console, the first N ranges by --sort, nested ranges under their parents")
     p.add_argument("--all", action="store_true", help="on the console, every range (overrides --top)")
     p.add_argument("--sort", choices=["incl_ms", "excl_ms", "h2d", "d2h", "launches", "calls", "name"],

@@ -277,7 +277,8 @@ def check_table(df: pd.DataFrame, name: str, columns: dict[str, str]) -> pd.Data
                 raise Invalid(where, "expected whole numbers (64-bit) with no nulls")
             if kind == "pos" and (s < 1).any():
                 raise Invalid(where, f"expected whole numbers >= 1, got {_show(s[s < 1].iloc[0].item())}")
-        elif kind == "str" and not s.map(lambda v: v is None or isinstance(v, str)).all():
+        elif kind == "str" and not (isinstance(s.dtype, pd.StringDtype) and not s.isna().any()) \
+                and not s.map(lambda v: v is None or isinstance(v, str)).all():  # (a string column passes at once)
             raise Invalid(where, f"expected strings, got {_show(_odd(s, lambda v: isinstance(v, str)))}")
         elif kind == "bool" and not pd.api.types.is_bool_dtype(s):
             raise Invalid(where, f"expected true/false, got {_show(_odd(s, lambda v: isinstance(v, bool)))}")

@@ -154,11 +154,12 @@ def _stage(stage: str, folder: Path, scratch: Path) -> None:
             main(["report", str(folder), "--format", stage])
 
 
-def measure(stage: str, folder: Path, scratch: Path) -> dict[str, float]:
-    """CPU seconds and peak RSS (GB) of one stage, in a fresh interpreter; Perfetto: its file's size too."""
+def measure(stage: str, folder: Path, scratch: Path, code: Path = ROOT) -> dict[str, float]:
+    """CPU seconds and peak RSS (GB) of one stage, in a fresh interpreter importing pcietrace from ``code``;
+    Perfetto: its file's size too."""
     cmd = [sys.executable, __file__, "--stage", stage, str(folder), "--scratch", str(scratch)]
     wall = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(code)})
     if p.returncode:
         return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
     r = json.loads(p.stdout.strip().splitlines()[-1])
@@ -188,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", type=float, default=1e6)
     p.add_argument("--ranges", type=float, default=1e5)
     p.add_argument("--names", type=int, default=0)
+    p.add_argument("--code", type=Path, default=ROOT,
+                   help="the folder holding the pcietrace package to measure (e.g. an older commit's `git archive`)")
     p.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
     p.add_argument("--scratch", type=Path, help=argparse.SUPPRESS)
     p.add_argument("folder", nargs="?", type=Path, help=argparse.SUPPRESS)
@@ -211,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             have = pd.read_parquet(folder / "events.parquet", columns=["event"])["event"].isin(["push", "start"]).sum()
             line = [f"{args.gpus} GPUs, {n_samples:.0e} samples, {have:.1e} ranges:"]
             for s in stages:
-                r = measure(s, folder, Path(tmp)) | {"samples": n_samples, "ranges": float(have)}
+                r = measure(s, folder, Path(tmp), args.code) | {"samples": n_samples, "ranges": float(have)}
                 rows[s].append(r)
                 line.append(f"{s} " + (r["error"] if "error" in r else
                                        f"{r['cpu_s']:.1f} s {r['rss_GB']:.2f} GB"

@@ -265,7 +265,7 @@ def _launch_costs(args: argparse.Namespace, ordinal: int) -> dict[str, Any] | No
 def cmd_attach(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.analysis import analyze, saved_tables
     from pcietrace.collectors import nvml, topology
     from pcietrace.device import backend, cuda
     from pcietrace.record import guard
@@ -300,7 +300,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         session.meta["launch_costs"] = _launch_costs(args, ordinals[0])
     machine_output = args.json or args.format != "table"  # stdout carries the report alone: the program's goes to stderr
     saving = record_attach(session, folder, args.idle_s, sys.stderr if machine_output else None,
-                           lambda: analyze(session), write_trace, to_jsonable=to_jsonable, tell=tell)
+                           lambda: analyze(session), write_trace, to_jsonable=saved_tables, tell=tell)
     return saving.end(lambda results: _emit(session.meta, results, args), exit_code(session.meta))
 
 

@@ -50,6 +50,38 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return json.loads(counts_as_ints(df).to_json(orient="records")) if len(df) else []
 
 
+#: Rows of a table converted to JSON at a time by :func:`write_json` (bounds its memory).
+JSON_CHUNK_ROWS = 20_000
+
+
+def write_json(doc: Any, out: Any, default: Callable[[Any], Any] = str, allow_nan: bool = False) -> None:
+    """``doc`` as strict JSON into ``out`` (a text file), its DataFrames (at any depth) as :func:`records` written
+    :data:`JSON_CHUNK_ROWS` rows at a time, one record a line: a table of millions of rows never becomes one
+    string. The rest as ``json.dumps(indent=1)``."""
+    if isinstance(doc, pd.DataFrame):
+        if not len(doc):
+            out.write("[]")
+            return
+        doc = counts_as_ints(doc)
+        out.write("[\n")
+        for i in range(0, len(doc), JSON_CHUNK_ROWS):
+            lines = doc.iloc[i:i + JSON_CHUNK_ROWS].to_json(orient="records", lines=True).rstrip("\n")
+            out.write((",\n" if i else "") + lines.replace("\n", ",\n"))  # (newlines in strings are escaped)
+        out.write("\n]")
+    elif isinstance(doc, dict) and _holds_table(doc):
+        out.write("{")
+        for i, (k, v) in enumerate(doc.items()):
+            out.write(("," if i else "") + f"\n{json.dumps(str(k))}: ")
+            write_json(v, out, default, allow_nan)
+        out.write("\n}")
+    else:
+        out.write(json.dumps(doc, indent=1, default=default, allow_nan=allow_nan))
+
+
+def _holds_table(doc: Any) -> bool:
+    return isinstance(doc, pd.DataFrame) or isinstance(doc, dict) and any(_holds_table(v) for v in doc.values())
+
+
 def normalize_bus_id(bus_id: str) -> str:
     """'00000000:1A:00.0' / '0000:1a:00.0' -> '0000:1a:00.0' (the sysfs spelling, lower case), as reports key GPUs."""
     domain, rest = bus_id.strip().lower().split(":", 1)

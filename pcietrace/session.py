@@ -68,7 +68,8 @@ class Session:
                 for g in self.meta.get("gpus", [])}
 
     def save(self, directory: Path, results: dict[str, Any] | None = None) -> Path:
-        """Write the session (and, if given, analysis results as JSON-ready data) to ``directory``."""
+        """Write the session (and, if given, analysis results as JSON-ready data: records, or DataFrames written
+        as records) to ``directory``."""
         directory.mkdir(parents=True, exist_ok=True)
         doc = {"schema": SCHEMA, "meta": self.meta,
                "tables": {t: _records(getattr(self, t)) for t in TABLES}, "results": results or {}}
@@ -76,7 +77,9 @@ class Session:
         if len(self.events):
             self.events.to_parquet(directory / EVENTS_FILE, index=False)
         tmp = directory / (REPORT_FILE + ".tmp")
-        tmp.write_text(json.dumps(doc, indent=1, default=_json_default) + "\n")
+        with open(tmp, "w") as f:  # (results may hold tables: written a chunk of rows at a time)
+            schema.write_json(doc, f, _json_default, allow_nan=True)
+            f.write("\n")
         os.replace(tmp, directory / REPORT_FILE)  # never leave a half-written report
         return directory / REPORT_FILE
 

@@ -146,6 +146,13 @@ def to_jsonable(results: dict[str, pd.DataFrame]) -> dict[str, Any]:
     return {k: records(v) for k, v in results.items() if k not in TIMELINES}
 
 
+def saved_tables(results: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Result tables as ``report.json`` saves them (:func:`to_jsonable`'s, timelines left out) but still as
+    DataFrames, which :meth:`pcietrace.session.Session.save` writes as records a chunk of rows at a time: a long
+    attach run's range instances never become one list of dicts or one string."""
+    return {k: v for k, v in results.items() if k not in TIMELINES}
+
+
 #: Launch counts of a range instance, unknown (NaN) where the program ran with ``--no-count-launches``.
 LAUNCH_COUNTS = ("eager_launches", "graph_launches", "eager_launches_process", "graph_launches_process",
                  "captured_launches", "captured_launches_process")

@@ -67,7 +67,7 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     pos = np.arange(n)
     pid_rank = pd.factorize(pid)[0]  # (processes in order of their first event)
     last_of_pid = pd.Series(pos).groupby(pid).transform("max").to_numpy()  # (per event: its process's last)
-    thread = pd.factorize(pd.MultiIndex.from_arrays([pid, tid]))[0] if n else np.zeros(0, np.int64)
+    thread = nesting.codes(pid, tid)
     last_thread = pd.Series(pos).groupby(thread).max().to_numpy()
 
     # push/pop: a stack per thread; its size after each event is the walk of +1/-1 reflected at 0 (a pop on
@@ -203,7 +203,7 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
     push = (out["kind"] == "push").to_numpy()
     # devmask counts launches since the thread's previous event, so (start, end] holds the range's own: a
     # push/pop range reads its thread's events, a start/end one its process's
-    threads = pd.factorize(pd.MultiIndex.from_arrays([np.r_[e_pid, r_pid], np.r_[e_tid, r_tid]]))[0]
+    threads = nesting.codes(np.r_[e_pid, r_pid], np.r_[e_tid, r_tid])
     procs = pd.factorize(np.r_[e_pid, r_pid])[0]
     m, p = len(events), procs.max() + 1  # (each event is in its thread's group and its process's)
     t = events["t_ns"].to_numpy(np.int64)
@@ -212,10 +212,10 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
                       out["t_end_ns"].to_numpy(np.int64))
     process = pd.Series(bits).groupby(e_pid).agg(np.bitwise_or.reduce)
     whole = process.reindex(r_pid, fill_value=0).to_numpy(np.uint64)
-    keys = pd.MultiIndex.from_arrays([r_pid, own, whole, push])
-    code, uniq = pd.factorize(keys)
+    code = nesting.codes(r_pid, own, whole, push)
+    _, first = np.unique(code, return_index=True)
     result, rule = [], []
-    for pid, mask, proc_mask, is_push in uniq:  # (a few combinations: one per process and device set)
+    for pid, mask, proc_mask, is_push in zip(r_pid[first], own[first], whole[first], push[first]):  # (a few combinations: one per process and device set)
         mine = [g for g in to_nvml(int(pid), int(mask)) if g in sampled]
         if mine:
             result.append(mine), rule.append("thread" if is_push else "process")
@@ -382,7 +382,12 @@ def value_curve(cum: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray,
     windows of reads of different lengths are put in order too, the k-th earliest with the k-th value."""
     t = cum["t_ns"].to_numpy(np.int64)
     half = read_ns_of(cum) // 2
-    return t, cum[f"{column}_bytes"].to_numpy(float), np.sort(t - half - COUNTER_UPDATE_NS), np.sort(t + half)
+    return t, cum[f"{column}_bytes"].to_numpy(float), _ascending(t - half - COUNTER_UPDATE_NS), _ascending(t + half)
+
+
+def _ascending(x: np.ndarray) -> np.ndarray:
+    """``x`` sorted (most read windows come in order already: checking costs less than sorting)."""
+    return x if not (x[1:] < x[:-1]).any() else np.sort(x)
 
 
 def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early: np.ndarray | None = None,

@@ -7,6 +7,13 @@ import numpy as np
 import pandas as pd
 
 
+def codes(*columns: np.ndarray) -> np.ndarray:
+    """Per row, a number for its combination of ``columns`` values, in order of first appearance."""
+    if not len(columns[0]):
+        return np.zeros(0, np.int64)
+    return pd.DataFrame({i: c for i, c in enumerate(columns)}).groupby(list(range(len(columns))), sort=False).ngroup().to_numpy()
+
+
 def parents(instances: pd.DataFrame) -> pd.Series:
     """Per instance (``pid``, ``tid``, ``kind``, ``depth``, ``t_start_ns``, ``t_end_ns``): the index label of
     its parent, or NaN. Per thread in start order (a parent opens before its children): the range opened last
@@ -15,7 +22,7 @@ def parents(instances: pd.DataFrame) -> pd.Series:
     at = np.flatnonzero((instances["kind"] == "push").to_numpy())
     if not at.size:
         return out
-    thread = pd.factorize(pd.MultiIndex.from_arrays([instances["pid"].to_numpy()[at], instances["tid"].to_numpy()[at]]))[0]
+    thread = codes(instances["pid"].to_numpy()[at], instances["tid"].to_numpy()[at])
     a = instances["t_start_ns"].to_numpy(np.int64)[at]
     b = instances["t_end_ns"].to_numpy(np.int64)[at]
     depth = instances["depth"].to_numpy(np.int64)[at]

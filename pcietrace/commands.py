@@ -158,10 +158,14 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise UsageError("--perfetto needs a report made by `pcietrace attach`")
         from pcietrace.report.perfetto import write_trace
 
+        from pcietrace.record.attach import trace_size
+
         try:
-            write_trace(session, results, args.perfetto)
-        except OSError as exc:
-            raise UsageError(f"cannot write the Perfetto trace to {args.perfetto}: {exc.strerror or exc}") from None
+            info = write_trace(session, results, args.perfetto)
+        except (OSError, MemoryError) as exc:
+            raise UsageError(f"cannot write the Perfetto trace to {args.perfetto}: "
+                             f"{getattr(exc, 'strerror', None) or exc or 'out of memory'}") from None
+        print(f"Perfetto trace: {args.perfetto}{trace_size(info)}", file=sys.stderr)
     _emit(session.meta, results, args)
     return 0
 

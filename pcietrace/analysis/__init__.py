@@ -119,18 +119,31 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
 TIMELINES = ("rates",)
 
 
-def timeline_bin_ns(meta: dict[str, Any]) -> int:
-    """Bin of the attach timelines (PCIe rates, launch rates): the sampling interval, at least 1 ms."""
-    return max(int(float(meta.get("sample_interval_ms") or 1.0) * 1e6), 1_000_000)
+#: The most bins a timeline has per GPU (or process): a longer run gets longer bins (whole ms), so an hour on
+#: 8 GPUs is 8 x 100,000 rows, not 8 x 3.6 million.
+MAX_TIMELINE_BINS = 100_000
 
 
-def launch_timeline(session: Session) -> pd.DataFrame | None:
+def timeline_bin_ns(meta: dict[str, Any], span_ns: int = 0, max_bins: int = MAX_TIMELINE_BINS) -> int:
+    """Bin of the attach timelines (PCIe rates, launch rates): the sampling interval, at least 1 ms, and long
+    enough that ``span_ns`` (the timeline's length) makes at most ``max_bins`` bins (in whole ms)."""
+    fine = max(int(float(meta.get("sample_interval_ms") or 1.0) * 1e6), 1_000_000)
+    return max(fine, -(-int(span_ns) // max_bins // 1_000_000) * 1_000_000)
+
+
+def _span_ns(t: pd.Series) -> int:
+    return int(t.max() - t.min()) if len(t) else 0
+
+
+def launch_timeline(session: Session, max_bins: int = MAX_TIMELINE_BINS) -> pd.DataFrame | None:
     """An attach run's launches per ms per process over time (:func:`attribution.launch_rate`, binned by
-    :func:`timeline_bin_ns`), or None where launches were not counted (``--no-count-launches``: no launch
-    track rather than a flat 0)."""
+    :func:`timeline_bin_ns`: at most ``max_bins`` bins per process), or None where launches were not counted
+    (``--no-count-launches``: no launch track rather than a flat 0)."""
     if session.meta.get("launch_counter") == NO_LAUNCH_COUNTER:
         return None
-    return attribution.launch_rate(gpu_time.host_events(session.events), timeline_bin_ns(session.meta))
+    events = gpu_time.host_events(session.events)
+    span = _span_ns(events["t_ns"]) if len(events) else 0
+    return attribution.launch_rate(events, timeline_bin_ns(session.meta, span, max_bins))
 
 
 def idle_interval_ns(meta: dict[str, Any]) -> int:
@@ -252,7 +265,7 @@ def _attach(s: Session, cum: pd.DataFrame) -> dict[str, pd.DataFrame]:
         p = savings.predict_ms(inst, costs)
         inst = inst.assign(graph_savings_ms=p["predicted_ms"], launch_bound=p["launch_bound"])
         whole["program_graph_savings_ms"] = savings.outermost_ms(p)
-    return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta)),
+    return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta, _span_ns(cum["t_ns"]))),
             "ranges": attribution.summarize(inst, costs, short_ns=2 * gap_ns), "whole_run": whole,
             "notes": pd.DataFrame(notes, columns=NOTES_COLUMNS, dtype=str)}
 

@@ -267,10 +267,14 @@ def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None 
     count towards the median. ``counters``: each GPU's record (:attr:`pcietrace.session.Session.counters`:
     its counter width and link, :func:`could_hide_wrap`)."""
     out = {}
+    if idle_ns > 0 and ranges is not None:  # (sorted once for every GPU)
+        starts = np.sort(ranges["t_start_ns"].to_numpy(np.int64))
+        ends = np.sort(ranges["t_end_ns"].to_numpy(np.int64))
     for idx, g in cum.groupby("nvml_index"):
         t = g["t_ns"].to_numpy(np.int64)
         gap = np.diff(t)
-        idle = (open_ranges_at(ranges, t[:-1]) == 0) if idle_ns > 0 and ranges is not None else np.zeros(gap.size, bool)
+        idle = (np.searchsorted(starts, t[:-1], "right") == np.searchsorted(ends, t[:-1], "right")) \
+            if idle_ns > 0 and ranges is not None else np.zeros(gap.size, bool)  # (no range open: open_ranges_at)
         fast = gap[~idle] if (~idle).any() else gap
         median = float(np.median(fast)) if fast.size else 0.0
         limit = max(4 * COUNTER_UPDATE_NS, 2 * median) if gap.size else 0
@@ -310,15 +314,16 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
     holds = _gpu_sets(out["gpus"])
     for idx, g in cum.groupby("nvml_index"):
-        mine = holds(int(idx))
-        if not mine.any():
+        k = np.flatnonzero(holds(int(idx)))  # the ranges holding this GPU: its figures are theirs only
+        if not k.size:
             continue
+        ak, bk = a[k], b[k]
         t = g["t_ns"].to_numpy(np.int64)
         gp = gaps[int(idx)]
-        covered = (a >= t[0]) & (b <= t[-1])
-        wrap = gaps_overlapping(t, gp["wrap"], a, b) > 0
+        covered = (ak >= t[0]) & (bk <= t[-1])
+        wrap = gaps_overlapping(t, gp["wrap"], ak, bk) > 0
         no_floor = int(idx) not in models.index or models.loc[int(idx), "status"] == "no floor"
-        first, after = np.searchsorted(t, a, "right"), np.searchsorted(t, b, "right")  # samples inside: first..after-1
+        first, after = np.searchsorted(t, ak, "right"), np.searchsorted(t, bk, "right")  # samples inside: first..after-1
         reads = after - first
         # their reads' summed time (us): a range whose reads sat apart in read time states it in its floor error
         read_us = None
@@ -326,23 +331,24 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             spent_us = np.concatenate([[0.0], np.cumsum(g["read_ns"].to_numpy(float) / 1e3)])
             read_us = spent_us[after] - spent_us[first]
         st = np.where(~covered, 2, np.where(wrap, 3, 1 if no_floor else 0))
-        status = np.where(mine, np.maximum(status, st), status)
-        acc["stalls"] += np.where(mine, gaps_overlapping(t, gp["stall"], a, b), 0)
+        status[k] = np.maximum(status[k], st)
+        acc["stalls"][k] += gaps_overlapping(t, gp["stall"], ak, bk)
         model = None if no_floor else models.loc[int(idx)]
+        early, late = read_windows(g)
         for d, c in DIRECTIONS.items():
-            curve = value_curve(g, c)
+            y = g[f"{c}_bytes"].to_numpy(float)
             # the floor's bytes per read and per ns, which the edges spread evenly (none without a floor)
             per_read, per_ns = (0.0, 0.0) if no_floor else \
                 np.nan_to_num(floor_bytes(model, d, np.array([1, 0]), np.array([0, 1])))
-            (ya, ea), (yb, eb) = (edge_values(*curve[:2], x, side, *curve[2:], float(per_read), float(per_ns),
-                                                  link_bps((counters or {}).get(int(idx), {})))
-                                  for x, side in ((a, "start"), (b, "end")))
-            (ya, ea), (yb, eb) = growing_edges(a, b, ya, yb, ea, eb, mine)
-            acc[f"{d}_raw"] += np.where(mine, yb - ya, 0)
-            acc[f"{d}_edge"] += np.where(mine, ea + eb, 0)
+            (ya, ea), (yb, eb) = (edge_values(t, y, x, side, early, late, float(per_read), float(per_ns),
+                                              link_bps((counters or {}).get(int(idx), {})))
+                                  for x, side in ((ak, "start"), (bk, "end")))
+            (ya, ea), (yb, eb) = growing_edges(ak, bk, ya, yb, ea, eb, np.ones(k.size, bool))
+            acc[f"{d}_raw"][k] += yb - ya
+            acc[f"{d}_edge"][k] += ea + eb
             if not no_floor:
-                acc[f"{d}_floor"] += np.where(mine, floor_bytes(model, d, reads, b - a), 0)
-                acc[f"{d}_floor_var"] += np.where(mine, floor_err_bytes(model, d, reads, b - a, read_us) ** 2, 0)
+                acc[f"{d}_floor"][k] += floor_bytes(model, d, reads, bk - ak)
+                acc[f"{d}_floor_var"][k] += floor_err_bytes(model, d, reads, bk - ak, read_us) ** 2
     sampled = set(cum["nvml_index"].astype(int))
     status = np.where(holds(None, sampled), 2, status)  # a GPU with no samples at all
     out["status"] = [STATUSES[i] for i in status]
@@ -380,14 +386,16 @@ def value_curve(cum: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray,
     (``bench/read_latch_probe.py``), hence the whole read. ``cum`` comes in time order with its values
     ascending (:func:`pcietrace.analysis.counters.cumulative_bytes` leaves out reads that step back); the
     windows of reads of different lengths are put in order too, the k-th earliest with the k-th value."""
+    return (cum["t_ns"].to_numpy(np.int64), cum[f"{column}_bytes"].to_numpy(float), *read_windows(cum))
+
+
+def read_windows(cum: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`value_curve`'s earliest and latest times (ns) each value can apply, each ascending (the same for
+    both directions). Reads overlap little, so these are nearly in order: a stable sort (a merge of runs)
+    puts them in order in about one pass."""
     t = cum["t_ns"].to_numpy(np.int64)
     half = read_ns_of(cum) // 2
-    return t, cum[f"{column}_bytes"].to_numpy(float), _ascending(t - half - COUNTER_UPDATE_NS), _ascending(t + half)
-
-
-def _ascending(x: np.ndarray) -> np.ndarray:
-    """``x`` sorted (most read windows come in order already: checking costs less than sorting)."""
-    return x if not (x[1:] < x[:-1]).any() else np.sort(x)
+    return np.sort(t - half - COUNTER_UPDATE_NS, kind="stable"), np.sort(t + half, kind="stable")
 
 
 def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early: np.ndarray | None = None,

@@ -129,17 +129,17 @@ def _emit(meta: dict[str, Any], results: Any, args: argparse.Namespace) -> None:
     emit(meta, results, summarize(meta, results), "json" if args.json else args.format, args.detail, args.plot)
 
 
-def _check_perfetto_target(target: Path, recording: Path) -> None:
-    """Refuse a --perfetto file that is standard output or one of the files the report is read from (writing it
-    would replace the recording with the trace)."""
+def _check_perfetto_target(target: Path, recording: Path, option: str = "--perfetto") -> None:
+    """Refuse a --perfetto (``option``) file that is standard output or one of the files the report is read from
+    (writing it would replace the recording with the trace)."""
     from pcietrace.session import recording_files
 
     if str(target) == "-":
-        raise UsageError("--perfetto writes a file: give its name (standard output holds the report)")
+        raise UsageError(f"{option} writes a file: give its name (standard output holds the report)")
     files = recording_files(recording) if target.exists() else []
     own = [f for f in files if f.exists() and os.path.samefile(target, f)]
     if own:
-        raise UsageError(f"--perfetto {target}: that is the report's own {own[0].name}, which it is read from; "
+        raise UsageError(f"{option} {target}: that is the report's own {own[0].name}, which it is read from; "
                          "choose another file")
 
 
@@ -149,8 +149,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if args.perfetto is not None:
         _check_perfetto_target(args.perfetto, args.path)
+    if args.instances is not None:
+        _check_perfetto_target(args.instances, args.path, "--instances")
     session = Session.load(args.path)
     results = analyze(session, args.us_per_level)
+    if args.instances is not None:
+        from pcietrace.session import write_instances
+
+        try:
+            results["range_instances"] = write_instances(results["range_instances"], args.instances)
+        except OSError as exc:
+            raise UsageError(f"cannot write the range instances to {args.instances}: {exc.strerror or exc}") from None
     if args.perfetto is not None:
         if session.meta.get("kind") == "attach-failed":
             raise UsageError(f"--perfetto: {args.path} is an attach run stopped before its program ran: no trace")

@@ -57,8 +57,11 @@ JSON_CHUNK_ROWS = 20_000
 def write_json(doc: Any, out: Any, default: Callable[[Any], Any] = str, allow_nan: bool = False) -> None:
     """``doc`` as strict JSON into ``out`` (a text file), its DataFrames (at any depth) as :func:`records` written
     :data:`JSON_CHUNK_ROWS` rows at a time, one record a line: a table of millions of rows never becomes one
-    string. The rest as ``json.dumps(indent=1)``."""
-    if isinstance(doc, pd.DataFrame):
+    string; a DataFrame written to Parquet (``attrs["parquet"]``: its path) as ``{"parquet": PATH, "rows": N}``.
+    The rest as ``json.dumps(indent=1)``."""
+    if isinstance(doc, pd.DataFrame) and "parquet" in doc.attrs:  # its rows are in a file of their own
+        out.write(json.dumps({"parquet": doc.attrs["parquet"], "rows": len(doc)}))
+    elif isinstance(doc, pd.DataFrame):
         if not len(doc):
             out.write("[]")
             return

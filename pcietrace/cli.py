@@ -237,6 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
     _range_view_options(rp)
     rp.add_argument("--perfetto", type=Path, default=None, metavar="FILE",
                     help="also write the attach run's Chrome/Perfetto trace (PCIe counter tracks + NVTX ranges) to FILE")
+    rp.add_argument("--instances", type=Path, default=None, metavar="FILE",
+                    help="write the range_instances table (one row per range call) to FILE as Parquet and leave its "
+                         "rows out of the output: --format json then names the file and its row count "
+                         "(docs/json-outputs.md)")
     rp.set_defaults(func="cmd_report")
 
     tp = sub.add_parser("topo", formatter_class=_Formatter, help="where each GPU sits on PCIe, and the GPU<->GPU matrix",

@@ -15,14 +15,19 @@ def _count(x: float) -> int | None:
     return None if pd.isna(x) else int(x)
 
 
+def _t0(rates: pd.DataFrame, ranges: pd.DataFrame) -> int:
+    """The first sample's or range's time."""
+    return min((int(df[c].min()) for df, c in ((rates, "t_ns"), (ranges, "t_start_ns")) if len(df)), default=0)
+
+
 def chrome_trace(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame,
-                 launches: pd.DataFrame | None = None) -> dict[str, Any]:
+                 launches: pd.DataFrame | None = None, t0_ns: int | None = None) -> dict[str, Any]:
     """``rates``: :func:`pcietrace.analysis.counters.rates`; ``ranges``: attributed ranges
     (:func:`pcietrace.analysis.attribution.attribute`); ``launches``:
-    :func:`pcietrace.analysis.attribution.launch_rate`. Timestamps are microseconds from the first sample."""
+    :func:`pcietrace.analysis.attribution.launch_rate`. Timestamps are microseconds from ``t0_ns`` (default:
+    the first sample)."""
     launches = launches if launches is not None else pd.DataFrame(columns=["pid", "t_ns", "eager_per_ms", "graph_per_ms"])
-    starts = [int(df[c].min()) for df, c in ((rates, "t_ns"), (ranges, "t_start_ns")) if len(df)]
-    t0 = min(starts, default=0)
+    t0 = _t0(rates, ranges) if t0_ns is None else t0_ns
     ev: list[dict[str, Any]] = [{"ph": "M", "pid": 0, "name": "process_name", "args": {"name": "PCIe counters (NVML)"}}]
     for idx in sorted(set(rates["nvml_index"])) if len(rates) else []:
         ev.append({"ph": "M", "pid": 0, "tid": int(idx), "name": "thread_name", "args": {"name": f"GPU{idx}"}})
@@ -51,6 +56,34 @@ def chrome_trace(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame
                    "ts": (r.t_start_ns - t0) / 1e3, "dur": max(r.duration_ns, 0) / 1e3, "args": args})
     return {"traceEvents": ev, "displayTimeUnit": "ms",
             "otherData": {"tool": "pcietrace", "command": " ".join(meta.get("command", [])), "simulated": meta.get("simulated", False)}}
+
+
+#: Process ids of one node in a merged trace: its own (Linux's pid_max is at most 2^22) above ``node << PID_BITS``.
+PID_BITS = 22
+
+
+def merged_trace(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame, launches: pd.DataFrame) -> dict[str, Any]:
+    """A merged report's trace (:mod:`pcietrace.multinode`): :func:`chrome_trace` per node, on the wall clock the
+    merge put every node's times on, from one shared start; each node's counters and processes as processes of
+    their own, named and sorted by node."""
+    nodes = [n["node"] for n in meta["merged"]["nodes"]]
+    t0 = _t0(rates, ranges)
+    events: list[dict[str, Any]] = []
+    for k, node in enumerate(nodes, 1):
+        def mine(df: pd.DataFrame) -> pd.DataFrame:
+            return df[df["node"] == node] if len(df) else df
+
+        trace = chrome_trace(meta, mine(rates), mine(ranges), mine(launches) if len(launches) else None, t0)
+        base = k << PID_BITS
+        for e in trace["traceEvents"]:
+            e["pid"] = base + int(e["pid"])
+            if e.get("name") == "process_name":
+                e["args"] = {"name": f"{node}: {e['args']['name']}"}
+                events.append({"ph": "M", "pid": e["pid"], "name": "process_sort_index", "args": {"sort_index": e["pid"]}})
+            events.append(e)
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"tool": "pcietrace", "command": " ".join(meta.get("command") or []), "nodes": nodes,
+                          "simulated": meta.get("simulated", False)}}
 
 
 def write_trace(session: Any, results: dict[str, pd.DataFrame], path: Path) -> None:

@@ -1,0 +1,246 @@
+"""``pcietrace merge``: one report from the attach recordings of a job's nodes (one ``attach`` per node).
+
+Each node's recording is loaded and analysed in a worker of its own, so no process ever holds more than one
+node's raw samples: local processes (:class:`concurrent.futures.ProcessPoolExecutor`) by default, or the
+workers of a Dask distributed cluster (``scheduler``: its address; ``pip install 'pcietrace[dask]'``) through
+Dask's own executor. The workers hand back the small result tables and write each node's timelines into
+its folder; :func:`pcietrace.analysis.merge.combine` puts them together.
+
+On disk (docs/multinode.md) a merged report is a folder::
+
+    report.json              schema, meta (kind "attach", meta["merged"]: the nodes), results as JSON
+    results/<table>.parquet  the merged result tables, as `report` and `pcietrace.load` read them
+    nodes/<node>/meta.json   the node recording's own meta (GPUs, topology, processes, launcher)
+    nodes/<node>/rates.parquet, launches.parquet   its PCIe-rate and launch timelines (wall-clock times)
+    trace.json               the Perfetto trace: one process group per node
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import multiprocessing
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandas as pd
+
+from pcietrace import schema
+from pcietrace.analysis import merge as combine_nodes
+from pcietrace.errors import ReportError, UsageError, one_line
+from pcietrace.session import REPORT_FILE, Session, _json_default
+
+#: The environment variable Dask's own tools read the scheduler's address from.
+SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
+NODES_DIR = "nodes"
+RESULTS_DIR = "results"
+TRACE_FILE = "trace.json"
+DASK_MISSING = "--scheduler needs Dask's distributed scheduler: pip install 'pcietrace[dask]'"
+
+
+@dataclass
+class Merged:
+    """A loaded merged report: ``meta``, ``results`` (every result table, the timelines included) and
+    ``launches`` (the launch timeline, for the Perfetto trace)."""
+
+    meta: dict[str, Any]
+    results: dict[str, pd.DataFrame]
+    launches: pd.DataFrame
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """A recording's meta, read without its tables (to name its node before any worker starts)."""
+    report = path / REPORT_FILE if path.is_dir() else path
+    try:
+        meta = json.loads(report.read_bytes())["meta"]
+    except FileNotFoundError:
+        raise ReportError(f"no pcietrace report at {path}") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ReportError(f"{report} is not a readable pcietrace report ({one_line(exc)})") from None
+    if not isinstance(meta, dict):
+        raise ReportError(f"{report}: meta is not an object")
+    return meta
+
+
+def is_merged(path: Path) -> bool:
+    """Whether ``path`` (a folder or its report.json) is a merged report."""
+    folder = path if path.is_dir() else path.parent
+    return (folder / NODES_DIR).is_dir() and (folder / RESULTS_DIR).is_dir() and (folder / REPORT_FILE).is_file()
+
+
+def analyze_node(path: str, node_dir: str, info: dict[str, Any]) -> dict[str, pd.DataFrame]:
+    """One node, in a worker: its recording loaded and analysed, its timelines (wall-clock) and meta written
+    into ``node_dir``; returns its :data:`~pcietrace.analysis.merge.NODE_TABLES`."""
+    from pcietrace.analysis import analyze, launch_timeline
+
+    session = Session.load(Path(path))
+    if not str(session.meta.get("kind", "")).startswith("attach"):
+        raise UsageError(f"{path} is a {session.meta.get('kind') or 'run'} report: merge takes attach recordings")
+    results = analyze(session)
+    folder = Path(node_dir)
+    folder.mkdir(parents=True)
+    combine_nodes.tag(results["rates"], info).to_parquet(folder / "rates.parquet", index=False)
+    launches = launch_timeline(session)
+    if launches is not None and len(launches):
+        combine_nodes.tag(launches, info).to_parquet(folder / "launches.parquet", index=False)
+    (folder / "meta.json").write_text(json.dumps(session.meta, indent=1, default=_json_default) + "\n")
+    return {t: results[t] for t in combine_nodes.NODE_TABLES}
+
+
+@contextlib.contextmanager
+def executor(workers: int | None, scheduler: str | None) -> Iterator[concurrent.futures.Executor]:
+    """Where the nodes are analysed: a Dask cluster's executor with ``scheduler``, else ``workers`` local
+    processes (spawned: pandas' and pyarrow's threads do not survive a fork)."""
+    if scheduler:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise UsageError(DASK_MISSING) from None
+        try:
+            client = Client(scheduler, timeout="20s")
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise UsageError(f"cannot reach the Dask scheduler at {scheduler} ({one_line(exc)})") from None
+        with client:
+            yield client.get_executor()
+        return
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as ex:
+        yield ex
+
+
+def _folder_name(node: str) -> str:
+    """A node's name as a folder name (a host name may hold anything a label may)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", node) or "node"
+
+
+def node_infos(paths: list[Path]) -> list[dict[str, Any]]:
+    """Each recording's :func:`~pcietrace.analysis.merge.node_info`; two of one name are refused (their rows
+    could not be told apart)."""
+    infos = [combine_nodes.node_info(read_meta(p), str(p)) for p in paths]
+    seen: dict[str, str] = {}
+    for info in infos:
+        key = _folder_name(info["node"])
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {info['path']} are both node {info['node']!r} (same host, same "
+                             "label): record each with its own `attach --label`")
+        seen[key] = info["path"]
+    return infos
+
+
+def merge(paths: list[Path], out: Path, workers: int | None = None, scheduler: str | None = None,
+          force: bool = False) -> Path:
+    """Analyse every recording of ``paths`` in parallel and save the merged report into ``out`` (published in
+    one rename, as every saved run); returns where it went."""
+    from pcietrace.record.guard import RunFolder, discard_on_error
+
+    if not paths:
+        raise UsageError("merge needs at least one attach recording")
+    infos = node_infos(paths)
+    folder = RunFolder(out, explicit=True, force=force)
+    with discard_on_error(folder):
+        dirs = [str(folder.staging / NODES_DIR / _folder_name(i["node"])) for i in infos]
+        with executor(workers or min(len(paths), os.cpu_count() or 1), scheduler) as ex:
+            tables = list(ex.map(analyze_node, [str(p) for p in paths], dirs, infos))
+        metas = [json.loads((Path(d) / "meta.json").read_bytes()) for d in dirs]
+        results = combine_nodes.combine(list(zip(infos, tables)))
+        meta = merged_meta(infos, metas, "dask " + scheduler if scheduler else "processes")
+        save(folder.staging, meta, results)
+    return folder.publish()
+
+
+def merged_meta(infos: list[dict[str, Any]], metas: list[dict[str, Any]], engine: str) -> dict[str, Any]:
+    """The merged report's meta: an attach meta (the first node's settings) whose ``gpus`` and ``processes``
+    name their node, ``t_app_*`` the span of every node's run on the wall clock, ``exit_code`` the first
+    non-zero, and ``merged``: ``nodes`` (each node's :func:`~pcietrace.analysis.merge.node_info`, status, exit
+    code, command and run span) and ``engine``."""
+    from pcietrace.record.run import RunPlan, base_meta
+
+    nodes = []
+    for info, m in zip(infos, metas):
+        shift = int(info.get("offset_ns") or 0)
+        nodes.append({**info, "status": m.get("status"), "kind": m.get("kind"), "exit_code": m.get("exit_code"),
+                      "command": m.get("command"), "gpus": len(m.get("gpus", [])),
+                      "t_app_start_ns": m["t_app_start_ns"] + shift if "t_app_start_ns" in m else None,
+                      "t_app_end_ns": m["t_app_end_ns"] + shift if "t_app_end_ns" in m else None})
+    first = metas[0]
+    meta = base_meta(RunPlan(), any(m.get("simulated") for m in metas))
+    meta.pop("plan")
+    bad = [n["node"] for n in nodes if n["status"] != "complete"]
+    starts = [n["t_app_start_ns"] for n in nodes if n["t_app_start_ns"] is not None]
+    ends = [n["t_app_end_ns"] for n in nodes if n["t_app_end_ns"] is not None]
+    meta.update({k: first.get(k) for k in ("command", "driver", "launch_costs", "sample_interval_ms", "launch_counter",
+                                           "exact_edges", "idle_sample_interval_ms", "slow_domains", "gpu_time")})
+    meta.update(kind="attach", status="complete" if not bad else f"incomplete: {', '.join(bad)}",
+                exit_code=next((n["exit_code"] for n in nodes if n["exit_code"]), 0),
+                gpus=[{**g, "node": i["node"], "host": i["host"]} for i, m in zip(infos, metas) for g in m.get("gpus", [])],
+                processes=[{**p, "node": i["node"]} for i, m in zip(infos, metas) for p in m.get("processes", [])],
+                merged={"nodes": nodes, "engine": engine})
+    if starts and ends:
+        meta.update(t_app_start_ns=min(starts), t_app_end_ns=max(ends))
+    return meta
+
+
+def save(folder: Path, meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> None:
+    """The merged report into ``folder`` (the nodes' folders already there): report.json, results/*.parquet,
+    trace.json."""
+    from pcietrace.analysis import empty_results, to_jsonable
+    from pcietrace.report.perfetto import merged_trace
+
+    tables = {**empty_results("attach"), **results}
+    (folder / RESULTS_DIR).mkdir()
+    for name, df in tables.items():
+        if len(df):
+            df.to_parquet(folder / RESULTS_DIR / f"{name}.parquet", index=False)
+    doc = {"schema": schema.SCHEMA, "meta": meta, "tables": {}, "results": to_jsonable(tables)}
+    (folder / REPORT_FILE).write_text(json.dumps(doc, indent=1, default=_json_default) + "\n")
+    rates, launches = timelines(folder)
+    trace = merged_trace(meta, rates, tables["range_instances"], launches)
+    (folder / TRACE_FILE).write_text(json.dumps(trace))
+
+
+def timelines(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every node's PCIe-rate and launch timelines, stacked."""
+    def stack(name: str) -> pd.DataFrame:
+        files = sorted((folder / NODES_DIR).glob(f"*/{name}"))
+        return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True) if files else pd.DataFrame()
+
+    return stack("rates.parquet"), stack("launches.parquet")
+
+
+def load(path: Path) -> Merged:
+    """A merged report (its folder or report.json). Damaged or from another schema: a ReportError naming the file."""
+    from pcietrace.analysis import empty_results
+
+    folder = path if path.is_dir() else path.parent
+    report = folder / REPORT_FILE
+    try:
+        doc = json.loads(report.read_bytes())
+        version = schema.schema_version(doc.get("schema"))
+        meta = doc["meta"]
+    except (OSError, ValueError, KeyError, AttributeError) as exc:
+        raise ReportError(f"{report} is not a readable merged report ({one_line(exc)})") from None
+    if version != schema.SCHEMA_VERSION:
+        raise ReportError(f"{report}: schema {doc.get('schema')!r}; this pcietrace reads {schema.SCHEMA}")
+    if not isinstance(meta, dict) or not isinstance(meta.get("merged"), dict):
+        raise ReportError(f"{report}: meta.merged is missing: not a merged report")
+    results = empty_results("attach")
+    try:
+        for f in sorted((folder / RESULTS_DIR).glob("*.parquet")):
+            with open(f, "rb") as fh:
+                results[f.stem] = _lists(pd.read_parquet(fh))
+        rates, launches = timelines(folder)
+    except Exception as exc:  # pyarrow raises its own types for damaged files
+        raise ReportError(f"{folder} holds a damaged table ({one_line(exc)})") from None
+    results["rates"] = rates
+    return Merged(meta, results, launches)
+
+
+def _lists(df: pd.DataFrame) -> pd.DataFrame:
+    """List columns (``gpus``) back as Python lists, as the analysis makes them (Parquet gives numpy arrays)."""
+    for c in df.columns:
+        if df[c].dtype == object and len(df) and hasattr(df[c].iloc[0], "tolist"):
+            df[c] = [v.tolist() if hasattr(v, "tolist") else v for v in df[c]]
+    return df

@@ -172,13 +172,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _report_merged(args: argparse.Namespace) -> int:
     """`report` of a merged report: its saved tables (the nodes' raw samples are never loaded together)."""
     from pcietrace import multinode
-    from pcietrace.report.perfetto import merged_trace
 
-    merged = multinode.load(args.path)
+    merged = multinode.load(args.path, timelines=args.plot is not None)
     if args.perfetto is not None:
-        trace = merged_trace(merged.meta, merged.results["rates"], merged.results["range_instances"], merged.launches)
+        folder = args.path if args.path.is_dir() else args.path.parent
         try:
-            args.perfetto.write_text(json.dumps(trace))
+            multinode.write_trace(folder, merged.meta, args.perfetto)
         except OSError as exc:
             raise UsageError(f"cannot write the Perfetto trace to {args.perfetto}: {exc.strerror or exc}") from None
     _emit(merged.meta, merged.results, args)
@@ -193,7 +192,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     scheduler = args.scheduler or os.environ.get(multinode.SCHEDULER_ENV) or None
     out = multinode.merge(args.paths, args.output, args.workers, scheduler, args.force)
     tell(f"pcietrace: merged {len(args.paths)} recordings into {out} (Perfetto trace: {out / multinode.TRACE_FILE})")
-    loaded = multinode.load(out)
+    loaded = multinode.load(out, timelines=args.plot is not None)
     _emit(loaded.meta, loaded.results, args)
     return 0
 

@@ -11,8 +11,10 @@ On disk (docs/multinode.md) a merged report is a folder::
     report.json              schema, meta (kind "attach", meta["merged"]: the nodes), results as JSON
     results/<table>.parquet  the merged result tables, as `report` and `pcietrace.load` read them
     nodes/<node>/meta.json   the node recording's own meta (GPUs, topology, processes, launcher)
-    nodes/<node>/rates.parquet, launches.parquet   its PCIe-rate and launch timelines (wall-clock times)
-    trace.json               the Perfetto trace: one process group per node
+    nodes/<node>/rates.parquet, launches.parquet, range_instances.parquet
+                             its PCIe-rate and launch timelines and its ranges (wall-clock times)
+    nodes/<node>/trace-events.json   its part of the Perfetto trace
+    trace.json               the Perfetto trace: the nodes' parts, each node's processes named by it
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import pandas as pd
 from pcietrace import schema
 from pcietrace.analysis import merge as combine_nodes
 from pcietrace.errors import ReportError, UsageError, one_line
+from pcietrace.report.perfetto import merged_header
 from pcietrace.session import REPORT_FILE, Session, _json_default
 
 #: The environment variable Dask's own tools read the scheduler's address from.
@@ -39,17 +42,19 @@ SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 NODES_DIR = "nodes"
 RESULTS_DIR = "results"
 TRACE_FILE = "trace.json"
+RATES_FILE = "rates.parquet"
+LAUNCHES_FILE = "launches.parquet"
+INSTANCES_FILE = "range_instances.parquet"
+TRACE_PART = "trace-events.json"
 DASK_MISSING = "--scheduler needs Dask's distributed scheduler: pip install 'pcietrace[dask]'"
 
 
 @dataclass
 class Merged:
-    """A loaded merged report: ``meta``, ``results`` (every result table, the timelines included) and
-    ``launches`` (the launch timeline, for the Perfetto trace)."""
+    """A loaded merged report: ``meta`` and ``results`` (every result table, the PCIe-rate timeline included)."""
 
     meta: dict[str, Any]
     results: dict[str, pd.DataFrame]
-    launches: pd.DataFrame
 
 
 def read_meta(path: Path) -> dict[str, Any]:
@@ -72,9 +77,10 @@ def is_merged(path: Path) -> bool:
     return (folder / NODES_DIR).is_dir() and (folder / RESULTS_DIR).is_dir() and (folder / REPORT_FILE).is_file()
 
 
-def analyze_node(path: str, node_dir: str, info: dict[str, Any]) -> dict[str, pd.DataFrame]:
-    """One node, in a worker: its recording loaded and analysed, its timelines (wall-clock) and meta written
-    into ``node_dir``; returns its :data:`~pcietrace.analysis.merge.NODE_TABLES`."""
+def analyze_node(path: str, node_dir: str, info: dict[str, Any]) -> tuple[dict[str, pd.DataFrame], int | None]:
+    """One node, in a worker: its recording loaded and analysed; its meta and (wall-clock) timelines and range
+    instances written into ``node_dir`` for :func:`trace_part`. Returns its
+    :data:`~pcietrace.analysis.merge.NODE_TABLES` and its first time (None: nothing sampled)."""
     from pcietrace.analysis import analyze, launch_timeline
 
     session = Session.load(Path(path))
@@ -83,12 +89,47 @@ def analyze_node(path: str, node_dir: str, info: dict[str, Any]) -> dict[str, pd
     results = analyze(session)
     folder = Path(node_dir)
     folder.mkdir(parents=True)
-    combine_nodes.tag(results["rates"], info).to_parquet(folder / "rates.parquet", index=False)
+    rates = combine_nodes.tag(results["rates"], info)
+    instances = combine_nodes.tag(results["range_instances"], info)
+    rates.to_parquet(folder / RATES_FILE, index=False)
+    instances.to_parquet(folder / INSTANCES_FILE, index=False)
     launches = launch_timeline(session)
     if launches is not None and len(launches):
-        combine_nodes.tag(launches, info).to_parquet(folder / "launches.parquet", index=False)
+        combine_nodes.tag(launches, info).to_parquet(folder / LAUNCHES_FILE, index=False)
     (folder / "meta.json").write_text(json.dumps(session.meta, indent=1, default=_json_default) + "\n")
-    return {t: results[t] for t in combine_nodes.NODE_TABLES}
+    firsts = [int(df[c].min()) for df, c in ((rates, "t_ns"), (instances, "t_start_ns")) if len(df)]
+    return {t: results[t] for t in combine_nodes.NODE_TABLES}, min(firsts, default=None)
+
+
+def trace_part(node_dir: str, k: int, t0_ns: int, meta: dict[str, Any]) -> None:
+    """In a worker: node ``k``'s events of the merged trace (:func:`pcietrace.report.perfetto.node_events`) into
+    ``node_dir``, as the items of a JSON list."""
+    from pcietrace.report.perfetto import node_events
+
+    folder = Path(node_dir)
+    launches = folder / LAUNCHES_FILE
+    node = meta["merged"]["nodes"][k - 1]["node"]
+    events = node_events(meta, node, k, pd.read_parquet(folder / RATES_FILE), pd.read_parquet(folder / INSTANCES_FILE),
+                         pd.read_parquet(launches) if launches.is_file() else None, t0_ns)
+    (folder / TRACE_PART).write_text(json.dumps(events)[1:-1])
+
+
+def write_trace(folder: Path, meta: dict[str, Any], target: Path) -> None:
+    """The nodes' trace parts streamed into one Perfetto trace at ``target`` (never all in memory at once)."""
+    import shutil
+
+    head = json.dumps(merged_header(meta))
+    parts = [folder / NODES_DIR / _folder_name(n["node"]) / TRACE_PART for n in meta["merged"]["nodes"]]
+    with open(target, "w") as out:
+        out.write(head[:-1] + ', "traceEvents": [')
+        first = True
+        for part in parts:
+            if part.stat().st_size:
+                out.write("" if first else ",")
+                with open(part) as f:
+                    shutil.copyfileobj(f, out)
+                first = False
+        out.write("]}")
 
 
 @contextlib.contextmanager
@@ -143,11 +184,12 @@ def merge(paths: list[Path], out: Path, workers: int | None = None, scheduler: s
     with discard_on_error(folder):
         dirs = [str(folder.staging / NODES_DIR / _folder_name(i["node"])) for i in infos]
         with executor(workers or min(len(paths), os.cpu_count() or 1), scheduler) as ex:
-            tables = list(ex.map(analyze_node, [str(p) for p in paths], dirs, infos))
-        metas = [json.loads((Path(d) / "meta.json").read_bytes()) for d in dirs]
-        results = combine_nodes.combine(list(zip(infos, tables)))
-        meta = merged_meta(infos, metas, "dask " + scheduler if scheduler else "processes")
-        save(folder.staging, meta, results)
+            done = list(ex.map(analyze_node, [str(p) for p in paths], dirs, infos))
+            metas = [json.loads((Path(d) / "meta.json").read_bytes()) for d in dirs]
+            meta = merged_meta(infos, metas, "dask " + scheduler if scheduler else "processes")
+            t0 = min((t for _, t in done if t is not None), default=0)
+            list(ex.map(trace_part, dirs, range(1, len(dirs) + 1), [t0] * len(dirs), [meta] * len(dirs)))
+        save(folder.staging, meta, combine_nodes.combine([(i, tables) for i, (tables, _) in zip(infos, done)]))
     return folder.publish()
 
 
@@ -187,7 +229,6 @@ def save(folder: Path, meta: dict[str, Any], results: dict[str, pd.DataFrame]) -
     """The merged report into ``folder`` (the nodes' folders already there): report.json, results/*.parquet,
     trace.json."""
     from pcietrace.analysis import empty_results, to_jsonable
-    from pcietrace.report.perfetto import merged_trace
 
     tables = {**empty_results("attach"), **results}
     (folder / RESULTS_DIR).mkdir()
@@ -196,22 +237,13 @@ def save(folder: Path, meta: dict[str, Any], results: dict[str, pd.DataFrame]) -
             df.to_parquet(folder / RESULTS_DIR / f"{name}.parquet", index=False)
     doc = {"schema": schema.SCHEMA, "meta": meta, "tables": {}, "results": to_jsonable(tables)}
     (folder / REPORT_FILE).write_text(json.dumps(doc, indent=1, default=_json_default) + "\n")
-    rates, launches = timelines(folder)
-    trace = merged_trace(meta, rates, tables["range_instances"], launches)
-    (folder / TRACE_FILE).write_text(json.dumps(trace))
+    write_trace(folder, meta, folder / TRACE_FILE)
 
 
-def timelines(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every node's PCIe-rate and launch timelines, stacked."""
-    def stack(name: str) -> pd.DataFrame:
-        files = sorted((folder / NODES_DIR).glob(f"*/{name}"))
-        return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True) if files else pd.DataFrame()
-
-    return stack("rates.parquet"), stack("launches.parquet")
-
-
-def load(path: Path) -> Merged:
-    """A merged report (its folder or report.json). Damaged or from another schema: a ReportError naming the file."""
+def load(path: Path, timelines: bool = True) -> Merged:
+    """A merged report (its folder or report.json); ``timelines``: with every node's PCIe-rate timeline
+    (``rates``, one row per GPU and ms: left empty without it). Damaged or from another schema: a
+    ReportError naming the file."""
     from pcietrace.analysis import empty_results
 
     folder = path if path.is_dir() else path.parent
@@ -231,11 +263,12 @@ def load(path: Path) -> Merged:
         for f in sorted((folder / RESULTS_DIR).glob("*.parquet")):
             with open(f, "rb") as fh:
                 results[f.stem] = _lists(pd.read_parquet(fh))
-        rates, launches = timelines(folder)
+        if timelines:
+            files = [folder / NODES_DIR / _folder_name(n["node"]) / RATES_FILE for n in meta["merged"]["nodes"]]
+            results["rates"] = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
     except Exception as exc:  # pyarrow raises its own types for damaged files
-        raise ReportError(f"{folder} holds a damaged table ({one_line(exc)})") from None
-    results["rates"] = rates
-    return Merged(meta, results, launches)
+        raise ReportError(f"{folder} holds a damaged or missing table ({one_line(exc)})") from None
+    return Merged(meta, results)
 
 
 def _lists(df: pd.DataFrame) -> pd.DataFrame:

@@ -62,28 +62,27 @@ def chrome_trace(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame
 PID_BITS = 22
 
 
-def merged_trace(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame, launches: pd.DataFrame) -> dict[str, Any]:
-    """A merged report's trace (:mod:`pcietrace.multinode`): :func:`chrome_trace` per node, on the wall clock the
-    merge put every node's times on, from one shared start; each node's counters and processes as processes of
-    their own, named and sorted by node."""
-    nodes = [n["node"] for n in meta["merged"]["nodes"]]
-    t0 = _t0(rates, ranges)
+def node_events(meta: dict[str, Any], node: str, k: int, rates: pd.DataFrame, ranges: pd.DataFrame,
+                launches: pd.DataFrame | None, t0_ns: int) -> list[dict[str, Any]]:
+    """One node's part of a merged report's trace (:mod:`pcietrace.multinode`): its :func:`chrome_trace` from
+    the merge's shared start ``t0_ns`` (every node's times on the wall clock), its counters and processes as
+    processes of their own above ``k << PID_BITS``, named and sorted by node."""
+    base = k << PID_BITS
     events: list[dict[str, Any]] = []
-    for k, node in enumerate(nodes, 1):
-        def mine(df: pd.DataFrame) -> pd.DataFrame:
-            return df[df["node"] == node] if len(df) else df
+    for e in chrome_trace(meta, rates, ranges, launches, t0_ns)["traceEvents"]:
+        e["pid"] = base + int(e["pid"])
+        if e.get("name") == "process_name":
+            e["args"] = {"name": f"{node}: {e['args']['name']}"}
+            events.append({"ph": "M", "pid": e["pid"], "name": "process_sort_index", "args": {"sort_index": e["pid"]}})
+        events.append(e)
+    return events
 
-        trace = chrome_trace(meta, mine(rates), mine(ranges), mine(launches) if len(launches) else None, t0)
-        base = k << PID_BITS
-        for e in trace["traceEvents"]:
-            e["pid"] = base + int(e["pid"])
-            if e.get("name") == "process_name":
-                e["args"] = {"name": f"{node}: {e['args']['name']}"}
-                events.append({"ph": "M", "pid": e["pid"], "name": "process_sort_index", "args": {"sort_index": e["pid"]}})
-            events.append(e)
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"tool": "pcietrace", "command": " ".join(meta.get("command") or []), "nodes": nodes,
-                          "simulated": meta.get("simulated", False)}}
+
+def merged_header(meta: dict[str, Any]) -> dict[str, Any]:
+    """A merged report's trace less its events (the nodes' parts, :func:`node_events`, go in ``traceEvents``)."""
+    return {"displayTimeUnit": "ms",
+            "otherData": {"tool": "pcietrace", "command": " ".join(meta.get("command") or []),
+                          "nodes": [n["node"] for n in meta["merged"]["nodes"]], "simulated": meta.get("simulated", False)}}
 
 
 def write_trace(session: Any, results: dict[str, pd.DataFrame], path: Path) -> None:

@@ -20,6 +20,7 @@ On disk (docs/multinode.md) a merged report is a folder::
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
 import contextlib
 import json
 import multiprocessing
@@ -33,7 +34,7 @@ import pandas as pd
 
 from pcietrace import schema
 from pcietrace.analysis import merge as combine_nodes
-from pcietrace.errors import ReportError, UsageError, one_line
+from pcietrace.errors import PcietraceError, ReportError, UsageError, one_line
 from pcietrace.report.perfetto import merged_header
 from pcietrace.session import REPORT_FILE, Session, _json_default
 
@@ -148,8 +149,22 @@ def executor(workers: int | None, scheduler: str | None) -> Iterator[concurrent.
         with client:
             yield client.get_executor()
         return
+    if workers == 1:  # one at a time: in this process, no worker to start
+        yield _InProcess()
+        return
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as ex:
-        yield ex
+        try:
+            yield ex
+        except concurrent.futures.process.BrokenProcessPool:
+            raise PcietraceError("a merge worker process died (out of memory, or killed); --workers 1 analyses "
+                                 "one node at a time in this process") from None
+
+
+class _InProcess(concurrent.futures.Executor):
+    """``map`` in the calling process (``--workers 1``)."""
+
+    def map(self, fn: Any, *iterables: Any, timeout: float | None = None, chunksize: int = 1) -> Iterator[Any]:
+        return map(fn, *iterables)
 
 
 def _folder_name(node: str) -> str:

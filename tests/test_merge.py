@@ -221,3 +221,62 @@ def test_attach_records_its_node_and_expands_its_folder(monkeypatch, tmp_path, a
 
 
 from test_attach import _attach_argv, attach_stand_ins  # noqa: E402,F401 -- the stand-in GPU and samplers
+
+
+def _truth_for(recording: Path, dst: Path, swap: bool = False, scale: float = 1.0) -> Path:
+    """The recording's truth (its app run alone, reads outside the ranges) with the attached run's pid and tid
+    of each rank (the process whose ranges were charged the rank's GPU); ``swap``: the ranks' pids exchanged,
+    ``scale``: every truth byte count scaled."""
+    import pcietrace
+
+    inst = pcietrace.load(recording).range_instances
+    inst = inst[inst["domain"] == "truth"]
+    who = {int(g[0]): (int(p), int(t)) for p, t, g in zip(inst["pid"], inst["tid"], inst["gpus"])}
+    if swap:
+        who = {0: who[1], 1: who[0]}
+    rows = [json.loads(x) for x in (recording / "truth_alone.jsonl").read_text().splitlines() if x.strip()]
+    for r in rows:
+        if "range" in r:
+            r["pid"], r["tid"] = who[r["rank"]]
+            r["h2d"], r["d2h"] = round(r["h2d"] * scale), round(r["d2h"] * scale)
+    dst.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return dst
+
+
+def test_the_multinode_check_passes_a_good_job_and_fails_a_wrong_gpu_or_wrong_bytes(tmp_path, capsys) -> None:
+    """bench/multinode_check.py (the check bench/multinode_torchrun.sh runs on 4 GPUs) on the recorded 2x H200
+    torchrun job merged as two nodes, with its recorded truth: it passes; with node1's ranks' processes swapped
+    (each charged the other's GPU), or node0's truth 20 % higher, it fails."""
+    from multinode_check import main as check
+
+    from pcietrace import multinode
+
+    a = as_node(TORCHRUN, tmp_path / "a", "host-a", "node0", 10**18)
+    b = as_node(TORCHRUN, tmp_path / "b", "host-b", "node1", 10**18 + 5_000_000)
+    out = multinode.merge([a, b], tmp_path / "merged", workers=1)
+    good = [f"--truth=node0={_truth_for(a, tmp_path / 't0.jsonl')}", f"--truth=node1={_truth_for(b, tmp_path / 't1.jsonl')}"]
+    assert check([str(out), *good]) == 0
+    text = capsys.readouterr().out
+    assert "ranks charged their own GPU on their own node: 4 of 4" in text and text.rstrip().endswith("PASS")
+    swapped = [good[0], f"--truth=node1={_truth_for(b, tmp_path / 's1.jsonl', swap=True)}"]
+    assert check([str(out), *swapped]) == 1
+    assert "own GPU on their own node: 2 of 4" in capsys.readouterr().out
+    off = [f"--truth=node0={_truth_for(a, tmp_path / 'o0.jsonl', scale=1.2)}", good[1]]
+    assert check([str(out), *off]) == 1
+    assert capsys.readouterr().out.rstrip().endswith("FAIL")
+
+
+@pytest.mark.gpu
+def test_a_two_node_torchrun_job_on_4_gpus_is_merged_within_its_truth(tmp_path) -> None:
+    """bench/multinode_torchrun.sh on a machine with 4 GPUs (skips with fewer, or without torch)."""
+    import subprocess
+
+    pytest.importorskip("torch")
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
+    if listed.count("GPU ") < 4:
+        pytest.skip("needs 4 GPUs")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PY=sys.executable, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run(["bash", str(root / "bench" / "multinode_torchrun.sh"), str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.rstrip().endswith("PASS"), done.stdout[-4000:]

@@ -9,6 +9,7 @@ its folder; :func:`pcietrace.analysis.merge.combine` puts them together.
 On disk (docs/multinode.md) a merged report is a folder::
 
     report.json              schema, meta (kind "attach", meta["merged"]: the nodes), results as JSON
+                             (but the range instances)
     results/<table>.parquet  the merged result tables, as `report` and `pcietrace.load` read them
     nodes/<node>/meta.json   the node recording's own meta (GPUs, topology, processes, launcher)
     nodes/<node>/rates.parquet, launches.parquet, range_instances.parquet
@@ -47,6 +48,8 @@ RATES_FILE = "rates.parquet"
 LAUNCHES_FILE = "launches.parquet"
 INSTANCES_FILE = "range_instances.parquet"
 TRACE_PART = "trace-events.json"
+#: Merged tables kept only in the nodes' folders (they grow with the run; `load` stacks them).
+NODE_ONLY = ("range_instances", "rates")
 DASK_MISSING = "--scheduler needs Dask's distributed scheduler: pip install 'pcietrace[dask]'"
 
 
@@ -245,7 +248,7 @@ def save(folder: Path, meta: dict[str, Any], results: dict[str, pd.DataFrame]) -
     trace.json."""
     from pcietrace.analysis import empty_results, to_jsonable
 
-    tables = {**empty_results("attach"), **results}
+    tables = {k: v for k, v in {**empty_results("attach"), **results}.items() if k not in NODE_ONLY}
     (folder / RESULTS_DIR).mkdir()
     for name, df in tables.items():
         if len(df):
@@ -278,12 +281,19 @@ def load(path: Path, timelines: bool = True) -> Merged:
         for f in sorted((folder / RESULTS_DIR).glob("*.parquet")):
             with open(f, "rb") as fh:
                 results[f.stem] = _lists(pd.read_parquet(fh))
+        nodes = [folder / NODES_DIR / _folder_name(n["node"]) for n in meta["merged"]["nodes"]]
+        results["range_instances"] = _lists(_stack([n / INSTANCES_FILE for n in nodes]))
         if timelines:
-            files = [folder / NODES_DIR / _folder_name(n["node"]) / RATES_FILE for n in meta["merged"]["nodes"]]
-            results["rates"] = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+            results["rates"] = _stack([n / RATES_FILE for n in nodes])
     except Exception as exc:  # pyarrow raises its own types for damaged files
         raise ReportError(f"{folder} holds a damaged or missing table ({one_line(exc)})") from None
     return Merged(meta, results)
+
+
+def _stack(files: list[Path]) -> pd.DataFrame:
+    """The nodes' tables of one kind, in the nodes' order (an empty table has no columns to add)."""
+    frames = [pd.read_parquet(f) for f in files]
+    return pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
 
 
 def _lists(df: pd.DataFrame) -> pd.DataFrame:

@@ -17,8 +17,9 @@ from pcietrace.analysis import attribution
 
 #: The columns every merged table starts with: the node's name (its label, else its host), host and label.
 NODE_COLUMNS = ["node", "host", "label"]
-#: The result tables each node's worker hands back (the timelines stay in the node's folder).
-NODE_TABLES = ("sampling", "floor", "ranges", "range_instances", "whole_run", "notes")
+#: The result tables each node's worker hands back: a few rows per GPU or range name (the range instances and
+#: timelines, which grow with the run, stay in the node's folder: the merging process never holds every node's).
+NODE_TABLES = ("sampling", "floor", "ranges", "whole_run", "notes")
 #: Columns of the ``ranges`` table of a merged report: a range's figures summed over every node's calls
 #: (:data:`attribution.SUMMARY_COLUMNS`, ``gpus`` as "node:index" strings), and the nodes it ran on.
 MERGED_RANGE_COLUMNS = [*attribution.SUMMARY_COLUMNS, "nodes"]
@@ -80,7 +81,8 @@ def sum_ranges(by_node: pd.DataFrame) -> pd.DataFrame:
 def combine(nodes: list[tuple[dict[str, Any], dict[str, pd.DataFrame]]]) -> dict[str, pd.DataFrame]:
     """The merged tables from each node's ``(info, tables)`` (:func:`node_info`; :data:`NODE_TABLES`), in the
     nodes' order: every node table tagged and stacked, ``ranges`` summed across nodes
-    (:func:`sum_ranges`) and ``ranges_by_host`` each node's own; notes say which node they are about."""
+    (:func:`sum_ranges`) and ``ranges_by_host`` each node's own; notes say which node they are about. (The
+    range instances are each node's, :func:`tag`-ged by its worker.)"""
     stacked = {t: pd.concat([tag(tables[t], info) for info, tables in nodes if len(tables[t])], ignore_index=True)
                if any(len(tables[t]) for _, tables in nodes) else
                pd.DataFrame(columns=[*NODE_COLUMNS, *nodes[0][1][t].columns]) for t in NODE_TABLES}

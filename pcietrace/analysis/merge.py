@@ -21,7 +21,8 @@ NODE_COLUMNS = ["node", "host", "label"]
 #: timelines, which grow with the run, stay in the node's folder: the merging process never holds every node's).
 NODE_TABLES = ("sampling", "floor", "ranges", "whole_run", "notes")
 #: Columns of the ``ranges`` table of a merged report: a range's figures summed over every node's calls
-#: (:data:`attribution.SUMMARY_COLUMNS`, ``gpus`` as "node:index" strings), and the nodes it ran on.
+#: (:data:`attribution.SUMMARY_COLUMNS`, ``gpus`` as "node:index" strings; a column that describes the range
+#: rather than counting, e.g. its parent, is taken from its first node), and the nodes it ran on.
 MERGED_RANGE_COLUMNS = [*attribution.SUMMARY_COLUMNS, "nodes"]
 #: Time columns moved onto the wall clock.
 TIME_COLUMNS = ("t_start_ns", "t_end_ns", "t_ns")
@@ -68,8 +69,11 @@ def sum_ranges(by_node: pd.DataFrame) -> pd.DataFrame:
     at = by_node.assign(status_rank=by_node["status"].map(rank),
                         gpus=[[f"{n}:{int(i)}" for i in g] for n, g in zip(by_node["node"], by_node["gpus"])])
     g = at.groupby(["domain", "name"], sort=False)
+    handled = {"domain", "name", "status", "gpus", "h2d_bytes_per_launch", *_SUMS, *_STRICT_SUMS}
+    same = [c for c in attribution.SUMMARY_COLUMNS if c not in handled and c in at]  # alike on every node
     out = g.agg(**{c: (c, "sum") for c in _SUMS},
                 **{c: (c, lambda s: s.sum(min_count=len(s))) for c in _STRICT_SUMS},
+                **{c: (c, "first") for c in same},
                 status_rank=("status_rank", "max"), nodes=("node", "nunique"),
                 gpus=("gpus", lambda s: sorted({i for g in s for i in g}))).reset_index()
     out["status"] = out.pop("status_rank").map(dict(enumerate(attribution.STATUSES)))

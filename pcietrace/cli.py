@@ -12,6 +12,7 @@ from typing import Callable, NoReturn, Sequence
 
 from pcietrace import __version__, signals
 from pcietrace.errors import PcietraceError, one_line
+from pcietrace.report.text import clean
 
 
 def _float_list(text: str) -> tuple[float, ...]:
@@ -352,9 +353,11 @@ def _main(argv: list[str] | None) -> int:
             return 2
         from pcietrace import commands  # imported here: `pcietrace --help` stays light
 
-        return int(getattr(commands, args.func)(args))
+        rc = int(getattr(commands, args.func)(args))
+        sys.stdout.flush()  # (stdout on a full disk fails here, not silently in the interpreter's flush at exit)
+        return rc
     except PcietraceError as exc:
-        print(f"pcietrace: error: {exc}", file=sys.stderr)
+        print(f"pcietrace: error: {clean(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # also during the imports above; SIGTERM/SIGHUP carry their signal
         print(f"pcietrace: {signals.interrupted_line(command in SAVING)}", file=sys.stderr)
@@ -363,7 +366,7 @@ def _main(argv: list[str] | None) -> int:
         return 1
     except OSError as exc:  # stdout on a full disk or a gone terminal (files we open raise PcietraceErrors)
         _drop_stdout()
-        print(f"pcietrace: error: {one_line(exc)}", file=sys.stderr)
+        print(f"pcietrace: error: {clean(one_line(exc))}", file=sys.stderr)
         return 2
 
 

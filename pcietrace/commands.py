@@ -198,8 +198,9 @@ def _emit_topology(topo: dict[str, Any], args: argparse.Namespace) -> int:
         from rich.console import Console
 
         from pcietrace.report.console import topology_tables
+        from pcietrace.report.text import clean_all
 
-        for t in topology_tables(topo):
+        for t in topology_tables(clean_all(topo)):
             Console().print(t)
     return 0
 

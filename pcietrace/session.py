@@ -90,7 +90,7 @@ class Session:
         if not report.is_file():
             raise ReportError(f"no pcietrace report at {path}")
         try:
-            doc = json.loads(report.read_bytes())
+            doc = schema.load_json(report.read_bytes())
         except RecursionError:
             raise ReportError(f"{report} is not a readable JSON report (nested too deeply)") from None
         except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors

@@ -1,4 +1,5 @@
-"""Picks the renderer for ``--format`` and writes plots for ``--plot``: the one place commands hand results to."""
+"""Picks the renderer for ``--format`` and writes plots for ``--plot``: the one place commands hand results to, and
+so the one place their text is made safe for a terminal or a text format (:mod:`pcietrace.report.text`)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ from typing import Any, TextIO
 
 import pandas as pd
 
+from pcietrace.report.text import clean_all
+
 FORMATS = ("table", "json", "csv", "md", "prometheus")
 
 
 def emit(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[str, Any], fmt: str = "table",
          detail: bool = False, plot_dir: Path | None = None, out: TextIO | None = None) -> list[Path]:
     """Render ``results`` (with ``summary`` first) in ``fmt`` to ``out`` (stdout); PNGs to ``plot_dir``.
-    Returns the plot paths written."""
+    Returns the plot paths written. Every string goes through :func:`pcietrace.report.text.clean_all` first."""
+    meta, results, summary = clean_all((meta, results, summary))
     out = out or sys.stdout
     if fmt == "table":
         from rich.console import Console
@@ -42,6 +46,7 @@ def emit(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[s
 def emit_compare(cmp: pd.DataFrame, names: list[str], summary: dict[str, Any], fmt: str = "table",
                  out: TextIO | None = None) -> None:
     """The comparison (:func:`pcietrace.analysis.compare.compare`) with its summary lines first."""
+    cmp, names, summary = clean_all((cmp, names, summary))
     out = out or sys.stdout
     if fmt == "table":
         from rich.console import Console
@@ -62,6 +67,7 @@ def emit_compare(cmp: pd.DataFrame, names: list[str], summary: dict[str, Any], f
 def emit_savings(table: pd.DataFrame, paths: list[str], fmt: str = "table", out: TextIO | None = None) -> None:
     """Two attach runs' "graphs save" prediction against the measured saving
     (:func:`pcietrace.analysis.savings.savings`) in ``fmt``; JSON is the table's records (as it always was)."""
+    table, paths = clean_all((table, paths))
     out = out or sys.stdout
     if fmt == "table":
         from rich.console import Console

@@ -141,6 +141,16 @@ def _check_perfetto_target(target: Path, recording: Path) -> None:
     if own:
         raise UsageError(f"--perfetto {target}: that is the report's own {own[0].name}, which it is read from; "
                          "choose another file")
+    from pcietrace.record.guard import is_run
+    from pcietrace.session import EVENTS_FILE, REPORT_FILE, SAMPLES_FILE
+
+    if target.is_dir():
+        raise UsageError(f"--perfetto {target}: that is a folder; give the trace file's name")
+    own_dir = recording_files(recording)[0].parent
+    other = is_run(target.parent) and not (own_dir.exists() and os.path.samefile(target.parent, own_dir))
+    if other or (target.name in (REPORT_FILE, SAMPLES_FILE, EVENTS_FILE) and is_run(target.parent)):
+        raise UsageError(f"--perfetto {target}: that is in the folder of another saved run ({target.parent}), whose "
+                         "files it could replace; choose another folder")
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -362,7 +362,7 @@ class Recording:
     def __init__(self, nvml_indices: list[int], interval_ns: int, max_duty: float, idle_interval_ns: int) -> None:
         from pcietrace.collectors import CounterSampler, edges
 
-        self.trace_dir = Path(tempfile.mkdtemp(prefix="pcietrace-"))
+        self.trace_dir = Path(tempfile.mkdtemp(prefix=f"pcietrace-{os.getpid()}-"))  # (pid: see guard.sweep_leftovers)
         self.edge_file = ""
         self.collected = False
         try:  # no page, or a sampler refusing its settings: then no folder or page stays behind either

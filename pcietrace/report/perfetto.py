@@ -4,6 +4,7 @@ track per process, and NVTX ranges under their process and thread."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -59,4 +60,13 @@ def write_trace(session: Any, results: dict[str, pd.DataFrame], path: Path) -> N
     from pcietrace.analysis import launch_timeline
 
     trace = chrome_trace(session.meta, results["rates"], results["range_instances"], launch_timeline(session))
-    path.write_text(json.dumps(trace))
+    path = Path(path)
+    tmp = path.with_name(f".{path.name[:200]}.{os.getpid()}.tmp")
+    try:  # whole or not at all: a full disk leaves no truncated trace (nor a file another one had there)
+        with open(tmp, "w") as f:
+            f.write(json.dumps(trace))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

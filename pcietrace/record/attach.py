@@ -123,17 +123,20 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
 def _parse_trace(raw: bytes) -> tuple[pd.DataFrame, int]:
     """One trace file's whole lines as a frame, and the number of lines left out (see :func:`read_traces`).
     The layout is the one most lines have; lines are split on LF only."""
-    if not raw.strip():
-        return pd.DataFrame(), 0
+    cut = 0
+    if raw and not raw.endswith(b"\n"):  # (a file read before, or written by another program: a last line cut)
+        raw, cut = raw[:raw.rfind(b"\n") + 1], 1
+    if not raw:
+        return pd.DataFrame(), cut
     buf = np.frombuffer(raw, np.uint8)
-    ends = np.flatnonzero(buf == 10)  # (whole lines: the last byte is a newline)
+    ends = np.flatnonzero(buf == 10)
     starts = np.concatenate(([0], ends[:-1] + 1))
     tabs = np.concatenate(([0], np.cumsum(buf == 9)))
     fields = tabs[ends] - tabs[starts] + 1
     counts = {len(n): int((fields == len(n)).sum()) for n in _LAYOUTS}
     names = max(_LAYOUTS, key=lambda n: counts[len(n)])
     keep = fields == len(names)
-    bad = int((~keep).sum())
+    bad = int((~keep).sum()) + cut
     if not keep.any():
         return pd.DataFrame(), bad
     if bad:  # the kept lines' bytes, in order

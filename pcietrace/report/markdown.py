@@ -15,7 +15,8 @@ def _cell(x: Any) -> str:
     if isinstance(x, float):
         return "" if math.isnan(x) else f"{x:.6g}"
     # (text arrives cleaned, pcietrace.report.text: CR and LF are shown as \r, \n; these stay as a backstop)
-    return str(x).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    # (a backslash escaped first: "a\\|b" must not turn the escape of its pipe into an escaped backslash)
+    return str(x).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def table(df: pd.DataFrame) -> str:

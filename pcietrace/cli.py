@@ -12,7 +12,7 @@ from typing import Callable, NoReturn, Sequence
 
 from pcietrace import __version__, signals
 from pcietrace.errors import PcietraceError, one_line
-from pcietrace.report.text import clean
+from pcietrace.text import clean
 
 
 def _float_list(text: str) -> tuple[float, ...]:

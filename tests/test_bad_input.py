@@ -32,7 +32,6 @@ from pcietrace.analysis import analyze, validate
 from pcietrace.cli import main
 from pcietrace.errors import DataError, PcietraceError, UsageError
 from pcietrace.record import attach, guard
-from pcietrace.report.text import UNSAFE, clean, clean_all
 from pcietrace.session import Session
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +48,8 @@ HOSTILE = "\x1b[2J\x1b]0;owned\x07\x1b]8;;http://x\x1b\\link\x9b31m\r\n# table: 
 @PROPS
 @given(st.text())
 def test_clean_leaves_nothing_unsafe_and_is_stable(s) -> None:
+    from pcietrace.report.text import UNSAFE, clean
+
     out = clean(s)
     assert not UNSAFE.search(out)
     out.encode("utf-8")  # (a lone surrogate made every renderer fail)
@@ -60,6 +61,8 @@ def test_clean_leaves_nothing_unsafe_and_is_stable(s) -> None:
 @PROPS
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30))
 def test_clean_is_one_to_one_on_what_it_escapes(s) -> None:
+    from pcietrace.report.text import UNSAFE, clean
+
     # what it escapes stays readable: every unsafe character becomes its own visible escape
     assert len(clean(s)) >= len(s) and clean(s).count("\\") >= len(UNSAFE.findall(s))
 
@@ -125,6 +128,8 @@ def test_error_lines_are_cleaned(tmp_path, capsys) -> None:
 
 
 def test_clean_all_reaches_frames_keys_and_lists() -> None:
+    from pcietrace.report.text import UNSAFE, clean_all
+
     meta = {"a\x1b": [HOSTILE, {"k": HOSTILE}], "n": 1.5}
     df = pd.DataFrame({"c\r": [HOSTILE, None, 3]})
     m, d = clean_all((meta, df))

@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterator
 from pcietrace.errors import UsageError, one_line
 from pcietrace.session import REPORT_FILE, SAMPLES_FILE
 from pcietrace.signals import TERMINATING, Terminated, take_over
+from pcietrace.text import clean
 
 #: A folder holding either of these is a saved run.
 RUN_FILES = (REPORT_FILE, SAMPLES_FILE)
@@ -369,7 +370,7 @@ def _save(session: Any, folder: RunFolder, results: Any, to_jsonable: Callable[[
 
 def say(line: str) -> None:
     """One line on stderr (what a measuring command says about its run)."""
-    print(line, file=sys.stderr)
+    print(clean(line), file=sys.stderr)  # (paths and commands from outside: no escape reaches the terminal)
 
 
 @contextmanager

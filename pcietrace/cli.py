@@ -25,6 +25,18 @@ def _float_list(text: str) -> tuple[float, ...]:
     return vals
 
 
+#: Kernel durations (us) a spin kernel can be asked for: 0 (an empty kernel) or MIN_US..MAX_US (a tinier one
+#: overflows the launch plan's arithmetic; a longer one makes windows of hours).
+MIN_US, MAX_US = 1e-3, 1e6
+
+
+def _us_list(text: str) -> tuple[float, ...]:
+    vals = _float_list(text)
+    if any(v != 0 and not MIN_US <= v <= MAX_US for v in vals):
+        raise argparse.ArgumentTypeError(f"expected durations of 0 or {MIN_US:g}..{MAX_US:g} us, got {text!r}")
+    return vals
+
+
 def _int_list(text: str) -> tuple[int, ...]:
     vals = _float_list(text)
     if any(v != int(v) or v < 1 for v in vals):
@@ -170,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "of 1 and 100 kernels, one end-to-end repeat")
     r.add_argument("--window-s", type=_number(0.001, 3600, low_open=False), default=None,
                    help="length of each counter window in seconds, 0.001..3600 (default 0.4, quick 0.1)")
-    r.add_argument("--durations", type=_float_list, default=None, metavar="US,US,..",
+    r.add_argument("--durations", type=_us_list, default=None, metavar="US,US,..",
                    help="kernel durations in us (default 0,2,5,10,20,50)")
     r.add_argument("--graph-k", type=_int_list, default=None, metavar="K,K,..",
                    help="kernels per graph for the graph fits (default 1,10,100,1000)")
@@ -319,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="which parameter set each iteration uses (all-new: a fresh one every iteration)")
     gr.add_argument("--strategies", default="eager,recapture,exec_update,node_update,recognize", metavar="S,S,..",
                     help="strategies to run (eager is always needed)")
-    gr.add_argument("--kernel-us", type=_float_list, default="2,8", metavar="MIN,MAX",
+    gr.add_argument("--kernel-us", type=_us_list, default="2,8", metavar="MIN,MAX",
                     help="range of kernel durations (us)")
     gr.add_argument("--iterations", type=int, default=40, metavar="N", help="iterations per window (at least 2)")
     gr.add_argument("--rounds", type=int, default=3, metavar="N",

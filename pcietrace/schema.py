@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Callable
 
 import numpy as np
@@ -243,7 +244,23 @@ def load_json(raw: bytes | str, max_depth: int = MAX_JSON_DEPTH) -> Any:
     text = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
     if json_depth(text) > max_depth:
         raise ValueError(f"nested too deeply (more than {max_depth} levels)")
-    return json.loads(raw)
+    doc = json.loads(raw)
+    # a lone surrogate (an escape JSON allows, text no encoder writes) becomes U+FFFD: pandas, Parquet and every
+    # output would fail on it; (the depth is limited above, so the walk below cannot recurse too deep)
+    return _no_surrogates(doc) if re.search(rb"\\u[dD][89a-fA-F]", text) else doc
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_surrogates(o: Any) -> Any:
+    if isinstance(o, str):
+        return _SURROGATE.sub("\ufffd", o)
+    if isinstance(o, list):
+        return [_no_surrogates(v) for v in o]
+    if isinstance(o, dict):
+        return {_no_surrogates(k): _no_surrogates(v) for k, v in o.items()}
+    return o
 
 
 def json_depth(text: bytes) -> int:

@@ -79,8 +79,11 @@ def in_process(argv: list[str], cwd: Path | None = None) -> tuple[int | None, st
     for w in (out, err):
         with contextlib.suppress(OSError, ValueError):
             w.flush()
-        w.buffer.seek(0)
-        texts.append(w.buffer.read().decode("utf-8", "replace"))
+        try:  # (main points a failed stdout at /dev/null: then nothing can be read back)
+            w.buffer.seek(0)
+            texts.append(w.buffer.read().decode("utf-8", "replace"))
+        except OSError:
+            texts.append("")
         with contextlib.suppress(OSError, ValueError):
             w.close()
     return rc, texts[0], texts[1], escaped
@@ -117,7 +120,7 @@ def judge(rc: int | None, out: str, err: str, escaped: str | None, *, expect_ref
     if escaped == "hang" or rc is None and escaped is None:
         return ["hang"]
     if escaped is not None or "Traceback" in err:
-        return ["traceback"]
+        return [f"traceback ({escaped or err.strip().splitlines()[-1][:120]})"]
     if CONTROL.search(out.replace("\n", "")) or CONTROL.search(err.replace("\n", "")):
         kinds.append("injection")
     errors = [ln for ln in err.splitlines() if "error" in ln]
@@ -186,7 +189,9 @@ def _damage_json(rng: random.Random, doc: dict[str, Any]) -> str:
             for r in doc["tables"][t]:
                 r.pop(key, None)
         else:
-            row[key] = {"type": "text", "huge": 1e300, "neg": -abs(row[key]) - 1 if isinstance(row[key], (int, float))
+            if how == "huge" and not isinstance(row[key], (int, float)):
+                how = "huge-in-text"  # (a number where text was: no figure to refuse)
+            row[key] = {"type": "text", "huge-in-text": 1e300, "huge": 1e300, "neg": -abs(row[key]) - 1 if isinstance(row[key], (int, float))
                         and not isinstance(row[key], bool) else -1, "surrogate": "\udc80", "nan": float("nan")}[how]
         return f"{how} tables.{t}[].{key}"
     if how == "dup" and tables:
@@ -202,7 +207,7 @@ def _damage_json(rng: random.Random, doc: dict[str, Any]) -> str:
         doc["meta"]["gpus"][0]["nvml_index"] = rng.choice([5, -1, 2**40])
         return "meta names another GPU"
     if how == "exit":
-        doc["meta"]["exit_code"] = rng.choice([-1, 256, 2**40, "0", None])
+        doc["meta"]["exit_code"] = rng.choice([-1, 256, 2**40, "0", 1.5])
         return "odd exit code"
     key = rng.choice(list(doc["meta"]))
     doc["meta"][key] = rng.choice([[], {}, None, "x", 1e300, -1])
@@ -254,7 +259,8 @@ def _damage_parquet(rng: random.Random, run: Path) -> str:
 
 
 #: Damages that always leave an impossible value a report must not print figures from.
-REFUSE = ("neg tables.latency", "huge", "odd exit code", "meta names another GPU", "dup rows of graphs")
+REFUSE = ("neg tables.latency[].value_us", "huge tables", "odd exit code", "meta names another GPU",
+          "dup rows of graphs")
 
 
 def damaged_cases(rng: random.Random, n: int) -> list[Case]:
@@ -423,11 +429,17 @@ def signal_cases(rng: random.Random, n: int) -> list[Case]:
                 before = json.loads((tmp / "r" / "report.json").read_text())["meta"]["created"]
                 argv += ["--force"]
             rc, out, err, esc = as_subprocess(argv, signal_after=(delay, sig))
-            kinds = judge(rc, out, err, esc, allowed_rc=(0, 2, 128 + sig))
+            # (-sig: the signal came while Python started or ended, before or after any handler: the shell's 128+sig)
+            kinds = judge(rc, out, err, esc, allowed_rc=(0, 2, 128 + sig, -sig))
             if kinds:
                 return kinds
             last = err.strip().splitlines()[-1] if err.strip() else ""
             m = re.search(r"(?:saved .* to|saved run to|saved to) (\S+?)(?:;|$| \()", last)
+            if rc == -sig and (tmp / "r").exists():
+                try:
+                    Session.load(tmp / "r")
+                except Exception:  # noqa: BLE001
+                    kinds.append("data loss (killed with an unreadable run in place)")
             if rc == 128 + sig and "nothing saved" not in last and not m:
                 kinds.append(f"unclear interrupted line: {last[:80]}")
             if m:

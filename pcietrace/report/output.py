@@ -39,7 +39,7 @@ def emit(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[s
     from pcietrace.report import plots
 
     paths = plots.write(meta, results, plot_dir)
-    print(f"plots: {', '.join(str(p) for p in paths) or 'nothing to plot'}", file=sys.stderr)
+    print(clean_all(f"plots: {', '.join(str(p) for p in paths) or 'nothing to plot'}"), file=sys.stderr)
     return paths
 
 

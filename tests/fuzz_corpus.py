@@ -511,13 +511,17 @@ def api_cases(rng: random.Random) -> list[Case]:
 
     def wrap(call: Callable[[Path], Any]) -> Callable[[Path], list[str]]:
         def run(tmp: Path) -> list[str]:
-            try:
+            old = os.getcwd()
+            try:  # (in the case's folder: plots and runs land there)
+                os.chdir(tmp)
                 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                     call(tmp)
             except PcietraceError as exc:
                 return ["refusal not one line"] if "\n" in str(exc) else []
             except BaseException as exc:  # noqa: BLE001
                 return [f"traceback ({type(exc).__name__}: {str(exc)[:80]})"]
+            finally:
+                os.chdir(old)
             return []
         return run
     return [("api", name, wrap(call)) for name, call in calls]

@@ -8,12 +8,14 @@ wrap. Text from outside (range names, GPU names, sysfs strings, paths, commands)
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 from rich import box
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
@@ -37,6 +39,11 @@ def _num(x: Any, fmt: str = ",.0f", unit: str = "") -> str:
     return f"{x:{fmt}}{unit}"
 
 
+def _ms(x: Any) -> str:
+    """Milliseconds to 0.01 ms, to 0.1 ms from a second up (the column stays narrow at 80)."""
+    return _num(x, ",.1f" if x is not None and not pd.isna(x) and abs(x) >= 1e3 else ",.2f")
+
+
 def _stated_err(r: Any, d: str) -> float:
     """A range's stated error in bytes: its edges' worst case plus the floor's 95 % half-width (the edges
     alone where the floor has no error estimate)."""
@@ -50,10 +57,46 @@ def _pm(x: Any, ci: Any, fmt: str = ",.0f") -> str:
     return f"{x:{fmt}} ± {ci:{fmt}}"
 
 
+class WordTable(Table):
+    """A rich table that never splits a word while the words fit the terminal.
+
+    rich narrows text columns below their longest word and then folds the word (``ncclCommIn`` / ``itRankConf``);
+    here a text column shrinks only to its longest word (header included), so text wraps at spaces alone.
+    Only where even those widths overflow does rich's own (folding) layout apply. The title and caption span the
+    terminal, not the table (a narrow table no longer wraps its caption into a column), and a blank line
+    follows, so that piped output never runs one table's caption into the next one's title."""
+
+    def _calculate_column_widths(self, console: Console, options: ConsoleOptions) -> list[int]:
+        ranges = [self._measure_column(console, options, c) for c in self.columns]
+        widest = np.array([r.maximum or 1 for r in ranges])
+        least = np.array([r.maximum if c.no_wrap else max(r.minimum, 1) for r, c in zip(ranges, self.columns)])
+        if widest.sum() <= options.max_width:
+            return widest.tolist()
+        if least.sum() > options.max_width:
+            return super()._calculate_column_widths(console, options)
+        # water-fill: the highest common cap on the wide columns that still fits, each column held at its least
+        caps = np.arange(int(widest.max()) + 1)
+        totals = np.maximum(least[None, :], np.minimum(widest[None, :], caps[:, None])).sum(axis=1)
+        cap = caps[totals <= options.max_width].max()
+        return np.maximum(least, np.minimum(widest, cap)).tolist()
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        bare = copy.copy(self)
+        bare.title = bare.caption = None
+        if self.title:
+            yield console.render_str(self.title, style=self.title_style or "table.title", highlight=False) \
+                if isinstance(self.title, str) else self.title
+        yield from Table.__rich_console__(bare, console, options)
+        if self.caption:
+            yield console.render_str(self.caption, style=self.caption_style or "table.caption", highlight=False) \
+                if isinstance(self.caption, str) else self.caption
+        yield Text("")
+
+
 def _table(title: str, columns: list[tuple[str, str]], caption: str | None = None) -> Table:
-    """Right-justified columns hold numbers: they never wrap (rich then wraps the text columns instead, folding
-    a word longer than the column, such as a range name, rather than cutting it)."""
-    t = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, title_justify="left", caption_justify="left",
+    """Right-justified columns hold numbers: they never wrap (the text columns wrap instead, at spaces: see
+    :class:`WordTable`)."""
+    t = WordTable(title=title, caption=caption, box=box.SIMPLE_HEAD, title_justify="left", caption_justify="left",
               title_style="bold", caption_style="dim", pad_edge=False, collapse_padding=True)
     for name, justify in columns:
         t.add_column(name, justify=justify, no_wrap=justify != "left",  # type: ignore[arg-type]
@@ -319,7 +362,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
             if getattr(r, "status", "ok") != "ok":  # no floor / no data / wrap risk: never a silent number
                 return f"[red]{r.status}[/]"
             v = getattr(r, f"{d}_bytes") / 1e6
-            return _pm(v, _stated_err(r, d) / 1e6, ",.3f") if edge else _num(v, ",.3f")
+            return _pm_lines(v, _stated_err(r, d) / 1e6, ",.3f") if edge else _num(v, ",.3f")  # narrow: ± below
 
         t = _table("PCIe bytes per NVTX range" + (esc(f" (domain {domains[0]})") if one_domain else ""),
                    [("range", "left"), ("GPUs", "left"), ("calls", "right"), ("incl\nms", "right"), ("excl\nms", "right"),
@@ -329,8 +372,8 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                            "its thread used, else its process's); MB = 10^6 B; ± error: how far the counters at the "
                            "range's edges can be off, plus the floor's 95 % interval")
         for r in rg.itertuples():
-            t.add_row(name(r), _gpu_list(getattr(r, "gpus", "")), str(r.calls), _num(r.incl_ms, ",.2f"),
-                      _num(r.excl_ms, ",.2f"), mb(r, "h2d", True), mb(r, "d2h", False))
+            t.add_row(name(r), _gpu_list(getattr(r, "gpus", "")), str(r.calls), _ms(r.incl_ms),
+                      _ms(r.excl_ms), mb(r, "h2d", True), mb(r, "d2h", False))
         parts.append(t)
         busy = "gpu_busy_ms" in rg and rg["gpu_busy_ms"].notna().any()
         capt = "captured_launches" in rg and (rg["captured_launches"] > 0).any()  # (shown where any range captured)
@@ -361,7 +404,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                               "updates: their edge errors are larger (see ± error)", style="yellow"))
     wr = results.get("whole_run", pd.DataFrame())
     if len(wr):
-        t = _table("Whole run", [("GPU", "left"), ("ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
+        t = _table("Whole run", [("GPU", "right"), ("ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
                                  ("eager", "right"), ("graph", "right"), ("procs", "right"), ("ranges", "right"),
                                  ("exit", "right")],
                    caption="per sampled GPU: its bytes (± the floor's 95 % interval, which outweighs the edges' over "
@@ -371,8 +414,8 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
             ok = w.get("status", "ok") == "ok"
             bad = f"[red]{w.get('status')}[/]"
             t.add_row(f"GPU{w['nvml_index']}" if "nvml_index" in w else "all", _num(w["duration_ms"], ",.1f"),
-                      _pm(w["h2d_bytes"] / 1e6, w["h2d_floor_err_bytes"] / 1e6, ",.1f") if ok else bad,
-                      _pm(w["d2h_bytes"] / 1e6, w["d2h_floor_err_bytes"] / 1e6, ",.1f") if ok else bad,
+                      _pm_lines(w["h2d_bytes"] / 1e6, w["h2d_floor_err_bytes"] / 1e6, ",.1f") if ok else bad,
+                      _pm_lines(w["d2h_bytes"] / 1e6, w["d2h_floor_err_bytes"] / 1e6, ",.1f") if ok else bad,
                       _num(w["eager_launches"], ",.0f"), _num(w["graph_launches"], ",.0f"), _num(w["processes"], ".0f"),
                       _num(w["ranges"], ".0f"), esc(meta.get("exit_code")))
         parts.append(t)

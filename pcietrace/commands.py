@@ -306,7 +306,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from pcietrace.analysis import analyze
-    from pcietrace.analysis.compare import compare
+    from pcietrace.analysis.compare import compare, run_name
     from pcietrace.analysis.summary import compare_summary
     from pcietrace.report.output import emit_compare
     from pcietrace.session import Session
@@ -321,9 +321,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError("an attach run compares only with another attach run (pcietrace compare EAGER_ATTACH GRAPHED_ATTACH)")
     runs = []
     for i, (p, s) in enumerate(zip(args.paths, sessions)):
-        gpus = sorted({g["name"].replace("NVIDIA ", "") for g in s.meta.get("gpus", [])}) or ["?"]
-        name = f"{'+'.join(gpus)} x{len(s.meta.get('gpus', []))}{' (SIMULATED)' if s.meta.get('simulated') else ''}"
-        runs.append((f"{chr(65 + i)}: {name}", analyze(s, args.us_per_level), s.meta))
+        folder = (p.parent if p.name == "report.json" else p).resolve().name
+        runs.append((run_name(chr(65 + i), folder, s.meta), analyze(s, args.us_per_level), s.meta))
     cmp = compare(runs, args.us_per_level)
     names = [r[0] for r in runs]
     _refuse_nothing_in_common(cmp, names, args.paths, sessions)

@@ -257,20 +257,59 @@ def summarize(meta: dict[str, Any], results: dict[str, pd.DataFrame],
     return out
 
 
+#: What a comparison leads with, in this order: the figures a user acts on (matched on the metric's name; the
+#: first row that matches, e.g. the speedup at the shortest kernel). Other rows follow only where significant.
+KEY_METRICS = ("eager H2D bytes / launch", "host cost / eager launch", "GPU time / empty kernel, eager",
+               "graph speedup, ", "speedup over eager")
+
+
+def _verdict(sig: pd.Series) -> str:
+    """A key figure's verdict over the GPUs that have it."""
+    judged = sig.dropna()
+    if not len(judged):
+        return "not judged: no interval or run-to-run bound"
+    hits = int((judged == True).sum())  # noqa: E712
+    if len(judged) == 1:
+        return "significant" if hits else "within noise"
+    return f"significant on {hits} of {len(judged)} GPUs" if hits else "within noise"
+
+
+def _figure(x: float, unit: str) -> str:
+    return f"{x:,.0f}" if unit == "B" and abs(x) >= 10 else f"{x:,.3g}" if unit == "x" else f"{x:,.3f}"
+
+
 def compare_summary(cmp: pd.DataFrame, names: list[str], n: int = 4) -> dict[str, Any]:
-    """For every run after the first: its significant deltas (largest relative first), as sentences."""
+    """For every run after the first: the key figures (:data:`KEY_METRICS`) from one run to the other with
+    their verdict (the median over GPUs where several have them), then the other significant deltas (largest
+    relative first, only those with a % of a material base)."""
     lines = []
+    base = names[0]
     for name in names[1:]:
         sig_col, pct_col = f"significant:{name}", f"pct:{name}"
         if sig_col not in cmp:
             continue
-        sig = cmp[(cmp[sig_col] == True) & cmp[pct_col].notna()]  # noqa: E712  (None/NaN are not True)
+        both = cmp[cmp[f"value:{base}"].notna() & cmp[f"value:{name}"].notna()]
+        keys, items = [], []
+        for key in KEY_METRICS:
+            hit = both[both["metric"].str.contains(key, regex=False)]
+            if not len(hit):
+                continue
+            metric = hit["metric"].iloc[0]
+            rows = hit[hit["metric"] == metric]
+            keys.append(metric)
+            a, b = rows[f"value:{base}"].median(), rows[f"value:{name}"].median()
+            unit = str(rows["unit"].iloc[0])
+            pct = f"{(b - a) / abs(a) * 100:+.1f} %, " if rows[pct_col].notna().all() else ""
+            over = f" (median of {len(rows)} GPUs)" if len(rows) > 1 else ""
+            items.append(f"{metric}{over} {_figure(a, unit)} -> {_figure(b, unit)} {unit} ({pct}{_verdict(rows[sig_col])})")
+        if items:
+            lines.append(f"{name} vs {base}: " + "; ".join(items) + ".")
+        sig = cmp[(cmp[sig_col] == True) & cmp[pct_col].notna() & ~cmp["metric"].isin(keys)]  # noqa: E712
         sig = sig.reindex(sig[pct_col].abs().sort_values(ascending=False).index).head(n)
         if len(sig):
-            items = [f"{r['gpu']} {r['metric']} {r[pct_col]:+.1f} %" for _, r in sig.iterrows()]
-            lines.append(f"{name} vs {names[0]}: significant: " + "; ".join(items) + ".")
-        else:
-            lines.append(f"{name} vs {names[0]}: no significant difference (beyond the 95 % intervals and, for "
+            lines.append(("Also significant: " if items else f"{name} vs {base}: significant: ")
+                         + "; ".join(f"{r['gpu']} {r['metric']} {r[pct_col]:+.1f} %" for _, r in sig.iterrows()) + ".")
+        elif not items:
+            lines.append(f"{name} vs {base}: no significant difference (beyond the 95 % intervals and, for "
                          "figures that move with the host's speed, beyond how far two runs of one machine differ).")
     return {"kind": "compare", "lines": lines}
-

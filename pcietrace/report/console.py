@@ -307,12 +307,13 @@ def compare_table(cmp: pd.DataFrame, names: list[str], letters: str | None = Non
         cols.append((letters[i], "right"))
         if i:
             cols.append((f"Δ {letters[i]}", "right"))
-    runs = "; ".join(f"{letters[i]} = {esc(n)}" for i, n in enumerate(names))
+    runs = "; ".join(esc(n) if n.startswith(f"{letters[i]}: ") else f"{letters[i]} = {esc(n)}" for i, n in enumerate(names))
     floor = RUN_TO_RUN_PCT
-    t = _table(title, cols, caption=f"{runs}. Δ vs A, with % of A; * = significant: beyond the 95 % "
-                                           "intervals and, for figures that move with the host's speed, beyond what "
-                                           "two runs of one machine differ by (in % of the mean, rounded from 95th "
-                                           "percentiles on the lent VMs: "
+    t = _table(title, cols, caption=f"{runs}. Δ vs A, with % of A (none where A is within its interval of 0 or too "
+                                           "small to matter); * = significant: material (pcietrace/analysis/compare.py "
+                                           "MATERIAL), beyond the 95 % intervals and, for figures that move with the "
+                                           "host's speed, beyond what two runs of one machine differ by (in % of the "
+                                           "mean: "
                                            f"host cost {floor['host cost / eager launch']:g} %; launch + sync, first "
                                            f"instruction, 4 B copy, graphs' time per iteration "
                                            f"{floor['launch + sync (eager)']:g} %; host-memory round trip "
@@ -324,10 +325,11 @@ def compare_table(cmp: pd.DataFrame, names: list[str], letters: str | None = Non
         for i, n in enumerate(names):
             v, ci = r.get(f"value:{n}"), r.get(f"ci95:{n}")
             small = r["unit"] in ("us", "x") or (v is not None and not pd.isna(v) and abs(v) < 10)
-            cells.append(_pm(v, ci, ",.3f" if small else ",.1f") if v is not None and not pd.isna(v) else "–")
+            fmt = ",.0f" if r["metric"] == "PCIe switch levels" else ",.3f" if small else ",.1f"
+            cells.append(_pm(v, ci, fmt) if v is not None and not pd.isna(v) else "–")
             if i:
                 d, pct, sig = r.get(f"delta:{n}"), r.get(f"pct:{n}"), r.get(f"significant:{n}")
-                txt = "–" if d is None or pd.isna(d) else f"{d:+,.3f}"
+                txt = "–" if d is None or pd.isna(d) else "same" if d == 0 else f"{d:+,.3f}"
                 if pct is not None and not pd.isna(pct):
                     txt += f" ({pct:+.1f}%)"
                 cells.append(txt + ("*" if sig is True else ""))

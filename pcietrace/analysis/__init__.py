@@ -247,7 +247,7 @@ def _attach(s: Session, cum: pd.DataFrame) -> dict[str, pd.DataFrame]:
         whole["program_graph_savings_ms"] = savings.outermost_ms(p)
     return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta)),
             "ranges": attribution.summarize(inst, costs, short_ns=2 * gap_ns), "whole_run": whole,
-            "notes": pd.DataFrame(notes, columns=NOTES_COLUMNS, dtype=str)}
+            "notes": pd.DataFrame(summary.merge_gpu_notes(notes), columns=NOTES_COLUMNS, dtype=str)}
 
 
 def _graphs(s: Session, cum: pd.DataFrame) -> dict[str, pd.DataFrame]:

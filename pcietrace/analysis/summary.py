@@ -10,6 +10,7 @@ attach (``"ranges"``: the top ranges by launch overhead, :data:`RANGE_COLUMNS`) 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pandas as pd
@@ -188,13 +189,41 @@ def run_lines(gpus: pd.DataFrame, detail_gpus: int = DETAIL_GPUS) -> list[str]:
 
 
 def top_ranges(ranges: pd.DataFrame, n: int = TOP_RANGES) -> pd.DataFrame:
-    """The ``n`` ranges with the most launch overhead (by launches where no overhead was measured)."""
+    """The ``n`` ranges with the most launch overhead (by launches where no overhead was measured), of those a
+    graph could capture (:func:`pcietrace.analysis.savings.capturable`)."""
     if not len(ranges):
         return pd.DataFrame(columns=RANGE_COLUMNS)
     key = "launch_overhead_ms" if ranges["launch_overhead_ms"].notna().any() else "eager_launches"
-    launched = ranges[(ranges["eager_launches"] + ranges["graph_launches"]) > 0]
+    from pcietrace.analysis.savings import capturable
+
+    launched = ranges[((ranges["eager_launches"] + ranges["graph_launches"]) > 0) & capturable(ranges)]
     launched = launched[launched[key] >= 0.01 * launched[key].max()]  # leave out ranges with next to no overhead
     return launched.sort_values(key, ascending=False, kind="stable").head(n)[RANGE_COLUMNS].reset_index(drop=True)
+
+
+def _left_out(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list[str]:
+    """What the headline leaves out: ranges whose launches no graph captures (NCCL's communicator set-up), with
+    their own launches (those of the ranges nested in them are not theirs) and what those cost the host."""
+    from pcietrace.analysis import nesting
+    from pcietrace.analysis.savings import capturable
+
+    inst = results.get("range_instances", pd.DataFrame())
+    if not len(inst) or inst["eager_launches"].isna().all():
+        return []
+    out = ~capturable(inst)
+    if not out.any():
+        return []
+    parent = nesting.parents(inst)
+    own = {m: (inst[f"{m}_launches"] - nesting.children_sum(inst, parent, f"{m}_launches"))[out].sum()
+           for m in ("eager", "graph")}
+    if own["eager"] + own["graph"] <= 0:
+        return []
+    costs = meta.get("launch_costs")
+    cost = (f", {(own['eager'] * costs['host_us_per_eager_launch'] + own['graph'] * costs['host_us_per_graph_launch']) / 1e3:,.1f}"
+            " ms of launch overhead" if costs else "")
+    names = ", ".join(sorted(set(inst.loc[out, "name"].astype(str))))
+    return [f"Left out of the above (no graph captures them): NCCL's communicator set-up and tear-down ({names}: "
+            f"{own['eager']:,.0f} eager and {own['graph']:,.0f} graph launches of its own{cost})."]
 
 
 def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list[str]:
@@ -230,8 +259,9 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
             else:
                 items.append(f"{r.name} {r.eager_launches + r.graph_launches:,.0f} launches")
         lines.append("Top ranges by launch overhead (nested ranges include their children's): " + "; ".join(items) + ".")
+        lines += _left_out(meta, results)
         if len(wr) and pd.notna(wr.iloc[0].get("program_graph_savings_ms", math.nan)):
-            lines.append(f"Capturing the outermost ranges into graphs could save up to "
+            lines.append(f"Capturing the outermost ranges that a graph can capture could save up to "
                          f"{wr.iloc[0]['program_graph_savings_ms']:,.1f} ms of the run.")
     elif len(results.get("ranges", ())):
         lines.append(f"None of the {len(results['ranges'])} NVTX ranges launched kernels.")
@@ -313,3 +343,48 @@ def compare_summary(cmp: pd.DataFrame, names: list[str], n: int = 4) -> dict[str
             lines.append(f"{name} vs {base}: no significant difference (beyond the 95 % intervals and, for "
                          "figures that move with the host's speed, beyond how far two runs of one machine differ).")
     return {"kind": "compare", "lines": lines}
+
+
+_GPU_NOTE = re.compile(r"^GPU(\d+): (.*)$", re.S)
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def merge_gpu_notes(notes: list[str]) -> list[str]:
+    """Notes that differ only in their ``GPUn:`` prefix and their figures, merged into one: ``GPU0-7: ...``
+    with each figure that differs given as its range (``41-52 interval(s)``); order kept (a merged note where
+    its first one stood). Eight near-identical per-GPU stall notes become one line."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    order: list[str] = []
+    for note in notes:
+        m = _GPU_NOTE.match(note)
+        key = _NUMBER.sub("#", m.group(2)) if m else "\0" + note
+        if key not in groups:
+            order.append(key)
+            groups[key] = []
+        groups[key].append((int(m.group(1)), m.group(2)) if m else (-1, note))
+    out = []
+    for key in order:
+        items = groups[key]
+        if items[0][0] < 0 or len(items) == 1:
+            out.extend(note if i < 0 else f"GPU{i}: {note}" for i, note in items)
+            continue
+        figures = [_NUMBER.findall(body) for _, body in items]
+        pieces = iter(_NUMBER.split(items[0][1]))
+        text = next(pieces)
+        for slot, piece in zip(zip(*figures), pieces):
+            values = [float(x.replace(",", "")) for x in slot]
+            lo, hi = slot[values.index(min(values))], slot[values.index(max(values))]
+            text += (lo if lo == hi else f"{lo}-{hi}") + piece
+        out.append(f"GPU{_index_runs([i for i, _ in items])}: {text}")
+    return out
+
+
+def _index_runs(idx: list[int]) -> str:
+    """[0, 1, 2, 3, 5] -> "0-3,5"."""
+    runs: list[list[int]] = []
+    for i in sorted(set(idx)):
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)

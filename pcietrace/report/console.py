@@ -23,7 +23,7 @@ from rich.text import Text
 
 from pcietrace.analysis.compare import RUN_TO_RUN_PCT
 from pcietrace.analysis.launch import LANGUAGES
-from pcietrace.analysis.summary import DETAIL_GPUS, gpu_label, link_label, short_name
+from pcietrace.analysis.summary import DETAIL_GPUS, gpu_label, link_label, merge_gpu_notes, short_name
 
 DIR_LABEL = {"h2d": "H2D", "d2h": "D2H"}
 
@@ -294,7 +294,7 @@ def topology_tables(topo: dict[str, Any]) -> list[Any]:
             m.add_row(esc(lab), *(esc(x) for x in row))
         parts += [m, Text("X self; NV# NVLink links; PIX one PCIe switch; PXB several switches; PHB host bridge; "
                           "NODE across host bridges in a NUMA node; SYS across NUMA nodes", style="dim")]
-    parts.extend(Text(f"note: {n}", style="dim") for n in topo.get("notes", []))
+    parts.extend(Text(f"note: {n}", style="dim") for n in merge_gpu_notes(topo.get("notes", [])))
     return parts
 
 

@@ -235,10 +235,23 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
         w = wr.iloc[0]
         # one whole-run row per GPU; a GPU whose counters could not be followed throughout has no figure
         ok = wr[wr["status"] == "ok"] if "status" in wr else wr
-        unknown = [f"{gpu_label(r.nvml_index)} {r.status}" for r in wr.drop(ok.index).itertuples()]
-        moved = (f"{ok['h2d_bytes'].sum() / 1e6:,.1f} MB H2D, {ok['d2h_bytes'].sum() / 1e6:,.1f} MB D2H"
-                 + (f" on the GPUs it could follow (not: {', '.join(unknown)})" if unknown else "")) if len(ok) \
-            else f"bytes unknown ({', '.join(unknown)})"
+        bounds = results.get("whole_run_bounds", pd.DataFrame())
+        bounded = bounds.dropna(subset=["h2d_seen_bytes", "d2h_seen_bytes"]) if len(bounds) else bounds
+        rest = wr.drop(ok.index)
+        rest = rest[~rest["nvml_index"].isin(bounded["nvml_index"])] if len(bounded) else rest
+        unknown = [f"{gpu_label(r.nvml_index)} {r.status}" for r in rest.itertuples()]
+        if len(bounded):  # sampling gaps that could hide a wrap: the least the run moved, and the most it could hide
+            h2d = ok["h2d_bytes"].sum() + bounded["h2d_seen_bytes"].clip(lower=0).sum()
+            d2h = ok["d2h_bytes"].sum() + bounded["d2h_seen_bytes"].clip(lower=0).sum()
+            moved = (f"at least {h2d / 1e6:,.1f} MB H2D and {d2h / 1e6:,.1f} MB D2H (sampling gaps on "
+                     f"GPU{_index_runs(bounded['nvml_index'].tolist())} could each hide a counter wrap: at most "
+                     f"{bounded['hidden_max_bytes'].sum() / 1e9:,.0f} GB more, a saturated link's worth)")
+            moved += f"; not followed: {', '.join(unknown)}" if unknown else ""
+        elif len(ok):
+            moved = (f"{ok['h2d_bytes'].sum() / 1e6:,.1f} MB H2D, {ok['d2h_bytes'].sum() / 1e6:,.1f} MB D2H"
+                     + (f" on the GPUs it could follow (not: {', '.join(unknown)})" if unknown else ""))
+        else:
+            moved = f"bytes unknown ({', '.join(unknown)})"
         launches = (f"{w['program_eager_launches']:,.0f} eager and {w['program_graph_launches']:,.0f} graph launches"
                     if pd.notna(w["program_eager_launches"]) else "launches not counted")
         if w.get("program_captured_launches", 0) > 0:  # NaN (not counted) and 0 say nothing more

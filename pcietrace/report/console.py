@@ -410,14 +410,22 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                                  ("eager", "right"), ("graph", "right"), ("procs", "right"), ("ranges", "right"),
                                  ("exit", "right")],
                    caption="per sampled GPU: its bytes (± the floor's 95 % interval, which outweighs the edges' over "
-                           "a whole run) and the kernel launches made on it (eager/graph); procs (processes followed) "
+                           "a whole run; ≥: the least it moved, where a sampling gap could hide a counter wrap, see the "
+                           "note) and the kernel launches made on it (eager/graph); procs (processes followed) "
                            "and ranges: the program's totals")
+        bounds = results.get("whole_run_bounds", pd.DataFrame())
+        seen = bounds.set_index("nvml_index") if len(bounds) else pd.DataFrame()
         for w in wr.to_dict("records"):
             ok = w.get("status", "ok") == "ok"
             bad = f"[red]{w.get('status')}[/]"
+            if not ok and w.get("nvml_index") in seen.index:  # the least it moved, a wrap could hide more
+                b = seen.loc[w["nvml_index"]]
+                bad = {d: f"[yellow]≥ {_num(max(b[f'{d}_seen_bytes'], 0) / 1e6, ',.1f')}[/]" for d in ("h2d", "d2h")}
             t.add_row(f"GPU{w['nvml_index']}" if "nvml_index" in w else "all", _num(w["duration_ms"], ",.1f"),
-                      _pm_lines(w["h2d_bytes"] / 1e6, w["h2d_floor_err_bytes"] / 1e6, ",.1f") if ok else bad,
-                      _pm_lines(w["d2h_bytes"] / 1e6, w["d2h_floor_err_bytes"] / 1e6, ",.1f") if ok else bad,
+                      _pm_lines(w["h2d_bytes"] / 1e6, w["h2d_floor_err_bytes"] / 1e6, ",.1f") if ok
+                      else bad["h2d"] if isinstance(bad, dict) else bad,
+                      _pm_lines(w["d2h_bytes"] / 1e6, w["d2h_floor_err_bytes"] / 1e6, ",.1f") if ok
+                      else bad["d2h"] if isinstance(bad, dict) else bad,
                       _num(w["eager_launches"], ",.0f"), _num(w["graph_launches"], ",.0f"), _num(w["processes"], ".0f"),
                       _num(w["ranges"], ".0f"), esc(meta.get("exit_code")))
         parts.append(t)
@@ -489,6 +497,7 @@ RENDERERS: list[tuple[str, Callable[[pd.DataFrame], Table]]] = [
 ]
 #: Tables rendered elsewhere in :func:`render` or not meant for the console (per-instance rows: JSON/CSV).
 HANDLED = {"sampling", "gpu_time", "speedup", "latency", "topology_model", "ranges", "range_instances", "whole_run",
+           "whole_run_bounds",
            "fit_windows", "rates", "notes", "graphs", "per_gpu"}
 
 

@@ -156,7 +156,7 @@ class _Parser(argparse.ArgumentParser):
         """The whole command line, then what no single option can check: --json beside a different --format.
         (Subcommands are parsed by ``parse_known_args``, so this runs once, on the top parser.)"""
         ns = super().parse_args(args, namespace)
-        if not hasattr(ns, "format"):  # topo: --json alone
+        if not hasattr(ns, "format"):  # no command given
             return ns
         if ns.json and ns.format not in (None, "json"):  # said as the subcommand's parser says its errors
             prog = f"{self.prog} {ns.command}"
@@ -232,7 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="read this sysfs tree instead of /sys (e.g. a test fixture); a tree other than /sys implies no NVML")
     tp.add_argument("--fixture", type=Path, default=None, metavar="JSON",
                     help="show the machine a topology fixture describes, e.g. tests/data/topo/dgx2_half_two_switch_levels.json")
-    tp.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
+    tp.add_argument("--json", action="store_true", help="the same as --format json")
+    tp.add_argument("--format", choices=["table", "json"], default=None,
+                    help="output format: rich tables (the default) or the machine-readable result")
     tp.set_defaults(func="cmd_topo")
 
     lt = sub.add_parser("latency", formatter_class=_Formatter, help="PCIe round trips and launch/completion latencies",

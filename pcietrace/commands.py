@@ -191,7 +191,7 @@ def cmd_topo(args: argparse.Namespace) -> int:
 
 
 def _emit_topology(topo: dict[str, Any], args: argparse.Namespace) -> int:
-    if args.json:
+    if args.json or args.format == "json":
         json.dump(topo, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:

@@ -356,13 +356,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    with signals.caught():  # SIGTERM/SIGHUP during the imports and set-up: one line, not a silent end
-        return _main(argv)
-
-
-def _main(argv: list[str] | None) -> int:
     # the command's name, known before parsing (an interrupt may come during it); no top-level option takes a value
     command = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
+    try:
+        with signals.caught():  # SIGTERM/SIGHUP during the imports and set-up: one line, not a silent end
+            return _main(argv, command)
+    except KeyboardInterrupt as exc:  # one that came between the handler's start and _main's own (a traceback was)
+        return _interrupted(exc, command)
+
+
+def _interrupted(exc: KeyboardInterrupt, command: str | None) -> int:
+    print(f"pcietrace: {signals.interrupted_line(command in SAVING)}", file=sys.stderr)
+    return 128 + int(getattr(exc, "signum", 2))
+
+
+def _main(argv: list[str] | None, command: str | None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -376,8 +384,7 @@ def _main(argv: list[str] | None) -> int:
         print(f"pcietrace: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # also during the imports above; SIGTERM/SIGHUP carry their signal
-        print(f"pcietrace: {signals.interrupted_line(command in SAVING)}", file=sys.stderr)
-        return 128 + int(getattr(exc, "signum", 2))
+        return _interrupted(exc, command)
     except BrokenPipeError:
         return 1
     except OSError as exc:  # stdout on a full disk or a gone terminal (files we open raise PcietraceErrors)

@@ -333,3 +333,20 @@ def test_a_folder_name_that_is_not_utf8_still_loads(tmp_path, data_dir, capsys) 
     shutil.copytree(data_dir / "h100_run", folder)
     assert main(["report", str(folder), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["results"]["per_launch"]
+
+
+def test_sigterm_between_the_handler_and_the_commands_own_handling_is_one_line(monkeypatch, capsys) -> None:
+    """The start-up race: SIGTERM right after ``signals.caught`` put its handler in place, before ``_main``'s own
+    try block (1 full run in 2 ended in a ``Terminated`` traceback)."""
+    from pcietrace import cli
+
+    def signalled(argv, command):  # the signal lands before any of _main's own handling
+        signal.raise_signal(signal.SIGTERM)
+        raise AssertionError("the handler should have raised")
+
+    monkeypatch.setattr(cli, "_main", signalled)
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("SIGTERM is handled by the test runner")
+    assert cli.main(["run", "--simulate"]) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err == "pcietrace: interrupted before anything was recorded: nothing saved\n"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the previous handler is back

@@ -326,8 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "change between iterations among P parameter sets, run by each strategy: eager launches, "
                                     "recapture (capture + instantiate every time), exec_update (capture + cuGraphExecUpdate), "
                                     "node_update (cuGraphExecKernelNodeSetParams on changed nodes) and recognize (one executable "
-                                    "graph cached per parameter set). Iterations are timed in native C; PCIe bytes come from "
-                                    "counter windows. Saved like a run, for `report` and `compare`.")
+                                    "graph cached per parameter set). Iterations are timed in native C, pipelined by default "
+                                    "(see --sync-each-iteration); PCIe bytes come from counter windows. Saved like a "
+                                    "run, for `report` and `compare`.")
     gr.add_argument("--gpu", type=int, default=0, help="CUDA device number")
     gr.add_argument("--simulate", action="store_true", help="use a SIMULATED device (a cost model from published figures)")
     gr.add_argument("--kernels", type=_int_list, default="500,2500", metavar="N,N,..",
@@ -342,9 +343,15 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--iterations", type=int, default=40, metavar="N", help="iterations per window (at least 2)")
     gr.add_argument("--rounds", type=int, default=3, metavar="N",
                     help="windows per strategy and size (strategies interleaved)")
-    gr.add_argument("--pipelined", action="store_true",
-                    help="do not synchronize after each iteration (the host prepares the next while the GPU runs); "
-                         "times are then per window, not per iteration")
+    pace = gr.add_mutually_exclusive_group()
+    pace.add_argument("--pipelined", dest="sync_each_iteration", action="store_false",
+                      help="the default: no synchronize per iteration; the host captures, updates and launches the "
+                           "next iteration while the GPU runs the previous one, as a training loop does. Times are "
+                           "per window (an iteration's own time is then not defined)")
+    pace.add_argument("--sync-each-iteration", dest="sync_each_iteration", action="store_true",
+                      help="synchronize after every iteration: each iteration timed on its own, but capture and "
+                           "update can no longer hide behind the GPU's work (update-type strategies then gain less)")
+    gr.set_defaults(sync_each_iteration=False)
     gr.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=10.0,
                     help="background counter sampling interval (0 = as fast as NVML answers); window edges are "
                          "always read exactly")

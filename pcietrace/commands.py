@@ -352,7 +352,7 @@ def cmd_graphs(args: argparse.Namespace) -> int:
     plan = graphs.GraphsPlan(kernels=args.kernels, param_sets=args.param_sets, order=args.order,
                              strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()),
                              kernel_us=tuple(args.kernel_us), iterations=args.iterations, rounds=args.rounds,
-                             sync=not args.pipelined, seed=args.seed)
+                             sync=args.sync_each_iteration, seed=args.seed)
     try:
         gpu, device, sampler, probe, extra = graphs.open_device(args.simulate, args.gpu, args.seed, args.sample_interval_ms)
     except NoGpuError as exc:

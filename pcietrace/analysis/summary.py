@@ -292,6 +292,9 @@ def summarize(meta: dict[str, Any], results: dict[str, pd.DataFrame],
     if kind.startswith("attach"):
         out["ranges"] = top_ranges(results.get("ranges", pd.DataFrame()))
         out["lines"] = attach_lines(meta, results)
+    elif kind == "graphs":
+        out["gpus"] = results["per_gpu"] if len(results.get("per_gpu", ())) else gpu_figures(meta, results)
+        out["lines"] = graphs_lines(meta, results.get("graphs", pd.DataFrame()))
     else:
         out["gpus"] = results["per_gpu"] if len(results.get("per_gpu", ())) else gpu_figures(meta, results)
         out["lines"] = run_lines(out["gpus"], detail_gpus)
@@ -319,6 +322,30 @@ def _verdict(sig: pd.Series) -> str:
 
 def _figure(x: float, unit: str) -> str:
     return f"{x:,.0f}" if unit == "B" and abs(x) >= 10 else f"{x:,.3g}" if unit == "x" else f"{x:,.3f}"
+
+
+def graphs_lines(meta: dict[str, Any], gs: pd.DataFrame) -> list[str]:
+    """``pcietrace graphs``: per workload size, the fastest strategy against eager launches (with its 95 %
+    interval) and every other strategy's speedup, and how the iterations were paced."""
+    if not len(gs):
+        return []
+    plan = meta.get("graphs_plan", {})
+    pace = ("Each iteration was synchronized (--sync-each-iteration: capture and update cannot hide behind the "
+            "GPU's work)" if plan.get("sync", True) else "Iterations were pipelined: the host prepared each one while "
+            "the GPU ran the previous one, as a training loop does")
+    lines = []
+    for n, g in gs.groupby("kernels", sort=True):
+        graphs = g[g["strategy"] != "eager"].sort_values("speedup", ascending=False)
+        if not len(graphs):
+            continue
+        best = graphs.iloc[0]
+        others = ", ".join(f"{r.strategy} {r.speedup:.2f}x" for r in graphs.iloc[1:].itertuples())
+        verdict = "faster" if best["speedup_lo"] > 1 else "no faster, within the intervals," \
+            if best["speedup_hi"] >= 1 else "slower"
+        lines.append(f"{n:,} kernels per iteration: {best['strategy']} is fastest, {best['speedup']:.2f}x eager "
+                     f"[{best['speedup_lo']:.2f}, {best['speedup_hi']:.2f}] ({verdict} than launching each kernel); "
+                     + (f"{others}." if others else ""))
+    return lines + [f"{pace}."] if lines else []
 
 
 def compare_summary(cmp: pd.DataFrame, names: list[str], n: int = 4) -> dict[str, Any]:

@@ -243,6 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(eager and graph of 1), launch -> first instruction and kernel end -> host "
                                     "notices; median with spread over repeats. Saved like a run, for `compare`.")
     lt.add_argument("--gpu", default="all", help="CUDA device numbers, e.g. 0,1, or 'all'")
+    lt.add_argument("--simulate", action="store_true", help="use a SIMULATED device modelled on a recorded H100 run")
+    lt.add_argument("--gpus", type=_gpu_count, default=1, metavar="N", help="with --simulate: simulate a box of N GPUs")
+    lt.add_argument("--seed", type=_seed, default=0, help="random seed of the simulated device")
     lt.add_argument("--repeats", type=_repeats, default=11, help="repeats of each test (host-timed ones do 20x)")
     _save_options(lt, "-latency")
     _output_options(lt)

@@ -217,6 +217,10 @@ def cmd_latency(args: argparse.Namespace) -> int:
     from pcietrace.session import Session
 
     _check_plot(args)
+    if args.gpus != 1 and not args.simulate:
+        raise UsageError("--gpus N simulates an N-GPU box: it needs --simulate (real GPUs are chosen with --gpu)")
+    if args.simulate:
+        return _simulated_latency(args)
     try:
         ordinals = parse_gpus(args.gpu, cuda.device_count())
         gpus = backend.open_gpus(ordinals)
@@ -244,6 +248,31 @@ def cmd_latency(args: argparse.Namespace) -> int:
     saving = guard.Saving(session, folder, lambda: analyze(session), to_jsonable=to_jsonable, tell=tell,
                           before=lambda _: release())
     with saving:  # the suite is measured: a signal while the GPUs are released waits until it is saved
+        pass
+    return saving.end(lambda results: _emit(session.meta, results, args))
+
+
+def _simulated_latency(args: argparse.Namespace) -> int:
+    """``latency --simulate``: the suite's figures from the SIMULATED device's model of a recorded run."""
+    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.device import sim
+    from pcietrace.record import guard
+    from pcietrace.record.run import RunPlan, base_meta
+    from pcietrace.report.console import tell
+    from pcietrace.session import Session
+
+    params = sim.SimParams.default()
+    ordinals = parse_gpus(args.gpu, args.gpus)
+    gpu_meta = [sim.gpu_records(params, args.gpus)[o] for o in ordinals]
+    session = Session(meta=base_meta(RunPlan(), True))
+    session.meta.update(kind="latency", status="running", driver="simulated", sim_source=params.source,
+                        gpus=gpu_meta, topology=sim.topology(params, gpu_meta))
+    folder = _run_folder(args, session.meta, ordinals, "-latency")
+    with guard.discard_on_error(folder), guard.Interrupts():
+        session.latency = sim.latency(params, gpu_meta, args.repeats, args.seed)
+    session.meta["status"] = "complete"
+    saving = guard.Saving(session, folder, lambda: analyze(session), to_jsonable=to_jsonable, tell=tell)
+    with saving:
         pass
     return saving.end(lambda results: _emit(session.meta, results, args))
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import sys
+import textwrap
 from pathlib import Path
 from typing import Callable, NoReturn, Sequence
 
@@ -118,8 +120,9 @@ def _save_options(p: argparse.ArgumentParser, suffix: str = "", no_save: bool = 
     p.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
 
 
-#: What one counter read costs, as the lent GPUs measured it (both sampling options say so).
-READ_COST = "Each NVML read is itself ~35 kB of PCIe traffic (~15 kB H2D, ~20 kB D2H: a GSP RPC)"
+#: What one counter read costs (both sampling options say so); the floor table shows this machine's figure.
+READ_COST = ("Each NVML read is itself PCIe traffic (a firmware call, tens of kB; the floor table shows this "
+             "machine's cost per read)")
 
 
 def _output_options(p: argparse.ArgumentParser, json_help: str = "the same as --format json") -> None:
@@ -169,8 +172,25 @@ def _range_view_options(p: argparse.ArgumentParser) -> None:
 SAVING = ("run", "latency", "attach", "graphs")
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows defaults, except None/False ones (whose help text says what happens instead)."""
+#: Help is wrapped to the terminal, but never wider than this (long lines read badly on a wide terminal).
+HELP_WIDTH = 100
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except None/False ones (whose help text says what happens instead). Descriptions and
+    epilogs are wrapped to the terminal (at most :data:`HELP_WIDTH` columns), each paragraph on its own; lines
+    that begin with spaces (examples) are kept as written."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        width = min(width or shutil.get_terminal_size().columns - 2, HELP_WIDTH)
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(line if line.startswith(" ") or not line else
+                         textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent,
+                                       break_long_words=False, break_on_hyphens=False)
+                         for line in text.splitlines())
 
     def _get_help_string(self, action: argparse.Action) -> str:
         if action.default is None or action.default is False:
@@ -189,7 +209,7 @@ class _Parser(argparse.ArgumentParser):
         """The whole command line, then what no single option can check: --json beside a different --format.
         (Subcommands are parsed by ``parse_known_args``, so this runs once, on the top parser.)"""
         ns = super().parse_args(args, namespace)
-        if not hasattr(ns, "format"):  # topo: --json alone
+        if not hasattr(ns, "format"):  # no command given
             return ns
         if ns.json and ns.format not in (None, "json"):  # said as the subcommand's parser says its errors
             prog = f"{self.prog} {ns.command}"
@@ -205,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pcietrace", formatter_class=_Formatter,
         description="What one kernel launch costs on this machine (PCIe bytes, CPU time, GPU time) "
                     "and what CUDA graphs save, measured with NVML's PCIe byte counters.",
-        epilog="examples:\n  pcietrace run                 measure this machine's GPUs (about a minute)\n"
+        epilog="examples:\n  pcietrace run                 measure this machine's GPUs (about 30 s)\n"
                "  pcietrace run --simulate      the same pipeline on a SIMULATED device (no GPU)\n"
                "  pcietrace report reports/RUN  re-analyse and re-render a saved run")
     p.add_argument("--version", action="version", version=f"pcietrace {__version__}")
@@ -228,17 +248,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="kernels per graph for the graph fits (default 1,10,100,1000)")
     r.add_argument("--contexts", type=_contexts, default=None, metavar="N",
                    help="CUDA contexts the GPU time per empty eager kernel is measured in, 1..16 (default 5; 1: the "
-                        "run's own). Each context draws its own level (H100: 1.65-1.89 us, in two groups): the "
-                        "figure is their median, with their range")
+                        "run's own). Each context can draw its own level: the figure is their median, with their range")
     r.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=10.0,
-                   help="background counter sampling interval (0 = as fast as NVML answers, a read every ~0.3 ms). "
+                   help="background counter sampling interval (0 = as fast as NVML answers). "
                         f"{READ_COST}, so fast sampling adds a large floor; window edges are always read exactly")
     r.add_argument("--throughput-api", action="store_true",
                    help="force NVML's low-resolution throughput API instead of the byte counters")
     _save_options(r)
     _output_options(r)
     r.add_argument("--seed", type=_seed, default=0, help="random seed of the simulated device")
-    r.add_argument("--no-latency", action="store_true", help="skip the latency suite (saves ~10 s per GPU)")
+    r.add_argument("--no-latency", action="store_true", help="skip the latency suite (a third of the run's time)")
     r.add_argument("--repeats", type=_repeats, default=11, help="repeats of each latency test (host-timed ones do 20x)")
     _us_per_level(r)
     r.set_defaults(func="cmd_run")
@@ -271,7 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="read this sysfs tree instead of /sys (e.g. a test fixture); a tree other than /sys implies no NVML")
     tp.add_argument("--fixture", type=Path, default=None, metavar="JSON",
                     help="show the machine a topology fixture describes, e.g. tests/data/topo/dgx2_half_two_switch_levels.json")
-    tp.add_argument("--json", action="store_true", help="print the machine-readable result instead of tables")
+    tp.add_argument("--json", action="store_true", help="the same as --format json")
+    tp.add_argument("--format", choices=["table", "json"], default=None,
+                    help="output format: rich tables (the default) or the machine-readable result")
     tp.set_defaults(func="cmd_topo")
 
     lt = sub.add_parser("latency", formatter_class=_Formatter, help="PCIe round trips and launch/completion latencies",
@@ -280,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(eager and graph of 1), launch -> first instruction and kernel end -> host "
                                     "notices; median with spread over repeats. Saved like a run, for `compare`.")
     lt.add_argument("--gpu", default="all", help="CUDA device numbers, e.g. 0,1, or 'all'")
+    lt.add_argument("--simulate", action="store_true", help="use a SIMULATED device modelled on a recorded H100 run")
+    lt.add_argument("--gpus", type=_gpu_count, default=1, metavar="N", help="with --simulate: simulate a box of N GPUs")
+    lt.add_argument("--seed", type=_seed, default=0, help="random seed of the simulated device")
     lt.add_argument("--repeats", type=_repeats, default=11, help="repeats of each test (host-timed ones do 20x)")
     _save_options(lt, "-latency")
     _output_options(lt)
@@ -306,7 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="while no NVTX range is open in any traced process, read the counters only this often "
                          "(0 = off: always --sample-interval-ms). A range opening wakes the samplers at once, "
                          "and a GPU whose counters moved > 2 GB/s over its last interval (a copy) is read fast. "
-                         "Reads are firmware calls: at 0.5 ms they doubled NCCL's communicator set-up on 4x H200")
+                         "Reads are firmware calls that queue with the program's own driver work (NCCL's "
+                         "communicator set-up slows at fast rates)")
     at.add_argument("--slow-domains", default="NCCL", metavar="D1,D2",
                     help="NVTX domains whose open ranges do not hold the fast rate (their bytes are still measured, "
                          "with the wider edge error stated); default NCCL, whose own ranges cover its communicator "
@@ -318,30 +343,28 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--no-calibrate", action="store_true", help="skip the per-launch cost measurement (no overhead columns)")
     at.add_argument("--launch-counter", choices=["interpose", "cupti"], default="interpose",
                     help="how launches are counted: trampolines handed out by an LD_PRELOAD-ed dlsym/cuGetProcAddress "
-                         "(~0.07 us per launch on an H100 host: one cuCtxGetDevice to charge ranges the GPUs they "
+                         "(a fraction of a microsecond per launch: one cuCtxGetDevice to charge ranges the GPUs they "
                          "launched on, the call's timing and, once the program has begun a graph capture, a capture "
-                         "check; code linked against libcuda is counted "
-                         "too), or CUPTI driver callbacks (~0.6-0.9 us "
-                         "per launch, and ~3 %% more H2D bytes per launch, which the figures then include; sees launches "
-                         "however they reach the driver)")
+                         "check; code linked against libcuda is counted too), or CUPTI driver callbacks (about ten "
+                         "times the cost per launch, and a few %% more H2D bytes per launch, which the figures then "
+                         "include; sees launches however they reach the driver)")
     at.add_argument("--no-count-launches", action="store_true",
                     help="do not count kernel launches at all (lowest overhead)")
     at.add_argument("--sampler-duty", type=_number(0, 1), default=1.0, metavar="FRACTION",
                     help="the largest share of time a GPU's sampler may spend in NVML reads (0 < f <= 1; 1 = no cap). "
-                         "Reads are firmware calls that queue with the program's own driver work: measured on 4x H200, "
-                         "0.5 ms sampling slowed torchrun's NCCL barriers (not the ranges); 0.25 halved that but made "
-                         "edges 5x coarser. Use --sample-interval-ms 10 or a cap where the program's runtime matters "
-                         "more than short ranges")
+                         "Reads are firmware calls that queue with the program's own driver work (fast sampling can "
+                         "slow NCCL's barriers); a cap slows that less but makes range edges coarser. Use "
+                         "--sample-interval-ms 10 or a cap where the program's runtime matters more than short ranges")
     at.add_argument("--exact-edges", action="store_true",
                     help="the injection library also reads the counters itself at every range edge (costs the program "
-                         "~0.3-0.9 ms per edge, and threads at an edge at once take turns; for short critical ranges). "
-                         "Without it, a range that opens wakes the samplers, "
+                         "an NVML read, under a millisecond, per edge, and threads at an edge at once take turns; for "
+                         "short critical ranges). Without it, a range that opens wakes the samplers, "
                          "which read right after it without the program waiting")
     at.add_argument("--gpu-time", action="store_true",
                     help="also record when each kernel ran on the GPU (CUPTI kernel activity): per range the GPU's busy "
                          "time, and a graph-savings prediction from it (the host time a graph would remove). Costs the "
-                         "program 1-3 us per launch (H100), which the range times and the prediction include, and "
-                         "the records add ~13 %% D2H and ~1.6 %% H2D bytes per launch, which the byte figures include")
+                         "program a few us per launch, which the range times and the prediction include, and the "
+                         "records add D2H (and some H2D) bytes per launch, which the byte figures include")
     at.add_argument("--label", default=None, metavar="NAME",
                     help="a name for this recording among a job's (e.g. node0, or one per GPU set where two share a "
                          "host): kept in its meta for `pcietrace merge`, and %%l in -o")
@@ -359,8 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp = sub.add_parser("compare", formatter_class=_Formatter, help="saved runs side by side, with significant deltas marked",
                         description="Headline figures of saved runs side by side; deltas against the first run are "
                                     "marked significant only beyond the 95 % intervals and, for figures that move with the "
-                                    "host's speed, beyond how far two runs of one machine differ (measured on the lent "
-                                    "VMs); the host round-trip "
+                                    "host's speed, beyond how far two runs of one machine differ; the host round-trip "
                                     "delta is set against what the switch-level difference predicts.")
     cp.add_argument("paths", type=Path, nargs="+", help="run folders or report.json files (the first is the baseline)")
     _us_per_level(cp)
@@ -396,8 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "change between iterations among P parameter sets, run by each strategy: eager launches, "
                                     "recapture (capture + instantiate every time), exec_update (capture + cuGraphExecUpdate), "
                                     "node_update (cuGraphExecKernelNodeSetParams on changed nodes) and recognize (one executable "
-                                    "graph cached per parameter set). Iterations are timed in native C; PCIe bytes come from "
-                                    "counter windows. Saved like a run, for `report` and `compare`.")
+                                    "graph cached per parameter set). Iterations are timed in native C, pipelined by default "
+                                    "(see --sync-each-iteration); PCIe bytes come from counter windows. Saved like a "
+                                    "run, for `report` and `compare`.")
     gr.add_argument("--gpu", type=int, default=0, help="CUDA device number")
     gr.add_argument("--simulate", action="store_true", help="use a SIMULATED device (a cost model from published figures)")
     gr.add_argument("--kernels", type=_int_list, default="500,2500", metavar="N,N,..",
@@ -412,9 +435,15 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--iterations", type=int, default=40, metavar="N", help="iterations per window (at least 2)")
     gr.add_argument("--rounds", type=int, default=3, metavar="N",
                     help="windows per strategy and size (strategies interleaved)")
-    gr.add_argument("--pipelined", action="store_true",
-                    help="do not synchronize after each iteration (the host prepares the next while the GPU runs); "
-                         "times are then per window, not per iteration")
+    pace = gr.add_mutually_exclusive_group()
+    pace.add_argument("--pipelined", dest="sync_each_iteration", action="store_false",
+                      help="the default: no synchronize per iteration; the host captures, updates and launches the "
+                           "next iteration while the GPU runs the previous one, as a training loop does. Times are "
+                           "per window (an iteration's own time is then not defined)")
+    pace.add_argument("--sync-each-iteration", dest="sync_each_iteration", action="store_true",
+                      help="synchronize after every iteration: each iteration timed on its own, but capture and "
+                           "update can no longer hide behind the GPU's work (update-type strategies then gain less)")
+    gr.set_defaults(sync_each_iteration=False)
     gr.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=10.0,
                     help="background counter sampling interval (0 = as fast as NVML answers); window edges are "
                          "always read exactly")
@@ -426,13 +455,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    with signals.caught():  # SIGTERM/SIGHUP during the imports and set-up: one line, not a silent end
-        return _main(argv)
-
-
-def _main(argv: list[str] | None) -> int:
     # the command's name, known before parsing (an interrupt may come during it); no top-level option takes a value
     command = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
+    try:
+        with signals.caught():  # SIGTERM/SIGHUP during the imports and set-up: one line, not a silent end
+            return _main(argv, command)
+    except KeyboardInterrupt as exc:  # one that came between the handler's start and _main's own (a traceback was)
+        return _interrupted(exc, command)
+
+
+def _interrupted(exc: KeyboardInterrupt, command: str | None) -> int:
+    print(f"pcietrace: {signals.interrupted_line(command in SAVING)}", file=sys.stderr)
+    return 128 + int(getattr(exc, "signum", 2))
+
+
+def _main(argv: list[str] | None, command: str | None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -448,8 +485,7 @@ def _main(argv: list[str] | None) -> int:
         print(f"pcietrace: error: {clean(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # also during the imports above; SIGTERM/SIGHUP carry their signal
-        print(f"pcietrace: {signals.interrupted_line(command in SAVING)}", file=sys.stderr)
-        return 128 + int(getattr(exc, "signum", 2))
+        return _interrupted(exc, command)
     except BrokenPipeError:
         return 1
     except OSError as exc:  # stdout on a full disk or a gone terminal (files we open raise PcietraceErrors)

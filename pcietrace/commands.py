@@ -249,7 +249,7 @@ def cmd_topo(args: argparse.Namespace) -> int:
 
 
 def _emit_topology(topo: dict[str, Any], args: argparse.Namespace) -> int:
-    if args.json:
+    if args.json or args.format == "json":
         json.dump(topo, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
@@ -276,6 +276,10 @@ def cmd_latency(args: argparse.Namespace) -> int:
     from pcietrace.session import Session
 
     _check_plot(args)
+    if args.gpus != 1 and not args.simulate:
+        raise UsageError("--gpus N simulates an N-GPU box: it needs --simulate (real GPUs are chosen with --gpu)")
+    if args.simulate:
+        return _simulated_latency(args)
     try:
         ordinals = parse_gpus(args.gpu, cuda.device_count())
         gpus = backend.open_gpus(ordinals)
@@ -303,6 +307,31 @@ def cmd_latency(args: argparse.Namespace) -> int:
     saving = guard.Saving(session, folder, lambda: analyze(session), to_jsonable=to_jsonable, tell=tell,
                           before=lambda _: release())
     with saving:  # the suite is measured: a signal while the GPUs are released waits until it is saved
+        pass
+    return saving.end(lambda results: _emit(session.meta, results, args))
+
+
+def _simulated_latency(args: argparse.Namespace) -> int:
+    """``latency --simulate``: the suite's figures from the SIMULATED device's model of a recorded run."""
+    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.device import sim
+    from pcietrace.record import guard
+    from pcietrace.record.run import RunPlan, base_meta
+    from pcietrace.report.console import tell
+    from pcietrace.session import Session
+
+    params = sim.SimParams.default()
+    ordinals = parse_gpus(args.gpu, args.gpus)
+    gpu_meta = [sim.gpu_records(params, args.gpus)[o] for o in ordinals]
+    session = Session(meta=base_meta(RunPlan(), True))
+    session.meta.update(kind="latency", status="running", driver="simulated", sim_source=params.source,
+                        gpus=gpu_meta, topology=sim.topology(params, gpu_meta))
+    folder = _run_folder(args, session.meta, ordinals, "-latency")
+    with guard.discard_on_error(folder), guard.Interrupts():
+        session.latency = sim.latency(params, gpu_meta, args.repeats, args.seed)
+    session.meta["status"] = "complete"
+    saving = guard.Saving(session, folder, lambda: analyze(session), to_jsonable=to_jsonable, tell=tell)
+    with saving:
         pass
     return saving.end(lambda results: _emit(session.meta, results, args))
 
@@ -371,7 +400,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from pcietrace.analysis import analyze
-    from pcietrace.analysis.compare import compare
+    from pcietrace.analysis.compare import compare, run_name
     from pcietrace.analysis.summary import compare_summary
     from pcietrace import multinode
     from pcietrace.multinode import is_merged
@@ -391,9 +420,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError("an attach run compares only with another attach run (pcietrace compare EAGER_ATTACH GRAPHED_ATTACH)")
     runs = []
     for i, (p, s) in enumerate(zip(args.paths, sessions)):
-        gpus = sorted({g["name"].replace("NVIDIA ", "") for g in s.meta.get("gpus", [])}) or ["?"]
-        name = f"{'+'.join(gpus)} x{len(s.meta.get('gpus', []))}{' (SIMULATED)' if s.meta.get('simulated') else ''}"
-        runs.append((f"{chr(65 + i)}: {name}", analyze(s, args.us_per_level), s.meta))
+        folder = (p.parent if p.name == "report.json" else p).resolve().name
+        runs.append((run_name(chr(65 + i), folder, s.meta), analyze(s, args.us_per_level), s.meta))
     cmp = compare(runs, args.us_per_level)
     names = [r[0] for r in runs]
     _refuse_nothing_in_common(cmp, names, args.paths, sessions)
@@ -423,7 +451,7 @@ def cmd_graphs(args: argparse.Namespace) -> int:
     plan = graphs.GraphsPlan(kernels=args.kernels, param_sets=args.param_sets, order=args.order,
                              strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()),
                              kernel_us=tuple(args.kernel_us), iterations=args.iterations, rounds=args.rounds,
-                             sync=not args.pipelined, seed=args.seed)
+                             sync=args.sync_each_iteration, seed=args.seed)
     try:
         gpu, device, sampler, probe, extra = graphs.open_device(args.simulate, args.gpu, args.seed, args.sample_interval_ms)
     except NoGpuError as exc:

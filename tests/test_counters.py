@@ -113,7 +113,8 @@ def test_a_read_that_stalls_can_hide_a_wrap_behind_a_short_gap(data_dir) -> None
                             s.meta["t_app_end_ns"]).set_index("nvml_index")
     assert wg.loc[0, "gaps"] >= 1 and wg.loc[0, "longest_read_ms"] == pytest.approx(max(read_ns[k], read_ns[k + 1]) / 1e6)
     notes = [n for n in res["notes"]["note"] if "could hide a wrap" in n]
-    assert len(notes) == 4 and notes[0].startswith("GPU0: the sampler stalled") and "76.5 ms" in notes[0]
+    # one note for the four GPUs (they were four near-identical lines), each figure as its range over them
+    assert len(notes) == 1 and notes[0].startswith("GPU0-3: the sampler stalled") and "76.5-" in notes[0]
 
 
 def test_floor_and_its_subtraction_on_the_real_run(h100) -> None:

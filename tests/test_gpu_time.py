@@ -101,7 +101,10 @@ def test_dropped_kernel_records_are_said(decode) -> None:
 
     s, _ = decode["decode-eager-gputime"]
     on = s.events[s.events["event"] == "gputime"].tail(1)
-    ev = pd.concat([s.events, on.assign(message="dropped", id=42)], ignore_index=True)
+    thread = s.events[(s.events["pid"] == on["pid"].iloc[0]) & (s.events["tid"] == on["tid"].iloc[0])]
+    counts = [c for c in s.events.columns if c.endswith(("_thread", "_process"))]  # as of the thread's last event
+    ev = pd.concat([s.events, on.assign(message="dropped", id=42, **thread[counts].iloc[-1].to_dict())],
+                   ignore_index=True)
     assert gpu_time.dropped(ev).to_dict() == {int(on["pid"].iloc[0]): 42} and gpu_time.dropped(s.events).empty
     notes = " ".join(analyze(Session(meta=s.meta, samples=s.samples, events=ev, windows=s.windows))["notes"]["note"])
     assert "CUPTI dropped 42 kernel records" in notes

@@ -166,3 +166,21 @@ def test_timing_cpu_is_one_core_per_slot_near_the_gpu(tmp_path) -> None:
     assert sysfs.timing_cpu("0000:1a:00.0", 0, {6}, tmp_path) == 6  # already pinned: the same CPU again
     assert sysfs.timing_cpu("0000:1a:00.0", 0, set(), tmp_path) is None
     assert sysfs.timing_cpu("0000:ff:00.0", 0, {2, 3}, tmp_path) == 3  # no local_cpulist: among the allowed
+
+
+def test_topo_takes_format_json_as_every_command_does(data_dir, capsys) -> None:
+    # was: 'unrecognized arguments: --format json'
+    import json as _json
+
+    from pcietrace.cli import main as _main
+
+    fixture = str(data_dir / "topo" / "hgx_h200_4gpu_nvswitch.json")
+    assert _main(["topo", "--fixture", fixture, "--format", "json"]) == 0
+    doc = _json.loads(capsys.readouterr().out)
+    assert _main(["topo", "--fixture", fixture, "--json"]) == 0
+    assert _json.loads(capsys.readouterr().out) == doc and doc["gpus"]
+    assert _main(["topo", "--fixture", fixture, "--format", "table"]) == 0
+    assert "PCIe placement" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as ex:  # two formats asked for: one line, exit 2
+        _main(["topo", "--fixture", fixture, "--json", "--format", "table"])
+    assert ex.value.code == 2

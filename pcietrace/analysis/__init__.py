@@ -19,7 +19,7 @@ from pcietrace.session import Session
 #: Result tables in display order; each is a DataFrame documented in its producing function.
 RESULT_TABLES = ("sampling", "per_gpu", "floor", "calibration", "per_launch", "per_node", "by_duration",
                  "cpu_cost", "host_cost_by_language", "gpu_time", "speedup", "latency", "topology_model", "ranges",
-                 "range_instances", "whole_run", "notes", "graphs", "fit_windows", "rates")
+                 "range_instances", "whole_run", "whole_run_bounds", "notes", "graphs", "fit_windows", "rates")
 
 #: Column groups ``range_instances`` has all of or none of, beside :data:`attribution.INSTANCE_COLUMNS`, in this
 #: order: ``gpu_time`` where the GPU's busy time was recorded (``attach --gpu-time``), ``savings`` where launch costs
@@ -55,7 +55,8 @@ def declared_columns(kind: str | None) -> dict[str, list[str]]:
             "gpu_time": launch.GPU_TIME_COLUMNS, "speedup": launch.SPEEDUP_COLUMNS,
             "latency": latency_analysis.SUMMARY_COLUMNS, "topology_model": latency_analysis.TOPOLOGY_MODEL_COLUMNS,
             "ranges": attribution.SUMMARY_COLUMNS, "range_instances": attribution.INSTANCE_COLUMNS,
-            "whole_run": attribution.WHOLE_RUN_COLUMNS, "notes": NOTES_COLUMNS, "graphs": graphs_analysis.SUMMARY_COLUMNS,
+            "whole_run": attribution.WHOLE_RUN_COLUMNS, "whole_run_bounds": attribution.WHOLE_RUN_BOUND_COLUMNS,
+            "notes": NOTES_COLUMNS, "graphs": graphs_analysis.SUMMARY_COLUMNS,
             "fit_windows": launch.FIT_WINDOW_COLUMNS, "rates": counters.RATES_COLUMNS}
 
 
@@ -283,9 +284,11 @@ def _attach(s: Session, cum: pd.DataFrame, group_by: str = names.DEFAULT_GROUP_B
     ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns)
     if len(ranges_table):
         ranges_table = ranges_table.drop(columns=["parent_domain", "parent_name", "level"]).merge(tree, on=["domain", "name"], how="left")
+    bounds = attribution.whole_run_bounds(cum, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], whole_floor, s.counters)
     return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta, _span_ns(cum["t_ns"]))),
             "ranges": ranges_table, "whole_run": whole,
-            "notes": pd.DataFrame(notes, columns=NOTES_COLUMNS, dtype=str)}
+            "whole_run_bounds": bounds[bounds["nvml_index"].isin(whole.loc[whole["status"] == "wrap risk", "nvml_index"])],
+            "notes": pd.DataFrame(summary.merge_gpu_notes(notes), columns=NOTES_COLUMNS, dtype=str)}
 
 
 def _graphs(s: Session, cum: pd.DataFrame) -> dict[str, pd.DataFrame]:

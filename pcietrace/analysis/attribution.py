@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.analysis import nesting
-from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, gaps_overlapping, jumps,
+from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, gaps_overlapping, jumps, movable_bytes,
                                          link_bps, read_ns_of)
 from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
 from pcietrace.analysis.launch import DIRECTIONS
@@ -640,6 +640,41 @@ def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: 
                         "processes": int(events["pid"].nunique()) if len(events) else 0,
                         "ranges": int(events["event"].isin(["push", "start"]).sum()) if len(events) else 0})
     return out.reindex(columns=WHOLE_RUN_COLUMNS)  # (program_graph_savings_ms: NaN)
+
+
+#: Columns of :func:`whole_run_bounds` (the ``whole_run_bounds`` result table).
+WHOLE_RUN_BOUND_COLUMNS = ["nvml_index", "h2d_seen_bytes", "d2h_seen_bytes", "hidden_max_bytes", "gaps"]
+
+
+def whole_run_bounds(cum: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,
+                     counters: dict[int, dict[str, Any]] | None = None) -> pd.DataFrame:
+    """Per GPU whose whole run is "wrap risk" (sampling gaps that could hide a counter wrap): the run's bytes
+    as far as they can be known. ``{d}_seen_bytes``: the counters' change over the run, floor removed, as if no
+    wrap was hidden: the least the run moved; ``hidden_max_bytes``: the most a hidden wrap could add in either
+    direction, whole wraps (``2**bits`` bytes) that a saturated link could move in each such gap
+    (:func:`pcietrace.analysis.counters.movable_bytes`); ``gaps``: how many gaps. Counter jumps (resets) are
+    not bounded this way: GPUs with one are left out. Columns: :data:`WHOLE_RUN_BOUND_COLUMNS`."""
+    rows = []
+    models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
+    for idx, g in cum.groupby("nvml_index"):
+        t, read_ns = g["t_ns"].to_numpy(np.int64), read_ns_of(g)
+        if t.size < 2 or t[0] > t0 or t[-1] < t1 or jumps(g).any() or int(idx) not in models.index:
+            continue
+        c = (counters or {}).get(int(idx), {})
+        inside = (t[1:] > t0) & (t[:-1] < t1)
+        hide = could_hide_wrap(t, read_ns, c) & inside
+        if not hide.any():
+            continue
+        wrap = 2.0 ** int(c.get("bits") or 32)
+        hidden = float((np.floor(movable_bytes(t, read_ns, link_bps(c))[hide] / wrap) * wrap).sum())
+        reads = int(((t > t0) & (t < t1)).sum())
+        row: dict[str, Any] = {"nvml_index": int(idx), "hidden_max_bytes": hidden, "gaps": int(hide.sum())}
+        for d, col in DIRECTIONS.items():
+            y = g[f"{col}_bytes"].to_numpy(float)
+            seen = float(np.interp(t1, t, y) - np.interp(t0, t, y))
+            row[f"{d}_seen_bytes"] = seen - float(floor_bytes(models.loc[int(idx)], d, np.array(reads), np.array(t1 - t0)))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=WHOLE_RUN_BOUND_COLUMNS)
 
 
 def launch_rate(events: pd.DataFrame, bin_ns: int = 1_000_000) -> pd.DataFrame:

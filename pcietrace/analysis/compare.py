@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from pcietrace.analysis.latency import DEFAULT_US_PER_LEVEL
-from pcietrace.analysis.summary import gpu_label
+from pcietrace.analysis.summary import gpu_label, short_name
 
 
 #: How far a figure that moves with the host's speed differs between two runs of one machine, in % of their
@@ -30,12 +30,37 @@ RUN_TO_RUN_PCT = {"host cost / eager launch": 35.0, "host cost / graph launch": 
                   "GPU time / empty kernel, eager": 12.0}
 
 
+#: The smallest change of a figure worth acting on, in its own unit: a difference below it is not reported as
+#: significant, however narrow the intervals, and a base below it gets no % (a % of a figure indistinguishable
+#: from 0, such as a fitted -0.1 B per graph node, is no measure of anything). Bytes per launch: a few
+#: bytes of a ~2 kB launch; bytes per node: a node's share of a whole graph launch, 1 kB per 1,000 nodes;
+#: times: 0.1 us of host or GPU time per launch (launch paths take 1-10 us), 0.05 us of GPU time per kernel;
+#: speedups: 0.05x. Matched on the metric's name, first match wins.
+MATERIAL = (("bytes / node", 1.0), ("bytes /", 8.0), ("GPU time / empty kernel", 0.05), ("speedup", 0.05),
+            ("PCIe switch levels", 1.0), ("", 0.1))
+
+
+def material(metric: str) -> float:
+    """The smallest change of ``metric`` worth acting on (:data:`MATERIAL`)."""
+    return next(v for key, v in MATERIAL if key in metric)
+
+
 def run_to_run_pct(metric: str) -> float:
     """The run-to-run bound of ``metric`` (:data:`RUN_TO_RUN_PCT`; a graphs run's "graphs N kernels,
     STRATEGY: time / iteration" rows share one), NaN for figures that do not move with the host."""
     if metric.startswith("graphs ") and metric.endswith(": time / iteration"):
         return RUN_TO_RUN_PCT["graphs: time / iteration"]
     return RUN_TO_RUN_PCT.get(metric, math.nan)
+
+
+def run_name(letter: str, folder: str, meta: dict[str, Any]) -> str:
+    """``A: h100-20261122 (H100 80GB HBM3 x1, host vm, 2026-11-22 07:35)``: a run as a comparison names it, by
+    its folder, GPUs, host and date, so that two runs of one machine are told apart."""
+    gpus = meta.get("gpus", [])
+    models = "+".join(sorted({short_name(g.get("name")) for g in gpus})) or "?"
+    when = str(meta.get("created", ""))[:16].replace("T", " ")
+    sim = ", SIMULATED" if meta.get("simulated") else ""
+    return f"{letter}: {folder} ({models} x{len(gpus)}{sim}, host {meta.get('host', '?')}{', ' + when if when else ''})"
 
 
 def metrics(results: dict[str, pd.DataFrame], meta: dict[str, Any]) -> pd.DataFrame:
@@ -104,12 +129,14 @@ def compare(runs: list[tuple[str, dict[str, pd.DataFrame], dict[str, Any]]],
             us_per_level: float = DEFAULT_US_PER_LEVEL) -> pd.DataFrame:
     """One row per GPU label and metric, one ``value:<name>``/``ci95:<name>`` pair per run, and for every
     run after the first a ``delta:<name>`` (vs the first), ``pct:<name>`` (the delta in % of the first's
-    value) and ``significant:<name>`` (True when the difference exceeds the combined 95 % half-widths and,
-    for figures that move with the host's speed, their run-to-run bound ``run_to_run_pct`` in % of the two
-    values' mean (:func:`run_to_run_pct`); None where there is neither an interval nor such a bound).
+    value; NaN where that value is not material or within its own interval: :func:`material`) and
+    ``significant:<name>`` (True when the difference exceeds the combined 95 % half-widths and, for figures
+    that move with the host's speed, their run-to-run bound ``run_to_run_pct`` in % of the two values' mean
+    (:func:`run_to_run_pct`), and is material (:func:`material`); None where there is neither an interval
+    nor such a bound).
     GPUs pair by label (GPU0 with GPU0); a GPU only one run has gets NaN deltas.
 
-    Per GPU, a row ``round trip expected from switch levels`` puts the host-read round-trip delta beside
+    Per GPU whose switch levels differ, a row ``round trip expected from switch levels`` puts the host-read round-trip delta beside
     what the switch-level difference predicts (``us_per_level`` per level)."""
     out: pd.DataFrame | None = None
     keys = ["gpu", "metric", "unit"]
@@ -127,14 +154,19 @@ def compare(runs: list[tuple[str, dict[str, pd.DataFrame], dict[str, Any]]],
         a, b = out[f"value:{base}"], out[f"value:{name}"]
         d = b - a
         comb = (out[f"ci95:{name}"] ** 2 + out[f"ci95:{base}"] ** 2) ** 0.5
+        least = out["metric"].map(material)
+        # a % only of a base that is distinguishable from 0: above its own interval and material in itself
+        base_ok = (a.abs() >= least) & ~(a.abs() <= out[f"ci95:{base}"])
         out[f"delta:{name}"] = d
-        out[f"pct:{name}"] = d / a.abs().where(a != 0) * 100
+        out[f"pct:{name}"] = (d / a.abs() * 100).where(base_ok & (a != 0))
         # against the bound: the difference in % of the two runs' mean, so A vs B and B vs A agree
         mean_pct = d.abs() / ((a.abs() + b.abs()) / 2).where(lambda m: m != 0) * 100
-        out[f"significant:{name}"] = [_significant(x, c, p, f) for x, c, p, f in zip(d, comb, mean_pct, floor)]
+        sig = pd.Series([_significant(x, c, p, f) for x, c, p, f in zip(d, comb, mean_pct, floor)], dtype=object)
+        out[f"significant:{name}"] = sig.where(~((sig == True) & (d.abs() < least)), False)  # noqa: E712
     extra = []
     for gpu, levels in out[out["metric"] == "PCIe switch levels"].groupby("gpu", sort=False):
-        if len(runs) > 1:
+        moved = [levels[f"value:{name}"].iloc[0] - levels[f"value:{base}"].iloc[0] for name, _, _ in runs[1:]]
+        if len(runs) > 1 and any(pd.notna(x) and x != 0 for x in moved):  # no level moved: nothing to expect
             row: dict[str, Any] = {"gpu": gpu, "metric": "round trip expected from switch levels", "unit": "us"}
             for name, _, _ in runs[1:]:
                 row[f"delta:{name}"] = float(levels[f"value:{name}"].iloc[0] - levels[f"value:{base}"].iloc[0]) * us_per_level

@@ -12,13 +12,17 @@ import numpy as np
 import pandas as pd
 
 #: How range names are grouped (``attach``/``report`` ``--group-by``): "op" strips what emit_nvtx appends to an
-#: op's name (the default: other names are unchanged), "numbered" also folds a trailing number (``layer0`` ...
+#: op's name and PyTorch's deep namespaces before it (the default: other names are unchanged), "numbered" also folds a trailing number (``layer0`` ...
 #: ``layer31`` -> ``layer#``), "name" keeps every distinct name.
 GROUP_BY = ("op", "numbered", "name")
 DEFAULT_GROUP_BY = "op"
 #: What emit_nvtx appends to an op's name, from the first of these fields on (PyTorch's profiler: ``seq``,
 #: ``op_id``, ``sizes`` with record_shapes, ``input_op_ids``; the order varies between versions).
 _EMIT_SUFFIX = r",\s*(?:seq|op_id|sizes|input_op_ids|stashed seq)\s*=.*$"
+#: PyTorch's nested C++ namespaces before an op's own name (``autograd::engine::evaluate_function: X``,
+#: ``torch::autograd::AccumulateGrad``): two or more levels are left out of a group's name (one, as ``aten::``,
+#: says which library the op is from and stays), so that no word of it outgrows a table's name column.
+_DEEP_NAMESPACE = r"^(?:\w+::){2,}"
 _TRAILING_NUMBER = r"(?<=\D)\d+$"
 _SEP = "\x1f"  # between domain and name in a group's key (a character no range name is expected to hold)
 #: Sort keys of the console's range tables (``--sort``): column, and whether larger comes first.
@@ -35,7 +39,7 @@ def group_names(names: pd.Series, how: str = DEFAULT_GROUP_BY) -> pd.Series:
     codes, uniques = pd.factorize(names.astype(str), sort=False)
     groups = pd.Series(uniques, dtype=object)
     if how != "name":
-        groups = groups.str.replace(_EMIT_SUFFIX, "", regex=True)
+        groups = groups.str.replace(_EMIT_SUFFIX, "", regex=True).str.replace(_DEEP_NAMESPACE, "", regex=True)
         if how == "numbered":
             groups = groups.str.replace(_TRAILING_NUMBER, "#", regex=True)
     return pd.Series(groups.to_numpy()[codes] if len(codes) else np.array([], dtype=object), index=names.index,

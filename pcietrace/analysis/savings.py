@@ -156,11 +156,39 @@ def per_launch_saving_us_array(us_per_launch: np.ndarray, costs: dict[str, Any],
     return saved, plain | timed
 
 
+#: NVTX ranges (domain: name pattern) whose launches no CUDA graph captures: NCCL's communicator set-up and
+#: tear-down, its own ranges in domain NCCL; the kernels it launches there build the communicator once (and
+#: run before any capture could begin), they are not a training step's. Their launch overhead is real but no
+#: graph saves it: the headline and the run's saving leave them out, and say so.
+UNCAPTURABLE = {"NCCL": r"ncclComm(?:Init|Finalize|Destroy|Split|Abort|Shrink)"}
+
+
+def capturable(ranges: pd.DataFrame) -> pd.Series:
+    """Per range (``domain``, ``name``): False where a graph could not capture its launches (:data:`UNCAPTURABLE`)."""
+    out = pd.Series(True, index=ranges.index)
+    for domain, pattern in UNCAPTURABLE.items():
+        out &= ~((ranges["domain"].astype(str) == domain) & ranges["name"].astype(str).str.match(pattern))
+    return out
+
+
+def outermost_capturable(instances: pd.DataFrame, parent: pd.Series) -> pd.Series:
+    """Per push/pop instance: whether it is capturable (:func:`capturable`) and no range above it is (a range
+    nested in NCCL's set-up counts where its set-up range does not). One step per nesting level."""
+    ok = capturable(instances)
+    above = pd.Series(False, index=instances.index)
+    up = parent.copy()
+    while up.notna().any():
+        has = up.notna()
+        above[has] |= ok.reindex(up[has].astype("int64")).to_numpy()
+        up = up.where(~has, parent.reindex(up.where(has, -1).astype("int64")).to_numpy()).where(has)
+    return (instances["kind"] == "push") & ok & ~above
+
+
 def outermost_ms(predicted: pd.DataFrame) -> float:
     """What capturing every range into graphs could save at most (ms): the ``predicted_ms`` of
-    :func:`predict_ms`'s output summed over the outermost push/pop ranges of each thread (their children are
-    inside their figures)."""
-    outer = predicted.loc[(predicted["kind"] == "push") & predicted["parent"].isna(), "predicted_ms"]
+    :func:`predict_ms`'s output summed over the outermost capturable push/pop ranges of each thread
+    (:func:`outermost_capturable`: their children are inside their figures)."""
+    outer = predicted.loc[outermost_capturable(predicted, predicted["parent"]), "predicted_ms"]
     return float(outer.sum(min_count=len(outer)))  # NaN where any is unknown
 
 

@@ -10,6 +10,7 @@ attach (``"ranges"``: the top ranges by launch overhead, :data:`RANGE_COLUMNS`) 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pandas as pd
@@ -188,13 +189,41 @@ def run_lines(gpus: pd.DataFrame, detail_gpus: int = DETAIL_GPUS) -> list[str]:
 
 
 def top_ranges(ranges: pd.DataFrame, n: int = TOP_RANGES) -> pd.DataFrame:
-    """The ``n`` ranges with the most launch overhead (by launches where no overhead was measured)."""
+    """The ``n`` ranges with the most launch overhead (by launches where no overhead was measured), of those a
+    graph could capture (:func:`pcietrace.analysis.savings.capturable`)."""
     if not len(ranges):
         return pd.DataFrame(columns=RANGE_COLUMNS)
     key = "launch_overhead_ms" if ranges["launch_overhead_ms"].notna().any() else "eager_launches"
-    launched = ranges[(ranges["eager_launches"] + ranges["graph_launches"]) > 0]
+    from pcietrace.analysis.savings import capturable
+
+    launched = ranges[((ranges["eager_launches"] + ranges["graph_launches"]) > 0) & capturable(ranges)]
     launched = launched[launched[key] >= 0.01 * launched[key].max()]  # leave out ranges with next to no overhead
     return launched.sort_values(key, ascending=False, kind="stable").head(n)[RANGE_COLUMNS].reset_index(drop=True)
+
+
+def _left_out(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list[str]:
+    """What the headline leaves out: ranges whose launches no graph captures (NCCL's communicator set-up), with
+    their own launches (those of the ranges nested in them are not theirs) and what those cost the host."""
+    from pcietrace.analysis import nesting
+    from pcietrace.analysis.savings import capturable
+
+    inst = results.get("range_instances", pd.DataFrame())
+    if not len(inst) or inst["eager_launches"].isna().all():
+        return []
+    out = ~capturable(inst)
+    if not out.any():
+        return []
+    parent = nesting.parents(inst)
+    own = {m: (inst[f"{m}_launches"] - nesting.children_sum(inst, parent, f"{m}_launches"))[out].sum()
+           for m in ("eager", "graph")}
+    if own["eager"] + own["graph"] <= 0:
+        return []
+    costs = meta.get("launch_costs")
+    cost = (f", {(own['eager'] * costs['host_us_per_eager_launch'] + own['graph'] * costs['host_us_per_graph_launch']) / 1e3:,.1f}"
+            " ms of launch overhead" if costs else "")
+    names = ", ".join(sorted(set(inst.loc[out, "name"].astype(str))))
+    return [f"Left out of the above (no graph captures them): NCCL's communicator set-up and tear-down ({names}: "
+            f"{own['eager']:,.0f} eager and {own['graph']:,.0f} graph launches of its own{cost})."]
 
 
 def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list[str]:
@@ -212,11 +241,23 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
                 w[c] = programs[c].sum(min_count=len(programs))
         # one whole-run row per GPU; a GPU whose counters could not be followed throughout has no figure
         ok = wr[wr["status"] == "ok"] if "status" in wr else wr
-        unknown = [f"{getattr(r, 'node', '')} {gpu_label(r.nvml_index)} {r.status}".strip()
-                   for r in wr.drop(ok.index).itertuples()]
-        moved = (f"{ok['h2d_bytes'].sum() / 1e6:,.1f} MB H2D, {ok['d2h_bytes'].sum() / 1e6:,.1f} MB D2H"
-                 + (f" on the GPUs it could follow (not: {', '.join(unknown)})" if unknown else "")) if len(ok) \
-            else f"bytes unknown ({', '.join(unknown)})"
+        bounds = results.get("whole_run_bounds", pd.DataFrame())
+        bounded = bounds.dropna(subset=["h2d_seen_bytes", "d2h_seen_bytes"]) if len(bounds) else bounds
+        rest = wr.drop(ok.index)
+        rest = rest[~rest["nvml_index"].isin(bounded["nvml_index"])] if len(bounded) else rest
+        unknown = [f"{getattr(r, 'node', '')} {gpu_label(r.nvml_index)} {r.status}".strip() for r in rest.itertuples()]
+        if len(bounded):  # sampling gaps that could hide a wrap: the least the run moved, and the most it could hide
+            h2d = ok["h2d_bytes"].sum() + bounded["h2d_seen_bytes"].clip(lower=0).sum()
+            d2h = ok["d2h_bytes"].sum() + bounded["d2h_seen_bytes"].clip(lower=0).sum()
+            moved = (f"at least {h2d / 1e6:,.1f} MB H2D and {d2h / 1e6:,.1f} MB D2H (sampling gaps on "
+                     f"GPU{_index_runs(bounded['nvml_index'].tolist())} could each hide a counter wrap: at most "
+                     f"{bounded['hidden_max_bytes'].sum() / 1e9:,.0f} GB more, a saturated link's worth)")
+            moved += f"; not followed: {', '.join(unknown)}" if unknown else ""
+        elif len(ok):
+            moved = (f"{ok['h2d_bytes'].sum() / 1e6:,.1f} MB H2D, {ok['d2h_bytes'].sum() / 1e6:,.1f} MB D2H"
+                     + (f" on the GPUs it could follow (not: {', '.join(unknown)})" if unknown else ""))
+        else:
+            moved = f"bytes unknown ({', '.join(unknown)})"
         launches = (f"{w['program_eager_launches']:,.0f} eager and {w['program_graph_launches']:,.0f} graph launches"
                     if pd.notna(w["program_eager_launches"]) else "launches not counted")
         if w.get("program_captured_launches", 0) > 0:  # NaN (not counted) and 0 say nothing more
@@ -237,11 +278,12 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
             else:
                 items.append(f"{r.name} {r.eager_launches + r.graph_launches:,.0f} launches")
         lines.append("Top ranges by launch overhead (nested ranges include their children's): " + "; ".join(items) + ".")
+        lines += _left_out(meta, results)
         if len(wr) and pd.notna(wr.iloc[0].get("program_graph_savings_ms", math.nan)):
             saved = wr.drop_duplicates("node")["program_graph_savings_ms"].sum() if "node" in wr \
                 else wr.iloc[0]["program_graph_savings_ms"]  # (a merged report: summed over its nodes)
-            lines.append(f"Capturing the outermost ranges into graphs could save up to {saved:,.1f} ms of the run"
-                         + (" (summed over the nodes)." if "node" in wr else "."))
+            lines.append(f"Capturing the outermost ranges that a graph can capture could save up to {saved:,.1f} ms of "
+                         "the run" + (" (summed over the nodes)." if "node" in wr else "."))
     elif len(results.get("ranges", ())):
         lines.append(f"None of the {len(results['ranges'])} NVTX ranges launched kernels.")
     elif meta.get("kind") == "attach":
@@ -258,6 +300,9 @@ def summarize(meta: dict[str, Any], results: dict[str, pd.DataFrame],
     if kind.startswith("attach"):
         out["ranges"] = top_ranges(results.get("ranges", pd.DataFrame()))
         out["lines"] = attach_lines(meta, results)
+    elif kind == "graphs":
+        out["gpus"] = results["per_gpu"] if len(results.get("per_gpu", ())) else gpu_figures(meta, results)
+        out["lines"] = graphs_lines(meta, results.get("graphs", pd.DataFrame()))
     else:
         out["gpus"] = results["per_gpu"] if len(results.get("per_gpu", ())) else gpu_figures(meta, results)
         out["lines"] = run_lines(out["gpus"], detail_gpus)
@@ -266,20 +311,128 @@ def summarize(meta: dict[str, Any], results: dict[str, pd.DataFrame],
     return out
 
 
-def compare_summary(cmp: pd.DataFrame, names: list[str], n: int = 4) -> dict[str, Any]:
-    """For every run after the first: its significant deltas (largest relative first), as sentences."""
+#: What a comparison leads with, in this order: the figures a user acts on (matched on the metric's name; the
+#: first row that matches, e.g. the speedup at the shortest kernel). Other rows follow only where significant.
+KEY_METRICS = ("eager H2D bytes / launch", "host cost / eager launch", "GPU time / empty kernel, eager",
+               "graph speedup, ", "speedup over eager")
+
+
+def _verdict(sig: pd.Series) -> str:
+    """A key figure's verdict over the GPUs that have it."""
+    judged = sig.dropna()
+    if not len(judged):
+        return "not judged: no interval or run-to-run bound"
+    hits = int((judged == True).sum())  # noqa: E712
+    if len(judged) == 1:
+        return "significant" if hits else "within noise"
+    return f"significant on {hits} of {len(judged)} GPUs" if hits else "within noise"
+
+
+def _figure(x: float, unit: str) -> str:
+    return f"{x:,.0f}" if unit == "B" and abs(x) >= 10 else f"{x:,.3g}" if unit == "x" else f"{x:,.3f}"
+
+
+def graphs_lines(meta: dict[str, Any], gs: pd.DataFrame) -> list[str]:
+    """``pcietrace graphs``: per workload size, the fastest strategy against eager launches (with its 95 %
+    interval) and every other strategy's speedup, and how the iterations were paced."""
+    if not len(gs):
+        return []
+    plan = meta.get("graphs_plan", {})
+    pace = ("Each iteration was synchronized (--sync-each-iteration: capture and update cannot hide behind the "
+            "GPU's work)" if plan.get("sync", True) else "Iterations were pipelined: the host prepared each one while "
+            "the GPU ran the previous one, as a training loop does")
     lines = []
+    for n, g in gs.groupby("kernels", sort=True):
+        graphs = g[g["strategy"] != "eager"].sort_values("speedup", ascending=False)
+        if not len(graphs):
+            continue
+        best = graphs.iloc[0]
+        others = ", ".join(f"{r.strategy} {r.speedup:.2f}x" for r in graphs.iloc[1:].itertuples())
+        verdict = "faster" if best["speedup_lo"] > 1 else "no faster, within the intervals," \
+            if best["speedup_hi"] >= 1 else "slower"
+        lines.append(f"{n:,} kernels per iteration: {best['strategy']} is fastest, {best['speedup']:.2f}x eager "
+                     f"[{best['speedup_lo']:.2f}, {best['speedup_hi']:.2f}] ({verdict} than launching each kernel); "
+                     + (f"{others}." if others else ""))
+    return lines + [f"{pace}."] if lines else []
+
+
+def compare_summary(cmp: pd.DataFrame, names: list[str], n: int = 4) -> dict[str, Any]:
+    """For every run after the first: the key figures (:data:`KEY_METRICS`) from one run to the other with
+    their verdict (the median over GPUs where several have them), then the other significant deltas (largest
+    relative first, only those with a % of a material base)."""
+    lines = []
+    base = names[0]
     for name in names[1:]:
         sig_col, pct_col = f"significant:{name}", f"pct:{name}"
         if sig_col not in cmp:
             continue
-        sig = cmp[(cmp[sig_col] == True) & cmp[pct_col].notna()]  # noqa: E712  (None/NaN are not True)
+        both = cmp[cmp[f"value:{base}"].notna() & cmp[f"value:{name}"].notna()]
+        keys, items = [], []
+        for key in KEY_METRICS:
+            hit = both[both["metric"].str.contains(key, regex=False)]
+            if not len(hit):
+                continue
+            metric = hit["metric"].iloc[0]
+            rows = hit[hit["metric"] == metric]
+            keys.append(metric)
+            a, b = rows[f"value:{base}"].median(), rows[f"value:{name}"].median()
+            unit = str(rows["unit"].iloc[0])
+            pct = f"{(b - a) / abs(a) * 100:+.1f} %, " if rows[pct_col].notna().all() else ""
+            over = f" (median of {len(rows)} GPUs)" if len(rows) > 1 else ""
+            items.append(f"{metric}{over} {_figure(a, unit)} -> {_figure(b, unit)} {unit} ({pct}{_verdict(rows[sig_col])})")
+        if items:
+            lines.append(f"{name} vs {base}: " + "; ".join(items) + ".")
+        sig = cmp[(cmp[sig_col] == True) & cmp[pct_col].notna() & ~cmp["metric"].isin(keys)]  # noqa: E712
         sig = sig.reindex(sig[pct_col].abs().sort_values(ascending=False).index).head(n)
         if len(sig):
-            items = [f"{r['gpu']} {r['metric']} {r[pct_col]:+.1f} %" for _, r in sig.iterrows()]
-            lines.append(f"{name} vs {names[0]}: significant: " + "; ".join(items) + ".")
-        else:
-            lines.append(f"{name} vs {names[0]}: no significant difference (beyond the 95 % intervals and, for "
+            lines.append(("Also significant: " if items else f"{name} vs {base}: significant: ")
+                         + "; ".join(f"{r['gpu']} {r['metric']} {r[pct_col]:+.1f} %" for _, r in sig.iterrows()) + ".")
+        elif not items:
+            lines.append(f"{name} vs {base}: no significant difference (beyond the 95 % intervals and, for "
                          "figures that move with the host's speed, beyond how far two runs of one machine differ).")
     return {"kind": "compare", "lines": lines}
 
+
+_GPU_NOTE = re.compile(r"^GPU(\d+): (.*)$", re.S)
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def merge_gpu_notes(notes: list[str]) -> list[str]:
+    """Notes that differ only in their ``GPUn:`` prefix and their figures, merged into one: ``GPU0-7: ...``
+    with each figure that differs given as its range (``41-52 interval(s)``); order kept (a merged note where
+    its first one stood). Eight near-identical per-GPU stall notes become one line."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    order: list[str] = []
+    for note in notes:
+        m = _GPU_NOTE.match(note)
+        key = _NUMBER.sub("#", m.group(2)) if m else "\0" + note
+        if key not in groups:
+            order.append(key)
+            groups[key] = []
+        groups[key].append((int(m.group(1)), m.group(2)) if m else (-1, note))
+    out = []
+    for key in order:
+        items = groups[key]
+        if items[0][0] < 0 or len(items) == 1:
+            out.extend(note if i < 0 else f"GPU{i}: {note}" for i, note in items)
+            continue
+        figures = [_NUMBER.findall(body) for _, body in items]
+        pieces = iter(_NUMBER.split(items[0][1]))
+        text = next(pieces)
+        for slot, piece in zip(zip(*figures), pieces):
+            values = [float(x.replace(",", "")) for x in slot]
+            lo, hi = slot[values.index(min(values))], slot[values.index(max(values))]
+            text += (lo if lo == hi else f"{lo}-{hi}") + piece
+        out.append(f"GPU{_index_runs([i for i, _ in items])}: {text}")
+    return out
+
+
+def _index_runs(idx: list[int]) -> str:
+    """[0, 1, 2, 3, 5] -> "0-3,5"."""
+    runs: list[list[int]] = []
+    for i in sorted(set(idx)):
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)

@@ -57,6 +57,9 @@ class SimParams:
     #: per latency test: median and interquartile spread (% of the median) of the real run
     latency_median_us: dict[str, float] = field(default_factory=dict)
     latency_spread_pct: dict[str, float] = field(default_factory=dict)
+    #: host cost of an eager launch issued from Python over the same launch from C (a measured ratio; 1: none)
+    host_ratio_python: float = 1.0
+    host_ratio_python_source: str = ""
 
     @classmethod
     def default(cls) -> "SimParams":
@@ -132,11 +135,12 @@ class SimDevice:
         self.host.now += self.CLOCK_READ_NS
         return self.host.now
 
-    def submit(self, nodes: int, kernel_ns: int, graph: bool, gap_scale: float = 1.0) -> tuple[int]:
+    def submit(self, nodes: int, kernel_ns: int, graph: bool, gap_scale: float = 1.0,
+               host_scale: float = 1.0) -> tuple[int]:
         """One launch call of ``nodes`` kernels of ``kernel_ns``; ``gap_scale``: the calling context's
-        factor on the launch gap."""
+        factor on the launch gap; ``host_scale``: the launching language's factor on the host cost."""
         p = self.p
-        host = p.host_ns_graph if graph else p.host_ns_eager
+        host = (p.host_ns_graph if graph else p.host_ns_eager) * host_scale
         self._n += 1
         now = self.host.now + int(host * self._jitter[self._n & 4095])
         q = self.pending
@@ -208,6 +212,12 @@ class SimBackend:
         return self.d.now  # the simulated host does nothing but launch: CPU time = wall time
 
     def launcher(self, kernel_ns: int) -> Launch:
+        """A launch called from Python (the generator's Python path): it costs the host the measured Python/C
+        ratio more than the native loops' (:attr:`SimParams.host_ratio_python`)."""
+        return lambda: self.d.submit(1, kernel_ns, graph=False, gap_scale=self.eager_gap_scale,
+                                     host_scale=self.d.p.host_ratio_python)
+
+    def _native_launcher(self, kernel_ns: int) -> Launch:
         return lambda: self.d.submit(1, kernel_ns, graph=False, gap_scale=self.eager_gap_scale)
 
     def blocker(self, kernel_ns: int) -> Launch:
@@ -218,7 +228,7 @@ class SimBackend:
 
     def native_loops(self, mode: str, nodes: int, kernel_ns: int) -> Loops:
         # The simulated host pays the modelled cost per call whichever loop runs it.
-        launch = self.graph_launcher(nodes, kernel_ns) if mode == "graph" else self.launcher(kernel_ns)
+        launch = self.graph_launcher(nodes, kernel_ns) if mode == "graph" else self._native_launcher(kernel_ns)
         return PythonLoops(self, launch, path="native")
 
     def synchronize(self) -> None:

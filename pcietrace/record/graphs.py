@@ -38,7 +38,8 @@ class GraphsPlan:
     """``kernels``: workload sizes (kernels per iteration); ``param_sets``: distinct parameter sets P;
     ``order``: how iterations pick them (cycle, random, all-new = a fresh set every iteration);
     ``kernel_us``: range of the uniformly drawn kernel durations; ``iterations`` per window; ``rounds``:
-    windows per strategy and size; ``sync``: synchronize after every iteration (else pipelined);
+    windows per strategy and size; ``sync``: synchronize after every iteration (default: pipelined, the host
+    preparing the next iteration while the GPU runs, as a training loop does);
     ``idle_s``: length of each idle (floor) window."""
 
     kernels: tuple[int, ...] = (500, 2500)
@@ -48,7 +49,7 @@ class GraphsPlan:
     kernel_us: tuple[float, float] = (2.0, 8.0)
     iterations: int = 40
     rounds: int = 3
-    sync: bool = True
+    sync: bool = False
     idle_s: float = 0.2
     seed: int = 0
 

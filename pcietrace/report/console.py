@@ -8,13 +8,15 @@ wrap. Text from outside (range names, GPU names, sysfs strings, paths, commands)
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 from rich import box
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
@@ -23,7 +25,7 @@ from rich.text import Text
 from pcietrace.analysis import names
 from pcietrace.analysis.compare import RUN_TO_RUN_PCT
 from pcietrace.analysis.launch import LANGUAGES
-from pcietrace.analysis.summary import DETAIL_GPUS, gpu_label, link_label, short_name
+from pcietrace.analysis.summary import DETAIL_GPUS, gpu_label, link_label, merge_gpu_notes, short_name
 from pcietrace.text import clean
 
 DIR_LABEL = {"h2d": "H2D", "d2h": "D2H"}
@@ -40,6 +42,11 @@ def _num(x: Any, fmt: str = ",.0f", unit: str = "") -> str:
     return f"{x:{fmt}}{unit}"
 
 
+def _ms(x: Any) -> str:
+    """Milliseconds to 0.01 ms, to 0.1 ms from a second up (the column stays narrow at 80)."""
+    return _num(x, ",.1f" if x is not None and not pd.isna(x) and abs(x) >= 1e3 else ",.2f")
+
+
 def _stated_err(r: Any, d: str) -> float:
     """A range's stated error in bytes: its edges' worst case plus the floor's 95 % half-width (the edges
     alone where the floor has no error estimate)."""
@@ -53,10 +60,46 @@ def _pm(x: Any, ci: Any, fmt: str = ",.0f") -> str:
     return f"{x:{fmt}} ± {ci:{fmt}}"
 
 
+class WordTable(Table):
+    """A rich table that never splits a word while the words fit the terminal.
+
+    rich narrows text columns below their longest word and then folds the word (``ncclCommIn`` / ``itRankConf``);
+    here a text column shrinks only to its longest word (header included), so text wraps at spaces alone.
+    Only where even those widths overflow does rich's own (folding) layout apply. The title and caption span the
+    terminal, not the table (a narrow table no longer wraps its caption into a column), and a blank line
+    follows, so that piped output never runs one table's caption into the next one's title."""
+
+    def _calculate_column_widths(self, console: Console, options: ConsoleOptions) -> list[int]:
+        ranges = [self._measure_column(console, options, c) for c in self.columns]
+        widest = np.array([r.maximum or 1 for r in ranges])
+        least = np.array([r.maximum if c.no_wrap else max(r.minimum, 1) for r, c in zip(ranges, self.columns)])
+        if widest.sum() <= options.max_width:
+            return widest.tolist()
+        if least.sum() > options.max_width:
+            return super()._calculate_column_widths(console, options)
+        # water-fill: the highest common cap on the wide columns that still fits, each column held at its least
+        caps = np.arange(int(widest.max()) + 1)
+        totals = np.maximum(least[None, :], np.minimum(widest[None, :], caps[:, None])).sum(axis=1)
+        cap = caps[totals <= options.max_width].max()
+        return np.maximum(least, np.minimum(widest, cap)).tolist()
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        bare = copy.copy(self)
+        bare.title = bare.caption = None
+        if self.title:
+            yield console.render_str(self.title, style=self.title_style or "table.title", highlight=False) \
+                if isinstance(self.title, str) else self.title
+        yield from Table.__rich_console__(bare, console, options)
+        if self.caption:
+            yield console.render_str(self.caption, style=self.caption_style or "table.caption", highlight=False) \
+                if isinstance(self.caption, str) else self.caption
+        yield Text("")
+
+
 def _table(title: str, columns: list[tuple[str, str]], caption: str | None = None) -> Table:
-    """Right-justified columns hold numbers: they never wrap (rich then wraps the text columns instead, folding
-    a word longer than the column, such as a range name, rather than cutting it)."""
-    t = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, title_justify="left", caption_justify="left",
+    """Right-justified columns hold numbers: they never wrap (the text columns wrap instead, at spaces: see
+    :class:`WordTable`)."""
+    t = WordTable(title=title, caption=caption, box=box.SIMPLE_HEAD, title_justify="left", caption_justify="left",
               title_style="bold", caption_style="dim", pad_edge=False, collapse_padding=True)
     for name, justify in columns:
         t.add_column(name, justify=justify, no_wrap=justify != "left",  # type: ignore[arg-type]
@@ -256,7 +299,7 @@ def topology_tables(topo: dict[str, Any]) -> list[Any]:
             m.add_row(esc(lab), *(esc(x) for x in row))
         parts += [m, Text("X self; NV# NVLink links; PIX one PCIe switch; PXB several switches; PHB host bridge; "
                           "NODE across host bridges in a NUMA node; SYS across NUMA nodes", style="dim")]
-    parts.extend(Text(f"note: {n}", style="dim") for n in topo.get("notes", []))
+    parts.extend(Text(f"note: {n}", style="dim") for n in merge_gpu_notes(topo.get("notes", [])))
     return parts
 
 
@@ -269,12 +312,13 @@ def compare_table(cmp: pd.DataFrame, names: list[str], letters: str | None = Non
         cols.append((letters[i], "right"))
         if i:
             cols.append((f"Δ {letters[i]}", "right"))
-    runs = "; ".join(f"{letters[i]} = {esc(n)}" for i, n in enumerate(names))
+    runs = "; ".join(esc(n) if n.startswith(f"{letters[i]}: ") else f"{letters[i]} = {esc(n)}" for i, n in enumerate(names))
     floor = RUN_TO_RUN_PCT
-    t = _table(title, cols, caption=f"{runs}. Δ vs A, with % of A; * = significant: beyond the 95 % "
-                                           "intervals and, for figures that move with the host's speed, beyond what "
-                                           "two runs of one machine differ by (in % of the mean, rounded from 95th "
-                                           "percentiles on the lent VMs: "
+    t = _table(title, cols, caption=f"{runs}. Δ vs A, with % of A (none where A is within its interval of 0 or too "
+                                           "small to matter); * = significant: material (pcietrace/analysis/compare.py "
+                                           "MATERIAL), beyond the 95 % intervals and, for figures that move with the "
+                                           "host's speed, beyond what two runs of one machine differ by (in % of the "
+                                           "mean: "
                                            f"host cost {floor['host cost / eager launch']:g} %; launch + sync, first "
                                            f"instruction, 4 B copy, graphs' time per iteration "
                                            f"{floor['launch + sync (eager)']:g} %; host-memory round trip "
@@ -286,10 +330,11 @@ def compare_table(cmp: pd.DataFrame, names: list[str], letters: str | None = Non
         for i, n in enumerate(names):
             v, ci = r.get(f"value:{n}"), r.get(f"ci95:{n}")
             small = r["unit"] in ("us", "x") or (v is not None and not pd.isna(v) and abs(v) < 10)
-            cells.append(_pm(v, ci, ",.3f" if small else ",.1f") if v is not None and not pd.isna(v) else "–")
+            fmt = ",.0f" if r["metric"] == "PCIe switch levels" else ",.3f" if small else ",.1f"
+            cells.append(_pm(v, ci, fmt) if v is not None and not pd.isna(v) else "–")
             if i:
                 d, pct, sig = r.get(f"delta:{n}"), r.get(f"pct:{n}"), r.get(f"significant:{n}")
-                txt = "–" if d is None or pd.isna(d) else f"{d:+,.3f}"
+                txt = "–" if d is None or pd.isna(d) else "same" if d == 0 else f"{d:+,.3f}"
                 if pct is not None and not pd.isna(pct):
                     txt += f" ({pct:+.1f}%)"
                 cells.append(txt + ("*" if sig is True else ""))
@@ -346,18 +391,18 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
             if getattr(r, "status", "ok") != "ok":  # no floor / no data / wrap risk: never a silent number
                 return f"[red]{r.status}[/]"
             v = getattr(r, f"{d}_bytes") / 1e6
-            return _pm(v, _stated_err(r, d) / 1e6, ",.3f") if edge else _num(v, ",.3f")
+            return _pm_lines(v, _stated_err(r, d) / 1e6, ",.3f") if edge else _num(v, ",.3f")  # narrow: ± below
 
         one_gpu = len(meta.get("gpus", [])) == 1  # (its label in the title: a column of one value costs the names room)
         where = [f"domain {domains[0]}"] * one_domain + [f"GPU{meta['gpus'][0].get('nvml_index', 0)}"] * one_gpu
         t = _table("PCIe bytes per NVTX range" + (esc(f" ({', '.join(where)})") if where else ""),
                    [("range", "left")] + [("GPUs", "left")] * (not one_gpu) + [("calls", "right"), ("incl\nms", "right"),
                     ("excl\nms", "right"), ("H2D MB\n± error", "right"), ("D2H\nMB", "right")],
-                   caption="totals over calls; bytes with nested ranges', floor removed, on the GPUs the range's "
-                           "thread used; MB = 10^6 B; ± error: the edges' worst case + the floor's 95 % interval")
+                   caption="totals over calls, nested ranges included, floor removed, on the range's own GPUs; "
+                           "MB = 10^6 B; ± error: the edges' worst case + the floor's 95 % interval")
         for r in rg.itertuples():
-            t.add_row(name(r), *[_gpu_list(getattr(r, "gpus", ""))] * (not one_gpu), str(r.calls), _num(r.incl_ms, ",.2f"),
-                      _num(r.excl_ms, ",.2f"), mb(r, "h2d", True), mb(r, "d2h", False))
+            t.add_row(name(r), *[_gpu_list(getattr(r, "gpus", ""))] * (not one_gpu), str(r.calls), _ms(r.incl_ms),
+                      _ms(r.excl_ms), mb(r, "h2d", True), mb(r, "d2h", False))
         parts.append(t)
         busy = "gpu_busy_ms" in rg and rg["gpu_busy_ms"].notna().any()
         capt = "captured_launches" in rg and (rg["captured_launches"] > 0).any()  # (shown where any range captured)
@@ -397,18 +442,26 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
         parts.append(ranges_by_host_table(results["ranges_by_host"]))
     wr = results.get("whole_run", pd.DataFrame())
     if len(wr):
-        t = _table("Whole run", [("GPU", "left"), ("ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
+        t = _table("Whole run", [("GPU", "right"), ("ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
                                  ("eager", "right"), ("graph", "right"), ("procs", "right"), ("ranges", "right"),
                                  ("exit", "right")],
                    caption="per sampled GPU: its bytes (± the floor's 95 % interval, which outweighs the edges' over "
-                           "a whole run) and the kernel launches made on it (eager/graph); procs (processes followed) "
+                           "a whole run; ≥: the least it moved, where a sampling gap could hide a counter wrap, see the "
+                           "note) and the kernel launches made on it (eager/graph); procs (processes followed) "
                            "and ranges: the program's totals")
+        bounds = results.get("whole_run_bounds", pd.DataFrame())
+        seen = bounds.set_index("nvml_index") if len(bounds) else pd.DataFrame()
         for w in wr.to_dict("records"):
             ok = w.get("status", "ok") == "ok"
             bad = f"[red]{w.get('status')}[/]"
+            if not ok and w.get("nvml_index") in seen.index:  # the least it moved, a wrap could hide more
+                b = seen.loc[w["nvml_index"]]
+                bad = {d: f"[yellow]≥ {_num(max(b[f'{d}_seen_bytes'], 0) / 1e6, ',.1f')}[/]" for d in ("h2d", "d2h")}
             t.add_row(node_gpu(w) if "nvml_index" in w else "all", _num(w["duration_ms"], ",.1f"),
-                      _pm(w["h2d_bytes"] / 1e6, w["h2d_floor_err_bytes"] / 1e6, ",.1f") if ok else bad,
-                      _pm(w["d2h_bytes"] / 1e6, w["d2h_floor_err_bytes"] / 1e6, ",.1f") if ok else bad,
+                      _pm_lines(w["h2d_bytes"] / 1e6, w["h2d_floor_err_bytes"] / 1e6, ",.1f") if ok
+                      else bad["h2d"] if isinstance(bad, dict) else bad,
+                      _pm_lines(w["d2h_bytes"] / 1e6, w["d2h_floor_err_bytes"] / 1e6, ",.1f") if ok
+                      else bad["d2h"] if isinstance(bad, dict) else bad,
                       _num(w["eager_launches"], ",.0f"), _num(w["graph_launches"], ",.0f"), _num(w["processes"], ".0f"),
                       _num(w["ranges"], ".0f"), esc(meta.get("exit_code")))
         parts.append(t)
@@ -502,6 +555,7 @@ RENDERERS: list[tuple[str, Callable[[pd.DataFrame], Table]]] = [
 ]
 #: Tables rendered elsewhere in :func:`render` or not meant for the console (per-instance rows: JSON/CSV).
 HANDLED = {"sampling", "gpu_time", "speedup", "latency", "topology_model", "ranges", "range_instances", "whole_run",
+           "whole_run_bounds",
            "fit_windows", "rates", "notes", "graphs", "per_gpu", "ranges_by_host"}
 
 

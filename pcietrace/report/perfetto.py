@@ -154,8 +154,10 @@ def write_trace(session: Any, results: dict[str, pd.DataFrame], path: Path, max_
     inst = results["range_instances"]
     ranges = shown_ranges(inst, max_ranges)
     path = Path(path)
-    tmp = path.with_name(f".{path.name[:200]}.{os.getpid()}.tmp")
-    try:  # whole or not at all: a full disk leaves no truncated trace (nor a file another one had there)
+    # whole or not at all: a full disk leaves no truncated trace (nor a file another one had there); a device or
+    # a pipe (/dev/full, a FIFO) is written in place, never renamed over
+    tmp = path.with_name(f".{path.name[:200]}.{os.getpid()}.tmp") if path.is_file() or not path.exists() else path
+    try:
         with open(tmp, "w") as f:
             f.write('{"traceEvents": [')
             first = True
@@ -168,7 +170,9 @@ def write_trace(session: Any, results: dict[str, pd.DataFrame], path: Path, max_
             size = f.tell()
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if tmp != path:
+            os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp != path:
+            tmp.unlink(missing_ok=True)
     return {"bytes": size, "ranges_shown": len(ranges), "ranges_recorded": len(inst)}

@@ -6,8 +6,9 @@ of a result table as they are; nothing is computed here beyond the fit line the 
 - ``bytes_vs_duration.png``: bytes per eager launch vs kernel duration (``by_duration``), with the fit;
 - ``time_per_kernel.png``: GPU and wall time per kernel, eager vs graph, vs duration, and the speedup
   (``gpu_time``, ``speedup``);
-- ``latency.png``: medians with p10-p90 (``latency``);
-- ``attach_timeline.png``: per-GPU PCIe rate (``rates``) with the NVTX ranges under it (``range_instances``);
+- ``latency.png``: medians with p10-p90 (``latency``), one panel per test;
+- ``attach_timeline.png``: PCIe rate per GPU (``rates``), one panel each, with the NVTX ranges by name under
+  them (``range_instances``);
 - ``graph_strategies.png``: ``pcietrace graphs``' median time per iteration per strategy and graph size, with its
   95 % interval, labelled with the speedup over eager (of the mean times, as the table gives it; ``graphs``).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from pcietrace.errors import UsageError
@@ -102,45 +104,81 @@ def bytes_vs_duration(plt: Any, meta: dict[str, Any], bd: pd.DataFrame, pl: pd.D
     return fig
 
 
+def _gpu_color(plt: Any, idx: int) -> Any:
+    return plt.cm.tab10(int(idx) % 10)
+
+
 def time_per_kernel(plt: Any, meta: dict[str, Any], gt: pd.DataFrame, sp: pd.DataFrame) -> Any:
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    """Left: time per kernel, eager (solid) and graph (dashed), one colour per GPU, on log axes so that the
+    ~1 us eager-vs-graph gap stays visible beside 50 us kernels; right: the speedup (eager / graph)."""
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for idx, g in gt.groupby("nvml_index") if len(gt) else []:
-        ax.plot(g["kernel_us"], g["eager_gpu_us"], "o-", color="tab:red", label=_label(meta, idx, "GPU time, eager"))
-        ax.plot(g["kernel_us"], g["graph_gpu_us"], "o-", color="tab:green", label=_label(meta, idx, "GPU time, graph"))
-        ax2.plot(g["kernel_us"], g["gpu_speedup"], "o--", color="tab:purple", label=_label(meta, idx, "GPU time ×"))
+        c = _gpu_color(plt, idx)
+        ax.plot(g["kernel_us"], g["eager_gpu_us"], "o-", color=c, label=f"GPU{idx} GPU time, eager")
+        ax.plot(g["kernel_us"], g["graph_gpu_us"], "o--", color=c, label=f"GPU{idx} GPU time, graph")
+        ax2.plot(g["kernel_us"], g["gpu_speedup"], "o--", color=c, label=f"GPU{idx} GPU time ×")
     for idx, g in sp.groupby("nvml_index") if len(sp) else []:
-        ax.plot(g["kernel_us"], g["eager_wall_us"], "s:", color="tab:red", label=_label(meta, idx, "wall, eager"))
-        ax.plot(g["kernel_us"], g["graph_wall_us"], "s:", color="tab:green", label=_label(meta, idx, "wall, graph"))
-        ax2.plot(g["kernel_us"], g["speedup"], "s-", color="tab:purple", label=_label(meta, idx, "wall ×"))
-    ax.set_xlabel("kernel duration (us)")
-    ax.set_ylabel("us per kernel")
-    ax.set_title("time per kernel")
-    ax2.set_xlabel("kernel duration (us)")
+        c = _gpu_color(plt, idx)
+        ax.plot(g["kernel_us"], g["eager_wall_us"], "s-", color=c, alpha=0.5, ms=3, label=f"GPU{idx} wall, eager")
+        ax.plot(g["kernel_us"], g["graph_wall_us"], "s--", color=c, alpha=0.5, ms=3, label=f"GPU{idx} wall, graph")
+        ax2.plot(g["kernel_us"], g["speedup"], "s-", color=c, label=f"GPU{idx} wall ×")
+    for a in (ax, ax2):
+        a.set_xscale("symlog", linthresh=1)  # 0 us kernels stay on the axis
+        a.set_xlabel("kernel duration (us)")
+        a.grid(alpha=0.3, which="both")
+    ax.set_yscale("log")
+    ax.set_ylabel("us per kernel (log)")
+    ax.set_title("time per kernel: eager solid, graph dashed", fontsize=10)
     ax2.set_ylabel("eager / graph")
     ax2.axhline(1, color="grey", lw=0.8)
-    ax2.set_title("graph speedup")
+    ax2.set_title("graph speedup", fontsize=10)
     for a in (ax, ax2):
-        a.grid(alpha=0.3)
-        a.legend(fontsize=7)
+        a.legend(fontsize=6, ncol=2 if gt["nvml_index"].nunique() > 2 else 1)
     fig.suptitle(_title(meta, "Eager vs CUDA graph"))
+    fig.tight_layout()
     return fig
 
 
 def latency(plt: Any, meta: dict[str, Any], lat: pd.DataFrame) -> Any:
+    """Small multiples: one panel per test, one bar per GPU (peer reads: per GPU pair), medians with p10-p90
+    whiskers; the figure's size bounded whatever the GPU count (a panel's bars get thinner, not the figure
+    longer)."""
     from pcietrace.report.console import LATENCY_LABELS
 
-    labels = [f"GPU{r.nvml_index} " + LATENCY_LABELS.get(r.test, r.test) + ("" if r.peer < 0 else f" -> GPU{r.peer}")
-              for r in lat.itertuples()]
-    fig, ax = plt.subplots(figsize=(9, 0.32 * len(lat) + 1.2))
-    y = range(len(lat))
-    ax.barh(list(y), lat["median_us"], color="tab:blue", alpha=0.7)
-    ax.errorbar(lat["median_us"], list(y), xerr=[lat["median_us"] - lat["p10_us"], lat["p90_us"] - lat["median_us"]],
-                fmt="none", ecolor="black", lw=1, capsize=2)
-    ax.set_yticks(list(y), labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("us (median; whiskers p10–p90)")
-    ax.grid(axis="x", alpha=0.3)
-    ax.set_title(_title(meta, "Host round trips and launch latencies"))
+    tests = list(dict.fromkeys(lat["test"]))
+    ncols = min(3, len(tests))
+    nrows = -(-len(tests) // ncols)
+    bars = int(lat.groupby("test").size().max())
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, min(2.6 * nrows + 0.15 * bars * nrows, 14)),
+                             squeeze=False)
+    for ax in axes.flat[len(tests):]:
+        ax.set_visible(False)
+    for ax, test in zip(axes.flat, tests):
+        g = lat[lat["test"] == test].reset_index(drop=True)
+        if (g["peer"] >= 0).all() and len(g) > 8:  # GPU pairs: a matrix reads, 56 bars do not
+            m = g.pivot_table(index="nvml_index", columns="peer", values="median_us")
+            im = ax.imshow(m.to_numpy(float), cmap="viridis")
+            ax.set_xticks(range(m.shape[1]), [f"GPU{c}" for c in m.columns], fontsize=6, rotation=90)
+            ax.set_yticks(range(m.shape[0]), [f"GPU{i}" for i in m.index], fontsize=6)
+            for (r, c), v in np.ndenumerate(m.to_numpy(float)):
+                if np.isfinite(v):
+                    ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=5, color="white")
+            ax.set_xlabel("peer read (median us)", fontsize=7)
+            ax.set_title(LATENCY_LABELS.get(test, test), fontsize=8)
+            fig.colorbar(im, ax=ax, fraction=0.046)
+            continue
+        labels = [f"GPU{r.nvml_index}" + ("" if r.peer < 0 else f"->{r.peer}") for r in g.itertuples()]
+        y = list(range(len(g)))
+        ax.barh(y, g["median_us"], color=[_gpu_color(plt, i) for i in g["nvml_index"]], alpha=0.8)
+        ax.errorbar(g["median_us"], y, xerr=[(g["median_us"] - g["p10_us"]).clip(lower=0),
+                                             (g["p90_us"] - g["median_us"]).clip(lower=0)],
+                    fmt="none", ecolor="black", lw=0.8, capsize=1.5)
+        ax.set_yticks(y, labels, fontsize=6 if len(g) > 16 else 7)
+        ax.invert_yaxis()
+        ax.set_title(LATENCY_LABELS.get(test, test), fontsize=8)
+        ax.set_xlabel("us", fontsize=7)
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(_title(meta, "Host round trips and launch latencies (median, whiskers p10–p90)"), fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -170,45 +208,62 @@ def graph_strategies(plt: Any, meta: dict[str, Any], gr: pd.DataFrame) -> Any:
     return fig
 
 
+#: Rate panels of the attach timeline, one per GPU, at most this many (the rest summed into the last, said so).
+MAX_FACETS = 8
+#: Range rows of the attach timeline: the names with the most time, at most this many.
+MAX_RANGE_ROWS = 12
+
+
 def attach_timeline(plt: Any, meta: dict[str, Any], rates: pd.DataFrame, inst: pd.DataFrame) -> Any:
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(11, 6), sharex=True, gridspec_kw={"height_ratios": [2, 1.3]})
-    starts = ([int(rates["t_ns"].min())] if len(rates) else []) + ([int(inst["t_start_ns"].min())] if len(inst) else [])
-    t0 = min(starts, default=0)
-    keys = ["node", "nvml_index"] if "node" in rates else ["nvml_index"]  # (a merged report: GPUs of several nodes)
-    for key, g in rates.groupby(keys):
-        idx, node = key[-1], (f"{key[0]} " if len(keys) > 1 else "")
-        for d, col, text in (("h2d", "rx_Bps", "H2D (RX)"), ("d2h", "tx_Bps", "D2H (TX)")):
-            label = _label(meta, idx, text)
-            ax.plot((g["t_ns"] - t0) / 1e6, g[col] / 1e6, lw=0.8, color=DIR_COLOR[d],
-                    label=label if label.startswith("_") else node + label)
-    ax.set_ylabel("PCIe MB/s")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    who = inst["node"].astype(str) + " pid " + inst["pid"].astype(str) if "node" in inst else "pid " + inst["pid"].astype(str)
-    rows = {key: i for i, key in enumerate(sorted(set(zip(who, inst["tid"], inst["depth"]))))} if len(inst) else {}
-    app = [meta[k] for k in ("t_app_start_ns", "t_app_end_ns") if meta.get(k) is not None]
-    span = ((app[0] - t0) / 1e6, (app[1] - t0) / 1e6) if len(app) == 2 else None
-    colors = {name: plt.cm.tab10(i % 10) for i, name in enumerate(dict.fromkeys(inst["name"]))} if len(inst) else {}
-    width_ms = (span[1] - span[0]) if span else 1.0
-    for w, r in zip(who if len(inst) else [], inst.itertuples()):
-        y = rows[(w, r.tid, r.depth)]
-        dur_ms = (r.t_end_ns - r.t_start_ns) / 1e6
-        ax2.barh(y, dur_ms, left=(r.t_start_ns - t0) / 1e6, height=0.8, color=colors[r.name], edgecolor="black", lw=0.5,
-                 label=str(r.name))
-        if dur_ms > 0.08 * width_ms:  # name inside the bar where it fits; the legend names them all
-            ax2.text((r.t_start_ns - t0) / 1e6, y, f" {r.name}", va="center", fontsize=7, clip_on=True)
-    if span:
-        ax.set_xlim(span[0] - 0.02 * width_ms, span[1] + 0.02 * width_ms)  # the program's run, not the idle edges
-    handles, names = ax2.get_legend_handles_labels()
+    """One PCIe-rate panel per GPU (small multiples sharing the time axis; H2D drawn over D2H, a log rate
+    axis so that a few MB/s beside GB/s copies still shows), and under them the NVTX ranges, one row per
+    range name (the names with the most time), each name its own colour and labelled on its row. The time
+    axis spans the program's ranges (else its run), in seconds since the program started."""
+    # a panel per GPU; in a merged report (several nodes' GPUs) per node and GPU
+    facet = (rates["node"].astype(str) + " GPU" if "node" in rates else "GPU") + rates["nvml_index"].astype(str)
+    gpus = sorted(facet.unique())[:MAX_FACETS]
+    names = (inst.assign(d=inst["t_end_ns"] - inst["t_start_ns"]).groupby("name")["d"].sum()
+             .sort_values(ascending=False).index[:MAX_RANGE_ROWS].tolist()) if len(inst) else []
+    heights = [1.0] * len(gpus) + ([max(1.2, 0.25 * len(names))] if names else [])
+    fig, axes = plt.subplots(len(heights), 1, figsize=(12, min(1.3 * len(gpus) + 0.3 * len(names) + 1.5, 14)),
+                             sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights})
+    axes = axes[:, 0]
+    t0 = meta.get("t_app_start_ns") or int(rates["t_ns"].min())
+    for ax, idx in zip(axes, gpus):
+        g = rates[facet == idx]
+        x = (g["t_ns"] - t0) / 1e9
+        ax.fill_between(x, g["tx_Bps"].clip(lower=1) / 1e6, 1e-3, step="post", color=DIR_COLOR["d2h"], alpha=0.5,
+                        lw=0, label="D2H", zorder=1)
+        ax.step(x, g["rx_Bps"].clip(lower=1) / 1e6, where="post", color=DIR_COLOR["h2d"], lw=0.9, label="H2D",
+                zorder=2)
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=0.1)
+        ax.set_ylabel(f"{idx}\nMB/s", fontsize=7)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="upper left", ncol=2)
     if names:
-        uniq = dict(zip(names, handles))
-        ax2.legend(uniq.values(), uniq.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="ranges",
-                   title_fontsize=7)
-    ax2.set_yticks(list(rows.values()), [f"{p} tid {t} depth {d}" for p, t, d in rows], fontsize=7)
-    ax2.invert_yaxis()
-    ax2.set_xlabel("ms since the first sample")
-    ax2.set_title("NVTX ranges (one row per process, thread and nesting depth)", fontsize=9)
-    fig.suptitle(_title(meta, "attach: " + " ".join(str(c) for c in meta.get("command", []))[:80]))
+        ax2 = axes[-1]
+        rows = {n: i for i, n in enumerate(names)}
+        shown = inst[inst["name"].isin(rows)]
+        for n, g in shown.groupby("name", sort=False):
+            c = plt.cm.tab20(rows[n] % 20)
+            ax2.broken_barh(list(zip((g["t_start_ns"] - t0) / 1e9, (g["t_end_ns"] - g["t_start_ns"]) / 1e9)),
+                            (rows[n] - 0.4, 0.8), facecolors=c, edgecolor="none")
+        ax2.set_yticks(list(rows.values()), [str(n)[:32] for n in rows], fontsize=7)
+        ax2.set_ylim(len(rows) - 0.5, -0.5)
+        left = len(set(inst["name"])) - len(names)
+        ax2.set_title("NVTX ranges" + (f" (the {len(names)} with the most time; {left} more in the tables)" if left else ""),
+                      fontsize=8)
+        ax2.grid(axis="x", alpha=0.3)
+    span = (inst["t_start_ns"].min(), inst["t_end_ns"].max()) if len(inst) else \
+        (meta.get("t_app_start_ns"), meta.get("t_app_end_ns"))
+    if span[0] is not None and span[1] is not None:
+        width = (span[1] - span[0]) / 1e9
+        axes[-1].set_xlim((span[0] - t0) / 1e9 - 0.02 * width, (span[1] - t0) / 1e9 + 0.02 * width)
+    axes[-1].set_xlabel("s since the program started")
+    more = f" ({len(gpus)} of {facet.nunique()} GPUs)" if facet.nunique() > len(gpus) else ""
+    fig.suptitle(_title(meta, "attach: " + " ".join(str(c) for c in meta.get("command", []))[:80] + more), fontsize=10)
     fig.tight_layout()
     return fig
 

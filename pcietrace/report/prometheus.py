@@ -4,8 +4,8 @@ seconds and sizes in bytes (Prometheus base units). Needs ``prometheus-client`` 
 
 Run: per-launch PCIe bytes (eager and graph, with 95 % half-widths), graph bytes fixed + per node, host
 cost per launch call, GPU and wall time per kernel eager/graph per kernel duration, host read round trip,
-PCIe switch levels. Attach: bytes, launches and time per NVTX range, labelled ``gpu`` with the range's own
-GPUs (those its bytes are summed over).
+PCIe switch levels. Attach: bytes, launches and time per NVTX range, labelled with the range's own GPUs
+(those its bytes are summed over): every GPU label, each the GPUs' values joined with "," where it spans several.
 """
 
 from __future__ import annotations
@@ -20,10 +20,18 @@ PREFIX = "pcietrace_"
 GPU_LABELS = ["gpu", "UUID", "pci_bus_id", "modelName", "Hostname"]
 
 
-def _gpu_labels(meta: dict[str, Any]) -> dict[int, list[str]]:
+def _gpu_labels(meta: dict[str, Any]) -> dict[Any, list[str]]:
+    """Each GPU's labels by NVML index; a merged report's (``pcietrace merge``: GPUs of several nodes, each
+    with its node and host) also by "node:index", as its ranges name them."""
     host = str(meta.get("host", ""))
-    return {int(g["nvml_index"]): [str(g["nvml_index"]), str(g.get("uuid", "")), str(g.get("bus_id", "")),
-                                   str(g.get("name", "")), host] for g in meta.get("gpus", [])}
+    out: dict[Any, list[str]] = {}
+    for g in meta.get("gpus", []):
+        row = [str(g["nvml_index"]), str(g.get("uuid", "")), str(g.get("bus_id", "")), str(g.get("name", "")),
+               str(g.get("host", host))]
+        out.setdefault(int(g["nvml_index"]), row)
+        if "node" in g:  # (its gpu label as the merged report names it: "node1:0")
+            out[f"{g['node']}:{g['nvml_index']}"] = [f"{g['node']}:{g['nvml_index']}", *row[1:]]
+    return out
 
 
 def families(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> Iterator[Any]:
@@ -85,19 +93,26 @@ def families(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> Iterator
                      [(g.get("nvml_index"), (), g.get("switch_levels")) for g in topo])
     rg = table("ranges")
     if len(rg):
-        host = str(meta.get("host", ""))
-        sampled = ",".join(str(g["nvml_index"]) for g in meta.get("gpus", []))
-        base = ["Hostname", "gpu", "range", "domain"]
+        sampled = [int(g["nvml_index"]) for g in meta.get("gpus", [])]
+        base = GPU_LABELS + ["range", "domain"]
+
+        def range_labels(r: Any) -> list[str]:
+            """dcgm-exporter's labels for the GPUs whose bytes the range holds (its own), each label's values
+            joined with "," in one order ("0,1" with "GPU-a,GPU-b") where a range spans several GPUs."""
+            gpus = getattr(r, "gpus", sampled)  # a list in the table, "0,1" in older tables
+            # (a merged report names them "node:index")
+            idx = [int(x) if str(x).strip().isdigit() else str(x).strip()
+                   for x in (gpus if isinstance(gpus, (list, tuple)) else str(gpus).split(",")) if str(x).strip()]
+            known = [labels[i] for i in idx if i in labels]
+            joined = [",".join(dict.fromkeys(v)) if k == "Hostname" else ",".join(v)
+                      for k, v in zip(GPU_LABELS, zip(*known))] if known else [""] * len(GPU_LABELS)
+            return joined
 
         def rfam(name: str, doc: str, extra: list[str], rows: Any, unit: str = "") -> Any:
             fam = GaugeMetricFamily(PREFIX + name, doc, labels=base + extra, unit=unit)
             for r, values, v in rows:
                 if v is not None and not pd.isna(v):
-                    # the GPUs whose bytes the range holds (its own), as the table and JSON name them
-                    gpus = getattr(r, "gpus", sampled)  # a list in the table, one label value "0,1" here
-                    gpus = ",".join(map(str, gpus)) if isinstance(gpus, (list, tuple)) else str(gpus)
-                    fam.add_metric([host, gpus, str(r.name), str(r.domain)] + list(values),
-                                   float(v))
+                    fam.add_metric(range_labels(r) + [str(r.name), str(r.domain)] + list(values), float(v))
             return fam
 
         yield rfam("range_pcie", "PCIe bytes during an NVTX range (floor removed, nested ranges included)", ["direction"],

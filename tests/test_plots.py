@@ -1,0 +1,62 @@
+"""--plot at 1, 2 and 8 GPUs on the committed recordings: bounded image sizes, one rate panel per GPU on the
+program's span, the NVTX ranges labelled by name, and the Python example that draws one line per GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pcietrace.analysis import analyze
+from pcietrace.report import plots
+from pcietrace.session import Session
+
+pytest.importorskip("matplotlib")
+ROOT = Path(__file__).parent.parent
+DATA = ROOT / "tests" / "data"
+RECORDINGS = [DATA / "h100_run_latency", DATA / "h200x2_run", DATA / "attach_h100_python",
+              DATA / "attach_h200x2_threads", DATA / "attach_h200x8_torchrun", ROOT / "reports" / "h200x8-20261122"]
+
+
+@pytest.mark.parametrize("rec", RECORDINGS, ids=lambda p: p.name)
+def test_plots_stay_bounded_at_one_to_eight_gpus(rec: Path, tmp_path) -> None:
+    # was: the 8-GPU latency.png 990 x 4,919 px, ~130 bars in one column
+    from PIL import Image
+
+    s = Session.load(rec)
+    paths = plots.write(s.meta, analyze(s), tmp_path)
+    assert paths
+    for p in paths:
+        w, h = Image.open(p).size
+        assert w <= 1700 and h <= 1700, (p.name, w, h)
+
+
+def test_the_timeline_has_a_panel_per_gpu_on_the_programs_span() -> None:
+    # was: one axis for every GPU, ranges as black blobs no legend entry matched, traffic in the last 1.3 s of 13
+    plt = plots._plt()
+    s = Session.load(DATA / "attach_h200x8_torchrun")
+    res = analyze(s)
+    fig = plots.attach_timeline(plt, s.meta, res["rates"], res["range_instances"])
+    axes = fig.get_axes()
+    gpus = sorted(res["rates"]["nvml_index"].unique())
+    assert [a.get_ylabel().split()[0] for a in axes[:len(gpus)]] == [f"GPU{i}" for i in gpus]
+    assert all(a.get_yscale() == "log" for a in axes[:len(gpus)])
+    names = [t.get_text() for t in axes[-1].get_yticklabels()]
+    assert "eager_3000" in names and len(names) == len(set(names))
+    inst = res["range_instances"]
+    lo, hi = axes[-1].get_xlim()
+    first, last = [(t - s.meta["t_app_start_ns"]) / 1e9 for t in (inst["t_start_ns"].min(), inst["t_end_ns"].max())]
+    assert lo <= first and last <= hi and (hi - lo) < 1.1 * (last - first)
+    plt.close(fig)
+
+
+def test_the_python_example_draws_one_line_per_gpu() -> None:
+    # was: the README's sim.speedup.plot(x="kernel_us", y="speedup") drew one zig-zag through both GPUs
+    plt = plots._plt()
+    sp = analyze(Session.load(DATA / "h200x2_run"))["speedup"]
+    example = (ROOT / "docs" / "plots.md").read_text()
+    assert 'sim.speedup.pivot(index="kernel_us", columns="nvml_index", values="speedup")' in example
+    ax = sp.pivot(index="kernel_us", columns="nvml_index", values="speedup").add_prefix("GPU").plot(logx=True)
+    assert [line.get_label() for line in ax.get_lines()] == ["GPU0", "GPU1"]
+    assert all(list(line.get_xdata()) == sorted(sp["kernel_us"].unique()) for line in ax.get_lines())
+    plt.close(ax.figure)

@@ -62,7 +62,7 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     events = with_captured(events)
     events = events.assign(**{c: -1 for c in TIMING_COLUMNS if c not in events.columns})
     n = len(events)
-    kind = events["event"].to_numpy(object)
+    kind = events["event"]
     pid, tid = events["pid"].to_numpy(np.int64), events["tid"].to_numpy(np.int64)
     pos = np.arange(n)
     pid_rank = pd.factorize(pid)[0]  # (processes in order of their first event)
@@ -72,7 +72,7 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
 
     # push/pop: a stack per thread; its size after each event is the walk of +1/-1 reflected at 0 (a pop on
     # an empty stack is ignored), and a push at size k closes at the thread's next valid pop from size k
-    is_push, is_pop = kind == "push", kind == "pop"
+    is_push, is_pop = (kind == "push").to_numpy(bool), (kind == "pop").to_numpy(bool)
     sel = np.flatnonzero(is_push | is_pop)
     th = thread[sel]
     order = np.argsort(th, kind="stable")
@@ -93,7 +93,7 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     left = sk[push_k & ~same]  # still open: closed at the process's last event
 
     # start/end: per (process, id), an end closes the start just before it
-    is_start, is_end = kind == "start", kind == "end"
+    is_start, is_end = (kind == "start").to_numpy(bool), (kind == "end").to_numpy(bool)
     se = np.flatnonzero(is_start | is_end)
     ident = events["id"].to_numpy(np.int64)[se]
     se = se[np.lexsort((se, ident, pid[se]))]
@@ -137,8 +137,8 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
         a, b = v[opened], v[ended]
         return np.where((a >= 0) & (b >= 0), (b - a).astype(float), np.nan)
 
-    out = {"pid": pid[opened], "tid": tid[opened], "domain": events["domain"].to_numpy()[opened],
-           "name": events["message"].to_numpy()[opened], "kind": np.where(is_push_range, "push", "start").astype(object),
+    out = {"pid": pid[opened], "tid": tid[opened], "domain": events["domain"].iloc[opened].to_numpy(),
+           "name": events["message"].iloc[opened].to_numpy(), "kind": np.where(is_push_range, "push", "start").astype(object),
            "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": events["depth"].to_numpy(np.int64)[opened]}
     # start/end ranges may cross threads, so their thread-local counts are undefined: use the process's.
     for c in ("eager", "graph"):
@@ -190,7 +190,7 @@ def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.
 def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.DataFrame:
     """Adds ``gpus`` (sorted NVML indices whose bytes the range holds) and ``gpus_rule`` ("thread",
     "process" or "all sampled"). ``gpus``: the session's GPU records (``nvml_index``, ``bus_id``)."""
-    out = ranges.copy()
+    out = ranges.copy(deep=False)  # (copy-on-write: the columns added are its own)
     sampled = sorted(int(g["nvml_index"]) for g in gpus)
     if "devmask" not in events.columns or not len(out):
         out["gpus"] = [sampled] * len(out)
@@ -303,7 +303,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     :func:`sampling_gaps` where the sampler's rate varied (idle-aware sampling; default: computed with one rate).
     The floor counts the reads inside each range, so a read rate that changes between ranges, idle time and
     the floor's calibration windows is accounted for read by read."""
-    out = ranges.copy()
+    out = ranges.copy(deep=False)
     out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
     a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
     n = a.size

@@ -17,7 +17,7 @@ import pandas as pd
 
 from pcietrace.analysis import nesting
 from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, gaps_overlapping, jumps,
-                                         link_bps, read_ns_of)
+                                         link_bps, per_gpu, read_ns_of)
 from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
 from pcietrace.analysis.launch import DIRECTIONS
 from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS
@@ -270,7 +270,7 @@ def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None 
     if idle_ns > 0 and ranges is not None:  # (sorted once for every GPU)
         starts = np.sort(ranges["t_start_ns"].to_numpy(np.int64))
         ends = np.sort(ranges["t_end_ns"].to_numpy(np.int64))
-    for idx, g in cum.groupby("nvml_index"):
+    for idx, g in per_gpu(cum):
         t = g["t_ns"].to_numpy(np.int64)
         gap = np.diff(t)
         idle = (np.searchsorted(starts, t[:-1], "right") == np.searchsorted(ends, t[:-1], "right")) \
@@ -313,7 +313,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     gaps = gaps if gaps is not None else sampling_gaps(cum, counters)
     models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
     holds = _gpu_sets(out["gpus"])
-    for idx, g in cum.groupby("nvml_index"):
+    for idx, g in per_gpu(cum):
         k = np.flatnonzero(holds(int(idx)))  # the ranges holding this GPU: its figures are theirs only
         if not k.size:
             continue

@@ -182,9 +182,16 @@ def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.
     order = np.lexsort((side, at, g))
     where = np.empty(m + 2 * k, np.int64)
     where[order] = np.arange(m + 2 * k)
-    merged = np.concatenate([bits, np.zeros(2 * k + 1, np.uint64)])[np.r_[order, m + 2 * k]]
+    merged = np.concatenate([bits, np.zeros(2 * k, np.uint64)])[order]
     lo, hi = where[m:m + k], where[m + k:]
-    return np.bitwise_or.reduceat(merged, np.stack([lo, hi], 1).ravel())[::2] if k else np.zeros(0, np.uint64)
+    out = np.zeros(k, np.uint64)
+    # per device bit seen (a few): how many events between a query's ends carry it, from a running count
+    # (nested ranges overlap, so reducing each one's own slice would cost its length)
+    seen = int(np.bitwise_or.reduce(bits)) if m else 0
+    for b in (b for b in range(64) if seen >> b & 1):
+        count = np.concatenate([[0], np.cumsum((merged >> np.uint64(b)) & np.uint64(1), dtype=np.int64)])
+        out |= np.where(count[hi] > count[lo], np.uint64(1) << np.uint64(b), np.uint64(0))
+    return out
 
 
 def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.DataFrame:

@@ -188,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="small sizes (a few minutes)")
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--stages", default=",".join(STAGES), help=f"of {', '.join(STAGES)}")
+    p.add_argument("--sizes", help="SAMPLES:RANGES,... (default: a set for --quick or a larger one)")
     p.add_argument("--synth", type=Path, help="only write one recording here (--gpus, --samples, --ranges, --names)")
     p.add_argument("--samples", type=float, default=1e6)
     p.add_argument("--ranges", type=float, default=1e5)
@@ -208,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sizes = ([(2e5, 1e4), (1e6, 1e4), (2e5, 1e5), (1e6, 5e4)] if args.quick else
              [(1e6, 1e5), (8e6, 1e5), (1e6, 1e6), (8e6, 5e5), (4e6, 2e6)])
+    if args.sizes:
+        sizes = [tuple(float(x) for x in size.split(":")) for size in args.sizes.split(",")]
     stages = args.stages.split(",")
     rows: dict[str, list[dict[str, float]]] = {s: [] for s in stages}
     with tempfile.TemporaryDirectory(prefix="pcietrace-long-") as tmp:

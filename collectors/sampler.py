@@ -17,6 +17,7 @@ import queue
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -217,6 +218,21 @@ class BoundaryProbe:
         return df.astype({"tx_raw": np.uint64, "rx_raw": np.uint64})
 
 
+#: Samples the parent holds at most with a ``spill_dir`` (~8 MB; 8 GPUs at 1.7 kHz fill it every ~15 s).
+SPILL_ROWS = 200_000
+
+
+def _chunks_frame(chunks: list[tuple[Any, ...]]) -> pd.DataFrame:
+    """Chunks as the samplers send them (index, t_ns, read_ns, tx_raw, rx_raw) as one frame, in arrival order."""
+    return pd.DataFrame({
+        "nvml_index": np.concatenate([np.full(len(c[1]), c[0], np.int64) for c in chunks]),
+        "t_ns": np.concatenate([c[1] for c in chunks]),
+        "read_ns": np.concatenate([c[2] for c in chunks]),
+        "tx_raw": np.concatenate([c[3] for c in chunks]),
+        "rx_raw": np.concatenate([c[4] for c in chunks]),
+    })
+
+
 class CounterSampler:
     """Samples the PCIe TX/RX counters of the given NVML indices until :meth:`stop`, one process per GPU.
 
@@ -227,10 +243,14 @@ class CounterSampler:
     ``max_duty``: the largest share of time one GPU's sampler spends in NVML reads (:data:`DEFAULT_MAX_DUTY`).
     ``idle_interval_ns``: with ``edge_file``, the least time between reads while no range is open (0 = off:
     always ``interval_ns``; at most :data:`MAX_IDLE_INTERVAL_NS`; never shorter than ``interval_ns``).
+    ``spill_dir``: a folder the samples go to as they arrive, :data:`SPILL_ROWS` at a time (one Parquet file
+    each, ``samples-N.parquet``), so this process holds at most that many however long the run; None: all kept
+    in memory. :meth:`frame` reads them back.
     """
 
     def __init__(self, nvml_indices: list[int], force_throughput: bool = False, interval_ns: int = 0,
-                 edge_file: str | None = None, max_duty: float = DEFAULT_MAX_DUTY, idle_interval_ns: int = 0) -> None:
+                 edge_file: str | None = None, max_duty: float = DEFAULT_MAX_DUTY, idle_interval_ns: int = 0,
+                 spill_dir: str | Path | None = None) -> None:
         if not 0 < max_duty <= 1:
             raise NvmlError(f"sampler duty must be in (0, 1], not {max_duty}")
         if not 0 <= idle_interval_ns <= MAX_IDLE_INTERVAL_NS:
@@ -245,6 +265,10 @@ class CounterSampler:
         self.modes: dict[int, dict[str, Any]] = {}
         self.failed_reads: dict[int, int] = {}
         self._chunks: list[tuple[Any, ...]] = []
+        self.spill_dir = Path(spill_dir) if spill_dir is not None else None
+        self._spilled: list[Path] = []
+        self._held = 0  # samples in self._chunks
+        self._lock = threading.Lock()  # the drainer adds chunks while frame() may read them
         self._procs: list[Any] = []
         self._drainer: threading.Thread | None = None
         self._page: Any = None  # the edge page, to wake the samplers and hold the fast rate
@@ -276,7 +300,7 @@ class CounterSampler:
                 if msg[0] == "ready":
                     self.modes[int(msg[1])] = msg[2]
                 elif msg[0] == "chunk":
-                    self._chunks.append(msg[1:])
+                    self._take(msg[1:])
         except BaseException:
             self._kill()
             raise
@@ -297,10 +321,27 @@ class CounterSampler:
             except (EOFError, OSError, ValueError):  # (the queue closed under it, or a message cut by a kill)
                 return
             if msg[0] == "chunk":
-                self._chunks.append(msg[1:])
+                self._take(msg[1:])
             elif msg[0] == "done":
                 self.failed_reads[msg[1]] = msg[2]
                 done += 1
+
+    def _take(self, chunk: tuple[Any, ...]) -> None:
+        """A sampler's chunk (index, t_ns, read_ns, tx_raw, rx_raw); past :data:`SPILL_ROWS` held, to disk."""
+        with self._lock:
+            self._chunks.append(chunk)
+            self._held += len(chunk[1])
+            if self.spill_dir is None or self._held < SPILL_ROWS:
+                return
+            path = self.spill_dir / f"samples-{len(self._spilled):06d}.parquet"
+            try:
+                _chunks_frame(self._chunks).to_parquet(path, index=False)
+            except OSError:  # (disk full, folder gone) keep them here, as without a spill folder
+                path.unlink(missing_ok=True)
+                self.spill_dir = None
+                return
+            self._spilled.append(path)
+            self._chunks, self._held = [], 0
 
     def _wake(self) -> None:
         if self._page is not None:
@@ -335,16 +376,10 @@ class CounterSampler:
 
     def frame(self) -> pd.DataFrame:
         """Samples received so far (also usable after a crash), sorted by GPU and time."""
-        chunks = list(self._chunks)
-        if not chunks:
-            return empty_samples()
-        return merge_samples([pd.DataFrame({
-            "nvml_index": np.concatenate([np.full(len(c[1]), c[0], np.int64) for c in chunks]),
-            "t_ns": np.concatenate([c[1] for c in chunks]),
-            "read_ns": np.concatenate([c[2] for c in chunks]),
-            "tx_raw": np.concatenate([c[3] for c in chunks]),
-            "rx_raw": np.concatenate([c[4] for c in chunks]),
-        })])
+        with self._lock:
+            chunks, spilled = list(self._chunks), list(self._spilled)
+        frames = [pd.read_parquet(f) for f in spilled]
+        return merge_samples(frames + ([_chunks_frame(chunks)] if chunks else []))
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> pd.DataFrame:
         """Stop sampling and return all samples (columns: :data:`SAMPLE_COLUMNS`). Returns within about

@@ -33,7 +33,7 @@ def recordings() -> list[Path]:
 
 
 def _name(folder: Path) -> str:
-    return str(folder.relative_to(DATA)).replace("/", "__")
+    return str(Path(folder).resolve().relative_to(DATA.resolve())).replace("/", "__")
 
 
 def _value(v: Any) -> Any:
@@ -152,14 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     GOLDEN.mkdir(exist_ok=True)
     bad = 0
     for folder in args.folders or recordings():
-        file = GOLDEN / f"{_name(folder.resolve())}.json"
+        file = GOLDEN / f"{_name(folder)}.json"
         now = figures(folder)
         if args.update:
             file.write_text(json.dumps(now, separators=(",", ":"), allow_nan=False) + "\n")
             continue
         diff = differences(json.loads(file.read_text()), now) if file.is_file() else ["no golden file"]
         for line in diff:
-            print(f"{_name(folder.resolve())}: {line}")
+            print(f"{_name(folder)}: {line}")
         bad += bool(diff)
     return 1 if bad else 0
 

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.analysis import nesting
-from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, gaps_overlapping, jumps, movable_bytes,
-                                         link_bps, read_ns_of)
+from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, gaps_overlapping, jumps,
+                                         link_bps, movable_bytes, per_gpu, read_ns_of)
 from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
 from pcietrace.analysis.launch import DIRECTIONS
 from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS
@@ -63,7 +63,7 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     events = with_captured(events)
     events = events.assign(**{c: -1 for c in TIMING_COLUMNS if c not in events.columns})
     n = len(events)
-    kind = events["event"].to_numpy(object)
+    kind = events["event"]
     pid, tid = events["pid"].to_numpy(np.int64), events["tid"].to_numpy(np.int64)
     pos = np.arange(n)
     pid_rank = pd.factorize(pid)[0]  # (processes in order of their first event)
@@ -73,7 +73,7 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
 
     # push/pop: a stack per thread; its size after each event is the walk of +1/-1 reflected at 0 (a pop on
     # an empty stack is ignored), and a push at size k closes at the thread's next valid pop from size k
-    is_push, is_pop = kind == "push", kind == "pop"
+    is_push, is_pop = (kind == "push").to_numpy(bool), (kind == "pop").to_numpy(bool)
     sel = np.flatnonzero(is_push | is_pop)
     th = thread[sel]
     order = np.argsort(th, kind="stable")
@@ -94,7 +94,7 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     left = sk[push_k & ~same]  # still open: closed at the process's last event
 
     # start/end: per (process, id), an end closes the start just before it
-    is_start, is_end = kind == "start", kind == "end"
+    is_start, is_end = (kind == "start").to_numpy(bool), (kind == "end").to_numpy(bool)
     se = np.flatnonzero(is_start | is_end)
     ident = events["id"].to_numpy(np.int64)[se]
     se = se[np.lexsort((se, ident, pid[se]))]
@@ -138,8 +138,8 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
         a, b = v[opened], v[ended]
         return np.where((a >= 0) & (b >= 0), (b - a).astype(float), np.nan)
 
-    out = {"pid": pid[opened], "tid": tid[opened], "domain": events["domain"].to_numpy()[opened],
-           "name": events["message"].to_numpy()[opened], "kind": np.where(is_push_range, "push", "start").astype(object),
+    out = {"pid": pid[opened], "tid": tid[opened], "domain": events["domain"].iloc[opened].to_numpy(),
+           "name": events["message"].iloc[opened].to_numpy(), "kind": np.where(is_push_range, "push", "start").astype(object),
            "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": events["depth"].to_numpy(np.int64)[opened]}
     # start/end ranges may cross threads, so their thread-local counts are undefined: use the process's.
     for c in ("eager", "graph"):
@@ -183,15 +183,22 @@ def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.
     order = np.lexsort((side, at, g))
     where = np.empty(m + 2 * k, np.int64)
     where[order] = np.arange(m + 2 * k)
-    merged = np.concatenate([bits, np.zeros(2 * k + 1, np.uint64)])[np.r_[order, m + 2 * k]]
+    merged = np.concatenate([bits, np.zeros(2 * k, np.uint64)])[order]
     lo, hi = where[m:m + k], where[m + k:]
-    return np.bitwise_or.reduceat(merged, np.stack([lo, hi], 1).ravel())[::2] if k else np.zeros(0, np.uint64)
+    out = np.zeros(k, np.uint64)
+    # per device bit seen (a few): how many events between a query's ends carry it, from a running count
+    # (nested ranges overlap, so reducing each one's own slice would cost its length)
+    seen = int(np.bitwise_or.reduce(bits)) if m else 0
+    for b in (b for b in range(64) if seen >> b & 1):
+        count = np.concatenate([[0], np.cumsum((merged >> np.uint64(b)) & np.uint64(1), dtype=np.int64)])
+        out |= np.where(count[hi] > count[lo], np.uint64(1) << np.uint64(b), np.uint64(0))
+    return out
 
 
 def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.DataFrame:
     """Adds ``gpus`` (sorted NVML indices whose bytes the range holds) and ``gpus_rule`` ("thread",
     "process" or "all sampled"). ``gpus``: the session's GPU records (``nvml_index``, ``bus_id``)."""
-    out = ranges.copy()
+    out = ranges.copy(deep=False)  # (copy-on-write: the columns added are its own)
     sampled = sorted(int(g["nvml_index"]) for g in gpus)
     if "devmask" not in events.columns or not len(out):
         out["gpus"] = [sampled] * len(out)
@@ -271,7 +278,7 @@ def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None 
     if idle_ns > 0 and ranges is not None:  # (sorted once for every GPU)
         starts = np.sort(ranges["t_start_ns"].to_numpy(np.int64))
         ends = np.sort(ranges["t_end_ns"].to_numpy(np.int64))
-    for idx, g in cum.groupby("nvml_index"):
+    for idx, g in per_gpu(cum):
         t = g["t_ns"].to_numpy(np.int64)
         gap = np.diff(t)
         idle = (np.searchsorted(starts, t[:-1], "right") == np.searchsorted(ends, t[:-1], "right")) \
@@ -304,7 +311,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     :func:`sampling_gaps` where the sampler's rate varied (idle-aware sampling; default: computed with one rate).
     The floor counts the reads inside each range, so a read rate that changes between ranges, idle time and
     the floor's calibration windows is accounted for read by read."""
-    out = ranges.copy()
+    out = ranges.copy(deep=False)
     out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
     a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
     n = a.size
@@ -314,7 +321,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     gaps = gaps if gaps is not None else sampling_gaps(cum, counters)
     models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
     holds = _gpu_sets(out["gpus"])
-    for idx, g in cum.groupby("nvml_index"):
+    for idx, g in per_gpu(cum):
         k = np.flatnonzero(holds(int(idx)))  # the ranges holding this GPU: its figures are theirs only
         if not k.size:
             continue

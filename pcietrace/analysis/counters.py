@@ -141,6 +141,19 @@ def rebase(cum_bytes: np.ndarray, jumped: np.ndarray) -> np.ndarray:
     return np.concatenate([cum_bytes[:1], cum_bytes[0] + np.cumsum(steps)])
 
 
+def per_gpu(df: pd.DataFrame) -> Any:
+    """``df.groupby("nvml_index")`` (sorted, each GPU's rows in their order), as slices where the rows already
+    come by GPU (samples and :func:`cumulative_bytes` do): no sort, no copy of a long recording's rows."""
+    idx = df["nvml_index"].to_numpy()
+    if not idx.size:
+        return iter(())
+    if (idx[1:] < idx[:-1]).any():
+        return iter(df.groupby("nvml_index", sort=True))
+    cut = np.flatnonzero(idx[1:] != idx[:-1]) + 1
+    bounds = np.r_[0, cut, idx.size]
+    return ((idx[a], df.iloc[a:b]) for a, b in zip(bounds[:-1], bounds[1:]))
+
+
 def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]]) -> pd.DataFrame:
     """Raw samples (see ``SAMPLE_COLUMNS``) -> ``nvml_index, t_ns, tx_bytes, rx_bytes`` (bytes since the
     GPU's first sample), ``read_ns`` (how long that sample's read took, as recorded; the floor's cost of a
@@ -150,7 +163,7 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
     ``pcie_gen_max``/``pcie_width_max`` (:func:`link_bps`). Samples that step back against the reads before
     them (:func:`in_order`) are left out."""
     parts = []
-    for idx, g in samples.groupby("nvml_index", sort=True) if len(samples) else ():
+    for idx, g in per_gpu(samples) if len(samples) else ():
         c = counters.get(int(idx), {"mode": "fields", "bits": 32})
         t = g["t_ns"].to_numpy(np.int64)
         read_ns = read_ns_of(g)
@@ -214,7 +227,7 @@ def sample_gaps(samples: pd.DataFrame, counters: dict[int, dict[str, Any]] | Non
     samples' :func:`cumulative_bytes`; 0 without it)."""
     rows = []
     jumped = resets(cum) if cum is not None and "jump" in cum else pd.Series(dtype=int)
-    for idx, g in samples.groupby("nvml_index", sort=True):
+    for idx, g in per_gpu(samples):
         t = g["t_ns"].to_numpy(np.int64)
         d = np.diff(t) if t.size > 1 else np.array([0])
         span_s = (t[-1] - t[0]) / 1e9 if t.size > 1 else float("nan")
@@ -237,7 +250,7 @@ def wrap_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None, t0_
     are counted apart, :func:`resets`): how many (``gaps``), the longest one's :func:`value_span_ns` (ms) and the
     longer of the two reads around it (ms; a read that long is the sampler stalling inside NVML)."""
     rows = []
-    for idx, g in cum.groupby("nvml_index"):
+    for idx, g in per_gpu(cum):
         t, read_ns = g["t_ns"].to_numpy(np.int64), read_ns_of(g)
         if t.size < 2:
             continue
@@ -259,7 +272,7 @@ def window_bytes(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     for col in ("tx_bytes", "rx_bytes"):
         out[col] = np.nan
     out["samples"] = 0
-    for idx, g in cum.groupby("nvml_index"):
+    for idx, g in per_gpu(cum):
         t = g["t_ns"].to_numpy(np.int64)
         sel = (out["nvml_index"] == idx).to_numpy()
         a, b = out.loc[sel, "t_start_ns"].to_numpy(np.int64), out.loc[sel, "t_end_ns"].to_numpy(np.int64)
@@ -308,7 +321,7 @@ def rates(cum: pd.DataFrame, bin_ns: int = 1_000_000) -> pd.DataFrame:
     (bytes per second over the bin, from the cumulative counters interpolated at bin edges; NaN over a counter
     jump, whose bytes are unknown: :func:`cumulative_bytes`)."""
     parts = []
-    for idx, g in cum.groupby("nvml_index"):
+    for idx, g in per_gpu(cum):
         t = g["t_ns"].to_numpy(np.int64)
         if t.size < 2:
             continue

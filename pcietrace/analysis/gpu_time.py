@@ -114,7 +114,7 @@ def busy(instances: pd.DataFrame, kern: pd.DataFrame, on_pids: set[int], graph_k
     (kernels that started inside it) and ``gpu_short_ns`` (over those kernels, how much shorter than
     ``graph_kernel_ns`` they were: a kernel in a graph still takes at least that long on the GPU). NaN for
     processes not in ``on_pids`` (:func:`recording_pids`)."""
-    out = instances.copy()
+    out = instances.copy(deep=False)
     for c in BUSY_COLUMNS:
         out[c] = np.nan
     for pid, rows in out.groupby("pid").groups.items():

@@ -96,7 +96,7 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     :func:`per_launch_saving_us`). Launch counts that are NaN (not counted) give NaN, and ``launch_bound`` NaN (unknown, not "no"): CUPTI's
     kernel records alone cannot tell a graph's kernels from eager ones, so they would predict savings for
     ranges that already launch graphs."""
-    out = instances.copy()
+    out = instances.copy(deep=False)  # (copy-on-write: the columns added are its own)
     out["parent"] = parent = nesting.parents(out)
     out["own_eager_launches"] = out["eager_launches"].astype(float) - nesting.children_sum(out, parent, "eager_launches")
     out["own_ns"] = out["excl_ns"].astype(float)

@@ -371,7 +371,8 @@ class Recording:
         try:  # no page, or a sampler refusing its settings: then no folder or page stays behind either
             self.edge_file = edges.create()
             self.sampler = CounterSampler(nvml_indices, interval_ns=interval_ns, edge_file=self.edge_file,
-                                          max_duty=max_duty, idle_interval_ns=idle_interval_ns)
+                                          max_duty=max_duty, idle_interval_ns=idle_interval_ns,
+                                          spill_dir=self.trace_dir)  # (flat memory over a long run)
         except BaseException:
             self._remove()
             raise

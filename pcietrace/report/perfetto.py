@@ -61,10 +61,15 @@ def write_trace(session: Any, results: dict[str, pd.DataFrame], path: Path) -> N
 
     trace = chrome_trace(session.meta, results["rates"], results["range_instances"], launch_timeline(session))
     path = Path(path)
+    text = json.dumps(trace)
+    if path.exists() and not path.is_file():  # a device or a pipe (/dev/stdout, /dev/full): written into, never replaced
+        with open(path, "w") as f:
+            f.write(text)
+        return
     tmp = path.with_name(f".{path.name[:200]}.{os.getpid()}.tmp")
     try:  # whole or not at all: a full disk leaves no truncated trace (nor a file another one had there)
         with open(tmp, "w") as f:
-            f.write(json.dumps(trace))
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -476,6 +476,14 @@ def test_a_full_disk_on_stdout_is_not_exit_0(data_dir, args) -> None:
     assert r.returncode == 2 and "No space left" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="needs /dev/full")
+def test_perfetto_into_a_device_writes_into_it_never_replaces_it(data_dir, capsys) -> None:
+    # (a trace written whole beside the target and renamed over it replaced /dev/full with a regular file as root)
+    assert "No space" in one_line_exit_2(["report", str(data_dir / "attach_h100_python"), "--perfetto", "/dev/full"],
+                                         capsys)
+    assert Path("/dev/full").is_char_device()
+
+
 def test_a_perfetto_trace_on_a_full_disk_leaves_no_truncated_file(copy, monkeypatch, tmp_path, capsys) -> None:
     from pcietrace.report import perfetto
 

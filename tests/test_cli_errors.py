@@ -295,6 +295,8 @@ def edit_row(folder: Path, table: str, row: int, **changes) -> None:
     ("h200x2_run_contexts", "bursts", 0, {"path": []}, "bursts.path: expected strings, got []"),
     ("h100_run", "windows", 1, {"graph_k": 2**64 - 1}, "windows.graph_k: expected whole numbers (64-bit)"),
     ("h100_run", "windows", 1, {"launches": 10**20}, "windows.launches: expected 64-bit numbers, got 1000000"),
+    # (was shown as it is, a 309-digit figure: no run holds it)
+    ("h100_run", "windows", 1, {"launches": 1e308}, "windows.launches: row 1 is 1e+308, beyond any figure a run holds"),
 ])
 def test_table_values_the_analysis_cannot_use_name_the_field(name, table, row, change, says, copy, capsys) -> None:
     # was: ZeroDivisionError (a graph of 0 kernels), OverflowError (infinite kernels: Python's JSON reads

@@ -148,7 +148,8 @@ def _events(host: pd.DataFrame) -> None:
     cols = [c for c in THREAD_COUNTS if c in host]
     if not cols or not len(host):
         return
-    g = host.sort_values(["pid", "tid"], kind="stable")  # (stable: each thread's events stay in time order)
+    # (CUPTI's "gputime" lines carry no launch counts; stable: each thread's events stay in time order)
+    g = host[host["event"] != "gputime"].sort_values(["pid", "tid"], kind="stable")
     same = (g["pid"].to_numpy()[1:] == g["pid"].to_numpy()[:-1]) & (g["tid"].to_numpy()[1:] == g["tid"].to_numpy()[:-1])
     for col in cols:
         back = np.flatnonzero(same & (np.diff(g[col].to_numpy(np.int64)) < 0))

@@ -159,17 +159,17 @@ def write_trace(session: Any, results: dict[str, pd.DataFrame], path: Path, max_
     tmp = path.with_name(f".{path.name[:200]}.{os.getpid()}.tmp") if path.is_file() or not path.exists() else path
     try:
         with open(tmp, "w") as f:
-            f.write('{"traceEvents": [')
+            size = f.write('{"traceEvents": [')  # (counted: a pipe has no position to tell)
             first = True
             for chunk in _events(session.meta, coarser(results["rates"], max_points), ranges, launches):
                 if chunk:
-                    f.write(("" if first else ",\n") + ",\n".join(json.dumps(e) for e in chunk))
+                    size += f.write(("" if first else ",\n") + ",\n".join(json.dumps(e) for e in chunk))
                     first = False
             other = json.dumps(_other(session.meta, len(ranges), len(inst)))
-            f.write(f'],\n"displayTimeUnit": "ms",\n"otherData": {other}}}\n')
-            size = f.tell()
+            size += f.write(f'],\n"displayTimeUnit": "ms",\n"otherData": {other}}}\n')
             f.flush()
-            os.fsync(f.fileno())
+            if tmp != path:
+                os.fsync(f.fileno())
         if tmp != path:
             os.replace(tmp, path)
     finally:

@@ -4,7 +4,7 @@ link generation and width.
 Seen on the H100 (2026-11-22): one 256 MiB pinned copy took 4.9 ms in 20 of 24 app runs and 5.6-11.2 ms in 4,
 and a recorded slow one moved a steady 24-26 GB/s for 11 ms where its neighbours moved 50-65 GB/s (about
 Gen4 x16 against Gen5 x16). The suspect was the link's dynamic speed, and the question whether it happens
-without pcietrace too. Answer (H100, eighth session, reports/copy-rate-20261122/): it does, with no NVML read
+without pcietrace too. Answer (H100, eighth session, docs/lab/reports/copy-rate-20261122/): it does, with no NVML read
 in the process at all, in episodes of ~50-100 ms; NVML saw Gen5 x16 before and after every slow copy.
 This times ``--copies`` copies of ``--mib`` MiB, ``--gap-ms`` of idle time apart (the demo apps' 5 ms), and
 reads NVML's current link generation and width right before and after each one (``--no-link``: not at all,

@@ -5,7 +5,7 @@
 // the interposer's whole per-launch cost:
 //   nvcc -O2 -o /tmp/ctxcost bench/ctxcost_probe.cu -lcuda && /tmp/ctxcost
 //   python3 -m pcietrace attach --no-calibrate -- /tmp/ctxcost
-// 4x H200, 2026-11-22 (reports/attach-truth-20261122/h200x4-session7/ctxcost-*.log): cuCtxGetDevice 9-12 ns,
+// 4x H200, 2026-11-22 (docs/lab/reports/attach-truth-20261122/h200x4-session7/ctxcost-*.log): cuCtxGetDevice 9-12 ns,
 // cuCtxGetCurrent 6-9 ns; launches 2,449-2,858 ns plain, 2,667-2,837 ns under attach, 2,615-2,914 ns under
 // attach --no-count-launches: the interposer is inside the loop's own noise.
 #include <cuda.h>

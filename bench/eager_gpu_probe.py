@@ -1,7 +1,7 @@
 """Probe (run on a GPU machine; not a test): is the GPU time per queued eager kernel a property of the
 process, of the stream, or of the moment?
 
-Seen on 4x H200 (2026-11-22, reports/h200x4-parallel-vs-alone-20261122/session7-langrep15.json): inside one
+Seen on 4x H200 (2026-11-22, docs/lab/reports/h200x4-parallel-vs-alone-20261122/session7-langrep15.json): inside one
 `pcietrace run` the ten eager bursts of empty kernels agree within 0.1 % (median 1.331 us, GPU 0), but
 between runs the same GPU's figure moves over 1.30-1.46 us, in what look like two levels. This runs, in
 ``--procs`` fresh processes one after another, ``--streams`` streams each (a new non-blocking stream in the

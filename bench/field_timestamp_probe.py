@@ -12,7 +12,7 @@ timestamp and latencyUsec, and the RX value. It reports:
 - the residual of the RX counter against a straight line in time (the copy rate is steady), placing each value
   at the read's midpoint vs at its field timestamp, for short and for long reads. If the timestamp places long
   reads' values much better, the sampler can record it and narrow the span a value applies over.
-Measured on the H100, 2026-11-23 (`reports/field-timestamp-20261123/`), 3,000 reads each:
+Measured on the H100, 2026-11-23 (`docs/lab/reports/field-timestamp-20261123/`), 3,000 reads each:
 - no staller: reads 0.21 ms median (max 1.7); the timestamp at 0.47-0.57 of the read (5-95 %), never outside;
 - 3 stallers: reads 0.85 ms median (max 9.4); the timestamp at 0.40-0.59 of the read, never outside.
 RX and TX never share a timestamp. So the field timestamp sits at the call's midpoint even when the read waited

@@ -92,7 +92,7 @@ def _save_options(p: argparse.ArgumentParser, suffix: str = "", no_save: bool = 
     """-o, --force (and --no-save) the same on every command that saves a run (see record/guard.py)."""
     p.add_argument("-o", "--output", type=Path, default=None,
                    help="folder to save in: new, empty, or a saved run with --force (default "
-                        f"reports/<time>-<gpu>-gpu<N>{suffix}, with -2, -3... if taken)")
+                        f"runs/<time>-<gpu>-gpu<N>{suffix}, with -2, -3... if taken)")
     if no_save:
         p.add_argument("--no-save", action="store_true", help="do not save")
     p.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "and what CUDA graphs save, measured with NVML's PCIe byte counters.",
         epilog="examples:\n  pcietrace run                 measure this machine's GPUs (about a minute)\n"
                "  pcietrace run --simulate      the same pipeline on a SIMULATED device (no GPU)\n"
-               "  pcietrace report reports/RUN  re-analyse and re-render a saved run")
+               "  pcietrace report runs/RUN     re-analyse and re-render a saved run")
     p.add_argument("--version", action="version", version=f"pcietrace {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 

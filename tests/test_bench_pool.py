@@ -10,7 +10,7 @@ import pytest
 
 import pool_pairs
 
-LOGS = sorted((Path(__file__).resolve().parent.parent / "reports" / "attach-truth-20261123").glob(
+LOGS = sorted((Path(__file__).resolve().parent / "data" / "bench" / "overhead").glob(
     "h100-session*-overhead-*.log"))
 
 

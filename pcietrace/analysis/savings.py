@@ -46,7 +46,7 @@ from pcietrace.analysis import nesting
 #: 2, not less: the host's own speed moves between attach's calibration and a range of the same run. On the
 #: H100 (2026-11-22) the Python demo's 20,000-launch range took 3.8-8.0 us per launch over 6 runs, and once
 #: ~1.7x the calibration's host cost of seconds before; at 1.5 it was called GPU-bound (prediction -48 %;
-#: reports/h100-savings-20261122/savings-demo-py-3-runs.log holds 3 of those runs).
+#: docs/lab/reports/h100-savings-20261122/savings-demo-py-3-runs.log holds 3 of those runs).
 LAUNCH_BOUND_FACTOR = 2.0
 #: Where the library timed the range's synchronize calls and its host waited for the GPU at most half its time:
 #: launch-bound up to this many times the host cost of a launch. The host's own time per launch beyond the

@@ -32,8 +32,8 @@ class RunPlan:
     ``language_repeats``: empty-kernel bursts per launch path (native, Python, PyTorch) for the
     host cost by language; ``gpu_time_contexts``: CUDA contexts the GPU time per empty eager kernel is
     measured in (the primary context and fresh ones, :data:`CONTEXT_BURSTS` bursts each): each context draws
-    its own level (H200: 1.29-1.45 us; H100: 1.65-1.69 or 1.84-1.89 us; reports/eager-gpu-time-20261122), so
-    one context is one draw.
+    its own level (H200: 1.29-1.45 us; H100: 1.65-1.69 or 1.84-1.89 us; bench/eager_gpu_truth.py), so one
+    context is one draw.
     """
 
     durations_us: tuple[float, ...] = (0, 2, 5, 10, 20, 50)

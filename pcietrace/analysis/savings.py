@@ -52,7 +52,7 @@ LAUNCH_BOUND_FACTOR = 2.0
 #: launch-bound up to this many times the host cost of a launch. The host's own time per launch beyond the
 #: launch call is then program work between launches (a Python loop: ~1.5 us on the H100, ~3.6 us with the CPU
 #: shared), which a graph replaces; 4 keeps PyTorch operators (~18-27 us each, their GPU time unknown without
-#: --gpu-time) out. On the H100 with the app's CPU shared with a busy loop (2026-11-23, bench/savings_timed.py)
+#: --gpu-time) out. On the H100 with the app's CPU shared with a busy loop (2026-11-23, docs/lab/bench/savings_timed.py)
 #: the demo ranges took 8.4-12.4 us per launch against a 3.4 us host cost: factor 2 called 3 of 6 GPU-bound.
 TIMED_LAUNCH_BOUND_FACTOR = 4.0
 

@@ -120,7 +120,7 @@ def _steps(plan: RunPlan, gen: LaunchGenerator) -> Iterable[tuple[str, str, Call
     # PyTorch's import and CUDA set-up (4.6 s on the H100) before the timed steps, not in a GPU's timed turn
     yield "setup", "load PyTorch", load_torch
     # Likewise the fresh contexts' making (~130 ms each, H100): their bursts open the turn, each closed after
-    # its own (bench/context_idle_probe.py: idle contexts left the GPU time per kernel within 0.1 %)
+    # its own (docs/lab/bench/context_idle_probe.py: idle contexts left the GPU time per kernel within 0.1 %)
     fresh: list[Backend | None] = []
     try:
         if plan.gpu_time_contexts > 1:

@@ -11,7 +11,7 @@ run can average over streams; if not, the level is set per process (context) and
 show it. ``--contexts``: each stream in a context of its own (cuCtxCreate), to see whether a context draws
 its level.
 
-    python3 bench/eager_gpu_probe.py [--gpu 0] [--procs 6] [--streams 4] [--bursts 5] [--contexts]
+    python3 docs/lab/bench/eager_gpu_probe.py [--gpu 0] [--procs 6] [--streams 4] [--bursts 5] [--contexts]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import statistics
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "bench"))
 from _stats import range_pct  # noqa: E402
 
 

@@ -8,7 +8,7 @@ launches the backward pass from its autograd threads. Two runs of the same steps
    of the thread that opened the step and of every thread within the step's time.
 Prints both per step (median, min, max) and writes everything under --out.
 
-    python3 bench/backward_launches.py --out DIR [--steps 20]
+    python3 docs/lab/bench/backward_launches.py --out DIR [--steps 20]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 APP = ROOT / "tests" / "apps" / "backward_app.py"
 
 

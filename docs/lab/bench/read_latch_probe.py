@@ -11,7 +11,7 @@ blocked on it), so each value maps to the time it applies (``tau``). Per mode it
 its read: ``beta = (tau - start) / (end - start)`` (0: the read's start, 0.5: its midpoint, 1: its end), and
 ``tau - end`` in us, against the read's duration.
 
-    python3 bench/read_latch_probe.py [--gpu 0] [--repeats 4] [--mib 1024] [--json FILE]
+    python3 docs/lab/bench/read_latch_probe.py [--gpu 0] [--repeats 4] [--mib 1024] [--json FILE]
 Needs torch (and cuda.bindings for the zero-copy mode, which is skipped without it).
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "apps"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "apps"))
 from pcietrace.collectors import nvml  # noqa: E402
 
 WRAP = 1 << 32

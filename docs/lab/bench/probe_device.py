@@ -2,7 +2,7 @@
 
 Prints: counter read cost and update period, globaltimer resolution seen by the spin kernel, Python
 launch cost (eager and graph), queue depth before cuLaunchKernel blocks, and a per-launch byte
-ballpark. Usage: python3 bench/probe_device.py
+ballpark. Usage: python3 docs/lab/bench/probe_device.py
 """
 
 from __future__ import annotations

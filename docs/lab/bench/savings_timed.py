@@ -7,7 +7,7 @@ only) is set beside the measured one (eager range time minus graphed), predicted
 with the injection library's timing of launch and synchronize calls, and without it (the timing columns
 dropped: the rule every recording made before it gets). Truth and both predictions come from the same runs.
 
-    python3 bench/savings_timed.py [--pairs 3] [--keep DIR] [--json FILE]
+    python3 docs/lab/bench/savings_timed.py [--pairs 3] [--keep DIR] [--json FILE]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pcietrace.analysis.savings import savings
 from pcietrace.record.attach import TIMING_COLUMNS
 from pcietrace.session import Session
 
-APPS = Path(__file__).resolve().parent.parent / "tests" / "apps"
+APPS = Path(__file__).resolve().parents[3] / "tests" / "apps"
 RANGE = "eager_launches"
 
 

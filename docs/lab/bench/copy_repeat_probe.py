@@ -7,7 +7,7 @@ H200's suite in the twentieth session read one 256 MiB H2D copy at 0.777 (the sa
 1.078; 80 copies repeated on a fresh H200: 1.0781-1.0786 H2D). Each copy's samples are saved (Parquet, one file
 per copy, under OUT), so a short one can be looked at: did the counter catch up after the closing read?
 
-    python3 bench/copy_repeat_probe.py OUT [--repeats 20] [--mib 256]
+    python3 docs/lab/bench/copy_repeat_probe.py OUT [--repeats 20] [--mib 256]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
 from test_gpu import _copy_bytes  # noqa: E402
 
 

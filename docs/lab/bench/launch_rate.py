@@ -5,7 +5,7 @@
 2. The idle PCIe floor with the sampler reading as fast as it can vs once per ms (NVML reads are
    themselves PCIe traffic).
 (The launch loops against a C++ oracle are bench/native_core.py.)
-Usage: python3 bench/launch_rate.py [--pairs 30]
+Usage: python3 docs/lab/bench/launch_rate.py [--pairs 30]
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ since those reads are driver calls of their own). Prints each slow copy (below
 ``--slow`` of the median rate) with the link it saw, and the rate distribution. Run it alone and under
 attach, in one call:
 
-    python3 bench/copy_rate_probe.py [--copies 60] [--mib 256] [--gap-ms 5] [--gpu 0] [--no-link]
-    python3 -m pcietrace attach --no-calibrate -o /tmp/cr -- python3 bench/copy_rate_probe.py
+    python3 docs/lab/bench/copy_rate_probe.py [--copies 60] [--mib 256] [--gap-ms 5] [--gpu 0] [--no-link]
+    python3 -m pcietrace attach --no-calibrate -o /tmp/cr -- python3 docs/lab/bench/copy_rate_probe.py
 """
 
 from __future__ import annotations

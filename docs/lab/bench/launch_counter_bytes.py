@@ -10,7 +10,7 @@ truth in the nineteenth session; this says whether CUPTI itself moves that many 
 twenty-first sessions: cupti +2.98 / +2.63 % H2D, +1.58 / +1.56 % D2H; interpose +0.07 / -0.02 %; gpu-time,
 twenty-first: +1.60 % H2D, +12.96 % D2H).
 
-    python3 bench/launch_counter_bytes.py [--rounds 6] [--launches 20000]
+    python3 docs/lab/bench/launch_counter_bytes.py [--rounds 6] [--launches 20000]
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 from _stats import median_ci, rotated  # noqa: E402
 from pcietrace.record.attach import injection_env  # noqa: E402
 
-DEMO = Path(__file__).resolve().parent.parent / "tests" / "apps" / "demo_nvtx.py"
+DEMO = Path(__file__).resolve().parents[3] / "tests" / "apps" / "demo_nvtx.py"
 CONFIGS = ("plain", "interpose", "cupti", "gpu-time")
 
 

@@ -7,7 +7,7 @@ other context open, then with N idle contexts open (made before, closed after). 
 kernel and host ns per launch each way, the paired change (median over rounds, with a bootstrap 95 % interval),
 and the time to make, use and close one context.
 
-    python3 bench/context_idle_probe.py [--gpu 0] [--contexts 4] [--rounds 8]
+    python3 docs/lab/bench/context_idle_probe.py [--gpu 0] [--contexts 4] [--rounds 8]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from pcietrace.device.backend import CudaBackend  # noqa: E402
 from pcietrace.record.generate import LaunchGenerator  # noqa: E402

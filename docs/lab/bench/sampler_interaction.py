@@ -23,7 +23,7 @@ own cost cancels). ``--ranges all`` also times the 64 MiB and 256 MiB copies: un
 longer per range (twenty-first session), 13-16 us (twenty-second; the edge reads ruled out). ``--no-sampler``:
 no side sampler (the configurations' levels only).
 
-    python3 bench/sampler_interaction.py [--rounds 6] [--blocks 10] [--reps 10] [--work torch|bindings]
+    python3 docs/lab/bench/sampler_interaction.py [--rounds 6] [--blocks 10] [--reps 10] [--work torch|bindings]
                                          [--configs plain,inject,nvtx] [--edges] [--ranges all] [--no-sampler]
 """
 
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 import _side_sampler  # noqa: E402
 from _stats import median_ci, rotated  # noqa: E402
 
@@ -52,7 +52,7 @@ OURS = ("LD_PRELOAD", "NVTX_INJECTION64_PATH", "CUDA_INJECTION64_PATH")
 
 def app(a: argparse.Namespace) -> None:
     """In the traced process: its ranges timed in blocks, one sampler state per block (rotating order)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "apps"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "apps"))
     import truth_app
     from pcietrace.collectors import edges
 

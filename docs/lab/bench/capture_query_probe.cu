@@ -4,7 +4,7 @@
 // CU_STREAM_PER_THREAD, not capturing and (the created stream) capturing; then an eager launch loop with and
 // without an extra query per launch. Run it plain and under attach; the launch loop's difference between the
 // two is the interposer's whole per-launch cost (device lookup and, after the capture, capture query included):
-//   nvcc -O2 -o /tmp/capq bench/capture_query_probe.cu -lcuda && /tmp/capq
+//   nvcc -O2 -o /tmp/capq docs/lab/bench/capture_query_probe.cu -lcuda && /tmp/capq
 //   python3 -m pcietrace attach --no-calibrate -- /tmp/capq
 // Under attach the "captured" line must equal the kernels captured here (kCaptured) and "eager" the launches
 // of the timed loops plus the warm-up (the probe prints both figures it made).

@@ -6,7 +6,7 @@ more bytes than after the program or inside its ranges, so the fitted floor was 
 probe measures the read cost in one process, per phase: cold (no context for a while), with a CUDA context
 held idle by another process, and at several delays after that context is gone.
 
-    python3 bench/read_cost_by_state.py [--gpu 0] [--cycles 2] [--loop-s 0.5] [--json FILE]
+    python3 docs/lab/bench/read_cost_by_state.py [--gpu 0] [--cycles 2] [--loop-s 0.5] [--json FILE]
 """
 
 from __future__ import annotations

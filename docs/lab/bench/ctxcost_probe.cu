@@ -3,7 +3,7 @@
 // to charge a range the GPUs it launched on), then an eager launch loop with and without an extra
 // cuCtxGetDevice per launch. Run it plain and under attach; the launch loop's difference between the two is
 // the interposer's whole per-launch cost:
-//   nvcc -O2 -o /tmp/ctxcost bench/ctxcost_probe.cu -lcuda && /tmp/ctxcost
+//   nvcc -O2 -o /tmp/ctxcost docs/lab/bench/ctxcost_probe.cu -lcuda && /tmp/ctxcost
 //   python3 -m pcietrace attach --no-calibrate -- /tmp/ctxcost
 // 4x H200, 2026-11-22 (docs/lab/reports/attach-truth-20261122/h200x4-session7/ctxcost-*.log): cuCtxGetDevice 9-12 ns,
 // cuCtxGetCurrent 6-9 ns; launches 2,449-2,858 ns plain, 2,667-2,837 ns under attach, 2,615-2,914 ns under

@@ -19,7 +19,7 @@ RX and TX never share a timestamp. So the field timestamp sits at the call's mid
 behind other threads: it says no more than the midpoint pcietrace already records, and cannot narrow a stalled
 read's span. (The residual half is uninformative in that run: the copy stream, synchronized every 8 copies from
 Python, averaged 4.7-5.0 GB/s with 30-200 MB residuals for every read, not a steady line.)
-Usage: python3 bench/field_timestamp_probe.py [--reads 3000] [--stallers 3] [--json FILE]
+Usage: python3 docs/lab/bench/field_timestamp_probe.py [--reads 3000] [--stallers 3] [--json FILE]
 """
 
 from __future__ import annotations

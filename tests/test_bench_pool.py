@@ -11,7 +11,7 @@ import pytest
 import pool_pairs
 
 LOGS = sorted((Path(__file__).resolve().parent / "data" / "bench" / "overhead").glob(
-    "h100-session*-overhead-*.log"))
+    "h100-run*-overhead-*.log"))
 
 
 def test_the_committed_logs_are_there() -> None:

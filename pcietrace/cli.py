@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "NVTX's and CUDA's injection hooks. The program's exit code is passed through. "
                                     "Per NVTX range (by domain and name; ranges with no domain, e.g. torch.cuda.nvtx's "
                                     "or nvtxRangePushA's, are in domain 'default') every figure is a total over its "
-                                    "calls; JSON's range_instances has each call. README: \"attach's JSON\" names "
+                                    "calls; JSON's range_instances has each call. docs/json.md names "
                                     "every key.",
                         epilog="example:\n  pcietrace attach -- python train.py --steps 10")
     at.add_argument("--gpu", default="all", help="CUDA device numbers whose counters to sample, e.g. 0,1, or 'all'")

@@ -1,5 +1,5 @@
 """What `pcietrace report DIR --format json` gives for real attach recordings: one shape for ``gpus`` in every
-table, counts as JSON integers (null where unknown), and a README that names every key of the attach tables."""
+table, counts as JSON integers (null where unknown), and a JSON reference (docs/json.md) that names every key of the attach tables."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def test_the_json_reference_names_every_key_of_the_attach_tables(docs) -> None:
 
 def test_ranges_with_no_domain_are_in_domain_default(tmp_path) -> None:
     """The real injection library, driven by the nvtx package (no GPU needed): ranges opened without a domain
-    (the package's "NVTX" domain, a NULL domain handle in C) are named ``default``, as the README says; a
+    (the package's "NVTX" domain, a NULL domain handle in C) are named ``default``, as docs/json.md says; a
     named domain keeps its name."""
     import os
     import subprocess

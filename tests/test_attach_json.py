@@ -1,5 +1,6 @@
 """What `pcietrace report DIR --format json` gives for real attach recordings: one shape for ``gpus`` in every
-table, counts as JSON integers (null where unknown), and a JSON reference (docs/json.md) that names every key of the attach tables."""
+table, counts as JSON integers (null where unknown), and a JSON reference (docs/json.md) that names every key of the
+attach tables."""
 
 from __future__ import annotations
 

@@ -57,12 +57,13 @@ def to_json_schema(check: Any) -> dict[str, Any]:
 def derived_schema() -> dict[str, Any]:
     doc = to_json_schema(schema.DOC)
     doc["properties"]["schema"] = {"type": "string", "const": schema.SCHEMA}
-    tables = {name: {"type": "array", "items": {"type": "object", "properties": {c: _COLUMN[k] for c, k in cols.items()},
-                                                "required": list(cols)}}
-              for name, cols in schema.TABLE_COLUMNS.items() if name not in ("samples", "events", "windows")}
-    # windows: the columns every kind has (run and graphs windows add their own)
-    tables["windows"] = {"type": "array", "items": {"type": "object", "required": list(schema.WINDOW_COLUMNS),
-                                                    "properties": {c: _COLUMN[k] for c, k in schema.WINDOW_COLUMNS.items()}}}
+    def rows(cols: dict[str, str]) -> dict[str, Any]:
+        return {"type": "array", "items": {"type": "object", "properties": {c: _COLUMN[k] for c, k in cols.items()},
+                                           "required": list(cols)}}
+
+    tables = {name: rows(cols) for name, cols in schema.TABLE_COLUMNS.items()
+              if name not in ("samples", "events", "windows")}  # (samples and events are Parquet files)
+    tables["windows"] = rows(schema.WINDOW_COLUMNS)  # the columns every kind has (run and graphs add their own)
     doc["properties"]["tables"]["properties"] = tables
     doc["properties"]["tables"]["additionalProperties"] = {"type": "array", "items": {"type": "object"}}
     doc["properties"]["results"] = {"type": "object", "additionalProperties": {"type": "array",

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# What one NVTX range edge costs a C++ program (docs/lab/bench/edge_cost.cu), in ROUNDS rounds of: plain, the injection
+# What one NVTX range edge costs a C++ program (bench/edge_cost.cu), in ROUNDS rounds of: plain, the injection
 # library alone (as attach sets it up, no sampler), and under `pcietrace attach` (the library wakes the samplers
 # at every edge). GPU machine, after `. bench/device_setup.sh`; not a test.
-#   bash docs/lab/bench/edge_cost.sh [ROUNDS (default 2)] [PAIRS (default 3000)]
+#   bash bench/edge_cost.sh [ROUNDS (default 2)] [PAIRS (default 3000)]
 set -u
 ROUNDS=${1:-2} PAIRS=${2:-3000}
 W=$(mktemp -d)

@@ -4,7 +4,7 @@
 // prints the median and P90 ns per push and per pop. Run it plain, with only the injection library, and under
 // attach (the library wakes the samplers at every edge: a shared futex). It loads the CUDA driver first
 // (dlopen of libcuda.so.1, as any CUDA program has by its first range), unless its second argument is "nocuda":
-//   nvcc -O2 -o /tmp/edge docs/lab/bench/edge_cost.cu -ldl && /tmp/edge [PAIRS [nocuda]]
+//   nvcc -O2 -o /tmp/edge bench/edge_cost.cu -ldl && /tmp/edge [PAIRS [nocuda]]
 //   python3 -m pcietrace attach --no-calibrate -- /tmp/edge
 #include <nvtx3/nvToolsExt.h>
 #include <algorithm>

@@ -20,6 +20,10 @@ for r in $(seq "$ROUNDS"); do
     echo "== round $r plain nocuda";   "$W/edge" "$PAIRS" nocuda
     echo "== round $r library only";   library "$W/edge" "$PAIRS"
     echo "== round $r attach";         python3 -m pcietrace attach --no-calibrate -o "$W/a$r" -- "$W/edge" "$PAIRS" | grep "ns per call"
+    echo "== round $r dense (nested, a name each): plain, library only, attach"
+    "$W/edge" 200000 cuda dense
+    library "$W/edge" 200000 cuda dense
+    python3 -m pcietrace attach --no-calibrate -o "$W/d$r" -- "$W/edge" 200000 cuda dense | grep "ns per"
     echo "== round $r attach --sample-interval-ms 10"
     python3 -m pcietrace attach --no-calibrate --sample-interval-ms 10 -o "$W/b$r" -- "$W/edge" "$PAIRS" | grep "ns per call"
 done

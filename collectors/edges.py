@@ -2,8 +2,9 @@
 
 A one-page file (normally under /dev/shm) holds four 32-bit words. The injection library maps it
 (``PCIETRACE_EDGE_FILE``), increments the sequence number (word 0) at every NVTX push/pop/start/end and wakes
-every waiter with a shared futex; each sampler process waits on that futex instead of sleeping between reads,
-so the counters are read right after each range edge without the program ever waiting for a read. Word 1 is
+every waiter with a shared futex where the edge can change a sampler's pace (a range opening while none is
+open; see ``edge_signal`` in pt_inject.c); an idle sampler waits on that futex instead of sleeping, so a range
+is read right after it opens without the program ever waiting for a read. Word 1 is
 the number of ranges open right now over every traced process and thread (kept by the injection library,
 never below 0), so a sampler can read fast only while a range is open; the library sets word 3 when it maps
 the page, to say it keeps that count (an older library does not: then the samplers never slow down). Word 2
@@ -25,6 +26,7 @@ PAGE = 4096
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1  # shared (not FUTEX_PRIVATE_FLAG): waker and waiters live in different processes
 SEQ, OPEN_RANGES, FORCE_FAST, COUNTING = 0, 1, 2, 3  # 32-bit word indices in the page
+_SHORT_SLEEP_NS = 2_000_000  # below this a plain sleep: an Event's wait costs more than the sleep's precision
 
 
 class _Timespec(ctypes.Structure):
@@ -95,6 +97,16 @@ class EdgeWaiter:
             return
         self._word.value = (self._word.value + 1) & 0xFFFFFFFF
         self._libc.syscall(_SYS_FUTEX, ctypes.byref(self._word), _FUTEX_WAKE, 2**31 - 1, None, None, 0)
+
+    def sleep_until(self, deadline_ns: int) -> None:
+        """Return at ``deadline_ns`` (CLOCK_MONOTONIC) whatever the edges; a stop still cuts a long sleep short."""
+        left = deadline_ns - time.monotonic_ns()
+        if left <= 0:
+            return
+        if self._stop is not None and left > _SHORT_SLEEP_NS:
+            self._stop.wait(left / 1e9)
+        else:
+            time.sleep(left / 1e9)
 
     def wait_until(self, deadline_ns: int, seen: int) -> None:
         """Return at ``deadline_ns`` (CLOCK_MONOTONIC) or as soon as the sequence differs from ``seen``."""

@@ -57,8 +57,9 @@ DEFAULT_MAX_DUTY = 1.0
 MAX_REST_NS = 5_000_000
 #: Idle-aware sampling (attach): with an edge file, a GPU is read every ``interval_ns`` only while a range is
 #: open (or pcietrace holds the fast rate, as in attach's idle windows, or no injection library that counts
-#: open ranges has mapped the page yet), else every ``idle_interval_ns``; an edge still wakes the sampler at
-#: once, so a range that opens is read right after its push. Measured on 4x
+#: open ranges has mapped the page yet), else every ``idle_interval_ns``; a range that opens wakes the sampler,
+#: which reads right after its push, though never sooner than ``interval_ns`` after its last read (so a GPU is
+#: read at most every ``interval_ns`` whatever the range density). Measured on 4x
 #: H200 under torchrun (2026-11-22): 0.5 ms reads slowed NCCL's collectives outside the ranges by 40-48 %,
 #: 10 ms reads by -1...+14 %. attach's default idle interval is 5 ms (`--idle-sample-interval-ms`); the longest
 #: allowed stays far below a counter wrap (~67 ms at 64 GB/s for 32 bits; `analysis.counters.could_hide_wrap`).
@@ -149,11 +150,14 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
         # the rest never outgrows MAX_REST_NS: a gap long enough to hide a counter wrap (~67 ms at 64 GB/s)
         # would cost every range over it its figure
         rest = t1 + min(int(quiet * (t1 - t0)), MAX_REST_NS)
-        if rest > now():
-            time.sleep((rest - now()) / 1e9)  # an edge during the rest is still seen below (seq != seen)
-        # the rate is chosen after the read: an edge during the read changed seq, so the wait ends at once
+        # Edges never bring a read sooner than interval_ns after the last one began: the reads (each PCIe
+        # traffic of its own) stay bounded by time however dense the ranges are; an edge meanwhile (seq !=
+        # seen) shares the next read, and nested ranges share their parents'.
+        waiter.sleep_until(max(t0 + interval_ns, rest))
+        # the rate is chosen after that: an edge since the read began changed seq, so an idle wait ends at once
         fast = not idle_ns or waiter.open_ranges > 0 or waiter.force_fast or not waiter.counting or last[1]
-        waiter.wait_until(max(t0 + (interval_ns if fast else idle_ns), rest), seen)
+        if not fast:
+            waiter.wait_until(t0 + idle_ns, seen)
         if now() >= next_send:
             if os.getppid() != parent:  # the recording process died (SIGKILL, crash): stop reading NVML
                 return

@@ -112,6 +112,39 @@ def _output_options(p: argparse.ArgumentParser, json_help: str = "the same as --
     p.add_argument("--plot", type=Path, default=None, metavar="DIR", help="also write PNG plots to DIR")
 
 
+def _top(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+def _regex(text: str) -> str:
+    import re
+
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression ({exc}): {text!r}") from None
+    return text
+
+
+def _range_view_options(p: argparse.ArgumentParser) -> None:
+    """How attach's ranges are grouped (every output) and which the console shows (the other formats hold all);
+    the choices are pcietrace.analysis.names' (not imported: the parser loads no pandas)."""
+    p.add_argument("--group-by", choices=["op", "numbered", "name"], default="op",
+                   help="group range names: op = PyTorch's emit_nvtx names by op ('aten::linear, seq = 3, op_id = 9, "
+                        "sizes = [...]' -> 'aten::linear'), other names as they are; numbered = also fold a trailing "
+                        "number ('layer0'...'layer31' -> 'layer#'); name = every distinct name. Each call keeps its "
+                        "full name in range_instances")
+    p.add_argument("--top", type=_top, default=20, metavar="N",
+                   help="on the console, the first N ranges by --sort, nested ranges under their parents")
+    p.add_argument("--all", action="store_true", help="on the console, every range (overrides --top)")
+    p.add_argument("--sort", choices=["incl_ms", "excl_ms", "h2d", "d2h", "launches", "calls", "name"],
+                   default="incl_ms", help="which ranges come first on the console")
+    p.add_argument("--filter", type=_regex, default=None, metavar="REGEX",
+                   help="on the console, only ranges whose (grouped) name matches REGEX (searched, case-sensitive)")
+
+
 #: The commands that save a run (the ones given _save_options).
 SAVING = ("run", "latency", "attach", "graphs")
 
@@ -201,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("path", type=Path, help="a run folder or its report.json")
     _output_options(rp)
     _us_per_level(rp)
+    _range_view_options(rp)
     rp.add_argument("--perfetto", type=Path, default=None, metavar="FILE",
                     help="also write the attach run's Chrome/Perfetto trace (PCIe counter tracks + NVTX ranges) to FILE")
     rp.set_defaults(func="cmd_report")
@@ -239,12 +273,14 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--gpu", default="all", help="CUDA device numbers whose counters to sample, e.g. 0,1, or 'all'")
     at.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=0.5,
                     help="counter sampling interval while an NVTX range is open (0 = as fast as NVML answers; see "
-                         "--idle-sample-interval-ms for the time between). A range's edges fall between two samples, "
-                         f"which bound how far its bytes can be off (its ± error). {READ_COST}")
+                         "--idle-sample-interval-ms for the time between). A GPU is read at most once per interval "
+                         "however many ranges open and close meanwhile, so nested or per-op ranges add no reads. A "
+                         "range's edges fall between two samples, which bound how far its bytes can be off (its ± "
+                         f"error). {READ_COST}")
     # 20 ms: collectors.sampler.MAX_IDLE_INTERVAL_NS (not imported: the parser loads no numpy)
     at.add_argument("--idle-sample-interval-ms", type=_number(0, 20, low_open=False), default=5.0, metavar="MS",
                     help="while no NVTX range is open in any traced process, read the counters only this often "
-                         "(0 = off: always --sample-interval-ms). Every range edge still wakes the samplers at once, "
+                         "(0 = off: always --sample-interval-ms). A range opening wakes the samplers at once, "
                          "and a GPU whose counters moved > 2 GB/s over its last interval (a copy) is read fast. "
                          "Reads are firmware calls: at 0.5 ms they doubled NCCL's communicator set-up on 4x H200")
     at.add_argument("--slow-domains", default="NCCL", metavar="D1,D2",
@@ -275,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--exact-edges", action="store_true",
                     help="the injection library also reads the counters itself at every range edge (costs the program "
                          "~0.3-0.9 ms per edge, and threads at an edge at once take turns; for short critical ranges). "
-                         "Without it, every edge wakes the samplers, "
+                         "Without it, a range that opens wakes the samplers, "
                          "which read right after it without the program waiting")
     at.add_argument("--gpu-time", action="store_true",
                     help="also record when each kernel ran on the GPU (CUPTI kernel activity): per range the GPU's busy "
@@ -287,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
                                   "is sent to stderr, so stdout carries the report alone: the document `pcietrace "
                                   "report DIR --format json` prints, not the folder's report.json (the recording: "
                                   "meta, recorded tables, results as analysed then, no summary)")
+    _range_view_options(at)
     at.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the program to run")
     at.set_defaults(func="cmd_attach")
 

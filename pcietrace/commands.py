@@ -124,9 +124,13 @@ def _check_plot(args: argparse.Namespace) -> None:
 
 def _emit(meta: dict[str, Any], results: Any, args: argparse.Namespace) -> None:
     from pcietrace.analysis.summary import summarize
+    from pcietrace.report.console import RangeView
     from pcietrace.report.output import emit
 
-    emit(meta, results, summarize(meta, results), "json" if args.json else args.format, args.detail, args.plot)
+    view = RangeView(None if args.all else args.top, args.sort, args.filter, args.group_by) \
+        if hasattr(args, "group_by") else None
+    emit(meta, results, summarize(meta, results), "json" if args.json else args.format, args.detail, args.plot,
+         view=view)
 
 
 def _check_perfetto_target(target: Path, recording: Path) -> None:
@@ -150,7 +154,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.perfetto is not None:
         _check_perfetto_target(args.perfetto, args.path)
     session = Session.load(args.path)
-    results = analyze(session, args.us_per_level)
+    results = analyze(session, args.us_per_level, args.group_by)
     if args.perfetto is not None:
         if session.meta.get("kind") == "attach-failed":
             raise UsageError(f"--perfetto: {args.path} is an attach run stopped before its program ran: no trace")
@@ -300,7 +304,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
         session.meta["launch_costs"] = _launch_costs(args, ordinals[0])
     machine_output = args.json or args.format != "table"  # stdout carries the report alone: the program's goes to stderr
     saving = record_attach(session, folder, args.idle_s, sys.stderr if machine_output else None,
-                           lambda: analyze(session), write_trace, to_jsonable=to_jsonable, tell=tell)
+                           lambda: analyze(session, group_by=args.group_by), write_trace, to_jsonable=to_jsonable,
+                           tell=tell)
     return saving.end(lambda results: _emit(session.meta, results, args), exit_code(session.meta))
 
 

@@ -143,6 +143,59 @@ def test_edges_wake_the_samplers_unless_told_not_to(tmp_path) -> None:
     assert left["waited_s"] >= 1.9 and left["edges"] == 2, left
 
 
+NESTED_WAKE_SCRIPT = """
+import json, sys, threading, time
+import nvtx
+from pcietrace.collectors.edges import EdgeWaiter
+w = EdgeWaiter(sys.argv[1])
+nvtx.push_range("outer")
+seen = w.seq
+def edges():
+    time.sleep(0.2)
+    for _ in range(1000):
+        nvtx.push_range("inner"); nvtx.pop_range()
+threading.Thread(target=edges).start()
+t = time.monotonic()
+w.wait_until(time.monotonic_ns() + 1_000_000_000, seen)
+print(json.dumps({"waited_s": time.monotonic() - t, "edges": (w.seq - seen) % 2**32}))
+nvtx.pop_range()
+"""
+
+
+def test_only_a_range_opening_with_none_open_wakes_the_samplers(tmp_path) -> None:
+    # nested edges (emit_nvtx density: thousands per step) bump the sequence but make no system call: a
+    # sampler at the fast rate reads on its own pace, so only the first range to open needs to wake it
+    proc, _ = _under_the_library(tmp_path, NESTED_WAKE_SCRIPT)
+    assert proc.returncode == 0, proc.stderr
+    nested = json.loads(proc.stdout)
+    assert nested["edges"] == 2000 and nested["waited_s"] >= 0.9, nested
+
+
+@pytest.mark.skipif(edges._SYS_FUTEX is None, reason="futex syscall number unknown on this machine")
+def test_dense_edges_never_read_faster_than_the_interval(monkeypatch) -> None:
+    # an edge every ~20 us inside an open range (a range per op) must not bring the reads closer than the
+    # sampling interval: the sampler's own traffic stays bounded by time, not by the number of edges
+    page = edges.create()
+
+    def app(words, edge) -> None:
+        words[edges.COUNTING] = 1
+        words[edges.OPEN_RANGES] += 1
+        edge()
+        end = time.monotonic_ns() + 150_000_000
+        while time.monotonic_ns() < end:
+            edge()
+            time.sleep(20e-6)
+        words[edges.OPEN_RANGES] -= 1
+
+    try:
+        t = _sample_in_this_process(monkeypatch, page, interval_ms=2.0, idle_ms=5.0, app=app)
+    finally:
+        os.unlink(page)
+    gap = np.diff(t)
+    assert gap.size > 20  # the range was read throughout
+    assert np.percentile(gap, 5) >= 1.9e6, np.percentile(gap, [0, 5, 50])
+
+
 #: Timing claims (gaps, wake-ups) hold on the best of a few attempts: the suite may share a small machine with
 #: other jobs, and a sampler starved of CPU reads late through no fault of its own. Everything else must hold
 #: on every attempt.

@@ -158,13 +158,14 @@ def test_attach_range_names_stay_whole_at_80_columns(data_dir, monkeypatch, caps
     # headers squeezed the name column to 11-15 characters, and a range's marks broke its name further
     monkeypatch.setenv("COLUMNS", "80")
     rec = data_dir / "attach_h100_blind_graphs"
-    assert main(["report", str(rec)]) == 0
+    assert main(["report", str(rec), "--all"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "…" not in "".join(lines) and max(map(len, lines)) <= 80
     rg = analyze(Session.load(rec))["ranges"]
     assert rg["stalls"].sum() and rg["short_calls"].sum()  # the recording has both marks to show
     for r in rg.itertuples():  # in both tables, each name whole on a line of its own, its marks on the next
-        rows = [i for i, line in enumerate(lines) if line.startswith(f" {r.name} ")]  # table rows are indented
+        # table rows start with a space, nested ranges' names further in by their level
+        rows = [i for i, line in enumerate(lines) if line.startswith(" ") and line.lstrip().startswith(f"{r.name} ")]
         assert len(rows) == 2, r.name
         marks = [f"({r.short_calls} short)"] * bool(r.short_calls) + [f"({r.stalls} stall{'s' * (r.stalls != 1)})"] * bool(r.stalls)
         for i in rows:

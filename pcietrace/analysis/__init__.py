@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from pcietrace.analysis import attribution, counters, floor, gpu_time, launch, savings, summary, validate
+from pcietrace.analysis import attribution, counters, floor, gpu_time, launch, names, savings, summary, validate
 from pcietrace.analysis import graphs as graphs_analysis
 from pcietrace.analysis import latency as latency_analysis
 from pcietrace.schema import NO_LAUNCH_COUNTER, SECOND_COPY, TABLE_COLUMNS, TRACE_FULL, empty_table, records
@@ -67,11 +67,15 @@ def empty_results(kind: str | None) -> dict[str, pd.DataFrame]:
     return out
 
 
-def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_PER_LEVEL) -> dict[str, pd.DataFrame]:
+def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_PER_LEVEL,
+            group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, pd.DataFrame]:
     """All result tables of a session (tables whose inputs are missing come back empty, with their
     :func:`declared_columns`).
-    ``us_per_level``: round trip added per PCIe switch level, for the topology model. A session that
-    breaks an invariant the figures rely on raises :class:`~pcietrace.errors.DataError` first."""
+    ``us_per_level``: round trip added per PCIe switch level, for the topology model; ``group_by``: how attach's
+    ``ranges`` table groups range names (:data:`names.GROUP_BY`; ``range_instances`` keeps every full name). A
+    session that breaks an invariant the figures rely on raises :class:`~pcietrace.errors.DataError` first."""
+    if group_by not in names.GROUP_BY:
+        raise ValueError(f"group_by must be one of {', '.join(names.GROUP_BY)}, not {group_by!r}")
     validate.check(session)
     s = session
     out = empty_results(s.meta.get("kind"))
@@ -102,7 +106,7 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
     if len(s.e2e):
         out["speedup"] = launch.speedup(s.e2e)
     if s.meta.get("kind") == "attach" and len(s.samples):  # ("attach-failed": the program never ran)
-        out.update(_attach(s, cum))
+        out.update(_attach(s, cum, group_by))
     if len(s.latency):
         out["latency"] = latency_analysis.summary(s.latency)
         if len(out["gpu_time"]):
@@ -180,7 +184,7 @@ def _untraced_launches(events: pd.DataFrame) -> list[str]:
             "graph_launches_process count the whole process's while it was open"]
 
 
-def _attach(s: Session, cum: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def _attach(s: Session, cum: pd.DataFrame, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, pd.DataFrame]:
     """Attribution for an attach session (``cum``: its :func:`counters.cumulative_bytes`): idle windows
     before/after the program give each GPU's floor (per counter read + background); each range is charged to
     its own GPUs."""
@@ -201,6 +205,7 @@ def _attach(s: Session, cum: pd.DataFrame) -> dict[str, pd.DataFrame]:
     fl = floor.floor_model(cum, s.windows, sampled, floor.spans_by_gpu(ranges))
     inst = attribution.attribute(ranges, cum, fl, s.counters, gaps) if len(ranges) else \
         pd.DataFrame(columns=attribution.INSTANCE_COLUMNS)
+    inst["group"] = names.group_names(inst["name"], group_by)
     costs = s.meta.get("launch_costs")
     pids = gpu_time.recording_pids(s.events)
     if pids and len(inst):  # attach --gpu-time: the GPU's busy time per range
@@ -245,8 +250,12 @@ def _attach(s: Session, cum: pd.DataFrame) -> dict[str, pd.DataFrame]:
         p = savings.predict_ms(inst, costs)
         inst = inst.assign(graph_savings_ms=p["predicted_ms"], launch_bound=p["launch_bound"])
         whole["program_graph_savings_ms"] = savings.outermost_ms(p)
+    tree = names.group_tree(inst).rename(columns={"group": "name"})
+    ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns)
+    if len(ranges_table):
+        ranges_table = ranges_table.drop(columns=["parent_domain", "parent_name", "level"]).merge(tree, on=["domain", "name"], how="left")
     return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta)),
-            "ranges": attribution.summarize(inst, costs, short_ns=2 * gap_ns), "whole_run": whole,
+            "ranges": ranges_table, "whole_run": whole,
             "notes": pd.DataFrame(notes, columns=NOTES_COLUMNS, dtype=str)}
 
 

@@ -28,10 +28,11 @@ RANGE_COLUMNS = ["pid", "tid", "domain", "name", "kind", "t_start_ns", "t_end_ns
 #: What :func:`attribute` adds to a range (in this order, after the range's own columns).
 ATTRIBUTED_COLUMNS = ["duration_ns", "status", "stalls",
                       *(f"{d}_{c}" for d in DIRECTIONS for c in ("raw_bytes", "bytes", "edge_bytes", "floor_err_bytes")),
-                      "excl_ns", "excl_h2d_bytes", "excl_d2h_bytes"]
+                      "excl_ns", "excl_h2d_bytes", "excl_d2h_bytes", "parent"]
 #: Columns of an attributed range instance (the ``range_instances`` result table, before the groups
 #: :func:`pcietrace.analysis.analyze` adds where measured: :data:`pcietrace.analysis.INSTANCE_EXTRAS`).
-INSTANCE_COLUMNS = [*RANGE_COLUMNS, "gpus", "gpus_rule", *ATTRIBUTED_COLUMNS]  # ("gpus*": :func:`range_gpus`)
+INSTANCE_COLUMNS = [*RANGE_COLUMNS, "gpus", "gpus_rule", *ATTRIBUTED_COLUMNS, "group"]  # ("gpus*": :func:`range_gpus`;
+# "group": :func:`pcietrace.analysis.names.group_names`)
 #: Range statuses, best first: bytes are reported only for "ok".
 STATUSES = ("ok", "no floor", "no data", "wrap risk")
 RANGE_EVENTS = {"push", "pop", "start", "end"}
@@ -220,7 +221,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     ``status`` (:data:`STATUSES`: "no data" where a GPU's samples do not cover the range, "wrap risk" where a
     gap could hide a counter wrap or the counter jumped, "no floor" where a GPU has none); and the exclusive
     figures (``excl_ns``, ``excl_h2d_bytes``, ``excl_d2h_bytes``: minus the direct children of push/pop ranges
-    on the same thread).
+    on the same thread) and ``parent`` (the row position of that parent, -1 for none).
     ``ranges`` must carry ``gpus`` (:func:`range_gpus`); ``floor``: :func:`pcietrace.analysis.floor.floor_model`;
     ``counters``: each GPU's record (:attr:`pcietrace.session.Session.counters`: its counter width, and its
     link, :func:`link_bps`, what its edges can move; default 32 bits, a Gen5 x16); ``gaps``:
@@ -284,6 +285,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     parent = nesting.parents(out)
     for c in ("ns", "h2d_bytes", "d2h_bytes"):
         out[f"excl_{c}"] -= nesting.children_sum(out, parent, "duration_ns" if c == "ns" else c)
+    out["parent"] = parent.map(pd.Series(np.arange(n), index=out.index)).fillna(-1).astype(np.int64)
     return out[list(dict.fromkeys([*ranges.columns, *ATTRIBUTED_COLUMNS]))]  # (ranges attributed again keep their order)
 
 
@@ -387,7 +389,9 @@ def launches_by_untraced_threads(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns: float) -> pd.DataFrame:
-    """Per (domain, name), every figure a total over its ``calls`` (none is per call): ``gpus`` (sorted NVML
+    """Per (domain, name), every figure a total over its ``calls`` (none is per call); where ``attributed``
+    carries ``group`` (:func:`pcietrace.analysis.names.group_names`) per (domain, group) instead, the group
+    in ``name`` and how many distinct names it holds in ``names``; ``gpus`` (sorted NVML
     indices its calls were charged to, a list like each instance's, e.g. [0, 1]),
     ``incl_ms``/``excl_ms`` (summed), ``h2d_bytes``/``d2h_bytes`` (inclusive, summed; NaN if any call has no
     figure), ``excl_h2d_bytes`` (minus direct children's, summed; NaN likewise), ``h2d_raw_bytes``/
@@ -409,8 +413,10 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
                            predicted_ms=attributed["graph_savings_ms"] if "graph_savings_ms" in attributed else np.nan,
                            busy_ns=attributed["gpu_busy_ns"] if "gpu_busy_ns" in attributed else np.nan,
                            captured_launches=attributed.get("captured_launches", 0))
-    g = at.groupby(["domain", "name"], sort=False)
-    out = g.agg(calls=("name", "size"), incl_ms=("duration_ns", "sum"), excl_ms=("excl_ns", "sum"),
+    if "group" not in at:
+        at["group"] = at["name"]
+    g = at.groupby(["domain", "group"], sort=False)
+    out = g.agg(calls=("name", "size"), names=("name", "nunique"), incl_ms=("duration_ns", "sum"), excl_ms=("excl_ns", "sum"),
                 h2d_bytes=("h2d_bytes", lambda s: s.sum(min_count=len(s))),
                 d2h_bytes=("d2h_bytes", lambda s: s.sum(min_count=len(s))),
                 excl_h2d_bytes=("excl_h2d_bytes", lambda s: s.sum(min_count=len(s))),
@@ -427,6 +433,7 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
                 graph_savings_ms=("predicted_ms", lambda s: s.sum(min_count=len(s))),
                 gpu_busy_ms=("busy_ns", lambda s: s.sum(min_count=len(s)) / 1e6),
                 short_calls=("duration_ns", lambda s: int((s < short_ns).sum()))).reset_index()
+    out = out.rename(columns={"group": "name"})
     out["status"] = out.pop("status_rank").map(dict(enumerate(STATUSES)))
     out["incl_ms"] /= 1e6
     out["excl_ms"] /= 1e6
@@ -437,14 +444,15 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
                                      + out["graph_launches"] * costs["host_us_per_graph_launch"]) / 1e3
     else:
         out["launch_overhead_ms"] = np.nan
-    return out[SUMMARY_COLUMNS].sort_values("incl_ms", ascending=False, kind="stable").reset_index(drop=True)
+    # (parent_domain, parent_name, level: where the caller places the groups in a tree, names.group_tree)
+    return out.reindex(columns=SUMMARY_COLUMNS).sort_values("incl_ms", ascending=False, kind="stable").reset_index(drop=True)
 
 
-SUMMARY_COLUMNS = ["domain", "name", "calls", "gpus", "incl_ms", "excl_ms", "h2d_bytes", "d2h_bytes", "excl_h2d_bytes",
+SUMMARY_COLUMNS = ["domain", "name", "calls", "names", "gpus", "incl_ms", "excl_ms", "h2d_bytes", "d2h_bytes", "excl_h2d_bytes",
                    "h2d_raw_bytes", "d2h_raw_bytes", "h2d_edge_bytes", "d2h_edge_bytes", "h2d_floor_err_bytes",
                    "d2h_floor_err_bytes", "status", "stalls",
                    "eager_launches", "graph_launches", "captured_launches", "short_calls", "h2d_bytes_per_launch",
-                   "launch_overhead_ms", "graph_savings_ms", "gpu_busy_ms"]
+                   "launch_overhead_ms", "graph_savings_ms", "gpu_busy_ms", "parent_domain", "parent_name", "level"]
 
 
 def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.DataFrame:

@@ -37,7 +37,9 @@ from pcietrace.analysis.launch import DIRECTIONS
 #: one cost per read fitted without the read-time term; without quiet intervals the first.
 #: ``{d}_state_bytes_per_read``: how far (bytes per read, 95 %) the quiet intervals strayed from it for as long
 #: as a state lasts (the GPU's state moves a read's cost; see :func:`state_bytes_per_read`); charged x each
-#: range's reads in its floor error. ``quiet_intervals``: how many there were. ``{d}_*_se``: the terms'
+#: range's reads in its floor error. ``quiet_intervals``: how many there were. ``reads_per_s_program``: the
+#: sampler's reads per second of this GPU while any of its ranges was open (what the floor charges there;
+#: bounded by the sampling interval however dense the ranges; NaN where no range spans a sample). ``{d}_*_se``: the terms'
 #: standard errors from the windows' scatter; ``{d}_floor_corr`` (per read, background),
 #: ``{d}_corr_read_vs_read_us`` and ``{d}_corr_read_us_vs_background``: their correlations; ``dof``: the
 #: degrees of freedom left (0: no error estimate).
@@ -50,7 +52,7 @@ FLOOR_COLUMNS = ["nvml_index", "status", "windows", "reads_per_s", "h2d_bytes_pe
                  "h2d_corr_read_us_vs_background", "d2h_corr_read_us_vs_background", "read_us_min", "read_us_max",
                  "h2d_bytes_per_read_quiet", "d2h_bytes_per_read_quiet",
                  "h2d_bytes_per_read_program", "d2h_bytes_per_read_program",
-                 "h2d_state_bytes_per_read", "d2h_state_bytes_per_read", "quiet_intervals"]
+                 "h2d_state_bytes_per_read", "d2h_state_bytes_per_read", "quiet_intervals", "reads_per_s_program"]
 
 #: Reading windows whose mean read times differ by this much (relative to the fastest) fit a read-time term.
 #: Measured (H100 and H200, driver 580): a read on a GPU without a CUDA context for a while took ~2x as long
@@ -197,6 +199,8 @@ def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | 
     its CUDA context) reads a cold GPU its ranges never see. Where no sample lies inside the spans the read is
     taken at the windows' mean read time (the intercept alone would charge a read of 0 us)."""
     inside = inside_spans(g["t_ns"].to_numpy(np.int64), spans_ns)
+    open_ns = union_ns(spans_ns) if spans_ns is not None and len(spans_ns) else 0
+    row["reads_per_s_program"] = float(inside.sum() / (open_ns / 1e9)) if open_ns > 0 else np.nan
     read_us = g["read_ns"].to_numpy(float)[inside] / 1e3 if "read_ns" in g else np.zeros(0)
     r = np.nan
     if window_read_us is not None:  # not carried beyond what the windows measured
@@ -221,6 +225,16 @@ def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | 
             row[f"{d}_bytes_per_read_program"] = min(quiet_per_read, max(row[f"{d}_bytes_per_read_program"],
                                                                          one_cost[d]))
         row[f"{d}_state_bytes_per_read"] = state_bytes_per_read(quiet[d] - row[f"{d}_bytes_per_read_program"])
+
+
+def union_ns(spans_ns: np.ndarray) -> int:
+    """How long (ns) any of ``spans_ns`` (start, end; ns; overlapping and nested ones counted once) was open."""
+    order = np.argsort(spans_ns[:, 0], kind="stable")
+    a, b = spans_ns[order, 0], spans_ns[order, 1]
+    reach = np.maximum.accumulate(b)  # the furthest end so far: a span starting past it opens a new stretch
+    new = np.concatenate([[True], a[1:] > reach[:-1]])
+    starts, ends = a[new], np.maximum.reduceat(reach, np.flatnonzero(new))
+    return int((ends - starts).sum())
 
 
 def inside_spans(t_ns: np.ndarray, spans_ns: np.ndarray | None) -> np.ndarray:

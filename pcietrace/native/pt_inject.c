@@ -27,9 +27,10 @@
  * host waited for the GPU. Both are timed by the trampolines and direct calls of interpose mode only (by the
  * TSC where the kernel's clocksource is it, turned into ns at each line); other modes write -1 (not timed).
  *
- * Range edges: with PCIETRACE_EDGE_FILE, every push/pop/start/end bumps a shared 32-bit sequence number and
- * wakes the sampler processes waiting on it (a shared futex), so they read the counters right after the
- * edge. The next 32-bit word counts the ranges open right now over every traced process and thread (raised
+ * Range edges: with PCIETRACE_EDGE_FILE, every push/pop/start/end bumps a shared 32-bit sequence number; a
+ * range that opens while none is open (and any edge of a domain that does not hold the fast rate) also wakes
+ * the sampler processes waiting on it (a shared futex), so they read the counters right after it; nested and
+ * closing edges wake nobody (see edge_signal). The next 32-bit word counts the ranges open right now over every traced process and thread (raised
  * at push/start, lowered at pop/end, before the wake-up), so the samplers read fast only while one is open;
  * word 3 says this library keeps that count (set when it maps the page), so that an older library, which
  * does not, never makes the samplers slow down inside ranges.
@@ -376,19 +377,32 @@ enum { LINE_BYTES = 2048, MESSAGE_MAX = 1023, DOMAIN_MAX = 255 };
 /* ``s``, at most ``max`` bytes of it; ``clean``: tabs and newlines become spaces (a message stays one field) */
 static void put_s(struct line *o, const char *s, size_t max, int clean)
 {
-    for (; *s && max; ++s, --max) {
-        if (o->p == o->end) { o->ok = 0; return; }
-        *o->p++ = clean && (*s == '\t' || *s == '\n') ? ' ' : *s;
-    }
+    size_t n = strnlen(s, max);  /* copied whole, then cleaned in place: a per-byte loop was most of a dense edge */
+    if ((size_t)(o->end - o->p) < n) { o->ok = 0; return; }
+    memcpy(o->p, s, n);
+    if (clean)  /* (memchr scans a word at a time: names rarely hold a tab or newline) */
+        for (char *c = o->p, *end = o->p + n; (c = memchr(c, '\t', (size_t)(end - c))); ) *c = ' ';
+    if (clean)
+        for (char *c = o->p, *end = o->p + n; (c = memchr(c, '\n', (size_t)(end - c))); ) *c = ' ';
+    o->p += n;
 }
+
+/* two digits per division: a line has ~20 numbers, and at emit_nvtx density (a range per op) every edge writes one */
+static const char DIGIT_PAIRS[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
 
 static void put_u(struct line *o, unsigned long long v)
 {
     char d[20];
-    int k = 0;
-    do d[k++] = (char)('0' + v % 10); while (v /= 10);
-    if (o->end - o->p < k) { o->ok = 0; return; }
-    while (k) *o->p++ = d[--k];
+    int k = 20;
+    while (v >= 100) { const char *p = DIGIT_PAIRS + 2 * (v % 100); v /= 100; d[--k] = p[1]; d[--k] = p[0]; }
+    if (v >= 10) { const char *p = DIGIT_PAIRS + 2 * v; d[--k] = p[1]; d[--k] = p[0]; }
+    else d[--k] = (char)('0' + v);
+    if (o->end - o->p < 20 - k) { o->ok = 0; return; }
+    memcpy(o->p, d + k, (size_t)(20 - k));
+    o->p += 20 - k;
 }
 
 static void put_i(struct line *o, long long v)
@@ -423,11 +437,30 @@ static void put_counts(struct line *o, int dev, uint64_t mask)
 static void put_line(struct line *o, unsigned long long t_ns, const char *event, const char *domain,
                      unsigned long long id, int dev, uint64_t mask, const char *message)
 {
-    put_u(o, t_ns); TAB(o); put_i(o, t_tid); TAB(o); put_s(o, event, SIZE_MAX, 0); TAB(o);
+    put_u(o, t_ns); TAB(o); put_i(o, t_tid); TAB(o); put_s(o, event, 64, 0); TAB(o);
     put_s(o, domain ? domain : "default", DOMAIN_MAX, 1); TAB(o); put_u(o, id); TAB(o);
     put_counts(o, dev, mask);
     put_s(o, message ? message : "", MESSAGE_MAX, 1);
     put_s(o, "\n", 1, 0);
+}
+
+/* The trace's pages are faulted in a chunk ahead of the lines, one madvise per chunk: a page first touched by a
+ * line cost a fault of its own, a fifth of a dense range edge's time on a VM (perf over a loop of nested edges).
+ * Kernels before MADV_POPULATE_WRITE (5.14) refuse it: lines then fault pages in as before. */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+enum { PREFAULT_BYTES = 1 << 20 };
+
+static void prefault(size_t at, size_t n)
+{
+    size_t chunk = (at + n) / PREFAULT_BYTES;
+    if (at && chunk == at / PREFAULT_BYTES) return;  /* only the line that enters a chunk (or the first) asks */
+    for (size_t c = at ? chunk + 1 : 0; c <= chunk + 1; ++c) {
+        size_t start = c * PREFAULT_BYTES;
+        if (start < g_cap) madvise(g_buf + start, g_cap - start < PREFAULT_BYTES ? g_cap - start : PREFAULT_BYTES,
+                                   MADV_POPULATE_WRITE);
+    }
 }
 
 /* One trace line at time t_ns; dev = the CUDA ordinal to record (emit: the thread's current one). */
@@ -446,7 +479,7 @@ static void emit_line(unsigned long long t_ns, const char *event, const char *do
     if (!o.ok) return;
     size_t n = (size_t)(o.p - buf);
     size_t at = atomic_fetch_add(&g_pos, n);
-    if (at + n <= g_cap - TRACE_RESERVE) { memcpy(g_buf + at, buf, n); return; }
+    if (at + n <= g_cap - TRACE_RESERVE) { prefault(at, n); memcpy(g_buf + at, buf, n); return; }
     if (atomic_exchange(&g_full, 1)) return;
     /* the first line that does not fit: say so, at its time, in the space kept for that at the end */
     o = (struct line){buf, buf + TRACE_RESERVE, 1};
@@ -515,12 +548,17 @@ static void edges_map(void)
 /* once, and every thread waits for it: a flag set before the mapping let a second thread skip its edge */
 static void edges_open(void) { pthread_once(&g_edges_once, edges_map); }
 
-static void edge_signal(void)
+/* Every edge bumps the sequence; only an edge that can change a sampler's pace also wakes it (a system call
+ * each): a range opening while none was open, an edge of a domain that does not hold the fast rate, the
+ * process leaving. Nested edges and closing ones wake nobody: while a range is open the samplers read at
+ * their own fixed pace, so at emit_nvtx density (thousands of nested edges per step) the edges cost no
+ * system call and no extra read. */
+static void edge_signal(int wake)
 {
     edges_open();
     if (!g_edge_seq) return;
     atomic_fetch_add(g_edge_seq, 1);
-    if (g_edge_wake) syscall(SYS_futex, (void *)g_edge_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);  /* shared: no FUTEX_PRIVATE_FLAG */
+    if (wake && g_edge_wake) syscall(SYS_futex, (void *)g_edge_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);  /* shared: no FUTEX_PRIVATE_FLAG */
 }
 
 /* ---- ranges open now (word 1 of the edge page) ----
@@ -542,12 +580,13 @@ static void open_ranges_forget(void)
     for (int i = 0; i < OPEN_IDS; ++i) atomic_store(&g_open_ids[i], 0);
 }
 
-static void open_ranges_add(void)
+/* returns whether no range was open before (the samplers may be idle: this edge wakes them) */
+static int open_ranges_add(void)
 {
     edges_open();
-    if (!g_edge_seq) return;
+    if (!g_edge_seq) return 0;
     atomic_fetch_add(&g_counted, 1);
-    atomic_fetch_add(&g_edge_seq[1], 1);
+    return atomic_fetch_add(&g_edge_seq[1], 1) == 0;
 }
 
 static void open_ranges_sub_n(unsigned k)
@@ -571,7 +610,7 @@ static void open_ranges_exit(void)
     int k = atomic_exchange(&g_counted, 0);
     if (!g_edge_seq || k <= 0) return;
     open_ranges_sub_n((unsigned)k);
-    edge_signal();
+    edge_signal(1);
 }
 
 /* Ranges of the domains in PCIETRACE_SLOW_DOMAINS (comma-separated, e.g. NCCL) do not hold the samplers at
@@ -592,17 +631,18 @@ static int holds_fast(const char *domain)
     return 1;
 }
 
-static void open_push(void) { ++t_counted; open_ranges_add(); }
+static int open_push(void) { ++t_counted; return open_ranges_add(); }
 static void close_pop(void) { if (t_counted > 0) { --t_counted; open_ranges_sub(); } }
 
-static void open_start(unsigned long long id)
+static int open_start(unsigned long long id)
 {
     edges_open();
     for (int i = 0; g_edge_seq && i < OPEN_IDS; ++i) {
         unsigned long long empty = 0;  /* a plain load first: a CAS per occupied slot would be a locked op each */
         if (!atomic_load_explicit(&g_open_ids[i], memory_order_relaxed)
-            && atomic_compare_exchange_strong(&g_open_ids[i], &empty, id)) { open_ranges_add(); return; }
+            && atomic_compare_exchange_strong(&g_open_ids[i], &empty, id)) return open_ranges_add();
     }
+    return 1;  /* not counted (table full): wake, as for a domain that does not hold the fast rate */
 }
 
 static void close_end(unsigned long long id)
@@ -694,13 +734,14 @@ static void exact_read(void)
 }
 
 static void edge_open_range(void) { exact_read(); }
-/* (exact edges: the library's own read first, then the samplers', rather than both at once) */
-static void edge_close_range(void) { exact_read(); edge_signal(); }
+/* (exact edges: the library's own read first, then the samplers', rather than both at once); a closing edge
+ * wakes only where its domain does not hold the fast rate (a sampler at the fast rate reads on its own) */
+static void edge_close_range(int wake) { exact_read(); edge_signal(wake); }
 
-static int push_(const char *domain, const char *msg) { edge_open_range(); emit("push", domain, 0, msg); if (holds_fast(domain)) open_push(); edge_signal(); return t_depth++; }
-static int pop_(const char *domain) { if (t_depth > 0) --t_depth; emit("pop", domain, 0, ""); if (holds_fast(domain)) close_pop(); edge_close_range(); return t_depth; }
-static uint64_t start_(const char *domain, const char *msg) { unsigned long long id = atomic_fetch_add(&g_range_id, 1) + 1; edge_open_range(); emit("start", domain, id, msg); if (holds_fast(domain)) open_start(id); edge_signal(); return id; }
-static void end_(const char *domain, uint64_t id) { emit("end", domain, id, ""); close_end(id); edge_close_range(); }
+static int push_(const char *domain, const char *msg) { edge_open_range(); emit("push", domain, 0, msg); edge_signal(holds_fast(domain) ? open_push() : 1); return t_depth++; }
+static int pop_(const char *domain) { if (t_depth > 0) --t_depth; emit("pop", domain, 0, ""); int fast = holds_fast(domain); if (fast) close_pop(); edge_close_range(!fast); return t_depth; }
+static uint64_t start_(const char *domain, const char *msg) { unsigned long long id = atomic_fetch_add(&g_range_id, 1) + 1; edge_open_range(); emit("start", domain, id, msg); edge_signal(holds_fast(domain) ? open_start(id) : 1); return id; }
+static void end_(const char *domain, uint64_t id) { emit("end", domain, id, ""); close_end(id); edge_close_range(!holds_fast(domain)); }
 
 static int RangePushA(const char *m) { return push_(NULL, m); }
 static int RangePushEx(const EventAttributes *a) { char t[1024]; return push_(NULL, message_of(a, t, sizeof t)); }

@@ -9,6 +9,7 @@ wrap. Text from outside (range names, GPU names, sysfs strings, paths, commands)
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import pandas as pd
@@ -19,6 +20,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from pcietrace.analysis import names
 from pcietrace.analysis.compare import RUN_TO_RUN_PCT
 from pcietrace.analysis.launch import LANGUAGES
 from pcietrace.analysis.summary import DETAIL_GPUS, gpu_label, link_label, short_name
@@ -298,22 +300,45 @@ def _domain_mark(domain: Any, one_domain: bool) -> str:
     return "" if one_domain or str(domain) == "default" else f" [dim]({esc(str(domain))})[/]"
 
 
-def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list[Any]:
-    """Per-range tables (bytes and time; launches and costs), whole-run line, processes, and notes."""
+@dataclass(frozen=True)
+class RangeView:
+    """Which of attach's ranges the console shows (``--top``, ``--all``, ``--sort``, ``--filter``): the first
+    ``top`` (None: all) by ``sort`` whose name matches ``pattern``; ``group_by`` only names how they were grouped."""
+
+    top: int | None = names.DEFAULT_TOP
+    sort: str = names.DEFAULT_SORT
+    pattern: str | None = None
+    group_by: str = names.DEFAULT_GROUP_BY
+
+
+#: Nesting shown by indenting a range's name this many spaces per level, up to MAX_INDENT levels (deeper ones
+#: stand at that level: the name column stays narrow enough for 80 columns).
+INDENT, MAX_INDENT = 2, 4
+
+
+def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: RangeView | None = None) -> list[Any]:
+    """Per-range tables (bytes and time; launches and costs) for the ranges ``view`` picks, a line saying what it
+    left out, whole-run line, processes, and notes."""
+    view = view or RangeView()
     parts: list[Any] = []
     costs = meta.get("launch_costs")
-    rg = results.get("ranges", pd.DataFrame())
+    all_ranges = results.get("ranges", pd.DataFrame())
+    rg, shown = (names.select(all_ranges, view.sort, view.top, view.pattern) if len(all_ranges)
+                 else (all_ranges, {"ranges": 0, "names": 0, "matched": 0, "shown": 0}))
     interval = meta.get("sample_interval_ms")
     if len(results.get("floor", ())):
         parts.append(attach_floor_table(results["floor"]))
     if len(rg):
-        domains = rg["domain"].astype(str).unique()
+        domains = all_ranges["domain"].astype(str).unique()
         one_domain = len(domains) == 1
 
         def name(r: Any) -> str:  # each mark on a line of its own, so that neither breaks the name nor the other
-            marks = ([f"({r.short_calls} short)"] if r.short_calls else []) \
+            held = int(getattr(r, "names", 1) or 1)
+            marks = ([f"({held:,} names)"] if held > 1 else []) \
+                + ([f"({r.short_calls} short)"] if r.short_calls else []) \
                 + ([f"({r.stalls} stall{'s' * (r.stalls != 1)})"] if getattr(r, "stalls", 0) else [])
-            return esc(r.name) + _domain_mark(r.domain, one_domain) + "".join(f"\n[yellow]{m}[/]" for m in marks)
+            pad = " " * INDENT * min(int(getattr(r, "indent", 0) or 0), MAX_INDENT)
+            return pad + esc(r.name) + _domain_mark(r.domain, one_domain) + "".join(f"\n{pad}[yellow]{m}[/]" for m in marks)
 
         def mb(r: Any, d: str, edge: bool) -> str:
             if getattr(r, "status", "ok") != "ok":  # no floor / no data / wrap risk: never a silent number
@@ -353,6 +378,16 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                       _num(r.h2d_bytes_per_launch, ",.0f"), _num(r.launch_overhead_ms, ",.2f"),
                       *([_num(r.gpu_busy_ms, ",.2f")] if busy else []), _num(r.graph_savings_ms, ",.2f"))
         parts.append(t)
+        left = shown["ranges"] - shown["shown"]
+        if left or shown["names"] > shown["ranges"]:
+            parts.append(Text(
+                f"{shown['shown']:,} of {shown['ranges']:,} ranges shown"
+                + (f" ({shown['names']:,} distinct names, grouped by {view.group_by})" if shown["names"] > shown["ranges"] else "")
+                + (f"; {shown['matched']:,} match {view.pattern!r}" if view.pattern else "")
+                + (f"; the first {view.top} by {view.sort}" if view.top is not None and shown["matched"] > view.top else "")
+                + ("; --top N or --all for more, --sort, --filter REGEX to choose, --group-by name for every name; "
+                   "--format json/csv hold every range and call" if left else "; --group-by name for every name"),
+                style="dim"))
         if rg["short_calls"].sum():
             parts.append(Text(f"note: ranges marked short lasted less than two counter samples ({interval} ms sampling, "
                               "counters update every ~0.2 ms): their bytes are interpolated", style="yellow"))
@@ -452,14 +487,14 @@ def summary_lines(summary: dict[str, Any]) -> list[Any]:
 
 
 def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], console: Console,
-           summary: dict[str, Any] | None = None, detail: bool = False) -> None:
+           summary: dict[str, Any] | None = None, detail: bool = False, view: RangeView | None = None) -> None:
     """Print :func:`parts` on ``console``."""
-    for part in parts(meta, results, summary, detail):
+    for part in parts(meta, results, summary, detail, view):
         console.print(part)
 
 
 def parts(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[str, Any] | None = None,
-          detail: bool = False) -> list[Any]:
+          detail: bool = False, view: RangeView | None = None) -> list[Any]:
     """The summary first, then every result table that has data, with a SIMULATED banner where it applies.
     With more than :data:`DETAIL_GPUS` GPUs, detail tables only with ``detail``."""
     parts: list[Any] = []
@@ -479,7 +514,7 @@ def parts(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[
                           "report and in --format json/csv/md)", style="dim"))
         return parts
     if str(meta.get("kind", "")).startswith("attach"):
-        parts.extend(attach_tables(meta, results))
+        parts.extend(attach_tables(meta, results, view))
     if meta.get("kind") == "graphs":
         parts.extend(graphs_tables(meta, results))
     for key, fn in RENDERERS:
@@ -503,7 +538,7 @@ def parts(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[
 
 def attach_floor_table(fl: pd.DataFrame) -> Table:
     """Attach's floor model per GPU (:func:`pcietrace.analysis.floor.floor_model`)."""
-    t = _table("Background floor per GPU", [("GPU", "left"), ("model", "left"), ("reads/s", "right"),
+    t = _table("Background floor per GPU", [("GPU", "left"), ("model", "left"), ("reads/s\nin ranges", "right"),
                                             ("H2D B/read", "right"), ("D2H B/read", "right"),
                                             ("± B/read", "right"), ("other MB/s", "right")],
                caption="from idle windows before and after the program; floor of an interval = bytes per counter "
@@ -513,13 +548,16 @@ def attach_floor_table(fl: pd.DataFrame) -> Table:
                        "took inside the ranges where the windows' reads took clearly different times: a cold "
                        "GPU's reads are slower and cost more); ± B/read: not the fit's error but how far a read's "
                        "cost strayed in those quiet intervals for as long as a state lasts (H2D / D2H, 95 %), "
-                       "times each range's reads in its error; MB = 10^6 B")
+                       "times each range's reads in its error; reads/s in ranges: how often the sampler read the "
+                       "GPU while its ranges were open (at most once per sampling interval, however dense the "
+                       "ranges), each read costing B/read; MB = 10^6 B")
     for r in fl.to_dict("records"):
         if r["status"] == "no floor":
             t.add_row(f"GPU{r['nvml_index']}", "[red]no floor[/]", *["–"] * 5)
             continue
         state = f"{_num(r['h2d_state_bytes_per_read'])} / {_num(r['d2h_state_bytes_per_read'])}"
-        t.add_row(f"GPU{r['nvml_index']}", r["status"], _num(r["reads_per_s"]), _num(r["h2d_bytes_per_read_program"]),
+        t.add_row(f"GPU{r['nvml_index']}", r["status"], _num(r.get("reads_per_s_program")),
+                  _num(r["h2d_bytes_per_read_program"]),
                   _num(r["d2h_bytes_per_read_program"]), state,
                   f"{_num(r['h2d_background_Bps'] / 1e6, '.2f')} / {_num(r['d2h_background_Bps'] / 1e6, '.2f')}")
     return t

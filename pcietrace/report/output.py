@@ -12,16 +12,18 @@ FORMATS = ("table", "json", "csv", "md", "prometheus")
 
 
 def emit(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[str, Any], fmt: str = "table",
-         detail: bool = False, plot_dir: Path | None = None, out: TextIO | None = None) -> list[Path]:
-    """Render ``results`` (with ``summary`` first) in ``fmt`` to ``out`` (stdout); PNGs to ``plot_dir``.
-    Returns the plot paths written."""
+         detail: bool = False, plot_dir: Path | None = None, out: TextIO | None = None,
+         view: Any = None) -> list[Path]:
+    """Render ``results`` (with ``summary`` first) in ``fmt`` to ``out`` (stdout); PNGs to ``plot_dir``;
+    ``view``: which of attach's ranges the console shows (:class:`pcietrace.report.console.RangeView`; the other
+    formats hold every range). Returns the plot paths written."""
     out = out or sys.stdout
     if fmt == "table":
         from rich.console import Console
 
         from pcietrace.report import console
 
-        console.render(meta, results, Console(file=out) if out is not sys.stdout else Console(), summary, detail)
+        console.render(meta, results, Console(file=out) if out is not sys.stdout else Console(), summary, detail, view)
     else:
         from importlib import import_module
 

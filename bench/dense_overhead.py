@@ -1,0 +1,75 @@
+"""Benchmark (GPU machine): what `pcietrace attach` costs an app at emit_nvtx density, as a ratio with its interval.
+
+Runs tests/apps/dense_app.py's ``fwd_emit`` phase (a range per op under ``torch.autograd.profiler.emit_nvtx``,
+~100,000 ranges a second) for a loop of >= ``--seconds``, alternately plain and under `pcietrace attach`
+(ABBA: plain-attached, attached-plain, ...), with the app's own NVML reads off (BLIND_TRUTH=0), and compares the
+loop's wall time the app measures itself (attach's start-up, idle windows and analysis are outside it). Prints
+each pair, the median slowdown and its 95 % interval (Student t over the pairs' log ratios). Goal: < 1 %.
+
+    python3 bench/dense_overhead.py --pairs 10 --seconds 10 [--attach-args='--no-calibrate']
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = ROOT / "tests" / "apps" / "dense_app.py"
+ROUND_S = 0.05  # one round of fwd_emit with its truth windows' sleeps, as measured on an H100 (for --seconds)
+
+
+def loop_s(attach: list[str] | None, calls: int, out: Path, timeout_s: float) -> float:
+    """One run's loop wall time (s): the app alone (``attach`` None) or under attach with those options."""
+    jsonl = out.with_suffix(".jsonl")
+    env = {**os.environ, "BLIND_OUT": str(jsonl), "BLIND_CALLS": str(calls), "BLIND_TRUTH": "0",
+           "DENSE_PHASES": "fwd_emit"}
+    app = [sys.executable, str(APP)]
+    cmd = app if attach is None else [sys.executable, "-m", "pcietrace", "attach", "-o", str(out), "--format", "json",
+                                      *attach, "--", *app]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          timeout=timeout_s)
+    if proc.returncode:
+        sys.exit(f"dense_overhead: {shlex.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    end = [json.loads(line) for line in jsonl.read_text().splitlines() if '"kind": "end"' in line][0]
+    return end["loop_wall_ns"] / 1e9
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 epilog="example: python3 bench/dense_overhead.py --pairs 10 --seconds 10")
+    ap.add_argument("--pairs", type=int, default=10, help="ABBA pairs (default 10)")
+    ap.add_argument("--seconds", type=float, default=10.0, help="the app's loop length, at least (default 10)")
+    ap.add_argument("--attach-args", default="", type=shlex.split, help="extra `pcietrace attach` options, one string")
+    ap.add_argument("--timeout-s", type=float, default=600, help="per run (default 600)")
+    a = ap.parse_args()
+    if a.pairs < 2 or a.seconds <= 0:
+        ap.error("--pairs must be >= 2 and --seconds > 0")
+    calls = max(1, int(a.seconds / ROUND_S))
+    tmp = Path(tempfile.mkdtemp(prefix="dense-overhead-"))
+    ratios = []
+    for p in range(a.pairs):
+        order = ("plain", "attach") if p % 2 == 0 else ("attach", "plain")
+        t = {k: loop_s(None if k == "plain" else a.attach_args, calls, tmp / f"{p}-{k}", a.timeout_s) for k in order}
+        ratios.append(t["attach"] / t["plain"])
+        print(f"pair {p} ({'-'.join(order)}): loop {t['plain']:.3f} s plain, {t['attach']:.3f} s attached: "
+              f"{ratios[-1] - 1:+.2%}", flush=True)
+    logs = np.log(ratios)
+    half = stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
+    lo, hi = np.expm1(logs.mean() - half), np.expm1(logs.mean() + half)
+    print(f"RATIO attached / plain at emit_nvtx density: median {np.median(ratios) - 1:+.2%}, mean {np.expm1(logs.mean()):+.2%} "
+          f"(95 % interval {lo:+.2%} ... {hi:+.2%}; {a.pairs} pairs of a {calls}-round loop; goal < 1 %)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

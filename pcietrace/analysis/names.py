@@ -1,0 +1,116 @@
+"""Range names grouped, and the ranges a screen shows: what turns a range per op into a table a person reads.
+
+PyTorch's ``torch.autograd.profiler.emit_nvtx`` names every op instance apart (``aten::linear, seq = 12,
+op_id = 6088, sizes = [[4, 256], [1024, 256], [1024]], input_op_ids = [(6081,0), (0,-1)]``): thousands of
+distinct names a step. Grouped by op they are one row each (``aten::linear``); every instance keeps its full name
+in ``range_instances``. Stateless: Series and DataFrames in and out, vectorised over distinct names.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: How range names are grouped (``attach``/``report`` ``--group-by``): "op" strips what emit_nvtx appends to an
+#: op's name (the default: other names are unchanged), "numbered" also folds a trailing number (``layer0`` ...
+#: ``layer31`` -> ``layer#``), "name" keeps every distinct name.
+GROUP_BY = ("op", "numbered", "name")
+DEFAULT_GROUP_BY = "op"
+#: What emit_nvtx appends to an op's name, from the first of these fields on (PyTorch's profiler: ``seq``,
+#: ``op_id``, ``sizes`` with record_shapes, ``input_op_ids``; the order varies between versions).
+_EMIT_SUFFIX = r",\s*(?:seq|op_id|sizes|input_op_ids|stashed seq)\s*=.*$"
+_TRAILING_NUMBER = r"(?<=\D)\d+$"
+_SEP = "\x1f"  # between domain and name in a group's key (a character no range name is expected to hold)
+#: Sort keys of the console's range tables (``--sort``): column, and whether larger comes first.
+SORT_KEYS = {"incl_ms": ("incl_ms", True), "excl_ms": ("excl_ms", True), "h2d": ("h2d_bytes", True),
+             "d2h": ("d2h_bytes", True), "launches": ("launches", True), "calls": ("calls", True),
+             "name": ("name", False)}
+DEFAULT_SORT, DEFAULT_TOP = "incl_ms", 20
+
+
+def group_names(names: pd.Series, how: str = DEFAULT_GROUP_BY) -> pd.Series:
+    """Each range name's group (:data:`GROUP_BY`), computed once per distinct name."""
+    if how not in GROUP_BY:
+        raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}, not {how!r}")
+    codes, uniques = pd.factorize(names.astype(str), sort=False)
+    groups = pd.Series(uniques, dtype=object)
+    if how != "name":
+        groups = groups.str.replace(_EMIT_SUFFIX, "", regex=True)
+        if how == "numbered":
+            groups = groups.str.replace(_TRAILING_NUMBER, "#", regex=True)
+    return pd.Series(groups.to_numpy()[codes] if len(codes) else np.array([], dtype=object), index=names.index,
+                     dtype=object)
+
+
+def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
+    """Per (``domain``, ``group``) of ``instances`` (which carry ``group`` and ``parent``, the row position of each
+    instance's parent or -1): ``parent_domain``/``parent_name`` (the group its instances most often sit in; ""
+    at the top) and ``level`` (how deep that nests, 0 at the top; a group found inside itself, as recursion makes,
+    is not its own parent)."""
+    cols = ["domain", "group", "parent_domain", "parent_name", "level"]
+    if not len(instances):
+        return pd.DataFrame(columns=cols)
+    key = (instances["domain"].astype(str) + _SEP + instances["group"].astype(str)).to_numpy()
+    parent = instances["parent"].to_numpy(np.int64)
+    up = np.where(parent >= 0, key[np.clip(parent, 0, None)], "")
+    pairs = pd.DataFrame({"key": key, "up": up})
+    pairs = pairs[pairs["up"] != pairs["key"]]
+    keys = pd.unique(key)
+    parent_of = pairs.groupby("key")["up"].agg(lambda s: s.value_counts().index[0]).reindex(keys, fill_value="").to_dict()
+    level: dict[str, int] = {}
+    for k in keys:  # one step per group (not per range); a cycle between groups ends at the group count
+        chain, cur = [], k
+        while cur and cur not in level and cur not in chain and len(chain) <= len(keys):
+            chain.append(cur)
+            cur = parent_of.get(cur, "")
+        base = level.get(cur, -1) if cur else -1
+        for i, c in enumerate(reversed(chain)):
+            level[c] = base + 1 + i
+    split = [k.split(_SEP, 1) for k in keys]
+    up_split = [parent_of[k].split(_SEP, 1) if parent_of[k] else ["", ""] for k in keys]
+    return pd.DataFrame({"domain": [d for d, _ in split], "group": [g for _, g in split],
+                         "parent_domain": [d for d, _ in up_split], "parent_name": [g for _, g in up_split],
+                         "level": [level[k] for k in keys]}, columns=cols)
+
+
+def select(ranges: pd.DataFrame, sort: str = DEFAULT_SORT, top: int | None = DEFAULT_TOP,
+           pattern: str | None = None) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The rows of the ``ranges`` table a screen shows: those whose name matches ``pattern`` (a regular
+    expression, searched; None: all), the first ``top`` by ``sort`` (:data:`SORT_KEYS`; None: all), in tree order
+    (each under its parent group, siblings by ``sort``, ``indent`` levels deep) where the table carries
+    ``parent_domain``/``parent_name``. Also how many rows and distinct names (``names``) were there, matched, and shown."""
+    if sort not in SORT_KEYS:
+        raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}, not {sort!r}")
+    col, descending = SORT_KEYS[sort]
+    rg = ranges.assign(launches=ranges["eager_launches"].fillna(0) + ranges["graph_launches"].fillna(0)) \
+        if len(ranges) else ranges.assign(launches=[])
+    names_total = int(rg["names"].sum()) if "names" in rg else len(rg)
+    matched = rg[rg["name"].astype(str).str.contains(pattern, regex=True)] if pattern else rg
+    ranked = matched.sort_values(col, ascending=not descending, kind="stable", na_position="last")
+    shown = ranked if top is None else ranked.head(top)
+    if "parent_name" in shown and len(shown):
+        shown = _tree_order(shown, ranked.index)
+    info = {"ranges": len(rg), "names": names_total, "matched": len(matched), "shown": len(shown)}
+    return shown.drop(columns="launches"), info
+
+
+def _tree_order(shown: pd.DataFrame, rank: pd.Index) -> pd.DataFrame:
+    """``shown`` as a tree: each row after its parent group's row (where shown), siblings in ``rank``'s order,
+    with ``indent`` (levels below the nearest shown ancestor's; a row whose parent is not shown stands at 0)."""
+    key = shown["domain"].astype(str) + _SEP + shown["name"].astype(str)
+    up = shown["parent_domain"].fillna("").astype(str) + _SEP + shown["parent_name"].fillna("").astype(str)
+    pos = {k: i for i, k in enumerate(key)}
+    order = pd.Series(np.arange(len(rank)), index=rank).reindex(shown.index).to_numpy()
+    children: dict[int, list[int]] = {}
+    roots = []
+    for i, p in enumerate(up):
+        (children.setdefault(pos[p], []) if p in pos and pos[p] != i else roots).append(i)
+    out: list[int] = []
+    indent: list[int] = []
+    stack = [(i, 0) for i in sorted(roots, key=lambda i: order[i], reverse=True)]
+    while stack:  # depth first, siblings in rank order
+        i, depth = stack.pop()
+        out.append(i)
+        indent.append(depth)
+        stack.extend((j, depth + 1) for j in sorted(children.get(i, []), key=lambda j: order[j], reverse=True))
+    return shown.iloc[out].assign(indent=indent)

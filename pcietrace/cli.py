@@ -136,7 +136,7 @@ def _range_view_options(p: argparse.ArgumentParser) -> None:
                         "sizes = [...]' -> 'aten::linear'), other names as they are; numbered = also fold a trailing "
                         "number ('layer0'...'layer31' -> 'layer#'); name = every distinct name. Each call keeps its "
                         "full name in range_instances")
-    p.add_argument("--top", type=_top, default=20, metavar="N",
+    p.add_argument("--top", type=_top, default=15, metavar="N",
                    help="on the console, the first N ranges by --sort, nested ranges under their parents")
     p.add_argument("--all", action="store_true", help="on the console, every range (overrides --top)")
     p.add_argument("--sort", choices=["incl_ms", "excl_ms", "h2d", "d2h", "launches", "calls", "name"],
@@ -237,6 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
     _range_view_options(rp)
     rp.add_argument("--perfetto", type=Path, default=None, metavar="FILE",
                     help="also write the attach run's Chrome/Perfetto trace (PCIe counter tracks + NVTX ranges) to FILE")
+    rp.add_argument("--instances", type=Path, default=None, metavar="FILE",
+                    help="write the range_instances table (one row per range call) to FILE as Parquet and leave its "
+                         "rows out of the output: --format json then names the file and its row count "
+                         "(docs/json-outputs.md)")
     rp.set_defaults(func="cmd_report")
 
     tp = sub.add_parser("topo", formatter_class=_Formatter, help="where each GPU sits on PCIe, and the GPU<->GPU matrix",

@@ -133,17 +133,17 @@ def _emit(meta: dict[str, Any], results: Any, args: argparse.Namespace) -> None:
          view=view)
 
 
-def _check_perfetto_target(target: Path, recording: Path) -> None:
-    """Refuse a --perfetto file that is standard output or one of the files the report is read from (writing it
-    would replace the recording with the trace)."""
+def _check_perfetto_target(target: Path, recording: Path, option: str = "--perfetto") -> None:
+    """Refuse a --perfetto (``option``) file that is standard output or one of the files the report is read from
+    (writing it would replace the recording with the trace)."""
     from pcietrace.session import recording_files
 
     if str(target) == "-":
-        raise UsageError("--perfetto writes a file: give its name (standard output holds the report)")
+        raise UsageError(f"{option} writes a file: give its name (standard output holds the report)")
     files = recording_files(recording) if target.exists() else []
     own = [f for f in files if f.exists() and os.path.samefile(target, f)]
     if own:
-        raise UsageError(f"--perfetto {target}: that is the report's own {own[0].name}, which it is read from; "
+        raise UsageError(f"{option} {target}: that is the report's own {own[0].name}, which it is read from; "
                          "choose another file")
 
 
@@ -153,8 +153,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if args.perfetto is not None:
         _check_perfetto_target(args.perfetto, args.path)
+    if args.instances is not None:
+        _check_perfetto_target(args.instances, args.path, "--instances")
     session = Session.load(args.path)
     results = analyze(session, args.us_per_level, args.group_by)
+    if args.instances is not None:
+        from pcietrace.session import write_instances
+
+        try:
+            results["range_instances"] = write_instances(results["range_instances"], args.instances)
+        except OSError as exc:
+            raise UsageError(f"cannot write the range instances to {args.instances}: {exc.strerror or exc}") from None
     if args.perfetto is not None:
         if session.meta.get("kind") == "attach-failed":
             raise UsageError(f"--perfetto: {args.path} is an attach run stopped before its program ran: no trace")
@@ -162,10 +171,14 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise UsageError("--perfetto needs a report made by `pcietrace attach`")
         from pcietrace.report.perfetto import write_trace
 
+        from pcietrace.record.attach import trace_size
+
         try:
-            write_trace(session, results, args.perfetto)
-        except OSError as exc:
-            raise UsageError(f"cannot write the Perfetto trace to {args.perfetto}: {exc.strerror or exc}") from None
+            info = write_trace(session, results, args.perfetto)
+        except (OSError, MemoryError) as exc:
+            raise UsageError(f"cannot write the Perfetto trace to {args.perfetto}: "
+                             f"{getattr(exc, 'strerror', None) or exc or 'out of memory'}") from None
+        print(f"Perfetto trace: {args.perfetto}{trace_size(info)}", file=sys.stderr)
     _emit(session.meta, results, args)
     return 0
 
@@ -269,7 +282,7 @@ def _launch_costs(args: argparse.Namespace, ordinal: int) -> dict[str, Any] | No
 def cmd_attach(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.analysis import analyze, saved_tables
     from pcietrace.collectors import nvml, topology
     from pcietrace.device import backend, cuda
     from pcietrace.record import guard
@@ -304,7 +317,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         session.meta["launch_costs"] = _launch_costs(args, ordinals[0])
     machine_output = args.json or args.format != "table"  # stdout carries the report alone: the program's goes to stderr
     saving = record_attach(session, folder, args.idle_s, sys.stderr if machine_output else None,
-                           lambda: analyze(session, group_by=args.group_by), write_trace, to_jsonable=to_jsonable,
+                           lambda: analyze(session, group_by=args.group_by), write_trace, to_jsonable=saved_tables,
                            tell=tell)
     return saving.end(lambda results: _emit(session.meta, results, args), exit_code(session.meta))
 

@@ -50,6 +50,41 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return json.loads(counts_as_ints(df).to_json(orient="records")) if len(df) else []
 
 
+#: Rows of a table converted to JSON at a time by :func:`write_json` (bounds its memory).
+JSON_CHUNK_ROWS = 20_000
+
+
+def write_json(doc: Any, out: Any, default: Callable[[Any], Any] = str, allow_nan: bool = False) -> None:
+    """``doc`` as strict JSON into ``out`` (a text file), its DataFrames (at any depth) as :func:`records` written
+    :data:`JSON_CHUNK_ROWS` rows at a time, one record a line: a table of millions of rows never becomes one
+    string; a DataFrame written to Parquet (``attrs["parquet"]``: its path) as ``{"parquet": PATH, "rows": N}``.
+    The rest as ``json.dumps(indent=1)``."""
+    if isinstance(doc, pd.DataFrame) and "parquet" in doc.attrs:  # its rows are in a file of their own
+        out.write(json.dumps({"parquet": doc.attrs["parquet"], "rows": len(doc)}))
+    elif isinstance(doc, pd.DataFrame):
+        if not len(doc):
+            out.write("[]")
+            return
+        doc = counts_as_ints(doc)
+        out.write("[\n")
+        for i in range(0, len(doc), JSON_CHUNK_ROWS):
+            lines = doc.iloc[i:i + JSON_CHUNK_ROWS].to_json(orient="records", lines=True).rstrip("\n")
+            out.write((",\n" if i else "") + lines.replace("\n", ",\n"))  # (newlines in strings are escaped)
+        out.write("\n]")
+    elif isinstance(doc, dict) and _holds_table(doc):
+        out.write("{")
+        for i, (k, v) in enumerate(doc.items()):
+            out.write(("," if i else "") + f"\n{json.dumps(str(k))}: ")
+            write_json(v, out, default, allow_nan)
+        out.write("\n}")
+    else:
+        out.write(json.dumps(doc, indent=1, default=default, allow_nan=allow_nan))
+
+
+def _holds_table(doc: Any) -> bool:
+    return isinstance(doc, pd.DataFrame) or isinstance(doc, dict) and any(_holds_table(v) for v in doc.values())
+
+
 def normalize_bus_id(bus_id: str) -> str:
     """'00000000:1A:00.0' / '0000:1a:00.0' -> '0000:1a:00.0' (the sysfs spelling, lower case), as reports key GPUs."""
     domain, rest = bus_id.strip().lower().split(":", 1)
@@ -277,7 +312,8 @@ def check_table(df: pd.DataFrame, name: str, columns: dict[str, str]) -> pd.Data
                 raise Invalid(where, "expected whole numbers (64-bit) with no nulls")
             if kind == "pos" and (s < 1).any():
                 raise Invalid(where, f"expected whole numbers >= 1, got {_show(s[s < 1].iloc[0].item())}")
-        elif kind == "str" and not s.map(lambda v: v is None or isinstance(v, str)).all():
+        elif kind == "str" and not (isinstance(s.dtype, pd.StringDtype) and not s.isna().any()) \
+                and not s.map(lambda v: v is None or isinstance(v, str)).all():  # (a string column passes at once)
             raise Invalid(where, f"expected strings, got {_show(_odd(s, lambda v: isinstance(v, str)))}")
         elif kind == "bool" and not pd.api.types.is_bool_dtype(s):
             raise Invalid(where, f"expected true/false, got {_show(_odd(s, lambda v: isinstance(v, bool)))}")

@@ -33,6 +33,23 @@ def recording_files(path: Path) -> list[Path]:
     return [report, report.parent / SAMPLES_FILE, report.parent / EVENTS_FILE]
 
 
+#: Where a saved run's ``range_instances`` go when they are more than :data:`INLINE_INSTANCES` rows.
+INSTANCES_FILE = "range_instances.parquet"
+#: Range instances a saved report.json holds inline at most (~1 kB each there); more go to :data:`INSTANCES_FILE`.
+INLINE_INSTANCES = 100_000
+
+
+def write_instances(instances: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """Write a ``range_instances`` table to ``path`` as Parquet; returns it marked so (``attrs["parquet"]``) that
+    the JSON names the file and its rows instead of holding them (:func:`pcietrace.schema.write_json`)."""
+    fixed = {c: "boolean" for c in instances.columns if instances[c].dtype == object
+             and instances[c].map(lambda v: isinstance(v, bool) or v != v).all()}  # (launch_bound: True/False/NaN)
+    instances.astype(fixed).to_parquet(path, index=False)
+    out = instances.copy(deep=False)
+    out.attrs["parquet"] = str(path)
+    return out
+
+
 def _empty() -> pd.DataFrame:
     return pd.DataFrame()
 
@@ -68,15 +85,22 @@ class Session:
                 for g in self.meta.get("gpus", [])}
 
     def save(self, directory: Path, results: dict[str, Any] | None = None) -> Path:
-        """Write the session (and, if given, analysis results as JSON-ready data) to ``directory``."""
+        """Write the session (and, if given, analysis results as JSON-ready data: records, or DataFrames written
+        as records) to ``directory``."""
         directory.mkdir(parents=True, exist_ok=True)
+        inst = (results or {}).get("range_instances")
+        if isinstance(inst, pd.DataFrame) and len(inst) > INLINE_INSTANCES:  # (a long run: its own file)
+            results = {**results, "range_instances": write_instances(inst, directory / INSTANCES_FILE)}
+            results["range_instances"].attrs["parquet"] = INSTANCES_FILE  # (named relative to report.json)
         doc = {"schema": SCHEMA, "meta": self.meta,
                "tables": {t: _records(getattr(self, t)) for t in TABLES}, "results": results or {}}
         self.samples.to_parquet(directory / SAMPLES_FILE, index=False)
         if len(self.events):
             self.events.to_parquet(directory / EVENTS_FILE, index=False)
         tmp = directory / (REPORT_FILE + ".tmp")
-        tmp.write_text(json.dumps(doc, indent=1, default=_json_default) + "\n")
+        with open(tmp, "w") as f:  # (results may hold tables: written a chunk of rows at a time)
+            schema.write_json(doc, f, _json_default, allow_nan=True)
+            f.write("\n")
         os.replace(tmp, directory / REPORT_FILE)  # never leave a half-written report
         return directory / REPORT_FILE
 

@@ -121,7 +121,8 @@ def test_attach_session_analyses_renders_and_exports(events, tmp_path, capsys, m
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["report", str(tmp_path / "att")]) == 0
     out = capsys.readouterr().out
-    assert "PCIe bytes per NVTX range" in out and "Launches per NVTX range" in out and "Whole run" in out and "Processes followed" in out
+    assert "PCIe bytes per NVTX range" in out and "Launches per NVTX range" in out and "Whole run" in out
+    assert "process followed: pid" in out  # (one process: a line, not a table)
 
 
 def test_edge_values_put_a_range_s_burst_inside_it() -> None:
@@ -858,3 +859,49 @@ def test_launches_of_threads_without_ranges_are_said_not_silently_dropped(data_d
     note = [n for n in res["notes"]["note"] if "no NVTX range" in n]
     assert note and f"{int(ranks['untraced'].sum()):,} of {int(ranks['launches'].sum()):,} launches" in note[0]
     assert not [n for n in analyze(Session.load(data_dir / "attach_h200x2_threads"))["notes"]["note"] if "no NVTX range" in n]
+
+
+def test_a_perfetto_trace_out_of_memory_is_one_line_and_the_run_stays_saved(attach_stand_ins, monkeypatch, tmp_path,
+                                                                            capsys) -> None:
+    """A trace that runs out of memory (a long run) ends attach in one line, not a traceback; the run is saved
+    and the program's exit code passes through. SIMULATED stand-in GPU and samplers."""
+    from pcietrace.cli import main
+    from pcietrace.report import perfetto
+    from pcietrace.session import Session
+
+    def no_memory(session, results, path) -> None:
+        raise MemoryError()
+
+    monkeypatch.setattr(perfetto, "write_trace", no_memory)
+    out = tmp_path / "rec"
+    assert main(_attach_argv(out)) == 0
+    err = capsys.readouterr().err
+    assert "could not write the Perfetto trace" in err and "MemoryError" in err and "Traceback" not in err
+    assert Session.load(out).meta["status"] == "complete"
+
+
+def test_the_perfetto_trace_is_bounded(data_dir, tmp_path) -> None:
+    """However long the run: each counter track at most ``max_points`` points, at most ``max_ranges`` ranges,
+    outermost first, and the file says how many of how many."""
+    from pcietrace.analysis import analyze
+    from pcietrace.report.perfetto import write_trace
+    from pcietrace.session import Session
+
+    s = Session.load(data_dir / "attach_h100_blind_graphs")
+    res = analyze(s)
+    inst = res["range_instances"]
+    outer = int((inst["depth"] == 0).sum())
+    info = write_trace(s, res, tmp_path / "t.json", max_points=100, max_ranges=outer + 1)
+    trace = json.loads((tmp_path / "t.json").read_text())
+    ev = pd.DataFrame(trace["traceEvents"])
+    pcie = ev[(ev["ph"] == "C") & (ev["pid"] == 0)]
+    assert 0 < pcie.groupby("tid").size().max() <= 100 < res["rates"].groupby("nvml_index").size().min()
+    assert 0 < (ev["ph"] == "C").sum() - len(pcie) <= 100  # the one process's launch track
+    shown = ev[ev["ph"] == "X"]
+    assert len(shown) == outer + 1 < len(inst) and set(inst.loc[inst["depth"] == 0, "name"]) <= set(shown["name"])
+    assert trace["otherData"]["ranges_shown"] == outer + 1 and trace["otherData"]["ranges_recorded"] == len(inst)
+    assert info["bytes"] == (tmp_path / "t.json").stat().st_size
+    # the total bytes per GPU survive the coarser bins (the mean rate over whole bins)
+    fine = res["rates"].groupby("nvml_index")["rx_Bps"].mean()
+    assert pcie.groupby("tid")["args"].apply(lambda a: np.mean([x.get("H2D (RX)", np.nan) for x in a])).iloc[0] * 1e6 == \
+        pytest.approx(fine.iloc[0], rel=0.05)

@@ -163,14 +163,13 @@ def test_attach_range_names_stay_whole_at_80_columns(data_dir, monkeypatch, caps
     assert "…" not in "".join(lines) and max(map(len, lines)) <= 80
     rg = analyze(Session.load(rec))["ranges"]
     assert rg["stalls"].sum() and rg["short_calls"].sum()  # the recording has both marks to show
-    for r in rg.itertuples():  # in both tables, each name whole on a line of its own, its marks on the next
+    for r in rg.itertuples():  # in both tables, each name whole on a line of its own; its marks on the next, once
         # table rows start with a space, nested ranges' names further in by their level
         rows = [i for i, line in enumerate(lines) if line.startswith(" ") and line.lstrip().startswith(f"{r.name} ")]
         assert len(rows) == 2, r.name
-        marks = [f"({r.short_calls} short)"] * bool(r.short_calls) + [f"({r.stalls} stall{'s' * (r.stalls != 1)})"] * bool(r.stalls)
-        for i in rows:
-            assert [line.split(maxsplit=2)[0:2] for line in lines[i + 1:i + 1 + len(marks)]] == \
-                [m.split() for m in marks], (r.name, lines[i + 1:i + 3])
+        marks = [f"{r.short_calls} short"] * bool(r.short_calls) + [f"{r.stalls} stall{'s' * (r.stalls != 1)}"] * bool(r.stalls)
+        if marks:
+            assert lines[rows[0] + 1].strip() == f"({', '.join(marks)})", (r.name, lines[rows[0] + 1])
     assert "(1 stall)" in "".join(lines)  # cross_thread's one
 
 

@@ -123,18 +123,31 @@ def analyze(session: Session, us_per_level: float = latency_analysis.DEFAULT_US_
 TIMELINES = ("rates",)
 
 
-def timeline_bin_ns(meta: dict[str, Any]) -> int:
-    """Bin of the attach timelines (PCIe rates, launch rates): the sampling interval, at least 1 ms."""
-    return max(int(float(meta.get("sample_interval_ms") or 1.0) * 1e6), 1_000_000)
+#: The most bins a timeline has per GPU (or process): a longer run gets longer bins (whole ms), so an hour on
+#: 8 GPUs is 8 x 100,000 rows, not 8 x 3.6 million.
+MAX_TIMELINE_BINS = 100_000
 
 
-def launch_timeline(session: Session) -> pd.DataFrame | None:
+def timeline_bin_ns(meta: dict[str, Any], span_ns: int = 0, max_bins: int = MAX_TIMELINE_BINS) -> int:
+    """Bin of the attach timelines (PCIe rates, launch rates): the sampling interval, at least 1 ms, and long
+    enough that ``span_ns`` (the timeline's length) makes at most ``max_bins`` bins (in whole ms)."""
+    fine = max(int(float(meta.get("sample_interval_ms") or 1.0) * 1e6), 1_000_000)
+    return max(fine, -(-int(span_ns) // max_bins // 1_000_000) * 1_000_000)
+
+
+def _span_ns(t: pd.Series) -> int:
+    return int(t.max() - t.min()) if len(t) else 0
+
+
+def launch_timeline(session: Session, max_bins: int = MAX_TIMELINE_BINS) -> pd.DataFrame | None:
     """An attach run's launches per ms per process over time (:func:`attribution.launch_rate`, binned by
-    :func:`timeline_bin_ns`), or None where launches were not counted (``--no-count-launches``: no launch
-    track rather than a flat 0)."""
+    :func:`timeline_bin_ns`: at most ``max_bins`` bins per process), or None where launches were not counted
+    (``--no-count-launches``: no launch track rather than a flat 0)."""
     if session.meta.get("launch_counter") == NO_LAUNCH_COUNTER:
         return None
-    return attribution.launch_rate(gpu_time.host_events(session.events), timeline_bin_ns(session.meta))
+    events = gpu_time.host_events(session.events)
+    span = _span_ns(events["t_ns"]) if len(events) else 0
+    return attribution.launch_rate(events, timeline_bin_ns(session.meta, span, max_bins))
 
 
 def idle_interval_ns(meta: dict[str, Any]) -> int:
@@ -148,6 +161,13 @@ def to_jsonable(results: dict[str, pd.DataFrame]) -> dict[str, Any]:
     """Result tables as lists of records (:func:`pcietrace.schema.records`: NaN -> null, counts as integers), for
     the JSON report and ``--json`` (timelines left out: :data:`TIMELINES`)."""
     return {k: records(v) for k, v in results.items() if k not in TIMELINES}
+
+
+def saved_tables(results: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Result tables as ``report.json`` saves them (:func:`to_jsonable`'s, timelines left out) but still as
+    DataFrames, which :meth:`pcietrace.session.Session.save` writes as records a chunk of rows at a time: a long
+    attach run's range instances never become one list of dicts or one string."""
+    return {k: v for k, v in results.items() if k not in TIMELINES}
 
 
 #: Launch counts of a range instance, unknown (NaN) where the program ran with ``--no-count-launches``.
@@ -254,7 +274,7 @@ def _attach(s: Session, cum: pd.DataFrame, group_by: str = names.DEFAULT_GROUP_B
     ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns)
     if len(ranges_table):
         ranges_table = ranges_table.drop(columns=["parent_domain", "parent_name", "level"]).merge(tree, on=["domain", "name"], how="left")
-    return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta)),
+    return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta, _span_ns(cum["t_ns"]))),
             "ranges": ranges_table, "whole_run": whole,
             "notes": pd.DataFrame(notes, columns=NOTES_COLUMNS, dtype=str)}
 

@@ -45,13 +45,6 @@ def with_captured(events: pd.DataFrame) -> pd.DataFrame:
     return events.assign(**{c: 0 for c in missing}) if missing else events
 
 
-def _timed(open_ev: Any, end_ev: Any, column: str) -> float:
-    """The ns timing column ``column`` (:data:`pcietrace.schema.TIMING_COLUMNS`) grew between two events;
-    NaN where either was not timed (-1: the library ran outside interpose mode)."""
-    a, b = getattr(open_ev, column), getattr(end_ev, column)
-    return float(b - a) if a >= 0 and b >= 0 else math.nan
-
-
 def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     """Pair push/pop (per thread, by nesting) and start/end (per process, by id) into ranges.
 
@@ -61,56 +54,104 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     ``launch_call_ns`` and ``sync_wait_ns``: the ns the range's thread (a start/end range: its process) spent
     inside eager launch calls and inside synchronize calls (waiting for the GPU), NaN where not timed (traces
     recorded before, or outside interpose mode). Ranges still open when the process ended are closed at its
-    last event and marked ``closed=False``.
+    last event and marked ``closed=False``. A pop with no range open on its thread is ignored, as is an end
+    with no start of its id open; a second start of an id still open replaces the first.
+    Rows: per process (in order of first event) the closed ranges in the order they closed, then the ranges
+    left open (push/pop ones by thread, in order of the thread's first push, outermost first; then start/end
+    ones, by when their id was opened).
     """
-    rows: list[dict[str, Any]] = []
     events = with_captured(events)
     events = events.assign(**{c: -1 for c in TIMING_COLUMNS if c not in events.columns})
+    n = len(events)
+    kind = events["event"].to_numpy(object)
+    pid, tid = events["pid"].to_numpy(np.int64), events["tid"].to_numpy(np.int64)
+    pos = np.arange(n)
+    pid_rank = pd.factorize(pid)[0]  # (processes in order of their first event)
+    last_of_pid = pd.Series(pos).groupby(pid).transform("max").to_numpy()  # (per event: its process's last)
+    thread = nesting.codes(pid, tid)
+    last_thread = pd.Series(pos).groupby(thread).max().to_numpy()
 
-    def close(open_ev: Any, end_ev: Any, end_t: int, kind: str, closed: bool) -> None:
-        scope = "thread" if kind == "push" else "process"  # (start/end ranges may cross threads)
-        rows.append({"pid": int(open_ev.pid), "tid": int(open_ev.tid), "domain": open_ev.domain, "name": open_ev.message,
-                     "kind": kind, "t_start_ns": int(open_ev.t_ns), "t_end_ns": int(end_t), "depth": int(open_ev.depth),
-                     "eager_launches": int(end_ev.eager_thread - open_ev.eager_thread),
-                     "graph_launches": int(end_ev.graph_thread - open_ev.graph_thread),
-                     "eager_launches_process": int(end_ev.eager_process - open_ev.eager_process),
-                     "graph_launches_process": int(end_ev.graph_process - open_ev.graph_process),
-                     "captured_launches": int(end_ev.captured_thread - open_ev.captured_thread),
-                     "captured_launches_process": int(end_ev.captured_process - open_ev.captured_process),
-                     "launch_call_ns": _timed(open_ev, end_ev, f"call_ns_{scope}"),
-                     "sync_wait_ns": _timed(open_ev, end_ev, f"wait_ns_{scope}"),
-                     "closed": closed})
+    # push/pop: a stack per thread; its size after each event is the walk of +1/-1 reflected at 0 (a pop on
+    # an empty stack is ignored), and a push at size k closes at the thread's next valid pop from size k
+    is_push, is_pop = kind == "push", kind == "pop"
+    sel = np.flatnonzero(is_push | is_pop)
+    th = thread[sel]
+    order = np.argsort(th, kind="stable")
+    sel, th = sel[order], th[order]
+    step = np.where(is_push[sel], 1, -1)
+    walk = pd.Series(step).groupby(th).cumsum().to_numpy()
+    size = walk - np.minimum(pd.Series(walk).groupby(th).cummin().to_numpy(), 0)
+    before = size - step
+    valid = is_push[sel] | (before > 0)
+    sel, th, level = sel[valid], th[valid], np.where(is_push[sel], size, before)[valid]
+    key = np.lexsort((sel, level, th))  # by thread, stack level, time: push, pop, push, pop...
+    sk, tk, lk = sel[key], th[key], level[key]
+    nxt = np.r_[sk[1:], -1]
+    same = np.r_[(tk[1:] == tk[:-1]) & (lk[1:] == lk[:-1]), False]
+    push_k = is_push[sk]
+    closes = push_k & same  # (the next at the same level is then a pop)
+    p_open, p_close = sk[closes], nxt[closes]
+    left = sk[push_k & ~same]  # still open: closed at the process's last event
 
-    for _, g in events.groupby("pid", sort=False):
-        stacks: dict[int, list[Any]] = {}
-        started: dict[int, Any] = {}
-        last_of_thread: dict[int, Any] = {}
-        last = None
-        for ev in g.itertuples(index=False):
-            last_of_thread[ev.tid] = last = ev
-            if ev.event == "push":
-                stacks.setdefault(ev.tid, []).append(ev)
-            elif ev.event == "pop" and stacks.get(ev.tid):
-                close(stacks[ev.tid].pop(), ev, ev.t_ns, "push", True)
-            elif ev.event == "start":
-                started[ev.id] = ev
-            elif ev.event == "end" and ev.id in started:
-                close(started.pop(ev.id), ev, ev.t_ns, "start", True)
-        # Still open when the process ended (or crashed): close at its last event, counting the
-        # thread's launches up to that thread's last event.
-        for tid, stack in stacks.items():
-            for ev in stack:
-                close(ev, last_of_thread[tid], last.t_ns, "push", False)
-        for ev in started.values():
-            close(ev, last, last.t_ns, "start", False)
+    # start/end: per (process, id), an end closes the start just before it
+    is_start, is_end = kind == "start", kind == "end"
+    se = np.flatnonzero(is_start | is_end)
+    ident = events["id"].to_numpy(np.int64)[se]
+    se = se[np.lexsort((se, ident, pid[se]))]
+    ids = events["id"].to_numpy(np.int64)[se]
+    same_id = np.r_[(pid[se][1:] == pid[se][:-1]) & (ids[1:] == ids[:-1]), False]
+    st = is_start[se]
+    pair = st & same_id & np.r_[is_end[se][1:], False]
+    s_open, s_close = se[pair], np.r_[se[1:], -1][pair]
+    last_in_id = st & ~same_id
+    # an id's dict slot dates from the first start after its last end: the order of the ones left open
+    first_of_run = st & ~np.r_[False, st[:-1] & same_id[:-1]]
+    run_from = np.maximum.accumulate(np.where(first_of_run, np.arange(se.size), -1)) if se.size else se
+    s_left, s_left_since = se[last_in_id], se[run_from[last_in_id]] if se.size else se
+
+    opened = np.concatenate([p_open, s_open, left, s_left])
+    ended = np.concatenate([p_close, s_close, last_thread[thread[left]], last_of_pid[s_left]])
+    end_t = events["t_ns"].to_numpy(np.int64)
+    t_end = np.concatenate([end_t[p_close], end_t[s_close], end_t[last_of_pid[left]],
+                            end_t[last_of_pid[s_left]]])
+    closed = np.concatenate([np.ones(p_open.size + s_open.size, bool), np.zeros(left.size + s_left.size, bool)])
+    is_push_range = np.concatenate([np.ones(p_open.size, bool), np.zeros(s_open.size, bool),
+                                    np.ones(left.size, bool), np.zeros(s_left.size, bool)])
+    # row order: per process, closed ones by when they closed, then push/pop ones left open by their thread's
+    # first push and from the outermost, then start/end ones by their slot
+    first_push = pd.Series(pos[is_push]).groupby(thread[is_push]).min()
+    first_push = first_push.reindex(np.arange(thread.max() + 1 if n else 0)).to_numpy()
+    rank = np.concatenate([np.zeros(p_open.size + s_open.size), np.ones(left.size), np.full(s_left.size, 2)])
+    within = np.concatenate([p_close, s_close, first_push[thread[left]] if left.size else left, s_left_since])
+    then = np.concatenate([np.zeros(p_open.size + s_open.size), left, np.zeros(s_left.size)])
+    row = np.lexsort((then, within, rank, pid_rank[opened]))
+    opened, ended, t_end, closed, is_push_range = (a[row] for a in (opened, ended, t_end, closed, is_push_range))
+    if not opened.size:
+        return pd.DataFrame(columns=RANGE_COLUMNS)
+
+    def grew(column: str) -> np.ndarray:
+        v = events[column].to_numpy(np.int64)
+        return v[ended] - v[opened]
+
+    def timed(scope: str) -> np.ndarray:
+        v = events[scope].to_numpy(np.int64)
+        a, b = v[opened], v[ended]
+        return np.where((a >= 0) & (b >= 0), (b - a).astype(float), np.nan)
+
+    out = {"pid": pid[opened], "tid": tid[opened], "domain": events["domain"].to_numpy()[opened],
+           "name": events["message"].to_numpy()[opened], "kind": np.where(is_push_range, "push", "start").astype(object),
+           "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": events["depth"].to_numpy(np.int64)[opened]}
     # start/end ranges may cross threads, so their thread-local counts are undefined: use the process's.
-    df = pd.DataFrame(rows, columns=RANGE_COLUMNS)
-    start = df["kind"] == "start"
-    df.loc[start, "eager_launches"] = df.loc[start, "eager_launches_process"]
-    df.loc[start, "graph_launches"] = df.loc[start, "graph_launches_process"]
-    df.loc[start, "captured_launches"] = df.loc[start, "captured_launches_process"]
-    counts = {c: "int64" for c in ("eager_launches", "graph_launches", "captured_launches")}
-    return df.astype(counts) if len(df) else df
+    for c in ("eager", "graph"):
+        out[f"{c}_launches"] = np.where(is_push_range, grew(f"{c}_thread"), grew(f"{c}_process"))
+    for c in ("eager", "graph"):
+        out[f"{c}_launches_process"] = grew(f"{c}_process")
+    out["captured_launches"] = np.where(is_push_range, grew("captured_thread"), grew("captured_process"))
+    out["captured_launches_process"] = grew("captured_process")
+    out["launch_call_ns"] = np.where(is_push_range, timed("call_ns_thread"), timed("call_ns_process"))
+    out["sync_wait_ns"] = np.where(is_push_range, timed("wait_ns_thread"), timed("wait_ns_process"))
+    out["closed"] = closed
+    return pd.DataFrame(out, columns=RANGE_COLUMNS)
 
 
 def _ordinals_to_nvml(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> Any:
@@ -119,12 +160,32 @@ def _ordinals_to_nvml(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> Any:
     are left out)."""
     by_bus = {str(g.get("bus_id", "")).lower(): int(g["nvml_index"]) for g in gpus}
     names = events[events["event"] == "cudevice"]
-    ordinal_to_nvml = {(int(r.pid), int(r.id)): by_bus.get(_bus(r.message)) for r in names.itertuples()}
+    ordinal_to_nvml = {(int(p), int(o)): by_bus.get(_bus(m)) for p, o, m in zip(names["pid"], names["id"], names["message"])}
+    known: dict[tuple[int, int], list[int]] = {}
 
     def to_nvml(pid: int, mask: int) -> list[int]:
-        found = {ordinal_to_nvml.get((pid, o)) for o in range(64) if mask >> o & 1}
-        return sorted(i for i in found if i is not None)
+        if (pid, mask) not in known:
+            found = {ordinal_to_nvml.get((pid, o)) for o in range(64) if mask >> o & 1}
+            known[pid, mask] = sorted(i for i in found if i is not None)
+        return known[pid, mask]
     return to_nvml
+
+
+def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.ndarray, q_from: np.ndarray,
+                q_to: np.ndarray) -> np.ndarray:
+    """Per query: the OR of ``bits`` over the events of its group with ``q_from <= t <= q_to``. Events and the
+    queries' two ends are merged in one order (by group, time; a query's start before events at its time, its
+    end after them), where each query's events lie between its two ends."""
+    m, k = t.size, q_from.size
+    g = np.concatenate([group, q_group, q_group])
+    at = np.concatenate([t, q_from, q_to])
+    side = np.concatenate([np.ones(m, np.int8), np.zeros(k, np.int8), np.full(k, 2, np.int8)])
+    order = np.lexsort((side, at, g))
+    where = np.empty(m + 2 * k, np.int64)
+    where[order] = np.arange(m + 2 * k)
+    merged = np.concatenate([bits, np.zeros(2 * k + 1, np.uint64)])[np.r_[order, m + 2 * k]]
+    lo, hi = where[m:m + k], where[m + k:]
+    return np.bitwise_or.reduceat(merged, np.stack([lo, hi], 1).ravel())[::2] if k else np.zeros(0, np.uint64)
 
 
 def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.DataFrame:
@@ -137,24 +198,35 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
         out["gpus_rule"] = "all sampled"
         return out
     to_nvml = _ordinals_to_nvml(events, gpus)
-    ev = events.assign(bits=_device_bits(events))
-    threads = {k: (g["t_ns"].to_numpy(np.int64), g["bits"].to_numpy(np.uint64)) for k, g in ev.groupby(["pid", "tid"])}
-    procs_t = {int(pid): (g["t_ns"].to_numpy(np.int64), g["bits"].to_numpy(np.uint64)) for pid, g in ev.groupby("pid")}
-    process = {pid: int(np.bitwise_or.reduce(bits)) for pid, (_, bits) in procs_t.items()}
-    none = (np.zeros(0, np.int64), np.zeros(0, np.uint64))
+    bits = _device_bits(events)
+    e_pid, e_tid = events["pid"].to_numpy(np.int64), events["tid"].to_numpy(np.int64)
+    r_pid, r_tid = out["pid"].to_numpy(np.int64), out["tid"].to_numpy(np.int64)
+    push = (out["kind"] == "push").to_numpy()
+    # devmask counts launches since the thread's previous event, so (start, end] holds the range's own: a
+    # push/pop range reads its thread's events, a start/end one its process's
+    threads = nesting.codes(np.r_[e_pid, r_pid], np.r_[e_tid, r_tid])
+    procs = pd.factorize(np.r_[e_pid, r_pid])[0]
+    m, p = len(events), procs.max() + 1  # (each event is in its thread's group and its process's)
+    t = events["t_ns"].to_numpy(np.int64)
+    own = _or_between(np.r_[threads[:m] + p, procs[:m]], np.r_[t, t], np.r_[bits, bits],
+                      np.where(push, threads[m:] + p, procs[m:]), out["t_start_ns"].to_numpy(np.int64),
+                      out["t_end_ns"].to_numpy(np.int64))
+    process = pd.Series(bits).groupby(e_pid).agg(np.bitwise_or.reduce)
+    whole = process.reindex(r_pid, fill_value=0).to_numpy(np.uint64)
+    code = nesting.codes(r_pid, own, whole, push)
+    _, first = np.unique(code, return_index=True)
     result, rule = [], []
-    for r in out.itertuples():
-        t, bits = threads.get((r.pid, r.tid), none) if r.kind == "push" else procs_t.get(int(r.pid), none)
-        # devmask counts launches since the thread's previous event, so (start, end] holds the range's own
-        i, j = np.searchsorted(t, r.t_start_ns, "left"), np.searchsorted(t, r.t_end_ns, "right")
-        mine = to_nvml(int(r.pid), int(np.bitwise_or.reduce(bits[i:j])) if j > i else 0)
-        mine = [g for g in mine if g in sampled]
+    for pid, mask, proc_mask, is_push in zip(r_pid[first], own[first], whole[first], push[first]):  # (a few combinations: one per process and device set)
+        mine = [g for g in to_nvml(int(pid), int(mask)) if g in sampled]
         if mine:
-            result.append(mine), rule.append("thread" if r.kind == "push" else "process")
+            result.append(mine), rule.append("thread" if is_push else "process")
             continue
-        theirs = [g for g in to_nvml(int(r.pid), process.get(int(r.pid), 0)) if g in sampled]
+        theirs = [g for g in to_nvml(int(pid), int(proc_mask)) if g in sampled]
         result.append(theirs or sampled), rule.append("process" if theirs else "all sampled")
-    out["gpus"], out["gpus_rule"] = result, rule
+    lists = np.empty(len(result), object)
+    lists[:] = result
+    out["gpus"] = lists[code]
+    out["gpus_rule"] = np.array(rule, object)[code] if rule else np.zeros(0, object)
     return out
 
 
@@ -196,10 +268,14 @@ def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None 
     count towards the median. ``counters``: each GPU's record (:attr:`pcietrace.session.Session.counters`:
     its counter width and link, :func:`could_hide_wrap`)."""
     out = {}
+    if idle_ns > 0 and ranges is not None:  # (sorted once for every GPU)
+        starts = np.sort(ranges["t_start_ns"].to_numpy(np.int64))
+        ends = np.sort(ranges["t_end_ns"].to_numpy(np.int64))
     for idx, g in cum.groupby("nvml_index"):
         t = g["t_ns"].to_numpy(np.int64)
         gap = np.diff(t)
-        idle = (open_ranges_at(ranges, t[:-1]) == 0) if idle_ns > 0 and ranges is not None else np.zeros(gap.size, bool)
+        idle = (np.searchsorted(starts, t[:-1], "right") == np.searchsorted(ends, t[:-1], "right")) \
+            if idle_ns > 0 and ranges is not None else np.zeros(gap.size, bool)  # (no range open: open_ranges_at)
         fast = gap[~idle] if (~idle).any() else gap
         median = float(np.median(fast)) if fast.size else 0.0
         limit = max(4 * COUNTER_UPDATE_NS, 2 * median) if gap.size else 0
@@ -237,16 +313,18 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     status = np.zeros(n, np.int64)  # index into STATUSES; the worst over the range's GPUs wins
     gaps = gaps if gaps is not None else sampling_gaps(cum, counters)
     models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
+    holds = _gpu_sets(out["gpus"])
     for idx, g in cum.groupby("nvml_index"):
-        mine = np.array([int(idx) in r for r in out["gpus"]], bool)
-        if not mine.any():
+        k = np.flatnonzero(holds(int(idx)))  # the ranges holding this GPU: its figures are theirs only
+        if not k.size:
             continue
+        ak, bk = a[k], b[k]
         t = g["t_ns"].to_numpy(np.int64)
         gp = gaps[int(idx)]
-        covered = (a >= t[0]) & (b <= t[-1])
-        wrap = gaps_overlapping(t, gp["wrap"], a, b) > 0
+        covered = (ak >= t[0]) & (bk <= t[-1])
+        wrap = gaps_overlapping(t, gp["wrap"], ak, bk) > 0
         no_floor = int(idx) not in models.index or models.loc[int(idx), "status"] == "no floor"
-        first, after = np.searchsorted(t, a, "right"), np.searchsorted(t, b, "right")  # samples inside: first..after-1
+        first, after = np.searchsorted(t, ak, "right"), np.searchsorted(t, bk, "right")  # samples inside: first..after-1
         reads = after - first
         # their reads' summed time (us): a range whose reads sat apart in read time states it in its floor error
         read_us = None
@@ -254,25 +332,26 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             spent_us = np.concatenate([[0.0], np.cumsum(g["read_ns"].to_numpy(float) / 1e3)])
             read_us = spent_us[after] - spent_us[first]
         st = np.where(~covered, 2, np.where(wrap, 3, 1 if no_floor else 0))
-        status = np.where(mine, np.maximum(status, st), status)
-        acc["stalls"] += np.where(mine, gaps_overlapping(t, gp["stall"], a, b), 0)
+        status[k] = np.maximum(status[k], st)
+        acc["stalls"][k] += gaps_overlapping(t, gp["stall"], ak, bk)
         model = None if no_floor else models.loc[int(idx)]
+        early, late = read_windows(g)
         for d, c in DIRECTIONS.items():
-            curve = value_curve(g, c)
+            y = g[f"{c}_bytes"].to_numpy(float)
             # the floor's bytes per read and per ns, which the edges spread evenly (none without a floor)
             per_read, per_ns = (0.0, 0.0) if no_floor else \
                 np.nan_to_num(floor_bytes(model, d, np.array([1, 0]), np.array([0, 1])))
-            (ya, ea), (yb, eb) = (edge_values(*curve[:2], x, side, *curve[2:], float(per_read), float(per_ns),
-                                                  link_bps((counters or {}).get(int(idx), {})))
-                                  for x, side in ((a, "start"), (b, "end")))
-            (ya, ea), (yb, eb) = growing_edges(a, b, ya, yb, ea, eb, mine)
-            acc[f"{d}_raw"] += np.where(mine, yb - ya, 0)
-            acc[f"{d}_edge"] += np.where(mine, ea + eb, 0)
+            (ya, ea), (yb, eb) = (edge_values(t, y, x, side, early, late, float(per_read), float(per_ns),
+                                              link_bps((counters or {}).get(int(idx), {})))
+                                  for x, side in ((ak, "start"), (bk, "end")))
+            (ya, ea), (yb, eb) = growing_edges(ak, bk, ya, yb, ea, eb, np.ones(k.size, bool))
+            acc[f"{d}_raw"][k] += yb - ya
+            acc[f"{d}_edge"][k] += ea + eb
             if not no_floor:
-                acc[f"{d}_floor"] += np.where(mine, floor_bytes(model, d, reads, b - a), 0)
-                acc[f"{d}_floor_var"] += np.where(mine, floor_err_bytes(model, d, reads, b - a, read_us) ** 2, 0)
+                acc[f"{d}_floor"][k] += floor_bytes(model, d, reads, bk - ak)
+                acc[f"{d}_floor_var"][k] += floor_err_bytes(model, d, reads, bk - ak, read_us) ** 2
     sampled = set(cum["nvml_index"].astype(int))
-    status = np.where([not set(r) <= sampled for r in out["gpus"]], 2, status)  # a GPU with no samples at all
+    status = np.where(holds(None, sampled), 2, status)  # a GPU with no samples at all
     out["status"] = [STATUSES[i] for i in status]
     out["stalls"] = acc["stalls"].astype(np.int64)
     for d in DIRECTIONS:
@@ -289,6 +368,19 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     return out[list(dict.fromkeys([*ranges.columns, *ATTRIBUTED_COLUMNS]))]  # (ranges attributed again keep their order)
 
 
+def _gpu_sets(gpus: pd.Series) -> Any:
+    """``holds(idx)``: per range, whether its ``gpus`` list holds GPU ``idx``; ``holds(None, known)``: whether it
+    holds one not in ``known``. Ranges share their lists (:func:`range_gpus`), so each distinct list is read once."""
+    lists = gpus.to_numpy(object)
+    _, first, code = np.unique(np.fromiter(map(id, lists), np.int64, len(lists)), return_index=True, return_inverse=True)
+    sets = [set(lists[i]) for i in first]
+
+    def holds(idx: int | None, known: set[int] | None = None) -> np.ndarray:
+        one = np.array([not s <= known if idx is None else idx in s for s in sets], bool)
+        return one[code] if len(sets) else np.zeros(len(lists), bool)
+    return holds
+
+
 def value_curve(cum: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One GPU's counter ``column`` ("tx"/"rx"): (sample times, ns: the reads' midpoints; cumulative bytes;
     the earliest and latest each value can apply, ns: the read's start less one counter update, and its
@@ -296,9 +388,16 @@ def value_curve(cum: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray,
     (``docs/lab/bench/read_latch_probe.py``), hence the whole read. ``cum`` comes in time order with its values
     ascending (:func:`pcietrace.analysis.counters.cumulative_bytes` leaves out reads that step back); the
     windows of reads of different lengths are put in order too, the k-th earliest with the k-th value."""
+    return (cum["t_ns"].to_numpy(np.int64), cum[f"{column}_bytes"].to_numpy(float), *read_windows(cum))
+
+
+def read_windows(cum: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`value_curve`'s earliest and latest times (ns) each value can apply, each ascending (the same for
+    both directions). Reads overlap little, so these are nearly in order: a stable sort (a merge of runs)
+    puts them in order in about one pass."""
     t = cum["t_ns"].to_numpy(np.int64)
     half = read_ns_of(cum) // 2
-    return t, cum[f"{column}_bytes"].to_numpy(float), np.sort(t - half - COUNTER_UPDATE_NS), np.sort(t + half)
+    return np.sort(t - half - COUNTER_UPDATE_NS, kind="stable"), np.sort(t + half, kind="stable")
 
 
 def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early: np.ndarray | None = None,

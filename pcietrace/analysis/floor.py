@@ -23,6 +23,7 @@ import pandas as pd
 
 from pcietrace.analysis.counters import jumps, read_ns_of
 from pcietrace.analysis.launch import DIRECTIONS
+from pcietrace.analysis.spread import t975
 
 #: Columns of :func:`floor_model`. ``status``: "per read" (per-read and background terms fitted), "rate only"
 #: (windows of one read density: one rate, reads not separated), or "no floor" (no idle window covered by
@@ -306,13 +307,11 @@ def floor_err_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, dur
     shape = np.shape(reads)
     if model_row["status"] == "no floor" or not model_row.get("dof"):
         return np.full(shape, np.nan)
-    from scipy import stats  # here, not at import: scipy.stats alone takes ~1 s to import
-
     n = np.asarray(reads, float)
     r = float(model_row.get("read_us_program", np.nan))
     g = np.stack(np.broadcast_arrays(n, n * (r if np.isfinite(r) else 0.0), np.asarray(duration_ns, float) / 1e9),
                  axis=-1)
-    fit = stats.t.ppf(0.975, model_row["dof"]) * np.sqrt(np.maximum(
+    fit = t975(model_row["dof"]) * np.sqrt(np.maximum(
         np.einsum("...i,ij,...j->...", g, _cov(model_row, direction), g), 0.0))
     state = float(model_row.get(f"{direction}_state_bytes_per_read", 0.0) or 0.0) * n
     # reads of a range in a state of their own (slower or faster): their cost moved, either way (both seen)

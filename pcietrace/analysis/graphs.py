@@ -14,12 +14,11 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.analysis.launch import DIRECTIONS
+from pcietrace.analysis.spread import t975
 from pcietrace.schema import COUNT_COLUMNS as COUNTS  # what each iteration counts (a plain tuple)
 
 def _t975(dof: int) -> float:
-    from scipy import stats  # here, not at import (as in fit.py): scipy.stats alone takes ~0.5-1 s to import
-
-    return float(stats.t.ppf(0.975, dof))
+    return float(t975(dof))
 
 
 #: Columns of :func:`summary`, in order.

@@ -25,7 +25,7 @@ _SEP = "\x1f"  # between domain and name in a group's key (a character no range 
 SORT_KEYS = {"incl_ms": ("incl_ms", True), "excl_ms": ("excl_ms", True), "h2d": ("h2d_bytes", True),
              "d2h": ("d2h_bytes", True), "launches": ("launches", True), "calls": ("calls", True),
              "name": ("name", False)}
-DEFAULT_SORT, DEFAULT_TOP = "incl_ms", 20
+DEFAULT_SORT, DEFAULT_TOP = "incl_ms", 15  # (a screen: <= 120 lines at 80 columns with both range tables)
 
 
 def group_names(names: pd.Series, how: str = DEFAULT_GROUP_BY) -> pd.Series:

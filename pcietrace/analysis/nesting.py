@@ -7,19 +7,41 @@ import numpy as np
 import pandas as pd
 
 
+def codes(*columns: np.ndarray) -> np.ndarray:
+    """Per row, a number for its combination of ``columns`` values, in order of first appearance."""
+    if not len(columns[0]):
+        return np.zeros(0, np.int64)
+    return pd.DataFrame({i: c for i, c in enumerate(columns)}).groupby(list(range(len(columns))), sort=False).ngroup().to_numpy()
+
+
 def parents(instances: pd.DataFrame) -> pd.Series:
     """Per instance (``pid``, ``tid``, ``kind``, ``depth``, ``t_start_ns``, ``t_end_ns``): the index label of
-    its parent, or NaN. One pass per thread in start order (a parent opens before its children)."""
+    its parent, or NaN. Per thread in start order (a parent opens before its children): the range opened last
+    one level up before it, where it holds it."""
     out = pd.Series(np.nan, index=instances.index, dtype=object)
-    push = instances[instances["kind"] == "push"]
-    for _, g in push.groupby(["pid", "tid"], sort=False):
-        g = g.sort_values(["t_start_ns", "depth"], kind="stable")
-        latest: dict[int, tuple[object, int, int]] = {}  # depth -> (label, start, end) of the last range opened there
-        for label, depth, a, b in zip(g.index, g["depth"], g["t_start_ns"], g["t_end_ns"]):
-            up = latest.get(int(depth) - 1)
-            if up is not None and up[1] <= a and b <= up[2]:
-                out[label] = up[0]
-            latest[int(depth)] = (label, a, b)
+    at = np.flatnonzero((instances["kind"] == "push").to_numpy())
+    if not at.size:
+        return out
+    thread = codes(instances["pid"].to_numpy()[at], instances["tid"].to_numpy()[at])
+    a = instances["t_start_ns"].to_numpy(np.int64)[at]
+    b = instances["t_end_ns"].to_numpy(np.int64)[at]
+    depth = instances["depth"].to_numpy(np.int64)[at]
+    order = np.lexsort((np.arange(at.size), depth, a, thread))  # each thread's ranges in the order opened
+    rank = np.empty(at.size, np.int64)
+    rank[order] = np.arange(at.size)
+    # the latest range at (thread, depth - 1) opened before each one: one sorted key, searched
+    levels = depth - depth.min() + 1
+    width = int(levels.max()) + 1
+    key = (thread * width + levels) * at.size + rank
+    sorted_key = np.sort(key)
+    want = (thread * width + levels - 1) * at.size + rank
+    i = np.searchsorted(sorted_key, want, "left") - 1
+    found = sorted_key[np.maximum(i, 0)]
+    hit = (i >= 0) & (found // at.size == want // at.size)
+    up = order[found[hit] % at.size]
+    me = np.flatnonzero(hit)
+    holds = (a[up] <= a[me]) & (b[me] <= b[up])
+    out.iloc[at[me[holds]]] = instances.index.to_numpy()[at[up[holds]]]
     return out
 
 

@@ -110,23 +110,50 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
         out["own_short_ns"] = out["gpu_short_ns"] - nesting.children_sum(out, parent, "gpu_short_ns")
     waited = (out["sync_wait_ns"].astype(float) - nesting.children_sum(out, parent, "sync_wait_ns")).to_numpy() \
         if "sync_wait_ns" in out else np.full(len(out), np.nan)  # NaN where not timed (and in recordings made before)
-    n = out["own_eager_launches"].to_numpy()
-    own = np.zeros(len(out))
-    for k, i in enumerate(out.index):
-        if np.isnan(n[k]) or n[k] <= 0:  # unknown stays unknown
-            own[k] = np.nan if np.isnan(n[k]) else 0.0
-            continue
-        if busy and not pd.isna(out.at[i, "own_busy_ns"]):
-            own[k] = graphed_saving_ms(out.at[i, "own_ns"] / 1e6, out.at[i, "own_busy_ns"] / 1e6, out.at[i, "own_short_ns"] / 1e6)
-        else:
-            per_us, out.at[i, "launch_bound"] = per_launch_saving_us(out.at[i, "own_ns"] / 1e3 / n[k], costs,
-                                                                     waited[k] / 1e3 / n[k])
-            own[k] = n[k] * per_us / 1e3
+    n = out["own_eager_launches"].to_numpy(float)
+    launched = n > 0  # (NaN: unknown stays unknown; none: nothing to save)
+    own_ns = out["own_ns"].to_numpy(float)
+    graphed = launched & (out["own_busy_ns"].notna().to_numpy() if busy else False)
+    timed = launched & ~graphed
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_us, bound = per_launch_saving_us_array(own_ns / 1e3 / n, costs, waited / 1e3 / n)
+    own = np.where(np.isnan(n), np.nan, 0.0)
+    own = np.where(timed, n * per_us / 1e3, own)
+    if busy:
+        own = np.where(graphed, _at_least_0(own_ns / 1e6 - out["own_busy_ns"].to_numpy(float) / 1e6
+                                            - out["own_short_ns"].to_numpy(float) / 1e6), own)
+    if timed.any():
+        lb = out["launch_bound"].to_numpy(object, copy=True)  # (False, or NaN where unknown)
+        lb[timed] = [bool(x) for x in bound[timed]]
+        out["launch_bound"] = lb if unknown.any() else lb.astype(bool)
     out["predicted_ms"] = own
     for depth in sorted(out["depth"].unique(), reverse=True):  # children first: a parent adds its children's
         at = out["depth"] == depth
         out.loc[at, "predicted_ms"] += nesting.children_sum(out, parent, "predicted_ms")[at]
     return out
+
+
+def _at_least_0(x: np.ndarray) -> np.ndarray:
+    """``max(0.0, x)`` element by element as Python computes it (NaN -> 0)."""
+    return np.where(x > 0, x, 0.0)
+
+
+def per_launch_saving_us_array(us_per_launch: np.ndarray, costs: dict[str, Any],
+                               waited_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`per_launch_saving_us` of many ranges at once (the same rule, element by element)."""
+    host = max(costs["host_us_per_eager_launch"], costs["wall_us_per_kernel_eager"])
+    graph = costs["wall_us_per_kernel_graph"]
+    untimed = np.isnan(waited_us)
+    plain = untimed & (us_per_launch <= LAUNCH_BOUND_FACTOR * host)
+    timed = ~untimed & (waited_us <= us_per_launch / 2) & (us_per_launch - waited_us <= TIMED_LAUNCH_BOUND_FACTOR * host)
+    if "gpu_us_per_kernel_eager" in costs and "gpu_us_per_kernel_graph" in costs:
+        rest = np.full(us_per_launch.shape, max(0.0, costs["gpu_us_per_kernel_eager"] - costs["gpu_us_per_kernel_graph"]))
+    else:
+        wall = costs["wall_us_per_kernel_eager"]
+        rest = _at_least_0(np.where(wall < us_per_launch, wall, us_per_launch) - graph)
+    saved = np.where(plain, _at_least_0(us_per_launch - graph),
+                     np.where(timed, _at_least_0(us_per_launch - waited_us - graph), rest))
+    return saved, plain | timed
 
 
 def outermost_ms(predicted: pd.DataFrame) -> float:

@@ -419,6 +419,7 @@ class _AttachEnd:
         self.rec, self.stack, self.write_trace = rec, stack, write_trace
         self.windows: list[dict[str, Any]] = []
         self.trace_failed = False
+        self.trace_info: Any = None  # what write_trace says of the file it wrote
 
     def collect(self, saving: Saving) -> None:
         """Held from here: a signal while the samplers stop and the traces are read lost them all."""
@@ -436,25 +437,38 @@ class _AttachEnd:
         from pcietrace.record.guard import say
 
         out_dir = saving.out_dir
-        if out_dir is not None and saving.session.meta["kind"] == "attach":
+        if out_dir is not None and saving.session.meta["kind"] == "attach" and saving.results is not None:
             try:
-                self.write_trace(saving.session, saving.results, out_dir / "trace.json")
-            except OSError as exc:  # (disk full) the run itself is saved: say so, keep it whole
+                self.trace_info = self.write_trace(saving.session, saving.results, out_dir / "trace.json")
+            except Exception as exc:  # (disk full, out of memory) the run itself is saved: say so, keep it whole
                 (out_dir / "trace.json").unlink(missing_ok=True)
-                say(f"pcietrace: error: could not write the Perfetto trace into {out_dir} ({one_line(exc)}); the "
-                    f"run is saved there and `pcietrace report {out_dir} --perfetto FILE` writes it later")
+                say(f"pcietrace: error: could not write the Perfetto trace into {out_dir} "
+                    f"({one_line(exc) or type(exc).__name__}); the run is saved there and "
+                    f"`pcietrace report {out_dir} --perfetto FILE` writes it later")
                 self.trace_failed = True
+        elif out_dir is not None and saving.session.meta["kind"] == "attach":
+            self.trace_failed = True  # (the analysis failed: no figures to draw)
         self.stack.close()  # the edge page and trace folder go while signals still wait
 
     def saved_line(self, saving: Saving) -> str:
         written = saving.session.meta["kind"] == "attach" and not self.trace_failed
-        return f"saved to {saving.out_dir}" + (f" (Perfetto trace: {saving.out_dir / 'trace.json'})" if written else "")
+        return f"saved to {saving.out_dir}" + (f" (Perfetto trace: {saving.out_dir / 'trace.json'}{trace_size(self.trace_info)})"
+                                               if written else "")
 
     def what(self, saving: Saving) -> str:
         """What an attach run interrupted by a signal saved."""
         meta = saving.session.meta
         return (f"the run (the program had ended, exit code {exit_code(meta)})" if meta["kind"] == "attach"
                 else "what was recorded before the program ran")
+
+
+def trace_size(info: Any) -> str:
+    """", 12 MB, 1,000,000 of 4,200,000 ranges" from :func:`pcietrace.report.perfetto.write_trace`'s answer."""
+    if not isinstance(info, dict):
+        return ""
+    left = (f", {info['ranges_shown']:,} of {info['ranges_recorded']:,} ranges (outermost first)"
+            if info["ranges_shown"] < info["ranges_recorded"] else "")
+    return f", {info['bytes'] / 1e6:,.1f} MB{left}"
 
 
 def exit_code(meta: dict[str, Any]) -> int:

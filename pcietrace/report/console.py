@@ -332,13 +332,12 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
         domains = all_ranges["domain"].astype(str).unique()
         one_domain = len(domains) == 1
 
-        def name(r: Any) -> str:  # each mark on a line of its own, so that neither breaks the name nor the other
-            held = int(getattr(r, "names", 1) or 1)
-            marks = ([f"({held:,} names)"] if held > 1 else []) \
-                + ([f"({r.short_calls} short)"] if r.short_calls else []) \
-                + ([f"({r.stalls} stall{'s' * (r.stalls != 1)})"] if getattr(r, "stalls", 0) else [])
+        def name(r: Any, marked: bool = True) -> str:  # the marks on a line of their own, so they never break the name
+            marks = ([f"{r.short_calls} short"] if r.short_calls else []) \
+                + ([f"{r.stalls} stall{'s' * (r.stalls != 1)}"] if getattr(r, "stalls", 0) else [])
             pad = " " * INDENT * min(int(getattr(r, "indent", 0) or 0), MAX_INDENT)
-            return pad + esc(r.name) + _domain_mark(r.domain, one_domain) + "".join(f"\n{pad}[yellow]{m}[/]" for m in marks)
+            return pad + esc(r.name) + _domain_mark(r.domain, one_domain) + (
+                f"\n[yellow]({', '.join(marks)})[/]" if marks and marked else "")
 
         def mb(r: Any, d: str, edge: bool) -> str:
             if getattr(r, "status", "ok") != "ok":  # no floor / no data / wrap risk: never a silent number
@@ -346,15 +345,15 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
             v = getattr(r, f"{d}_bytes") / 1e6
             return _pm(v, _stated_err(r, d) / 1e6, ",.3f") if edge else _num(v, ",.3f")
 
-        t = _table("PCIe bytes per NVTX range" + (esc(f" (domain {domains[0]})") if one_domain else ""),
-                   [("range", "left"), ("GPUs", "left"), ("calls", "right"), ("incl\nms", "right"), ("excl\nms", "right"),
-                    ("H2D MB\n± error", "right"), ("D2H\nMB", "right")],
-                   caption="every figure a total over the range's calls (divide by calls for one call); "
-                           "bytes inclusive of nested ranges, floor removed, summed over the range's own GPUs (those "
-                           "its thread used, else its process's); MB = 10^6 B; ± error: how far the counters at the "
-                           "range's edges can be off, plus the floor's 95 % interval")
+        one_gpu = len(meta.get("gpus", [])) == 1  # (its label in the title: a column of one value costs the names room)
+        where = [f"domain {domains[0]}"] * one_domain + [f"GPU{meta['gpus'][0].get('nvml_index', 0)}"] * one_gpu
+        t = _table("PCIe bytes per NVTX range" + (esc(f" ({', '.join(where)})") if where else ""),
+                   [("range", "left")] + [("GPUs", "left")] * (not one_gpu) + [("calls", "right"), ("incl\nms", "right"),
+                    ("excl\nms", "right"), ("H2D MB\n± error", "right"), ("D2H\nMB", "right")],
+                   caption="totals over calls; bytes with nested ranges', floor removed, on the GPUs the range's "
+                           "thread used; MB = 10^6 B; ± error: the edges' worst case + the floor's 95 % interval")
         for r in rg.itertuples():
-            t.add_row(name(r), _gpu_list(getattr(r, "gpus", "")), str(r.calls), _num(r.incl_ms, ",.2f"),
+            t.add_row(name(r), *[_gpu_list(getattr(r, "gpus", ""))] * (not one_gpu), str(r.calls), _num(r.incl_ms, ",.2f"),
                       _num(r.excl_ms, ",.2f"), mb(r, "h2d", True), mb(r, "d2h", False))
         parts.append(t)
         busy = "gpu_busy_ms" in rg and rg["gpu_busy_ms"].notna().any()
@@ -363,17 +362,15 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
                    + ([("captured", "right")] if capt else []) + [
                    ("H2D\nB/launch", "right"), ("launch\nms", "right")] + ([("GPU busy\nms", "right")] if busy else [])
                    + [("graphs\nsave ≤ ms", "right")],
-                   caption="totals over the range's calls; eager/graph = launches made by the range's own thread"
-                           + ("; captured = launches it made into a stream being captured into a graph (graph "
-                              "nodes, nothing ran: in neither count nor the saving)" if capt else "")
-                           + "; launch ms = launches x host cost "
-                           f"per launch ({esc(costs['source']) if costs else 'not measured'}); graphs save: "
-                           + ("the range's time less what its kernels take on the GPU in a graph (GPU busy: CUPTI "
-                              "kernel records)" if busy else "per eager launch, the range's own time per launch less "
-                              "a graph kernel's where it is launch-bound, else the GPU's per-kernel overhead")
+                   caption="totals over calls, by the range's own thread"
+                           + ("; captured: into a stream being captured (graph nodes: nothing ran)" if capt else "")
+                           + "; launch ms = launches x host cost per launch "
+                           f"({esc(costs['source']) if costs else 'not measured'}); graphs save: "
+                           + ("its time less its kernels' GPU time in a graph" if busy else
+                              "per eager launch, its time per launch less a graph kernel's")
                            + " (pcietrace/analysis/savings.py)")
-        for r in rg.itertuples():
-            t.add_row(name(r), _num(r.eager_launches, ",.0f"), _num(r.graph_launches, ",.0f"),
+        for r in rg.itertuples():  # (the marks once, in the bytes table above)
+            t.add_row(name(r, marked=False), _num(r.eager_launches, ",.0f"), _num(r.graph_launches, ",.0f"),
                       *([_num(r.captured_launches, ",.0f")] if capt else []),
                       _num(r.h2d_bytes_per_launch, ",.0f"), _num(r.launch_overhead_ms, ",.2f"),
                       *([_num(r.gpu_busy_ms, ",.2f")] if busy else []), _num(r.graph_savings_ms, ",.2f"))
@@ -381,19 +378,18 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
         left = shown["ranges"] - shown["shown"]
         if left or shown["names"] > shown["ranges"]:
             parts.append(Text(
-                f"{shown['shown']:,} of {shown['ranges']:,} ranges shown"
-                + (f" ({shown['names']:,} distinct names, grouped by {view.group_by})" if shown["names"] > shown["ranges"] else "")
-                + (f"; {shown['matched']:,} match {view.pattern!r}" if view.pattern else "")
-                + (f"; the first {view.top} by {view.sort}" if view.top is not None and shown["matched"] > view.top else "")
-                + ("; --top N or --all for more, --sort, --filter REGEX to choose, --group-by name for every name; "
-                   "--format json/csv hold every range and call" if left else "; --group-by name for every name"),
+                f"{shown['shown']:,} of {shown['ranges']:,} ranges"
+                + (f" ({shown['names']:,} names grouped by {view.group_by})" if shown["names"] > shown["ranges"] else "")
+                + (f", {shown['matched']:,} matching {view.pattern!r}" if view.pattern else "")
+                + (f", the first by {view.sort}" if view.top is not None and shown["matched"] > view.top else "")
+                + (": --top N, --all, --sort, --filter REGEX, --group-by; --format json/csv hold every range and call"
+                   if left else ": --group-by name for every name"),
                 style="dim"))
-        if rg["short_calls"].sum():
-            parts.append(Text(f"note: ranges marked short lasted less than two counter samples ({interval} ms sampling, "
-                              "counters update every ~0.2 ms): their bytes are interpolated", style="yellow"))
-        if "stalls" in rg and rg["stalls"].sum():
-            parts.append(Text("note: ranges marked stalls overlap gaps between counter samples longer than 4 counter "
-                              "updates: their edge errors are larger (see ± error)", style="yellow"))
+        marked = [f"short: under two counter samples ({interval} ms sampling), bytes interpolated"] * bool(
+            rg["short_calls"].sum()) + ["stalls: over sampling gaps > 4 counter updates, wider edge errors (in ± error)"] * \
+            bool("stalls" in rg and rg["stalls"].sum())
+        if marked:
+            parts.append(Text("note: calls marked " + "; ".join(marked), style="yellow"))
     wr = results.get("whole_run", pd.DataFrame())
     if len(wr):
         t = _table("Whole run", [("GPU", "left"), ("ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
@@ -415,7 +411,12 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
     for note in notes["note"] if "note" in notes else []:  # an attach run with no samples has an empty, column-less table
         parts.append(Text("note: " + note, style="yellow"))
     procs = meta.get("processes", [])
-    if procs:
+    plain = len(procs) == 1 and procs[0]["nvtx"] and not procs[0].get("trace_full")
+    if plain:  # one process that used NVTX: a line, not a table
+        p = procs[0]
+        parts.append(Text(f"process followed: pid {p['pid']}, {p['ranges']:,} ranges, {p['cupti']}",
+                          style="dim"))
+    elif procs:
         t = _table("Processes followed", [("pid", "right"), ("NVTX", "left"), ("launch counting", "left"), ("ranges", "right")],
                    caption="processes that cleared their environment, or never called NVTX or CUDA, do not appear")
         for p in procs:
@@ -527,8 +528,10 @@ def parts(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[
     for key, df in results.items():  # tables added later (other commands) still show
         if key not in HANDLED and key not in dict(RENDERERS) and len(df):
             parts.append(generic_table(key, df))
-    if meta.get("topology"):
+    if meta.get("topology") and (detail or not str(meta.get("kind", "")).startswith("attach")):
         parts.extend(topology_tables(meta["topology"]))
+    elif meta.get("topology"):
+        parts.append(Text("PCIe placement and the GPU <-> GPU matrix: --detail (or `pcietrace topo`)", style="dim"))
     if len(results.get("latency", ())):
         parts.append(latency_table(results["latency"]))
     if len(results.get("topology_model", ())):
@@ -541,16 +544,11 @@ def attach_floor_table(fl: pd.DataFrame) -> Table:
     t = _table("Background floor per GPU", [("GPU", "left"), ("model", "left"), ("reads/s\nin ranges", "right"),
                                             ("H2D B/read", "right"), ("D2H B/read", "right"),
                                             ("± B/read", "right"), ("other MB/s", "right")],
-               caption="from idle windows before and after the program; floor of an interval = bytes per counter "
-                       "read x the sampler's reads in it + the other background (H2D / D2H) x its duration; NVML "
-                       "reads are PCIe traffic themselves. B/read: a read's cost in the program's state, the mean "
-                       "of its ranges' quiet intervals, never above the windows' cost (taken at the time reads "
-                       "took inside the ranges where the windows' reads took clearly different times: a cold "
-                       "GPU's reads are slower and cost more); ± B/read: not the fit's error but how far a read's "
-                       "cost strayed in those quiet intervals for as long as a state lasts (H2D / D2H, 95 %), "
-                       "times each range's reads in its error; reads/s in ranges: how often the sampler read the "
-                       "GPU while its ranges were open (at most once per sampling interval, however dense the "
-                       "ranges), each read costing B/read; MB = 10^6 B")
+               caption="NVML reads are PCIe traffic: an interval's floor = B/read x the sampler's reads in it "
+                       "(reads/s in ranges: at most one per sampling interval, however dense the ranges) + the "
+                       "other background x its duration, fitted on idle windows before and after the program; "
+                       "± B/read: how far a read's cost strayed in the program's state (95 %), in each range's "
+                       "± error; MB = 10^6 B")
     for r in fl.to_dict("records"):
         if r["status"] == "no floor":
             t.add_row(f"GPU{r['nvml_index']}", "[red]no floor[/]", *["–"] * 5)

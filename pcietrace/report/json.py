@@ -4,13 +4,13 @@ integers: :func:`pcietrace.schema.records`), the timelines are left out by
 
 from __future__ import annotations
 
-import json
+import io
 import math
-from typing import Any
+from typing import Any, TextIO
 
 import pandas as pd
 
-from pcietrace.schema import records
+from pcietrace.schema import records, write_json
 
 
 def _finite(o: Any) -> Any:
@@ -26,9 +26,18 @@ def _finite(o: Any) -> Any:
 
 def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[str, Any]) -> str:
     """The whole result as one strict JSON document (``summary`` first among the figures)."""
+    out = io.StringIO()
+    write(meta, results, summary, out)
+    return out.getvalue()
+
+
+def write(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[str, Any], out: TextIO) -> None:
+    """:func:`render` written to ``out`` as it is made: a table's rows a chunk at a time
+    (:func:`pcietrace.schema.write_json`), so millions of range instances never make one string."""
     from pcietrace.session import SCHEMA
 
     doc = {"schema": SCHEMA, "meta": _finite(meta),
            "summary": {k: records(v) if isinstance(v, pd.DataFrame) else v for k, v in summary.items()},
-           "results": {k: records(v) for k, v in results.items()}}
-    return json.dumps(doc, indent=1, default=str, allow_nan=False) + "\n"
+           "results": dict(results)}
+    write_json(doc, out)
+    out.write("\n")

@@ -31,7 +31,12 @@ def emit(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[s
 
         module = {"json": "json", "csv": "csv", "md": "markdown", "prometheus": "prometheus"}[fmt]
         tables = {k: v for k, v in results.items() if k not in TIMELINES}  # as in the saved report: no timelines
-        out.write(import_module(f"pcietrace.report.{module}").render(meta, tables, summary))
+        if fmt == "json":  # (written as made: a long run's range instances never make one string)
+            from pcietrace.report import json as json_report
+
+            json_report.write(meta, tables, summary, out)
+        else:
+            out.write(import_module(f"pcietrace.report.{module}").render(meta, tables, summary))
     if plot_dir is None:
         return []
     from pcietrace.report import plots

@@ -1,13 +1,25 @@
 """Chrome trace JSON (opens in Perfetto / chrome://tracing): a PCIe counter track per GPU, a launches-per-ms
-track per process, and NVTX ranges under their process and thread."""
+track per process, and NVTX ranges under their process and thread.
+
+Bounded whatever the run's length: each counter track has at most :data:`MAX_POINTS` points (longer bins over
+a longer run), at most :data:`MAX_RANGES` ranges are drawn (outermost first, then the longest of the level
+that overflows; ``otherData`` says how many of how many), and the file is written a chunk of events at a time."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+import numpy as np
 import pandas as pd
+
+#: Points per counter track (a GPU's PCIe rates, a process's launch rate) at most.
+MAX_POINTS = 20_000
+#: Ranges drawn at most (~300 B each in the file).
+MAX_RANGES = 1_000_000
+#: Events turned into JSON at a time.
+CHUNK = 50_000
 
 
 def _count(x: float) -> int | None:
@@ -15,21 +27,38 @@ def _count(x: float) -> int | None:
     return None if pd.isna(x) else int(x)
 
 
-def chrome_trace(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame,
-                 launches: pd.DataFrame | None = None) -> dict[str, Any]:
-    """``rates``: :func:`pcietrace.analysis.counters.rates`; ``ranges``: attributed ranges
-    (:func:`pcietrace.analysis.attribution.attribute`); ``launches``:
-    :func:`pcietrace.analysis.attribution.launch_rate`. Timestamps are microseconds from the first sample."""
-    launches = launches if launches is not None else pd.DataFrame(columns=["pid", "t_ns", "eager_per_ms", "graph_per_ms"])
+def coarser(rates: pd.DataFrame, max_points: int = MAX_POINTS) -> pd.DataFrame:
+    """``rates`` (:func:`pcietrace.analysis.counters.rates`, equal bins per GPU) with at most ``max_points`` bins
+    per GPU: each run of k consecutive bins becomes one, its rates their mean (NaN bins left out of it)."""
+    if not len(rates):
+        return rates
+    per_gpu = rates.groupby("nvml_index")["t_ns"].transform("size").to_numpy()
+    k = -(-per_gpu // max_points)
+    if (k <= 1).all():
+        return rates
+    slot = rates.groupby("nvml_index").cumcount().to_numpy() // k
+    g = rates.assign(slot=slot).groupby(["nvml_index", "slot"], sort=False)
+    return g.agg(t_ns=("t_ns", "min"), rx_Bps=("rx_Bps", "mean"), tx_Bps=("tx_Bps", "mean")).reset_index()[
+        list(rates.columns)]
+
+
+def shown_ranges(ranges: pd.DataFrame, max_ranges: int = MAX_RANGES) -> pd.DataFrame:
+    """At most ``max_ranges`` of ``ranges``: every outermost one first, then each deeper level while it fits,
+    of the level that does not fit its longest; in their own order."""
+    if len(ranges) <= max_ranges:
+        return ranges
+    order = np.lexsort((-ranges["duration_ns"].to_numpy(np.int64), ranges["depth"].to_numpy(np.int64)))
+    return ranges.iloc[np.sort(order[:max_ranges])]
+
+
+def _events(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame,
+            launches: pd.DataFrame) -> Iterator[list[dict[str, Any]]]:
+    """The trace's events, a chunk at a time (timestamps in microseconds from the first sample or range)."""
     starts = [int(df[c].min()) for df, c in ((rates, "t_ns"), (ranges, "t_start_ns")) if len(df)]
     t0 = min(starts, default=0)
     ev: list[dict[str, Any]] = [{"ph": "M", "pid": 0, "name": "process_name", "args": {"name": "PCIe counters (NVML)"}}]
     for idx in sorted(set(rates["nvml_index"])) if len(rates) else []:
         ev.append({"ph": "M", "pid": 0, "tid": int(idx), "name": "thread_name", "args": {"name": f"GPU{idx}"}})
-    for r in rates.itertuples():
-        mbps = {"H2D (RX)": r.rx_Bps / 1e6, "D2H (TX)": r.tx_Bps / 1e6}  # NaN (over a counter reset): left out
-        ev.append({"ph": "C", "pid": 0, "tid": int(r.nvml_index), "name": f"GPU{r.nvml_index} PCIe MB/s",
-                   "ts": (r.t_ns - t0) / 1e3, "args": {k: round(v, 3) for k, v in mbps.items() if v == v}})
     program = meta.get("command", ["app"])[0]
     pids = sorted(set(ranges["pid"]) | set(launches["pid"])) if len(ranges) or len(launches) else []
     for pid in pids:
@@ -37,26 +66,68 @@ def chrome_trace(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame
     for pid, tid in sorted(set(zip(ranges["pid"], ranges["tid"]))) if len(ranges) else []:
         name = "main thread" if pid == tid else f"thread {tid}"
         ev.append({"ph": "M", "pid": int(pid), "tid": int(tid), "name": "thread_name", "args": {"name": name}})
-    for r in launches.itertuples():
-        ev.append({"ph": "C", "pid": int(r.pid), "name": "launches per ms", "ts": (r.t_ns - t0) / 1e3,
-                   "args": {"eager": round(float(r.eager_per_ms), 2), "graph": round(float(r.graph_per_ms), 2)}})
-    for r in ranges.itertuples():
-        args = {"eager launches": _count(r.eager_launches), "graph launches": _count(r.graph_launches),
-                "captured launches": _count(getattr(r, "captured_launches", 0)),
-                "gpus": [int(g) for g in getattr(r, "gpus", [])], "status": getattr(r, "status", "ok")}
-        for d in ("h2d", "d2h"):
-            v = float(getattr(r, f"{d}_bytes"))
-            args[f"{d.upper()} bytes"] = None if v != v else round(v)  # NaN (no floor, no data) -> null
-        ev.append({"ph": "X", "pid": int(r.pid), "tid": int(r.tid), "name": str(r.name), "cat": str(r.domain),
-                   "ts": (r.t_start_ns - t0) / 1e3, "dur": max(r.duration_ns, 0) / 1e3, "args": args})
-    return {"traceEvents": ev, "displayTimeUnit": "ms",
-            "otherData": {"tool": "pcietrace", "command": " ".join(meta.get("command", [])), "simulated": meta.get("simulated", False)}}
+    yield ev
+    for i in range(0, len(rates), CHUNK):
+        ev = []
+        for r in rates.iloc[i:i + CHUNK].itertuples():
+            mbps = {"H2D (RX)": r.rx_Bps / 1e6, "D2H (TX)": r.tx_Bps / 1e6}  # NaN (over a counter reset): left out
+            ev.append({"ph": "C", "pid": 0, "tid": int(r.nvml_index), "name": f"GPU{r.nvml_index} PCIe MB/s",
+                       "ts": (r.t_ns - t0) / 1e3, "args": {k: round(v, 3) for k, v in mbps.items() if v == v}})
+        yield ev
+    for i in range(0, len(launches), CHUNK):
+        yield [{"ph": "C", "pid": int(r.pid), "name": "launches per ms", "ts": (r.t_ns - t0) / 1e3,
+                "args": {"eager": round(float(r.eager_per_ms), 2), "graph": round(float(r.graph_per_ms), 2)}}
+               for r in launches.iloc[i:i + CHUNK].itertuples()]
+    for i in range(0, len(ranges), CHUNK):
+        ev = []
+        for r in ranges.iloc[i:i + CHUNK].itertuples():
+            args = {"eager launches": _count(r.eager_launches), "graph launches": _count(r.graph_launches),
+                    "captured launches": _count(getattr(r, "captured_launches", 0)),
+                    "gpus": [int(g) for g in getattr(r, "gpus", [])], "status": getattr(r, "status", "ok")}
+            for d in ("h2d", "d2h"):
+                v = float(getattr(r, f"{d}_bytes"))
+                args[f"{d.upper()} bytes"] = None if v != v else round(v)  # NaN (no floor, no data) -> null
+            ev.append({"ph": "X", "pid": int(r.pid), "tid": int(r.tid), "name": str(r.name), "cat": str(r.domain),
+                       "ts": (r.t_start_ns - t0) / 1e3, "dur": max(r.duration_ns, 0) / 1e3, "args": args})
+        yield ev
 
 
-def write_trace(session: Any, results: dict[str, pd.DataFrame], path: Path) -> None:
-    """An attach run's Perfetto trace (:func:`chrome_trace`) written to ``path``: ``results`` from
-    :func:`pcietrace.analysis.analyze`, the launch track from :func:`pcietrace.analysis.launch_timeline`."""
+def _other(meta: dict[str, Any], shown: int, recorded: int) -> dict[str, Any]:
+    return {"tool": "pcietrace", "command": " ".join(meta.get("command", [])), "simulated": meta.get("simulated", False),
+            "ranges_shown": shown, "ranges_recorded": recorded}
+
+
+def chrome_trace(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame,
+                 launches: pd.DataFrame | None = None) -> dict[str, Any]:
+    """``rates``: :func:`pcietrace.analysis.counters.rates`; ``ranges``: attributed ranges
+    (:func:`pcietrace.analysis.attribution.attribute`); ``launches``:
+    :func:`pcietrace.analysis.attribution.launch_rate`. Timestamps are microseconds from the first sample.
+    Every point and range given (:func:`write_trace` bounds them)."""
+    launches = launches if launches is not None else pd.DataFrame(columns=["pid", "t_ns", "eager_per_ms", "graph_per_ms"])
+    ev = [e for chunk in _events(meta, rates, ranges, launches) for e in chunk]
+    return {"traceEvents": ev, "displayTimeUnit": "ms", "otherData": _other(meta, len(ranges), len(ranges))}
+
+
+def write_trace(session: Any, results: dict[str, pd.DataFrame], path: Path, max_points: int = MAX_POINTS,
+                max_ranges: int = MAX_RANGES) -> dict[str, int]:
+    """An attach run's Perfetto trace written to ``path`` as it is made: ``results`` from
+    :func:`pcietrace.analysis.analyze` (its ``rates`` made :func:`coarser`, its ``range_instances``
+    :func:`shown_ranges`), the launch track from :func:`pcietrace.analysis.launch_timeline` (as many points).
+    Returns the file's ``bytes``, ``ranges_shown`` and ``ranges_recorded``."""
     from pcietrace.analysis import launch_timeline
 
-    trace = chrome_trace(session.meta, results["rates"], results["range_instances"], launch_timeline(session))
-    path.write_text(json.dumps(trace))
+    launches = launch_timeline(session, max_points)
+    launches = launches if launches is not None else pd.DataFrame(columns=["pid", "t_ns", "eager_per_ms", "graph_per_ms"])
+    inst = results["range_instances"]
+    ranges = shown_ranges(inst, max_ranges)
+    with open(path, "w") as f:
+        f.write('{"traceEvents": [')
+        first = True
+        for chunk in _events(session.meta, coarser(results["rates"], max_points), ranges, launches):
+            if chunk:
+                f.write(("" if first else ",\n") + ",\n".join(json.dumps(e) for e in chunk))
+                first = False
+        other = json.dumps(_other(session.meta, len(ranges), len(inst)))
+        f.write(f'],\n"displayTimeUnit": "ms",\n"otherData": {other}}}\n')
+        size = f.tell()
+    return {"bytes": size, "ranges_shown": len(ranges), "ranges_recorded": len(inst)}

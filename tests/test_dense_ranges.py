@@ -1,0 +1,123 @@
+"""attach at real NVTX density, on a real recording: tests/data/attach_h100_emit_nvtx (tests/apps/dense_app.py's
+``fwd_emit`` and ``emit_train`` phases under ``torch.autograd.profiler.emit_nvtx(record_shapes=True)``: ~15,500
+ranges, a name each), made on the lent H100 by ``bench/blind_attach.py --app dense`` with
+DENSE_PHASES=fwd_emit,emit_train, its truth (``truth_alone.jsonl``) read by the app alone around each phase."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pcietrace.analysis import analyze, names
+from pcietrace.cli import main
+from pcietrace.session import Session
+
+REC = "attach_h100_emit_nvtx"
+
+
+@pytest.fixture(scope="module")
+def emit(data_dir) -> dict[str, pd.DataFrame]:
+    return analyze(Session.load(data_dir / REC))
+
+
+def test_emit_nvtx_names_group_by_op_and_every_call_keeps_its_name(emit) -> None:
+    inst, rg = emit["range_instances"], emit["ranges"]
+    full = inst["name"][inst["name"].str.contains(", op_id = ")]
+    assert full.nunique() > 10_000  # a name per op instance, as PyTorch writes them
+    assert not rg["name"].str.contains(r", (?:seq|op_id|sizes|input_op_ids) = ").any()
+    assert {"aten::linear", "aten::addmm", "aten::layer_norm", "aten::gelu", "fwd_emit", "emit_train"} <= set(rg["name"])
+    assert len(rg) < 100 and rg["calls"].sum() == len(inst) and rg["names"].sum() == inst["name"].nunique()
+    # each group is what its calls' names share up to emit_nvtx's fields
+    assert (inst["group"] == inst["name"].str.split(",").str[0]).all()
+
+
+def test_grouping_choices() -> None:
+    s = pd.Series(["aten::linear, seq = 3, op_id = 9, sizes = [[4, 256]], input_op_ids = [(1,0)]",
+                   "aten::linear, op_id = 10, sizes = [[4, 256]]", "layer0", "layer31", "step", "fp8"])
+    assert list(names.group_names(s, "op")) == ["aten::linear", "aten::linear", "layer0", "layer31", "step", "fp8"]
+    assert list(names.group_names(s, "numbered")) == ["aten::linear", "aten::linear", "layer#", "layer#", "step", "fp#"]
+    assert list(names.group_names(s, "name")) == list(s)
+    with pytest.raises(ValueError):
+        names.group_names(s, "other")
+
+
+def test_groups_nest_as_their_calls_do(emit) -> None:
+    rg = emit["ranges"].set_index("name")
+    assert rg.loc["fwd_emit", "level"] == 0 and rg.loc["fwd_emit", "parent_name"] == ""
+    assert rg.loc["aten::linear", "parent_name"] == "fwd_emit" and rg.loc["aten::linear", "level"] == 1
+    assert rg.loc["aten::addmm", "parent_name"] == "aten::linear" and rg.loc["aten::addmm", "level"] == 2
+    inst = emit["range_instances"]
+    child = inst[inst["parent"] >= 0]
+    parent = inst.iloc[child["parent"].to_numpy()]
+    assert (parent["t_start_ns"].to_numpy() <= child["t_start_ns"].to_numpy()).all()
+    assert (parent["depth"].to_numpy() == child["depth"].to_numpy() - 1).all()
+
+
+def test_every_phase_within_its_stated_error_and_launches_exact(data_dir, emit) -> None:
+    """The enclosing ranges against the app's own NVML reads (the alone run's median call): every direction
+    within attach's stated error (edges + floor), those of >= 1 MB within 2 %. Each fwd_emit call is 20 forward
+    steps of the same 8 blocks: 800 launches, as dense_app's un-annotated fwd_one makes."""
+    rows = [json.loads(x) for x in (data_dir / REC / "truth_alone.jsonl").read_text().splitlines()]
+    truth = pd.DataFrame([r for r in rows if r.get("kind") == "range"]).groupby("name")[["h2d_bytes", "d2h_bytes"]].median()
+    inst = emit["range_instances"]
+    checked = 0
+    for name, t in truth.iterrows():
+        ours = inst[inst["name"] == name]
+        assert len(ours) == 3 and (ours["status"] == "ok").all(), name
+        for d in ("h2d", "d2h"):
+            got, bound = ours[f"{d}_bytes"].mean(), (ours[f"{d}_edge_bytes"] + ours[f"{d}_floor_err_bytes"]).mean()
+            assert abs(got - t[f"{d}_bytes"]) <= bound, (name, d, got, t[f"{d}_bytes"], bound)
+            if t[f"{d}_bytes"] >= 1e6:
+                assert got == pytest.approx(t[f"{d}_bytes"], rel=0.02), (name, d)
+            checked += 1
+    assert checked == 4
+    assert (inst.loc[inst["name"] == "fwd_emit", "eager_launches"] == 800).all()
+
+
+def test_the_sampler_read_at_its_interval_however_dense_the_ranges(data_dir, emit) -> None:
+    """~6,000 edges a call, yet the reads inside the ranges came at most every sampling interval (0.5 ms)."""
+    fl = emit["floor"].iloc[0]
+    interval_ms = Session.load(data_dir / REC).meta["sample_interval_ms"]
+    assert 0.5 * 1e3 / interval_ms < fl["reads_per_s_program"] <= 1e3 / interval_ms
+
+
+def test_the_console_fits_a_screen_and_says_what_it_left_out(data_dir, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["report", str(data_dir / REC)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) <= 120 and max(map(len, lines)) <= 80
+    text = "\n".join(lines)
+    assert "15 of" in text and "names grouped by op" in text and "--format json/csv hold every range" in text
+    assert "op_id = " not in text
+    shown = [line for line in lines if line.startswith("   aten::linear ")]  # nested one level under fwd_emit
+    assert len(shown) == 2  # in both range tables
+
+
+def test_view_options(data_dir, emit, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["report", str(data_dir / REC), "--filter", "^aten::(add|mm)$", "--sort", "calls"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split()[0] for line in out.splitlines() if line.startswith(" aten::")]
+    assert sorted(set(rows)) == ["aten::add", "aten::mm"] and "2 matching" in out
+    assert main(["report", str(data_dir / REC), "--all"]) == 0
+    out = capsys.readouterr().out
+    assert all(f" {n} " in out for n in emit["ranges"]["name"] if not n.startswith("autograd::"))
+    assert main(["report", str(data_dir / REC), "--group-by", "name", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["results"]["ranges"]) == emit["range_instances"]["name"].nunique()
+
+
+def test_select_is_a_tree_in_rank_order(emit) -> None:
+    shown, info = names.select(emit["ranges"], sort="incl_ms", top=8)
+    assert info["shown"] == 8 and info["ranges"] == len(emit["ranges"])
+    key = dict(zip(shown["name"], shown["indent"]))
+    order = list(shown["name"])
+    for child, parent in zip(shown["name"], shown["parent_name"]):
+        if parent in key:  # a shown child comes after its shown parent, one level in
+            assert order.index(child) > order.index(parent) and key[child] == key[parent] + 1
+    top = emit["ranges"].nlargest(8, "incl_ms")["name"]
+    assert set(shown["name"]) == set(top)
+    assert np.isfinite(shown["incl_ms"]).all()

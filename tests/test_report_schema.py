@@ -66,8 +66,11 @@ def derived_schema() -> dict[str, Any]:
     tables["windows"] = rows(schema.WINDOW_COLUMNS)  # the columns every kind has (run and graphs add their own)
     doc["properties"]["tables"]["properties"] = tables
     doc["properties"]["tables"]["additionalProperties"] = {"type": "array", "items": {"type": "object"}}
-    doc["properties"]["results"] = {"type": "object", "additionalProperties": {"type": "array",
-                                                                               "items": {"type": "object"}}}
+    # a result table: its records, or where a long run wrote them beside report.json, that file and its rows
+    beside = {"type": "object", "properties": {"parquet": {"type": "string"}, "rows": {"type": "integer"}},
+              "required": ["parquet", "rows"]}
+    doc["properties"]["results"] = {"type": "object", "additionalProperties": {
+        "anyOf": [{"type": "array", "items": {"type": "object"}}, beside]}}
     kind_rules = [("attach", schema.ATTACH_META), ("graphs", schema.GRAPHS_META)]
     doc["allOf"] = [{"if": {"properties": {"meta": {"properties": {"kind": {"const": kind}}, "required": ["kind"]}}},
                      "then": {"properties": {"meta": to_json_schema(check)}}} for kind, check in kind_rules]
@@ -147,6 +150,12 @@ def test_recordings_are_valid(report: Path) -> None:
     except ImportError:
         return
     jsonschema.validate(doc, sch, cls=jsonschema.Draft202012Validator)
+
+
+def test_a_table_saved_beside_the_report_is_valid() -> None:
+    doc = json.loads((ROOT / "tests" / "data" / "attach_h100_python" / "report.json").read_text())
+    doc["results"]["range_instances"] = {"parquet": "range_instances.parquet", "rows": 123}  # as a long run saves it
+    _check(doc, json.loads(SCHEMA_FILE.read_text()), "report")
 
 
 @pytest.mark.parametrize("damage", ["no gpus", "gpu index a string", "schema of another tool", "attach without times"])

@@ -30,6 +30,12 @@ from pcietrace.schema import CAPTURED_COLUMNS, NO_LAUNCH_COUNTER, TIMING_COLUMNS
 if TYPE_CHECKING:
     from pcietrace.record.guard import RunFolder, Saving
 
+#: The injection library's interface version this pcietrace expects (pt_abi.h: PT_ABI_VERSION); the library
+#: carries it as the string :data:`INJECT_ABI_TAG`, so it is checked without loading the library.
+INJECT_ABI = 1
+INJECT_ABI_TAG = b"pcietrace-inject-abi %d\0" % INJECT_ABI
+#: A trace file's first line: ``TRACE_MAGIC VERSION`` (pt_abi.h: PT_TRACE_MAGIC, PT_TRACE_VERSION).
+TRACE_MAGIC = b"#pcietrace-trace"
 EVENT_COLUMNS = ["t_ns", "tid", "event", "domain", "id", "depth", "eager_thread", "graph_thread",
                  "eager_process", "graph_process", "dev", "devmask", "captured_thread", "captured_process",
                  "call_ns_thread", "call_ns_process", "wait_ns_thread", "wait_ns_process", "message"]
@@ -39,18 +45,27 @@ EVENT_COLUMNS_V3 = [c for c in EVENT_COLUMNS if c not in TIMING_COLUMNS]
 EVENT_COLUMNS_V2 = [c for c in EVENT_COLUMNS_V3 if c not in CAPTURED_COLUMNS]
 #: The columns of traces written before device tracking (no ``dev``/``devmask``).
 EVENT_COLUMNS_V1 = [c for c in EVENT_COLUMNS_V2 if c not in ("dev", "devmask")]
+#: Each trace version's columns. Traces from version 4 on name it in their first line; older ones are told apart
+#: by their field count.
+TRACE_COLUMNS = {1: EVENT_COLUMNS_V1, 2: EVENT_COLUMNS_V2, 3: EVENT_COLUMNS_V3, 4: EVENT_COLUMNS}
 #: Trace file size per process with ``--gpu-time`` (one line per kernel; sparse, so unused space costs nothing).
 GPU_TIME_TRACE_BYTES = 1 << 30
 
 
 def injection_library() -> str:
-    """Path of the built injection library (installed with the package)."""
+    """Path of the built injection library (installed with the package), once it is known to speak this
+    pcietrace's interface (:data:`INJECT_ABI`): a library left from another version's build is refused."""
     from pcietrace.device.native import built
 
-    return built("_pt_inject")
+    path = built("_pt_inject")
+    if INJECT_ABI_TAG not in Path(path).read_bytes():
+        raise UsageError(f"pcietrace's injection library {path} was built from other sources (it lacks interface "
+                         f"version {INJECT_ABI}): rebuild it (pip install ., or python3 setup.py build_ext --inplace)")
+    return path
 
 
-#: Bytes the injection library keeps free at the end of a trace file for its "tracefull" line (TRACE_RESERVE).
+#: Bytes the injection library keeps free at the end of a trace file for its "tracefull" line (pt_abi.h:
+#: PT_TRACE_RESERVE).
 TRACE_RESERVE_BYTES = 256
 
 
@@ -80,6 +95,20 @@ def _whole_lines(text: bytes) -> bytes:
     return text[:text.rfind(b"\n") + 1]
 
 
+def _trace_columns(raw: bytes, f: Path) -> tuple[list[str], bytes]:
+    """A trace's columns (:data:`TRACE_COLUMNS`) and its event lines: the version its first line names, or, in a
+    trace without that line (an older library's), the version its field count gives."""
+    if raw.startswith(TRACE_MAGIC):
+        head, _, rest = raw.partition(b"\n")
+        version = head[len(TRACE_MAGIC):].strip()
+        if not version.isdigit() or int(version) not in TRACE_COLUMNS:
+            raise PcietraceError(f"{f}: trace format {version.decode(errors='replace')!r} is not one this pcietrace "
+                                 f"reads (1-{max(TRACE_COLUMNS)}): upgrade pcietrace")
+        return TRACE_COLUMNS[int(version)], rest
+    fields = raw.split(b"\n", 1)[0].count(b"\t") + 1
+    return next((n for n in TRACE_COLUMNS.values() if fields == len(n)), EVENT_COLUMNS_V1), raw
+
+
 def read_traces(trace_dir: Path) -> pd.DataFrame:
     """All ``trace-<pid>.tsv`` files of a folder as one frame (:data:`EVENT_COLUMNS` plus ``pid``; traces
     from older libraries keep :data:`EVENT_COLUMNS_V3`, :data:`EVENT_COLUMNS_V2` or :data:`EVENT_COLUMNS_V1`)."""
@@ -88,8 +117,9 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
         raw = _trace_lines(f)
         if not raw.strip():
             continue
-        fields = raw.split(b"\n", 1)[0].count(b"\t") + 1
-        names = next((n for n in (EVENT_COLUMNS, EVENT_COLUMNS_V3, EVENT_COLUMNS_V2) if fields == len(n)), EVENT_COLUMNS_V1)
+        names, raw = _trace_columns(raw, f)
+        if not raw.strip():  # (its first line alone: the process wrote no event)
+            continue
         df = pd.read_csv(io.BytesIO(raw), sep="\t", names=names, header=None, quoting=3,
                          keep_default_na=False, dtype={"message": str, "domain": str, "event": str})
         frames.append(df.assign(pid=int(f.stem.split("-")[1])))

@@ -32,3 +32,10 @@ def measure(gpu="all", **options):  # type: ignore[no-untyped-def]
     from pcietrace.api import measure as _measure
 
     return _measure(gpu, **options)
+
+
+def merge(paths, output, **options):  # type: ignore[no-untyped-def]
+    """``pcietrace merge`` from Python: see :func:`pcietrace.api.merge`."""
+    from pcietrace.api import merge as _merge
+
+    return _merge(paths, output, **options)

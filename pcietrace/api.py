@@ -58,6 +58,11 @@ def load(path: str | Path, us_per_level: float = DEFAULT_US_PER_LEVEL) -> Result
     from pcietrace.analysis.summary import summarize
     from pcietrace.session import Session
 
+    from pcietrace import multinode
+
+    if multinode.is_merged(Path(path)):  # its saved tables: the nodes' samples are never loaded together
+        m = multinode.load(Path(path))
+        return Result(meta=m.meta, tables=m.results, summary=summarize(m.meta, m.results), path=Path(path))
     s = Session.load(Path(path))
     tables = analyze(s, us_per_level)
     return Result(meta=s.meta, tables=tables, summary=summarize(s.meta, tables), path=Path(path), session=s)
@@ -98,3 +103,13 @@ def measure(gpu: str | int = "all", *, simulate: bool = False, quick: bool = Fal
         if output is None:
             result.path = None
         return result
+
+
+def merge(paths: list[str | Path], output: str | Path, *, workers: int | None = None, scheduler: str | None = None,
+          force: bool = False) -> Result:
+    """``pcietrace merge``: the attach recordings of a job's nodes (``paths``) analysed in parallel (``workers``
+    local processes, or a Dask cluster at ``scheduler``) and saved as one report in ``output``; returns it
+    loaded (:func:`load`)."""
+    from pcietrace import multinode
+
+    return load(multinode.merge([Path(p) for p in paths], Path(output), workers, scheduler, force))

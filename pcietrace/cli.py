@@ -49,6 +49,12 @@ def _gpu_count(text: str) -> int:
     return int(text)
 
 
+def _int_count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 4096:
+        raise argparse.ArgumentTypeError(f"expected 1..4096, got {text!r}")
+    return int(text)
+
+
 def _contexts(text: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= 16:
         raise argparse.ArgumentTypeError(f"expected 1..16 contexts, got {text!r}")
@@ -88,11 +94,12 @@ def _us_per_level(p: argparse.ArgumentParser) -> None:
                    help="round trip added per PCIe switch level (us), for the topology model")
 
 
-def _save_options(p: argparse.ArgumentParser, suffix: str = "", no_save: bool = True) -> None:
-    """-o, --force (and --no-save) the same on every command that saves a run (see record/guard.py)."""
+def _save_options(p: argparse.ArgumentParser, suffix: str = "", no_save: bool = True, more: str = "") -> None:
+    """-o, --force (and --no-save) the same on every command that saves a run (see record/guard.py); ``more``:
+    what else -o takes on this command."""
     p.add_argument("-o", "--output", type=Path, default=None,
                    help="folder to save in: new, empty, or a saved run with --force (default "
-                        f"runs/<time>-<gpu>-gpu<N>{suffix}, with -2, -3... if taken)")
+                        f"runs/<time>-<gpu>-gpu<N>{suffix}, with -2, -3... if taken){more}")
     if no_save:
         p.add_argument("--no-save", action="store_true", help="do not save")
     p.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
@@ -322,7 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "time, and a graph-savings prediction from it (the host time a graph would remove). Costs the "
                          "program 1-3 us per launch (H100), which the range times and the prediction include, and "
                          "the records add ~13 %% D2H and ~1.6 %% H2D bytes per launch, which the byte figures include")
-    _save_options(at, "-attach", no_save=False)
+    at.add_argument("--label", default=None, metavar="NAME",
+                    help="a name for this recording among a job's (e.g. node0, or one per GPU set where two share a "
+                         "host): kept in its meta for `pcietrace merge`, and %%l in -o")
+    _save_options(at, "-attach", no_save=False,
+                  more="; for one folder per node of a job: %%h (host name), %%q{VAR} (an environment variable, "
+                       "e.g. %%q{SLURM_NODEID} or %%q{NODE_RANK}), %%l (--label), %%p (process id), %%%% (a %%)")
     _output_options(at, json_help="the same as --format json. With any --format but table the program's own stdout "
                                   "is sent to stderr, so stdout carries the report alone: the document `pcietrace "
                                   "report DIR --format json` prints, not the folder's report.json (the recording: "
@@ -342,6 +354,29 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--json", action="store_true", help="the same as --format json")
     cp.add_argument("--format", choices=["table", "json", "csv", "md"], default=None, help="output format (default table)")
     cp.set_defaults(func="cmd_compare")
+
+    mg = sub.add_parser("merge", formatter_class=_Formatter, help="one report from the attach recordings of a job's nodes",
+                        description="Merge the attach recordings of a multi-node job (one `pcietrace attach` per node, "
+                                    "e.g. -o runs/job-%%h) into one report: each node's recording is analysed in a "
+                                    "worker of its own (local processes, or a Dask cluster's workers with "
+                                    "--scheduler), never all nodes' samples in one process. Ranges, range instances "
+                                    "and whole-run rows name their node and host; the ranges table sums each range "
+                                    "over the nodes, ranges_by_host has each node's. Times are put on the wall clock "
+                                    "through the offset each node recorded. `report`, `compare` and "
+                                    "pcietrace.load read the result like any report. docs/multinode.md: the layout.",
+                        epilog="example:\n  pcietrace merge runs/job-node* -o runs/job")
+    mg.add_argument("paths", type=Path, nargs="+", metavar="DIR", help="attach recordings, one per node")
+    mg.add_argument("-o", "--output", type=Path, required=True, help="folder to save the merged report in: new, "
+                    "empty, or a saved report with --force")
+    mg.add_argument("--force", action="store_true", help="replace a report already saved in the -o folder")
+    mg.add_argument("--workers", type=_int_count, default=None, metavar="N",
+                    help="local worker processes (default: one per recording, at most one per CPU core)")
+    mg.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                    help="analyse on this Dask distributed cluster (e.g. tcp://head:8786; default: the "
+                         "DASK_SCHEDULER_ADDRESS environment variable, else local processes); its workers must see "
+                         "the recordings and -o at the same paths. Needs pip install 'pcietrace[dask]'")
+    _output_options(mg)
+    mg.set_defaults(func="cmd_merge")
 
     gr = sub.add_parser("graphs", formatter_class=_Formatter, help="what each way of using CUDA graphs costs when parameters change",
                         description="Iterations of N short spin kernels (durations drawn from --kernel-us) whose parameters "

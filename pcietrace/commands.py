@@ -149,12 +149,15 @@ def _check_perfetto_target(target: Path, recording: Path, option: str = "--perfe
 
 def cmd_report(args: argparse.Namespace) -> int:
     from pcietrace.analysis import analyze
+    from pcietrace.multinode import is_merged
     from pcietrace.session import Session
 
     if args.perfetto is not None:
         _check_perfetto_target(args.perfetto, args.path)
     if args.instances is not None:
         _check_perfetto_target(args.instances, args.path, "--instances")
+    if is_merged(args.path):
+        return _report_merged(args)
     session = Session.load(args.path)
     results = analyze(session, args.us_per_level, args.group_by)
     if args.instances is not None:
@@ -180,6 +183,34 @@ def cmd_report(args: argparse.Namespace) -> int:
                              f"{getattr(exc, 'strerror', None) or exc or 'out of memory'}") from None
         print(f"Perfetto trace: {args.perfetto}{trace_size(info)}", file=sys.stderr)
     _emit(session.meta, results, args)
+    return 0
+
+
+def _report_merged(args: argparse.Namespace) -> int:
+    """`report` of a merged report: its saved tables (the nodes' raw samples are never loaded together)."""
+    from pcietrace import multinode
+
+    merged = multinode.load(args.path, timelines=args.plot is not None)
+    if args.perfetto is not None:
+        folder = args.path if args.path.is_dir() else args.path.parent
+        try:
+            multinode.write_trace(folder, merged.meta, args.perfetto)
+        except OSError as exc:
+            raise UsageError(f"cannot write the Perfetto trace to {args.perfetto}: {exc.strerror or exc}") from None
+    _emit(merged.meta, merged.results, args)
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from pcietrace import multinode
+    from pcietrace.report.console import tell
+
+    _check_plot(args)
+    scheduler = args.scheduler or os.environ.get(multinode.SCHEDULER_ENV) or None
+    out = multinode.merge(args.paths, args.output, args.workers, scheduler, args.force)
+    tell(f"pcietrace: merged {len(args.paths)} recordings into {out} (Perfetto trace: {out / multinode.TRACE_FILE})")
+    loaded = multinode.load(out, timelines=args.plot is not None)
+    _emit(loaded.meta, loaded.results, args)
     return 0
 
 
@@ -287,6 +318,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     from pcietrace.device import backend, cuda
     from pcietrace.record import guard
     from pcietrace.record.attach import exit_code, record_attach
+    from pcietrace.record.node import expand_output, node_meta
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.report.console import tell
     from pcietrace.report.perfetto import write_trace
@@ -312,7 +344,11 @@ def cmd_attach(args: argparse.Namespace) -> int:
                         exact_edges=args.exact_edges, sampler_duty=args.sampler_duty,
                         idle_sample_interval_ms=args.idle_sample_interval_ms, slow_domains=args.slow_domains)
     session.meta["gpu_time"] = args.gpu_time
-    folder = _run_folder(args, session.meta, ordinals, "-attach")  # checked before anything is measured
+    session.meta["node"] = node_meta(args.label)  # what `pcietrace merge` lines nodes up by
+    if args.output is not None:
+        args.output = Path(expand_output(str(args.output), args.label))
+    suffix = "-attach" + (f"-{args.label}" if args.label else "")
+    folder = _run_folder(args, session.meta, ordinals, suffix)  # checked before anything is measured
     with guard.discard_on_error(folder), Console(stderr=True).status("measuring per-launch costs on this GPU"):
         session.meta["launch_costs"] = _launch_costs(args, ordinals[0])
     machine_output = args.json or args.format != "table"  # stdout carries the report alone: the program's goes to stderr
@@ -326,11 +362,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from pcietrace.analysis import analyze
     from pcietrace.analysis.compare import compare
     from pcietrace.analysis.summary import compare_summary
+    from pcietrace import multinode
+    from pcietrace.multinode import is_merged
     from pcietrace.report.output import emit_compare
     from pcietrace.session import Session
 
     if len(args.paths) < 2:
         raise UsageError("compare needs at least two saved runs")
+    merged = [is_merged(p) for p in args.paths]
+    if any(merged):  # a merged report holds its results, not the nodes' samples
+        return _compare_attach(args, [multinode.load(p) if m else Session.load(p) for p, m in zip(args.paths, merged)])
     sessions = [Session.load(p) for p in args.paths]
     attach = [str(s.meta.get("kind")).startswith("attach") for s in sessions]  # (attach-failed too)
     if all(attach):
@@ -407,12 +448,15 @@ def _compare_attach(args: argparse.Namespace, sessions: list[Any]) -> int:
     """Two attach runs of one program, eager then graphed: attach's savings prediction against the measured."""
     from pcietrace.analysis import analyze
     from pcietrace.analysis.savings import savings
+    from pcietrace.multinode import Merged
     from pcietrace.report.output import emit_savings
 
     if len(sessions) != 2:
         raise UsageError("attach runs are compared in pairs: EAGER_ATTACH GRAPHED_ATTACH")
-    eager, graphed = sessions
-    table = savings(analyze(eager), analyze(graphed))
+    if any(not str(s.meta.get("kind")).startswith("attach") for s in sessions):
+        raise UsageError("a merged report compares only with an attach run or another merged report")
+    eager, graphed = (s.results if isinstance(s, Merged) else analyze(s) for s in sessions)
+    table = savings(eager, graphed)
     if not len(table):  # else an empty table and exit 0
         raise UsageError(f"{args.paths[0]} and {args.paths[1]} have no NVTX range in common (by domain and name): "
                          "compare two attach runs of one program, eager then graphed")

@@ -201,12 +201,19 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
     lines = []
     wr = results.get("whole_run", pd.DataFrame())
     cmd = " ".join(str(c) for c in meta.get("command", []))
-    gpus = ", ".join(gpu_label(g["nvml_index"]) for g in meta.get("gpus", []))
+    gpus = ", ".join((f"{g['node']} " if g.get("node") else "") + gpu_label(g["nvml_index"]) for g in meta.get("gpus", []))
     if len(wr):
         w = wr.iloc[0]
+        if "node" in wr:  # a merged report: the program's figures are each node's, repeated on its GPUs' rows
+            programs = wr.drop_duplicates("node")
+            w = w.copy()
+            w["duration_ms"] = wr["duration_ms"].max()
+            for c in ("program_eager_launches", "program_graph_launches", "program_captured_launches"):
+                w[c] = programs[c].sum(min_count=len(programs))
         # one whole-run row per GPU; a GPU whose counters could not be followed throughout has no figure
         ok = wr[wr["status"] == "ok"] if "status" in wr else wr
-        unknown = [f"{gpu_label(r.nvml_index)} {r.status}" for r in wr.drop(ok.index).itertuples()]
+        unknown = [f"{getattr(r, 'node', '')} {gpu_label(r.nvml_index)} {r.status}".strip()
+                   for r in wr.drop(ok.index).itertuples()]
         moved = (f"{ok['h2d_bytes'].sum() / 1e6:,.1f} MB H2D, {ok['d2h_bytes'].sum() / 1e6:,.1f} MB D2H"
                  + (f" on the GPUs it could follow (not: {', '.join(unknown)})" if unknown else "")) if len(ok) \
             else f"bytes unknown ({', '.join(unknown)})"
@@ -231,8 +238,10 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
                 items.append(f"{r.name} {r.eager_launches + r.graph_launches:,.0f} launches")
         lines.append("Top ranges by launch overhead (nested ranges include their children's): " + "; ".join(items) + ".")
         if len(wr) and pd.notna(wr.iloc[0].get("program_graph_savings_ms", math.nan)):
-            lines.append(f"Capturing the outermost ranges into graphs could save up to "
-                         f"{wr.iloc[0]['program_graph_savings_ms']:,.1f} ms of the run.")
+            saved = wr.drop_duplicates("node")["program_graph_savings_ms"].sum() if "node" in wr \
+                else wr.iloc[0]["program_graph_savings_ms"]  # (a merged report: summed over its nodes)
+            lines.append(f"Capturing the outermost ranges into graphs could save up to {saved:,.1f} ms of the run"
+                         + (" (summed over the nodes)." if "node" in wr else "."))
     elif len(results.get("ranges", ())):
         lines.append(f"None of the {len(results['ranges'])} NVTX ranges launched kernels.")
     elif meta.get("kind") == "attach":

@@ -262,25 +262,6 @@ static void put_line(struct line *o, unsigned long long t_ns, const char *event,
     put_s(o, "\n", 1, 0);
 }
 
-/* The trace's pages are faulted in a chunk ahead of the lines, one madvise per chunk: a page first touched by a
- * line cost a fault of its own, a fifth of a dense range edge's time on a VM (perf over a loop of nested edges).
- * Kernels before MADV_POPULATE_WRITE (5.14) refuse it: lines then fault pages in as before. */
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-enum { PREFAULT_BYTES = 1 << 20 };
-
-static void prefault(char *trace, size_t at, size_t n)
-{
-    size_t chunk = (at + n) / PREFAULT_BYTES;
-    if (at && chunk == at / PREFAULT_BYTES) return;  /* only the line that enters a chunk (or the first) asks */
-    for (size_t c = at ? chunk + 1 : 0; c <= chunk + 1; ++c) {
-        size_t start = c * PREFAULT_BYTES;
-        if (start < g_cap) madvise(trace + start, g_cap - start < PREFAULT_BYTES ? g_cap - start : PREFAULT_BYTES,
-                                   MADV_POPULATE_WRITE);
-    }
-}
-
 /* One trace line at time t_ns; dev = the CUDA ordinal to record (emit: the thread's current one). */
 void emit_line(unsigned long long t_ns, const char *event, const char *domain, unsigned long long id,
                const char *message, int dev)
@@ -298,7 +279,7 @@ void emit_line(unsigned long long t_ns, const char *event, const char *domain, u
     if (!o.ok) return;
     size_t n = (size_t)(o.p - buf);
     size_t at = atomic_fetch_add(&g_pos, n);
-    if (at + n <= g_cap - TRACE_RESERVE) { prefault(trace, at, n); memcpy(trace + at, buf, n); return; }
+    if (at + n <= g_cap - TRACE_RESERVE) { memcpy(trace + at, buf, n); return; }
     if (atomic_exchange(&g_full, 1)) return;
     /* the first line that does not fit: say so, at its time, in the space kept for that at the end */
     o = (struct line){buf, buf + TRACE_RESERVE, 1};

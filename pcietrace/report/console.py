@@ -76,14 +76,16 @@ def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
                            + "gap: median time between background samples"
                            + ("; timing CPU: the core that timed the GPU's host loops, one GPU at a time (beside "
                               "others: its turn did not come in time, so its timed figures may have shifted)" if pinned else "")))
-    smp = sampling.set_index("nvml_index") if len(sampling) else None
+    keys = ["node", "nvml_index"] if "node" in sampling else ["nvml_index"]  # (a merged report: GPUs of several nodes)
+    smp = sampling.set_index(keys) if len(sampling) else None
     for g in meta.get("gpus", []):
         c = g.get("counter", {})
         src = f"{c.get('bits', 32)}-bit" if c.get("mode") == "fields" else "[yellow]LOW RES[/]"
-        row = smp.loc[g["nvml_index"]] if smp is not None and g["nvml_index"] in smp.index else None
+        key = tuple(g.get(k) for k in keys) if len(keys) > 1 else g["nvml_index"]
+        row = smp.loc[key] if smp is not None and key in smp.index else None
         jumps = int(row.get("counter_jumps", 0)) if row is not None else 0
         src += f" [yellow]{jumps} reset(s)[/]" if jumps else ""
-        t.add_row(gpu_label(g["nvml_index"]), esc(short_name(g.get("name"))), esc(g.get("bus_id", "?")),
+        t.add_row(node_gpu(g), esc(short_name(g.get("name"))), esc(g.get("bus_id", "?")),
                   esc(link_label(g)), src, _num(row["rate_hz"] if row is not None else None),
                   _num(row["median_gap_us"] / 1e3 if row is not None else None, ".1f"),
                   *([_num(g.get("timing_cpu")) + (" [yellow](beside others)[/]" if g.get("timed_beside_others") else "")]
@@ -390,6 +392,8 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
             bool("stalls" in rg and rg["stalls"].sum())
         if marked:
             parts.append(Text("note: calls marked " + "; ".join(marked), style="yellow"))
+    if len(results.get("ranges_by_host", ())):
+        parts.append(ranges_by_host_table(results["ranges_by_host"]))
     wr = results.get("whole_run", pd.DataFrame())
     if len(wr):
         t = _table("Whole run", [("GPU", "left"), ("ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
@@ -401,7 +405,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
         for w in wr.to_dict("records"):
             ok = w.get("status", "ok") == "ok"
             bad = f"[red]{w.get('status')}[/]"
-            t.add_row(f"GPU{w['nvml_index']}" if "nvml_index" in w else "all", _num(w["duration_ms"], ",.1f"),
+            t.add_row(node_gpu(w) if "nvml_index" in w else "all", _num(w["duration_ms"], ",.1f"),
                       _pm(w["h2d_bytes"] / 1e6, w["h2d_floor_err_bytes"] / 1e6, ",.1f") if ok else bad,
                       _pm(w["d2h_bytes"] / 1e6, w["d2h_floor_err_bytes"] / 1e6, ",.1f") if ok else bad,
                       _num(w["eager_launches"], ",.0f"), _num(w["graph_launches"], ",.0f"), _num(w["processes"], ".0f"),
@@ -411,22 +415,39 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
     for note in notes["note"] if "note" in notes else []:  # an attach run with no samples has an empty, column-less table
         parts.append(Text("note: " + note, style="yellow"))
     procs = meta.get("processes", [])
-    plain = len(procs) == 1 and procs[0]["nvtx"] and not procs[0].get("trace_full")
+    plain = len(procs) == 1 and procs[0]["nvtx"] and not procs[0].get("trace_full") and "node" not in procs[0]
     if plain:  # one process that used NVTX: a line, not a table
         p = procs[0]
         parts.append(Text(f"process followed: pid {p['pid']}, {p['ranges']:,} ranges, {p['cupti']}",
                           style="dim"))
     elif procs:
-        t = _table("Processes followed", [("pid", "right"), ("NVTX", "left"), ("launch counting", "left"), ("ranges", "right")],
+        nodes = any("node" in p for p in procs)  # (a merged report: several nodes' processes)
+        t = _table("Processes followed", [("node", "left")] * nodes + [("pid", "right"), ("NVTX", "left"),
+                                                                       ("launch counting", "left"), ("ranges", "right")],
                    caption="processes that cleared their environment, or never called NVTX or CUDA, do not appear")
         for p in procs:
-            t.add_row(str(p["pid"]), "yes" if p["nvtx"] else "no", esc(p["cupti"]), str(p["ranges"]))
+            t.add_row(*[esc(p.get("node"))] * nodes, str(p["pid"]), "yes" if p["nvtx"] else "no", esc(p["cupti"]),
+                      str(p["ranges"]))
         parts.append(t)
     if not len(rg):
         parts.append(Text("no NVTX ranges were seen: whole-run totals only. Wrap the phases you care about in "
                           "nvtx.annotate(...) / torch.cuda.nvtx.range(...) / nvtxRangePush(...) to see them per range.",
                           style="yellow"))
     return parts
+
+
+def ranges_by_host_table(rh: pd.DataFrame) -> Table:
+    """A merged report's ranges on each node (the ranges table sums them over the nodes)."""
+    t = _table("PCIe bytes per NVTX range and node", [("range", "left"), ("node", "left"), ("host", "left"),
+                                                     ("calls", "right"), ("incl\nms", "right"),
+                                                     ("H2D MB\n± error", "right"), ("D2H\nMB", "right")],
+               caption="each node's own figures, as in the table above; MB = 10^6 B")
+    for r in rh.sort_values(["domain", "name"], kind="stable").itertuples():
+        ok = getattr(r, "status", "ok") == "ok"
+        t.add_row(esc(r.name), esc(r.node), esc(r.host), str(r.calls), _num(r.incl_ms, ",.2f"),
+                  _pm(r.h2d_bytes / 1e6, _stated_err(r, "h2d") / 1e6, ",.3f") if ok else f"[red]{r.status}[/]",
+                  _num(r.d2h_bytes / 1e6, ",.3f") if ok else f"[red]{r.status}[/]")
+    return t
 
 
 def gpu_summary_table(gpus: pd.DataFrame) -> Table:
@@ -480,7 +501,7 @@ RENDERERS: list[tuple[str, Callable[[pd.DataFrame], Table]]] = [
 ]
 #: Tables rendered elsewhere in :func:`render` or not meant for the console (per-instance rows: JSON/CSV).
 HANDLED = {"sampling", "gpu_time", "speedup", "latency", "topology_model", "ranges", "range_instances", "whole_run",
-           "fit_windows", "rates", "notes", "graphs", "per_gpu"}
+           "fit_windows", "rates", "notes", "graphs", "per_gpu", "ranges_by_host"}
 
 
 def summary_lines(summary: dict[str, Any]) -> list[Any]:
@@ -551,11 +572,10 @@ def attach_floor_table(fl: pd.DataFrame) -> Table:
                        "± error; MB = 10^6 B")
     for r in fl.to_dict("records"):
         if r["status"] == "no floor":
-            t.add_row(f"GPU{r['nvml_index']}", "[red]no floor[/]", *["–"] * 5)
+            t.add_row(node_gpu(r), "[red]no floor[/]", *["–"] * 5)
             continue
         state = f"{_num(r['h2d_state_bytes_per_read'])} / {_num(r['d2h_state_bytes_per_read'])}"
-        t.add_row(f"GPU{r['nvml_index']}", r["status"], _num(r.get("reads_per_s_program")),
-                  _num(r["h2d_bytes_per_read_program"]),
+        t.add_row(node_gpu(r), r["status"], _num(r.get("reads_per_s_program")), _num(r["h2d_bytes_per_read_program"]),
                   _num(r["d2h_bytes_per_read_program"]), state,
                   f"{_num(r['h2d_background_Bps'] / 1e6, '.2f')} / {_num(r['d2h_background_Bps'] / 1e6, '.2f')}")
     return t
@@ -668,9 +688,22 @@ def _id(v: Any) -> str:
     return v[2:] if isinstance(v, str) and v.startswith("0x") else "?"
 
 
+def node_gpu(row: Any) -> str:
+    """A GPU's name in a table: "GPU3", or "node1 GPU3" in a merged report (whose rows and GPUs name their node)."""
+    node = row.get("node")
+    return esc(f"{node} " if node is not None and node == node else "") + gpu_label(row["nvml_index"])
+
+
 def _gpu_list(text: Any) -> str:
     """[0, 1, 2, 3, 5] (or "0,1,2,3,5") -> "0-3,5": runs of NVML indices shortened, so the column stays narrow
-    on big boxes."""
+    on big boxes. A merged report's "node:index" items -> "node0:0,1 node1:0,1"."""
+    items = list(text) if isinstance(text, (list, tuple)) or hasattr(text, "tolist") else None
+    if items and any(":" in str(x) for x in items):
+        by_node: dict[str, list[str]] = {}
+        for x in items:
+            node, _, idx = str(x).rpartition(":")
+            by_node.setdefault(node, []).append(idx)
+        return " ".join(f"{esc(n)}:{_gpu_list(ix)}" for n, ix in by_node.items())
     try:
         items = text if isinstance(text, (list, tuple)) else str(text).split(",")
         idx = sorted({int(x) for x in items if str(x).strip()})

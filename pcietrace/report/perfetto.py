@@ -51,11 +51,16 @@ def shown_ranges(ranges: pd.DataFrame, max_ranges: int = MAX_RANGES) -> pd.DataF
     return ranges.iloc[np.sort(order[:max_ranges])]
 
 
+def _t0(rates: pd.DataFrame, ranges: pd.DataFrame) -> int:
+    """The first sample's or range's time."""
+    return min((int(df[c].min()) for df, c in ((rates, "t_ns"), (ranges, "t_start_ns")) if len(df)), default=0)
+
+
 def _events(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame,
-            launches: pd.DataFrame) -> Iterator[list[dict[str, Any]]]:
-    """The trace's events, a chunk at a time (timestamps in microseconds from the first sample or range)."""
-    starts = [int(df[c].min()) for df, c in ((rates, "t_ns"), (ranges, "t_start_ns")) if len(df)]
-    t0 = min(starts, default=0)
+            launches: pd.DataFrame, t0_ns: int | None = None) -> Iterator[list[dict[str, Any]]]:
+    """The trace's events, a chunk at a time (timestamps in microseconds from ``t0_ns``, default the first
+    sample or range)."""
+    t0 = _t0(rates, ranges) if t0_ns is None else t0_ns
     ev: list[dict[str, Any]] = [{"ph": "M", "pid": 0, "name": "process_name", "args": {"name": "PCIe counters (NVML)"}}]
     for idx in sorted(set(rates["nvml_index"])) if len(rates) else []:
         ev.append({"ph": "M", "pid": 0, "tid": int(idx), "name": "thread_name", "args": {"name": f"GPU{idx}"}})
@@ -98,14 +103,41 @@ def _other(meta: dict[str, Any], shown: int, recorded: int) -> dict[str, Any]:
 
 
 def chrome_trace(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame,
-                 launches: pd.DataFrame | None = None) -> dict[str, Any]:
+                 launches: pd.DataFrame | None = None, t0_ns: int | None = None) -> dict[str, Any]:
     """``rates``: :func:`pcietrace.analysis.counters.rates`; ``ranges``: attributed ranges
     (:func:`pcietrace.analysis.attribution.attribute`); ``launches``:
-    :func:`pcietrace.analysis.attribution.launch_rate`. Timestamps are microseconds from the first sample.
-    Every point and range given (:func:`write_trace` bounds them)."""
+    :func:`pcietrace.analysis.attribution.launch_rate`. Timestamps are microseconds from ``t0_ns`` (default: the
+    first sample). Every point and range given (:func:`write_trace` bounds them)."""
     launches = launches if launches is not None else pd.DataFrame(columns=["pid", "t_ns", "eager_per_ms", "graph_per_ms"])
-    ev = [e for chunk in _events(meta, rates, ranges, launches) for e in chunk]
+    ev = [e for chunk in _events(meta, rates, ranges, launches, t0_ns) for e in chunk]
     return {"traceEvents": ev, "displayTimeUnit": "ms", "otherData": _other(meta, len(ranges), len(ranges))}
+
+
+#: Process ids of one node in a merged trace: its own (Linux's pid_max is at most 2^22) above ``node << PID_BITS``.
+PID_BITS = 22
+
+
+def node_events(meta: dict[str, Any], node: str, k: int, rates: pd.DataFrame, ranges: pd.DataFrame,
+                launches: pd.DataFrame | None, t0_ns: int) -> list[dict[str, Any]]:
+    """One node's part of a merged report's trace (:mod:`pcietrace.multinode`): its :func:`chrome_trace` from
+    the merge's shared start ``t0_ns`` (every node's times on the wall clock), its counters and processes as
+    processes of their own above ``k << PID_BITS``, named and sorted by node."""
+    base = k << PID_BITS
+    events: list[dict[str, Any]] = []
+    for e in chrome_trace(meta, rates, ranges, launches, t0_ns)["traceEvents"]:
+        e["pid"] = base + int(e["pid"])
+        if e.get("name") == "process_name":
+            e["args"] = {"name": f"{node}: {e['args']['name']}"}
+            events.append({"ph": "M", "pid": e["pid"], "name": "process_sort_index", "args": {"sort_index": e["pid"]}})
+        events.append(e)
+    return events
+
+
+def merged_header(meta: dict[str, Any]) -> dict[str, Any]:
+    """A merged report's trace less its events (the nodes' parts, :func:`node_events`, go in ``traceEvents``)."""
+    return {"displayTimeUnit": "ms",
+            "otherData": {"tool": "pcietrace", "command": " ".join(meta.get("command") or []),
+                          "nodes": [n["node"] for n in meta["merged"]["nodes"]], "simulated": meta.get("simulated", False)}}
 
 
 def write_trace(session: Any, results: dict[str, pd.DataFrame], path: Path, max_points: int = MAX_POINTS,

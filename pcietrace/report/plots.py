@@ -174,19 +174,24 @@ def attach_timeline(plt: Any, meta: dict[str, Any], rates: pd.DataFrame, inst: p
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(11, 6), sharex=True, gridspec_kw={"height_ratios": [2, 1.3]})
     starts = ([int(rates["t_ns"].min())] if len(rates) else []) + ([int(inst["t_start_ns"].min())] if len(inst) else [])
     t0 = min(starts, default=0)
-    for idx, g in rates.groupby("nvml_index"):
-        ax.plot((g["t_ns"] - t0) / 1e6, g["rx_Bps"] / 1e6, lw=0.8, label=_label(meta, idx, "H2D (RX)"), color=DIR_COLOR["h2d"])
-        ax.plot((g["t_ns"] - t0) / 1e6, g["tx_Bps"] / 1e6, lw=0.8, label=_label(meta, idx, "D2H (TX)"), color=DIR_COLOR["d2h"])
+    keys = ["node", "nvml_index"] if "node" in rates else ["nvml_index"]  # (a merged report: GPUs of several nodes)
+    for key, g in rates.groupby(keys):
+        idx, node = key[-1], (f"{key[0]} " if len(keys) > 1 else "")
+        for d, col, text in (("h2d", "rx_Bps", "H2D (RX)"), ("d2h", "tx_Bps", "D2H (TX)")):
+            label = _label(meta, idx, text)
+            ax.plot((g["t_ns"] - t0) / 1e6, g[col] / 1e6, lw=0.8, color=DIR_COLOR[d],
+                    label=label if label.startswith("_") else node + label)
     ax.set_ylabel("PCIe MB/s")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    rows = {key: i for i, key in enumerate(sorted(set(zip(inst["pid"], inst["tid"], inst["depth"]))))} if len(inst) else {}
+    who = inst["node"].astype(str) + " pid " + inst["pid"].astype(str) if "node" in inst else "pid " + inst["pid"].astype(str)
+    rows = {key: i for i, key in enumerate(sorted(set(zip(who, inst["tid"], inst["depth"]))))} if len(inst) else {}
     app = [meta[k] for k in ("t_app_start_ns", "t_app_end_ns") if meta.get(k) is not None]
     span = ((app[0] - t0) / 1e6, (app[1] - t0) / 1e6) if len(app) == 2 else None
     colors = {name: plt.cm.tab10(i % 10) for i, name in enumerate(dict.fromkeys(inst["name"]))} if len(inst) else {}
     width_ms = (span[1] - span[0]) if span else 1.0
-    for r in inst.itertuples():
-        y = rows[(r.pid, r.tid, r.depth)]
+    for w, r in zip(who if len(inst) else [], inst.itertuples()):
+        y = rows[(w, r.tid, r.depth)]
         dur_ms = (r.t_end_ns - r.t_start_ns) / 1e6
         ax2.barh(y, dur_ms, left=(r.t_start_ns - t0) / 1e6, height=0.8, color=colors[r.name], edgecolor="black", lw=0.5,
                  label=str(r.name))
@@ -199,7 +204,7 @@ def attach_timeline(plt: Any, meta: dict[str, Any], rates: pd.DataFrame, inst: p
         uniq = dict(zip(names, handles))
         ax2.legend(uniq.values(), uniq.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="ranges",
                    title_fontsize=7)
-    ax2.set_yticks(list(rows.values()), [f"pid {p} tid {t} depth {d}" for p, t, d in rows], fontsize=7)
+    ax2.set_yticks(list(rows.values()), [f"{p} tid {t} depth {d}" for p, t, d in rows], fontsize=7)
     ax2.invert_yaxis()
     ax2.set_xlabel("ms since the first sample")
     ax2.set_title("NVTX ranges (one row per process, thread and nesting depth)", fontsize=9)

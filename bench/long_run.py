@@ -89,6 +89,9 @@ def synthesise(out: Path, gpus: int, samples: int, ranges: int, names: int = 0, 
     body = pd.DataFrame(body)
     end_of_run = {c: int(body[c].max()) for c in proc_counts}
     foot = foot.assign(t_ns=base + run_ns - 1, **end_of_run)
+    for c in counts:  # a thread's counts after the tiles go on from the last tile's (they never run backwards)
+        per_tid = block.groupby("tid")[c].agg(lambda s: s.max() - s.min())
+        foot[c] = foot[c] + (tiles - 1) * foot["tid"].map(per_tid).fillna(0).astype(np.int64) * (foot[c] >= 0)
     gpu0 = dict(meta["gpus"][0])
     gpu_list, frames, procs = [], [], []
     for i in range(gpus):

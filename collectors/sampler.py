@@ -169,6 +169,19 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
     out.put(("done", index, failed))
 
 
+#: The longest :meth:`CounterSampler.stop` waits for its children's last samples before killing them.
+STOP_TIMEOUT_S = 10.0
+
+
+def _bounded(call: Any, timeout_s: float = 2.0) -> bool:
+    """``call()`` on a daemon thread, waited for at most ``timeout_s``: a multiprocessing Event's set/clear takes
+    a lock shared with the children, which a child killed while holding it never gives back. Whether it ran."""
+    th = threading.Thread(target=call, daemon=True)
+    th.start()
+    th.join(timeout_s)
+    return not th.is_alive()
+
+
 class BoundaryProbe:
     """In-process counter reads at window boundaries, merged later with the background samples.
 
@@ -235,6 +248,7 @@ class CounterSampler:
         self._procs: list[Any] = []
         self._drainer: threading.Thread | None = None
         self._page: Any = None  # the edge page, to wake the samplers and hold the fast rate
+        self._stop_sent = False
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Start one sampling process per GPU; returns once every GPU has been read once."""
@@ -275,9 +289,13 @@ class CounterSampler:
             try:
                 msg = self._q.get(timeout=0.5)
             except queue.Empty:
-                if not any(p.is_alive() for p in self._procs):
+                # all gone, or one killed before its "done" (SIGKILL, OOM): none will come from it
+                if not any(p.is_alive() for p in self._procs) or (self._stop_sent and any(
+                        p.exitcode is not None and p.exitcode < 0 for p in self._procs)):
                     return
                 continue
+            except (EOFError, OSError, ValueError):  # (the queue closed under it, or a message cut by a kill)
+                return
             if msg[0] == "chunk":
                 self._chunks.append(msg[1:])
             elif msg[0] == "done":
@@ -289,7 +307,7 @@ class CounterSampler:
             self._page.signal()
 
     def _kill(self) -> None:
-        self._stop.set()
+        _bounded(self._stop.set)
         self._wake()
         for p in self._procs:
             if p.pid is None:  # never started (a failure or signal between two starts): nothing to reap
@@ -328,14 +346,19 @@ class CounterSampler:
             "rx_raw": np.concatenate([c[4] for c in chunks]),
         })])
 
-    def stop(self) -> pd.DataFrame:
-        """Stop sampling and return all samples (columns: :data:`SAMPLE_COLUMNS`)."""
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> pd.DataFrame:
+        """Stop sampling and return all samples (columns: :data:`SAMPLE_COLUMNS`). Returns within about
+        ``timeout_s`` whatever the children do: one killed while it held the stop event's lock (which then
+        stays taken: setting the event would wait for good), or one that never says "done", is killed with the
+        others and the samples received so far are returned."""
         if self._procs:
-            self._stop.set()
-            self._pause.clear()
+            deadline = time.monotonic() + timeout_s
+            self._stop_sent = True
+            _bounded(self._stop.set, timeout_s / 4)
+            _bounded(self._pause.clear, timeout_s / 4)
             self._wake()  # without the edge file the children wait on the stop event itself
             if self._drainer is not None:
-                self._drainer.join(10)
+                self._drainer.join(max(0.0, deadline - time.monotonic()))
             self._kill()
         return self.frame()
 

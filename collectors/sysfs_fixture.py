@@ -36,7 +36,9 @@ def build(fixture: Path, root: Path) -> Path:
     """Write the sysfs-like tree the fixture describes under ``root``; returns ``root``. Raises ValueError for a
     name that is not a PCI address, a ``link`` that is not [speed, width, max speed, max width], or parents
     that form a cycle."""
-    doc = json.loads(Path(fixture).read_text())
+    from pcietrace.schema import load_json  # (nesting limited: a deep file is refused, not a RecursionError)
+
+    doc = load_json(Path(fixture).read_bytes())
     by_bdf = {_checked(d["bdf"], BDF, "bdf"): d for d in doc["devices"]}
 
     def folder(d: dict, seen: tuple[str, ...] = ()) -> Path:
@@ -76,7 +78,7 @@ def topology(fixture: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="topo-") as tmp:
         try:
             build(Path(fixture), Path(tmp))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             raise UsageError(f"{fixture} is not a topology fixture ({type(exc).__name__}: {exc})") from None
         out = topo.collect(None, tmp)
     # No NVML here: number the GPUs in bus order so narrow tables can say GPU0 instead of a bus id.

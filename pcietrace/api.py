@@ -82,14 +82,18 @@ def measure(gpu: str | int = "all", *, simulate: bool = False, quick: bool = Fal
         flag = "--" + key.replace("_", "-")
         if value is True:
             argv.append(flag)
-        elif value not in (False, None):
+        elif value is not False and value is not None:  # (not `in (False, None)`: 0 == False, and gpus=0 was dropped)
             argv += [flag, ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)]
     with contextlib.ExitStack() as stack:
         folder = Path(output) if output is not None else Path(stack.enter_context(tempfile.TemporaryDirectory())) / "run"
+        said = io.StringIO()
         try:
-            args = build_parser().parse_args(argv + ["--output", str(folder)])
+            with contextlib.redirect_stderr(said):
+                args = build_parser().parse_args(argv + ["--output", str(folder)])
         except SystemExit:
-            raise UsageError(f"invalid options for measure(): {' '.join(argv[1:])}") from None
+            why = said.getvalue().strip().splitlines()[-1:] or [""]
+            raise UsageError(f"invalid options for measure(): {' '.join(argv[1:])} "
+                             f"({why[0].split('error: ', 1)[-1]})") from None
         err = io.StringIO()
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
             code = commands.cmd_run(args)

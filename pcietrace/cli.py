@@ -12,6 +12,7 @@ from typing import Callable, NoReturn, Sequence
 
 from pcietrace import __version__, signals
 from pcietrace.errors import PcietraceError, one_line
+from pcietrace.text import clean
 
 
 def _float_list(text: str) -> tuple[float, ...]:
@@ -21,6 +22,18 @@ def _float_list(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
     if not vals or any(not math.isfinite(v) or v < 0 for v in vals):
         raise argparse.ArgumentTypeError(f"expected non-negative numbers, got {text!r}")
+    return vals
+
+
+#: Kernel durations (us) a spin kernel can be asked for: 0 (an empty kernel) or MIN_US..MAX_US (a tinier one
+#: overflows the launch plan's arithmetic; a longer one makes windows of hours).
+MIN_US, MAX_US = 1e-3, 1e6
+
+
+def _us_list(text: str) -> tuple[float, ...]:
+    vals = _float_list(text)
+    if any(v != 0 and not MIN_US <= v <= MAX_US for v in vals):
+        raise argparse.ArgumentTypeError(f"expected durations of 0 or {MIN_US:g}..{MAX_US:g} us, got {text!r}")
     return vals
 
 
@@ -209,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "of 1 and 100 kernels, one end-to-end repeat")
     r.add_argument("--window-s", type=_number(0.001, 3600, low_open=False), default=None,
                    help="length of each counter window in seconds, 0.001..3600 (default 0.4, quick 0.1)")
-    r.add_argument("--durations", type=_float_list, default=None, metavar="US,US,..",
+    r.add_argument("--durations", type=_us_list, default=None, metavar="US,US,..",
                    help="kernel durations in us (default 0,2,5,10,20,50)")
     r.add_argument("--graph-k", type=_int_list, default=None, metavar="K,K,..",
                    help="kernels per graph for the graph fits (default 1,10,100,1000)")
@@ -394,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="which parameter set each iteration uses (all-new: a fresh one every iteration)")
     gr.add_argument("--strategies", default="eager,recapture,exec_update,node_update,recognize", metavar="S,S,..",
                     help="strategies to run (eager is always needed)")
-    gr.add_argument("--kernel-us", type=_float_list, default="2,8", metavar="MIN,MAX",
+    gr.add_argument("--kernel-us", type=_us_list, default="2,8", metavar="MIN,MAX",
                     help="range of kernel durations (us)")
     gr.add_argument("--iterations", type=int, default=40, metavar="N", help="iterations per window (at least 2)")
     gr.add_argument("--rounds", type=int, default=3, metavar="N",
@@ -428,9 +441,11 @@ def _main(argv: list[str] | None) -> int:
             return 2
         from pcietrace import commands  # imported here: `pcietrace --help` stays light
 
-        return int(getattr(commands, args.func)(args))
+        rc = int(getattr(commands, args.func)(args))
+        sys.stdout.flush()  # (stdout on a full disk fails here, not silently in the interpreter's flush at exit)
+        return rc
     except PcietraceError as exc:
-        print(f"pcietrace: error: {exc}", file=sys.stderr)
+        print(f"pcietrace: error: {clean(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # also during the imports above; SIGTERM/SIGHUP carry their signal
         print(f"pcietrace: {signals.interrupted_line(command in SAVING)}", file=sys.stderr)
@@ -439,7 +454,7 @@ def _main(argv: list[str] | None) -> int:
         return 1
     except OSError as exc:  # stdout on a full disk or a gone terminal (files we open raise PcietraceErrors)
         _drop_stdout()
-        print(f"pcietrace: error: {one_line(exc)}", file=sys.stderr)
+        print(f"pcietrace: error: {clean(one_line(exc))}", file=sys.stderr)
         return 2
 
 

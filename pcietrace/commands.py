@@ -145,6 +145,16 @@ def _check_perfetto_target(target: Path, recording: Path, option: str = "--perfe
     if own:
         raise UsageError(f"{option} {target}: that is the report's own {own[0].name}, which it is read from; "
                          "choose another file")
+    from pcietrace.record.guard import is_run
+    from pcietrace.session import EVENTS_FILE, REPORT_FILE, SAMPLES_FILE
+
+    if target.is_dir():
+        raise UsageError(f"--perfetto {target}: that is a folder; give the trace file's name")
+    own_dir = recording_files(recording)[0].parent
+    other = is_run(target.parent) and not (own_dir.exists() and os.path.samefile(target.parent, own_dir))
+    if other or (target.name in (REPORT_FILE, SAMPLES_FILE, EVENTS_FILE) and is_run(target.parent)):
+        raise UsageError(f"--perfetto {target}: that is in the folder of another saved run ({target.parent}), whose "
+                         "files it could replace; choose another folder")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -246,8 +256,9 @@ def _emit_topology(topo: dict[str, Any], args: argparse.Namespace) -> int:
         from rich.console import Console
 
         from pcietrace.report.console import topology_tables
+        from pcietrace.report.text import clean_all
 
-        for t in topology_tables(topo):
+        for t in topology_tables(clean_all(topo)):
             Console().print(t)
     return 0
 

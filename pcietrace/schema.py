@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Callable
 
 import numpy as np
@@ -149,6 +150,8 @@ INTERVAL_MS = _type("a number of ms in 0..60000", lambda v: _is_num(v) and 0 <= 
 RANGE = _type("[MIN, MAX] finite numbers", lambda v: isinstance(v, list) and len(v) == 2
               and all(_is_num(x) and math.isfinite(x) for x in v))
 BOOL = _type("true or false", lambda v: isinstance(v, bool))
+#: A process's exit code as a shell gives it (128 + a signal's number for a signal death).
+EXIT_CODE = _type("an exit code in 0..255", lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255)
 
 
 def opt(check: Check) -> Check:
@@ -196,11 +199,13 @@ LAUNCH_COSTS = obj({"host_us_per_eager_launch": NUM, "host_us_per_graph_launch":
 PROCESS = obj({"pid": INT, "nvtx": BOOL, "cupti": STR, "ranges": INT}, {"devices": list_of(STR)})
 META = obj({"gpus": list_of(GPU)},
            {"simulated": BOOL, "status": STR, "kind": STR, "topology": opt(TOPOLOGY), "launch_costs": opt(LAUNCH_COSTS),
-            "t_app_start_ns": INT, "t_app_end_ns": INT, "exit_code": opt(INT), "processes": list_of(PROCESS),
+            "t_app_start_ns": INT, "t_app_end_ns": INT, "exit_code": opt(EXIT_CODE), "processes": list_of(PROCESS),
             "sample_interval_ms": INTERVAL_MS, "driver": opt(STR), "host": STR, "created": STR, "sim_source": STR,
             "plan": obj({}), "command": list_of(STR), "failed_reads": obj({}), "exact_edges": BOOL,
             "sampler_duty": FINITE, "idle_sample_interval_ms": INTERVAL_MS, "slow_domains": STR,
-            "graphs_plan": obj({"kernel_us": RANGE}, {"sync": BOOL, "param_sets": INT, "order": STR}), "timing": STR})
+            "graphs_plan": obj({"kernel_us": RANGE}, {"sync": BOOL, "param_sets": INT, "order": STR}), "timing": STR,
+            "trace_bad": obj({"lines": _type("a count >= 0", lambda v: isinstance(v, int) and not isinstance(v, bool)
+                                             and 0 <= v < 2**63), "files": list_of(STR)})})
 ATTACH_META = obj({"t_app_start_ns": INT, "t_app_end_ns": INT})
 GRAPHS_META = obj({"graphs_plan": obj({"kernel_us": RANGE})})
 DOC = obj({"schema": STR, "meta": META, "tables": obj({})}, {"results": obj({})})
@@ -261,6 +266,54 @@ def schema_version(schema: Any) -> int | None:
         return None
     tail = schema[len(SCHEMA_NAME) + 1:]
     return int(tail) if tail.isdigit() else None
+
+
+#: The deepest nesting of lists and objects read from a JSON file (a report nests about 6 deep, a topology
+#: fixture about 5): deeper input is refused before anything recurses into it.
+MAX_JSON_DEPTH = 64
+
+
+def load_json(raw: bytes | str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``raw`` parsed as JSON, refused with :class:`ValueError` ("nested too deeply") beyond ``max_depth`` levels
+    (the depth is counted on the text, outside strings, before the parser or anything after it recurses)."""
+    text = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
+    if json_depth(text) > max_depth:
+        raise ValueError(f"nested too deeply (more than {max_depth} levels)")
+    doc = json.loads(raw)
+    # a lone surrogate (an escape JSON allows, text no encoder writes) becomes U+FFFD: pandas, Parquet and every
+    # output would fail on it; (the depth is limited above, so the walk below cannot recurse too deep)
+    return _no_surrogates(doc) if re.search(rb"\\u[dD][89a-fA-F]", text) else doc
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_surrogates(o: Any) -> Any:
+    if isinstance(o, str):
+        return _SURROGATE.sub("\ufffd", o)
+    if isinstance(o, list):
+        return [_no_surrogates(v) for v in o]
+    if isinstance(o, dict):
+        return {_no_surrogates(k): _no_surrogates(v) for k, v in o.items()}
+    return o
+
+
+def json_depth(text: bytes) -> int:
+    """The deepest nesting of ``[``/``{`` in JSON ``text``, brackets inside strings not counted (vectorised:
+    quotes not escaped by an odd run of backslashes toggle "inside a string")."""
+    b = np.frombuffer(text, np.uint8)
+    if not b.size:
+        return 0
+    bs = b == 92  # backslash
+    quote = b == 34
+    # a quote is escaped if the run of backslashes right before it is odd
+    idx = np.arange(b.size)
+    last_non_bs = np.maximum.accumulate(np.where(~bs, idx, -1))
+    run = idx - np.concatenate(([-1], last_non_bs[:-1])) - 1  # backslashes immediately before each byte
+    real_quote = quote & (run % 2 == 0)
+    inside = (np.cumsum(real_quote) - real_quote) % 2 == 1
+    step = np.where(~inside & ((b == 91) | (b == 123)), 1, 0) - np.where(~inside & ((b == 93) | (b == 125)), 1, 0)
+    return int(np.cumsum(step).max(initial=0))
 
 
 def check_doc(doc: Any) -> None:

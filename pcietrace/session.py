@@ -110,11 +110,15 @@ class Session:
         :mod:`pcietrace.schema`. Anything damaged, missing or from a newer schema raises
         :class:`~pcietrace.errors.ReportError` naming the file and the field."""
         path = Path(path)
-        report, samples_file, events_file = recording_files(path)
-        if not report.is_file():
+        try:
+            report, samples_file, events_file = recording_files(path)
+            found = report.is_file()
+        except OSError as exc:  # (a name too long for the file system, a loop of links...)
+            raise ReportError(f"no pcietrace report at {path} ({exc.strerror or exc})") from None
+        if not found:
             raise ReportError(f"no pcietrace report at {path}")
         try:
-            doc = json.loads(report.read_bytes())
+            doc = schema.load_json(report.read_bytes())
         except RecursionError:
             raise ReportError(f"{report} is not a readable JSON report (nested too deeply)") from None
         except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors

@@ -238,6 +238,15 @@ def _attach(s: Session, cum: pd.DataFrame, group_by: str = names.DEFAULT_GROUP_B
     for r in events[events["event"] == SECOND_COPY].itertuples() if len(events) else []:
         notes.append(f"process {r.pid}: a second copy of the injection library was loaded ({r.message}); it only "
                      "forwarded to the first copy, which counted each launch once and wrote this trace")
+    never = int((~inst["closed"].astype(bool)).sum()) if len(inst) and "closed" in inst else 0
+    if never:  # (attribution.ranges_from_events closes them at their process's last event)
+        notes.append(f"{never} range(s) were never popped (ended, closed=false in range_instances): each is closed at "
+                     "its process's last event, so its time, bytes and launches run to there")
+    bad = s.meta.get("trace_bad") or {}
+    if bad.get("lines") or bad.get("files"):  # (record/attach.py: read_traces) left out, the rest kept
+        notes.append(f"the traces held {bad.get('lines', 0):,} line(s) that were not trace lines"
+                     + (f" and {len(bad['files'])} file(s) that were not traces ({', '.join(map(str, bad['files'][:3]))})"
+                        if bad.get("files") else "") + ": left out; the ranges and launches come from the rest")
     for idx, n in counters.resets(cum).items():
         if n:
             notes.append(f"GPU{idx}: its counters jumped {int(n)} time(s) by more than the link could move (a "

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace import schema
+from pcietrace.analysis import counters as counters_analysis
 from pcietrace.analysis import gpu_time
 from pcietrace.schema import STRATEGIES
 from pcietrace.errors import DataError
@@ -34,6 +35,8 @@ def check(session: Any) -> None:
         except schema.Invalid as exc:
             raise DataError(str(exc)) from None
     counters = s.counters
+    _magnitudes(s)
+    _gpus(s)
     if len(s.samples):
         _samples(s.samples, counters)
     if len(s.windows):
@@ -47,6 +50,7 @@ def check(session: Any) -> None:
         if unknown:
             raise DataError(f"windows: unknown mode {unknown[0]!r} (known: {', '.join(WINDOW_MODES)})")
         _non_negative(s.windows, "windows", [c for c in ("calls", "launches", "graph_k") if c in s.windows])
+        _windows_apart(s.windows)
     if len(s.bursts):
         _positive(s.bursts, "bursts", ("calls", "launches", "graph_k"))
         _non_negative(s.bursts, "bursts", ("host_ns", "cpu_ns", "gpu_ns", "kernel_us"))
@@ -58,8 +62,10 @@ def check(session: Any) -> None:
         _non_negative(s.e2e, "e2e", ("wall_ns", "kernel_us"))
     if len(s.calibration):
         _non_negative(s.calibration, "calibration", ("kernel_us", "measured_us", "min_us", "max_us"))
-    if len(s.latency):
-        _finite(s.latency, "latency", ("value_us",))
+    if len(s.latency):  # (round trips and latencies: a negative one is a damaged file, not a fast machine)
+        _non_negative(s.latency, "latency", ("value_us",))
+    if len(s.graphs):
+        _graphs(s.graphs)
     if len(s.events):
         _finite(s.events, "events", ("t_ns",))
         # attach saves them sorted by time (record/attach.py: read_traces) and ranges pair pushes with pops in
@@ -69,10 +75,98 @@ def check(session: Any) -> None:
         back = np.flatnonzero(np.diff(t) < 0)
         if back.size:
             raise DataError(f"events: not in time order (t_ns {t[back[0] + 1]} follows t_ns {t[back[0]]})")
+        _events(host)
     meta = s.meta
+    costs = meta.get("launch_costs") or {}
+    for k, v in costs.items():
+        if k != "source" and not (isinstance(v, (int, float)) and 0 <= v < MAX_US):
+            raise DataError(f"meta.launch_costs.{k}: {_value(v)} us is not a per-launch cost (0..{MAX_US:.0e} us)")
     if meta.get("kind") == "attach" and not meta["t_app_end_ns"] >= meta["t_app_start_ns"]:
         raise DataError(f"meta: the program ended (t_app_end_ns {meta['t_app_end_ns']}) before it started "
                         f"(t_app_start_ns {meta['t_app_start_ns']})")
+
+
+#: No figure a report holds comes near this (ns: three years; us, calls, launches: more): a larger one is a
+#: damaged file, which would print as a wall of digits.
+MAX_MAGNITUDE = 1e17
+#: The largest per-launch cost (us) a report may state: a minute.
+MAX_US = 6e7
+#: Launch counts a trace line carries cumulatively per thread: they never go down within one thread.
+THREAD_COUNTS = ("eager_thread", "graph_thread", "captured_thread")
+
+
+def _magnitudes(s: Any) -> None:
+    """No float in any table beyond :data:`MAX_MAGNITUDE` (raw counters have their own bound: their width)."""
+    for name in schema.TABLE_COLUMNS:
+        df = getattr(s, name)
+        for col in df.columns if len(df) else ():
+            if df[col].dtype.kind != "f" or (name == "samples" and col in ("tx_raw", "rx_raw")):
+                continue
+            v = df[col].to_numpy(np.float64)
+            bad = np.flatnonzero(np.abs(v) > MAX_MAGNITUDE)  # (NaN compares False: left to the checks of each)
+            if bad.size:
+                raise DataError(f"{name}.{col}: row {df.index[bad[0]]} is {_value(v[bad[0]])}, beyond any figure a run "
+                                f"holds (|x| <= {MAX_MAGNITUDE:.0e})")
+
+
+def _gpus(s: Any) -> None:
+    """The GPUs the tables hold are the GPUs meta describes, and every GPU meta describes has rows somewhere:
+    otherwise its figures would be printed under another GPU's name, or dropped without a word."""
+    named = {int(g["nvml_index"]) for g in s.meta.get("gpus", [])}
+    held: set[int] = set()
+    for name in schema.TABLE_COLUMNS:
+        df = getattr(s, name)
+        if len(df) and "nvml_index" in df:
+            idx = set(pd.unique(df["nvml_index"]).tolist())
+            extra = sorted(idx - named)
+            if extra:
+                raise DataError(f"{name}: rows of GPU {extra[0]}, which meta.gpus does not describe "
+                                f"(it describes {', '.join(map(str, sorted(named))) or 'none'})")
+            held |= idx
+    recorded = any(len(getattr(s, t)) for t in ("samples", "windows", "latency", "bursts", "e2e", "calibration"))
+    missing = sorted(named - held)
+    if recorded and missing and s.meta.get("status", "complete") == "complete" and s.meta.get("kind") != "graphs":
+        raise DataError(f"meta.gpus: GPU {missing[0]} is described but no table holds a row of it")
+
+
+def _windows_apart(windows: pd.DataFrame) -> None:
+    """One GPU's windows never overlap: each one's bytes are the counter's difference across it alone."""
+    w = windows.sort_values(["nvml_index", "t_start_ns"], kind="stable")
+    same = w["nvml_index"].to_numpy()[1:] == w["nvml_index"].to_numpy()[:-1]
+    over = np.flatnonzero(same & (w["t_start_ns"].to_numpy()[1:] < w["t_end_ns"].to_numpy()[:-1]))
+    if over.size:
+        a, b = w.index[over[0]], w.index[over[0] + 1]
+        raise DataError(f"windows: rows {a} and {b} overlap on GPU {w['nvml_index'].iloc[over[0]]} (a window's "
+                        "bytes are the counter's difference across it alone)")
+
+
+def _events(host: pd.DataFrame) -> None:
+    """NVTX depths are never negative; a thread's launch counts never go down."""
+    if "depth" in host and (host["depth"].to_numpy() < 0).any():
+        i = np.flatnonzero(host["depth"].to_numpy() < 0)[0]
+        raise DataError(f"events.depth: row {host.index[i]} is negative ({_value(host['depth'].iloc[i])})")
+    cols = [c for c in THREAD_COUNTS if c in host]
+    if not cols or not len(host):
+        return
+    g = host.sort_values(["pid", "tid"], kind="stable")  # (stable: each thread's events stay in time order)
+    same = (g["pid"].to_numpy()[1:] == g["pid"].to_numpy()[:-1]) & (g["tid"].to_numpy()[1:] == g["tid"].to_numpy()[:-1])
+    for col in cols:
+        back = np.flatnonzero(same & (np.diff(g[col].to_numpy(np.int64)) < 0))
+        if back.size:
+            raise DataError(f"events.{col}: thread {g['tid'].iloc[back[0]]} of process {g['pid'].iloc[back[0]]} counts "
+                            f"launches backwards (row {g.index[back[0] + 1]}: {g[col].iloc[back[0] + 1]} after "
+                            f"{g[col].iloc[back[0]]})")
+
+
+def _graphs(graphs: pd.DataFrame) -> None:
+    """`pcietrace graphs` iterations: numbered from 0, each (size, strategy, round, iteration) once, times >= 0."""
+    _non_negative(graphs, "graphs", [c for c in ("round", "iteration", "wall_ns", "cpu_ns", "prep_ns", "submit_ns",
+                                                 *schema.COUNT_COLUMNS) if c in graphs])
+    dup = graphs.duplicated(["kernels", "strategy", "round", "iteration"])
+    if dup.any():
+        r = graphs[dup].iloc[0]
+        raise DataError(f"graphs: iteration {r['iteration']} of {r['strategy']} (round {r['round']}, {r['kernels']} "
+                        "kernels) is listed twice")
 
 
 def _samples(samples: pd.DataFrame, counters: dict[int, dict[str, Any]]) -> None:
@@ -87,6 +181,16 @@ def _samples(samples: pd.DataFrame, counters: dict[int, dict[str, Any]]) -> None
         if back.size:
             i = g.index[back[0] + 1]
             raise DataError(f"samples: GPU {idx}'s samples are not in time order (row {i} goes back in time)")
+        same = np.flatnonzero(np.diff(t) == 0)
+        if same.size:  # (a sample is one read at one time: two at one time are a row written twice)
+            raise DataError(f"samples: GPU {idx} has {same.size} sample(s) at the time of the one before "
+                            f"(row {g.index[same[0] + 1]}): duplicated rows")
+        if c["mode"] == "throughput":  # KB/s no link could move: raw counter values under a throughput meta
+            top = 2 * counters_analysis.link_bps(c) / 1e3
+            for col in ("tx_raw", "rx_raw"):
+                if (g[col].to_numpy(np.float64) > top).any():
+                    raise DataError(f"samples.{col}: GPU {idx}'s throughput values exceed what its link can move "
+                                    f"(> {top:,.0f} KB/s): raw counter values under a throughput-mode meta?")
         if c["mode"] == "fields":
             bits = c.get("bits")
             if not isinstance(bits, int) or not 1 <= bits <= 64:

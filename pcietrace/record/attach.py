@@ -95,40 +95,90 @@ def _whole_lines(text: bytes) -> bytes:
     return text[:text.rfind(b"\n") + 1]
 
 
-def _trace_columns(raw: bytes, f: Path) -> tuple[list[str], bytes]:
-    """A trace's columns (:data:`TRACE_COLUMNS`) and its event lines: the version its first line names, or, in a
-    trace without that line (an older library's), the version its field count gives."""
-    if raw.startswith(TRACE_MAGIC):
-        head, _, rest = raw.partition(b"\n")
-        version = head[len(TRACE_MAGIC):].strip()
-        if not version.isdigit() or int(version) not in TRACE_COLUMNS:
-            raise PcietraceError(f"{f}: trace format {version.decode(errors='replace')!r} is not one this pcietrace "
-                                 f"reads (1-{max(TRACE_COLUMNS)}): upgrade pcietrace")
-        return TRACE_COLUMNS[int(version)], rest
-    fields = raw.split(b"\n", 1)[0].count(b"\t") + 1
-    return next((n for n in TRACE_COLUMNS.values() if fields == len(n)), EVENT_COLUMNS_V1), raw
+#: Text columns of a trace line; every other column is an integer (``devmask`` unsigned 64-bit).
+TEXT_COLUMNS = ("event", "domain", "message")
+_LAYOUTS = (EVENT_COLUMNS, EVENT_COLUMNS_V3, EVENT_COLUMNS_V2, EVENT_COLUMNS_V1)
+#: Decimal integers that fit int64 (and uint64 for ``devmask``) without overflow.
+_INT64 = r"-?(?:\d{1,18}|[0-8]\d{18})"
+_UINT64 = r"\d{1,19}|1[0-7]\d{18}"
 
 
 def read_traces(trace_dir: Path) -> pd.DataFrame:
     """All ``trace-<pid>.tsv`` files of a folder as one frame (:data:`EVENT_COLUMNS` plus ``pid``; traces
-    from older libraries keep :data:`EVENT_COLUMNS_V3`, :data:`EVENT_COLUMNS_V2` or :data:`EVENT_COLUMNS_V1`)."""
-    frames = []
+    from older libraries keep :data:`EVENT_COLUMNS_V3`, :data:`EVENT_COLUMNS_V2` or :data:`EVENT_COLUMNS_V1`).
+
+    Never fails on what a file holds: a line that is not a trace line (wrong field count, a number that is not
+    one, a file that is not a trace: another name, not a regular file, unreadable) is left out and counted in
+    ``attrs["bad_lines"]`` (``attrs["bad_files"]``: the files left out whole), the rest kept. Text that is not
+    UTF-8 (a name the library cut inside a character) is decoded with U+FFFD; a CR stays inside its field."""
+    frames, bad_lines, bad_files = [], 0, []
     for f in sorted(Path(trace_dir).glob("trace-*.tsv")):
-        raw = _trace_lines(f)
-        if not raw.strip():
+        pid = f.stem[len("trace-"):]
+        try:
+            if not (pid.isdecimal() and f.is_file() and not f.is_symlink()):
+                raise OSError("not a trace file")
+            raw = _trace_lines(f)
+        except OSError:
+            bad_files.append(f.name)
             continue
-        names, raw = _trace_columns(raw, f)
-        if not raw.strip():  # (its first line alone: the process wrote no event)
-            continue
-        df = pd.read_csv(io.BytesIO(raw), sep="\t", names=names, header=None, quoting=3,
-                         keep_default_na=False, dtype={"message": str, "domain": str, "event": str})
-        frames.append(df.assign(pid=int(f.stem.split("-")[1])))
+        df, bad = _parse_trace(raw)
+        bad_lines += bad
+        if len(df):
+            frames.append(df.assign(pid=int(pid)))
     if not frames:
-        return pd.DataFrame(columns=EVENT_COLUMNS + ["pid"])
-    out = pd.concat(frames, ignore_index=True).sort_values("t_ns", kind="stable").reset_index(drop=True)
-    if "devmask" in out.columns:
-        out["devmask"] = out["devmask"].astype(np.uint64)
+        out = pd.DataFrame(columns=EVENT_COLUMNS + ["pid"])
+    else:
+        out = pd.concat(frames, ignore_index=True).sort_values("t_ns", kind="stable").reset_index(drop=True)
+        if "devmask" in out.columns:
+            out["devmask"] = out["devmask"].astype(np.uint64)
+    out.attrs.update(bad_lines=bad_lines, bad_files=bad_files)
     return out
+
+
+def _parse_trace(raw: bytes) -> tuple[pd.DataFrame, int]:
+    """One trace file's whole lines as a frame, and the number of lines left out (see :func:`read_traces`).
+    The layout is the one its first line names (``TRACE_MAGIC VERSION``: :data:`TRACE_COLUMNS`), or, in a trace
+    without that line (an older library's), the one most lines have; a trace of a version this pcietrace does
+    not know (a newer library's) is left out whole, every line counted. Lines are split on LF only."""
+    cut = version = 0
+    if raw.startswith(TRACE_MAGIC):
+        head, _, raw = raw.partition(b"\n")
+        tail = head[len(TRACE_MAGIC):].strip()
+        if not (tail.isdigit() and int(tail) in TRACE_COLUMNS):
+            return pd.DataFrame(), 1 + raw.count(b"\n") + (bool(raw) and not raw.endswith(b"\n"))
+        version = int(tail)
+    if raw and not raw.endswith(b"\n"):  # (a file read before, or written by another program: a last line cut)
+        raw, cut = raw[:raw.rfind(b"\n") + 1], 1
+    if not raw:
+        return pd.DataFrame(), cut
+    buf = np.frombuffer(raw, np.uint8)
+    ends = np.flatnonzero(buf == 10)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    tabs = np.concatenate(([0], np.cumsum(buf == 9)))
+    fields = tabs[ends] - tabs[starts] + 1
+    counts = {len(n): int((fields == len(n)).sum()) for n in _LAYOUTS}
+    names = TRACE_COLUMNS[version] if version > 0 else max(_LAYOUTS, key=lambda n: counts[len(n)])
+    keep = fields == len(names)
+    bad = int((~keep).sum()) + cut
+    if not keep.any():
+        return pd.DataFrame(), bad
+    if bad:  # the kept lines' bytes, in order
+        raw = buf[np.repeat(keep, ends - starts + 1)].tobytes()
+    read = dict(sep="\t", names=names, header=None, quoting=3, lineterminator="\n", keep_default_na=False,
+                encoding_errors="replace")
+    ints = [c for c in names if c not in TEXT_COLUMNS]
+    try:  # the usual trace: every line whole and numeric, typed by the parser
+        df = pd.read_csv(io.BytesIO(raw), dtype={c: str for c in TEXT_COLUMNS}, **read)
+        if all(df[c].dtype.kind in "iu" for c in ints):
+            return df, bad
+    except (ValueError, OverflowError):  # (pandas' ParserError is a ValueError)
+        pass
+    df = pd.read_csv(io.BytesIO(raw), dtype=str, **read)
+    ok = np.ones(len(df), bool)
+    for c in ints:
+        ok &= df[c].str.fullmatch(_UINT64 if c == "devmask" else _INT64).fillna(False).to_numpy(bool)
+    df = df[ok].reset_index(drop=True)
+    return df.astype({c: np.uint64 if c == "devmask" else np.int64 for c in ints}), bad + int((~ok).sum())
 
 
 def edge_samples(events: pd.DataFrame) -> pd.DataFrame:
@@ -338,7 +388,7 @@ class Recording:
     def __init__(self, nvml_indices: list[int], interval_ns: int, max_duty: float, idle_interval_ns: int) -> None:
         from pcietrace.collectors import CounterSampler, edges
 
-        self.trace_dir = Path(tempfile.mkdtemp(prefix="pcietrace-"))
+        self.trace_dir = Path(tempfile.mkdtemp(prefix=f"pcietrace-{os.getpid()}-"))  # (pid: see guard.sweep_leftovers)
         self.edge_file = ""
         self.collected = False
         try:  # no page, or a sampler refusing its settings: then no folder or page stays behind either
@@ -377,6 +427,7 @@ class Recording:
         samples = self.sampler.stop()
         self.collected = True  # (after: a stop cut short by a signal is finished on leaving)
         session.events = read_traces(self.trace_dir)
+        session.meta["trace_bad"] = {"lines": session.events.attrs["bad_lines"], "files": session.events.attrs["bad_files"]}
         session.samples = merge_samples([samples, edge_samples(session.events)])
         session.windows = pd.DataFrame(windows)
         session.meta["processes"] = processes(session.events, launch_counter)

@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterator
 from pcietrace.errors import UsageError, one_line
 from pcietrace.session import REPORT_FILE, SAMPLES_FILE
 from pcietrace.signals import TERMINATING, Terminated, take_over
+from pcietrace.text import clean
 
 #: A folder holding either of these is a saved run.
 RUN_FILES = (REPORT_FILE, SAMPLES_FILE)
@@ -63,11 +64,123 @@ def is_run(path: Path) -> bool:
     return any((path / f).exists() for f in RUN_FILES)
 
 
+#: The longest file name most file systems take (bytes).
+NAME_MAX = 255
+#: The hidden names of a run's staging folder and lock beside its target (with the pid that made them, so a
+#: later start can tell a dead run's leftovers from a running one's).
+STAGING = re.compile(r"^\..*\.(?:partial|replaced)-(\d+)-[0-9a-f]{8}$")
+#: Leftovers of attach and the sampler outside the reports folder (trace folders, edge pages), with their pid.
+TEMP_LEFTOVERS = ((Path(tempfile.gettempdir()), re.compile(r"^pcietrace-(?:edges-)?(\d+)-.{8}$")),
+                  (Path("/dev/shm"), re.compile(r"^pcietrace-edges-(\d+)-.{8}$")))
+
+
+def hidden_name(name: str, kind: str) -> str:
+    """``.NAME.KIND-<pid>-<random>``, the name cut (at a character) so the whole fits :data:`NAME_MAX` bytes:
+    a legal 250-byte folder name still gets a staging folder."""
+    tail = f".{kind}-{os.getpid()}-{secrets.token_hex(4)}"
+    room = NAME_MAX - 1 - len(tail)
+    short = name.encode("utf-8", "surrogateescape")[:room].decode("utf-8", "ignore")
+    return f".{short}{tail}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):  # (another user's, or a number no pid is)
+        return pid < 2**22 and pid > 0
+    return True
+
+
+def sweep_leftovers(parent: Path | None = None) -> list[Path]:
+    """Remove what runs killed outright (SIGKILL, OOM, power) left: staging folders in ``parent`` (the reports
+    folder), attach's trace folders in the temporary folder and its edge pages in /dev/shm, each only if the
+    process named in it is gone. Returns what was removed. Never fails."""
+    places = list(TEMP_LEFTOVERS) + ([(parent, STAGING)] if parent is not None else [])
+    gone = []
+    for folder, pattern in places:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            m = pattern.match(name)
+            if not m or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
+                continue
+            path = folder / name
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+                gone.append(path)
+            except OSError:
+                pass
+    return gone
+
+
+class _Lock:
+    """An exclusive lock on a run's target (a hidden ``.NAME.lock`` file beside it, flock'd: released when the
+    process dies, however): two runs into one folder cannot both save there. :meth:`release` removes the file."""
+
+    def __init__(self, target: Path) -> None:
+        import fcntl
+        import hashlib
+
+        self.fd: int | None = None
+        digest = hashlib.sha1(target.name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+        short = target.name.encode("utf-8", "surrogateescape")[:NAME_MAX - 16].decode("utf-8", "ignore")
+        self.path = target.parent / f".{short}.{digest}.lock"
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise UsageError(f"cannot save to {target}: another pcietrace run is saving there now "
+                                 "(choose another -o, or wait for it to end)") from None
+            try:  # the file we locked is still the one at the path (a releasing run may have just removed it)
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                self.fd = fd
+                return
+            os.close(fd)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            try:
+                os.unlink(self.path)  # (while still held: a run waiting to open it finds a fresh file)
+            except OSError:
+                pass
+            os.close(self.fd)
+            self.fd = None
+
+    def __del__(self) -> None:
+        self.release()
+
+
+#: Signals arriving in a critical step (the renames that publish a run) wait for its end, the third too.
+_critical = [0]
+
+
+@contextmanager
+def critical() -> Iterator[None]:
+    """A step no signal may cut in two (:class:`Interrupts` holds every signal meanwhile)."""
+    _critical[0] += 1
+    try:
+        yield
+    finally:
+        _critical[0] -= 1
+
+
 def _new_folder(parent: Path, prefix: str) -> Path:
     """A new folder ``parent/prefix<random>`` made as mkdir makes any folder (the umask's mode, the parent's
     setgid group); tempfile.mkdtemp's would be 0700, and a saved run unreadable to anyone else."""
     while True:
-        path = parent / f"{prefix}{secrets.token_hex(4)}"
+        path = parent / hidden_name(prefix, "partial")
         try:
             path.mkdir()
             return path
@@ -84,8 +197,23 @@ class RunFolder:
     """
 
     def __init__(self, target: Path, explicit: bool = True, force: bool = False) -> None:
-        self.target, self.explicit, self.force = Path(target), explicit, force
+        target = Path(target)
+        if target.is_symlink() and target.is_dir():  # -o LINK saves into the folder it points at, not LINK-2
+            target = target.resolve()
+        absolute = Path(os.path.abspath(target))
+        try:
+            here = Path.cwd()
+        except OSError:  # (the current folder was removed: nothing is above it)
+            here = None
+        if absolute.parent == absolute or (here is not None and here.is_relative_to(absolute)):
+            raise UsageError(f"cannot save to {target}: it is the current folder or one above it (a run is saved "
+                             "as a folder of its own: give -o a new name)")
+        self.target, self.explicit, self.force = target, explicit, force
+        self.published: Path | None = None  # where publish put the run (said even if a signal cut in after)
+        self.kept: Path | None = None  # a complete run --force did not replace with an interrupted one
+        self.lock: _Lock | None = None
         t = self.target
+        sweep_leftovers(t.parent)
         if t.exists() or t.is_symlink():
             if not t.is_dir():
                 raise UsageError(f"cannot save to {t}: it exists and is not a folder")
@@ -95,35 +223,58 @@ class RunFolder:
                 raise UsageError(f"cannot save to {t}: the folder is not empty and holds no pcietrace run")
         try:
             t.parent.mkdir(parents=True, exist_ok=True)
-            self.staging = _new_folder(t.parent, f".{t.name}.partial-")
+            if explicit:  # (default names never collide: the next free -2, -3... is taken)
+                self.lock = _Lock(t)
+            self.staging = _new_folder(t.parent, t.name)
         except OSError as exc:
+            self._release()
             raise UsageError(f"cannot save to {t}: {exc.strerror or exc} ({exc.filename or t.parent})") from None
 
-    def publish(self) -> Path:
+    def publish(self, replace: bool = True) -> Path:
         """Move the staged run into place in one rename and return where it went. The target taken by
-        now (another run finished first) -> the next free ``-2``, ``-3``...; ``force`` replaces a run there."""
+        now (another run finished first) -> the next free ``-2``, ``-3``...; ``force`` replaces a run there,
+        unless ``replace`` is False (an interrupted run never replaces a run: it goes beside it, ``kept``).
+        The renames are one :func:`critical` step: a signal never leaves the old run aside and the new one
+        staged, and ``published`` says where the run is even if a signal cuts in right after."""
+        try:
+            with critical():
+                self.published = self._publish(replace)
+            return self.published
+        finally:
+            self._release()
+
+    def _publish(self, replace: bool) -> Path:
         if self.force and self.target.is_dir() and is_run(self.target):
-            old = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.replaced-", dir=self.target.parent))
-            os.replace(self.target, old / "run")  # aside first: the new run lands in one rename below
-            try:
-                os.replace(self.staging, self.target)
-            except OSError:
-                os.replace(old / "run", self.target)  # the old run stays where it was
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-            return self.target
+            if not replace:
+                self.kept = self.target
+            else:
+                old = _new_folder(self.target.parent, self.target.name)  # (named as a staging folder: swept if left)
+                os.replace(self.target, old / "run")  # aside first: the new run lands in one rename below
+                try:
+                    os.replace(self.staging, self.target)
+                except OSError:
+                    os.replace(old / "run", self.target)  # the old run stays where it was
+                    raise
+                shutil.rmtree(old, ignore_errors=True)
+                return self.target
         for n in range(1, 1000):
             dest = self.target if n == 1 else self.target.with_name(f"{self.target.name}-{n}")
             try:
                 os.rename(self.staging, dest)  # replaces only an empty folder; fails on a non-empty one or a file
                 return dest
             except OSError as exc:
-                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG):
                     raise
         raise UsageError(f"no free folder name next to {self.target}")
 
     def discard(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
+        self._release()
+
+    def _release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
 
 class Interrupts:
@@ -139,7 +290,7 @@ class Interrupts:
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         exc = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
-        if self._holding and len(self.pending) < 2:
+        if self._holding and (len(self.pending) < 2 or _critical[0]):
             self.pending.append(signum)
             return
         if self.fired is None:
@@ -202,7 +353,7 @@ def finish(session: Any, folder: RunFolder | None, analyze: Callable[[], Any], t
             if folder is not None:
                 where = _save(session, folder, results, to_jsonable, say)
     finally:
-        if folder is not None and where is None:
+        if folder is not None and where is None and folder.published is None:
             folder.discard()  # a half-written staging folder never stays behind
     return results, where
 
@@ -211,7 +362,7 @@ def _save(session: Any, folder: RunFolder, results: Any, to_jsonable: Callable[[
           say: Callable[[str], None]) -> Path | None:
     try:
         session.save(folder.staging, to_jsonable(results) if results is not None else None)
-        return folder.publish()
+        return folder.publish(replace=session.meta.get("status") == "complete")
     except Exception as exc:  # disk full, folder removed under us...: say so, the results still print
         say(f"pcietrace: error: could not save the run to {folder.target}: {one_line(exc)}")
         return None
@@ -219,7 +370,7 @@ def _save(session: Any, folder: RunFolder, results: Any, to_jsonable: Callable[[
 
 def say(line: str) -> None:
     """One line on stderr (what a measuring command says about its run)."""
-    print(line, file=sys.stderr)
+    print(clean(line), file=sys.stderr)  # (paths and commands from outside: no escape reaches the terminal)
 
 
 @contextmanager
@@ -237,9 +388,11 @@ def interrupted_line(folder: RunFolder | None, out_dir: Path | None, what: str) 
     """The one line a signal ends a measuring command with: ``what`` was saved, and where."""
     if folder is None:
         return "pcietrace: interrupted: nothing saved (--no-save)"
-    if out_dir is None:  # the save failed (said above)
-        return "pcietrace: interrupted: nothing saved"
-    return f"pcietrace: interrupted: saved {what} to {out_dir}; `pcietrace report {out_dir}` shows it"
+    if out_dir is None:  # the save failed (said above), or the signal came before it
+        return "pcietrace: interrupted: nothing saved" + (f" ({folder.target} is as it was)" if folder.force else "")
+    kept = (f"; the complete run in {folder.kept} was kept (--force replaces a run with a complete one only)"
+            if folder.kept is not None else "")
+    return f"pcietrace: interrupted: saved {what} to {out_dir}; `pcietrace report {out_dir}` shows it{kept}"
 
 
 def run_saved(complete: bool) -> str:
@@ -312,6 +465,8 @@ class Saving:
                     self.after(self)
         except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
             self.interrupted = self.interrupted or exc
+        if self.out_dir is None and self.folder is not None:  # (a third signal after the run was published)
+            self.out_dir = self.folder.published
         if self.out_dir is not None and self.interrupted is None:
             self.tell(self.saved_line(self))
 

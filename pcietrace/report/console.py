@@ -24,6 +24,7 @@ from pcietrace.analysis import names
 from pcietrace.analysis.compare import RUN_TO_RUN_PCT
 from pcietrace.analysis.launch import LANGUAGES
 from pcietrace.analysis.summary import DETAIL_GPUS, gpu_label, link_label, short_name
+from pcietrace.text import clean
 
 DIR_LABEL = {"h2d": "H2D", "d2h": "D2H"}
 
@@ -738,4 +739,4 @@ def compare_tables(cmp: pd.DataFrame, names: list[str]) -> list[Table]:
 def tell(line: str) -> None:
     """A status line on stderr as rich prints it (no markup, not wrapped off a terminal): what a measuring
     command says about its run (``saved to DIR``, attach's ``running CMD``), passed to record/ by the command."""
-    Console(stderr=True).print(line, markup=False, soft_wrap=True)
+    Console(stderr=True).print(clean(line), markup=False, soft_wrap=True)

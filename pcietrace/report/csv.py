@@ -1,11 +1,23 @@
 """CSV: one block per non-empty result table, each under a ``# table: NAME`` line, after the summary as
-``# summary:`` lines (read a block back with ``pandas.read_csv(..., comment="#")``)."""
+``# summary:`` lines (read a block back with ``pandas.read_csv(..., comment="#")``).
+
+Text arrives cleaned (:mod:`pcietrace.report.text`: no newline can start a line of its own); a table whose first
+column holds text starting with ``#`` is written with every field quoted, so that no row reads as a comment or a
+``# table:`` line."""
 
 from __future__ import annotations
 
+import csv
 from typing import Any
 
 import pandas as pd
+
+
+def _quoting(df: pd.DataFrame) -> int:
+    first = df.iloc[:, 0]
+    starts = first.map(lambda v: isinstance(v, str) and v.startswith("#"), na_action="ignore")
+    return csv.QUOTE_ALL if bool(starts.fillna(False).astype(bool).any()) or str(df.columns[0]).startswith("#") \
+        else csv.QUOTE_MINIMAL
 
 
 def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[str, Any]) -> str:
@@ -15,5 +27,5 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict
             parts.append(f"\n# table: {name}: {len(df)} rows in {df.attrs['parquet']} (Parquet)\n")
         elif len(df):
             parts.append(f"\n# table: {name}\n")
-            parts.append(df.to_csv(index=False, lineterminator="\n"))
+            parts.append(df.to_csv(index=False, lineterminator="\n", quoting=_quoting(df)))
     return "".join(parts)

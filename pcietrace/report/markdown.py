@@ -14,12 +14,14 @@ import pandas as pd
 def _cell(x: Any) -> str:
     if isinstance(x, float):
         return "" if math.isnan(x) else f"{x:.6g}"
-    return str(x).replace("|", "\\|").replace("\n", " ")
+    # (text arrives cleaned, pcietrace.report.text: CR and LF are shown as \r, \n; these stay as a backstop)
+    # (a backslash escaped first: "a\\|b" must not turn the escape of its pipe into an escaped backslash)
+    return str(x).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def table(df: pd.DataFrame) -> str:
     """``df`` as a GitHub-flavoured pipe table."""
-    cols = [str(c) for c in df.columns]
+    cols = [_cell(str(c)) for c in df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(df[c]) else "---"
                                                        for c in df.columns) + "|"]
     lines += ["| " + " | ".join(_cell(x) for x in rec) + " |" for rec in df.itertuples(index=False)]

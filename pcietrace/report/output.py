@@ -1,4 +1,5 @@
-"""Picks the renderer for ``--format`` and writes plots for ``--plot``: the one place commands hand results to."""
+"""Picks the renderer for ``--format`` and writes plots for ``--plot``: the one place commands hand results to, and
+so the one place their text is made safe for a terminal or a text format (:mod:`pcietrace.report.text`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any, TextIO
 
 import pandas as pd
 
+from pcietrace.report.text import clean_all
+
 FORMATS = ("table", "json", "csv", "md", "prometheus")
 
 
@@ -16,7 +19,9 @@ def emit(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[s
          view: Any = None) -> list[Path]:
     """Render ``results`` (with ``summary`` first) in ``fmt`` to ``out`` (stdout); PNGs to ``plot_dir``;
     ``view``: which of attach's ranges the console shows (:class:`pcietrace.report.console.RangeView`; the other
-    formats hold every range). Returns the plot paths written."""
+    formats hold every range). Returns the plot paths written. Every string goes through
+    :func:`pcietrace.report.text.clean_all` first."""
+    meta, results, summary = clean_all((meta, results, summary))
     out = out or sys.stdout
     if fmt == "table":
         from rich.console import Console
@@ -42,13 +47,14 @@ def emit(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[s
     from pcietrace.report import plots
 
     paths = plots.write(meta, results, plot_dir)
-    print(f"plots: {', '.join(str(p) for p in paths) or 'nothing to plot'}", file=sys.stderr)
+    print(clean_all(f"plots: {', '.join(str(p) for p in paths) or 'nothing to plot'}"), file=sys.stderr)
     return paths
 
 
 def emit_compare(cmp: pd.DataFrame, names: list[str], summary: dict[str, Any], fmt: str = "table",
                  out: TextIO | None = None) -> None:
     """The comparison (:func:`pcietrace.analysis.compare.compare`) with its summary lines first."""
+    cmp, names, summary = clean_all((cmp, names, summary))
     out = out or sys.stdout
     if fmt == "table":
         from rich.console import Console
@@ -69,6 +75,7 @@ def emit_compare(cmp: pd.DataFrame, names: list[str], summary: dict[str, Any], f
 def emit_savings(table: pd.DataFrame, paths: list[str], fmt: str = "table", out: TextIO | None = None) -> None:
     """Two attach runs' "graphs save" prediction against the measured saving
     (:func:`pcietrace.analysis.savings.savings`) in ``fmt``; JSON is the table's records (as it always was)."""
+    table, paths = clean_all((table, paths))
     out = out or sys.stdout
     if fmt == "table":
         from rich.console import Console

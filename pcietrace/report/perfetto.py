@@ -8,6 +8,7 @@ that overflows; ``otherData`` says how many of how many), and the file is writte
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -152,14 +153,22 @@ def write_trace(session: Any, results: dict[str, pd.DataFrame], path: Path, max_
     launches = launches if launches is not None else pd.DataFrame(columns=["pid", "t_ns", "eager_per_ms", "graph_per_ms"])
     inst = results["range_instances"]
     ranges = shown_ranges(inst, max_ranges)
-    with open(path, "w") as f:
-        f.write('{"traceEvents": [')
-        first = True
-        for chunk in _events(session.meta, coarser(results["rates"], max_points), ranges, launches):
-            if chunk:
-                f.write(("" if first else ",\n") + ",\n".join(json.dumps(e) for e in chunk))
-                first = False
-        other = json.dumps(_other(session.meta, len(ranges), len(inst)))
-        f.write(f'],\n"displayTimeUnit": "ms",\n"otherData": {other}}}\n')
-        size = f.tell()
+    path = Path(path)
+    tmp = path.with_name(f".{path.name[:200]}.{os.getpid()}.tmp")
+    try:  # whole or not at all: a full disk leaves no truncated trace (nor a file another one had there)
+        with open(tmp, "w") as f:
+            f.write('{"traceEvents": [')
+            first = True
+            for chunk in _events(session.meta, coarser(results["rates"], max_points), ranges, launches):
+                if chunk:
+                    f.write(("" if first else ",\n") + ",\n".join(json.dumps(e) for e in chunk))
+                    first = False
+            other = json.dumps(_other(session.meta, len(ranges), len(inst)))
+            f.write(f'],\n"displayTimeUnit": "ms",\n"otherData": {other}}}\n')
+            size = f.tell()
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return {"bytes": size, "ranges_shown": len(ranges), "ranges_recorded": len(inst)}

@@ -14,7 +14,8 @@ it (outside the range, 6 ms away, less an empty reference window of the same rou
 
 Rows: blind_app.py's JSON lines (``kind`` meta/ref/range/end), so `bench/blind_attach.py --app dense` compares
 them with attach. ``DENSE_PHASES`` (comma-separated) picks phases; ``BLIND_CALLS`` rounds; ``BLIND_TRUTH=0``
-skips the NVML reads (runtime pairs). The forward phases launch the same kernels (the count per call is the
+skips the NVML reads (runtime pairs); under torchrun each rank uses cuda:$LOCAL_RANK and writes its own file
+(``.rankN.jsonl``). The forward phases launch the same kernels (the count per call is the
 same whatever the annotation; the app prints it from ``fwd_one`` as each forward phase's expected launches).
 
     BLIND_OUT=dense.jsonl python3 tests/apps/dense_app.py
@@ -54,6 +55,8 @@ def main() -> int:
     truth_on = os.environ.get("BLIND_TRUTH", "1") != "0"
     calls = int(os.environ.get("BLIND_CALLS", "8"))
     out_path = os.environ.get("BLIND_OUT", "dense_app.jsonl")
+    if "RANK" in os.environ:  # under torchrun: a file per rank (dense_app.jsonl -> dense_app.rank1.jsonl)
+        out_path = out_path.removesuffix(".jsonl") + f".rank{os.environ['RANK']}.jsonl"
     phases = [p for p in os.environ.get("DENSE_PHASES", ",".join(PHASES)).split(",") if p]
     dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     torch.cuda.set_device(dev)

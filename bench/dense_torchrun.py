@@ -1,0 +1,89 @@
+"""`pcietrace attach` of a torchrun job annotated at real NVTX density, against NVML read inside each rank.
+
+tests/apps/dense_app.py under ``torchrun --nproc_per_node N`` (one process per GPU; every rank runs the five
+phases: one range, a range per layer, emit_nvtx, Megatron-style nesting, emit_nvtx training), first alone (each
+rank's truth: its own NVML reads around each phase, less an empty window's), then under attach. Per rank, phase and
+direction: the truth (median call), attach's mean call, the error and attach's stated bound; every rank's ranges
+must be charged its own GPU only, every direction within its bound, those of >= 1 MB within 2 %. Exit 1 if not.
+
+    python3 bench/dense_torchrun.py --gpus 2 --calls 4 --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = ROOT / "tests" / "apps" / "dense_app.py"
+
+
+def job(a: argparse.Namespace, tag: str, attach: bool) -> Path | None:
+    out = a.out / tag
+    out.mkdir(parents=True)
+    env = {**os.environ, "BLIND_OUT": str(out / "app.jsonl"), "BLIND_CALLS": str(a.calls)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(a.gpus), str(APP)]
+    if attach:
+        cmd = [sys.executable, "-m", "pcietrace", "attach", "-o", str(out / "attach"), "--", *cmd]
+    with open(out / "log.txt", "w") as log:
+        rc = subprocess.run(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=a.timeout_s).returncode
+    if rc:
+        sys.exit(f"dense_torchrun: {tag} failed (exit {rc}); see {out / 'log.txt'}")
+    return out
+
+
+def ranks(folder: Path) -> dict[int, tuple[dict, pd.DataFrame]]:
+    """Per rank: its meta line and its range rows."""
+    out = {}
+    for f in sorted(folder.glob("app.rank*.jsonl")):
+        rows = [json.loads(x) for x in f.read_text().splitlines()]
+        out[int(f.stem.split("rank")[1])] = (rows[0], pd.DataFrame([r for r in rows if r.get("kind") == "range"]))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=2, help="ranks, one per GPU (default 2)")
+    ap.add_argument("--calls", type=int, default=4, help="calls of each phase per rank (default 4)")
+    ap.add_argument("--out", type=Path, required=True, help="a new folder for everything")
+    ap.add_argument("--timeout-s", type=float, default=500)
+    a = ap.parse_args()
+    a.out = a.out.resolve()
+    alone, attached = job(a, "alone", False), job(a, "attached", True)
+    rep = subprocess.run([sys.executable, "-m", "pcietrace", "report", str(attached / "attach"), "--format", "json"],
+                         capture_output=True, text=True, cwd=ROOT, check=True)
+    inst = pd.DataFrame(json.loads(rep.stdout)["results"]["range_instances"])
+    truth, seen = ranks(alone), ranks(attached)
+    rows, fails = [], 0
+    for rank, (meta, df) in sorted(truth.items()):
+        pid, gpu = seen[rank][0]["pid"], seen[rank][0]["nvml_index"]
+        mine = inst[inst["pid"] == pid]
+        own = mine["gpus"].map(lambda g: list(g) == [gpu]).all()
+        med = df.groupby("name")[["h2d_bytes", "d2h_bytes"]].median()
+        for name, t in med.iterrows():
+            calls = mine[mine["name"] == name]
+            for d in ("h2d", "d2h"):
+                got = calls[f"{d}_bytes"].mean()
+                bound = (calls[f"{d}_edge_bytes"] + calls[f"{d}_floor_err_bytes"]).mean()
+                ok = own and abs(got - t[f"{d}_bytes"]) <= bound and (
+                    t[f"{d}_bytes"] < 1e6 or abs(got / t[f"{d}_bytes"] - 1) <= 0.02)
+                fails += not ok
+                rows.append({"rank": rank, "GPU": gpu, "own GPU": own, "range": name, "dir": d.upper(),
+                             "truth": round(t[f"{d}_bytes"]), "attach": round(got), "err %": 100 * (got / t[f"{d}_bytes"] - 1),
+                             "± bound": round(bound), "ok": ok, "launches": int(calls["eager_launches"].mean())})
+    table = pd.DataFrame(rows)
+    print(table.to_string(index=False, float_format=lambda x: f"{x:+.2f}"))
+    print(f"\n{len(table) - fails}/{len(table)} directions within their stated error (>= 1 MB: within 2 %), every rank "
+          f"on its own GPU: {bool(table['own GPU'].all())}")
+    table.to_csv(a.out / "comparison.csv", index=False)
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,7 +3,7 @@
 A direction that moves at least BIG_BYTES per call in a range of at least GOAL_MIN_MS is checked in % (within
 GOAL_PCT of its truth); any other is checked against attach's stated error (edges + the floor's interval). Small
 directions are mostly the instruments' own traffic (a counter read is ~15 kB H2D), so a % of them says nothing
-(README: "Small directions of short ranges").
+(docs/accuracy.md: "Small directions of short ranges").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 not a test).
 
 A CUDA context draws its own level of this figure (H200: 1.29-1.45 us, within 0.1 % inside one context;
-bench/eager_gpu_probe.py), so the truth is a distribution over C++ processes, not one number. Rounds
+docs/lab/bench/eager_gpu_probe.py), so the truth is a distribution over C++ processes, not one number. Rounds
 alternate ``--oracles`` runs of bench/eager_gpu_oracle.cu (built here with nvcc; each its own process and
 primary context) with one `pcietrace run --quick --no-latency` (its figure: the median over ``--contexts``
 contexts, with their range). Prints per run: ours, its context range, its own context's level alone (what

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Issue 11 on a lent GPU: the graphs GPU tests, `pcietrace graphs` at the published workload sizes (504 and
 # 2,520 kernels of 2-8 us), the demo apps and the decode example eager + graphed under attach, and the compares.
-# Run after `. bench/device_setup.sh`:   bash bench/graphs_h100.sh [OUTPUT_DIR (default reports)] [--attach-only]
+# Run after `. bench/device_setup.sh`:   bash bench/graphs_h100.sh [OUTPUT_DIR (default runs)] [--attach-only]
 # (--attach-only: skip the `pcietrace graphs` runs and go straight to attach's savings prediction)
 # Every step runs even if one before it failed; the log says which failed.
-R=${1:-reports}
+R=${1:-runs}
 ONLY_ATTACH=${2:-}
 mkdir -p "$R"
 exec > >(tee "$R/graphs_h100.log") 2>&1

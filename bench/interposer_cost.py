@@ -3,7 +3,7 @@
 A C loop (bench/interposer_loop.c) calls cuLaunchKernel of the fake driver (tests/native/fake_libcuda.c, whose
 launch does nothing but read the clock twice) N times, alone (attach's "none" counter: the library is not in
 the launch path) and through attach's trampolines ("interpose": the device lookup, the counts and the call's
-timing; the loop begins no capture, so no capture query: bench/capture_query_probe.cu times that on a GPU), the
+timing; the loop begins no capture, so no capture query: docs/lab/bench/capture_query_probe.cu times that on a GPU), the
 latter twice: calls timed by the TSC where the kernel's clocksource is it (the
 library's default) and by CLOCK_MONOTONIC (PCIETRACE_CALL_CLOCK=monotonic, as before the twenty-first session).
 Runs rotate; the figure is the median of the rounds' differences in ns per launch, with its 95 % bootstrap

@@ -2,7 +2,7 @@
 log's ``CONFIG: app runtime per pair a, b, ... %`` line and prints the median over every pair with its 95 %
 bootstrap interval, as the matrix prints one call's.
 
-    python3 bench/pool_pairs.py reports/attach-truth-20261123/h100-session*-overhead-cpp.log [--config attach]
+    python3 bench/pool_pairs.py tests/data/bench/overhead/h100-run*-overhead-cpp.log [--config attach]
 
 The pairs are pooled as printed (one decimal), so a pooled figure can be checked from the committed logs alone.
 """

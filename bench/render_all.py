@@ -1,8 +1,8 @@
 """Every saved recording rendered every way, into one folder: diff two such folders to show that a change moves no
 output (CPU only; not a test, ~2 min on 2 cores).
 
-For each recording under tests/data, reports/ and ../shared/recordings (each folder with a report.json): the saved
-report as `run`/`attach`/`graphs` write it (report.json with the results re-analysed), `pcietrace report`'s
+For each recording under tests/data, reports/, docs/lab/reports/ and ../shared/recordings (each folder with a
+report.json): the saved report as `run`/`attach`/`graphs` write it (report.json with the results re-analysed), `pcietrace report`'s
 console tables (plain and --detail, 100 columns) and --format json/csv/md/prometheus, the --plot PNGs, the
 --perfetto trace (attach), the Python API's repr and str; then `compare` of every run and of every graphs run
 against the first of its kind (console, json, csv, md), and attach's savings comparison of the eager/graphed pairs.
@@ -28,15 +28,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FORMATS = ("json", "csv", "md", "prometheus")
 #: Eager/graphed attach pairs of one program (attach's savings comparison).
+_LAB = "docs/lab/reports/h100-savings-20261122/"
 SAVINGS_PAIRS = [("tests/data/attach_h100_decode/decode-eager-gputime", "tests/data/attach_h100_decode/decode-graph"),
-                 ("reports/h100-savings-20261122/decode-eager", "reports/h100-savings-20261122/decode-graph"),
-                 ("reports/h100-savings-20261122/demo-cpp-eager", "reports/h100-savings-20261122/demo-cpp-graph"),
-                 ("reports/h100-savings-20261122/demo-py-eager", "reports/h100-savings-20261122/demo-py-graph")]
+                 (_LAB + "decode-eager", _LAB + "decode-graph"),
+                 (_LAB + "demo-cpp-eager", _LAB + "demo-cpp-graph"),
+                 (_LAB + "demo-py-eager", _LAB + "demo-py-graph")]
 
 
 def recordings() -> list[Path]:
-    found = [p.parent for base in (ROOT / "tests/data", ROOT / "reports", ROOT.parent / "shared/recordings")
-             for p in base.rglob("report.json")]
+    bases = (ROOT / "tests/data", ROOT / "reports", ROOT / "docs/lab/reports", ROOT.parent / "shared/recordings")
+    found = [p.parent for base in bases for p in base.rglob("report.json")]
     return sorted(set(found))
 
 

@@ -3,7 +3,7 @@
 A one-page file (normally under /dev/shm) holds four 32-bit words. The injection library maps it
 (``PCIETRACE_EDGE_FILE``), increments the sequence number (word 0) at every NVTX push/pop/start/end and wakes
 every waiter with a shared futex where the edge can change a sampler's pace (a range opening while none is
-open; see ``edge_signal`` in pt_inject.c); an idle sampler waits on that futex instead of sleeping, so a range
+open; see ``edge_signal`` in pt_inject_edges.c); an idle sampler waits on that futex instead of sleeping, so a range
 is read right after it opens without the program ever waiting for a read. Word 1 is
 the number of ranges open right now over every traced process and thread (kept by the injection library,
 never below 0), so a sampler can read fast only while a range is open; the library sets word 3 when it maps
@@ -22,10 +22,10 @@ import tempfile
 import time
 from typing import Any
 
-PAGE = 4096
+PAGE = 4096  # (pt_abi.h: PT_EDGE_PAGE_BYTES)
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1  # shared (not FUTEX_PRIVATE_FLAG): waker and waiters live in different processes
-SEQ, OPEN_RANGES, FORCE_FAST, COUNTING = 0, 1, 2, 3  # 32-bit word indices in the page
+SEQ, OPEN_RANGES, FORCE_FAST, COUNTING = 0, 1, 2, 3  # 32-bit word indices in the page (pt_abi.h: PT_EDGE_*)
 _SHORT_SLEEP_NS = 2_000_000  # below this a plain sleep: an Event's wait costs more than the sleep's precision
 
 

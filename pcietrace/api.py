@@ -1,7 +1,7 @@
 """Python API: a saved run (or a fresh measurement) as named result tables, its summary and metadata.
 
 >>> import pcietrace
->>> run = pcietrace.load("reports/h100-20261122")
+>>> run = pcietrace.load("reports/h100-20261124")
 >>> run.summary["lines"][0]                  # the answer, as the console prints it first
 >>> run.per_launch                           # any result table by name (a pandas DataFrame)
 >>> run.tables.keys()                        # every table, empty ones included

@@ -114,7 +114,7 @@ def _save_options(p: argparse.ArgumentParser, suffix: str = "", no_save: bool = 
     what else -o takes on this command."""
     p.add_argument("-o", "--output", type=Path, default=None,
                    help="folder to save in: new, empty, or a saved run with --force (default "
-                        f"reports/<time>-<gpu>-gpu<N>{suffix}, with -2, -3... if taken){more}")
+                        f"runs/<time>-<gpu>-gpu<N>{suffix}, with -2, -3... if taken){more}")
     if no_save:
         p.add_argument("--no-save", action="store_true", help="do not save")
     p.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
@@ -227,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "and what CUDA graphs save, measured with NVML's PCIe byte counters.",
         epilog="examples:\n  pcietrace run                 measure this machine's GPUs (about 30 s)\n"
                "  pcietrace run --simulate      the same pipeline on a SIMULATED device (no GPU)\n"
-               "  pcietrace report reports/RUN  re-analyse and re-render a saved run")
+               "  pcietrace report runs/RUN     re-analyse and re-render a saved run")
     p.add_argument("--version", action="version", version=f"pcietrace {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -315,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "NVTX's and CUDA's injection hooks. The program's exit code is passed through. "
                                     "Per NVTX range (by domain and name; ranges with no domain, e.g. torch.cuda.nvtx's "
                                     "or nvtxRangePushA's, are in domain 'default') every figure is a total over its "
-                                    "calls; JSON's range_instances has each call. README: \"attach's JSON\" names "
+                                    "calls; JSON's range_instances has each call. docs/json.md names "
                                     "every key.",
                         epilog="example:\n  pcietrace attach -- python train.py --steps 10")
     at.add_argument("--gpu", default="all", help="CUDA device numbers whose counters to sample, e.g. 0,1, or 'all'")

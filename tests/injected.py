@@ -1,4 +1,4 @@
-"""CPU tests of the injection library (pcietrace/native/pt_inject.c) over fakes: build a stand-in shared library
+"""CPU tests of the injection library (pcietrace/native/pt_inject*.c) over fakes: build a stand-in shared library
 (tests/native/), and run a script with the real library in attach's environment (no GPU)."""
 
 from __future__ import annotations

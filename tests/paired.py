@@ -1,6 +1,6 @@
 """Paired host-cost comparisons for the GPU tests.
 
-On the lent VMs the host's speed drifts by 10-35 % over seconds (reports/host-noise-20261122: per-round
+On the lent VMs the host's speed drifts by 10-35 % over seconds (bench/host_noise.py: per-round
 medians of 900-launch bursts 3.05-4.10 us on the H100) and can switch between two speeds mid-run (4x H200:
 one GPU's native bursts 3.2 us, then 5.4 us). Python's extra cost per launch is 12-40 % of the native cost,
 so two medians taken over separate bursts can swap. Compared burst by burst, each burst against the other

@@ -296,7 +296,7 @@ def test_a_trace_whose_lines_end_where_the_reserve_begins_keeps_its_tracefull_li
     # lines from the real injection library (nvtx drives it), laid out as the library leaves a file whose lines
     # fill it exactly up to the reserve: the "tracefull" line then follows the last line with no zero between
     # (CONSTRUCTED layout: the tracefull line is the real last line with its event renamed)
-    from pcietrace.record.attach import TRACE_RESERVE_BYTES
+    from pcietrace.record.attach import TRACE_MAGIC, TRACE_RESERVE_BYTES
     from pcietrace.schema import TRACE_FULL
 
     f = _five_ranges_trace(tmp_path)
@@ -306,7 +306,8 @@ def test_a_trace_whose_lines_end_where_the_reserve_begins_keeps_its_tracefull_li
     marker = b"\t".join(marker)
     f.write_bytes(b"".join(lines[:-1]) + marker + b"\0" * (TRACE_RESERVE_BYTES - len(marker)))
     ev = read_traces(tmp_path)
-    assert len(ev) == len(lines) and ev["event"].iloc[-1] == TRACE_FULL
+    assert lines[0].startswith(TRACE_MAGIC)  # the format's line, then one line per event
+    assert len(ev) == len(lines) - 1 and ev["event"].iloc[-1] == TRACE_FULL
     assert (ev["event"] == "push").sum() == 5
 
 

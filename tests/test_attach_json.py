@@ -1,5 +1,6 @@
 """What `pcietrace report DIR --format json` gives for real attach recordings: one shape for ``gpus`` in every
-table, counts as JSON integers (null where unknown), and a README that names every key of the attach tables."""
+table, counts as JSON integers (null where unknown), and a JSON reference (docs/json.md) that names every key of the
+attach tables."""
 
 from __future__ import annotations
 
@@ -105,12 +106,12 @@ def test_a_count_with_a_fraction_is_left_as_it_is(docs) -> None:
     assert counts_as_ints(half)["eager_launches"].tolist() == half["eager_launches"].tolist()
 
 
-def test_readme_names_every_key_of_the_attach_tables(docs) -> None:
-    """The README's attach JSON section lists each key of ``ranges``, ``range_instances`` and ``whole_run`` that
-    the real recordings carry (--gpu-time's included)."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### attach's JSON"):]
-    section = section[:section.index("\n## ")]
+def test_the_json_reference_names_every_key_of_the_attach_tables(docs) -> None:
+    """The JSON reference's attach section (docs/json.md) lists each key of ``ranges``, ``range_instances`` and
+    ``whole_run`` that the real recordings carry (--gpu-time's included)."""
+    text = (ROOT / "docs" / "json.md").read_text()
+    section = text[text.index("## attach's JSON"):]
+    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
     named = set(re.findall(r"`([a-z0-9_]+)`", section))
     for table in ("ranges", "range_instances", "whole_run"):
         keys = {k for doc in docs.values() for r in doc["results"][table] for k in r}
@@ -119,7 +120,7 @@ def test_readme_names_every_key_of_the_attach_tables(docs) -> None:
 
 def test_ranges_with_no_domain_are_in_domain_default(tmp_path) -> None:
     """The real injection library, driven by the nvtx package (no GPU needed): ranges opened without a domain
-    (the package's "NVTX" domain, a NULL domain handle in C) are named ``default``, as the README says; a
+    (the package's "NVTX" domain, a NULL domain handle in C) are named ``default``, as docs/json.md says; a
     named domain keeps its name."""
     import os
     import subprocess

@@ -21,7 +21,7 @@ def test_pairs_are_made_round_by_round_where_a_run_lacks_a_figure() -> None:
 
 
 def test_from_json_reprints_a_saved_comparison() -> None:
-    saved = ROOT / "reports" / "h200x4-parallel-vs-alone-20261122" / "turns.json"
+    saved = ROOT / "tests" / "data" / "bench" / "parallel_vs_alone_h200x4_turns.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the checkout's pcietrace, as this process imports it
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "parallel_vs_alone.py"), "--from-json", str(saved)],
                          capture_output=True, text=True, check=True, env=env).stdout
@@ -44,7 +44,7 @@ def test_the_run_to_run_bound_is_the_pairwise_p95_of_the_saved_rounds() -> None:
 
     from pcietrace.analysis.compare import RUN_TO_RUN_PCT
 
-    rounds = json.loads((ROOT / "reports" / "host-noise-20261122" / "host_noise_h200.json").read_text())["rounds"]
+    rounds = json.loads((ROOT / "tests" / "data" / "bench" / "host_noise_h200.json").read_text())["rounds"]
     v = [r["host_us_per_launch"] for r in rounds["pinned"]]
     pairs = [abs(a - b) / ((a + b) / 2) * 100 for a, b in itertools.combinations(v, 2)]
     assert pair_p95_pct(v) == pytest.approx(np.percentile(pairs, 95)) and np.isnan(pair_p95_pct(v[:1]))

@@ -10,8 +10,8 @@ import pytest
 
 import pool_pairs
 
-LOGS = sorted((Path(__file__).resolve().parent.parent / "reports" / "attach-truth-20261123").glob(
-    "h100-session*-overhead-*.log"))
+LOGS = sorted((Path(__file__).resolve().parent / "data" / "bench" / "overhead").glob(
+    "h100-run*-overhead-*.log"))
 
 
 def test_the_committed_logs_are_there() -> None:

@@ -1,7 +1,7 @@
 """GPU time per empty eager kernel over several CUDA contexts (``pcietrace run --contexts N``).
 
 On one H200 a context draws its level: 1.29-1.45 us over 18 contexts, within 0.1 % inside one
-(reports/eager-gpu-time-20261122). tests/data/h200x2_run_contexts is a real run with 5 contexts per GPU;
+(bench/eager_gpu_truth.py; its saved runs in tests/data/bench). tests/data/h200x2_run_contexts is a real run with 5 contexts per GPU;
 tests/data/h100_run predates contexts and must keep its figures. The ``measure`` runs are SIMULATED (the
 simulated device draws a context's level, ``sim.CONTEXT_SD``), to drive other numbers of contexts.
 """
@@ -91,8 +91,8 @@ def test_compare_bound_covers_how_far_runs_over_contexts_moved() -> None:
 
     from pcietrace.analysis.compare import run_to_run_pct
 
-    folder = DATA.parents[1] / "reports" / "eager-gpu-time-20261122"
-    for name in ("h100-truth-5contexts.json", "h200x2-truth-5contexts.json"):
+    folder = DATA / "bench"
+    for name in ("eager_gpu_truth_h100_5contexts.json", "eager_gpu_truth_h200x2_5contexts.json"):
         runs = json.loads((folder / name).read_text())["runs"]
         assert len(runs) >= 4 and all(r["contexts"] == 5 for r in runs)
         assert pair_p95_pct([r["eager_gpu_us"] for r in runs]) <= run_to_run_pct("GPU time / empty kernel, eager")

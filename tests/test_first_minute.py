@@ -1,6 +1,6 @@
 """A user's first minute (issue 10): the summary first, readable at 80 columns, escaped outside text, every
 output format, plots, the Python API, the complete simulated run, compare over every GPU, topo fixtures.
-All on the committed real reports (reports/, tests/data/) or the SIMULATED device."""
+All on the committed real reports (tests/data/) or the SIMULATED device."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pcietrace.report import console
 from pcietrace.session import Session
 
 ROOT = Path(__file__).parent.parent
-REPORTS = [ROOT / "reports" / "h100-20261122", ROOT / "reports" / "h200x2-20261122", ROOT / "tests/data/h100_run",
+REPORTS = [ROOT / "tests/data/h100_run_defaults", ROOT / "tests/data/h200x2_run_defaults", ROOT / "tests/data/h100_run",
            ROOT / "tests/data/h100_run_latency", ROOT / "tests/data/h200x2_run", ROOT / "tests/data/attach_h100_python"]
 
 
@@ -118,7 +118,7 @@ def test_compare_is_readable_and_marks_significance_in_text(loaded, monkeypatch,
 # -- the answer first ------------------------------------------------------------------------------
 
 def test_run_summary_comes_from_the_tables(loaded) -> None:
-    s, res = loaded["h100-20261122"]
+    s, res = loaded["h100_run_defaults"]
     summ = summarize(s.meta, res)
     pl = res["per_launch"]
     eager = pl[(pl["mode"] == "eager") & (pl["direction"] == "h2d")].iloc[0]
@@ -184,7 +184,7 @@ def test_csv_blocks_read_back_as_the_result_tables(loaded, capsys) -> None:
     assert main(["report", str(REPORTS[0]), "--format", "csv"]) == 0
     text = capsys.readouterr().out
     blocks = dict(re.findall(r"# table: (\w+)\n(.*?)(?=\n# table: |\Z)", text, re.S))
-    _, res = loaded["h100-20261122"]
+    _, res = loaded["h100_run_defaults"]
     assert set(blocks) == {k for k, v in res.items() if len(v)}
     back = pd.read_csv(io.StringIO(blocks["per_launch"]))
     assert back["bytes_per_call"].tolist() == pytest.approx(res["per_launch"]["bytes_per_call"].tolist())
@@ -203,7 +203,7 @@ def test_prometheus_parses_with_dcgm_labels(loaded, capsys) -> None:
     parser = pytest.importorskip("prometheus_client.openmetrics.parser")
     assert main(["report", str(REPORTS[1]), "--format", "prometheus"]) == 0
     fams = {f.name: f for f in parser.text_string_to_metric_families(capsys.readouterr().out)}
-    s, res = loaded["h200x2-20261122"]
+    s, res = loaded["h200x2_run_defaults"]
     launch = fams["pcietrace_launch_pcie_bytes"]
     assert launch.unit == "bytes"
     pl = res["per_launch"]
@@ -254,7 +254,7 @@ def test_plot_writes_the_pngs(report: str, pngs: set[str], tmp_path, capsys) -> 
 
 def test_load_gives_named_tables_summary_and_meta(loaded) -> None:
     run = pcietrace.load(REPORTS[0])
-    _, res = loaded["h100-20261122"]
+    _, res = loaded["h100_run_defaults"]
     pd.testing.assert_frame_equal(run.per_launch, res["per_launch"])
     assert run["speedup"] is run.tables["speedup"]
     assert run.meta["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3"

@@ -311,7 +311,7 @@ def test_real_h100_graphs_run(data_dir) -> None:
 def test_a_pipelined_run_leaves_the_break_even_unknown_not_never(capsys) -> None:
     """Real pipelined H100 graphs run: an iteration's own time is unknown there (no synchronize per iteration),
     so the saving per reuse and the break-even are unknown too; graphs were faster, so "never" would be wrong."""
-    path = ROOT / "reports" / "h100-graphs-pipelined-20261122"
+    path = ROOT / "tests" / "data" / "graphs_h100_pipelined"
     s = Session.load(path)
     assert s.meta["graphs_plan"]["sync"] is False
     g = analyze(s)["graphs"]

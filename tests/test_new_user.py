@@ -1,5 +1,5 @@
 """A new user's hour without a GPU (fuzz9): what bit, each case failing before its fix. Real recordings
-(tests/data, reports/) or the SIMULATED device."""
+(tests/data) or the SIMULATED device."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pcietrace.report import console
 from pcietrace.session import Session
 
 ROOT = Path(__file__).parent.parent
-GRAPHS = [ROOT / "tests/data/graphs_h100", ROOT / "reports/h100-graphs-pipelined-20261122"]
+GRAPHS = [ROOT / "tests/data/graphs_h100", ROOT / "tests/data/graphs_h100_pipelined"]
 
 
 def _plain(cell: object) -> str:
@@ -384,7 +384,7 @@ def test_a_zero_host_round_trip_gives_no_topology_model(copy, capsys) -> None:
 
 def test_compare_of_three_runs_fits_80_columns(monkeypatch, capsys) -> None:
     # was: side by side the GPU and metric columns shrank to 'G…' and nothing and every figure was cut
-    runs = [str(ROOT / "reports" / r) for r in ("h100-20261122", "h200x2-20261122", "h200x4-20261122")]
+    runs = [str(ROOT / "tests/data" / r) for r in ("h100_run_defaults", "h200x2_run_defaults", "h200x4_run")]
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["compare", *runs]) == 0
     out = capsys.readouterr().out

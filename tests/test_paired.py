@@ -1,6 +1,6 @@
 """The paired host-cost comparison the GPU tests use (tests/paired.py), on real runs: the H100 run whose bursts
 carry their start times (tests/data/h100_run_turns) and the 8x H200 run whose bursts do not
-(reports/h200x8-20261122, ordered by row)."""
+(tests/data/h200x8_run, ordered by row)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pcietrace.session import Session
 HERE = Path(__file__).parent
 
 
-@pytest.mark.parametrize("where", [HERE / "data" / "h100_run_turns", HERE.parent / "reports" / "h200x8-20261122"],
+@pytest.mark.parametrize("where", [HERE / "data" / "h100_run_turns", HERE / "data" / "h200x8_run"],
                          ids=["h100-timed", "h200x8-row-order"])
 def test_each_language_burst_pairs_with_the_native_burst_just_before_it(where) -> None:
     s = Session.load(where)

@@ -166,7 +166,7 @@ def test_recorded_reports_pass_validation(data_dir) -> None:
     shared = ROOT.parent / "shared" / "recordings"
     folders = [data_dir / n for n in ("h100_run", "h100_run_latency", "h200x2_run", "attach_h100_python")]
     folders += sorted(p.parent for p in shared.glob("*/report.json"))  # (the folder holds a README too)
-    folders += sorted(p.parent for p in (ROOT / "reports").glob("*/report.json"))  # the committed sample runs
+    folders += [data_dir / n for n in ("h100_run_defaults", "h200x2_run_defaults", "h200x4_run", "h200x8_run")]
     for f in folders:
         res = analyze(Session.load(f))
         assert len(res["sampling"]) == Session.load(f).samples["nvml_index"].nunique()
@@ -185,9 +185,9 @@ def test_existing_run_is_refused_before_measuring_unless_force(copy, capsys) -> 
     assert replaced.meta["simulated"] is True and not list(run.parent.glob(".*"))
 
 
-def test_reports_being_a_file_fails_up_front(tmp_path, capsys, monkeypatch) -> None:
+def test_runs_being_a_file_fails_up_front(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    Path("reports").write_text("not a folder")
+    Path("runs").write_text("not a folder")
     t = time.monotonic()
     one_line_exit_2(QUICK_SIM, capsys)
     assert time.monotonic() - t < 2.0  # refused before the measurement, not after it
@@ -211,7 +211,7 @@ def test_non_empty_foreign_folder_is_not_written_into(tmp_path, capsys) -> None:
 def test_default_names_carry_the_gpu_selection_and_never_collide(tmp_path, h100) -> None:
     meta = {**h100.meta, "simulated": False}
     a = guard.default_folder(meta, [0, 1])
-    assert a.name.endswith("-nvidia-h100-80gb-hbm3-gpu0-1") and a.parent.name == "reports"
+    assert a.name.endswith("-nvidia-h100-80gb-hbm3-gpu0-1") and a.parent.name == "runs"
     target = tmp_path / "run"
     folders = [guard.RunFolder(target, explicit=False) for _ in range(3)]
     for f in folders:
@@ -457,7 +457,7 @@ def test_two_real_runs_started_together_keep_both(tmp_path) -> None:
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     for p in procs:
         assert p.wait(timeout=300) == 0, p.stderr.read() if p.stderr else ""
-    runs = sorted((tmp_path / "reports").iterdir())
+    runs = sorted((tmp_path / "runs").iterdir())
     assert len(runs) == 2 and all(Session.load(r).meta["status"] == "complete" for r in runs), \
         [(r.name, Session.load(r).meta["status"]) for r in runs]
 
@@ -468,7 +468,7 @@ def test_simulated_runs_started_together_keep_every_run(tmp_path) -> None:
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
     for p in procs:
         assert p.wait(timeout=120) == 0, p.stderr.read() if p.stderr else ""
-    runs = sorted((tmp_path / "reports").iterdir())
+    runs = sorted((tmp_path / "runs").iterdir())
     assert len(runs) == 3 and all(Session.load(r).meta["status"] == "complete" for r in runs)
     assert all(re.search(r"simulated-nvidia-h100.*-gpu0(-[23])?$", r.name) for r in runs), runs
 

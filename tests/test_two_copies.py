@@ -109,8 +109,9 @@ def _unmarked_copy(tmp_path: Path, cc: str) -> str:
     (tmp_path / "hide.map").write_text("{ local: pcietrace_inject_copy; pcietrace_inject_copy_loaded; };\n")
     out = tmp_path / "old" / "_pt_inject.old.so"
     subprocess.run([cc, "-O2", "-fvisibility=hidden", "-std=gnu11", "-shared", "-fPIC", "-o", str(out),
-                    f"-Wl,--version-script={tmp_path / 'hide.map'}", str(root / "pcietrace" / "native" / "pt_inject.c"),
-                    "-ldl", "-lpthread"], check=True)
+                    f"-Wl,--version-script={tmp_path / 'hide.map'}",
+                    *map(str, sorted((root / "pcietrace" / "native").glob("pt_inject*.c"))), "-ldl", "-lpthread"],
+                   check=True)
     return str(out)
 
 

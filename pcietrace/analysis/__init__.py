@@ -26,7 +26,7 @@ RESULT_TABLES = ("sampling", "per_gpu", "floor", "calibration", "per_launch", "p
 #: are known (attach's "graphs save" figure).
 INSTANCE_EXTRAS = {"gpu_time": gpu_time.BUSY_COLUMNS, "savings": ["graph_savings_ms", "launch_bound"]}
 #: attach --launch-counter cupti: CUPTI's driver callbacks move bytes of their own, which every range then holds
-#: (bench/launch_counter_bytes.py: the app's own NVML reads around 20,000 launches, with and without them;
+#: (docs/lab/bench/launch_counter_bytes.py: the app's own NVML reads around 20,000 launches, with and without them;
 #: H100, twentieth and twenty-first sessions: +2.98 % and +2.63 % H2D, +1.58 and +1.56 % D2H).
 CUPTI_NOTE = ("launches were counted through CUPTI's driver callbacks, which add PCIe traffic of their own: an empty "
               "kernel's launch moved 2.6-3.0 % more H2D and 1.6 % more D2H bytes with them on (H100), and they cost "

@@ -392,7 +392,7 @@ def value_curve(cum: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray,
     """One GPU's counter ``column`` ("tx"/"rx"): (sample times, ns: the reads' midpoints; cumulative bytes;
     the earliest and latest each value can apply, ns: the read's start less one counter update, and its
     end), each ascending. Where in a read its values apply differs by direction and load
-    (``bench/read_latch_probe.py``), hence the whole read. ``cum`` comes in time order with its values
+    (``docs/lab/bench/read_latch_probe.py``), hence the whole read. ``cum`` comes in time order with its values
     ascending (:func:`pcietrace.analysis.counters.cumulative_bytes` leaves out reads that step back); the
     windows of reads of different lengths are put in order too, the k-th earliest with the k-th value."""
     return (cum["t_ns"].to_numpy(np.int64), cum[f"{column}_bytes"].to_numpy(float), *read_windows(cum))

@@ -14,16 +14,16 @@ from pcietrace.analysis.summary import gpu_label, short_name
 #: How far a figure that moves with the host's speed differs between two runs of one machine, in % of their
 #: mean. Measured with the C++ oracle (bench/oracle_loops.cu) in rounds of fresh processes pinned as `run`
 #: pins, on the lent H100 (10 rounds) and 4x H200 (6 rounds), 2026-11-22 (bench/host_noise.py "pair P95":
-#: the 95th percentile of two rounds' difference; reports/host-noise-20261122): host cost per eager launch
+#: the 95th percentile of two rounds' difference; docs/lab/reports/host-noise-20261122): host cost per eager launch
 #: 22 / 31 %, launch + synchronize 17 / 11 %, 4 B copies 21.4 / 13 %; the bounds are those, rounded (35 %,
 #: 21 %). Not measured, assumed alike: host cost per graph launch (as eager), launch -> first instruction
 #: and graphs' time per iteration (as launch + synchronize). The host-memory round trip is GPU-timed but
 #: rests on host memory: its median moved 1.20-1.31 us over 6 pairs of suites in one H100 call
-#: (reports/host-noise-20261122/latency_h100.log). A difference below the bound is no evidence of a
+#: (docs/lab/reports/host-noise-20261122/latency_h100.log). A difference below the bound is no evidence of a
 #: difference between machines, whatever one run's own (narrower) interval says. The eager GPU time per empty
 #: kernel is GPU-timed but drawn per CUDA context: the median over 5 contexts of `pcietrace run` moved with a
 #: pair P95 of 10.1 % (H100, 5 runs) and 6.7 % (H200, 4 runs) against C++ processes spread 10-14 %
-#: (bench/eager_gpu_truth.py, reports/eager-gpu-time-20261122); rounded up, 12 %.
+#: (bench/eager_gpu_truth.py, docs/lab/reports/eager-gpu-time-20261122); rounded up, 12 %.
 RUN_TO_RUN_PCT = {"host cost / eager launch": 35.0, "host cost / graph launch": 35.0,
                   "launch + sync (eager)": 21.0, "launch -> first instruction": 21.0, "4 B H2D copy": 21.0,
                   "graphs: time / iteration": 21.0, "host read round trip": 10.0,

@@ -8,7 +8,7 @@ import pandas as pd
 from pcietrace.analysis.spread import iqr_pct
 
 #: Round-trip time a PCIe switch level adds (us); ~0.3 us reported on real GPU servers, and switch
-#: silicon is ~0.1-0.12 us one way per level (see README "Sources").
+#: silicon is ~0.1-0.12 us one way per level (see docs/method.md, "Sources").
 DEFAULT_US_PER_LEVEL = 0.3
 
 

@@ -46,13 +46,13 @@ from pcietrace.analysis import nesting
 #: 2, not less: the host's own speed moves between attach's calibration and a range of the same run. On the
 #: H100 (2026-11-22) the Python demo's 20,000-launch range took 3.8-8.0 us per launch over 6 runs, and once
 #: ~1.7x the calibration's host cost of seconds before; at 1.5 it was called GPU-bound (prediction -48 %;
-#: reports/h100-savings-20261122/savings-demo-py-3-runs.log holds 3 of those runs).
+#: docs/lab/reports/h100-savings-20261122/savings-demo-py-3-runs.log holds 3 of those runs).
 LAUNCH_BOUND_FACTOR = 2.0
 #: Where the library timed the range's synchronize calls and its host waited for the GPU at most half its time:
 #: launch-bound up to this many times the host cost of a launch. The host's own time per launch beyond the
 #: launch call is then program work between launches (a Python loop: ~1.5 us on the H100, ~3.6 us with the CPU
 #: shared), which a graph replaces; 4 keeps PyTorch operators (~18-27 us each, their GPU time unknown without
-#: --gpu-time) out. On the H100 with the app's CPU shared with a busy loop (2026-11-23, bench/savings_timed.py)
+#: --gpu-time) out. On the H100 with the app's CPU shared with a busy loop (2026-11-23, docs/lab/bench/savings_timed.py)
 #: the demo ranges took 8.4-12.4 us per launch against a 3.4 us host cost: factor 2 called 3 of 6 GPU-bound.
 TIMED_LAUNCH_BOUND_FACTOR = 4.0
 

@@ -39,7 +39,7 @@ class CudaBackend:
     def in_new_context(self) -> "CudaBackend":
         """The same GPU in a context of its own (current on return): a context draws its own level of GPU
         time per eager kernel (H200: 1.29-1.45 us over contexts, within 0.1 % inside one;
-        ``bench/eager_gpu_probe.py``). Close it when done; the caller re-activates this one."""
+        ``docs/lab/bench/eager_gpu_probe.py``). Close it when done; the caller re-activates this one."""
         return CudaBackend(self.gpu.ordinal, own_context=True)
 
     def close(self) -> None:

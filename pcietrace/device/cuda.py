@@ -151,7 +151,7 @@ class Gpu:
                                               "module": []}
         self.stream: Any = None
         self.context: Any = None
-        if own_context:  # a context of its own draws its own launch-fetch level (bench/eager_gpu_probe.py)
+        if own_context:  # a context of its own draws its own launch-fetch level (docs/lab/bench/eager_gpu_probe.py)
             try:
                 self.context = handle_return(drv.cuCtxCreate(None, 0, self.device), "cuCtxCreate")
             except TypeError:  # cuda-bindings 12: cuCtxCreate(flags, dev)

@@ -26,7 +26,7 @@ from pcietrace.device.base import Launch, Loops, PythonLoops
 _OK = (0,)
 QUEUE_DEPTH = 1000  # launches the driver queues before cuLaunchKernel blocks (measured ~1020 on H100)
 #: Relative standard deviation of the eager launch gap between CUDA contexts (H200: 1.29-1.45 us per empty
-#: eager kernel over 18 contexts' first streams, SD ~3 %; reports/eager-gpu-time-20261122)
+#: eager kernel over 18 contexts' first streams, SD ~3 %; docs/lab/reports/eager-gpu-time-20261122)
 CONTEXT_SD = 0.03
 
 
@@ -195,7 +195,7 @@ class SimBackend:
     def in_new_context(self) -> "SimBackend":
         """The same simulated GPU in a new context, which draws its own eager launch gap: H200 contexts
         spread over 1.29-1.45 us per empty eager kernel, about ±CONTEXT_SD of the gap
-        (reports/eager-gpu-time-20261122)."""
+        (docs/lab/reports/eager-gpu-time-20261122)."""
         return SimBackend(self.d, float(1 + CONTEXT_SD * self.d.rng.standard_normal()))
 
     def close(self) -> None:

@@ -30,6 +30,12 @@ from pcietrace.schema import CAPTURED_COLUMNS, NO_LAUNCH_COUNTER, TIMING_COLUMNS
 if TYPE_CHECKING:
     from pcietrace.record.guard import RunFolder, Saving
 
+#: The injection library's interface version this pcietrace expects (pt_abi.h: PT_ABI_VERSION); the library
+#: carries it as the string :data:`INJECT_ABI_TAG`, so it is checked without loading the library.
+INJECT_ABI = 1
+INJECT_ABI_TAG = b"pcietrace-inject-abi %d\0" % INJECT_ABI
+#: A trace file's first line: ``TRACE_MAGIC VERSION`` (pt_abi.h: PT_TRACE_MAGIC, PT_TRACE_VERSION).
+TRACE_MAGIC = b"#pcietrace-trace"
 EVENT_COLUMNS = ["t_ns", "tid", "event", "domain", "id", "depth", "eager_thread", "graph_thread",
                  "eager_process", "graph_process", "dev", "devmask", "captured_thread", "captured_process",
                  "call_ns_thread", "call_ns_process", "wait_ns_thread", "wait_ns_process", "message"]
@@ -39,18 +45,27 @@ EVENT_COLUMNS_V3 = [c for c in EVENT_COLUMNS if c not in TIMING_COLUMNS]
 EVENT_COLUMNS_V2 = [c for c in EVENT_COLUMNS_V3 if c not in CAPTURED_COLUMNS]
 #: The columns of traces written before device tracking (no ``dev``/``devmask``).
 EVENT_COLUMNS_V1 = [c for c in EVENT_COLUMNS_V2 if c not in ("dev", "devmask")]
+#: Each trace version's columns. Traces from version 4 on name it in their first line; older ones are told apart
+#: by their field count.
+TRACE_COLUMNS = {1: EVENT_COLUMNS_V1, 2: EVENT_COLUMNS_V2, 3: EVENT_COLUMNS_V3, 4: EVENT_COLUMNS}
 #: Trace file size per process with ``--gpu-time`` (one line per kernel; sparse, so unused space costs nothing).
 GPU_TIME_TRACE_BYTES = 1 << 30
 
 
 def injection_library() -> str:
-    """Path of the built injection library (installed with the package)."""
+    """Path of the built injection library (installed with the package), once it is known to speak this
+    pcietrace's interface (:data:`INJECT_ABI`): a library left from another version's build is refused."""
     from pcietrace.device.native import built
 
-    return built("_pt_inject")
+    path = built("_pt_inject")
+    if INJECT_ABI_TAG not in Path(path).read_bytes():
+        raise UsageError(f"pcietrace's injection library {path} was built from other sources (it lacks interface "
+                         f"version {INJECT_ABI}): rebuild it (pip install ., or python3 setup.py build_ext --inplace)")
+    return path
 
 
-#: Bytes the injection library keeps free at the end of a trace file for its "tracefull" line (TRACE_RESERVE).
+#: Bytes the injection library keeps free at the end of a trace file for its "tracefull" line (pt_abi.h:
+#: PT_TRACE_RESERVE).
 TRACE_RESERVE_BYTES = 256
 
 
@@ -122,8 +137,16 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
 
 def _parse_trace(raw: bytes) -> tuple[pd.DataFrame, int]:
     """One trace file's whole lines as a frame, and the number of lines left out (see :func:`read_traces`).
-    The layout is the one most lines have; lines are split on LF only."""
-    cut = 0
+    The layout is the one its first line names (``TRACE_MAGIC VERSION``: :data:`TRACE_COLUMNS`), or, in a trace
+    without that line (an older library's), the one most lines have; a trace of a version this pcietrace does
+    not know (a newer library's) is left out whole, every line counted. Lines are split on LF only."""
+    cut = version = 0
+    if raw.startswith(TRACE_MAGIC):
+        head, _, raw = raw.partition(b"\n")
+        tail = head[len(TRACE_MAGIC):].strip()
+        if not (tail.isdigit() and int(tail) in TRACE_COLUMNS):
+            return pd.DataFrame(), 1 + raw.count(b"\n") + (bool(raw) and not raw.endswith(b"\n"))
+        version = int(tail)
     if raw and not raw.endswith(b"\n"):  # (a file read before, or written by another program: a last line cut)
         raw, cut = raw[:raw.rfind(b"\n") + 1], 1
     if not raw:
@@ -134,7 +157,7 @@ def _parse_trace(raw: bytes) -> tuple[pd.DataFrame, int]:
     tabs = np.concatenate(([0], np.cumsum(buf == 9)))
     fields = tabs[ends] - tabs[starts] + 1
     counts = {len(n): int((fields == len(n)).sum()) for n in _LAYOUTS}
-    names = max(_LAYOUTS, key=lambda n: counts[len(n)])
+    names = TRACE_COLUMNS[version] if version > 0 else max(_LAYOUTS, key=lambda n: counts[len(n)])
     keep = fields == len(names)
     bad = int((~keep).sum()) + cut
     if not keep.any():

@@ -2,7 +2,7 @@
 signals.
 
 - :class:`RunFolder` checks (and creates) where a run will go before anything is measured, so a
-  read-only folder or a ``reports`` that is a file fails up front; the run is written into a hidden
+  read-only folder or a ``runs`` that is a file fails up front; the run is written into a hidden
   staging folder beside it and renamed into place in one step, so a folder is either a whole (possibly
   partial) report or absent, never empty or half-written; a taken name gets ``-2``, ``-3``...
 - :class:`Interrupts` turns SIGTERM and SIGHUP (``timeout``, ``kill``, a closed terminal) into the same
@@ -50,13 +50,13 @@ def exit_code(exc: BaseException) -> int:
 
 
 def default_folder(meta: dict[str, Any], ordinals: list[int], suffix: str = "") -> Path:
-    """``reports/<time>-<gpu model>-gpu<ordinals>[-simulated]<suffix>``: runs on different GPUs of one box
+    """``runs/<time>-<gpu model>-gpu<ordinals>[-simulated]<suffix>``: runs on different GPUs of one box
     started in the same second get different names (and :meth:`RunFolder.publish` adds ``-2``... on top)."""
     name = meta["gpus"][0].get("name", "gpu") if meta.get("gpus") else "gpu"
     slug = re.sub(r"[^a-z0-9]+", "-", str(name).lower()).strip("-") or "gpu"
     sel = "gpu" + "-".join(str(o) for o in ordinals) if ordinals else "gpu"
     sim = "-simulated" if meta.get("simulated") and "simulated" not in slug else ""
-    return Path("reports") / f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}-{sel}{sim}{suffix}"
+    return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}-{sel}{sim}{suffix}"
 
 
 def is_run(path: Path) -> bool:

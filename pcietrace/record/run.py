@@ -32,8 +32,8 @@ class RunPlan:
     ``language_repeats``: empty-kernel bursts per launch path (native, Python, PyTorch) for the
     host cost by language; ``gpu_time_contexts``: CUDA contexts the GPU time per empty eager kernel is
     measured in (the primary context and fresh ones, :data:`CONTEXT_BURSTS` bursts each): each context draws
-    its own level (H200: 1.29-1.45 us; H100: 1.65-1.69 or 1.84-1.89 us; reports/eager-gpu-time-20261122), so
-    one context is one draw.
+    its own level (H200: 1.29-1.45 us; H100: 1.65-1.69 or 1.84-1.89 us; bench/eager_gpu_truth.py), so one
+    context is one draw.
     """
 
     durations_us: tuple[float, ...] = (0, 2, 5, 10, 20, 50)
@@ -120,7 +120,7 @@ def _steps(plan: RunPlan, gen: LaunchGenerator) -> Iterable[tuple[str, str, Call
     # PyTorch's import and CUDA set-up (4.6 s on the H100) before the timed steps, not in a GPU's timed turn
     yield "setup", "load PyTorch", load_torch
     # Likewise the fresh contexts' making (~130 ms each, H100): their bursts open the turn, each closed after
-    # its own (bench/context_idle_probe.py: idle contexts left the GPU time per kernel within 0.1 %)
+    # its own (docs/lab/bench/context_idle_probe.py: idle contexts left the GPU time per kernel within 0.1 %)
     fresh: list[Backend | None] = []
     try:
         if plan.gpu_time_contexts > 1:

@@ -1,0 +1,105 @@
+/*
+ * The injection library's internal header: what its units (pt_inject*.c, built together as one shared object)
+ * share. Nothing here is exported: the library's interface is the EXPORT-marked entry points, and its contract
+ * with pcietrace's Python side is pt_abi.h.
+ *
+ *   pt_inject.c         the state, the trace file and its lines, the clocks, fork, load and exit
+ *   pt_inject_copies.c  two copies of the library in one process: the first records, a later one forwards
+ *   pt_inject_nvtx.c    NVTX's injection entry point and range handlers
+ *   pt_inject_edges.c   range edges: the edge page (wake-ups, ranges open now), the library's own counter reads
+ *   pt_inject_launch.c  the current device; launch counting and call timing by interposition (dlsym,
+ *                       cuGetProcAddress, direct calls), captured launches
+ *   pt_inject_cupti.c   CUDA's injection entry point: launch counting by CUPTI callbacks, GPU time
+ */
+#pragma once
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <wchar.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+#include "pt_abi.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+#pragma GCC visibility push(hidden)
+
+typedef int CUres;
+
+/* ---- pt_inject.c: the state every unit reads, the trace, the clocks ---- */
+extern atomic_ulong g_eager, g_graph, g_captured, g_range_id;  /* this process's launches; start/end range ids */
+extern __thread unsigned long t_eager, t_graph, t_captured;      /* this thread's launches */
+/* time inside eager launch calls / synchronize calls, in call-clock ticks (call_ticks(); ns at each line) */
+extern __thread unsigned long long t_call_ticks, t_wait_ticks;
+extern atomic_ullong g_call_ticks, g_wait_ticks;
+extern __thread int t_depth;                 /* this thread's push/pop depth */
+extern __thread uint64_t t_devmask;          /* ordinals launched on since this thread's previous event */
+extern atomic_ullong g_announced;            /* ordinals already named by a "cudevice" event */
+extern _Atomic int g_ticks_tsc;              /* call ticks are TSC ticks */
+extern pthread_once_t g_call_clock_once;
+unsigned long long mono_ns(void);
+void call_clock_init(void);                  /* (through pthread_once(&g_call_clock_once, ...)) */
+void emit(const char *event, const char *domain, unsigned long long id, const char *message);
+void emit_line(unsigned long long t_ns, const char *event, const char *domain, unsigned long long id,
+               const char *message, int dev);
+
+/* The clock that times launch and synchronize calls: the TSC where call_clock_init chose it, else ns. */
+static inline unsigned long long call_ticks(void)
+{
+#if defined(__x86_64__)
+    if (atomic_load_explicit(&g_ticks_tsc, memory_order_relaxed)) return __rdtsc();
+#endif
+    return mono_ns();
+}
+
+/* ---- pt_inject_copies.c ---- */
+extern _Atomic int g_passive;  /* another copy, loaded before, records: this one forwards (-1: not known yet) */
+int passive_resolve(void);
+/* Whether another copy of this library, loaded before this one, records: this one then forwards only. */
+static inline int passive(void)
+{
+    int known = atomic_load_explicit(&g_passive, memory_order_acquire);  /* (a direct call asks at every launch) */
+    return __builtin_expect(known >= 0, 1) ? known : passive_resolve();
+}
+void *first_copy(const char *name);  /* the recording copy's ``name`` (NULL where this copy records) */
+
+/* ---- pt_inject_edges.c ---- */
+void edges_open(void);
+void edges_after_fork(void);
+void open_ranges_exit(void);
+int holds_fast(const char *domain);
+int open_push(void);
+void close_pop(void);
+int open_start(unsigned long long id);
+void close_end(unsigned long long id);
+void edge_signal(int wake);
+void edge_open_range(void);
+void edge_close_range(int wake);
+
+/* ---- pt_inject_launch.c ---- */
+void *real_dlsym_fn(void *handle, const char *name);  /* glibc's own dlsym (NULL if it cannot be found) */
+void *libcuda(void);
+int current_device(int retry_now);
+int device_bus_id(char *bus, int size, int dev);      /* cuDeviceGetPCIBusId where the driver is loaded */
+int interposing(void);
+int suffix(const char *s, const char *x);
+int cooperative(const char *s);
+void *launch_config_stream(const void *cfg);
+int captured(void *stream, int per_thread);
+void count_eager(void);
+void count_graph(void);
+void count_captured(void);
+
+#pragma GCC visibility pop

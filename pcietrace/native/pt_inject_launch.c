@@ -1,0 +1,443 @@
+/* The injection library (pt_inject.h lists its units): the current device; launch counting and call timing by
+ * interposition; launches into a stream being captured. */
+#include "pt_inject.h"
+
+/* ---- which GPU: the driver's current context, looked up only where libcuda is already loaded ---- */
+typedef int (*ctx_get_device_fn)(int *);
+typedef int (*device_bus_id_fn)(char *, int, int);
+static _Atomic(ctx_get_device_fn) p_ctx_get_device;  /* set once both are found (bus id first) */
+static _Atomic(device_bus_id_fn) p_device_bus_id;
+
+/* The CUDA driver's handle if the process has loaded it (in any scope), else NULL: never loads it. */
+void *libcuda(void) { return dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); }
+
+/* A process without the driver asks again at most every 10 ms: dlopen's search cost 5-23 us per range edge
+ * (bench/edge_cost.cu), and a context takes far longer than that to create after the driver loads, so no
+ * device is missed. A launch (``retry_now``) comes through the driver: it asks at once. */
+#define NO_DRIVER_RETRY_NS 10000000ull
+static _Atomic unsigned long long g_no_driver_until_ns;
+
+int current_device(int retry_now)
+{
+    ctx_get_device_fn get = atomic_load_explicit(&p_ctx_get_device, memory_order_acquire);
+    if (!get) {
+        if (!retry_now && mono_ns() < atomic_load_explicit(&g_no_driver_until_ns, memory_order_relaxed)) return -1;
+        void *lib = libcuda();
+        if (!lib) {
+            atomic_store_explicit(&g_no_driver_until_ns, mono_ns() + NO_DRIVER_RETRY_NS, memory_order_relaxed);
+            return -1;
+        }
+        /* racing threads find the same functions; each published only where found */
+        device_bus_id_fn bus = (device_bus_id_fn)real_dlsym_fn(lib, "cuDeviceGetPCIBusId");
+        if (bus) atomic_store_explicit(&p_device_bus_id, bus, memory_order_release);
+        get = (ctx_get_device_fn)real_dlsym_fn(lib, "cuCtxGetDevice");
+        if (!get) return -1;
+        atomic_store_explicit(&p_ctx_get_device, get, memory_order_release);
+    }
+    int dev = -1;
+    return get(&dev) == 0 ? dev : -1;
+}
+
+/* cuDeviceGetPCIBusId of the driver current_device found (non-zero where there is none). */
+int device_bus_id(char *bus, int size, int dev)
+{
+    device_bus_id_fn fn = atomic_load_explicit(&p_device_bus_id, memory_order_acquire);
+    return fn ? fn(bus, size, dev) : -1;
+}
+
+/* Name an ordinal (its PCI bus id) the first time it is seen, so Python can map it to an NVML index. */
+static void announce(int dev)
+{
+    if (dev < 0 || dev > 63) return;
+    unsigned long long bit = 1ull << dev;
+    if (atomic_fetch_or(&g_announced, bit) & bit) return;
+    char bus[64] = "?";
+    if (device_bus_id(bus, (int)sizeof bus, dev) != 0) strcpy(bus, "?");
+    emit("cudevice", NULL, (unsigned long long)dev, bus);
+}
+
+static inline void note_launch_device(void)
+{
+    int dev = current_device(1);
+    if (dev >= 0 && dev < 64) {
+        if (!(atomic_load_explicit(&g_announced, memory_order_relaxed) & (1ull << dev))) announce(dev);
+        t_devmask |= 1ull << dev;  /* after announce(): its event resets the thread's mask */
+    }
+}
+
+/* ---- launch counting by interposition (PCIETRACE_COUNT=interpose, library in LD_PRELOAD) ----
+ * The CUDA runtime and cuda.bindings look up the driver's cuGetProcAddress with dlsym and fetch every
+ * entry point through it. Our dlsym hands out wrappers of cuGetProcAddress(_v2) that return counting
+ * trampolines (which also time the calls, as do those of cuStreamSynchronize, cuEventSynchronize and
+ * cuCtxSynchronize) for cuLaunchKernel*, cuLaunchKernelEx*, cuLaunchCooperativeKernel* and cuGraphLaunch*:
+ * ~0.07 us per launch on an H100 host (a driver query of the current device, two reads of the call clock,
+ * below; and, once the process has begun a stream capture, whether the launch's stream is capturing;
+ * bench/interposer_cost.py), where CUPTI's callback dispatch costs ~0.6-0.9 us.
+ * Several real entry points (per-thread-stream variants, versions) each get their own trampoline slot. */
+
+typedef CUres (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
+typedef CUres (*launchex_fn)(const void *, void *, void **, void **);
+/* cudaLaunchCooperativeKernel's driver call: cuLaunchKernel's arguments without ``extra`` */
+typedef CUres (*coop_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **);
+typedef CUres (*graph_fn)(void *, void *);
+typedef CUres (*getproc1_fn)(const char *, void **, int, unsigned long long);
+typedef CUres (*getproc2_fn)(const char *, void **, int, unsigned long long, void *);
+#define SLOTS 4
+static void *real_launch[SLOTS], *real_launchex[SLOTS], *real_coop[SLOTS], *real_graph[SLOTS];
+/* per slot: the entry point is a per-thread-default-stream variant (_ptsz, or fetched with that flag), so its
+ * NULL stream means CU_STREAM_PER_THREAD, not the legacy stream */
+static int ptsz_launch[SLOTS], ptsz_launchex[SLOTS], ptsz_coop[SLOTS], ptsz_graph[SLOTS];
+static getproc1_fn real_getproc1;
+static pthread_mutex_t g_slot_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void count_eager(void) { ++t_eager; atomic_fetch_add_explicit(&g_eager, 1, memory_order_relaxed); note_launch_device(); }
+void count_graph(void) { ++t_graph; atomic_fetch_add_explicit(&g_graph, 1, memory_order_relaxed); note_launch_device(); }
+void count_captured(void) { ++t_captured; atomic_fetch_add_explicit(&g_captured, 1, memory_order_relaxed); note_launch_device(); }
+
+/* ---- launches into a stream being captured (a graph node, nothing runs) ----
+ * cuStreamIsCapturing, fetched once from the real driver (legacy-stream flavour: its NULL is the legacy
+ * stream). It accepts CU_STREAM_LEGACY and CU_STREAM_PER_THREAD; on the legacy stream while another stream
+ * captures in global mode it fails with CUDA_ERROR_STREAM_CAPTURE_IMPLICIT without invalidating the capture.
+ * Any failure, or no such entry point, counts the launch as before (eager or graph): never dropped. */
+typedef CUres (*is_capturing_fn)(void *, int *);
+enum { CU_STREAM_CAPTURE_STATUS_ACTIVE = 1, CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
+       CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 2,
+       LAUNCH_CONFIG_STREAM_OFFSET = 32 /* CUlaunchConfig: 7 unsigned ints, then CUstream hStream (8-aligned) */ };
+#define CU_STREAM_PER_THREAD ((void *)0x2)
+static is_capturing_fn p_is_capturing;
+static pthread_once_t g_capture_once = PTHREAD_ONCE_INIT;
+static getproc2_fn real_getproc2;
+
+static void capture_query_resolve(void)
+{
+    void *fn = NULL;
+    int found = 0;
+    if (real_getproc2 && real_getproc2("cuStreamIsCapturing", &fn, 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found) != 0)
+        fn = NULL;
+    if (!fn) {
+        void *lib = libcuda();
+        if (lib) fn = real_dlsym_fn(lib, "cuStreamIsCapturing");
+    }
+    p_is_capturing = (is_capturing_fn)fn;
+}
+
+/* Until the process first begins a stream capture no launch can be captured, so the interposer skips the query
+ * (cuStreamIsCapturing: 25-54 ns per launch on the H100). Every capture begins in a cuStreamBeginCapture* entry
+ * point, which the library hands out and defines (begin trampolines, below) as it does the launch entry points.
+ * Set for good: a capture may go on in another thread or stream, and graph capture usually happens once. The
+ * begin trampolines forward six pointer-sized arguments whatever the variant's own (one, two or six): passing
+ * more integer-register arguments than a callee takes is harmless on x86-64 and AArch64 only; elsewhere there
+ * are no begin trampolines and every launch queries, as before. CUPTI's callbacks (on_driver_api) always query:
+ * no begin passes through there. */
+#if defined(__x86_64__) || defined(__aarch64__)
+#define CAPTURE_GATE 1
+static atomic_int g_capture_begun;
+#else
+#define CAPTURE_GATE 0
+static atomic_int g_capture_begun = 1;
+#endif
+static inline void capture_begins(void) { atomic_store_explicit(&g_capture_begun, 1, memory_order_release); }
+
+/* Whether a launch into ``stream`` (of a per-thread-default-stream entry point: ``per_thread``) only adds a
+ * node to a graph being captured: its stream's capture is active, or invalidated (the launch then fails). */
+int captured(void *stream, int per_thread)
+{
+    pthread_once(&g_capture_once, capture_query_resolve);
+    if (!p_is_capturing) return 0;
+    int status = 0;
+    if (p_is_capturing(!stream && per_thread ? CU_STREAM_PER_THREAD : stream, &status) != 0) return 0;
+    return status == CU_STREAM_CAPTURE_STATUS_ACTIVE || status == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+}
+
+/* A launch into ``stream``: captured into a graph being built, else eager (kernel) or graph (``graph``).
+ * Returns whether it was an eager launch (the one whose call time is added up). */
+static inline int count_launch(void *stream, int per_thread, int graph)
+{
+    if (atomic_load_explicit(&g_capture_begun, memory_order_acquire) && captured(stream, per_thread)) count_captured();
+    else if (graph) count_graph(); else { count_eager(); return 1; }
+    return 0;
+}
+
+static inline void add_ticks(unsigned long long *thread, atomic_ullong *process, unsigned long long t0)
+{
+    unsigned long long t1 = call_ticks(), d = t1 > t0 ? t1 - t0 : 0;  /* (a TSC found out of step later: never < 0) */
+    *thread += d;
+    atomic_fetch_add_explicit(process, d, memory_order_release);
+}
+
+/* Return ``call`` (a driver call returning CUres); where ``timed``, its time is added to the thread's and the
+ * process's sums ``sum`` (call_ticks: eager launch calls; wait_ticks: synchronize calls). */
+#define TIMED(timed, sum, call) do { if (!(timed)) return call; pthread_once(&g_call_clock_once, call_clock_init); \
+    unsigned long long t0_ = call_ticks(); CUres r_ = call; add_ticks(&t_##sum, &g_##sum, t0_); return r_; } while (0)
+#define TIMED_LAUNCH(eager, call) TIMED(eager, call_ticks, call)
+#define TIMED_WAIT(timed, call) TIMED(timed, wait_ticks, call)
+
+void *launch_config_stream(const void *cfg)
+{
+    return cfg ? *(void *const *)((const char *)cfg + LAUNCH_CONFIG_STREAM_OFFSET) : NULL;
+}
+
+#define LAUNCH_SLOT(i) static CUres launch_##i(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
+    unsigned g, unsigned sh, void *st, void **p, void **x) \
+    { TIMED_LAUNCH(count_launch(st, ptsz_launch[i], 0), ((launch_fn)real_launch[i])(f, a, b, c, d, e, g, sh, st, p, x)); }
+#define LAUNCHEX_SLOT(i) static CUres launchex_##i(const void *cfg, void *f, void **p, void **x) \
+    { TIMED_LAUNCH(count_launch(launch_config_stream(cfg), ptsz_launchex[i], 0), \
+                   ((launchex_fn)real_launchex[i])(cfg, f, p, x)); }
+#define COOP_SLOT(i) static CUres coop_##i(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
+    unsigned g, unsigned sh, void *st, void **p) \
+    { TIMED_LAUNCH(count_launch(st, ptsz_coop[i], 0), ((coop_fn)real_coop[i])(f, a, b, c, d, e, g, sh, st, p)); }
+#define GRAPH_SLOT(i) static CUres graph_##i(void *ge, void *st) \
+    { count_launch(st, ptsz_graph[i], 1); return ((graph_fn)real_graph[i])(ge, st); }
+/* synchronize calls: cuCtxSynchronize(void), cuStreamSynchronize(stream) (and _ptsz), cuEventSynchronize(event) */
+typedef CUres (*sync0_fn)(void);
+typedef CUres (*sync1_fn)(void *);
+static void *real_sync0[SLOTS], *real_sync1[SLOTS];
+#define SYNC0_SLOT(i) static CUres sync0_##i(void) { TIMED_WAIT(1, ((sync0_fn)real_sync0[i])()); }
+#define SYNC1_SLOT(i) static CUres sync1_##i(void *h) { TIMED_WAIT(1, ((sync1_fn)real_sync1[i])(h)); }
+/* capture begins: cuStreamBeginCapture (stream), its _v2 (stream, mode), cuStreamBeginCaptureToGraph (six),
+ * cuStreamBeginCaptureToCig, and their _ptsz variants (see g_capture_begun). The CUDA 13 runtime fetches six at
+ * start-up (cuStreamBeginCapture at versions 10000 and 10010, ToGraph at 12030, each with and without the
+ * per-thread flag) and cuda.bindings a seventh; a begin handed out unwrapped (no slot left) sets the flag. */
+typedef CUres (*begin_fn)(void *, void *, void *, void *, void *, void *);
+#define BEGIN_SLOTS 12
+static void *real_begin[BEGIN_SLOTS];
+#define BEGIN_SLOT(i) static CUres begin_##i(void *a, void *b, void *c, void *d, void *e, void *f) \
+    { capture_begins(); return ((begin_fn)real_begin[i])(a, b, c, d, e, f); }
+LAUNCH_SLOT(0) LAUNCH_SLOT(1) LAUNCH_SLOT(2) LAUNCH_SLOT(3)
+LAUNCHEX_SLOT(0) LAUNCHEX_SLOT(1) LAUNCHEX_SLOT(2) LAUNCHEX_SLOT(3)
+COOP_SLOT(0) COOP_SLOT(1) COOP_SLOT(2) COOP_SLOT(3)
+GRAPH_SLOT(0) GRAPH_SLOT(1) GRAPH_SLOT(2) GRAPH_SLOT(3)
+SYNC0_SLOT(0) SYNC0_SLOT(1) SYNC0_SLOT(2) SYNC0_SLOT(3)
+SYNC1_SLOT(0) SYNC1_SLOT(1) SYNC1_SLOT(2) SYNC1_SLOT(3)
+#if CAPTURE_GATE
+BEGIN_SLOT(0) BEGIN_SLOT(1) BEGIN_SLOT(2) BEGIN_SLOT(3) BEGIN_SLOT(4) BEGIN_SLOT(5)
+BEGIN_SLOT(6) BEGIN_SLOT(7) BEGIN_SLOT(8) BEGIN_SLOT(9) BEGIN_SLOT(10) BEGIN_SLOT(11)
+static void *const begin_slots[BEGIN_SLOTS] = {(void *)begin_0, (void *)begin_1, (void *)begin_2, (void *)begin_3,
+    (void *)begin_4, (void *)begin_5, (void *)begin_6, (void *)begin_7, (void *)begin_8, (void *)begin_9,
+    (void *)begin_10, (void *)begin_11};
+#endif
+static void *const launch_slots[SLOTS] = {(void *)launch_0, (void *)launch_1, (void *)launch_2, (void *)launch_3};
+static void *const launchex_slots[SLOTS] = {(void *)launchex_0, (void *)launchex_1, (void *)launchex_2, (void *)launchex_3};
+static void *const coop_slots[SLOTS] = {(void *)coop_0, (void *)coop_1, (void *)coop_2, (void *)coop_3};
+static void *const graph_slots[SLOTS] = {(void *)graph_0, (void *)graph_1, (void *)graph_2, (void *)graph_3};
+static void *const sync0_slots[SLOTS] = {(void *)sync0_0, (void *)sync0_1, (void *)sync0_2, (void *)sync0_3};
+static void *const sync1_slots[SLOTS] = {(void *)sync1_0, (void *)sync1_1, (void *)sync1_2, (void *)sync1_3};
+
+/* A trampoline of ``slots`` (``n`` of them) for ``real``: its own if it has one, else the next free one. */
+static void *slot_for(void **reals, int *ptsz, void *const *slots, int n, void *real, int per_thread)
+{
+    static int announced;
+    void *out = real;  /* all slots taken: hand out the real function (uncounted) rather than fail */
+    pthread_mutex_lock(&g_slot_lock);
+    for (int i = 0; i < n; ++i) {
+        if (reals[i] == real || !reals[i]) {
+            if (!reals[i] && ptsz) ptsz[i] = per_thread;  /* (set before the trampoline is handed out) */
+            reals[i] = real; out = slots[i]; break;
+        }
+    }
+    int first = !announced;
+    announced = 1;
+    pthread_mutex_unlock(&g_slot_lock);
+    if (first) emit("interpose", NULL, 0, "launch counting on (interposed driver entry points)");
+    if (out == real && reals == real_begin) {  /* a begin not seen: query every launch from now on */
+        capture_begins();
+        emit("interpose", NULL, 0, "more capture-begin entry points than slots: every launch's capture queried");
+    } else if (out == real) {
+        emit("interpose", NULL, 0, "more driver entry points than slots: some launches uncounted or calls untimed");
+    }
+    return out;
+}
+
+static int prefix(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
+
+static CUres getproc1(const char *sym, void **pfn, int ver, unsigned long long flags);
+static CUres getproc2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status);
+
+int suffix(const char *s, const char *x) { size_t n = strlen(s), m = strlen(x); return n >= m && !strcmp(s + n - m, x); }
+
+/* cuLaunchCooperativeKernel and its _ptsz variant only: cuLaunchCooperativeKernelMultiDevice (deprecated) takes
+ * a list of launches, not a stream, so it is left alone (uncounted) rather than read with the wrong layout. */
+int cooperative(const char *s) { return !strcmp(s, "cuLaunchCooperativeKernel") || !strcmp(s, "cuLaunchCooperativeKernel_ptsz"); }
+/* The synchronize calls that take one handle, by exact name (cuCtxSynchronize_v2 takes the context). */
+static int one_arg_sync(const char *s)
+{
+    return !strcmp(s, "cuStreamSynchronize") || !strcmp(s, "cuStreamSynchronize_ptsz") || !strcmp(s, "cuEventSynchronize")
+        || !strcmp(s, "cuCtxSynchronize_v2");
+}
+
+/* ``flags``: cuGetProcAddress's (0 from dlsym): the per-thread flag, like a _ptsz name, picks the variant whose
+ * NULL stream is the thread's default stream. */
+static int ours(void *p);
+static void *wrap_entry(const char *sym, void *real, unsigned long long flags, int ver)
+{
+    /* our own direct-call definition (interposed) counts already; a passive copy wraps nothing */
+    if (!real || !sym || ours(real) || passive()) return real;
+    if (!strcmp(sym, "cuGetProcAddress_v2")) { real_getproc2 = (getproc2_fn)real; return (void *)getproc2; }
+    if (!strcmp(sym, "cuGetProcAddress")) { real_getproc1 = (getproc1_fn)real; return (void *)getproc1; }
+    int pt = suffix(sym, "_ptsz") || (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    if (prefix(sym, "cuLaunchKernelEx")) return slot_for(real_launchex, ptsz_launchex, launchex_slots, SLOTS, real, pt);
+    if (prefix(sym, "cuLaunchKernel")) return slot_for(real_launch, ptsz_launch, launch_slots, SLOTS, real, pt);
+    if (prefix(sym, "cuGraphLaunch")) return slot_for(real_graph, ptsz_graph, graph_slots, SLOTS, real, pt);
+    if (cooperative(sym)) return slot_for(real_coop, ptsz_coop, coop_slots, SLOTS, real, pt);
+    /* cuGetProcAddress("cuCtxSynchronize") at version 13000 or later hands out cuCtxSynchronize_v2, which takes the
+     * context (cudaTypedefs.h: PFN_cuCtxSynchronize_v13000); dlsym's name is the ABI itself (``ver`` < 0) */
+    /* (ptsz NULL: a synchronize call's stream flavour changes nothing here) */
+    if (!strcmp(sym, "cuCtxSynchronize") && ver < 13000) return slot_for(real_sync0, NULL, sync0_slots, SLOTS, real, pt);
+    if (!strcmp(sym, "cuCtxSynchronize")) return slot_for(real_sync1, NULL, sync1_slots, SLOTS, real, pt);
+    if (one_arg_sync(sym)) return slot_for(real_sync1, NULL, sync1_slots, SLOTS, real, pt);
+#if CAPTURE_GATE
+    if (prefix(sym, "cuStreamBeginCapture")) return slot_for(real_begin, NULL, begin_slots, BEGIN_SLOTS, real, pt);
+#endif
+    return real;
+}
+
+/* cuGetProcAddress's result ``r``, with the entry point it found in ``*pfn`` wrapped */
+static CUres wrapped(CUres r, const char *sym, void **pfn, unsigned long long flags, int ver)
+{
+    if (r == 0 && pfn) *pfn = wrap_entry(sym, *pfn, flags, ver);
+    return r;
+}
+
+static CUres getproc1(const char *sym, void **pfn, int ver, unsigned long long flags)
+{
+    return wrapped(real_getproc1(sym, pfn, ver, flags), sym, pfn, flags, ver);
+}
+
+static CUres getproc2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status)
+{
+    return wrapped(real_getproc2(sym, pfn, ver, flags, status), sym, pfn, flags, ver);
+}
+
+static _Atomic int g_interposing = -1;  /* racing first callers find the same answer */
+int interposing(void)
+{
+    int on = atomic_load_explicit(&g_interposing, memory_order_relaxed);
+    if (on < 0) {
+        const char *m = getenv("PCIETRACE_COUNT");
+        atomic_store_explicit(&g_interposing, on = m && !strcmp(m, "interpose"), memory_order_relaxed);
+    }
+    return on;
+}
+
+/* glibc's own dlsym (ours below interposes it for the program), found once: its version since glibc 2.34, else
+ * the x86-64 baseline's, else AArch64's. Where none is found every lookup finds nothing (the library then
+ * records NVTX ranges but counts no launch) rather than calling through a NULL pointer. */
+typedef void *(*dlsym_fn)(void *, const char *);
+static dlsym_fn g_real_dlsym;
+static pthread_once_t g_real_dlsym_once = PTHREAD_ONCE_INIT;
+static void real_dlsym_resolve(void)
+{
+    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+    for (size_t i = 0; !g_real_dlsym && i < sizeof versions / sizeof versions[0]; ++i)
+        g_real_dlsym = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+}
+
+void *real_dlsym_fn(void *handle, const char *name)
+{
+    pthread_once(&g_real_dlsym_once, real_dlsym_resolve);
+    return g_real_dlsym ? g_real_dlsym(handle, name) : NULL;
+}
+
+/* Whether ``p`` is defined in this library (one of the direct-call entry points below: already counting). */
+static int ours(void *p)
+{
+    Dl_info here, there;
+    return dladdr((void *)ours, &here) && dladdr(p, &there) && here.dli_fbase == there.dli_fbase;
+}
+
+static void *g_libc;  /* libc's handle, for not_found */
+/* NULL with dlerror() set, as for a name nothing defines (ctypes, for one, reads dlerror() whenever dlsym returns
+ * NULL): the name asked of libc, which defines no cu* name. Not RTLD_NEXT, whose "next" counts from the code
+ * that called dlsym (ours is a tail call): from a program's own code, the next object is this library (or
+ * another copy), and its own definition was handed back. */
+static void *not_found(const char *name)
+{
+    void *libc = __atomic_load_n(&g_libc, __ATOMIC_RELAXED);
+    if (!libc) __atomic_store_n(&g_libc, libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD), __ATOMIC_RELAXED);
+    return real_dlsym_fn(libc ? libc : RTLD_NEXT, name);
+}
+
+EXPORT void *dlsym(void *handle, const char *name)
+{
+    void *p = real_dlsym_fn(handle, name);
+    if (!p || name[0] != 'c' || name[1] != 'u' || !interposing() || passive()) return p;
+    /* our own direct-call definition counts already; without a driver loaded the name is not there (a program
+     * probing for the driver by a launch entry point must not find it in this library) */
+    if (ours(p)) return libcuda() ? p : not_found(name);
+    return wrap_entry(name, p, 0, -1);
+}
+
+/* ---- direct calls: a program or library linked against libcuda (-lcuda; CuPy) calls the launch entry points
+ * through its PLT, never through dlsym. Preloaded, this library defines them first: each counts as the
+ * trampolines do and calls libcuda's own (the next definition). Outside interpose mode it only forwards. */
+enum { CUDA_ERROR_NOT_FOUND = 500 };
+static void *next_entry(void **cache, const char *name)
+{
+    void *f = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+    if (f) return f;
+    f = real_dlsym_fn(RTLD_NEXT, name);
+    /* RTLD_NEXT searches the global scope only: a caller dlopened RTLD_LOCAL (a Python extension linked against
+     * libcuda) brings libcuda into its own local scope, where only libcuda's handle finds it */
+    if (!f) { void *lib = libcuda(); if (lib) f = real_dlsym_fn(lib, name); }
+    if (f && ours(f)) f = NULL;  /* never forward to ourselves */
+    if (f) __atomic_store_n(cache, f, __ATOMIC_RELEASE);
+    return f;
+}
+/* Whether the launch was eager and counted here (its call is then timed). */
+static inline int count_direct(void *stream, int per_thread, int graph)
+{
+    return interposing() && !passive() && count_launch(stream, per_thread, graph);  /* (a passive copy: the first counts) */
+}
+#define DIRECT_LAUNCH(sym, pt) EXPORT CUres sym(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
+    unsigned g, unsigned sh, void *st, void **p, void **x) \
+    { static void *real; launch_fn fn = (launch_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
+      TIMED_LAUNCH(count_direct(st, pt, 0), fn(f, a, b, c, d, e, g, sh, st, p, x)); }
+#define DIRECT_LAUNCHEX(sym, pt) EXPORT CUres sym(const void *cfg, void *f, void **p, void **x) \
+    { static void *real; launchex_fn fn = (launchex_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
+      TIMED_LAUNCH(count_direct(launch_config_stream(cfg), pt, 0), fn(cfg, f, p, x)); }
+#define DIRECT_COOP(sym, pt) EXPORT CUres sym(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, \
+    unsigned g, unsigned sh, void *st, void **p) \
+    { static void *real; coop_fn fn = (coop_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
+      TIMED_LAUNCH(count_direct(st, pt, 0), fn(f, a, b, c, d, e, g, sh, st, p)); }
+#define DIRECT_GRAPH(sym, pt) EXPORT CUres sym(void *ge, void *st) \
+    { static void *real; graph_fn fn = (graph_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
+      count_direct(st, pt, 1); return fn(ge, st); }
+DIRECT_LAUNCH(cuLaunchKernel, 0) DIRECT_LAUNCH(cuLaunchKernel_ptsz, 1)
+DIRECT_LAUNCHEX(cuLaunchKernelEx, 0) DIRECT_LAUNCHEX(cuLaunchKernelEx_ptsz, 1)
+DIRECT_COOP(cuLaunchCooperativeKernel, 0) DIRECT_COOP(cuLaunchCooperativeKernel_ptsz, 1)
+DIRECT_GRAPH(cuGraphLaunch, 0) DIRECT_GRAPH(cuGraphLaunch_ptsz, 1)
+#define DIRECT_SYNC0(sym) EXPORT CUres sym(void) \
+    { static void *real; sync0_fn fn = (sync0_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
+      TIMED_WAIT(interposing() && !passive(), fn()); }
+#define DIRECT_SYNC1(sym) EXPORT CUres sym(void *h) \
+    { static void *real; sync1_fn fn = (sync1_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
+      TIMED_WAIT(interposing() && !passive(), fn(h)); }
+DIRECT_SYNC0(cuCtxSynchronize) DIRECT_SYNC1(cuStreamSynchronize) DIRECT_SYNC1(cuStreamSynchronize_ptsz)
+DIRECT_SYNC1(cuEventSynchronize) DIRECT_SYNC1(cuCtxSynchronize_v2)
+#if CAPTURE_GATE
+#define DIRECT_BEGIN(sym) EXPORT CUres sym(void *a, void *b, void *c, void *d, void *e, void *f) \
+    { static void *real; begin_fn fn = (begin_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
+      capture_begins(); return fn(a, b, c, d, e, f); }
+DIRECT_BEGIN(cuStreamBeginCapture) DIRECT_BEGIN(cuStreamBeginCapture_ptsz) DIRECT_BEGIN(cuStreamBeginCapture_v2)
+DIRECT_BEGIN(cuStreamBeginCapture_v2_ptsz) DIRECT_BEGIN(cuStreamBeginCaptureToGraph)
+DIRECT_BEGIN(cuStreamBeginCaptureToGraph_ptsz) DIRECT_BEGIN(cuStreamBeginCaptureToCig)
+DIRECT_BEGIN(cuStreamBeginCaptureToCig_ptsz)
+#endif
+/* ... and may fetch entry points with cuGetProcAddress itself, through its PLT: what it gets is wrapped as the
+ * runtime's fetches are (counting launches, timing calls, seeing capture begins) */
+EXPORT CUres cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status)
+{
+    static void *real;
+    getproc2_fn fn = (getproc2_fn)next_entry(&real, "cuGetProcAddress_v2");
+    if (!fn) return CUDA_ERROR_NOT_FOUND;
+    CUres r = fn(sym, pfn, ver, flags, status);
+    return interposing() ? wrapped(r, sym, pfn, flags, ver) : r;
+}
+EXPORT CUres cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags)
+{
+    static void *real;
+    getproc1_fn fn = (getproc1_fn)next_entry(&real, "cuGetProcAddress");
+    if (!fn) return CUDA_ERROR_NOT_FOUND;
+    CUres r = fn(sym, pfn, ver, flags);
+    return interposing() ? wrapped(r, sym, pfn, flags, ver) : r;
+}

@@ -17,7 +17,7 @@ from pcietrace.cli import main
 from pcietrace.session import Session
 
 ROOT = Path(__file__).parent.parent
-SAME_MACHINE = [ROOT / "reports/h100-20261122", ROOT / "reports/h100-20261124"]
+SAME_MACHINE = [ROOT / "tests/data/h100_run_defaults", ROOT / "reports/h100-20261124"]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_runs_are_named_by_folder_host_and_date(same_machine) -> None:
     # was: "A: H100 80GB HBM3 x1" and "B: H100 80GB HBM3 x1", the same name for two runs
     _, names = same_machine
     meta = Session.load(SAME_MACHINE[0]).meta
-    assert names[0].startswith("A: h100-20261122 (H100") and f"host {meta['host']}" in names[0]
+    assert names[0].startswith("A: h100_run_defaults (H100") and f"host {meta['host']}" in names[0]
     assert meta["created"][:10] in names[0] and names[0] != names[1]
 
 
@@ -65,13 +65,13 @@ def test_unknowns_are_not_printed_as_zero_deltas(capsys, monkeypatch) -> None:
     assert main(["compare", *map(str, SAME_MACHINE)]) == 0
     out = capsys.readouterr().out
     assert "+0.000 " not in out and "round trip expected" not in out
-    assert "h100-20261122" in out and "h100-20261124" in out
+    assert "h100_run_defaults" in out and "h100-20261124" in out
 
 
 def test_a_real_difference_stays_significant() -> None:
     # H100 vs H200: the eager GPU time per empty kernel differs by ~20 %, beyond its 12 % run-to-run bound
     runs = [(run_name(x, p.name, Session.load(p).meta), analyze(Session.load(p)), Session.load(p).meta)
-            for x, p in zip("AB", [SAME_MACHINE[0], ROOT / "reports/h200x8-20261122"])]
+            for x, p in zip("AB", [SAME_MACHINE[0], ROOT / "tests/data/h200x8_run"])]
     cmp = compare(runs)
     row = cmp[(cmp["gpu"] == "GPU0") & (cmp["metric"] == "GPU time / empty kernel, eager")].iloc[0]
     assert row[f"significant:{runs[1][0]}"] is True

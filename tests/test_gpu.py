@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -294,7 +295,7 @@ def _attach(tmp_path, name: str, cmd: list[str], counter: str = "interpose") -> 
     trace = json.loads((out / "trace.json").read_text())  # the Perfetto/Chrome trace is valid JSON
     phases = {e["ph"] for e in trace["traceEvents"]}
     assert {"C", "X", "M"} <= phases and all(isinstance(e.get("ts", 0), (int, float)) for e in trace["traceEvents"])
-    return proc, json.loads(proc.stdout[proc.stdout.index('{\n "schema"'):])  # the app prints first
+    return proc, json.loads(proc.stdout[re.search(r'\{\s*"schema"', proc.stdout).start():])  # the app prints first
 
 
 def _check_demo(doc: dict, domain: str, per_launch: float, overhead: float, n: int, copy_bytes: int) -> None:

@@ -355,8 +355,8 @@ def test_graphs_is_pipelined_by_default_and_says_its_answer_first(tmp_path) -> N
 def test_the_simulated_model_reproduces_the_real_runs_it_was_read_off(tmp_path) -> None:
     """graphs_sim.json's costs were read off the real H100 runs: simulated, each strategy's speedup over eager
     lands within 0.05 of the real run's, pipelined and synchronized alike."""
-    for real, extra in (("h100-graphs-pipelined-20261122", []), ("../tests/data/graphs_h100", ["--sync-each-iteration"])):
-        r = analyze(Session.load(ROOT / "reports" / real))["graphs"].set_index(["kernels", "strategy"])["speedup"]
+    for real, extra in (("graphs_h100_pipelined", []), ("graphs_h100", ["--sync-each-iteration"])):
+        r = analyze(Session.load(ROOT / "tests" / "data" / real))["graphs"].set_index(["kernels", "strategy"])["speedup"]
         out = tmp_path / real.replace("/", "_")
         assert main(["graphs", "--simulate", "--kernels", "504", "-o", str(out), *extra]) == 0
         sim = analyze(Session.load(out))["graphs"].set_index(["kernels", "strategy"])["speedup"]

@@ -15,7 +15,7 @@ pytest.importorskip("matplotlib")
 ROOT = Path(__file__).parent.parent
 DATA = ROOT / "tests" / "data"
 RECORDINGS = [DATA / "h100_run_latency", DATA / "h200x2_run", DATA / "attach_h100_python",
-              DATA / "attach_h200x2_threads", DATA / "attach_h200x8_torchrun", ROOT / "reports" / "h200x8-20261122"]
+              DATA / "attach_h200x2_threads", DATA / "attach_h200x8_torchrun", DATA / "h200x8_run"]
 
 
 @pytest.mark.parametrize("rec", RECORDINGS, ids=lambda p: p.name)

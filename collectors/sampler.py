@@ -67,7 +67,7 @@ MAX_REST_NS = 5_000_000
 MAX_IDLE_INTERVAL_NS = 20_000_000
 #: While no range is open, a GPU whose counters moved faster than this over the last interval (both directions,
 #: B/s) is still read at the fast rate: a copy outside any range would otherwise put up to one idle interval
-#: of its bytes into the edge of a range opening right after it (2x H200, ninth session: the first idle call
+#: of its bytes into the edge of a range opening right after it (2x H200: the first idle call
 #: after an app's warm-up copies read 14-39 MB D2H, truth 31 kB, with 5 ms reads). Above what the reads themselves
 #: move at the fast rate (30-39 kB per read: 50-70 MB/s at 0.5 ms, real H100/H200 idle windows) plus a launch-only
 #: stream, with room for one launching twice as fast (2x H200 threads recording, cuda.bindings at 113,000

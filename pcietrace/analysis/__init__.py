@@ -27,13 +27,13 @@ RESULT_TABLES = ("sampling", "per_gpu", "floor", "calibration", "per_launch", "p
 INSTANCE_EXTRAS = {"gpu_time": gpu_time.BUSY_COLUMNS, "savings": ["graph_savings_ms", "launch_bound"]}
 #: attach --launch-counter cupti: CUPTI's driver callbacks move bytes of their own, which every range then holds
 #: (docs/lab/bench/launch_counter_bytes.py: the app's own NVML reads around 20,000 launches, with and without them;
-#: H100, twentieth and twenty-first sessions: +2.98 % and +2.63 % H2D, +1.58 and +1.56 % D2H).
+#: H100, two runs: +2.98 % and +2.63 % H2D, +1.58 and +1.56 % D2H).
 CUPTI_NOTE = ("launches were counted through CUPTI's driver callbacks, which add PCIe traffic of their own: an empty "
               "kernel's launch moved 2.6-3.0 % more H2D and 1.6 % more D2H bytes with them on (H100), and they cost "
               "~0.6-0.9 us of host time per launch; these figures include both (--launch-counter interpose adds "
               "< 0.1 %)")
 #: attach --gpu-time: CUPTI's kernel activity records reach the host over PCIe (the same probe, its "gpu-time"
-#: configuration, H100, twenty-first session: +1.60 % H2D [95 % CI +1.52, +2.64], +12.96 % D2H [+12.67, +13.22]).
+#: configuration, H100: +1.60 % H2D [95 % CI +1.52, +2.64], +12.96 % D2H [+12.67, +13.22]).
 GPU_TIME_NOTE = ("--gpu-time: CUPTI's kernel records add PCIe traffic of their own: an empty kernel's launch moved "
                  "1.6 % more H2D and 13 % more D2H bytes with them on (H100), which these figures include; leave "
                  "--gpu-time off for per-launch bytes")

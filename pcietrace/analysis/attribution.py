@@ -597,12 +597,12 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
             for _, g in p.groupby("tid", sort=False):
                 c = g[f"{mode}_thread"].to_numpy(np.int64)
                 d = np.diff(c, prepend=0)
-                # a forked child's thread kept its parent's count (libraries before the sixth session's
-                # review); its process count starts at 0
+                # a forked child's thread kept its parent's count (older injection libraries); its process
+                # count starts at 0
                 d[0] = min(c[0], int(g[f"{mode}_process"].iloc[0]))
                 for mask, n in pd.Series(d).groupby(g["bits"].to_numpy()).sum().items():
                     placed += place(int(pid), int(mask), int(n), mode)
-            # the rest (no event after them, or, in recordings before the seventh session, an interval whose mask
+            # the rest (no event after them, or, in older recordings, an interval whose mask
             # a "kernel" line took): on the process's GPU if it ever launched on one only
             rest = int(p[f"{mode}_process"].iloc[-1]) - placed
             place(int(pid), int(np.bitwise_or.reduce(p["announced"].to_numpy())), rest, mode)

@@ -72,8 +72,8 @@ QUIET_FACTOR, STATE_RUN = 1.5, 8
 #: difference x its reads. The sign is not known: measured on the H100, slow reads moved MORE bytes on a GPU
 #: without a context (the windows' term, ~+14 B/us) but LESS in two other states (reads of 398-420 us against
 #: 318 us in two PyTorch eager ranges, ~1.6 kB D2H less each, -15 and -19 %; 600 us reads of 12.5 kB in idle
-#: ranges), so charging a range at its own read time fixed the first and broke the second (eleventh session,
-#: 1,830 range calls of 19 recordings). The gate keeps read-time jitter out of the error.
+#: ranges), so charging a range at its own read time fixed the first and broke the second (1,830 range calls
+#: of 19 recordings). The gate keeps read-time jitter out of the error.
 RANGE_READ_TIME_SPREAD = 0.15
 
 #: Orders of the quiet intervals, shuffled with a fixed seed, over which :func:`state_bytes_per_read` finds how

@@ -192,6 +192,10 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
                                        break_long_words=False, break_on_hyphens=False)
                          for line in text.splitlines())
 
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # an option's help wraps at spaces only: "--idle-sample-interval-ms" stays whole
+        return textwrap.wrap(" ".join(text.split()), width, break_long_words=False, break_on_hyphens=False)
+
     def _get_help_string(self, action: argparse.Action) -> str:
         if action.default is None or action.default is False:
             return action.help or ""

@@ -8,6 +8,8 @@ in ``range_instances``. Stateless: Series and DataFrames in and out, vectorised 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -29,6 +31,9 @@ _SEP = "\x1f"  # between domain and name in a group's key (a character no range 
 SORT_KEYS = {"incl_ms": ("incl_ms", True), "excl_ms": ("excl_ms", True), "h2d": ("h2d_bytes", True),
              "d2h": ("d2h_bytes", True), "launches": ("launches", True), "calls": ("calls", True),
              "name": ("name", False)}
+#: How the console names each sort key (its column's header).
+SORT_LABELS = {"incl_ms": "incl ms", "excl_ms": "excl ms", "h2d": "H2D bytes", "d2h": "D2H bytes",
+               "launches": "launches", "calls": "calls", "name": "name"}
 DEFAULT_SORT, DEFAULT_TOP = "incl_ms", 15  # (a screen: <= 120 lines at 80 columns with both range tables)
 
 
@@ -89,7 +94,11 @@ def select(ranges: pd.DataFrame, sort: str = DEFAULT_SORT, top: int | None = DEF
     rg = ranges.assign(launches=ranges["eager_launches"].fillna(0) + ranges["graph_launches"].fillna(0)) \
         if len(ranges) else ranges.assign(launches=[])
     names_total = int(rg["names"].sum()) if "names" in rg else len(rg)
-    matched = rg[rg["name"].astype(str).str.contains(pattern, regex=True)] if pattern else rg
+    if pattern:  # (searched once per name; a user's groups are theirs, not columns to extract)
+        rx = re.compile(pattern)
+        matched = rg[[bool(rx.search(str(n))) for n in rg["name"]]]
+    else:
+        matched = rg
     ranked = matched.sort_values(col, ascending=not descending, kind="stable", na_position="last")
     shown = ranked if top is None else ranked.head(top)
     if "parent_name" in shown and len(shown):

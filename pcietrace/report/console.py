@@ -401,7 +401,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
                    caption="totals over calls, nested ranges included, floor removed, on the range's own GPUs; "
                            "MB = 10^6 B; ± error: the edges' worst case + the floor's 95 % interval")
         for r in rg.itertuples():
-            t.add_row(name(r), *[_gpu_list(getattr(r, "gpus", ""))] * (not one_gpu), str(r.calls), _ms(r.incl_ms),
+            t.add_row(name(r), *[_gpu_list(getattr(r, "gpus", ""))] * (not one_gpu), _num(r.calls), _ms(r.incl_ms),
                       _ms(r.excl_ms), mb(r, "h2d", True), mb(r, "d2h", False))
         parts.append(t)
         busy = "gpu_busy_ms" in rg and rg["gpu_busy_ms"].notna().any()
@@ -429,7 +429,8 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
                 f"{shown['shown']:,} of {shown['ranges']:,} ranges"
                 + (f" ({shown['names']:,} names grouped by {view.group_by})" if shown["names"] > shown["ranges"] else "")
                 + (f", {shown['matched']:,} matching {view.pattern!r}" if view.pattern else "")
-                + (f", the first by {view.sort}" if view.top is not None and shown["matched"] > view.top else "")
+                + (f", the first by {names.SORT_LABELS[view.sort]}" if view.top is not None and shown["matched"] > view.top
+                   else "")
                 + (": --top N, --all, --sort, --filter REGEX, --group-by; --format json/csv hold every range and call"
                    if left else ": --group-by name for every name"),
                 style="dim"))
@@ -617,9 +618,9 @@ def parts(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[
 
 def attach_floor_table(fl: pd.DataFrame) -> Table:
     """Attach's floor model per GPU (:func:`pcietrace.analysis.floor.floor_model`)."""
-    t = _table("Background floor per GPU", [("GPU", "left"), ("model", "left"), ("reads/s\nin ranges", "right"),
+    t = _table("Background floor per GPU", [("GPU", "left"), ("fit", "left"), ("reads/s\nin ranges", "right"),
                                             ("H2D B/read", "right"), ("D2H B/read", "right"),
-                                            ("± B/read", "right"), ("other MB/s", "right")],
+                                            ("± B/read\nH2D / D2H", "right"), ("other MB/s\nH2D / D2H", "right")],
                caption="NVML reads are PCIe traffic: an interval's floor = B/read x the sampler's reads in it "
                        "(reads/s in ranges: at most one per sampling interval, however dense the ranges) + the "
                        "other background x its duration, fitted on idle windows before and after the program; "

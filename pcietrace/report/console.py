@@ -443,14 +443,15 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
         parts.append(ranges_by_host_table(results["ranges_by_host"]))
     wr = results.get("whole_run", pd.DataFrame())
     if len(wr):
+        bounds = results.get("whole_run_bounds", pd.DataFrame())
         t = _table("Whole run", [("GPU", "right"), ("ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
                                  ("eager", "right"), ("graph", "right"), ("procs", "right"), ("ranges", "right"),
                                  ("exit", "right")],
                    caption="per sampled GPU: its bytes (± the floor's 95 % interval, which outweighs the edges' over "
-                           "a whole run; ≥: the least it moved, where a sampling gap could hide a counter wrap, see the "
-                           "note) and the kernel launches made on it (eager/graph); procs (processes followed) "
+                           "a whole run" + ("; ≥: the least it moved, where a sampling gap could hide a counter wrap, "
+                                            "see the note" if len(bounds) else "")
+                           + ") and the kernel launches made on it (eager/graph); procs (processes followed) "
                            "and ranges: the program's totals")
-        bounds = results.get("whole_run_bounds", pd.DataFrame())
         seen = bounds.set_index("nvml_index") if len(bounds) else pd.DataFrame()
         for w in wr.to_dict("records"):
             ok = w.get("status", "ok") == "ok"
@@ -464,7 +465,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
                       _pm_lines(w["d2h_bytes"] / 1e6, w["d2h_floor_err_bytes"] / 1e6, ",.1f") if ok
                       else bad["d2h"] if isinstance(bad, dict) else bad,
                       _num(w["eager_launches"], ",.0f"), _num(w["graph_launches"], ",.0f"), _num(w["processes"], ".0f"),
-                      _num(w["ranges"], ".0f"), esc(meta.get("exit_code")))
+                      _num(w["ranges"], ",.0f"), esc(meta.get("exit_code")))
         parts.append(t)
     notes = results.get("notes", pd.DataFrame())
     for note in notes["note"] if "note" in notes else []:  # an attach run with no samples has an empty, column-less table

@@ -7,7 +7,8 @@ report the sum of the nodes' own recordings analysed alone.
     python bench/multinode_check.py MERGED --truth node0=TRUTH0.jsonl --truth node1=TRUTH1.jsonl
 
 TRUTH files: tests/apps/truth_app.py's rows (TRUTH_OUT) of that node's ranks, their pid and tid those of the
-attached run (the app's truth reads sit inside its ranges, or outside them with TRUTH_READS=outside: then a
+attached run; ALONE files (--alone, optional): the same from the job run without attach, whose bytes are then
+the truth (the app's truth reads sit inside its ranges, or outside them with TRUTH_READS=outside: then a
 range's truth is its window minus gap_ref's). Prints a table; exits 1 on any failure.
 """
 
@@ -28,9 +29,11 @@ from attach_truth import outside_truth, truth_rows  # noqa: E402
 SUM_RTOL = 1e-9
 
 
-def per_rank(merged: dict, truths: dict[str, Path]) -> pd.DataFrame:
+def per_rank(merged: dict, truths: dict[str, Path], alone: dict[str, Path] | None = None) -> pd.DataFrame:
     """One row per (node, rank, range): the truth and attach's bytes per call, its stated error, the GPUs its
-    calls were charged and whether it meets the goal."""
+    calls were charged and whether it meets the goal. ``truths``: the attached run's rows (which process and
+    thread is which rank); ``alone``: where given, the same job run without attach, whose rows are the truth (the
+    app's NVML reads under attach also count the sampler's own reads: ~30 kB each, ~2,000 a second)."""
     inst = merged["results"]["range_instances"]
     inst = inst[(inst["domain"] == "truth") & (inst["name"] != "gap_ref")]
     node_gpus = {}
@@ -39,7 +42,8 @@ def per_rank(merged: dict, truths: dict[str, Path]) -> pd.DataFrame:
     rows = []
     for node, path in truths.items():
         raw, _ = truth_rows(path)
-        truth = outside_truth(raw) if (raw.get("reads") == "outside").any() else raw
+        values = truth_rows((alone or {}).get(node, path))[0]
+        truth = outside_truth(values) if (values.get("reads") == "outside").any() else values
         mine = inst[inst["node"] == node]
         if not len(mine):
             raise SystemExit(f"the merged report has no truth ranges of node {node!r}")
@@ -76,6 +80,7 @@ def sums_match(merged: dict, nodes: dict[str, Path]) -> tuple[bool, pd.DataFrame
     want = alone.groupby(["domain", "name"])[cols].sum(min_count=1)
     got = merged["results"]["ranges"].set_index(["domain", "name"])[cols].reindex(want.index)
     rel = ((got - want).abs() / want.abs().where(want.abs() > 0, 1)).astype(float)
+    rel = rel.mask(got.isna() & want.isna(), 0.0)  # unknown in both (a range whose bytes no node knows): the same
     return bool(np.isfinite(rel.to_numpy()).all() and (rel.to_numpy() <= SUM_RTOL).all()), rel
 
 
@@ -83,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("merged", type=Path)
     ap.add_argument("--truth", action="append", default=[], metavar="NODE=FILE", help="a node's truth rows")
+    ap.add_argument("--alone", action="append", default=[], metavar="NODE=FILE",
+                    help="a node's truth rows from the same job without attach (the truth values; --truth then only "
+                         "says which process is which rank)")
     a = ap.parse_args(argv)
     from pcietrace import multinode
 
@@ -90,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     merged = {"meta": m.meta, "results": m.results}
     truths = dict(x.split("=", 1) for x in a.truth)
     truths = {k: Path(v) for k, v in truths.items()}
-    table = per_rank(merged, truths)
+    table = per_rank(merged, truths, {k: Path(v) for k, v in (x.split("=", 1) for x in a.alone)})
     nodes = {n["node"]: Path(n["path"]) for n in m.meta["merged"]["nodes"]}
     sums_ok, rel = sums_match(merged, nodes)
     with pd.option_context("display.width", 200, "display.max_columns", 20):

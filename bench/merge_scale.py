@@ -58,7 +58,10 @@ def synth_nodes(folder: Path, n: int, tiles: int, source: Path = SOURCE) -> list
 
     long = dataclasses.replace(
         s, samples=pd.concat([tile(s.samples, ("t_ns",), k, raw=True) for k in range(tiles)], ignore_index=True),
-        events=pd.concat([tile(s.events, ("t_ns",), k) for k in range(tiles)], ignore_index=True),
+        # each repeat's processes are processes of their own (a thread's launch counts never run backwards)
+        events=pd.concat([tile(s.events, ("t_ns",), k).assign(pid=s.events["pid"] + k * 10**7,
+                                                              tid=s.events["tid"] + k * 10**7)
+                          for k in range(tiles)], ignore_index=True),
         windows=pd.concat([tile(s.windows, ("t_start_ns", "t_end_ns"), k) for k in range(tiles)], ignore_index=True))
     long.meta = {**s.meta, "t_app_end_ns": s.meta["t_app_end_ns"] + (tiles - 1) * span}
     paths = []
@@ -86,7 +89,9 @@ def child(paths: list[str], out: str, workers: int, scheduler: str | None) -> No
 def run_merge(paths: list[Path], out: Path, workers: int, scheduler: str | None = None) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     cmd = [sys.executable, __file__, "--child", str(out), str(workers), scheduler or "", *map(str, paths)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode:  # the merge's own one line (or traceback) says why
+        sys.exit(f"merge_scale: the merge of {len(paths)} nodes failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

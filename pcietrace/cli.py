@@ -156,7 +156,8 @@ def _range_view_options(p: argparse.ArgumentParser) -> None:
     the choices are pcietrace.analysis.names' (not imported: the parser loads no pandas)."""
     p.add_argument("--group-by", choices=["op", "numbered", "name"], default="op",
                    help="group range names: op = PyTorch's emit_nvtx names by op ('aten::linear, seq = 3, op_id = 9, "
-                        "sizes = [...]' -> 'aten::linear'), other names as they are; numbered = also fold a trailing "
+                        "sizes = [...]' -> 'aten::linear'; 'autograd::engine::evaluate_function: MmBackward0' -> "
+                        "'evaluate_function: MmBackward0'), other names as they are; numbered = also fold a trailing "
                         "number ('layer0'...'layer31' -> 'layer#'); name = every distinct name. Each call keeps its "
                         "full name in range_instances")
     p.add_argument("--top", type=_top, default=15, metavar="N",

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 #: How range names are grouped (``attach``/``report`` ``--group-by``): "op" strips what emit_nvtx appends to an
-#: op's name and PyTorch's deep namespaces before it (the default: other names are unchanged), "numbered" also folds a trailing number (``layer0`` ...
-#: ``layer31`` -> ``layer#``), "name" keeps every distinct name.
+#: op's name and PyTorch's deep namespaces before it (the default: other names are unchanged), "numbered" also
+#: folds a trailing number (``layer0`` ... ``layer31`` -> ``layer#``), "name" keeps every distinct name.
 GROUP_BY = ("op", "numbered", "name")
 DEFAULT_GROUP_BY = "op"
 #: What emit_nvtx appends to an op's name, from the first of these fields on (PyTorch's profiler: ``seq``,

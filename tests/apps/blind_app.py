@@ -130,6 +130,13 @@ def range_row(name: str, rnd: int, raw: tuple[int, int] | None, ref: tuple[int, 
             "launches_expected": launches}
 
 
+def write_rows(path: str, meta: dict, lines: list[dict], loop_ns: int, rounds: int) -> None:
+    """The app's output: its meta line, one line per range call and reference window, and the end line."""
+    with open(path, "w") as f:
+        for row in [meta, *lines, {"kind": "end", "loop_wall_ns": loop_ns, "rounds": rounds}]:
+            f.write(json.dumps(row) + "\n")
+
+
 def zero_copy_view(dev: torch.device, nbytes: int) -> tuple[torch.Tensor | None, dict]:
     """A CUDA float32 tensor whose storage is pinned, mapped HOST memory (a kernel reading it reads over
     PCIe), and how it was made; (None, {"skipped": reason}) where that cannot be done reliably."""
@@ -306,9 +313,7 @@ def main() -> int:
             "gap_s": GAP_S, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev),
             "nvml_index": counters.nvml_index if counters else None,
             "zero_copy": zc_info, "order": order}
-    with open(out_path, "w") as f:
-        for row in [meta, *lines, {"kind": "end", "loop_wall_ns": loop_ns, "rounds": calls}]:
-            f.write(json.dumps(row) + "\n")
+    write_rows(out_path, meta, lines, loop_ns, calls)
     if zc is None:
         print(f"blind_app: zero_copy_read skipped: {zc_info['skipped']}", file=sys.stderr)
     return 0

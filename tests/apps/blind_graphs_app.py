@@ -40,7 +40,6 @@ reads, same sleeps. Output: JSON lines to ``$BLIND_OUT`` (default ``blind_graphs
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -50,7 +49,7 @@ from typing import Callable
 import torch
 
 # the truth as blind_app.py takes it: its NVML reader, its windows 6 ms away, its rows (this folder is on sys.path as a script)
-from blind_app import GAP_S, Counters, bus_id_of, range_row, ref_row, window
+from blind_app import GAP_S, Counters, bus_id_of, range_row, ref_row, window, write_rows
 
 MiB = 1 << 20
 GRAPH_MIB, REPLAYS = 16, 8   # 8 replays, not 4: 128 MiB keeps the range >= 2 ms on a Gen5 x16 link
@@ -296,9 +295,7 @@ def main() -> int:
         meta["launches_unknown"] = unknown
         print(f"blind_graphs_app: launches not known exactly for {unknown}: {meta['torch_eager_kernels']}",
               file=sys.stderr)
-    with open(out_path, "w") as f:
-        for row in [meta, *lines, {"kind": "end", "loop_wall_ns": loop_ns, "rounds": calls}]:
-            f.write(json.dumps(row) + "\n")
+    write_rows(out_path, meta, lines, loop_ns, calls)
     return 0
 
 

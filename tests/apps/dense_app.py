@@ -15,8 +15,8 @@ it (outside the range, 6 ms away, less an empty reference window of the same rou
 Rows: blind_app.py's JSON lines (``kind`` meta/ref/range/end), so `bench/blind_attach.py --app dense` compares
 them with attach. ``DENSE_PHASES`` (comma-separated) picks phases; ``BLIND_CALLS`` rounds; ``BLIND_TRUTH=0``
 skips the NVML reads (runtime pairs); under torchrun each rank uses cuda:$LOCAL_RANK and writes its own file
-(``.rankN.jsonl``). The forward phases launch the same kernels (the count per call is the
-same whatever the annotation; the app prints it from ``fwd_one`` as each forward phase's expected launches).
+(``.rankN.jsonl``). The forward phases launch the same kernels, so attach's launch count per call must be the
+same whatever the annotation (800 a call: 20 steps of 8 blocks of 5 kernels); the rows give no expected count.
 
     BLIND_OUT=dense.jsonl python3 tests/apps/dense_app.py
 """
@@ -24,7 +24,6 @@ same whatever the annotation; the app prints it from ``fwd_one`` as each forward
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
@@ -32,7 +31,7 @@ import time
 import torch
 
 # the truth as blind_app.py takes it (this folder is on sys.path as a script)
-from blind_app import GAP_S, Counters, bus_id_of, range_row, ref_row, window
+from blind_app import GAP_S, Counters, bus_id_of, range_row, ref_row, window, write_rows
 
 MiB = 1 << 20
 BLOCKS, DIM, HIDDEN, BATCH, STEPS, TRAIN_STEPS = 8, 256, 1024, 4, 20, 4
@@ -150,9 +149,7 @@ def main() -> int:
     meta = {"kind": "meta", "pid": os.getpid(), "device": str(dev), "truth": truth_on, "calls": calls,
             "gap_s": GAP_S, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev),
             "nvml_index": counters.nvml_index if counters else None, "order": phases}
-    with open(out_path, "w") as f:
-        for row in [meta, *lines, {"kind": "end", "loop_wall_ns": loop_ns, "rounds": calls}]:
-            f.write(json.dumps(row) + "\n")
+    write_rows(out_path, meta, lines, loop_ns, calls)
     return 0
 
 

@@ -62,7 +62,7 @@ class Session:
     ``pcietrace.collectors.SAMPLE_COLUMNS``), ``windows``, ``bursts``, ``contexts`` (bursts in fresh CUDA
     contexts, with ``context``), ``e2e``, ``calibration`` (records from :class:`pcietrace.record.generate.LaunchGenerator`, each with ``nvml_index``), ``latency``
     (:data:`pcietrace.record.latency.LATENCY_COLUMNS`), ``events`` (attach: NVTX/launch events,
-    :data:`pcietrace.record.attach.EVENT_COLUMNS` + ``pid``), ``graphs`` (``pcietrace graphs``: one row per
+    :data:`pcietrace.record.trace.EVENT_COLUMNS` + ``pid``), ``graphs`` (``pcietrace graphs``: one row per
     iteration, :data:`pcietrace.record.graphs.ITERATION_FIELDS`); ``meta["topology"]`` holds the machine's topology."""
 
     meta: dict[str, Any]

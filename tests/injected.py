@@ -31,7 +31,8 @@ def run_injected(tmp_path: Path, script: str, counter: str = "none", *, exact_ed
     it up (``counter``: "interpose", "cupti" or "none"; ``exact_edges``), fakes found in ``tmp_path`` first;
     returns the trace's events and the JSON. Skips where the library is not built."""
     from pcietrace.errors import UsageError
-    from pcietrace.record.attach import injection_env, read_traces
+    from pcietrace.record.trace import read_traces
+    from pcietrace.record.attach import injection_env
 
     traces = tmp_path / "traces"
     traces.mkdir()

@@ -14,7 +14,7 @@ import pytest
 
 from pcietrace.analysis import analyze, attribution
 from pcietrace.analysis.savings import predict_ms
-from pcietrace.record.attach import read_traces
+from pcietrace.record.trace import read_traces
 from pcietrace.session import Session
 
 
@@ -229,7 +229,8 @@ def test_a_full_trace_file_is_said_not_silently_cut(tmp_path) -> None:
     import subprocess
     import sys
 
-    from pcietrace.record.attach import injection_library, processes, read_traces
+    from pcietrace.record.trace import injection_library, read_traces
+    from pcietrace.record.attach import processes
     from pcietrace.schema import TRACE_FULL
 
     pytest.importorskip("nvtx")
@@ -258,7 +259,7 @@ def test_trace_lines_keep_messages_one_field_and_every_push_its_pop(tmp_path) ->
     import subprocess
     import sys
 
-    from pcietrace.record.attach import injection_library, read_traces
+    from pcietrace.record.trace import injection_library, read_traces
 
     pytest.importorskip("nvtx")
     env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
@@ -283,7 +284,7 @@ def _five_ranges_trace(tmp_path) -> Path:
     import subprocess
     import sys
 
-    from pcietrace.record.attach import injection_library
+    from pcietrace.record.trace import injection_library
 
     pytest.importorskip("nvtx")
     env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
@@ -296,7 +297,7 @@ def test_a_trace_whose_lines_end_where_the_reserve_begins_keeps_its_tracefull_li
     # lines from the real injection library (nvtx drives it), laid out as the library leaves a file whose lines
     # fill it exactly up to the reserve: the "tracefull" line then follows the last line with no zero between
     # (CONSTRUCTED layout: the tracefull line is the real last line with its event renamed)
-    from pcietrace.record.attach import TRACE_MAGIC, TRACE_RESERVE_BYTES
+    from pcietrace.record.trace import TRACE_MAGIC, TRACE_RESERVE_BYTES
     from pcietrace.schema import TRACE_FULL
 
     f = _five_ranges_trace(tmp_path)
@@ -421,7 +422,8 @@ def test_gpu_time_without_launch_counting_subscribes_no_launch_callbacks(tmp_pat
     import subprocess
     import sys
 
-    from pcietrace.record.attach import injection_env, read_traces
+    from pcietrace.record.trace import read_traces
+    from pcietrace.record.attach import injection_env
 
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
@@ -487,7 +489,7 @@ def test_a_forked_childs_events_carry_its_own_thread_id(tmp_path) -> None:
     import subprocess
     import sys
 
-    from pcietrace.record.attach import injection_library
+    from pcietrace.record.trace import injection_library
 
     pytest.importorskip("nvtx")
     env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))

@@ -127,7 +127,7 @@ def test_ranges_with_no_domain_are_in_domain_default(tmp_path) -> None:
     import sys
 
     from pcietrace.analysis import attribution
-    from pcietrace.record.attach import injection_library, read_traces
+    from pcietrace.record.trace import injection_library, read_traces
 
     pytest.importorskip("nvtx")
     env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))

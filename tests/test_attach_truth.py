@@ -416,7 +416,8 @@ def _over_fake_driver(tmp_path: Path, script: str, cupti_source: str | None = No
     import sys
 
     from pcietrace.errors import UsageError
-    from pcietrace.record.attach import injection_env, read_traces
+    from pcietrace.record.trace import read_traces
+    from pcietrace.record.attach import injection_env
 
     pytest.importorskip("nvtx")
     cc = shutil.which("cc") or shutil.which("gcc")

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pcietrace.analysis import analyze, attribution
-from pcietrace.record.attach import CAPTURED_COLUMNS, EVENT_COLUMNS_V1, EVENT_COLUMNS_V2, read_traces
+from pcietrace.record.trace import CAPTURED_COLUMNS, EVENT_COLUMNS_V1, EVENT_COLUMNS_V2, read_traces
 from pcietrace.session import Session
 
 from injected import build_fake, run_injected
@@ -705,7 +705,7 @@ def test_exact_edge_reads_time_only_the_read_not_the_wait_for_their_turn(tmp_pat
     Each read's recorded time is the read's own (the fake's 2 ms), not its wait for the others, so its
     midpoint is where its values were taken: the reads' spans do not overlap and their values grow in the
     order of their midpoints. (Timed from before the wait, reads took up to 4x as long on the lent H100.)"""
-    from pcietrace.record.attach import edge_samples
+    from pcietrace.record.trace import edge_samples
 
     build_fake(tmp_path, "fake_libnvml.c", "libnvidia-ml.so.1", "-lpthread")
     events, _ = run_injected(tmp_path, EXACT_SCRIPT, exact_edges=True, args=[str(NATIVE)])

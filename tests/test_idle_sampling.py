@@ -55,7 +55,7 @@ def _under_the_library(tmp_path, script: str, **env: str) -> tuple[subprocess.Co
     """``script`` (argument: the edge page) run with the real injection library under NVTX's hook; its result
     and the page's first two words (sequence number, open ranges) after it exited."""
     pytest.importorskip("nvtx")
-    from pcietrace.record.attach import injection_library
+    from pcietrace.record.trace import injection_library
 
     try:
         lib = injection_library()
@@ -634,7 +634,7 @@ def test_attach_end_to_end_reads_fast_in_ranges_slowly_between_and_keeps_the_flo
     from pathlib import Path
 
     from pcietrace.analysis import analyze, attribution
-    from pcietrace.record.attach import injection_library
+    from pcietrace.record.trace import injection_library
     from pcietrace.session import Session
 
     try:

@@ -33,7 +33,7 @@ COLS = ["eager_launches", "graph_launches", "captured_launches"]
 def _copy(tmp_path: Path) -> tuple[str, str]:
     """The built injection library and a byte-for-byte copy of it in ``tmp_path/other/``."""
     from pcietrace.errors import UsageError
-    from pcietrace.record.attach import injection_library
+    from pcietrace.record.trace import injection_library
 
     try:
         lib = injection_library()

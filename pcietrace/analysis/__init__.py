@@ -244,7 +244,7 @@ def _attach(s: Session, cum: pd.DataFrame, group_by: str = names.DEFAULT_GROUP_B
         notes.append(f"{never} range(s) were never popped (ended, closed=false in range_instances): each is closed at "
                      "its process's last event, so its time, bytes and launches run to there")
     bad = s.meta.get("trace_bad") or {}
-    if bad.get("lines") or bad.get("files"):  # (record/attach.py: read_traces) left out, the rest kept
+    if bad.get("lines") or bad.get("files"):  # (record/trace.py: read_traces) left out, the rest kept
         notes.append(f"the traces held {bad.get('lines', 0):,} line(s) that were not trace lines"
                      + (f" and {len(bad['files'])} file(s) that were not traces ({', '.join(map(str, bad['files'][:3]))})"
                         if bad.get("files") else "") + ": left out; the ranges and launches come from the rest")

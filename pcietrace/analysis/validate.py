@@ -68,7 +68,7 @@ def check(session: Any) -> None:
         _graphs(s.graphs)
     if len(s.events):
         _finite(s.events, "events", ("t_ns",))
-        # attach saves them sorted by time (record/attach.py: read_traces) and ranges pair pushes with pops in
+        # attach saves them sorted by time (record/trace.py: read_traces) and ranges pair pushes with pops in
         # that order; CUPTI's kernel records and "gputime" markers are not paired (gpu_time sorts the kernels)
         host = gpu_time.host_events(s.events)
         t = host.loc[host["event"] != "gputime", "t_ns"].to_numpy(np.int64)

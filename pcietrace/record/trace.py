@@ -1,0 +1,182 @@
+"""The injection library's side of attach: its interface version, and the trace files it writes.
+
+Each traced process writes ``trace-<pid>.tsv`` in the trace folder (``pcietrace/native/pt_inject.c`` gives the
+format; ``pt_abi.h`` the contract). :func:`read_traces` turns a folder of them into one frame of events.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pcietrace.errors import UsageError
+from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS
+
+#: The injection library's interface version this pcietrace expects (pt_abi.h: PT_ABI_VERSION); the library
+#: carries it as the string :data:`INJECT_ABI_TAG`, so it is checked without loading the library.
+INJECT_ABI = 1
+INJECT_ABI_TAG = b"pcietrace-inject-abi %d\0" % INJECT_ABI
+#: A trace file's first line: ``TRACE_MAGIC VERSION`` (pt_abi.h: PT_TRACE_MAGIC, PT_TRACE_VERSION).
+TRACE_MAGIC = b"#pcietrace-trace"
+EVENT_COLUMNS = ["t_ns", "tid", "event", "domain", "id", "depth", "eager_thread", "graph_thread",
+                 "eager_process", "graph_process", "dev", "devmask", "captured_thread", "captured_process",
+                 "call_ns_thread", "call_ns_process", "wait_ns_thread", "wait_ns_process", "message"]
+#: The columns of traces written before launch and synchronize calls were timed.
+EVENT_COLUMNS_V3 = [c for c in EVENT_COLUMNS if c not in TIMING_COLUMNS]
+#: The columns of traces written before captured launches were told apart (they counted them as eager).
+EVENT_COLUMNS_V2 = [c for c in EVENT_COLUMNS_V3 if c not in CAPTURED_COLUMNS]
+#: The columns of traces written before device tracking (no ``dev``/``devmask``).
+EVENT_COLUMNS_V1 = [c for c in EVENT_COLUMNS_V2 if c not in ("dev", "devmask")]
+#: Each trace version's columns. Traces from version 4 on name it in their first line; older ones are told apart
+#: by their field count.
+TRACE_COLUMNS = {1: EVENT_COLUMNS_V1, 2: EVENT_COLUMNS_V2, 3: EVENT_COLUMNS_V3, 4: EVENT_COLUMNS}
+#: Trace file size per process with ``--gpu-time`` (one line per kernel; sparse, so unused space costs nothing).
+GPU_TIME_TRACE_BYTES = 1 << 30
+
+
+def injection_library() -> str:
+    """Path of the built injection library (installed with the package), once it is known to speak this
+    pcietrace's interface (:data:`INJECT_ABI`): a library left from another version's build is refused."""
+    from pcietrace.device.native import built
+
+    path = built("_pt_inject")
+    if INJECT_ABI_TAG not in Path(path).read_bytes():
+        raise UsageError(f"pcietrace's injection library {path} was built from other sources (it lacks interface "
+                         f"version {INJECT_ABI}): rebuild it (pip install ., or python3 setup.py build_ext --inplace)")
+    return path
+
+
+#: Bytes the injection library keeps free at the end of a trace file for its "tracefull" line (pt_abi.h:
+#: PT_TRACE_RESERVE).
+TRACE_RESERVE_BYTES = 256
+
+
+def _trace_lines(f: Path) -> bytes:
+    """A trace file's whole lines. The file was preallocated (sparse): lines, zeros, and, where it filled up, a
+    "tracefull" line in the last :data:`TRACE_RESERVE_BYTES`. The file is cut to those lines."""
+    with open(f, "r+b") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if not size:
+            return b""
+        with mmap.mmap(fh.fileno(), 0) as mm:
+            end = mm.find(b"\0")  # stops at the first zero: the unwritten part is never read
+            if end < 0:  # already cut (read before) or from an older library
+                return mm[:]
+            tail = max(size - TRACE_RESERVE_BYTES, 0)  # lines may end right where the reserve begins
+            # a line cut short (its process killed while copying it in: SIGKILL, OOM, torchrun ending a rank)
+            # is dropped whole: its fields are missing, and a part of a number would be a wrong number
+            lines = b"".join(_whole_lines(part) for part in (mm[:min(end, tail)], mm[tail:].strip(b"\0")))
+        fh.seek(0)
+        fh.write(lines)
+        fh.truncate(len(lines))
+    return lines
+
+
+def _whole_lines(text: bytes) -> bytes:
+    """``text`` up to and including its last newline."""
+    return text[:text.rfind(b"\n") + 1]
+
+
+#: Text columns of a trace line; every other column is an integer (``devmask`` unsigned 64-bit).
+TEXT_COLUMNS = ("event", "domain", "message")
+_LAYOUTS = (EVENT_COLUMNS, EVENT_COLUMNS_V3, EVENT_COLUMNS_V2, EVENT_COLUMNS_V1)
+#: Decimal integers that fit int64 (and uint64 for ``devmask``) without overflow.
+_INT64 = r"-?(?:\d{1,18}|[0-8]\d{18})"
+_UINT64 = r"\d{1,19}|1[0-7]\d{18}"
+
+
+def read_traces(trace_dir: Path) -> pd.DataFrame:
+    """All ``trace-<pid>.tsv`` files of a folder as one frame (:data:`EVENT_COLUMNS` plus ``pid``; traces
+    from older libraries keep :data:`EVENT_COLUMNS_V3`, :data:`EVENT_COLUMNS_V2` or :data:`EVENT_COLUMNS_V1`).
+
+    Never fails on what a file holds: a line that is not a trace line (wrong field count, a number that is not
+    one, a file that is not a trace: another name, not a regular file, unreadable) is left out and counted in
+    ``attrs["bad_lines"]`` (``attrs["bad_files"]``: the files left out whole), the rest kept. Text that is not
+    UTF-8 (a name the library cut inside a character) is decoded with U+FFFD; a CR stays inside its field."""
+    frames, bad_lines, bad_files = [], 0, []
+    for f in sorted(Path(trace_dir).glob("trace-*.tsv")):
+        pid = f.stem[len("trace-"):]
+        try:
+            if not (pid.isdecimal() and f.is_file() and not f.is_symlink()):
+                raise OSError("not a trace file")
+            raw = _trace_lines(f)
+        except OSError:
+            bad_files.append(f.name)
+            continue
+        df, bad = _parse_trace(raw)
+        bad_lines += bad
+        if len(df):
+            frames.append(df.assign(pid=int(pid)))
+    if not frames:
+        out = pd.DataFrame(columns=EVENT_COLUMNS + ["pid"])
+    else:
+        out = pd.concat(frames, ignore_index=True).sort_values("t_ns", kind="stable").reset_index(drop=True)
+        if "devmask" in out.columns:
+            out["devmask"] = out["devmask"].astype(np.uint64)
+    out.attrs.update(bad_lines=bad_lines, bad_files=bad_files)
+    return out
+
+
+def _parse_trace(raw: bytes) -> tuple[pd.DataFrame, int]:
+    """One trace file's whole lines as a frame, and the number of lines left out (see :func:`read_traces`).
+    The layout is the one its first line names (``TRACE_MAGIC VERSION``: :data:`TRACE_COLUMNS`), or, in a trace
+    without that line (an older library's), the one most lines have; a trace of a version this pcietrace does
+    not know (a newer library's) is left out whole, every line counted. Lines are split on LF only."""
+    cut = version = 0
+    if raw.startswith(TRACE_MAGIC):
+        head, _, raw = raw.partition(b"\n")
+        tail = head[len(TRACE_MAGIC):].strip()
+        if not (tail.isdigit() and int(tail) in TRACE_COLUMNS):
+            return pd.DataFrame(), 1 + raw.count(b"\n") + (bool(raw) and not raw.endswith(b"\n"))
+        version = int(tail)
+    if raw and not raw.endswith(b"\n"):  # (a file read before, or written by another program: a last line cut)
+        raw, cut = raw[:raw.rfind(b"\n") + 1], 1
+    if not raw:
+        return pd.DataFrame(), cut
+    buf = np.frombuffer(raw, np.uint8)
+    ends = np.flatnonzero(buf == 10)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    tabs = np.concatenate(([0], np.cumsum(buf == 9)))
+    fields = tabs[ends] - tabs[starts] + 1
+    counts = {len(n): int((fields == len(n)).sum()) for n in _LAYOUTS}
+    names = TRACE_COLUMNS[version] if version > 0 else max(_LAYOUTS, key=lambda n: counts[len(n)])
+    keep = fields == len(names)
+    bad = int((~keep).sum()) + cut
+    if not keep.any():
+        return pd.DataFrame(), bad
+    if bad:  # the kept lines' bytes, in order
+        raw = buf[np.repeat(keep, ends - starts + 1)].tobytes()
+    read = dict(sep="\t", names=names, header=None, quoting=3, lineterminator="\n", keep_default_na=False,
+                encoding_errors="replace")
+    ints = [c for c in names if c not in TEXT_COLUMNS]
+    try:  # the usual trace: every line whole and numeric, typed by the parser
+        df = pd.read_csv(io.BytesIO(raw), dtype={c: str for c in TEXT_COLUMNS}, **read)
+        if all(df[c].dtype.kind in "iu" for c in ints):
+            return df, bad
+    except (ValueError, OverflowError):  # (pandas' ParserError is a ValueError)
+        pass
+    df = pd.read_csv(io.BytesIO(raw), dtype=str, **read)
+    ok = np.ones(len(df), bool)
+    for c in ints:
+        ok &= df[c].str.fullmatch(_UINT64 if c == "devmask" else _INT64).fillna(False).to_numpy(bool)
+    df = df[ok].reset_index(drop=True)
+    return df.astype({c: np.uint64 if c == "devmask" else np.int64 for c in ints}), bad + int((~ok).sum())
+
+
+def edge_samples(events: pd.DataFrame) -> pd.DataFrame:
+    """The counter reads the injection library made at range edges (``--exact-edges``: "ctr" events,
+    message "t_mid_ns read_ns tx rx") as samples (``SAMPLE_COLUMNS``), to merge with the sampler's."""
+    from pcietrace.collectors import empty_samples
+
+    ctr = events[events["event"] == "ctr"] if len(events) else events
+    if not len(ctr):
+        return empty_samples()
+    parts = ctr["message"].str.split(" ", expand=True).astype(np.uint64)
+    return pd.DataFrame({"nvml_index": ctr["id"].astype(np.int64).to_numpy(), "t_ns": parts[0].astype(np.int64).to_numpy(),
+                         "read_ns": parts[1].astype(np.int64).to_numpy(), "tx_raw": parts[2].to_numpy(),
+                         "rx_raw": parts[3].to_numpy()})

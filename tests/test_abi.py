@@ -34,8 +34,31 @@ def test_the_header_and_the_python_side_agree() -> None:
              "PT_EDGE_PAGE_BYTES": edges.PAGE}
     assert {k: int(d[k]) for k in words} == words
     assert d["PT_TRACE_MAGIC"].strip('"').encode() == trace.TRACE_MAGIC
-    assert int(d["PT_TRACE_VERSION"]) == max(trace.TRACE_COLUMNS)
+    assert int(d["PT_TRACE_VERSION"]) == trace.TRACE_VERSION == max(trace.TRACE_COLUMNS)
     assert int(d["PT_TRACE_RESERVE"]) == trace.TRACE_RESERVE_BYTES
+
+
+def test_the_trace_records_are_laid_out_as_python_reads_them(tmp_path) -> None:
+    # every field's offset and size in the C structs (as the compiler lays them out) against the numpy dtypes
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    probe = ['#include <stddef.h>', '#include <stdio.h>', '#include "pt_abi.h"', 'int main(void) {']
+    for struct, dtype in (("pt_event", trace.EVENT_DTYPE), ("pt_trace_header", trace.HEADER_DTYPE)):
+        probe.append(f'printf("{struct} %zu\\n", sizeof(struct {struct}));')
+        for name in dtype.names:
+            probe.append(f'printf("{name} %zu %zu\\n", offsetof(struct {struct}, {name}), '
+                         f'sizeof(((struct {struct} *)0)->{name}));')
+    (tmp_path / "probe.c").write_text("\n".join(probe + ["return 0; }"]))
+    subprocess.run([cc, "-std=gnu11", "-I", str(NATIVE), "-o", str(tmp_path / "probe"), str(tmp_path / "probe.c")],
+                   check=True)
+    out = subprocess.run([str(tmp_path / "probe")], capture_output=True, text=True, check=True).stdout.split("\n")
+    got = iter(out)
+    for struct, dtype in (("pt_event", trace.EVENT_DTYPE), ("pt_trace_header", trace.HEADER_DTYPE)):
+        assert next(got) == f"{struct} {dtype.itemsize}"
+        for name in dtype.names:
+            offset, size = dtype.fields[name][1], dtype.fields[name][0].itemsize
+            assert next(got) == f"{name} {offset} {size}"
 
 
 def _build(tmp_path: Path) -> Path:
@@ -74,9 +97,9 @@ def test_each_trace_begins_with_its_version_line(tmp_path) -> None:
     env = dict(os.environ, NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=str(tmp_path))
     subprocess.run([sys.executable, "-c", "import nvtx; nvtx.push_range('a'); nvtx.pop_range()"], env=env,
                    check=True, timeout=60)
-    (path,) = tmp_path.glob("trace-*.tsv")
+    (path,) = tmp_path.glob("trace-*.bin")
     with open(path, "rb") as f:
-        assert f.readline() == b"%s %d\n" % (trace.TRACE_MAGIC, max(trace.TRACE_COLUMNS))
+        assert f.readline() == b"%s %d\n" % (trace.TRACE_MAGIC, trace.TRACE_VERSION)
     ev = trace.read_traces(tmp_path)
     assert list(ev["event"][ev["event"].isin(["push", "pop"])]) == ["push", "pop"]
     assert list(ev.columns) == trace.EVENT_COLUMNS + ["pid"]

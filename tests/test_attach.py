@@ -290,26 +290,7 @@ def _five_ranges_trace(tmp_path) -> Path:
     env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
     prog = "import nvtx\nfor i in range(5):\n    nvtx.push_range(f'step{i}')\n    nvtx.pop_range()\n"
     subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
-    return next(tmp_path.glob("trace-*.tsv"))
-
-
-def test_a_trace_whose_lines_end_where_the_reserve_begins_keeps_its_tracefull_line(tmp_path) -> None:
-    # lines from the real injection library (nvtx drives it), laid out as the library leaves a file whose lines
-    # fill it exactly up to the reserve: the "tracefull" line then follows the last line with no zero between
-    # (CONSTRUCTED layout: the tracefull line is the real last line with its event renamed)
-    from pcietrace.record.trace import TRACE_MAGIC, TRACE_RESERVE_BYTES
-    from pcietrace.schema import TRACE_FULL
-
-    f = _five_ranges_trace(tmp_path)
-    lines = f.read_bytes().split(b"\0", 1)[0].splitlines(keepends=True)
-    marker = lines[-1].split(b"\t")
-    marker[2] = TRACE_FULL.encode()
-    marker = b"\t".join(marker)
-    f.write_bytes(b"".join(lines[:-1]) + marker + b"\0" * (TRACE_RESERVE_BYTES - len(marker)))
-    ev = read_traces(tmp_path)
-    assert lines[0].startswith(TRACE_MAGIC)  # the format's line, then one line per event
-    assert len(ev) == len(lines) - 1 and ev["event"].iloc[-1] == TRACE_FULL
-    assert (ev["event"] == "push").sum() == 5
+    return next(tmp_path.glob("trace-*.bin"))
 
 
 def test_the_report_notes_a_full_trace(data_dir) -> None:
@@ -503,17 +484,53 @@ def test_a_forked_childs_events_carry_its_own_thread_id(tmp_path) -> None:
     assert ranges.loc["child", "tid"] == ranges.loc["child", "pid"] != ranges.loc["parent", "pid"]
 
 
-def test_a_line_cut_short_by_a_killed_process_is_dropped_whole(tmp_path) -> None:
-    # lines from the real injection library (nvtx drives it); the last one cut part-way and zeros after it, as a
-    # process killed while copying a line into its trace leaves it (CONSTRUCTED cut)
+def test_names_from_many_threads_come_back_whole_in_their_records(tmp_path) -> None:
+    # the real injection library (nvtx drives it) from 4 threads at once: each record keeps its own strings (they
+    # are taken from one shared part), a name's tab and newline print as spaces, a long name is cut at 1,023 bytes
+    import os
+    import subprocess
+    import sys
+
+    from pcietrace.record.trace import injection_library
+
+    pytest.importorskip("nvtx")
+    prog = ("import nvtx, threading\n"
+            "def work(k):\n"
+            "    for i in range(500):\n"
+            "        nvtx.push_range(f'op\\t{k}\\n{i} ' + 'x' * (i % 50), domain='d%d' % k)\n"
+            "        nvtx.pop_range(domain='d%d' % k)\n"
+            "ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\n"
+            "nvtx.mark('y' * 5000)\n")
+    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
+    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
+    ev = read_traces(tmp_path)
+    push = ev[ev["event"] == "push"]
+    assert len(push) == 2000 and ev.attrs["bad_lines"] == 0
+    k = push["domain"].str.slice(1).astype(int)
+    i = push["message"].str.split(" ").str[2].astype(int)
+    assert (push["message"] == [f"op {a} {b} " + "x" * (b % 50) for a, b in zip(k, i)]).all()
+    assert (push.groupby("tid")["domain"].nunique() == 1).all()  # a thread's records carry its own domain
+    assert ev.loc[ev["event"] == "mark", "message"].tolist() == ["y" * 1023]
+
+
+def test_a_record_cut_short_by_a_killed_process_is_left_out_and_counted(tmp_path) -> None:
+    # records from the real injection library (nvtx drives it); one of them never committed, as a process killed
+    # while copying it into its trace leaves it (CONSTRUCTED cut: its commit byte cleared)
+    import numpy as np
+
+    from pcietrace.record.trace import EVENT_DTYPE, HEADER_DTYPE
+
     f = _five_ranges_trace(tmp_path)
-    raw = f.read_bytes()
-    lines = raw.split(b"\0", 1)[0].splitlines(keepends=True)
     whole = read_traces(tmp_path)
-    for cut in (5, len(lines[-1]) // 2, len(lines[-1]) - 1):  # inside the time, mid-line, before the newline
-        f.write_bytes(b"".join(lines[:-1]) + lines[-1][:cut] + b"\0" * 4096)
-        ev = read_traces(tmp_path)
-        pd.testing.assert_frame_equal(ev, whole.iloc[:-1])
+    h = np.fromfile(f, HEADER_DTYPE, count=1)[0]
+    cut = int(h["events_at"]) + 3 * EVENT_DTYPE.itemsize + EVENT_DTYPE.fields["commit"][1]  # the fourth record
+    with open(f, "r+b") as fh:
+        fh.seek(cut)
+        fh.write(b"\0")
+    ev = read_traces(tmp_path)
+    assert ev.attrs["bad_lines"] == 1 and len(ev) == len(whole) - 1
+    pd.testing.assert_frame_equal(ev, whole.drop(index=3).reset_index(drop=True))
 
 
 class _StandInSampler:

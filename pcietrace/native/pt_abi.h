@@ -4,11 +4,12 @@
  * checks that they agree and that a library built from these sources exports PT_ABI_VERSION.
  */
 #pragma once
+#include <stdint.h>
 
 /* The library's interface version, exported as ``pcietrace_inject_abi`` (an unsigned int) and as the string
- * PT_ABI_TAG; pcietrace.record.attach.INJECT_ABI is the version the Python side expects, and attach refuses a
+ * PT_ABI_TAG; pcietrace.record.trace.INJECT_ABI is the version the Python side expects, and attach refuses a
  * library built from other sources. Raise it whenever anything below changes meaning. */
-#define PT_ABI_VERSION 1
+#define PT_ABI_VERSION 2
 #define PT_ABI_STR_(x) #x
 #define PT_ABI_STR(x) PT_ABI_STR_(x)
 #define PT_ABI_TAG "pcietrace-inject-abi " PT_ABI_STR(PT_ABI_VERSION)
@@ -21,12 +22,44 @@
 #define PT_EDGE_COUNTING 3     /* set by a library that keeps word 1 when it maps the page */
 #define PT_EDGE_PAGE_BYTES 4096
 
-/* Each trace file (PCIETRACE_TRACE_DIR/trace-<pid>.tsv) begins with the line
- *   PT_TRACE_MAGIC " " PT_TRACE_VERSION "\n"
- * then one tab-separated line per event, with the fields of that version (pcietrace.record.attach:
- * TRACE_MAGIC, TRACE_COLUMNS). Traces of older libraries have no such line; their version is told by their
- * field count. */
+/* Each trace file (PCIETRACE_TRACE_DIR/trace-<pid>.bin) is a sparse file of three parts, written through one
+ * MAP_SHARED mapping by the program's own threads (so what was written survives a crash of the program):
+ *   the header (PT_TRACE_HEADER_BYTES): struct pt_trace_header, whose first line is
+ *     PT_TRACE_MAGIC " " PT_TRACE_VERSION "\n" (NUL-padded), then where the other two parts lie and how much of
+ *     each the writers have taken so far (taken atomically: a reader after a crash knows how far to look);
+ *   the events: struct pt_event records, back to back; a record is whole once its ``commit`` byte is 1 (set last);
+ *   the strings: each event's name, domain and message, back to back from its ``str_at`` (no terminators).
+ * Python's twin: pcietrace.record.trace (TRACE_MAGIC, TRACE_VERSION, HEADER_DTYPE, EVENT_DTYPE). Text traces
+ * (trace-<pid>.tsv, versions 1-4) of older libraries are still read. */
 #define PT_TRACE_MAGIC "#pcietrace-trace"
-#define PT_TRACE_VERSION 4
-/* Bytes kept free at the end of a trace file for its "tracefull" line (TRACE_RESERVE_BYTES). */
+#define PT_TRACE_VERSION 5
+#define PT_TRACE_HEADER_BYTES 4096
+
+struct pt_trace_header {
+    char line[64];              /* the version line */
+    uint64_t events_at;         /* file offset of the events part */
+    uint64_t events_cap;        /* its bytes (a multiple of sizeof(struct pt_event)); its last record is kept
+                                   for the "tracefull" event */
+    uint64_t strings_at;        /* file offset of the strings part */
+    uint64_t strings_cap;       /* its bytes; its last PT_TRACE_RESERVE are kept for the "tracefull" event */
+    uint64_t events_taken;      /* bytes of the events part taken so far (may pass events_cap once it is full) */
+    uint64_t strings_taken;     /* the same for the strings part */
+};
+
+struct pt_event {
+    uint64_t t_ns;              /* CLOCK_MONOTONIC */
+    uint64_t id;
+    uint64_t eager_thread, graph_thread, eager_process, graph_process;
+    uint64_t devmask;
+    uint64_t captured_thread, captured_process;
+    int64_t call_ns_thread, call_ns_process, wait_ns_thread, wait_ns_process;  /* -1: not timed */
+    uint64_t str_at;            /* its strings' offset in the strings part */
+    int32_t tid, depth;
+    int16_t dev;                /* the CUDA ordinal current on the thread (-1: none) */
+    uint16_t message_bytes;
+    uint8_t event_bytes, domain_bytes, reserved, commit;
+};
+_Static_assert(sizeof(struct pt_event) == 128, "struct pt_event is 128 bytes: EVENT_DTYPE's itemsize");
+
+/* Bytes kept free at the end of the strings part for the "tracefull" event's strings (TRACE_RESERVE_BYTES). */
 #define PT_TRACE_RESERVE 256

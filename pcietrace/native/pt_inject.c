@@ -12,11 +12,12 @@
  *    handed out through an interposed dlsym/cuGetProcAddress (pt_inject_launch.c).
  * A second copy loaded from another path (another object) records nothing and only forwards (pt_inject_copies.c).
  *
- * Output: PCIETRACE_TRACE_DIR/trace-<pid>.tsv, a file mapped MAP_SHARED, so what was written survives a crash of
- * the application: a first line naming its format (pt_abi.h: PT_TRACE_MAGIC and PT_TRACE_VERSION), then one
- * tab-separated line per event:
+ * Output: PCIETRACE_TRACE_DIR/trace-<pid>.bin (pt_abi.h gives its layout), one binary record per event, written
+ * through a MAP_SHARED mapping, so what was written survives a crash of the application. A record holds:
  *   t_ns tid event domain id depth eager_thread graph_thread eager_process graph_process dev devmask
  *   captured_thread captured_process call_ns_thread call_ns_process wait_ns_thread wait_ns_process message
+ * Records are copied, not formatted: at emit_nvtx density (a range per PyTorch op) every NVTX push and pop writes
+ * one in the program's own thread, and formatting text was most of an edge's cost.
  * t_ns is CLOCK_MONOTONIC, the clock pcietrace's counter sampler uses. ``dev`` is the CUDA ordinal current
  * on the thread at the event (-1: none), ``devmask`` the ordinals the thread launched on since its previous
  * event (bit i = ordinal i); a "cudevice" event (id = ordinal, message = PCI bus id) names each ordinal once.
@@ -26,7 +27,7 @@
  * ``call_ns_*`` add up the ns spent inside eager launch calls (a call whose queue is full waits there for the
  * GPU), ``wait_ns_*`` those inside cuCtxSynchronize, cuStreamSynchronize and cuEventSynchronize: how long the
  * host waited for the GPU. Both are timed by the trampolines and direct calls of interpose mode only (by the
- * TSC where the kernel's clocksource is it, turned into ns at each line); other modes write -1 (not timed).
+ * TSC where the kernel's clocksource is it, turned into ns at each event); other modes write -1 (not timed).
  *
  * Range edges (pt_inject_edges.c; the page's words are named in pt_abi.h): with PCIETRACE_EDGE_FILE, every
  * push/pop/start/end bumps a shared 32-bit sequence number (PT_EDGE_SEQ); a range that opens while none is open
@@ -44,6 +45,7 @@
  */
 #include "pt_inject.h"
 
+#include <errno.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 
@@ -54,10 +56,11 @@ EXPORT const char pcietrace_inject_abi_tag[] = PT_ABI_TAG;
 
 /* ---- state ---- */
 static _Atomic(char *) g_buf;                /* the trace's mapping, published once it is whole (NULL: none) */
-static size_t g_cap;
-static atomic_size_t g_pos;
-static atomic_int g_full;                    /* a line did not fit: the "tracefull" line was written */
-enum { TRACE_RESERVE = PT_TRACE_RESERVE, TRACE_MIN = 1 << 16 };  /* room kept at the end of the file for that line */
+static int g_fd = -1;                        /* the trace file, kept open to allocate its space ahead of the writers */
+static uint64_t g_file_bytes;                /* its size */
+static atomic_int g_open_failed;             /* no trace could be made: not tried again at every event */
+static pthread_mutex_t g_grow_lock = PTHREAD_MUTEX_INITIALIZER;  /* one writer allocates at a time */
+static atomic_int g_full;                    /* an event did not fit: the "tracefull" event was written */
 atomic_ulong g_eager, g_graph, g_captured, g_range_id;
 static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
 __thread unsigned long t_eager, t_graph, t_captured;
@@ -76,7 +79,10 @@ static void child_after_fork(void)
     t_tid = 0;  /* the forking thread has a new id in the child */
     t_devmask = 0;  /* the parent's launches since its last event: its next event reports them, not ours */
     t_eager = t_graph = t_captured = 0;  /* the child's own counts (else its first event held the parent's too) */
-    atomic_store(&g_pos, 0); atomic_store(&g_full, 0);
+    g_fd = -1;  /* (the parent's descriptor stays open here: harmless, and the parent's to close) */
+    atomic_store(&g_open_failed, 0);
+    atomic_store(&g_full, 0);
+    pthread_mutex_init(&g_grow_lock, NULL);  /* a parent's thread may have held it at fork() */
     atomic_store(&g_eager, 0); atomic_store(&g_graph, 0); atomic_store(&g_captured, 0); atomic_store(&g_announced, 0);
     edges_after_fork();
 }
@@ -84,37 +90,90 @@ static void child_after_fork(void)
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 static void atfork_register(void) { pthread_atfork(NULL, NULL, child_after_fork); }
 
-/* The trace's mapping, opened by the first event of the process (NULL: no trace, or another copy writes it). Its
- * first line names the format (pt_abi.h). */
+/* ---- the trace file (pt_abi.h) ----
+ * Sparse, and as large as PCIETRACE_TRACE_BYTES allows (64 GiB by default, halved until the file system takes it),
+ * so that it grows with the run instead of filling up. Its space is allocated and its pages mapped a chunk ahead
+ * of the writers (part_ready): a page first written through the mapping would trap into the kernel once per 4 kB,
+ * and a page the disk has no room for would kill the program with SIGBUS; allocated ahead, a full disk ends the
+ * trace with a "tracefull" event instead. */
+enum { TRACE_MIN = 1 << 16, CHUNK = 4 << 20 };
+struct part { uint64_t at, cap, reserve; _Atomic uint64_t ready; _Atomic uint64_t *taken; };
+static struct part g_events, g_strings;
+
+/* Allocate and map [ready, want + CHUNK) of a part, a chunk at a time; returns whether ``want`` is ready. */
+static int part_grow(char *buf, struct part *p, uint64_t want)
+{
+    pthread_mutex_lock(&g_grow_lock);
+    uint64_t ready = atomic_load(&p->ready);
+    while (ready < want + CHUNK && ready < p->cap) {
+        uint64_t n = p->cap - ready < CHUNK ? p->cap - ready : CHUNK;
+        int rc = posix_fallocate(g_fd, (off_t)(p->at + ready), (off_t)n);
+        if (rc && rc != EOPNOTSUPP && rc != EINVAL) break;  /* no room (ENOSPC...): the trace ends here */
+        /* the pages mapped now, in one call (MADV_POPULATE_WRITE, Linux 5.14+; older kernels fault them in) */
+        uintptr_t page = (uintptr_t)(buf + p->at + ready) & ~(uintptr_t)4095;
+        madvise((void *)page, (size_t)((uintptr_t)(buf + p->at + ready + n) - page), 23 /* MADV_POPULATE_WRITE */);
+        ready += n;
+        atomic_store(&p->ready, ready);
+    }
+    pthread_mutex_unlock(&g_grow_lock);
+    return want <= ready;
+}
+
+/* ``n`` bytes of a part for one event: their offset, or -1 where the part (or the disk) is full. The space past
+ * the writers is allocated by whichever writer comes within a chunk of its end. */
+static int64_t part_take(char *buf, struct part *p, uint64_t n)
+{
+    uint64_t at = atomic_fetch_add_explicit(p->taken, n, memory_order_relaxed);
+    if (at + n > p->cap - p->reserve) return -1;
+    if (at + n + CHUNK > atomic_load_explicit(&p->ready, memory_order_acquire)
+        && !part_grow(buf, p, at + n) && at + n > atomic_load(&p->ready)) return -1;
+    return (int64_t)at;
+}
+
+/* The trace's mapping, opened by the first event of the process (NULL: no trace, or another copy writes it). */
 static char *trace_open(void)
 {
     char *buf = atomic_load_explicit(&g_buf, memory_order_acquire);
     if (buf) return buf;
-    if (passive()) return NULL;  /* the recording copy writes this process's trace */
+    if (atomic_load_explicit(&g_open_failed, memory_order_relaxed) || passive()) return NULL;  /* (passive: the recording copy writes this process's trace) */
     pthread_once(&g_atfork_once, atfork_register);
     pthread_mutex_lock(&g_open_lock);
     buf = atomic_load_explicit(&g_buf, memory_order_relaxed);
-    if (!buf) {
-        const char *dir = getenv("PCIETRACE_TRACE_DIR");
+    const char *dir = getenv("PCIETRACE_TRACE_DIR");
+    char path[4096];
+    if (!buf && !atomic_load(&g_open_failed) && dir && snprintf(path, sizeof path, "%s/trace-%d.bin", dir, (int)getpid()) < (int)sizeof path) {
         const char *cap = getenv("PCIETRACE_TRACE_BYTES");
-        char path[4096];
-        size_t want = cap ? strtoull(cap, NULL, 10) : (size_t)256 << 20;
+        uint64_t want = cap ? strtoull(cap, NULL, 10) : (uint64_t)64 << 30;
         if (want < TRACE_MIN) want = TRACE_MIN;
-        if (dir && snprintf(path, sizeof path, "%s/trace-%d.tsv", dir, (int)getpid()) < (int)sizeof path) {
-            int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-            if (fd >= 0 && ftruncate(fd, (off_t)want) == 0) {
-                void *m = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-                if (m != MAP_FAILED) {
-                    int n = snprintf(m, want, "%s %d\n", PT_TRACE_MAGIC, PT_TRACE_VERSION);
-                    g_cap = want;
-                    atomic_store(&g_pos, n > 0 ? (size_t)n : 0);
-                    buf = m;
-                    atomic_store_explicit(&g_buf, buf, memory_order_release);
-                }
-            }
-            if (fd >= 0) close(fd);  /* the mapping stays valid */
+        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        void *m = MAP_FAILED;  /* (a file system or an address space that refuses the size: half of it, and so on) */
+        for (; fd >= 0 && want >= TRACE_MIN && m == MAP_FAILED; want /= 2)
+            if (ftruncate(fd, (off_t)want) == 0 && (m = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) != MAP_FAILED) break;
+        /* the header and the space kept for the "tracefull" event, allocated now (the rest as the writers go) */
+        uint64_t ev = (want - PT_TRACE_HEADER_BYTES) / 2 / sizeof(struct pt_event) * sizeof(struct pt_event);
+        if (m != MAP_FAILED && posix_fallocate(fd, 0, PT_TRACE_HEADER_BYTES) == 0) {
+            struct pt_trace_header *h = m;
+            snprintf(h->line, sizeof h->line, "%s %d\n", PT_TRACE_MAGIC, PT_TRACE_VERSION);
+            h->events_at = PT_TRACE_HEADER_BYTES;
+            h->events_cap = ev;
+            h->strings_at = PT_TRACE_HEADER_BYTES + ev;
+            h->strings_cap = want - h->strings_at;
+            g_events = (struct part){h->events_at, ev, sizeof(struct pt_event), 0, (_Atomic uint64_t *)&h->events_taken};
+            g_strings = (struct part){h->strings_at, h->strings_cap, PT_TRACE_RESERVE, 0, (_Atomic uint64_t *)&h->strings_taken};
+            posix_fallocate(fd, (off_t)(h->strings_at - sizeof(struct pt_event)), sizeof(struct pt_event));
+            posix_fallocate(fd, (off_t)(want - PT_TRACE_RESERVE), PT_TRACE_RESERVE);
+            g_fd = fd;
+            g_file_bytes = want;
+            buf = m;
+            part_grow(buf, &g_events, 0);
+            part_grow(buf, &g_strings, 0);
+            atomic_store_explicit(&g_buf, buf, memory_order_release);
+        } else {
+            if (m != MAP_FAILED) munmap(m, want);
+            if (fd >= 0) close(fd);
         }
     }
+    if (!buf) atomic_store(&g_open_failed, 1);
     pthread_mutex_unlock(&g_open_lock);
     return buf;
 }
@@ -186,105 +245,69 @@ void call_clock_init(void)
     emit("callclock", NULL, 0, "monotonic");
 }
 
-/* ---- a trace line, field by field: snprintf was ~2/3 of a range edge's cost (~0.4 of 0.62 us, perf over
- * bench/edge_cost.cu), and every NVTX push and pop writes a line in the program's own thread ---- */
-struct line { char *p, *end; int ok; };  /* ok = 0 once something did not fit: the line is dropped */
-/* A line's longest parts are cut so that every line fits its buffer (1,023 + 255 + 16 numbers and the event:
- * under 1,700 bytes): a push dropped for its length left its pop to close the enclosing range. */
-enum { LINE_BYTES = 2048, MESSAGE_MAX = 1023, DOMAIN_MAX = 255 };
+/* ---- an event record ---- */
+/* A message's and a domain's longest parts are cut (UTF-8 may be cut inside a character: read back with U+FFFD) */
+enum { MESSAGE_MAX = 1023, DOMAIN_MAX = 255, EVENT_MAX = 63 };
 
-/* ``s``, at most ``max`` bytes of it; ``clean``: tabs and newlines become spaces (a message stays one field) */
-static void put_s(struct line *o, const char *s, size_t max, int clean)
+/* The record's counts: depth, the launch counts, the device and the thread's device mask, the captured counts, and
+ * the four call-timing fields (-1 each where launch and synchronize calls are not timed). */
+static void put_counts(struct pt_event *e, int dev, uint64_t mask)
 {
-    size_t n = strnlen(s, max);  /* copied whole, then cleaned in place: a per-byte loop was most of a dense edge */
-    if ((size_t)(o->end - o->p) < n) { o->ok = 0; return; }
-    memcpy(o->p, s, n);
-    if (clean)  /* (memchr scans a word at a time: names rarely hold a tab or newline) */
-        for (char *c = o->p, *end = o->p + n; (c = memchr(c, '\t', (size_t)(end - c))); ) *c = ' ';
-    if (clean)
-        for (char *c = o->p, *end = o->p + n; (c = memchr(c, '\n', (size_t)(end - c))); ) *c = ' ';
-    o->p += n;
+    e->depth = t_depth;
+    e->eager_thread = t_eager; e->graph_thread = t_graph;
+    e->eager_process = atomic_load(&g_eager); e->graph_process = atomic_load(&g_graph);
+    e->dev = (int16_t)dev; e->devmask = mask;
+    e->captured_thread = t_captured; e->captured_process = atomic_load(&g_captured);
+    if (!interposing()) { e->call_ns_thread = e->call_ns_process = e->wait_ns_thread = e->wait_ns_process = -1; return; }
+    unsigned long long sums[4] = {t_call_ticks, atomic_load(&g_call_ticks), t_wait_ticks, atomic_load(&g_wait_ticks)};
+    /* asked after the sums (acquire; the adds release): a sum holding ticks finds the TSC clock set */
+    int tsc = atomic_load_explicit(&g_ticks_tsc, memory_order_acquire);
+    double r = atomic_load_explicit(&g_ns_per_tick, memory_order_relaxed);
+    int64_t *out[4] = {&e->call_ns_thread, &e->call_ns_process, &e->wait_ns_thread, &e->wait_ns_process};
+    for (int i = 0; i < 4; ++i) *out[i] = (int64_t)(tsc ? (unsigned long long)(sums[i] * r) : sums[i]);
 }
 
-/* two digits per division: a line has ~20 numbers, and at emit_nvtx density (a range per op) every edge writes one */
-static const char DIGIT_PAIRS[201] =
-    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-    "8081828384858687888990919293949596979899";
-
-static void put_u(struct line *o, unsigned long long v)
+/* One event record at ``slot`` with its strings at ``str_at`` of the strings part; committed last. */
+static void put_event(char *buf, int64_t slot, int64_t str_at, unsigned long long t_ns, const char *event,
+                      size_t ne, const char *domain, size_t nd, unsigned long long id, int dev, uint64_t mask,
+                      const char *message, size_t nm)
 {
-    char d[20];
-    int k = 20;
-    while (v >= 100) { const char *p = DIGIT_PAIRS + 2 * (v % 100); v /= 100; d[--k] = p[1]; d[--k] = p[0]; }
-    if (v >= 10) { const char *p = DIGIT_PAIRS + 2 * v; d[--k] = p[1]; d[--k] = p[0]; }
-    else d[--k] = (char)('0' + v);
-    if (o->end - o->p < 20 - k) { o->ok = 0; return; }
-    memcpy(o->p, d + k, (size_t)(20 - k));
-    o->p += 20 - k;
+    char *s = buf + g_strings.at + str_at;  /* copied as they are (tabs and newlines too: the reader cleans them) */
+    memcpy(s, event, ne);
+    memcpy(s + ne, domain, nd);
+    memcpy(s + ne + nd, message, nm);
+    struct pt_event *e = (struct pt_event *)(buf + g_events.at + slot);
+    e->t_ns = t_ns; e->id = id; e->tid = (int32_t)t_tid; e->str_at = (uint64_t)str_at;
+    put_counts(e, dev, mask);
+    e->event_bytes = (uint8_t)ne; e->domain_bytes = (uint8_t)nd; e->message_bytes = (uint16_t)nm;
+    __atomic_store_n(&e->commit, 1, __ATOMIC_RELEASE);
 }
 
-static void put_i(struct line *o, long long v)
-{
-    if (v < 0) put_s(o, "-", 1, 0);
-    put_u(o, v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v);
-}
-
-#define TAB(o) put_s(o, "\t", 1, 0)
-
-/* The fields every line has after its first four (time, thread, event, domain) and id: depth, the launch
- * counts, the device and the thread's device mask, the captured counts, and the four call-timing fields (-1
- * each where launch and synchronize calls are not timed). */
-static void put_counts(struct line *o, int dev, uint64_t mask)
-{
-    put_i(o, t_depth); TAB(o); put_u(o, t_eager); TAB(o); put_u(o, t_graph); TAB(o);
-    put_u(o, atomic_load(&g_eager)); TAB(o); put_u(o, atomic_load(&g_graph)); TAB(o); put_i(o, dev); TAB(o);
-    put_u(o, mask); TAB(o); put_u(o, t_captured); TAB(o); put_u(o, atomic_load(&g_captured)); TAB(o);
-    if (!interposing()) put_s(o, "-1\t-1\t-1\t-1", 16, 0);
-    else {
-        unsigned long long sums[4] = {t_call_ticks, atomic_load(&g_call_ticks), t_wait_ticks, atomic_load(&g_wait_ticks)};
-        /* asked after the sums (acquire; the adds release): a sum holding ticks finds the TSC clock set */
-        int tsc = atomic_load_explicit(&g_ticks_tsc, memory_order_acquire);
-        double r = atomic_load_explicit(&g_ns_per_tick, memory_order_relaxed);
-        for (int i = 0; i < 4; ++i) { if (i) TAB(o); put_u(o, tsc ? (unsigned long long)(sums[i] * r) : sums[i]); }
-    }
-    TAB(o);
-}
-
-/* A whole line: time, thread, event, domain, id, the counts, the message. */
-static void put_line(struct line *o, unsigned long long t_ns, const char *event, const char *domain,
-                     unsigned long long id, int dev, uint64_t mask, const char *message)
-{
-    put_u(o, t_ns); TAB(o); put_i(o, t_tid); TAB(o); put_s(o, event, 64, 0); TAB(o);
-    put_s(o, domain ? domain : "default", DOMAIN_MAX, 1); TAB(o); put_u(o, id); TAB(o);
-    put_counts(o, dev, mask);
-    put_s(o, message ? message : "", MESSAGE_MAX, 1);
-    put_s(o, "\n", 1, 0);
-}
-
-/* One trace line at time t_ns; dev = the CUDA ordinal to record (emit: the thread's current one). */
+/* One event at time t_ns; dev = the CUDA ordinal to record (emit: the thread's current one). */
 void emit_line(unsigned long long t_ns, const char *event, const char *domain, unsigned long long id,
                const char *message, int dev)
 {
-    char *trace = trace_open();
-    if (!trace) return;
+    char *buf = trace_open();
+    if (!buf) return;
     if (!t_tid) t_tid = (long)syscall(SYS_gettid);
-    char buf[LINE_BYTES];
-    /* A "kernel" line is CUPTI's, written by whichever thread flushed its buffer and stamped with the kernel's
+    /* A "kernel" event is CUPTI's, written by whichever thread flushed its buffer and stamped with the kernel's
      * GPU time: the thread's launches since its previous event wait for its next event of its own. */
     uint64_t mask = 0;
     if (strcmp(event, "kernel")) { mask = t_devmask; t_devmask = 0; }
-    struct line o = {buf, buf + sizeof buf, 1};
-    put_line(&o, t_ns, event, domain, id, dev, mask, message);
-    if (!o.ok) return;
-    size_t n = (size_t)(o.p - buf);
-    size_t at = atomic_fetch_add(&g_pos, n);
-    if (at + n <= g_cap - TRACE_RESERVE) { memcpy(trace + at, buf, n); return; }
+    if (!domain) domain = "default";
+    if (!message) message = "";
+    size_t ne = strnlen(event, EVENT_MAX), nd = strnlen(domain, DOMAIN_MAX), nm = strnlen(message, MESSAGE_MAX);
+    int64_t str_at = part_take(buf, &g_strings, ne + nd + nm);
+    int64_t slot = str_at < 0 ? -1 : part_take(buf, &g_events, sizeof(struct pt_event));
+    if (slot >= 0) {
+        put_event(buf, slot, str_at, t_ns, event, ne, domain, nd, id, dev, mask, message, nm);
+        return;
+    }
     if (atomic_exchange(&g_full, 1)) return;
-    /* the first line that does not fit: say so, at its time, in the space kept for that at the end */
-    o = (struct line){buf, buf + TRACE_RESERVE, 1};
-    put_line(&o, t_ns, "tracefull", NULL, g_cap, dev, 0, "later events lost");
-    if (o.ok) memcpy(trace + g_cap - TRACE_RESERVE, buf, (size_t)(o.p - buf));
+    /* the first event that does not fit: say so, at its time, in the space kept for that at the end */
+    static const char full[] = "tracefull", lost[] = "later events lost";
+    put_event(buf, (int64_t)(g_events.cap - sizeof(struct pt_event)), (int64_t)(g_strings.cap - PT_TRACE_RESERVE),
+              t_ns, full, sizeof full - 1, "default", 7, g_file_bytes, dev, 0, lost, sizeof lost - 1);
 }
 
 void emit(const char *event, const char *domain, unsigned long long id, const char *message)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pandas as pd
 
 from pcietrace.errors import PcietraceError, UsageError
-from pcietrace.record.trace import GPU_TIME_TRACE_BYTES, edge_samples, injection_library, read_traces
+from pcietrace.record.trace import edge_samples, injection_library, read_traces
 from pcietrace.schema import NO_LAUNCH_COUNTER, TRACE_FULL
 
 if TYPE_CHECKING:
@@ -171,7 +171,6 @@ def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, n
             env["PCIETRACE_CUPTI"] = cupti
     if gpu_time:
         env["PCIETRACE_GPU_TIME"] = "1"
-        env.setdefault("PCIETRACE_TRACE_BYTES", str(GPU_TIME_TRACE_BYTES))
     env["PCIETRACE_COUNT"] = launch_counter  # "none" with --gpu-time: CUPTI is loaded, its launch callbacks are not
     if launch_counter == "interpose":
         env["LD_PRELOAD"] = " ".join(filter(None, [lib, os.environ.get("LD_PRELOAD")]))

@@ -1,7 +1,8 @@
 """The injection library's side of attach: its interface version, and the trace files it writes.
 
-Each traced process writes ``trace-<pid>.tsv`` in the trace folder (``pcietrace/native/pt_inject.c`` gives the
-format; ``pt_abi.h`` the contract). :func:`read_traces` turns a folder of them into one frame of events.
+Each traced process writes ``trace-<pid>.bin`` in the trace folder: binary event records and their strings
+(``pcietrace/native/pt_abi.h`` gives the layout, ``pt_inject.c`` the fields); older libraries wrote text lines,
+``trace-<pid>.tsv``. :func:`read_traces` turns a folder of either into one frame of events.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS
 
 #: The injection library's interface version this pcietrace expects (pt_abi.h: PT_ABI_VERSION); the library
 #: carries it as the string :data:`INJECT_ABI_TAG`, so it is checked without loading the library.
-INJECT_ABI = 1
+INJECT_ABI = 2
 INJECT_ABI_TAG = b"pcietrace-inject-abi %d\0" % INJECT_ABI
 #: A trace file's first line: ``TRACE_MAGIC VERSION`` (pt_abi.h: PT_TRACE_MAGIC, PT_TRACE_VERSION).
 TRACE_MAGIC = b"#pcietrace-trace"
@@ -33,10 +34,20 @@ EVENT_COLUMNS_V2 = [c for c in EVENT_COLUMNS_V3 if c not in CAPTURED_COLUMNS]
 #: The columns of traces written before device tracking (no ``dev``/``devmask``).
 EVENT_COLUMNS_V1 = [c for c in EVENT_COLUMNS_V2 if c not in ("dev", "devmask")]
 #: Each trace version's columns. Traces from version 4 on name it in their first line; older ones are told apart
-#: by their field count.
-TRACE_COLUMNS = {1: EVENT_COLUMNS_V1, 2: EVENT_COLUMNS_V2, 3: EVENT_COLUMNS_V3, 4: EVENT_COLUMNS}
-#: Trace file size per process with ``--gpu-time`` (one line per kernel; sparse, so unused space costs nothing).
-GPU_TIME_TRACE_BYTES = 1 << 30
+#: by their field count. Version 5 is binary (:data:`EVENT_DTYPE`), the others text.
+TRACE_COLUMNS = {1: EVENT_COLUMNS_V1, 2: EVENT_COLUMNS_V2, 3: EVENT_COLUMNS_V3, 4: EVENT_COLUMNS, 5: EVENT_COLUMNS}
+#: The version the injection library writes (pt_abi.h: PT_TRACE_VERSION).
+TRACE_VERSION = 5
+#: A binary trace's header (pt_abi.h: struct pt_trace_header, PT_TRACE_HEADER_BYTES).
+HEADER_DTYPE = np.dtype([("line", "S64")] + [(n, "<u8") for n in (
+    "events_at", "events_cap", "strings_at", "strings_cap", "events_taken", "strings_taken")])
+#: One event record (pt_abi.h: struct pt_event).
+EVENT_DTYPE = np.dtype(
+    [(n, "<u8") for n in ("t_ns", "id", "eager_thread", "graph_thread", "eager_process", "graph_process", "devmask",
+                          "captured_thread", "captured_process")]
+    + [(n, "<i8") for n in ("call_ns_thread", "call_ns_process", "wait_ns_thread", "wait_ns_process")]
+    + [("str_at", "<u8"), ("tid", "<i4"), ("depth", "<i4"), ("dev", "<i2"), ("message_bytes", "<u2"),
+       ("event_bytes", "u1"), ("domain_bytes", "u1"), ("reserved", "u1"), ("commit", "u1")])
 
 
 def injection_library() -> str:
@@ -51,8 +62,8 @@ def injection_library() -> str:
     return path
 
 
-#: Bytes the injection library keeps free at the end of a trace file for its "tracefull" line (pt_abi.h:
-#: PT_TRACE_RESERVE).
+#: Bytes the injection library keeps free at the end of a trace file (a text trace) or of its strings (a binary
+#: one) for its "tracefull" event (pt_abi.h: PT_TRACE_RESERVE).
 TRACE_RESERVE_BYTES = 256
 
 
@@ -91,7 +102,7 @@ _UINT64 = r"\d{1,19}|1[0-7]\d{18}"
 
 
 def read_traces(trace_dir: Path) -> pd.DataFrame:
-    """All ``trace-<pid>.tsv`` files of a folder as one frame (:data:`EVENT_COLUMNS` plus ``pid``; traces
+    """All ``trace-<pid>.bin`` and ``trace-<pid>.tsv`` files of a folder as one frame (:data:`EVENT_COLUMNS` plus ``pid``; traces
     from older libraries keep :data:`EVENT_COLUMNS_V3`, :data:`EVENT_COLUMNS_V2` or :data:`EVENT_COLUMNS_V1`).
 
     Never fails on what a file holds: a line that is not a trace line (wrong field count, a number that is not
@@ -99,16 +110,16 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
     ``attrs["bad_lines"]`` (``attrs["bad_files"]``: the files left out whole), the rest kept. Text that is not
     UTF-8 (a name the library cut inside a character) is decoded with U+FFFD; a CR stays inside its field."""
     frames, bad_lines, bad_files = [], 0, []
-    for f in sorted(Path(trace_dir).glob("trace-*.tsv")):
+    files = sorted([*Path(trace_dir).glob("trace-*.bin"), *Path(trace_dir).glob("trace-*.tsv")])
+    for f in files:
         pid = f.stem[len("trace-"):]
         try:
             if not (pid.isdecimal() and f.is_file() and not f.is_symlink()):
                 raise OSError("not a trace file")
-            raw = _trace_lines(f)
+            df, bad = _read_binary(f) if f.suffix == ".bin" else _parse_trace(_trace_lines(f))
         except OSError:
             bad_files.append(f.name)
             continue
-        df, bad = _parse_trace(raw)
         bad_lines += bad
         if len(df):
             frames.append(df.assign(pid=int(pid)))
@@ -119,6 +130,79 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
         if "devmask" in out.columns:
             out["devmask"] = out["devmask"].astype(np.uint64)
     out.attrs.update(bad_lines=bad_lines, bad_files=bad_files)
+    return out
+
+
+def _read_binary(f: Path) -> tuple[pd.DataFrame, int]:
+    """A binary trace (version 5) as a frame, and the number of records left out: records taken but never
+    committed (a process killed while writing one) or whose strings lie outside the strings taken. Raises
+    OSError for a file that is not one (too short, another version: nothing read as if it were this one)."""
+    with open(f, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        if len(mm) < HEADER_DTYPE.itemsize:
+            raise OSError("not a trace file")
+        h = np.frombuffer(mm, HEADER_DTYPE, count=1).copy()[0]
+        if h["line"].split(b"\n")[0] != b"%s %d" % (TRACE_MAGIC, TRACE_VERSION):
+            raise OSError("not a trace of this version")
+        ev_at, ev_cap, str_at, str_cap = (int(h[k]) for k in ("events_at", "events_cap", "strings_at", "strings_cap"))
+        size = EVENT_DTYPE.itemsize
+        if not (ev_cap >= size and ev_at + ev_cap <= str_at and str_at + str_cap <= len(mm)
+                and str_cap >= TRACE_RESERVE_BYTES):
+            raise OSError("not a trace file")
+        n = min(int(h["events_taken"]), ev_cap - size) // size
+        last = np.frombuffer(mm, EVENT_DTYPE, count=1, offset=ev_at + ev_cap - size)  # the "tracefull" slot
+        rec = np.concatenate([np.frombuffer(mm, EVENT_DTYPE, count=n, offset=ev_at), last[last["commit"] == 1]])
+        del last
+        lengths = (rec["event_bytes"].astype(np.int64) + rec["domain_bytes"] + rec["message_bytes"])
+        used = min(int(h["strings_taken"]), str_cap - TRACE_RESERVE_BYTES)
+        start = rec["str_at"].astype(np.int64)
+        in_reserve = (start >= str_cap - TRACE_RESERVE_BYTES) & (start + lengths <= str_cap)
+        ok = (rec["commit"] == 1) & (((start >= 0) & (start + lengths <= used)) | in_reserve)
+        order = np.argsort(np.where(ok, start, np.iinfo(np.int64).max), kind="stable")[:int(ok.sum())]
+        ends = (start + lengths)[order]  # strings of two records never overlap; where they do, the later is left out
+        overlap = np.zeros(len(order), bool)
+        overlap[1:] = start[order][1:] < np.maximum.accumulate(ends)[:-1]
+        ok[order[overlap]] = False
+        order = order[~overlap]
+        bad = len(rec) - len(order)
+        rec = rec[np.sort(order)]  # the records kept, in file order
+        cols = _binary_strings(mm, str_at, rec)
+        out = {c: rec[c].astype(np.uint64 if c == "devmask" else np.int64) for c in EVENT_COLUMNS if c not in cols}
+        del rec
+    return pd.DataFrame({c: cols[c] if c in cols else out[c] for c in EVENT_COLUMNS}), bad
+
+
+def _binary_strings(mm: mmap.mmap, str_at: int, rec: np.ndarray) -> dict[str, np.ndarray]:
+    """The event, domain and message of each record (object arrays of str), cut from the strings part in one
+    pass: the records' strings, in the order they lie, are the elements of one Arrow binary array (event,
+    domain, message, then the gap to the next record's), taken back into the records' order."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(rec)
+    if not n:
+        return {c: np.array([], object) for c in TEXT_COLUMNS}
+    start = rec["str_at"].astype(np.int64)
+    order = np.argsort(start, kind="stable")
+    s, el, dl, ml = (start[order], rec["event_bytes"][order].astype(np.int64), rec["domain_bytes"][order].astype(np.int64),
+                     rec["message_bytes"][order].astype(np.int64))
+    offsets = np.empty(4 * n + 1, np.int64)
+    offsets[0:4 * n:4], offsets[1::4], offsets[2::4], offsets[3::4] = s, s + el, s + el + dl, s + el + dl + ml
+    offsets[4 * n] = offsets[4 * n - 1]
+    data = pa.py_buffer(memoryview(mm)[str_at:str_at + int(offsets[4 * n])])
+    whole = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 4 * n, [None, pa.py_buffer(offsets), data])
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n)
+    out = {}
+    for k, c in enumerate(TEXT_COLUMNS):  # (event, domain, message: their order in the strings part)
+        part = whole.take(pa.array(4 * rank + k))
+        try:
+            text = part.cast(pa.large_string())
+        except pa.ArrowInvalid:  # a name the library cut inside a UTF-8 character
+            text = pa.array([b.decode("utf-8", "replace") for b in part.to_pylist()], pa.large_string())
+        # a tab or newline in a name becomes a space, so that it prints on one line (as text traces had it)
+        out[c] = pc.replace_substring_regex(text, "[\t\n]", " ").to_numpy(zero_copy_only=False)
+        del part, text
+    del whole, data
     return out
 
 

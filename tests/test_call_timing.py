@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from pcietrace.analysis import attribution
-from pcietrace.record.attach import TIMING_COLUMNS
+from pcietrace.schema import TIMING_COLUMNS
 from injected import build_fake, run_injected
 from test_capture import _build_direct_lib
 

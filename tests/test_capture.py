@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pcietrace.analysis import analyze, attribution
-from pcietrace.record.trace import CAPTURED_COLUMNS, EVENT_COLUMNS_V1, EVENT_COLUMNS_V2, read_traces
+from pcietrace.record.trace import EVENT_COLUMNS_V1, EVENT_COLUMNS_V2, read_traces
+from pcietrace.schema import CAPTURED_COLUMNS
 from pcietrace.session import Session
 
 from injected import build_fake, run_injected

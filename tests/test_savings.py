@@ -52,7 +52,7 @@ SLOWED = ("python", "cpp")
 def _pair(data_dir, app: str, host: str, timed: bool = True) -> pd.Series:
     """The eager_launches row of :func:`savings` for a real eager/graphed pair of tests/data/attach_h100_slowed;
     ``timed`` False: the eager recording without its call timing (as recorded before the library timed calls)."""
-    from pcietrace.record.attach import TIMING_COLUMNS
+    from pcietrace.schema import TIMING_COLUMNS
 
     d = data_dir / "attach_h100_slowed"
     e = Session.load(d / f"{app}-{host}-eager")

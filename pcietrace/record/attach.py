@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -26,7 +25,8 @@ from pcietrace.record.trace import GPU_TIME_TRACE_BYTES, edge_samples, injection
 from pcietrace.schema import NO_LAUNCH_COUNTER, TRACE_FULL
 
 if TYPE_CHECKING:
-    from pcietrace.record.guard import RunFolder, Saving
+    from pcietrace.record.guard import Saving
+    from pcietrace.store import RunFolder
 
 def calibrate(ordinal: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The records of the per-launch costs, measured on the spot on one GPU (run in a child process, so no
@@ -97,52 +97,24 @@ def calibrate_in_child(ordinal: int, timeout_s: float = CALIBRATE_TIMEOUT_S,
     return value
 
 
-def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tuple[int, int, int]:
-    """Run ``cmd`` with ``env``; return (exit code, start and end on CLOCK_MONOTONIC in ns). Ctrl-C, SIGTERM and
-    SIGHUP sent to pcietrace are passed on to the program and are not fatal to pcietrace, which waits for the
-    program and then saves what was collected (``timeout``, ``kill`` and a closed terminal included); signals
-    already ignored stay ignored. A SIGINT while pcietrace runs in a terminal's foreground is taken to be
-    Ctrl-C, which the program got from the terminal itself, and is not passed on a second time. A signal death is reported as 128 + signal, like a shell. ``stdout``: where
-    the program's output goes (default: ours)."""
+def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None,
+                started: Callable[[int], None] = lambda t0: None) -> tuple[int, int, int]:
+    """Run ``cmd`` with ``env``; return (exit code, start and end on CLOCK_MONOTONIC in ns). Signals sent to
+    pcietrace meanwhile go to the program (:func:`pcietrace.signals.passed_on`): pcietrace waits for it and then
+    saves what was collected. A signal death is reported as 128 + signal, like a shell. ``stdout``: where the
+    program's output goes (default: ours); ``started(t0)``: called once it runs."""
+    from pcietrace import signals
+
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=stdout)
     except OSError as exc:
         raise UsageError(f"cannot start {cmd[0]!r}: {exc.strerror}") from None
     t0 = time.monotonic_ns()
-    passed_on = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None))
-                 if s is not None and signal.getsignal(s) is not signal.SIG_IGN]
-
-    def pass_on(signum: int, _: Any) -> None:
-        # Ctrl-C in a terminal reaches the whole foreground process group, the program included: passing it
-        # on as well would interrupt the program twice (e.g. its clean-up after the first KeyboardInterrupt).
-        # Asked at the signal, of the program's group: one that left ours (setsid) gets no Ctrl-C but ours.
-        if not (signum == signal.SIGINT and _terminal_foreground(proc.pid)):
-            proc.send_signal(signum)
-
-    old = {s: signal.signal(s, pass_on) for s in passed_on}
-    try:
+    with signals.passed_on(proc):
+        started(t0)
         rc = proc.wait()
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
     t1 = time.monotonic_ns()
     return (128 - rc if rc < 0 else rc), t0, t1
-
-
-def _terminal_foreground(pid: int = 0) -> bool:
-    """Whether the process group of ``pid`` (0: pcietrace's own, which the program it starts is in unless it
-    leaves it) is the foreground group of pcietrace's controlling terminal, the group a Ctrl-C there reaches
-    (asked of /dev/tty, not stdin: with stdin redirected the terminal still sends Ctrl-C to the group)."""
-    try:
-        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
-    except OSError:  # no controlling terminal (CI, a service, setsid)
-        return False
-    try:
-        return os.tcgetpgrp(fd) == os.getpgid(pid)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, nvml_indices: list[int],
@@ -221,7 +193,7 @@ class Recording:
     def __init__(self, nvml_indices: list[int], interval_ns: int, max_duty: float, idle_interval_ns: int) -> None:
         from pcietrace.collectors import CounterSampler, edges
 
-        self.trace_dir = Path(tempfile.mkdtemp(prefix=f"pcietrace-{os.getpid()}-"))  # (pid: see guard.sweep_leftovers)
+        self.trace_dir = Path(tempfile.mkdtemp(prefix=f"pcietrace-{os.getpid()}-"))  # (pid: see store.sweep_leftovers)
         self.edge_file = ""
         self.collected = False
         try:  # no page, or a sampler refusing its settings: then no folder or page stays behind either
@@ -279,13 +251,14 @@ def record_attach(session: Any, folder: RunFolder | None, idle_s: float, program
     """Run the program ``session.meta["command"]`` under the samplers and the injection library, with the
     settings the command put in ``session.meta`` (GPUs, sampling, launch counter, edges, GPU time), between
     ``idle_s`` seconds of idle windows; then ``analyze()``, save into ``folder`` (a
-    :class:`~pcietrace.record.guard.RunFolder`, None: not saved) and write the Perfetto trace beside the saved
+    :class:`~pcietrace.store.RunFolder`, None: not saved) and write the Perfetto trace beside the saved
     run (``write_trace(session, results, path)``). ``program_stdout``: where the program's output goes (None:
     ours). ``to_jsonable`` and ``tell`` go to :class:`~pcietrace.record.guard.Saving` (``tell`` also says the
     program is starting). Returns the Saving; its ``end`` gives the exit code (the program's, or 128 + a
     signal's). A program that could not start is a :class:`UsageError`, nothing saved."""
     from pcietrace import signals
-    from pcietrace.record.guard import Saving, discard_on_error
+    from pcietrace.record.guard import Saving
+    from pcietrace.store import discard_on_error
 
     meta = session.meta
     with contextlib.ExitStack() as stack:  # the samplers, edge page and trace folder: released on every way out
@@ -338,7 +311,7 @@ class _AttachEnd:
 
     def collect(self, saving: Saving) -> None:
         """Held from here: a signal while the samplers stop and the traces are read lost them all."""
-        from pcietrace.record.guard import discard_on_error
+        from pcietrace.store import discard_on_error
 
         meta = saving.session.meta
         with discard_on_error(saving.folder):  # (an unreadable trace) nothing to save: no staging folder left either

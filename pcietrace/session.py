@@ -116,7 +116,12 @@ class Session:
         except OSError as exc:  # (a name too long for the file system, a loop of links...)
             raise ReportError(f"no pcietrace report at {path} ({exc.strerror or exc})") from None
         if not found:
-            raise ReportError(f"no pcietrace report at {path}")
+            from pcietrace import store
+
+            staging = store.interrupted_recording(path)  # (a recording whose process died before saving it)
+            if staging is None:
+                raise ReportError(f"no pcietrace report at {path}")
+            return store.load_interrupted(staging)
         try:
             doc = schema.load_json(report.read_bytes())
         except RecursionError:

@@ -20,6 +20,7 @@ import secrets
 import shutil
 import tempfile
 import time
+import contextlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -355,9 +356,11 @@ def salvage(staging: Path) -> Session:
         raise ReportError(f"{staging} is still being recorded (pcietrace process {pid}): report it once it ends")
     meta = dict(doc["meta"])
     events = read_traces(staging / SCRATCH / "traces")
+    meta["trace_bad"] = {"lines": events.attrs["bad_lines"], "files": events.attrs["bad_files"]}
     samples = merge_samples([read_stream(staging / SCRATCH / "samples"), edge_samples(events)])
     last = int(samples["t_ns"].max()) if len(samples) else None
-    meta["trace_bad"] = {"lines": events.attrs["bad_lines"], "files": events.attrs["bad_files"]}
+    if last is not None and len(events):  # (the program may have gone on: what no sample covers is not measured)
+        events = events[events["t_ns"] <= last].reset_index(drop=True)
     meta["processes"] = processes(events, meta.get("launch_counter", "interpose"))
     meta["interrupted"] = {"how": "the recording process ended without saving (killed, crashed or powered off)",
                            "recovered_from": staging.name, "lost_at_most_s": float(doc.get("flush_s", 0.0)),
@@ -378,4 +381,20 @@ def recover(staging: Path) -> Path:
     session.save(staging)
     with critical():
         _drop_scratch(staging)
-        return _rename_free(staging, target)
+        where = _rename_free(staging, target)
+    with contextlib.suppress(UsageError, OSError):  # its lock, unless another run holds it now
+        _Lock(target).release()
+    return where
+
+
+def load_interrupted(staging: Path) -> Session:
+    """The run an unsaved recording's staging folder holds, made a saved run (:func:`recover`) and loaded
+    (``meta["interrupted"]["saved_as"]`` says where it went); where it cannot be saved (a read-only folder), read
+    as it is (:func:`salvage`)."""
+    try:
+        where = recover(staging)
+    except OSError:
+        return salvage(staging)
+    session = Session.load(where)
+    session.meta["interrupted"]["saved_as"] = str(where)
+    return session

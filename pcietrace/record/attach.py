@@ -10,6 +10,7 @@ writes its NVTX ranges and launch counts to a trace file in a trace folder (read
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import subprocess
@@ -188,19 +189,28 @@ class Recording:
     """What attach keeps beside the traced program: one sampling process per GPU (``sampler``), the edge page
     they wait on (``edge_file``) and the folder the injection library writes its traces to (``trace_dir``).
     A context manager: entering starts the samplers (a failed or interrupted start leaves nothing behind);
-    leaving stops them if :meth:`collect` has not, and removes the page and the folder whatever happened."""
+    leaving stops them if :meth:`collect` has not, and removes the page and the folder whatever happened.
+    ``scratch``: a folder for the traces (``traces/``) and the samples streamed as they come (``samples/``),
+    which outlive this process if it dies (a run folder's :attr:`~pcietrace.store.RunFolder.scratch`); None:
+    a temporary folder."""
 
-    def __init__(self, nvml_indices: list[int], interval_ns: int, max_duty: float, idle_interval_ns: int) -> None:
+    def __init__(self, nvml_indices: list[int], interval_ns: int, max_duty: float, idle_interval_ns: int,
+                 scratch: Path | None = None) -> None:
         from pcietrace.collectors import CounterSampler, edges
 
-        self.trace_dir = Path(tempfile.mkdtemp(prefix=f"pcietrace-{os.getpid()}-"))  # (pid: see store.sweep_leftovers)
+        if scratch is None:
+            self.trace_dir = Path(tempfile.mkdtemp(prefix=f"pcietrace-{os.getpid()}-"))  # (pid: see store.sweep_leftovers)
+            spill = self.trace_dir
+        else:
+            self.trace_dir, spill = Path(scratch) / "traces", Path(scratch) / "samples"
+            self.trace_dir.mkdir(parents=True)
         self.edge_file = ""
         self.collected = False
         try:  # no page, or a sampler refusing its settings: then no folder or page stays behind either
             self.edge_file = edges.create()
             self.sampler = CounterSampler(nvml_indices, interval_ns=interval_ns, edge_file=self.edge_file,
                                           max_duty=max_duty, idle_interval_ns=idle_interval_ns,
-                                          spill_dir=self.trace_dir)  # (flat memory over a long run)
+                                          spill_dir=spill)  # (flat memory over a long run)
         except BaseException:
             self._remove()
             raise
@@ -265,17 +275,20 @@ def record_attach(session: Any, folder: RunFolder | None, idle_s: float, program
         with discard_on_error(folder):  # nothing was recorded: no staging folder either
             with signals.deferred():  # made and owned in one step: a signal between would leave them behind
                 rec = Recording([g["nvml_index"] for g in meta["gpus"]], int(meta["sample_interval_ms"] * 1e6),
-                                meta["sampler_duty"], int(meta["idle_sample_interval_ms"] * 1e6))
+                                meta["sampler_duty"], int(meta["idle_sample_interval_ms"] * 1e6),
+                                scratch=folder.scratch if folder is not None else None)
                 stack.push(rec)
             rec.start()
         for g in meta["gpus"]:
             g["counter"] = rec.sampler.modes.get(g["nvml_index"])
         end = _AttachEnd(rec, stack, write_trace)
+        end.journal = functools.partial(_journal, folder, meta, end.windows)
+        end.journal()
         saving = Saving(session, folder, analyze, to_jsonable=to_jsonable, tell=tell, partial_if_interrupted=False,
                         before=end.collect, after=end.trace, saved_line=end.saved_line, what=end.what)
         with saving:  # before and after the program signals save like Ctrl-C; during it run_program passes them on
             try:
-                _run_between_idle_windows(session, rec, end.windows, idle_s, program_stdout, tell)
+                _run_between_idle_windows(session, rec, end.windows, idle_s, program_stdout, tell, end.journal)
             except UsageError:  # the program could not start (ENOEXEC...): refused like a missing one, nothing saved
                 if saving.folder is not None and "t_app_start_ns" not in meta:
                     saving.folder.discard()
@@ -284,16 +297,30 @@ def record_attach(session: Any, folder: RunFolder | None, idle_s: float, program
     return saving
 
 
+def _journal(folder: RunFolder | None, meta: dict[str, Any], windows: list[dict[str, Any]], **more: Any) -> None:
+    """The run so far into ``folder``'s journal (:meth:`~pcietrace.store.RunFolder.journal`), for a recovery should
+    this process die before saving; ``more``: meta fields known by now. Not written (no room, folder gone): the run
+    goes on, only a crash would lose more."""
+    from pcietrace.collectors.sampler import FLUSH_S
+
+    if folder is not None:
+        with contextlib.suppress(OSError):
+            folder.journal({**meta, **more}, windows=windows, flush_s=FLUSH_S)
+
+
 def _run_between_idle_windows(session: Any, rec: Recording, windows: list[dict[str, Any]], idle_s: float,
-                              program_stdout: Any, tell: Callable[[str], None]) -> None:
-    """Idle windows, the program (its exit code and times into ``session.meta``), idle windows again."""
+                              program_stdout: Any, tell: Callable[[str], None],
+                              journal: Callable[..., None] = lambda **more: None) -> None:
+    """Idle windows, the program (its exit code and times into ``session.meta``), idle windows again;
+    ``journal(**meta fields)`` once the program runs."""
     meta = session.meta
     indices = [g["nvml_index"] for g in meta["gpus"]]
     idle_windows(rec.sampler, indices, idle_s, windows)
     tell(f"pcietrace: running {' '.join(meta['command'])}")
     env = injection_env(rec.trace_dir, meta["launch_counter"], rec.edge_file, indices, meta["exact_edges"],
                         gpu_time=meta["gpu_time"], slow_domains=meta["slow_domains"])
-    rc, t0, t1 = run_program(meta["command"], env, stdout=program_stdout)
+    rc, t0, t1 = run_program(meta["command"], env, stdout=program_stdout,
+                             started=lambda t: journal(t_app_start_ns=t))
     meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")
     idle_windows(rec.sampler, indices, idle_s, windows)
 
@@ -308,6 +335,7 @@ class _AttachEnd:
         self.windows: list[dict[str, Any]] = []
         self.trace_failed = False
         self.trace_info: Any = None  # what write_trace says of the file it wrote
+        self.journal: Callable[..., None] = lambda **more: None
 
     def collect(self, saving: Saving) -> None:
         """Held from here: a signal while the samplers stop and the traces are read lost them all."""

@@ -86,6 +86,9 @@ def main() -> int:
             print(err, file=sys.stderr)
             return 1
         saved = err.strip().splitlines()[-1] if err.strip() else ""
+        import pyarrow.parquet as pq
+
+        n_samples = pq.ParquetFile(Path(tmp) / "run" / "samples.parquet").metadata.num_rows
     if len(rows) < 3:
         print("too few points to fit", file=sys.stderr)
         return 1
@@ -100,7 +103,7 @@ def main() -> int:
           f"(spread {spread:.1f} MB, slope {slope * 60:+.2f} MB/min); samplers {kids[1:].min():.0f}-{kids[1:].max():.0f} "
           f"MB each (slope {kid_slope * 60:+.2f} MB/min); goal: pcietrace flat within {FLAT_MB:g} MB -> "
           f"{'met' if spread <= FLAT_MB else 'NOT met'}")
-    print(f"attach said: {saved}")
+    print(f"{n_samples:,} samples saved ({n_samples / args.gpus / seconds:,.0f} reads/s per GPU); attach said: {saved}")
     return 0
 
 

@@ -338,10 +338,11 @@ def interrupted_recording(path: Path) -> Path | None:
 
 
 def salvage(staging: Path) -> Session:
-    """The session an unsaved recording's staging folder holds (its journal, its streamed samples, its traces),
-    status "interrupted"; ``meta["interrupted"]`` says how it ended and how much may be missing: the samples
-    of the last ``lost_at_most_s`` before the end (the flush period). Ranges are those the traces held; a range
-    still open at the end has no end. The program's end is taken as the last sample's time."""
+    """The session an unsaved recording's staging folder holds (its journal, its streamed samples, its traces).
+    A recording cut short is status "interrupted"; ``meta["interrupted"]`` says how it ended and how much may be
+    missing: the samples of the last ``lost_at_most_s`` before the end (the flush period). Its ranges are those the
+    traces held up to the last sample, whose time is taken as the program's end. A recording that had ended (its
+    process died while analysing or saving it) is whole, as it would have been saved."""
     import pandas as pd
 
     from pcietrace.collectors import merge_samples
@@ -358,6 +359,10 @@ def salvage(staging: Path) -> Session:
     events = read_traces(staging / SCRATCH / "traces")
     meta["trace_bad"] = {"lines": events.attrs["bad_lines"], "files": events.attrs["bad_files"]}
     samples = merge_samples([read_stream(staging / SCRATCH / "samples"), edge_samples(events)])
+    windows = pd.DataFrame(doc.get("windows") or [])
+    if doc.get("whole"):  # (died while analysing or saving: the recording itself had ended, all on disk)
+        meta["processes"] = processes(events, meta.get("launch_counter", "interpose"))
+        return Session(meta=meta, samples=samples, events=events, windows=windows)
     last = int(samples["t_ns"].max()) if len(samples) else None
     if last is not None and len(events):  # (the program may have gone on: what no sample covers is not measured)
         events = events[events["t_ns"] <= last].reset_index(drop=True)
@@ -369,7 +374,7 @@ def salvage(staging: Path) -> Session:
         meta.update(kind="attach-failed", status="interrupted before the program ran")
     else:
         meta.update(status="interrupted", t_app_end_ns=last)
-    return Session(meta=meta, samples=samples, events=events, windows=pd.DataFrame(doc.get("windows") or []))
+    return Session(meta=meta, samples=samples, events=events, windows=windows)
 
 
 def recover(staging: Path) -> Path:
@@ -389,12 +394,13 @@ def recover(staging: Path) -> Path:
 
 def load_interrupted(staging: Path) -> Session:
     """The run an unsaved recording's staging folder holds, made a saved run (:func:`recover`) and loaded
-    (``meta["interrupted"]["saved_as"]`` says where it went); where it cannot be saved (a read-only folder), read
+    (``meta["interrupted"]["saved_as"]`` says where a recording cut short went); where it cannot be saved (a read-only folder), read
     as it is (:func:`salvage`)."""
     try:
         where = recover(staging)
     except OSError:
         return salvage(staging)
     session = Session.load(where)
-    session.meta["interrupted"]["saved_as"] = str(where)
+    if isinstance(session.meta.get("interrupted"), dict):
+        session.meta["interrupted"]["saved_as"] = str(where)
     return session

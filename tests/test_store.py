@@ -144,3 +144,16 @@ def test_an_unwritable_folder_is_read_as_it_is(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(Session, "save", no_room)
     s = Session.load(staging)
     assert s.meta["status"] == "interrupted" and len(s.events) and staging.is_dir()
+
+
+def test_a_recording_that_had_ended_is_recovered_whole(tmp_path) -> None:
+    """Killed while analysing or saving (the journal says the recording was over): every event and sample, the
+    program's own end, status as recorded."""
+    staging, src = _killed_recording(tmp_path)
+    doc = store.read_journal(staging)
+    meta = {**doc["meta"], "t_app_end_ns": src.meta["t_app_end_ns"], "exit_code": 0, "status": "complete"}
+    store.write_journal(staging, {**doc, "meta": meta, "whole": True})
+    s = Session.load(tmp_path / "rec")
+    assert s.meta["status"] == "complete" and "interrupted" not in s.meta
+    assert len(s.events) == len(src.events) and len(s.samples) == len(src.samples)
+    assert s.meta["t_app_end_ns"] == src.meta["t_app_end_ns"] and s.meta["processes"] == src.meta["processes"]

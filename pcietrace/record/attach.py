@@ -297,15 +297,17 @@ def record_attach(session: Any, folder: RunFolder | None, idle_s: float, program
     return saving
 
 
-def _journal(folder: RunFolder | None, meta: dict[str, Any], windows: list[dict[str, Any]], **more: Any) -> None:
+def _journal(folder: RunFolder | None, meta: dict[str, Any], windows: list[dict[str, Any]], whole: bool = False,
+             **more: Any) -> None:
     """The run so far into ``folder``'s journal (:meth:`~pcietrace.store.RunFolder.journal`), for a recovery should
-    this process die before saving; ``more``: meta fields known by now. Not written (no room, folder gone): the run
-    goes on, only a crash would lose more."""
+    this process die before saving; ``more``: meta fields known by now; ``whole``: the recording is over and all on
+    disk (the samplers stopped, the program ended). Not written (no room, folder gone): the run goes on, only a
+    crash would lose more."""
     from pcietrace.collectors.sampler import FLUSH_S
 
     if folder is not None:
         with contextlib.suppress(OSError):
-            folder.journal({**meta, **more}, windows=windows, flush_s=FLUSH_S)
+            folder.journal({**meta, **more}, windows=windows, flush_s=FLUSH_S, whole=whole)
 
 
 def _run_between_idle_windows(session: Any, rec: Recording, windows: list[dict[str, Any]], idle_s: float,
@@ -346,6 +348,7 @@ class _AttachEnd:
             self.rec.collect(saving.session, self.windows, meta["launch_counter"])
         if "t_app_start_ns" not in meta:  # the program never ran: keep what exists, no attribution
             meta.update(kind="attach-failed", status="interrupted before the program ran")
+        self.journal(whole=True)  # (killed while analysing or saving a long run: recovered whole)
 
     def trace(self, saving: Saving) -> None:
         """The Perfetto trace beside a saved attach run; one that cannot be written leaves the run saved, whole."""

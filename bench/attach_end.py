@@ -52,24 +52,78 @@ def write_traces(events, trace_dir: Path) -> None:
             g[cols].to_csv(f, sep="\t", header=False, index=False, lineterminator="\n")
 
 
+def steps(folder: Path) -> None:
+    """The steps, in this interpreter, on the traces and stream under ``folder`` (made by :func:`main`)."""
+    import json
+
+    from pcietrace.analysis import analyze, saved_tables
+    from pcietrace.analysis.summary import summarize
+    from pcietrace.collectors import merge_samples
+    from pcietrace.collectors.sampler import read_stream
+    from pcietrace.record.attach import processes
+    from pcietrace.record.trace import edge_samples, read_traces
+    from pcietrace.report.output import emit
+    from pcietrace.report.perfetto import write_trace
+    from pcietrace.session import Session
+
+    doc = json.loads((folder / "meta.json").read_text())
+    import pandas as pd
+
+    session = Session(meta=doc["meta"])
+    state: dict = {}
+    out = folder / "run"
+
+    def collect() -> None:
+        session.events = read_traces(folder / "traces")
+        session.samples = merge_samples([read_stream(folder / "samples"), edge_samples(session.events)])
+        session.windows = pd.DataFrame(doc["windows"])
+        session.meta["processes"] = processes(session.events, session.meta["launch_counter"])
+
+    def analysis() -> None:
+        state["results"] = analyze(session)
+
+    def save() -> None:
+        session.save(out, saved_tables(state["results"]))
+
+    def perfetto() -> None:
+        write_trace(session, state["results"], out / "trace.json")
+
+    def report() -> None:
+        with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+            emit(session.meta, state["results"], summarize(session.meta, state["results"]), "table", False, None)
+
+    total_wall = total_cpu = 0.0
+    print(f"  {'step':9s} {'wall s':>7} {'CPU s':>7} {'RSS GB after':>13}")
+    for name, step in (("collect", collect), ("analyze", analysis), ("save", save), ("perfetto", perfetto),
+                       ("report", report)):
+        w, c = time.perf_counter(), _cpu_s()
+        step()
+        w, c = time.perf_counter() - w, _cpu_s() - c
+        total_wall, total_cpu = total_wall + w, total_cpu + c
+        print(f"  {name:9s} {w:7.1f} {c:7.1f} {_rss_gb():13.2f}", flush=True)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"after the program: {total_wall:.1f} s wall, {total_cpu:.1f} s CPU, peak RSS {peak:.2f} GB "
+          f"(goal <= {GOAL_S:g} s, < {GOAL_GB:g} GB)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpus", type=int, default=4)
     p.add_argument("--samples", type=float, default=1.02e6, help="in all GPUs (150 s x 1.7 kHz x 4)")
     p.add_argument("--ranges", type=float, default=3.44e6, help="in all processes (4 x 860,000)")
     p.add_argument("--from", dest="source", type=Path, help="a recording bench/long_run.py synthesised")
+    p.add_argument("--steps", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.steps:
+        steps(args.steps)
+        return 0
+
+    import json
+    import subprocess
 
     from long_run import synthesise
 
-    from pcietrace.analysis import analyze, saved_tables
-    from pcietrace.analysis.summary import summarize
-    from pcietrace.collectors import merge_samples
-    from pcietrace.collectors.sampler import SampleStream, read_stream
-    from pcietrace.record.attach import processes
-    from pcietrace.record.trace import edge_samples, read_traces
-    from pcietrace.report.output import emit
-    from pcietrace.report.perfetto import write_trace
+    from pcietrace.collectors.sampler import SampleStream
     from pcietrace.session import Session
 
     with tempfile.TemporaryDirectory(prefix="pcietrace-attach-end-") as tmp:
@@ -82,46 +136,16 @@ def main(argv: list[str] | None = None) -> int:
         for start in range(0, len(rec.samples), 50_000):  # (batches as the samplers' flushes write them)
             stream.write(rec.samples.iloc[start:start + 50_000])
         stream.close()
-        meta, windows = rec.meta, rec.windows
+        meta = {k: v for k, v in rec.meta.items() if k != "processes"}
+        (tmp / "meta.json").write_text(json.dumps({"meta": meta, "windows": rec.windows.to_dict("records")},
+                                                  default=lambda o: o.item() if hasattr(o, "item") else str(o)))
         n_ranges = int(rec.events["event"].isin(["push", "start"]).sum())
-        n_samples = len(rec.samples)
+        print(f"{len(meta['gpus'])} GPUs, {len(rec.samples):,} samples, {n_ranges:,} ranges "
+              f"(trace files {sum(f.stat().st_size for f in (tmp / 'traces').iterdir()) / 1e6:,.0f} MB)", flush=True)
         del rec
-        session = Session(meta={**meta, "processes": []})
-        print(f"{len(meta['gpus'])} GPUs, {n_samples:,} samples, {n_ranges:,} ranges; RSS {_rss_gb():.2f} GB before")
-        state: dict = {}
-        out = tmp / "run"
-
-        def collect() -> None:
-            session.events = read_traces(tmp / "traces")
-            session.samples = merge_samples([read_stream(tmp / "samples"), edge_samples(session.events)])
-            session.windows = windows
-            session.meta["processes"] = processes(session.events, meta["launch_counter"])
-
-        def analysis() -> None:
-            state["results"] = analyze(session)
-
-        def save() -> None:
-            session.save(out, saved_tables(state["results"]))
-
-        def perfetto() -> None:
-            write_trace(session, state["results"], out / "trace.json")
-
-        def report() -> None:
-            with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
-                emit(session.meta, state["results"], summarize(session.meta, state["results"]), "table", False, None)
-
-        total_wall = 0.0
-        for name, step in (("collect", collect), ("analyze", analysis), ("save", save), ("perfetto", perfetto),
-                           ("report", report)):
-            w, c = time.perf_counter(), _cpu_s()
-            step()
-            w, c = time.perf_counter() - w, _cpu_s() - c
-            total_wall += w
-            print(f"  {name:9s} {w:6.1f} s wall {c:6.1f} s CPU   RSS {_rss_gb():.2f} GB after", flush=True)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-        print(f"after the program: {total_wall:.1f} s, peak RSS {peak:.2f} GB "
-              f"(goal <= {GOAL_S:g} s, < {GOAL_GB:g} GB; the peak includes the synthesis)")
-    return 0
+        # the steps in a fresh interpreter: its peak memory is theirs alone
+        return subprocess.run([sys.executable, __file__, "--steps", str(tmp)],
+                              env=dict(os.environ, PYTHONPATH=str(ROOT))).returncode
 
 
 if __name__ == "__main__":

@@ -300,6 +300,32 @@ def write_journal(staging: Path, doc: dict[str, Any]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, staging / JOURNAL_FILE)
+    for folder in (staging, staging.parent):  # (the journal's name, and the staging folder's)
+        _sync(folder)
+
+
+def sync_folder(folder: Path) -> None:
+    """Every file in ``folder``, and the folder itself (its entries), written through to the disk. Never fails."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for path in [*(Path(folder) / n for n in names), Path(folder)]:
+        _sync(path)
+
+
+def _sync(path: Path) -> None:
+    """``path`` (a file, or a folder's entries) written through to the disk. Never fails."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def read_journal(staging: Path) -> dict[str, Any]:
@@ -340,7 +366,8 @@ def interrupted_recording(path: Path) -> Path | None:
 def salvage(staging: Path) -> Session:
     """The session an unsaved recording's staging folder holds (its journal, its streamed samples, its traces).
     A recording cut short is status "interrupted"; ``meta["interrupted"]`` says how it ended and how much may be
-    missing: the samples of the last ``lost_at_most_s`` before the end (the flush period). Its ranges are those the
+    missing: its last ``lost_at_most_s`` (the flush period: samples are streamed, and traces written through to
+    the disk, that often). Its ranges are those the
     traces held up to the last sample, whose time is taken as the program's end. A recording that had ended (its
     process died while analysing or saving it) is whole, as it would have been saved."""
     import pandas as pd

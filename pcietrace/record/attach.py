@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -204,6 +205,8 @@ class Recording:
         else:
             self.trace_dir, spill = Path(scratch) / "traces", Path(scratch) / "samples"
             self.trace_dir.mkdir(parents=True)
+        self._syncing: threading.Event | None = threading.Event() if scratch is not None else None
+        self._syncer: threading.Thread | None = None
         self.edge_file = ""
         self.collected = False
         try:  # no page, or a sampler refusing its settings: then no folder or page stays behind either
@@ -226,6 +229,24 @@ class Recording:
         except BaseException:
             self._remove()
             raise
+        if self._syncing is not None:
+            self._syncer = threading.Thread(target=self._sync_traces, daemon=True, name="pcietrace-sync-traces")
+            self._syncer.start()
+
+    def _sync_traces(self) -> None:
+        """(A thread, with a scratch folder.) The traces written through to the disk every flush period, as the
+        samples are: the library writes them through a shared mapping, whose pages a power cut would lose."""
+        from pcietrace.collectors.sampler import FLUSH_S
+        from pcietrace.store import sync_folder
+
+        while not self._syncing.wait(FLUSH_S):
+            sync_folder(self.trace_dir)
+
+    def _stop_syncing(self) -> None:
+        if self._syncer is not None:
+            self._syncing.set()
+            self._syncer.join()
+            self._syncer = None
 
     def __exit__(self, *exc: object) -> None:
         try:
@@ -242,6 +263,7 @@ class Recording:
 
         samples = self.sampler.stop()
         self.collected = True  # (after: a stop cut short by a signal is finished on leaving)
+        self._stop_syncing()  # (reading a trace cuts it to its lines)
         session.events = read_traces(self.trace_dir)
         session.meta["trace_bad"] = {"lines": session.events.attrs["bad_lines"], "files": session.events.attrs["bad_files"]}
         session.samples = merge_samples([samples, edge_samples(session.events)])
@@ -249,6 +271,7 @@ class Recording:
         session.meta["processes"] = processes(session.events, launch_counter)
 
     def _remove(self) -> None:
+        self._stop_syncing()
         shutil.rmtree(self.trace_dir, ignore_errors=True)
         if self.edge_file:
             with contextlib.suppress(FileNotFoundError):

@@ -191,6 +191,7 @@ class RunFolder:
         self.published: Path | None = None  # where publish put the run (said even if a signal cut in after)
         self.kept: Path | None = None  # a complete run --force did not replace with an interrupted one
         self.lock: _Lock | None = None
+        self.left: Path | None = None  # a streamed recording left unsaved, to be recovered (leave)
         t = self.target
         sweep_leftovers(t.parent)
         if t.exists() or t.is_symlink():
@@ -226,6 +227,7 @@ class RunFolder:
         The renames are one :func:`critical` step: a signal never leaves the old run aside and the new one
         staged, and ``published`` says where the run is even if a signal cuts in right after."""
         try:
+            _drop_scratch(self.staging)  # (the saved run holds it all by now)
             with critical():
                 self.published = self._publish(replace)
             return self.published
@@ -233,7 +235,6 @@ class RunFolder:
             self._release()
 
     def _publish(self, replace: bool) -> Path:
-        _drop_scratch(self.staging)  # (the saved run holds it all by now)
         if self.force and self.target.is_dir() and is_run(self.target):
             if not replace:
                 self.kept = self.target
@@ -249,6 +250,16 @@ class RunFolder:
                 return self.target
         return _rename_free(self.staging, self.target)
 
+    @property
+    def holds_recording(self) -> bool:
+        """Whether the staging folder holds a streamed recording (its journal), which :func:`recover` can save."""
+        return (self.staging / JOURNAL_FILE).is_file()
+
+    def leave(self) -> None:
+        """Give up saving, but leave the staging folder for :func:`recover` (``left``)."""
+        self.left = self.staging
+        self._release()
+
     def discard(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
         self._release()
@@ -257,8 +268,6 @@ class RunFolder:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
-
-
 
 
 @contextmanager

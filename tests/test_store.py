@@ -157,3 +157,36 @@ def test_a_recording_that_had_ended_is_recovered_whole(tmp_path) -> None:
     assert s.meta["status"] == "complete" and "interrupted" not in s.meta
     assert len(s.events) == len(src.events) and len(s.samples) == len(src.samples)
     assert s.meta["t_app_end_ns"] == src.meta["t_app_end_ns"] and s.meta["processes"] == src.meta["processes"]
+
+
+def test_a_save_given_up_on_leaves_a_streamed_recording_to_recover(tmp_path, monkeypatch) -> None:
+    """The signal that no longer waits for the save (the third) lands while a streamed recording is being saved:
+    the staging folder stays, the interrupted line says how to get the run, and `report` of its name gets it.
+    A run that streamed nothing is discarded as before."""
+    from pcietrace.record import guard
+
+    src = Session.load(SOURCE)
+    real_save = Session.save
+
+    def cut(self, directory, results=None):
+        raise KeyboardInterrupt
+
+    for streamed in (True, False):
+        folder = store.RunFolder(tmp_path / f"rec{streamed}")
+        if streamed:
+            from pcietrace.collectors.sampler import SampleStream
+
+            folder.journal({**src.meta}, windows=src.windows.to_dict("records"), whole=True)
+            _write_traces(src.events, folder.scratch / "traces")
+            SampleStream(folder.scratch / "samples").write(src.samples)
+        monkeypatch.setattr(Session, "save", cut)
+        with pytest.raises(KeyboardInterrupt):
+            guard.finish(src, folder, lambda: None, lambda r: r, lambda line: None)
+        monkeypatch.setattr(Session, "save", real_save)
+        line = guard.interrupted_line(folder, None, "the run")
+        if streamed:
+            assert folder.left == folder.staging and folder.staging.is_dir() and "report" in line, line
+        else:
+            assert folder.left is None and not folder.staging.exists() and "nothing saved" in line
+    got = Session.load(tmp_path / "recTrue")
+    assert got.meta["status"] == "complete" and len(got.events) == len(src.events) and len(got.samples) == len(src.samples)

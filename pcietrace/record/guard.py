@@ -28,17 +28,24 @@ def finish(session: Any, folder: RunFolder | None, analyze: Callable[[], Any], t
     """Run ``analyze`` (None: nothing to analyse), save ``session`` with the results into ``folder``'s
     staging folder, then publish it. Returns ``(results, saved path or None)``. If ``analyze`` fails the
     raw data are saved and published before its error propagates; a save that fails is one line through
-    ``say`` and the results are returned all the same; nothing half-written is left behind."""
-    where, results = None, None
+    ``say`` and the results are returned all the same; nothing half-written is left behind, but for a streamed
+    recording whose save a signal cut short: it stays to be recovered (``folder.left``)."""
+    where, results, cut = None, None, False
     try:
         try:
             results = analyze()
         finally:
             if folder is not None:
                 where = _save(session, folder, results, to_jsonable, say)
+    except KeyboardInterrupt:
+        cut = True
+        raise
     finally:
         if folder is not None and where is None and folder.published is None:
-            folder.discard()  # a half-written staging folder never stays behind
+            if cut and folder.holds_recording:
+                folder.leave()  # (a long recording given up on while saving: `report` makes a run of it later)
+            else:
+                folder.discard()  # a half-written staging folder never stays behind
     return results, where
 
 
@@ -61,6 +68,9 @@ def interrupted_line(folder: RunFolder | None, out_dir: Path | None, what: str) 
     """The one line a signal ends a measuring command with: ``what`` was saved, and where."""
     if folder is None:
         return "pcietrace: interrupted: nothing saved (--no-save)"
+    if out_dir is None and folder.left is not None:
+        return (f"pcietrace: interrupted while saving: the recording is kept unsaved in {folder.left}; "
+                f"`pcietrace report {folder.target}` saves and shows it")
     if out_dir is None:  # the save failed (said above), or the signal came before it
         return "pcietrace: interrupted: nothing saved" + (f" ({folder.target} is as it was)" if folder.force else "")
     kept = (f"; the complete run in {folder.kept} was kept (--force replaces a run with a complete one only)"

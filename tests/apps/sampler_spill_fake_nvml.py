@@ -1,9 +1,9 @@
-"""CounterSampler's real child processes with a stand-in counter reader (no driver needed), spilling their
+"""CounterSampler's real child processes with a stand-in counter reader (no driver needed), streaming their
 samples to a folder as they arrive (tests/test_long_run.py).
 
     python3 sampler_spill_fake_nvml.py SECONDS GPUS [SPILL_ROWS]
-        -> JSON: samples returned, files spilled, the most samples the parent held at once, its resident memory
-           (MB) every 50 ms (bench/sampler_memory.py runs it for 10 minutes)
+        -> JSON: samples returned, batches streamed ("files"), the most samples the parent held at once, its
+           resident memory (MB) every 50 ms
 """
 
 from __future__ import annotations

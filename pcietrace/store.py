@@ -376,9 +376,9 @@ def salvage(staging: Path) -> Session:
     """The session an unsaved recording's staging folder holds (its journal, its streamed samples, its traces).
     A recording cut short is status "interrupted"; ``meta["interrupted"]`` says how it ended and how much may be
     missing: its last ``lost_at_most_s`` (the flush period: samples are streamed, and traces written through to
-    the disk, that often). Its ranges are those the
-    traces held up to the last sample, whose time is taken as the program's end. A recording that had ended (its
-    process died while analysing or saving it) is whole, as it would have been saved."""
+    the disk, that often). Its ranges are those the traces held up to the last sample, whose time is taken as
+    the program's end unless it had ended before. A recording that had ended (its process died while analysing
+    or saving it) is whole, as it would have been saved."""
     import pandas as pd
 
     from pcietrace.collectors import merge_samples
@@ -409,7 +409,7 @@ def salvage(staging: Path) -> Session:
     if "t_app_start_ns" not in meta or last is None or last < int(meta["t_app_start_ns"]):
         meta.update(kind="attach-failed", status="interrupted before the program ran")
     else:
-        meta.update(status="interrupted", t_app_end_ns=last)
+        meta.update(status="interrupted", t_app_end_ns=min(int(meta.get("t_app_end_ns", last)), last))
     return Session(meta=meta, samples=samples, events=events, windows=windows)
 
 

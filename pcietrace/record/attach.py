@@ -347,6 +347,7 @@ def _run_between_idle_windows(session: Any, rec: Recording, windows: list[dict[s
     rc, t0, t1 = run_program(meta["command"], env, stdout=program_stdout,
                              started=lambda t: journal(t_app_start_ns=t))
     meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")
+    journal()  # (killed in the idle windows after: the program's end and exit code are known)
     idle_windows(rec.sampler, indices, idle_s, windows)
 
 

@@ -93,14 +93,15 @@ def steps(folder: Path) -> None:
             emit(session.meta, state["results"], summarize(session.meta, state["results"]), "table", False, None)
 
     total_wall = total_cpu = 0.0
-    print(f"  {'step':9s} {'wall s':>7} {'CPU s':>7} {'RSS GB after':>13}")
+    print(f"  {'step':9s} {'wall s':>7} {'CPU s':>7} {'RSS GB after':>13} {'peak GB so far':>15}")
     for name, step in (("collect", collect), ("analyze", analysis), ("save", save), ("perfetto", perfetto),
                        ("report", report)):
         w, c = time.perf_counter(), _cpu_s()
         step()
         w, c = time.perf_counter() - w, _cpu_s() - c
         total_wall, total_cpu = total_wall + w, total_cpu + c
-        print(f"  {name:9s} {w:7.1f} {c:7.1f} {_rss_gb():13.2f}", flush=True)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        print(f"  {name:9s} {w:7.1f} {c:7.1f} {_rss_gb():13.2f} {peak:15.2f}", flush=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"after the program: {total_wall:.1f} s wall, {total_cpu:.1f} s CPU, peak RSS {peak:.2f} GB "
           f"(goal <= {GOAL_S:g} s, < {GOAL_GB:g} GB)")

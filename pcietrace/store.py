@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from pcietrace.errors import ReportError, UsageError
-from pcietrace.session import EVENTS_FILE, REPORT_FILE, SAMPLES_FILE, Session
+from pcietrace.session import REPORT_FILE, SAMPLES_FILE, Session
 from pcietrace.signals import critical
 
 #: A folder holding either of these is a saved run.

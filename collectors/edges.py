@@ -36,7 +36,7 @@ class _Timespec(ctypes.Structure):
 def create() -> str:
     """A fresh zeroed edge file; returns its path (the caller removes it)."""
     base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    # (the pid: a page a killed run left is removed at the next start, pcietrace/record/guard.py: sweep_leftovers)
+    # (the pid: a page a killed run left is removed at the next start, pcietrace/store.py: sweep_leftovers)
     fd, path = tempfile.mkstemp(prefix=f"pcietrace-edges-{os.getpid()}-", dir=base)
     os.write(fd, b"\0" * PAGE)
     os.close(fd)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
-import signal
 import threading
 import time
 from pathlib import Path
@@ -92,9 +91,9 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
                 out: "mp.Queue[Any]", stop: Any, pause: Any, idle_interval_ns: int = 0) -> None:
     """One GPU's sampling loop (runs in its own process). ``idle_interval_ns`` (0 = off): the least time
     between reads while no range is open (needs ``edge_file``; never shorter than ``interval_ns``)."""
-    # Ctrl-C reaches the whole process group: the parent decides when sampling stops (its stop event, or its
-    # death), so the samples after the interrupt, the last read and the "done" message are not lost.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from pcietrace import signals
+
+    signals.leave_to_parent()  # (the samples after a Ctrl-C, the last read and the "done" message are not lost)
     from pcietrace.collectors.edges import EdgeWaiter
     from pcietrace.collectors.nvml import CounterReader  # imported in the child: NVML is per process
 
@@ -220,6 +219,11 @@ class BoundaryProbe:
 
 #: Samples the parent holds at most with a ``spill_dir`` (~8 MB; 8 GPUs at 1.7 kHz fill it every ~15 s).
 SPILL_ROWS = 200_000
+#: With a ``spill_dir``, the longest the parent holds samples before they go to disk (and so the most of the
+#: recording a crash, SIGKILL or power cut of the recording process loses).
+FLUSH_S = 1.0
+#: The samples' file in a ``spill_dir``: an Arrow IPC stream, one record batch per flush.
+STREAM_FILE = "samples.arrows"
 
 
 def _chunks_frame(chunks: list[tuple[Any, ...]]) -> pd.DataFrame:
@@ -233,6 +237,71 @@ def _chunks_frame(chunks: list[tuple[Any, ...]]) -> pd.DataFrame:
     })
 
 
+class SampleStream:
+    """Sample frames appended to ``folder/``:data:`STREAM_FILE` as they come, each one record batch, written
+    through to the disk (fsync): whatever ends the writing process, :func:`read_stream` gets every batch written
+    before (a stream, unlike a Parquet file, needs no footer written at the end)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        import pyarrow as pa
+
+        self.path = Path(folder) / STREAM_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.batches = 0
+        self._file = open(self.path, "wb")
+        try:
+            self._writer = pa.ipc.new_stream(self._file, pa.Schema.from_pandas(empty_samples(), preserve_index=False))
+            self._sync()
+        except BaseException:
+            self._file.close()
+            raise
+
+    def _sync(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def write(self, samples: pd.DataFrame) -> None:
+        import pyarrow as pa
+
+        self._writer.write_batch(pa.RecordBatch.from_pandas(samples[SAMPLE_COLUMNS], preserve_index=False))
+        self._sync()
+        self.batches += 1
+
+    def close(self) -> None:
+        if not self._file.closed:
+            try:
+                self._writer.close()
+            finally:
+                self._file.close()
+
+
+def read_stream(folder: str | Path) -> pd.DataFrame:
+    """The samples a :class:`SampleStream` wrote into ``folder`` (none: :func:`empty_samples`), in the order
+    written. A stream cut short (its writer killed mid-batch) gives the batches before the cut."""
+    import pyarrow as pa
+
+    path = Path(folder) / STREAM_FILE
+    batches = []
+    try:
+        with pa.memory_map(str(path)) as source:
+            reader = pa.ipc.open_stream(source)
+            while True:
+                try:
+                    batches.append(reader.read_next_batch())
+                except StopIteration:
+                    break
+                except (pa.ArrowInvalid, OSError):  # a batch cut by the writer's death
+                    break
+            # (copied out of the mapping before it closes)
+            table = pa.Table.from_batches(batches, schema=reader.schema).combine_chunks() if batches else None
+            frame = table.to_pandas() if table is not None else None
+    except (FileNotFoundError, pa.ArrowInvalid, ValueError):  # no file, or cut inside its first message
+        return empty_samples()
+    if frame is None:
+        return empty_samples()
+    return frame.astype({c: empty_samples()[c].dtype for c in SAMPLE_COLUMNS})
+
+
 class CounterSampler:
     """Samples the PCIe TX/RX counters of the given NVML indices until :meth:`stop`, one process per GPU.
 
@@ -243,9 +312,10 @@ class CounterSampler:
     ``max_duty``: the largest share of time one GPU's sampler spends in NVML reads (:data:`DEFAULT_MAX_DUTY`).
     ``idle_interval_ns``: with ``edge_file``, the least time between reads while no range is open (0 = off:
     always ``interval_ns``; at most :data:`MAX_IDLE_INTERVAL_NS`; never shorter than ``interval_ns``).
-    ``spill_dir``: a folder the samples go to as they arrive, :data:`SPILL_ROWS` at a time (one Parquet file
-    each, ``samples-N.parquet``), so this process holds at most that many however long the run; None: all kept
-    in memory. :meth:`frame` reads them back.
+    ``spill_dir``: a folder the samples stream to as they arrive (:class:`SampleStream`), every :data:`FLUSH_S`
+    or :data:`SPILL_ROWS` samples, whichever comes first: this process holds at most that many however long the
+    run, and a crash of it loses at most the last :data:`FLUSH_S`; None: all kept in memory. :meth:`frame` reads
+    them back.
     """
 
     def __init__(self, nvml_indices: list[int], force_throughput: bool = False, interval_ns: int = 0,
@@ -266,8 +336,9 @@ class CounterSampler:
         self.failed_reads: dict[int, int] = {}
         self._chunks: list[tuple[Any, ...]] = []
         self.spill_dir = Path(spill_dir) if spill_dir is not None else None
-        self._spilled: list[Path] = []
+        self._stream: SampleStream | None = None
         self._held = 0  # samples in self._chunks
+        self._flushed_at = time.monotonic()
         self._lock = threading.Lock()  # the drainer adds chunks while frame() may read them
         self._procs: list[Any] = []
         self._drainer: threading.Thread | None = None
@@ -327,21 +398,28 @@ class CounterSampler:
                 done += 1
 
     def _take(self, chunk: tuple[Any, ...]) -> None:
-        """A sampler's chunk (index, t_ns, read_ns, tx_raw, rx_raw); past :data:`SPILL_ROWS` held, to disk."""
+        """A sampler's chunk (index, t_ns, read_ns, tx_raw, rx_raw); with a spill folder, to disk every
+        :data:`FLUSH_S` or :data:`SPILL_ROWS` samples."""
         with self._lock:
             self._chunks.append(chunk)
             self._held += len(chunk[1])
-            if self.spill_dir is None or self._held < SPILL_ROWS:
-                return
-            path = self.spill_dir / f"samples-{len(self._spilled):06d}.parquet"
-            try:
-                _chunks_frame(self._chunks).to_parquet(path, index=False)
-            except OSError:  # (disk full, folder gone) keep them here, as without a spill folder
-                path.unlink(missing_ok=True)
-                self.spill_dir = None
-                return
-            self._spilled.append(path)
-            self._chunks, self._held = [], 0
+            if self.spill_dir is not None and (self._held >= SPILL_ROWS
+                                               or time.monotonic() - self._flushed_at >= FLUSH_S):
+                self._flush()
+
+    def _flush(self) -> None:
+        """The chunks held, to the spill folder's stream (under ``_lock``)."""
+        self._flushed_at = time.monotonic()
+        if not self._chunks or self.spill_dir is None:
+            return
+        try:
+            if self._stream is None:
+                self._stream = SampleStream(self.spill_dir)
+            self._stream.write(_chunks_frame(self._chunks))
+        except OSError:  # (disk full, folder gone) keep them here from now on, as without a spill folder
+            self.spill_dir = None
+            return
+        self._chunks, self._held = [], 0
 
     def _wake(self) -> None:
         if self._page is not None:
@@ -377,8 +455,8 @@ class CounterSampler:
     def frame(self) -> pd.DataFrame:
         """Samples received so far (also usable after a crash), sorted by GPU and time."""
         with self._lock:
-            chunks, spilled = list(self._chunks), list(self._spilled)
-        frames = [pd.read_parquet(f) for f in spilled]
+            chunks, stream = list(self._chunks), self._stream
+        frames = [read_stream(stream.path.parent)] if stream is not None else []
         return merge_samples(frames + ([_chunks_frame(chunks)] if chunks else []))
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> pd.DataFrame:
@@ -395,6 +473,11 @@ class CounterSampler:
             if self._drainer is not None:
                 self._drainer.join(max(0.0, deadline - time.monotonic()))
             self._kill()
+        with self._lock:  # the last samples to disk too, and the stream ended
+            self._flush()
+            if self._stream is not None:
+                self._stream.close()
+                self.spill_dir = None  # (a drainer still running keeps any later chunk here)
         return self.frame()
 
     def __enter__(self) -> "CounterSampler":

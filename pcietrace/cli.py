@@ -110,7 +110,7 @@ def _us_per_level(p: argparse.ArgumentParser) -> None:
 
 
 def _save_options(p: argparse.ArgumentParser, suffix: str = "", no_save: bool = True, more: str = "") -> None:
-    """-o, --force (and --no-save) the same on every command that saves a run (see record/guard.py); ``more``:
+    """-o, --force (and --no-save) the same on every command that saves a run (see pcietrace/store.py); ``more``:
     what else -o takes on this command."""
     p.add_argument("-o", "--output", type=Path, default=None,
                    help="folder to save in: new, empty, or a saved run with --force (default "

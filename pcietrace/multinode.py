@@ -193,7 +193,7 @@ def merge(paths: list[Path], out: Path, workers: int | None = None, scheduler: s
           force: bool = False) -> Path:
     """Analyse every recording of ``paths`` in parallel and save the merged report into ``out`` (published in
     one rename, as every saved run); returns where it went."""
-    from pcietrace.record.guard import RunFolder, discard_on_error
+    from pcietrace.store import RunFolder, discard_on_error
 
     if not paths:
         raise UsageError("merge needs at least one attach recording")

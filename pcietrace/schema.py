@@ -205,7 +205,10 @@ META = obj({"gpus": list_of(GPU)},
             "sampler_duty": FINITE, "idle_sample_interval_ms": INTERVAL_MS, "slow_domains": STR,
             "graphs_plan": obj({"kernel_us": RANGE}, {"sync": BOOL, "param_sets": INT, "order": STR}), "timing": STR,
             "trace_bad": obj({"lines": _type("a count >= 0", lambda v: isinstance(v, int) and not isinstance(v, bool)
-                                             and 0 <= v < 2**63), "files": list_of(STR)})})
+                                             and 0 <= v < 2**63), "files": list_of(STR)}),
+            # a recording whose process died before saving it (pcietrace/store.py: salvage)
+            "interrupted": obj({"how": STR, "lost_at_most_s": FINITE},
+                               {"recovered_from": STR, "last_sample_ns": opt(INT), "saved_as": STR})})
 ATTACH_META = obj({"t_app_start_ns": INT, "t_app_end_ns": INT})
 GRAPHS_META = obj({"graphs_plan": obj({"kernel_us": RANGE})})
 DOC = obj({"schema": STR, "meta": META, "tables": obj({})}, {"results": obj({})})

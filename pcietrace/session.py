@@ -43,11 +43,19 @@ def write_instances(instances: pd.DataFrame, path: Path) -> pd.DataFrame:
     """Write a ``range_instances`` table to ``path`` as Parquet; returns it marked so (``attrs["parquet"]``) that
     the JSON names the file and its rows instead of holding them (:func:`pcietrace.schema.write_json`)."""
     fixed = {c: "boolean" for c in instances.columns if instances[c].dtype == object
-             and instances[c].map(lambda v: isinstance(v, bool) or v != v).all()}  # (launch_bound: True/False/NaN)
+             and _bools(instances[c])}  # (launch_bound: True/False/NaN)
     instances.astype(fixed).to_parquet(path, index=False)
     out = instances.copy(deep=False)
     out.attrs["parquet"] = str(path)
     return out
+
+
+def _bools(col: pd.Series) -> bool:
+    """Whether every cell of an object column is a bool or NaN (inferred in one pass, not a call per cell)."""
+    kind = pd.api.types.infer_dtype(col, skipna=True)
+    if kind == "empty":  # (all missing: NaN counts as a bool's absence, None does not)
+        return bool(col.map(lambda v: v != v).all())
+    return kind == "boolean"
 
 
 def _empty() -> pd.DataFrame:
@@ -116,7 +124,12 @@ class Session:
         except OSError as exc:  # (a name too long for the file system, a loop of links...)
             raise ReportError(f"no pcietrace report at {path} ({exc.strerror or exc})") from None
         if not found:
-            raise ReportError(f"no pcietrace report at {path}")
+            from pcietrace import store
+
+            staging = store.interrupted_recording(path)  # (a recording whose process died before saving it)
+            if staging is None:
+                raise ReportError(f"no pcietrace report at {path}")
+            return store.load_interrupted(staging)
         try:
             doc = schema.load_json(report.read_bytes())
         except RecursionError:

@@ -377,9 +377,10 @@ def test_sigint_is_passed_on_once(monkeypatch, tmp_path, terminal) -> None:
     import sys
     import threading
 
+    from pcietrace import signals
     from pcietrace.record import attach
 
-    monkeypatch.setattr(attach, "_terminal_foreground", lambda pid=0: terminal)
+    monkeypatch.setattr(signals, "terminal_foreground", lambda pid=0: terminal)
     out = tmp_path / "count"
     prog = ("import signal, sys, time\nn = []\nsignal.signal(signal.SIGINT, lambda *a: n.append(1))\n"
             "time.sleep(2.0)\nopen(sys.argv[1], 'w').write(str(len(n)))\n")
@@ -444,7 +445,7 @@ def test_a_terminal_foreground_job_is_seen_with_stdin_redirected(tmp_path, stdin
     prog = ("import os, sys\n"
             "os.close(os.open(sys.argv[1], os.O_RDWR))  # a session leader's first terminal becomes its own\n"
             "import subprocess\n"
-            "from pcietrace.record.attach import _terminal_foreground\n"
+            "from pcietrace.signals import terminal_foreground as _terminal_foreground\n"
             "p = subprocess.Popen(['sleep', '30'])\n"
             "q = subprocess.Popen(['sleep', '30'], start_new_session=True)  # a program that left our group\n"
             "print(_terminal_foreground(), _terminal_foreground(p.pid), _terminal_foreground(q.pid))\n"

@@ -431,7 +431,9 @@ def test_leftovers_of_dead_runs_are_swept_at_the_next_start(tmp_path, monkeypatc
                           text=True).stdout.strip()
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    monkeypatch.setattr(guard, "TEMP_LEFTOVERS", ((tmp, guard.TEMP_LEFTOVERS[0][1]),))
+    from pcietrace import store
+
+    monkeypatch.setattr(store, "TEMP_LEFTOVERS", ((tmp, store.TEMP_LEFTOVERS[0][1]),))
     stale = [tmp_path / f".run.partial-{dead}-0123abcd", tmp / f"pcietrace-{dead}-abcdefgh",
              tmp / f"pcietrace-edges-{dead}-abcdefgh"]
     live = [tmp_path / f".run.partial-{os.getpid()}-0123abcd", tmp / "pcietrace-abcdefgh"]

@@ -10,11 +10,12 @@ writes its NVTX ranges and launch counts to a trace file in a trace folder (read
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -26,7 +27,8 @@ from pcietrace.record.trace import edge_samples, injection_library, read_traces
 from pcietrace.schema import NO_LAUNCH_COUNTER, TRACE_FULL
 
 if TYPE_CHECKING:
-    from pcietrace.record.guard import RunFolder, Saving
+    from pcietrace.record.guard import Saving
+    from pcietrace.store import RunFolder
 
 def calibrate(ordinal: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The records of the per-launch costs, measured on the spot on one GPU (run in a child process, so no
@@ -97,52 +99,24 @@ def calibrate_in_child(ordinal: int, timeout_s: float = CALIBRATE_TIMEOUT_S,
     return value
 
 
-def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None) -> tuple[int, int, int]:
-    """Run ``cmd`` with ``env``; return (exit code, start and end on CLOCK_MONOTONIC in ns). Ctrl-C, SIGTERM and
-    SIGHUP sent to pcietrace are passed on to the program and are not fatal to pcietrace, which waits for the
-    program and then saves what was collected (``timeout``, ``kill`` and a closed terminal included); signals
-    already ignored stay ignored. A SIGINT while pcietrace runs in a terminal's foreground is taken to be
-    Ctrl-C, which the program got from the terminal itself, and is not passed on a second time. A signal death is reported as 128 + signal, like a shell. ``stdout``: where
-    the program's output goes (default: ours)."""
+def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None,
+                started: Callable[[int], None] = lambda t0: None) -> tuple[int, int, int]:
+    """Run ``cmd`` with ``env``; return (exit code, start and end on CLOCK_MONOTONIC in ns). Signals sent to
+    pcietrace meanwhile go to the program (:func:`pcietrace.signals.passed_on`): pcietrace waits for it and then
+    saves what was collected. A signal death is reported as 128 + signal, like a shell. ``stdout``: where the
+    program's output goes (default: ours); ``started(t0)``: called once it runs."""
+    from pcietrace import signals
+
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=stdout)
     except OSError as exc:
         raise UsageError(f"cannot start {cmd[0]!r}: {exc.strerror}") from None
     t0 = time.monotonic_ns()
-    passed_on = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None))
-                 if s is not None and signal.getsignal(s) is not signal.SIG_IGN]
-
-    def pass_on(signum: int, _: Any) -> None:
-        # Ctrl-C in a terminal reaches the whole foreground process group, the program included: passing it
-        # on as well would interrupt the program twice (e.g. its clean-up after the first KeyboardInterrupt).
-        # Asked at the signal, of the program's group: one that left ours (setsid) gets no Ctrl-C but ours.
-        if not (signum == signal.SIGINT and _terminal_foreground(proc.pid)):
-            proc.send_signal(signum)
-
-    old = {s: signal.signal(s, pass_on) for s in passed_on}
-    try:
+    with signals.passed_on(proc):
+        started(t0)
         rc = proc.wait()
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
     t1 = time.monotonic_ns()
     return (128 - rc if rc < 0 else rc), t0, t1
-
-
-def _terminal_foreground(pid: int = 0) -> bool:
-    """Whether the process group of ``pid`` (0: pcietrace's own, which the program it starts is in unless it
-    leaves it) is the foreground group of pcietrace's controlling terminal, the group a Ctrl-C there reaches
-    (asked of /dev/tty, not stdin: with stdin redirected the terminal still sends Ctrl-C to the group)."""
-    try:
-        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
-    except OSError:  # no controlling terminal (CI, a service, setsid)
-        return False
-    try:
-        return os.tcgetpgrp(fd) == os.getpgid(pid)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, nvml_indices: list[int],
@@ -215,19 +189,30 @@ class Recording:
     """What attach keeps beside the traced program: one sampling process per GPU (``sampler``), the edge page
     they wait on (``edge_file``) and the folder the injection library writes its traces to (``trace_dir``).
     A context manager: entering starts the samplers (a failed or interrupted start leaves nothing behind);
-    leaving stops them if :meth:`collect` has not, and removes the page and the folder whatever happened."""
+    leaving stops them if :meth:`collect` has not, and removes the page and the folder whatever happened.
+    ``scratch``: a folder for the traces (``traces/``) and the samples streamed as they come (``samples/``),
+    which outlive this process if it dies (a run folder's :attr:`~pcietrace.store.RunFolder.scratch`); None:
+    a temporary folder."""
 
-    def __init__(self, nvml_indices: list[int], interval_ns: int, max_duty: float, idle_interval_ns: int) -> None:
+    def __init__(self, nvml_indices: list[int], interval_ns: int, max_duty: float, idle_interval_ns: int,
+                 scratch: Path | None = None) -> None:
         from pcietrace.collectors import CounterSampler, edges
 
-        self.trace_dir = Path(tempfile.mkdtemp(prefix=f"pcietrace-{os.getpid()}-"))  # (pid: see guard.sweep_leftovers)
+        if scratch is None:
+            self.trace_dir = Path(tempfile.mkdtemp(prefix=f"pcietrace-{os.getpid()}-"))  # (pid: see store.sweep_leftovers)
+            spill = self.trace_dir
+        else:
+            self.trace_dir, spill = Path(scratch) / "traces", Path(scratch) / "samples"
+            self.trace_dir.mkdir(parents=True)
+        self._syncing: threading.Event | None = threading.Event() if scratch is not None else None
+        self._syncer: threading.Thread | None = None
         self.edge_file = ""
         self.collected = False
         try:  # no page, or a sampler refusing its settings: then no folder or page stays behind either
             self.edge_file = edges.create()
             self.sampler = CounterSampler(nvml_indices, interval_ns=interval_ns, edge_file=self.edge_file,
                                           max_duty=max_duty, idle_interval_ns=idle_interval_ns,
-                                          spill_dir=self.trace_dir)  # (flat memory over a long run)
+                                          spill_dir=spill)  # (flat memory over a long run)
         except BaseException:
             self._remove()
             raise
@@ -243,6 +228,24 @@ class Recording:
         except BaseException:
             self._remove()
             raise
+        if self._syncing is not None:
+            self._syncer = threading.Thread(target=self._sync_traces, daemon=True, name="pcietrace-sync-traces")
+            self._syncer.start()
+
+    def _sync_traces(self) -> None:
+        """(A thread, with a scratch folder.) The traces written through to the disk every flush period, as the
+        samples are: the library writes them through a shared mapping, whose pages a power cut would lose."""
+        from pcietrace.collectors.sampler import FLUSH_S
+        from pcietrace.store import sync_folder
+
+        while not self._syncing.wait(FLUSH_S):
+            sync_folder(self.trace_dir)
+
+    def _stop_syncing(self) -> None:
+        if self._syncer is not None:
+            self._syncing.set()
+            self._syncer.join()
+            self._syncer = None
 
     def __exit__(self, *exc: object) -> None:
         try:
@@ -259,6 +262,7 @@ class Recording:
 
         samples = self.sampler.stop()
         self.collected = True  # (after: a stop cut short by a signal is finished on leaving)
+        self._stop_syncing()  # (reading a trace cuts it to its lines)
         session.events = read_traces(self.trace_dir)
         session.meta["trace_bad"] = {"lines": session.events.attrs["bad_lines"], "files": session.events.attrs["bad_files"]}
         session.samples = merge_samples([samples, edge_samples(session.events)])
@@ -266,6 +270,7 @@ class Recording:
         session.meta["processes"] = processes(session.events, launch_counter)
 
     def _remove(self) -> None:
+        self._stop_syncing()
         shutil.rmtree(self.trace_dir, ignore_errors=True)
         if self.edge_file:
             with contextlib.suppress(FileNotFoundError):
@@ -278,30 +283,34 @@ def record_attach(session: Any, folder: RunFolder | None, idle_s: float, program
     """Run the program ``session.meta["command"]`` under the samplers and the injection library, with the
     settings the command put in ``session.meta`` (GPUs, sampling, launch counter, edges, GPU time), between
     ``idle_s`` seconds of idle windows; then ``analyze()``, save into ``folder`` (a
-    :class:`~pcietrace.record.guard.RunFolder`, None: not saved) and write the Perfetto trace beside the saved
+    :class:`~pcietrace.store.RunFolder`, None: not saved) and write the Perfetto trace beside the saved
     run (``write_trace(session, results, path)``). ``program_stdout``: where the program's output goes (None:
     ours). ``to_jsonable`` and ``tell`` go to :class:`~pcietrace.record.guard.Saving` (``tell`` also says the
     program is starting). Returns the Saving; its ``end`` gives the exit code (the program's, or 128 + a
     signal's). A program that could not start is a :class:`UsageError`, nothing saved."""
     from pcietrace import signals
-    from pcietrace.record.guard import Saving, discard_on_error
+    from pcietrace.record.guard import Saving
+    from pcietrace.store import discard_on_error
 
     meta = session.meta
     with contextlib.ExitStack() as stack:  # the samplers, edge page and trace folder: released on every way out
         with discard_on_error(folder):  # nothing was recorded: no staging folder either
             with signals.deferred():  # made and owned in one step: a signal between would leave them behind
                 rec = Recording([g["nvml_index"] for g in meta["gpus"]], int(meta["sample_interval_ms"] * 1e6),
-                                meta["sampler_duty"], int(meta["idle_sample_interval_ms"] * 1e6))
+                                meta["sampler_duty"], int(meta["idle_sample_interval_ms"] * 1e6),
+                                scratch=folder.scratch if folder is not None else None)
                 stack.push(rec)
             rec.start()
         for g in meta["gpus"]:
             g["counter"] = rec.sampler.modes.get(g["nvml_index"])
         end = _AttachEnd(rec, stack, write_trace)
+        end.journal = functools.partial(_journal, folder, meta, end.windows)
+        end.journal()
         saving = Saving(session, folder, analyze, to_jsonable=to_jsonable, tell=tell, partial_if_interrupted=False,
                         before=end.collect, after=end.trace, saved_line=end.saved_line, what=end.what)
         with saving:  # before and after the program signals save like Ctrl-C; during it run_program passes them on
             try:
-                _run_between_idle_windows(session, rec, end.windows, idle_s, program_stdout, tell)
+                _run_between_idle_windows(session, rec, end.windows, idle_s, program_stdout, tell, end.journal)
             except UsageError:  # the program could not start (ENOEXEC...): refused like a missing one, nothing saved
                 if saving.folder is not None and "t_app_start_ns" not in meta:
                     saving.folder.discard()
@@ -310,17 +319,34 @@ def record_attach(session: Any, folder: RunFolder | None, idle_s: float, program
     return saving
 
 
+def _journal(folder: RunFolder | None, meta: dict[str, Any], windows: list[dict[str, Any]], whole: bool = False,
+             **more: Any) -> None:
+    """The run so far into ``folder``'s journal (:meth:`~pcietrace.store.RunFolder.journal`), for a recovery should
+    this process die before saving; ``more``: meta fields known by now; ``whole``: the recording is over and all on
+    disk (the samplers stopped, the program ended). Not written (no room, folder gone): the run goes on, only a
+    crash would lose more."""
+    from pcietrace.collectors.sampler import FLUSH_S
+
+    if folder is not None:
+        with contextlib.suppress(OSError):
+            folder.journal({**meta, **more}, windows=windows, flush_s=FLUSH_S, whole=whole)
+
+
 def _run_between_idle_windows(session: Any, rec: Recording, windows: list[dict[str, Any]], idle_s: float,
-                              program_stdout: Any, tell: Callable[[str], None]) -> None:
-    """Idle windows, the program (its exit code and times into ``session.meta``), idle windows again."""
+                              program_stdout: Any, tell: Callable[[str], None],
+                              journal: Callable[..., None] = lambda **more: None) -> None:
+    """Idle windows, the program (its exit code and times into ``session.meta``), idle windows again;
+    ``journal(**meta fields)`` once the program runs."""
     meta = session.meta
     indices = [g["nvml_index"] for g in meta["gpus"]]
     idle_windows(rec.sampler, indices, idle_s, windows)
     tell(f"pcietrace: running {' '.join(meta['command'])}")
     env = injection_env(rec.trace_dir, meta["launch_counter"], rec.edge_file, indices, meta["exact_edges"],
                         gpu_time=meta["gpu_time"], slow_domains=meta["slow_domains"])
-    rc, t0, t1 = run_program(meta["command"], env, stdout=program_stdout)
+    rc, t0, t1 = run_program(meta["command"], env, stdout=program_stdout,
+                             started=lambda t: journal(t_app_start_ns=t))
     meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")
+    journal()  # (killed in the idle windows after: the program's end and exit code are known)
     idle_windows(rec.sampler, indices, idle_s, windows)
 
 
@@ -334,16 +360,18 @@ class _AttachEnd:
         self.windows: list[dict[str, Any]] = []
         self.trace_failed = False
         self.trace_info: Any = None  # what write_trace says of the file it wrote
+        self.journal: Callable[..., None] = lambda **more: None
 
     def collect(self, saving: Saving) -> None:
         """Held from here: a signal while the samplers stop and the traces are read lost them all."""
-        from pcietrace.record.guard import discard_on_error
+        from pcietrace.store import discard_on_error
 
         meta = saving.session.meta
         with discard_on_error(saving.folder):  # (an unreadable trace) nothing to save: no staging folder left either
             self.rec.collect(saving.session, self.windows, meta["launch_counter"])
         if "t_app_start_ns" not in meta:  # the program never ran: keep what exists, no attribution
             meta.update(kind="attach-failed", status="interrupted before the program ran")
+        self.journal(whole=True)  # (killed while analysing or saving a long run: recovered whole)
 
     def trace(self, saving: Saving) -> None:
         """The Perfetto trace beside a saved attach run; one that cannot be written leaves the run saved, whole."""

@@ -43,7 +43,8 @@ import pandas as pd
 from pcietrace.collectors import merge_samples
 from pcietrace.device.base import Backend
 from pcietrace.errors import PcietraceError
-from pcietrace.record.guard import Terminated
+from pcietrace import signals
+from pcietrace.signals import Terminated
 from pcietrace.record.run import RunPlan, record
 from pcietrace.session import TABLES, Session
 
@@ -292,13 +293,7 @@ def _latency_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
 
 def _worker_main(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_repeats: int | None,
                  ordinals: list[int], out: Any, barrier: Any, turns: Turns | None) -> None:
-    def first_interrupt(signum: int, frame: Any) -> None:
-        # One Ctrl-C stops this worker; another (or the parent's forwarded one) must not cut short the
-        # clean-up that keeps what was recorded (stopping the sampler, sending the result).
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, first_interrupt)
+    signals.first_only()
     _work(opener, slot, plan, latency_repeats, ordinals, out.put, barrier, turns)
 
 
@@ -385,7 +380,7 @@ def record_all(session: Session, plan: RunPlan, openers: list[Callable[[], GpuWo
     interrupted: KeyboardInterrupt | None = None
     try:
         _collect(outs, procs, parts, handle, deadline=None, on_death=on_death)
-    except KeyboardInterrupt as exc:  # (guard.Terminated for SIGTERM/SIGHUP: re-raised as is, for the exit code)
+    except KeyboardInterrupt as exc:  # (signals.Terminated for SIGTERM/SIGHUP: re-raised as is, for the exit code)
         interrupted = exc
         if not isinstance(exc, Terminated):
             time.sleep(1.0)  # a terminal's Ctrl-C reached the workers too; forward it to any it did not

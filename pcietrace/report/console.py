@@ -581,7 +581,9 @@ def parts(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[
         parts.append(Panel(Text("SIMULATED — no GPU was used; figures come from a model of "
                                 f"{meta.get('sim_source', 'a recorded real run')}", style="bold yellow")))
     if meta.get("status", "complete") != "complete":
-        parts.append(Panel(Text(f"run status: {meta.get('status')} — tables show what was recorded", style="bold red")))
+        cut = meta.get("interrupted") if isinstance(meta.get("interrupted"), dict) else {}
+        how = f"; {cut.get('how')}: its last {cut.get('lost_at_most_s', 0):g} s at most are missing" if cut else ""
+        parts.append(Panel(Text(f"run status: {meta.get('status')} — tables show what was recorded{how}", style="bold red")))
     if summary and summary.get("lines"):
         parts.extend(summary_lines(summary) + [Text("")])
     many = len(meta.get("gpus", [])) > DETAIL_GPUS and not str(meta.get("kind", "")).startswith("attach")

@@ -27,15 +27,25 @@ def clean_frame(df: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
     out = df
     for c in df.columns:
-        if df[c].dtype == object or isinstance(df[c].dtype, pd.StringDtype):
-            col = df[c]
-            mask = col.map(lambda v: isinstance(v, str) and UNSAFE.search(v) is not None, na_action="ignore")
-            if mask.fillna(False).astype(bool).any():
-                out = out.copy() if out is df else out
-                out[c] = col.map(clean, na_action="ignore")
+        if (df[c].dtype == object or isinstance(df[c].dtype, pd.StringDtype)) and _unsafe(df[c]):
+            out = out.copy() if out is df else out
+            out[c] = df[c].map(clean, na_action="ignore")
     if any(isinstance(c, str) and UNSAFE.search(c) for c in df.columns):
         out = out.rename(columns=clean)
     return out
+
+
+def _unsafe(col: pd.Series) -> bool:
+    """Whether any text cell of ``col`` holds an :data:`UNSAFE` character. Each distinct value is looked at once
+    (a long run's million range instances hold a few hundred names); cells that cannot be told apart that way
+    (lists) one by one."""
+    import pandas as pd
+
+    try:
+        values = pd.unique(col.dropna())
+    except TypeError:  # (unhashable cells)
+        values = col.dropna()
+    return any(isinstance(v, str) and UNSAFE.search(v) is not None for v in values)
 
 
 def clean_all(o: Any) -> Any:

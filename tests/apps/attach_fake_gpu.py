@@ -4,11 +4,12 @@ a read were all the PCIe traffic there is); the injection library, the nvtx pack
 idle windows, the analysis and the report are the real ones. Spawned sampler children import this main
 module first, so the stand-in reader reaches them.
 
-    python3 attach_fake_gpu.py ATTACH-ARGS...        (as `pcietrace ATTACH-ARGS...`)
+    python3 attach_fake_gpu.py ATTACH-ARGS...        (as `pcietrace ATTACH-ARGS...`; PCIETRACE_FAKE_GPUS=N: N GPUs, default 2)
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -29,9 +30,10 @@ if __name__ == "__main__":
     from pcietrace.collectors import topology
     from pcietrace.device import backend, cuda
 
-    cuda.bus_ids = lambda: ["0000:00:06.0", "0000:00:07.0"]
+    gpus = int(os.environ.get("PCIETRACE_FAKE_GPUS", "2"))  # (bench/sampler_memory.py asks for 8)
+    cuda.bus_ids = lambda: [f"0000:00:{6 + o:02x}.0" for o in range(gpus)]
     backend.describe_gpus = lambda ordinals: [
-        {"nvml_index": o, "name": "FAKE (no GPU)", "bus_id": f"0000:00:0{6 + o}.0", "uuid": "none",
+        {"nvml_index": o, "name": "FAKE (no GPU)", "bus_id": f"0000:00:{6 + o:02x}.0", "uuid": "none",
          "pcie_gen_current": None, "pcie_gen_max": None, "pcie_width_current": None, "pcie_width_max": None,
          "numa_node": None, "cuda_ordinal": o}
         for o in ordinals]

@@ -1,9 +1,9 @@
-"""CounterSampler's real child processes with a stand-in counter reader (no driver needed), spilling their
+"""CounterSampler's real child processes with a stand-in counter reader (no driver needed), streaming their
 samples to a folder as they arrive (tests/test_long_run.py).
 
     python3 sampler_spill_fake_nvml.py SECONDS GPUS [SPILL_ROWS]
-        -> JSON: samples returned, files spilled, the most samples the parent held at once, its resident memory
-           (MB) every 50 ms (bench/sampler_memory.py runs it for 10 minutes)
+        -> JSON: samples returned, batches streamed ("files"), the most samples the parent held at once, its
+           resident memory (MB) every 50 ms
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ if __name__ == "__main__":
                     rss.append(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20)
         finally:
             samples = s.stop()
-        files = len(list(Path(spill).glob("samples-*.parquet")))
+        files = s._stream.batches if s._stream is not None else 0
     ok = bool((samples.groupby("nvml_index")["t_ns"].diff().dropna() > 0).all())
     print(json.dumps({"samples": len(samples), "files": files, "held": held, "in_order": ok,
                       "gpus": sorted(int(i) for i in samples["nvml_index"].unique()), "rss_mb": rss}))

@@ -18,7 +18,7 @@ import pandas as pd
 from pcietrace import signals
 from pcietrace.collectors import merge_samples
 from pcietrace.device.graphs import COUNT_COLUMNS, STRATEGIES, GraphsDevice
-from pcietrace.errors import UsageError
+from pcietrace.errors import ConfigError
 from pcietrace.record.run import recording_status
 from pcietrace.session import Session
 
@@ -55,26 +55,31 @@ class GraphsPlan:
 
     def __post_init__(self) -> None:
         if not self.kernels or any(not 1 <= k <= 100_000 for k in self.kernels):
-            raise UsageError("--kernels takes sizes of 1..100000 kernels per iteration")
+            raise ConfigError("kernels", "takes sizes of 1..100000 kernels per iteration")
         if not 1 <= self.param_sets <= 10_000:
-            raise UsageError("--param-sets must be 1..10000")
+            raise ConfigError("param_sets", "must be 1..10000")
         if self.order not in ORDERS:
-            raise UsageError(f"--order must be one of {', '.join(ORDERS)}, not {self.order!r}")
+            raise ConfigError("order", f"must be one of {', '.join(ORDERS)}, not {self.order!r}")
         bad = [s for s in self.strategies if s not in STRATEGIES]
         if not self.strategies or bad:
-            raise UsageError(f"unknown strategy {bad[0] if bad else ''!r}; choose from {', '.join(STRATEGIES)}")
+            raise ConfigError("strategies", f"has unknown strategy {bad[0] if bad else ''!r}; choose from "
+                                            f"{', '.join(STRATEGIES)}")
         if "eager" not in self.strategies:
-            raise UsageError("the strategies must include eager (speedups are taken against it)")
+            raise ConfigError("strategies", "must include eager (speedups are taken against it)")
         if len(self.kernel_us) != 2 or not 0 <= self.kernel_us[0] <= self.kernel_us[1] <= 1_000_000:
-            raise UsageError("--kernel-us takes MIN,MAX with 0 <= MIN <= MAX <= 1e6")
-        if self.iterations < 2 or self.rounds < 1 or self.idle_s <= 0:
-            raise UsageError("at least 2 iterations per window, 1 round and a positive idle window are needed")
+            raise ConfigError("kernel_us", "takes MIN,MAX with 0 <= MIN <= MAX <= 1e6")
+        if self.iterations < 2:
+            raise ConfigError("iterations", "must be at least 2 per window")
+        if self.rounds < 1:
+            raise ConfigError("rounds", "must be at least 1")
+        if not self.idle_s > 0:
+            raise ConfigError("idle_s", "must be > 0")
         if self.total_iterations > MAX_ITERATIONS:
-            raise UsageError(f"at most {MAX_ITERATIONS} iterations in all (--iterations x --rounds)")
+            raise ConfigError("iterations", f"x {{rounds}} must be at most {MAX_ITERATIONS} iterations in all")
         sets = self.total_iterations if self.order == "all-new" else self.param_sets
         if sets * max(self.kernels) > MAX_DURATIONS:  # parameter_sets() holds them all at once
-            raise UsageError(f"at most {MAX_DURATIONS:.0e} kernel durations in the parameter sets "
-                             "(--param-sets, or all-new iterations, x the largest --kernels)")
+            raise ConfigError("param_sets", f"(or all-new iterations) x the largest {{kernels}} must be at most "
+                                            f"{MAX_DURATIONS:.0e} kernel durations in the parameter sets")
 
     @property
     def total_iterations(self) -> int:
@@ -179,7 +184,7 @@ def open_device(simulate: bool, ordinal: int, seed: int = 0,
     ``(gpu meta, device, sampler, probe, extra session meta)``. The caller closes the device (``with device:``)."""
     if simulate:
         if ordinal != 0:  # the simulated box has one GPU, as `run --simulate` without --gpus
-            raise UsageError(f"--gpu {ordinal}: no CUDA device {ordinal} (1 visible)")
+            raise ConfigError("gpu", f"{ordinal}: no CUDA device {ordinal} (1 visible)")
         from pcietrace.device.graphs_sim import GraphSimCosts, SimGraphsDevice
         from pcietrace.device.sim import SimDevice, SimParams, SimSampler
 
@@ -195,7 +200,7 @@ def open_device(simulate: bool, ordinal: int, seed: int = 0,
     from pcietrace.device.graphs import CudaGraphsDevice
 
     if sample_interval_ms < 0:
-        raise UsageError("--sample-interval-ms must be >= 0")
+        raise ConfigError("sample_interval_ms", "must be >= 0")
     (gpu, be), = backend.open_gpus([ordinal])
     try:
         device = CudaGraphsDevice(be)  # owns be from here: the caller closes it

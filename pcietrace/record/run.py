@@ -15,7 +15,7 @@ import pandas as pd
 
 from pcietrace import __version__, signals
 from pcietrace.collectors import merge_samples
-from pcietrace.errors import CudaError, UsageError
+from pcietrace.errors import ConfigError, CudaError
 from pcietrace.record.generate import Backend, LaunchConfig, LaunchGenerator
 from pcietrace.session import Session
 
@@ -55,15 +55,17 @@ class RunPlan:
 
     def __post_init__(self) -> None:
         if not self.durations_us or any(d < 0 or d > 1e6 for d in self.durations_us):
-            raise UsageError("kernel durations must be 0..1e6 us")
+            raise ConfigError("durations_us", "must be 0..1e6 us")
         if not self.graph_ks or any(k < 1 or k > 100_000 for k in self.graph_ks):
-            raise UsageError("graph sizes must be 1..100000")
+            raise ConfigError("graph_ks", "must be 1..100000")
         if not self.rate_fractions or self.rate_fractions[0] != 1.0 or any(not 0 < f <= 1 for f in self.rate_fractions):
-            raise UsageError("rate fractions must start with 1.0 (max rate) and lie in (0, 1]")
-        if (self.window_s <= 0 or self.idle_windows < 1 or self.burst_kernels < 1 or self.e2e_kernels < 1
-                or self.e2e_loop_ms <= 0 or self.language_repeats < 0 or self.gpu_time_contexts < 1):
-            raise UsageError("window length, idle windows, burst and e2e kernels and the e2e loop time must be positive, "
-                             "language repeats >= 0, GPU-time contexts >= 1")
+            raise ConfigError("rate_fractions", "must start with 1.0 (max rate) and lie in (0, 1]")
+        positive = ("window_s", "idle_windows", "burst_kernels", "e2e_kernels", "e2e_loop_ms", "gpu_time_contexts")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ConfigError(name, "must be > 0")
+        if self.language_repeats < 0:
+            raise ConfigError("language_repeats", "must be >= 0")
 
     def e2e_kernels_at(self, kernel_us: float) -> int:
         """Kernels per end-to-end loop at ``kernel_us``: ``e2e_kernels``, capped so a loop of long kernels

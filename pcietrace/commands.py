@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from pcietrace.errors import NoGpuError, UsageError
+from pcietrace.errors import UsageError
 
 def _saved(args: argparse.Namespace) -> dict[str, Any]:
     """The save options every measuring command takes (-o, --force, --no-save) as config fields."""
@@ -28,15 +28,21 @@ def _feedback(progress_bar: bool = False) -> Any:
     return Feedback(tell=tell, busy=err.status, **({"steps": _progress} if progress_bar else {}))
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from pcietrace import workflow
+def run_config(args: argparse.Namespace) -> Any:
+    """``pcietrace run``'s flags as its config (:class:`pcietrace.config.RunConfig`)."""
     from pcietrace.config import RunConfig
 
-    config = RunConfig(gpu=args.gpu, simulate=args.simulate, gpus=args.gpus, seed=args.seed, quick=args.quick,
-                       window_s=args.window_s, durations_us=args.durations, graph_ks=args.graph_k,
-                       contexts=args.contexts, sample_interval_ms=args.sample_interval_ms,
-                       throughput_api=args.throughput_api, latency=not args.no_latency, repeats=args.repeats,
-                       us_per_level=args.us_per_level, **_saved(args))
+    return RunConfig(gpu=args.gpu, simulate=args.simulate, gpus=args.gpus, seed=args.seed, quick=args.quick,
+                     window_s=args.window_s, durations_us=args.durations, graph_ks=args.graph_k,
+                     contexts=args.contexts, sample_interval_ms=args.sample_interval_ms,
+                     throughput_api=args.throughput_api, latency=not args.no_latency, repeats=args.repeats,
+                     us_per_level=args.us_per_level, **_saved(args))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pcietrace import workflow
+
+    config = run_config(args)
     _check_plot(args)
     recorded = workflow.record_run(config, _feedback(progress_bar=True))
     return recorded.end(lambda results: _emit(recorded.session.meta, results, args))
@@ -174,27 +180,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_topo(args: argparse.Namespace) -> int:
-    from pcietrace.collectors import nvml, topology
+    from pcietrace import workflow
 
-    if args.fixture is not None:
-        from pcietrace.collectors import sysfs_fixture
-
-        if args.sysfs_root is not None:  # else one of the two machines named would be silently ignored
-            raise UsageError("--fixture and --sysfs-root each name the machine to show: give one of them")
-
-        return _emit_topology(sysfs_fixture.topology(args.fixture), args)
-    gpus = None
-    root = args.sysfs_root or "/sys"
-    if Path(root).resolve() == Path("/sys"):  # this machine's own tree: NVML names its GPUs and links
-        try:
-            infos = [nvml.gpu_info(i) for i in range(nvml.device_count())]
-            gpus = [{"nvml_index": g.nvml_index, "bus_id": g.bus_id, "name": g.name} for g in infos]
-        except NoGpuError:
-            gpus = None  # no driver: sysfs alone still shows the placement
-    topo = topology.collect(gpus, root)
-    if not topo["gpus"]:
-        raise UsageError(f"no NVIDIA GPU found under {root}")
-    return _emit_topology(topo, args)
+    return _emit_topology(workflow.topology(args.fixture, args.sysfs_root), args)
 
 
 def _emit_topology(topo: dict[str, Any], args: argparse.Namespace) -> int:
@@ -212,30 +200,42 @@ def _emit_topology(topo: dict[str, Any], args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_latency(args: argparse.Namespace) -> int:
-    from pcietrace import workflow
+def latency_config(args: argparse.Namespace) -> Any:
+    """``pcietrace latency``'s flags as its config (:class:`pcietrace.config.LatencyConfig`)."""
     from pcietrace.config import LatencyConfig
 
-    config = LatencyConfig(gpu=args.gpu, simulate=args.simulate, gpus=args.gpus, seed=args.seed,
-                           repeats=args.repeats, **_saved(args))
+    return LatencyConfig(gpu=args.gpu, simulate=args.simulate, gpus=args.gpus, seed=args.seed, repeats=args.repeats,
+                         **_saved(args))
+
+
+def cmd_latency(args: argparse.Namespace) -> int:
+    from pcietrace import workflow
+
+    config = latency_config(args)
     _check_plot(args)
     recorded = workflow.record_latency(config, _feedback())
     return recorded.end(lambda results: _emit(recorded.session.meta, results, args))
 
 
-def cmd_attach(args: argparse.Namespace) -> int:
-    from pcietrace import workflow
+def attach_config(args: argparse.Namespace) -> Any:
+    """``pcietrace attach``'s flags as its config (:class:`pcietrace.config.AttachConfig`)."""
     from pcietrace.config import AttachConfig
     from pcietrace.schema import NO_LAUNCH_COUNTER
 
-    config = AttachConfig(command=tuple(args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd), gpu=args.gpu,
-                          sample_interval_ms=args.sample_interval_ms,
-                          idle_sample_interval_ms=args.idle_sample_interval_ms, slow_domains=args.slow_domains,
-                          sampler_duty=args.sampler_duty, idle_s=args.idle_s, calibrate=not args.no_calibrate,
-                          baseline=args.baseline,
-                          launch_counter=NO_LAUNCH_COUNTER if args.no_count_launches else args.launch_counter,
-                          exact_edges=args.exact_edges, gpu_time=args.gpu_time, label=args.label,
-                          group_by=args.group_by, **_saved(args))
+    return AttachConfig(command=tuple(args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd), gpu=args.gpu,
+                        sample_interval_ms=args.sample_interval_ms,
+                        idle_sample_interval_ms=args.idle_sample_interval_ms, slow_domains=args.slow_domains,
+                        sampler_duty=args.sampler_duty, idle_s=args.idle_s, calibrate=not args.no_calibrate,
+                        baseline=args.baseline,
+                        launch_counter=NO_LAUNCH_COUNTER if args.no_count_launches else args.launch_counter,
+                        exact_edges=args.exact_edges, gpu_time=args.gpu_time, label=args.label,
+                        group_by=args.group_by, **_saved(args))
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    from pcietrace import workflow
+
+    config = attach_config(args)
     _check_plot(args)
     machine_output = args.json or args.format != "table"  # stdout carries the report alone: the program's goes to stderr
     recorded = workflow.record_attach(config, _feedback(), sys.stderr if machine_output else None)
@@ -285,16 +285,21 @@ def _refuse_nothing_in_common(cmp: Any, names: list[str], paths: list[Path], ses
                              f"common: {hint}")
 
 
+def graphs_config(args: argparse.Namespace) -> Any:
+    """``pcietrace graphs``'s flags as its config (:class:`pcietrace.config.GraphsConfig`)."""
+    from pcietrace.config import GraphsConfig
+
+    return GraphsConfig(gpu=args.gpu, simulate=args.simulate, kernels=args.kernels, param_sets=args.param_sets,
+                        order=args.order, strategies=args.strategies, kernel_us=args.kernel_us,
+                        iterations=args.iterations, rounds=args.rounds, sync_each_iteration=args.sync_each_iteration,
+                        sample_interval_ms=args.sample_interval_ms, seed=args.seed, **_saved(args))
+
+
 def cmd_graphs(args: argparse.Namespace) -> int:
     from pcietrace import workflow
-    from pcietrace.config import GraphsConfig
     from pcietrace.report.prometheus import NO_METRICS
 
-    config = GraphsConfig(gpu=args.gpu, simulate=args.simulate, kernels=args.kernels, param_sets=args.param_sets,
-                          order=args.order, strategies=args.strategies, kernel_us=args.kernel_us,
-                          iterations=args.iterations, rounds=args.rounds,
-                          sync_each_iteration=args.sync_each_iteration, sample_interval_ms=args.sample_interval_ms,
-                          seed=args.seed, **_saved(args))
+    config = graphs_config(args)
     _check_plot(args)
     if args.format == "prometheus" and not args.json:
         raise UsageError(NO_METRICS["graphs"])

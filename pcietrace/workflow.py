@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator
 
 from pcietrace.config import AttachConfig, GraphsConfig, LatencyConfig, RunConfig, Saved
-from pcietrace.errors import NoGpuError, UsageError
+from pcietrace.errors import ConfigError, NoGpuError, UsageError
 
 SIM_HINT = "run `pcietrace run --simulate` to try the whole pipeline on a simulated device"
 
@@ -96,13 +96,20 @@ def _run_folder(config: Saved, meta: dict[str, Any], ordinals: list[int], suffix
     return RunFolder(default_folder(meta, ordinals, suffix), explicit=False)
 
 
-def _cuda_ordinals(config: RunConfig | LatencyConfig, hint: str) -> list[int]:
-    from pcietrace.device import cuda, gpus
+def _select(config: RunConfig | LatencyConfig | AttachConfig, hint: str) -> list[Any]:
+    """The GPUs ``config.gpu`` names (of the SIMULATED box where ``config.simulate``)."""
+    from pcietrace.device import gpus
 
+    if getattr(config, "simulate", False):
+        return gpus.select(config.gpu, simulate=True, gpus=config.gpus)  # type: ignore[union-attr]
     try:
-        return gpus.ordinals(config.gpu, cuda.device_count())
+        return gpus.select(config.gpu)
     except NoGpuError as exc:
         raise NoGpuError(f"{exc}; {hint}") from None
+
+
+def _ordinals(gpus: list[Any]) -> list[int]:
+    return [g.cuda_ordinal for g in gpus]
 
 
 def record_run(config: RunConfig, feedback: Feedback = Feedback()) -> Recorded:
@@ -113,22 +120,12 @@ def record_run(config: RunConfig, feedback: Feedback = Feedback()) -> Recorded:
 
     plan = config.plan()
     repeats = config.repeats if config.latency else None
+    gpus = _select(config, SIM_HINT)
     if config.simulate:
-        from pcietrace.device import gpus
-
-        ordinals = gpus.ordinals(config.gpu, config.gpus)  # beyond the simulated box is an error, not ignored
-        session, record = box.simulated(plan, ordinals, config.gpus, config.seed, repeats)
+        session, record = box.simulated(plan, gpus, config.seed, repeats)
     else:
-        from pcietrace.device import backend
-
-        ordinals = _cuda_ordinals(config, SIM_HINT)
-        try:
-            described = backend.describe_gpus(ordinals)
-        except NoGpuError as exc:
-            raise NoGpuError(f"{exc}; {SIM_HINT}") from None
-        session, record = box.real(plan, described, ordinals, config.throughput_api, config.sample_interval_ms,
-                                   repeats)
-    folder = _run_folder(config, session.meta, ordinals)
+        session, record = box.real(plan, gpus, config.throughput_api, config.sample_interval_ms, repeats)
+    folder = _run_folder(config, session.meta, _ordinals(gpus))
     saving = guard.Saving(session, folder, lambda: analyze(session, config.us_per_level)
                           if session.meta.get("status") == "complete" else None,
                           to_jsonable=to_jsonable, tell=feedback.tell,
@@ -151,11 +148,12 @@ def record_latency(config: LatencyConfig, feedback: Feedback = Feedback()) -> Re
 
     if config.simulate:
         return _simulated_latency(config, feedback)
-    ordinals = _cuda_ordinals(config, f"`pcietrace topo` needs no driver (only the GPUs), {SIM_HINT}")
+    hint = f"`pcietrace topo` needs no driver (only the GPUs), {SIM_HINT}"
+    selected = _select(config, hint)
     try:
-        gpus = backend.open_gpus(ordinals)
+        gpus = backend.open_gpus(selected)
     except NoGpuError as exc:
-        raise NoGpuError(f"{exc}; `pcietrace topo` needs no driver (only the GPUs), {SIM_HINT}") from None
+        raise NoGpuError(f"{exc}; {hint}") from None
 
     def release() -> None:
         for _, be in gpus:
@@ -164,11 +162,12 @@ def record_latency(config: LatencyConfig, feedback: Feedback = Feedback()) -> Re
 
     try:  # the GPUs are released on every way out, a refused output folder included
         session = Session(meta=base_meta(RunPlan(), False))
-        session.meta.update(kind="latency", status="running", driver=backend.driver_version(),
-                            gpus=[g for g, _ in gpus], topology=topology.collect([g for g, _ in gpus]))
-        folder = _run_folder(config, session.meta, ordinals, "-latency")
+        saved = [g.meta() for g, _ in gpus]
+        session.meta.update(kind="latency", status="running", driver=backend.driver_version(), gpus=saved,
+                            topology=topology.collect(saved))
+        folder = _run_folder(config, session.meta, _ordinals(selected), "-latency")
         with guard.discard_on_error(folder), guard.Interrupts(), feedback.busy("measuring latency") as status:
-            session.latency = latency.measure({g["nvml_index"]: latency.LatencyProbe(be) for g, be in gpus},
+            session.latency = latency.measure({g.nvml_index: latency.LatencyProbe(be) for g, be in gpus},
                                               config.repeats, progress=status.update)
     except BaseException:
         release()
@@ -184,20 +183,19 @@ def record_latency(config: LatencyConfig, feedback: Feedback = Feedback()) -> Re
 def _simulated_latency(config: LatencyConfig, feedback: Feedback) -> Recorded:
     """The latency suite's figures from the SIMULATED device's model of a recorded run."""
     from pcietrace.analysis import analyze, to_jsonable
-    from pcietrace.device import gpus, sim
+    from pcietrace.device import sim
     from pcietrace.record import guard
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.session import Session
 
     params = sim.SimParams.default()
-    ordinals = gpus.ordinals(config.gpu, config.gpus)
-    gpu_meta = [sim.gpu_records(params, config.gpus)[o] for o in ordinals]
+    gpus = _select(config, SIM_HINT)
     session = Session(meta=base_meta(RunPlan(), True))
     session.meta.update(kind="latency", status="running", driver="simulated", sim_source=params.source,
-                        gpus=gpu_meta, topology=sim.topology(params, gpu_meta))
-    folder = _run_folder(config, session.meta, ordinals, "-latency")
+                        gpus=[g.meta() for g in gpus], topology=sim.topology(params, gpus))
+    folder = _run_folder(config, session.meta, _ordinals(gpus), "-latency")
     with guard.discard_on_error(folder), guard.Interrupts():
-        session.latency = sim.latency(params, gpu_meta, config.repeats, config.seed)
+        session.latency = sim.latency(params, gpus, config.repeats, config.seed)
     session.meta["status"] = "complete"
     saving = guard.Saving(session, folder, lambda: analyze(session), to_jsonable=to_jsonable, tell=feedback.tell)
     with saving:
@@ -223,7 +221,7 @@ def record_graphs(config: GraphsConfig, feedback: Feedback = Feedback()) -> Reco
             device.close()
 
 
-def _record_graphs(config: GraphsConfig, feedback: Feedback, plan: Any, gpu: dict[str, Any], device: Any,
+def _record_graphs(config: GraphsConfig, feedback: Feedback, plan: Any, gpu: Any, device: Any,
                    sampler: Any, probe: Any, extra: dict[str, Any]) -> Recorded:
     from pcietrace.analysis import analyze, to_jsonable
     from pcietrace.record import graphs, guard
@@ -231,12 +229,12 @@ def _record_graphs(config: GraphsConfig, feedback: Feedback, plan: Any, gpu: dic
     from pcietrace.session import Session
 
     session = Session(meta={**base_meta(RunPlan(), config.simulate), **graphs.meta_for(plan, device), **extra,
-                            "gpus": [gpu]})
+                            "gpus": [gpu.meta()]})
     session.meta.pop("plan")  # that is `run`'s plan; this run's is graphs_plan
     folder = _run_folder(config, session.meta, [config.gpu], "-graphs")
     saving = guard.Saving(session, folder, lambda: analyze(session), to_jsonable=to_jsonable, tell=feedback.tell)
     with saving, feedback.busy("graphs") as status:
-        graphs.record(session, plan, device, gpu["nvml_index"], sampler, probe, progress=status.update)
+        graphs.record(session, plan, device, gpu.nvml_index, sampler, probe, progress=status.update)
     return Recorded(saving)
 
 
@@ -260,7 +258,6 @@ def record_attach(config: AttachConfig, feedback: Feedback = Feedback(), program
     the program's output goes (None: ours). :meth:`Recorded.end` gives the program's exit code."""
     from pcietrace.analysis import analyze, saved_tables
     from pcietrace.collectors import nvml, topology
-    from pcietrace.device import backend, cuda, gpus
     from pcietrace.record import guard
     from pcietrace.record.attach import exit_code, record_attach as record
     from pcietrace.record.node import expand_output, node_meta
@@ -272,14 +269,11 @@ def record_attach(config: AttachConfig, feedback: Feedback = Feedback(), program
     if shutil.which(cmd[0]) is None:  # before anything is measured or saved
         why = "not an executable file" if os.path.exists(cmd[0]) else "no such program (not on PATH)"
         raise UsageError(f"attach cannot run {cmd[0]!r}: {why}")
-    try:
-        ordinals = gpus.ordinals(config.gpu, len(cuda.bus_ids()))
-    except NoGpuError as exc:
-        raise NoGpuError(f"{exc}; attach needs an NVIDIA GPU") from None
-    described = backend.describe_gpus(ordinals)
+    gpus = _select(config, "attach needs an NVIDIA GPU")
+    saved = [g.meta() for g in gpus]
     session = Session(meta=base_meta(RunPlan(), False))
-    session.meta.update(kind="attach", command=cmd, gpus=described, driver=nvml.driver_version(), launch_costs=None,
-                        sample_interval_ms=config.sample_interval_ms, topology=topology.collect(described),
+    session.meta.update(kind="attach", command=cmd, gpus=saved, driver=nvml.driver_version(), launch_costs=None,
+                        sample_interval_ms=config.sample_interval_ms, topology=topology.collect(saved),
                         launch_counter=config.launch_counter, exact_edges=config.exact_edges,
                         sampler_duty=config.sampler_duty, idle_sample_interval_ms=config.idle_sample_interval_ms,
                         slow_domains=config.slow_domains)
@@ -288,11 +282,36 @@ def record_attach(config: AttachConfig, feedback: Feedback = Feedback(), program
     if config.output is not None:
         config = replace(config, output=Path(expand_output(str(config.output), config.label)))
     suffix = "-attach" + (f"-{config.label}" if config.label else "")
-    folder = _run_folder(config, session.meta, ordinals, suffix)  # checked before anything is measured
+    folder = _run_folder(config, session.meta, _ordinals(gpus), suffix)  # checked before anything is measured
     with guard.discard_on_error(folder), feedback.busy("measuring per-launch costs on this GPU"):
-        session.meta["launch_costs"] = _launch_costs(config, ordinals[0])
+        session.meta["launch_costs"] = _launch_costs(config, gpus[0].cuda_ordinal)
     saving = record(session, folder, config.idle_s, program_stdout,
                     lambda: analyze(session, group_by=config.group_by), write_trace, to_jsonable=saved_tables,
                     tell=feedback.tell)
     return Recorded(saving, lambda: exit_code(session.meta))
 
+
+
+def topology(fixture: Path | None = None, sysfs_root: str | None = None) -> dict[str, Any]:
+    """``pcietrace topo``: where each GPU sits on PCIe, from this machine's sysfs (its GPUs named by NVML where
+    a driver answers), another sysfs tree (``sysfs_root``: no NVML), or a topology ``fixture`` file."""
+    from pcietrace.collectors import nvml, topology as collect
+
+    if fixture is not None:
+        from pcietrace.collectors import sysfs_fixture
+
+        if sysfs_root is not None:  # else one of the two machines named would be silently ignored
+            raise ConfigError("fixture", "and {sysfs_root} each name the machine to show: give one of them")
+        return sysfs_fixture.topology(fixture)
+    gpus = None
+    root = sysfs_root or "/sys"
+    if Path(root).resolve() == Path("/sys"):  # this machine's own tree: NVML names its GPUs and links
+        try:
+            infos = [nvml.gpu_info(i) for i in range(nvml.device_count())]
+            gpus = [{"nvml_index": g.nvml_index, "bus_id": g.bus_id, "name": g.name} for g in infos]
+        except NoGpuError:
+            gpus = None  # no driver: sysfs alone still shows the placement
+    topo = collect.collect(gpus, root)
+    if not topo["gpus"]:
+        raise UsageError(f"no NVIDIA GPU found under {root}")
+    return topo

@@ -17,6 +17,7 @@ import pandas as pd
 
 from pcietrace import signals
 from pcietrace.collectors import merge_samples
+from pcietrace.device.gpus import GpuRecord
 from pcietrace.device.graphs import COUNT_COLUMNS, STRATEGIES, GraphsDevice
 from pcietrace.errors import ConfigError
 from pcietrace.record.run import recording_status
@@ -179,9 +180,9 @@ def meta_for(plan: GraphsPlan, device: GraphsDevice) -> dict[str, Any]:
 
 
 def open_device(simulate: bool, ordinal: int, seed: int = 0,
-                sample_interval_ms: float = 10.0) -> tuple[dict[str, Any], GraphsDevice, Any, Any, dict[str, Any]]:
-    """The device, sampler and boundary probe for one GPU (or the SIMULATED one): returns
-    ``(gpu meta, device, sampler, probe, extra session meta)``. The caller closes the device (``with device:``)."""
+                sample_interval_ms: float = 10.0) -> tuple[GpuRecord, GraphsDevice, Any, Any, dict[str, Any]]:
+    """The device, sampler and boundary probe for CUDA device ``ordinal`` (or the SIMULATED one): returns
+    ``(gpu, device, sampler, probe, extra session meta)``. The caller closes the device (``with device:``)."""
     if simulate:
         if ordinal != 0:  # the simulated box has one GPU, as `run --simulate` without --gpus
             raise ConfigError("gpu", f"{ordinal}: no CUDA device {ordinal} (1 visible)")
@@ -191,21 +192,21 @@ def open_device(simulate: bool, ordinal: int, seed: int = 0,
         params, costs = SimParams.default(), GraphSimCosts.default()
         sim = SimDevice(params, seed=seed)
         sampler = SimSampler({0: sim})
-        gpu = {"nvml_index": 0, "cuda_ordinal": 0, "name": f"SIMULATED {costs.gpu_name}", "bus_id": "sim"}
+        gpu = GpuRecord(nvml_index=0, cuda_ordinal=0, name=f"SIMULATED {costs.gpu_name}", bus_id="sim", simulated=True)
         extra = {"driver": "simulated", "sim_source": costs.source, "sim_costs": asdict(costs),
                  "sim_params": asdict(params)}
         return gpu, SimGraphsDevice(sim, costs), sampler, sampler.probe(0), extra
     from pcietrace.collectors import BoundaryProbe, CounterSampler
-    from pcietrace.device import backend
+    from pcietrace.device import backend, gpus
     from pcietrace.device.graphs import CudaGraphsDevice
 
     if sample_interval_ms < 0:
         raise ConfigError("sample_interval_ms", "must be >= 0")
-    (gpu, be), = backend.open_gpus([ordinal])
+    (gpu, be), = backend.open_gpus(gpus.select(ordinal))
     try:
         device = CudaGraphsDevice(be)  # owns be from here: the caller closes it
-        sampler = CounterSampler([gpu["nvml_index"]], interval_ns=int(sample_interval_ms * 1e6))
-        return (gpu, device, sampler, BoundaryProbe(gpu["nvml_index"]),
+        sampler = CounterSampler([gpu.nvml_index], interval_ns=int(sample_interval_ms * 1e6))
+        return (gpu, device, sampler, BoundaryProbe(gpu.nvml_index),
                 {"driver": backend.driver_version(), "sample_interval_ms": sample_interval_ms})
     except BaseException:  # (Ctrl-C included) the caller never gets the device to close
         with contextlib.suppress(Exception):

@@ -4,7 +4,8 @@ Data flow: ``pcietrace.collectors`` (NVML counters) -> ``pcietrace.device`` (the
 simulated device) -> ``pcietrace.record`` (generator, run, latency, attach) -> ``pcietrace.session`` ->
 ``pcietrace.analysis`` (DataFrames in, DataFrames out) -> ``pcietrace.report`` (one renderer per format).
 ``pcietrace.config`` (one validated config per command) and ``pcietrace.workflow`` (one recording function
-per command) are what ``pcietrace.api`` and the CLI (``pcietrace.cli`` + ``pcietrace.commands``) both call. Importing the package needs no GPU or driver.
+per command) are what ``pcietrace.api`` and the CLI (``pcietrace.cli`` + ``pcietrace.commands``) both call.
+Importing the package needs no GPU or driver.
 """
 
 __version__ = "0.1.0"

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 
 from pcietrace.analysis.latency import DEFAULT_US_PER_LEVEL
 from pcietrace.device.gpus import GpuSpec
 from pcietrace.errors import PcietraceError
+
+if TYPE_CHECKING:
+    from pcietrace.workflow import Recorded
 
 
 @dataclass
@@ -70,7 +73,7 @@ def load(path: str | Path, us_per_level: float = DEFAULT_US_PER_LEVEL) -> Result
     return Result(meta=s.meta, tables=tables, summary=summarize(s.meta, tables), path=Path(path), session=s)
 
 
-def _result(recorded: Any) -> Result:
+def _result(recorded: Recorded) -> Result:
     """A recording's result: what :func:`load` would give of the run it saved. A signal that stopped it is
     raised again; a save that failed is a :class:`~pcietrace.errors.PcietraceError`."""
     from pcietrace.analysis.summary import summarize

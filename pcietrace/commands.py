@@ -1,4 +1,6 @@
-"""The commands behind ``pcietrace``'s subcommands: each takes the parsed arguments, returns an exit code."""
+"""The commands behind ``pcietrace``'s subcommands: each takes the parsed arguments and returns an exit code.
+A measuring command is parse -> config (:mod:`pcietrace.config`) -> record (:mod:`pcietrace.workflow`, which
+the Python API calls too) -> render; the others load a saved run, analyse it and render."""
 
 from __future__ import annotations
 
@@ -8,16 +10,21 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from pcietrace.errors import UsageError
+
+if TYPE_CHECKING:
+    from pcietrace.config import AttachConfig, GraphsConfig, LatencyConfig, RunConfig
+    from pcietrace.workflow import Feedback
+
 
 def _saved(args: argparse.Namespace) -> dict[str, Any]:
     """The save options every measuring command takes (-o, --force, --no-save) as config fields."""
     return {"output": args.output, "force": args.force, "save": not getattr(args, "no_save", False)}
 
 
-def _feedback(progress_bar: bool = False) -> Any:
+def _feedback(progress_bar: bool = False) -> Feedback:
     """The rich status lines, spinners and (``progress_bar``) progress bar a recording shows on stderr."""
     from rich.console import Console
 
@@ -28,7 +35,7 @@ def _feedback(progress_bar: bool = False) -> Any:
     return Feedback(tell=tell, busy=err.status, **({"steps": _progress} if progress_bar else {}))
 
 
-def run_config(args: argparse.Namespace) -> Any:
+def run_config(args: argparse.Namespace) -> RunConfig:
     """``pcietrace run``'s flags as its config (:class:`pcietrace.config.RunConfig`)."""
     from pcietrace.config import RunConfig
 
@@ -200,7 +207,7 @@ def _emit_topology(topo: dict[str, Any], args: argparse.Namespace) -> int:
     return 0
 
 
-def latency_config(args: argparse.Namespace) -> Any:
+def latency_config(args: argparse.Namespace) -> LatencyConfig:
     """``pcietrace latency``'s flags as its config (:class:`pcietrace.config.LatencyConfig`)."""
     from pcietrace.config import LatencyConfig
 
@@ -217,7 +224,7 @@ def cmd_latency(args: argparse.Namespace) -> int:
     return recorded.end(lambda results: _emit(recorded.session.meta, results, args))
 
 
-def attach_config(args: argparse.Namespace) -> Any:
+def attach_config(args: argparse.Namespace) -> AttachConfig:
     """``pcietrace attach``'s flags as its config (:class:`pcietrace.config.AttachConfig`)."""
     from pcietrace.config import AttachConfig
     from pcietrace.schema import NO_LAUNCH_COUNTER
@@ -285,7 +292,7 @@ def _refuse_nothing_in_common(cmp: Any, names: list[str], paths: list[Path], ses
                              f"common: {hint}")
 
 
-def graphs_config(args: argparse.Namespace) -> Any:
+def graphs_config(args: argparse.Namespace) -> GraphsConfig:
     """``pcietrace graphs``'s flags as its config (:class:`pcietrace.config.GraphsConfig`)."""
     from pcietrace.config import GraphsConfig
 

@@ -26,6 +26,7 @@ MAX_INTERVAL_MS = 60_000.0
 #: attach's idle interval cap (ms): collectors.sampler.MAX_IDLE_INTERVAL_NS (not imported: no numpy here).
 MAX_IDLE_INTERVAL_MS = 20.0
 LAUNCH_COUNTERS = ("interpose", "cupti", "none")
+NEEDS_SIMULATE = "simulates a box of N GPUs: it needs {simulate} (real GPUs are chosen with {gpu})"
 GROUP_BY = ("op", "numbered", "name")  # pcietrace.analysis.names.GROUP_BY (not imported: no pandas here)
 
 
@@ -111,7 +112,7 @@ class RunConfig(Saved):
         self._check_saved()
         _whole(self, "gpus", 1, MAX_SIM_GPUS)
         if self.gpus != 1 and not self.simulate:
-            raise ConfigError("gpus", "simulates a box of N GPUs: it needs {simulate} (real GPUs are chosen with {gpu})")
+            raise ConfigError("gpus", NEEDS_SIMULATE)
         _whole(self, "seed", 0, 2**63 - 1)
         if self.window_s is not None:
             _number(self, "window_s", 0.001, 3600)
@@ -154,7 +155,7 @@ class LatencyConfig(Saved):
         self._check_saved()
         _whole(self, "gpus", 1, MAX_SIM_GPUS)
         if self.gpus != 1 and not self.simulate:
-            raise ConfigError("gpus", "simulates a box of N GPUs: it needs {simulate} (real GPUs are chosen with {gpu})")
+            raise ConfigError("gpus", NEEDS_SIMULATE)
         _whole(self, "seed", 0, 2**63 - 1)
         _whole(self, "repeats", 3, 100_000)
 
@@ -230,7 +231,8 @@ class AttachConfig(Saved):
     def __post_init__(self) -> None:
         self._check_saved()
         if isinstance(self.command, str) or not all(isinstance(a, str) for a in self.command):
-            raise ConfigError("command", f"takes the program and its arguments as a list of strings (got {self.command!r})")
+            raise ConfigError("command", f"takes the program and its arguments as a list of strings "
+                                         f"(got {self.command!r})")
         object.__setattr__(self, "command", tuple(self.command))
         if not self.command:
             raise ConfigError("command", "is empty: attach needs a program to run")
@@ -239,7 +241,8 @@ class AttachConfig(Saved):
         _number(self, "sampler_duty", 0, 1, low_open=True)
         _number(self, "idle_s", 0, 3600, low_open=True)
         if self.launch_counter not in LAUNCH_COUNTERS:
-            raise ConfigError("launch_counter", f"must be one of {', '.join(LAUNCH_COUNTERS)} (got {self.launch_counter!r})")
+            raise ConfigError("launch_counter", f"must be one of {', '.join(LAUNCH_COUNTERS)} "
+                                                f"(got {self.launch_counter!r})")
         if self.group_by not in GROUP_BY:
             raise ConfigError("group_by", f"must be one of {', '.join(GROUP_BY)} (got {self.group_by!r})")
         if self.baseline is not None:

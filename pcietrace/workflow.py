@@ -2,7 +2,7 @@
 GPUs selected and opened, the run folder settled before anything is measured, the recording, its analysis
 and its save (what was recorded is kept through Ctrl-C, SIGTERM and failures). The CLI
 (:mod:`pcietrace.commands`) and the Python API (:mod:`pcietrace.api`) both call these, and render or return
-what they give back (:class:`Recorded`)."""
+what they give back (:class:`Recorded`). :func:`topology` is ``pcietrace topo``'s collection."""
 
 from __future__ import annotations
 
@@ -11,10 +11,15 @@ import os
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator
 
 from pcietrace.config import AttachConfig, GraphsConfig, LatencyConfig, RunConfig, Saved
 from pcietrace.errors import ConfigError, NoGpuError, UsageError
+
+if TYPE_CHECKING:
+    from pcietrace.device.gpus import GpuRecord
+    from pcietrace.record.guard import Saving
+    from pcietrace.session import Session
 
 SIM_HINT = "run `pcietrace run --simulate` to try the whole pipeline on a simulated device"
 
@@ -56,11 +61,11 @@ class Recorded:
     it was saved (None: not saved), ``interrupted`` (the signal that stopped it), ``save_error`` (the line
     said when the save failed). :meth:`end` renders it the CLI's way and gives the exit code."""
 
-    saving: Any = field(repr=False)
+    saving: Saving = field(repr=False)
     program_exit_code: Callable[[], int] = field(default=lambda: 0, repr=False)
 
     @property
-    def session(self) -> Any:
+    def session(self) -> Session:
         return self.saving.session
 
     @property
@@ -96,7 +101,7 @@ def _run_folder(config: Saved, meta: dict[str, Any], ordinals: list[int], suffix
     return RunFolder(default_folder(meta, ordinals, suffix), explicit=False)
 
 
-def _select(config: RunConfig | LatencyConfig | AttachConfig, hint: str) -> list[Any]:
+def _select(config: RunConfig | LatencyConfig | AttachConfig, hint: str) -> list[GpuRecord]:
     """The GPUs ``config.gpu`` names (of the SIMULATED box where ``config.simulate``)."""
     from pcietrace.device import gpus
 
@@ -108,7 +113,7 @@ def _select(config: RunConfig | LatencyConfig | AttachConfig, hint: str) -> list
         raise NoGpuError(f"{exc}; {hint}") from None
 
 
-def _ordinals(gpus: list[Any]) -> list[int]:
+def _ordinals(gpus: list[GpuRecord]) -> list[int]:
     return [g.cuda_ordinal for g in gpus]
 
 
@@ -221,7 +226,7 @@ def record_graphs(config: GraphsConfig, feedback: Feedback = Feedback()) -> Reco
             device.close()
 
 
-def _record_graphs(config: GraphsConfig, feedback: Feedback, plan: Any, gpu: Any, device: Any,
+def _record_graphs(config: GraphsConfig, feedback: Feedback, plan: Any, gpu: GpuRecord, device: Any,
                    sampler: Any, probe: Any, extra: dict[str, Any]) -> Recorded:
     from pcietrace.analysis import analyze, to_jsonable
     from pcietrace.record import graphs, guard

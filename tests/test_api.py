@@ -20,7 +20,8 @@ def test_the_api_records_without_loading_the_cli() -> None:
     code = ("import sys, pcietrace; pcietrace.latency(simulate=True, repeats=3); "
             "pcietrace.graphs(simulate=True, kernels=(20,), iterations=2, rounds=1); "
             "print([m for m in ('pcietrace.cli', 'pcietrace.commands') if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         timeout=300)
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
 
 

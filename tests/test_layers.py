@@ -96,8 +96,8 @@ RULES = [
      ("pcietrace/cli.py", "pcietrace/commands.py"),
      ("pcietrace.device", "pcietrace.collectors", *(f"pcietrace.record.{m}" for m in RECORDERS),
       "pcietrace.record.attach.record_attach"), None),
-    ("g: the configs load no pandas or numpy (the parser imports them)", ("pcietrace/config.py", "pcietrace/device/gpus.py"),
-     ("pandas", "numpy"), None),
+    ("g: the configs load no pandas or numpy (the parser imports them)",
+     ("pcietrace/config.py", "pcietrace/device/gpus.py"), ("pandas", "numpy"), None),
 ]
 
 

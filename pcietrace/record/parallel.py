@@ -59,7 +59,8 @@ Note = Callable[[str], None]
 
 @dataclass
 class GpuWorker:
-    """What one worker measures with: its GPU (:class:`~pcietrace.device.gpus.GpuRecord`), its backend, its own counter sampler and boundary probe, and (real GPUs) the latency suite:
+    """What one worker measures with: its GPU (:class:`~pcietrace.device.gpus.GpuRecord`), its backend, its
+    own counter sampler and boundary probe, and (real GPUs) the latency suite:
     ``device_latency(repeats, note)`` -> rows of the chases in the GPU's own memory (timed on the GPU: before
     its turn), ``latency(repeats, note)`` -> the other rows for this GPU, ``peer_latency(ordinals, repeats,
     note, ready)`` -> rows from this GPU into the others, calling ``ready()`` once they are set up, before the

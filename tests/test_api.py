@@ -12,6 +12,7 @@ import pytest
 
 import pcietrace
 from pcietrace.errors import ConfigError
+from test_attach import attach_stand_ins  # noqa: F401 - the stand-in GPU's fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,3 +75,14 @@ def test_the_api_and_the_cli_record_the_same_run(tmp_path, capsys) -> None:
     assert cli["meta"]["gpus"] == api.meta["gpus"]
     assert {k for k, v in cli["results"].items() if v} == {k for k, v in api.tables.items() if len(v)}
     assert cli["results"]["latency"] == json.loads(json.dumps(to_jsonable({"latency": api.latency})["latency"]))
+
+
+def test_attach_runs_the_program_and_gives_its_exit_code(attach_stand_ins, tmp_path, capfd) -> None:
+    """SIMULATED: stand-in GPU and samplers (tests/test_attach.py's). The program's own output is its own; the
+    API adds none; a failing program is a result (its exit code in meta), not an exception."""
+    run = pcietrace.attach([sys.executable, "-c", "print('hello'); raise SystemExit(3)"], gpu=0, calibrate=False,
+                           idle_s=0.01, output=tmp_path / "rec")
+    assert run.meta["kind"] == "attach" and run.meta["exit_code"] == 3 and run.meta["command"][-1].endswith("(3)")
+    assert run.path == tmp_path / "rec" and (tmp_path / "rec" / "report.json").is_file()
+    assert capfd.readouterr() == ("hello\n", "")
+    assert "ranges" in run.tables

@@ -18,6 +18,7 @@ from pcietrace.errors import ConfigError, NoGpuError, UsageError
 
 if TYPE_CHECKING:
     from pcietrace.device.gpus import GpuRecord
+    from pcietrace.record.graphs import GraphsPlan, OpenedDevice
     from pcietrace.record.guard import Saving
     from pcietrace.session import Session
 
@@ -215,31 +216,30 @@ def record_graphs(config: GraphsConfig, feedback: Feedback = Feedback()) -> Reco
 
     plan = config.plan()
     try:
-        gpu, device, sampler, probe, extra = graphs.open_device(config.simulate, config.gpu, config.seed,
-                                                                config.sample_interval_ms)
+        opened = graphs.open_device(config.simulate, config.gpu, config.seed, config.sample_interval_ms)
     except NoGpuError as exc:
         raise NoGpuError(f"{exc}; `pcietrace graphs --simulate` runs on a simulated device") from None
     try:
-        return _record_graphs(config, feedback, plan, gpu, device, sampler, probe, extra)
+        return _record_graphs(config, feedback, plan, opened)
     finally:  # every way out (a taken output folder, Ctrl-C, a failed run) releases the GPU
         with contextlib.suppress(Exception):  # saved by now: a failed release keeps the run
-            device.close()
+            opened.device.close()
 
 
-def _record_graphs(config: GraphsConfig, feedback: Feedback, plan: Any, gpu: GpuRecord, device: Any,
-                   sampler: Any, probe: Any, extra: dict[str, Any]) -> Recorded:
+def _record_graphs(config: GraphsConfig, feedback: Feedback, plan: GraphsPlan, opened: OpenedDevice) -> Recorded:
     from pcietrace.analysis import analyze, to_jsonable
     from pcietrace.record import graphs, guard
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.session import Session
 
-    session = Session(meta={**base_meta(RunPlan(), config.simulate), **graphs.meta_for(plan, device), **extra,
-                            "gpus": [gpu.meta()]})
+    session = Session(meta={**base_meta(RunPlan(), config.simulate), **graphs.meta_for(plan, opened.device),
+                            **opened.meta, "gpus": [opened.gpu.meta()]})
     session.meta.pop("plan")  # that is `run`'s plan; this run's is graphs_plan
     folder = _run_folder(config, session.meta, [config.gpu], "-graphs")
     saving = guard.Saving(session, folder, lambda: analyze(session), to_jsonable=to_jsonable, tell=feedback.tell)
     with saving, feedback.busy("graphs") as status:
-        graphs.record(session, plan, device, gpu.nvml_index, sampler, probe, progress=status.update)
+        graphs.record(session, plan, opened.device, opened.gpu.nvml_index, opened.sampler, opened.probe,
+                      progress=status.update)
     return Recorded(saving)
 
 

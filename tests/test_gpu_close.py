@@ -506,7 +506,7 @@ def test_the_graphs_command_closes_its_device_on_every_exit_path(case, tmp_path,
 
     dev = ClosedSim(KeyboardInterrupt() if case == "ctrl-c" else None)
     gpu, _, sampler, probe, extra = dev.opened
-    monkeypatch.setattr(graphs, "open_device", lambda *a: (gpu, dev, sampler, probe, extra))
+    monkeypatch.setattr(graphs, "open_device", lambda *a: graphs.OpenedDevice(gpu, dev, sampler, probe, extra))
     out = tmp_path / "g"
     if case == "taken -o":
         out.mkdir()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -179,10 +179,20 @@ def meta_for(plan: GraphsPlan, device: GraphsDevice) -> dict[str, Any]:
     return {"kind": "graphs", "graphs_plan": asdict(plan), "timing": device.timing}
 
 
-def open_device(simulate: bool, ordinal: int, seed: int = 0,
-                sample_interval_ms: float = 10.0) -> tuple[GpuRecord, GraphsDevice, Any, Any, dict[str, Any]]:
-    """The device, sampler and boundary probe for CUDA device ``ordinal`` (or the SIMULATED one): returns
-    ``(gpu, device, sampler, probe, extra session meta)``. The caller closes the device (``with device:``)."""
+class OpenedDevice(NamedTuple):
+    """What ``pcietrace graphs`` measures with: the GPU, its graphs device (the caller closes it), the counter
+    sampler and boundary probe, and what the session's meta says of them (driver, sampling or the model)."""
+
+    gpu: GpuRecord
+    device: GraphsDevice
+    sampler: Any
+    probe: Any
+    meta: dict[str, Any]
+
+
+def open_device(simulate: bool, ordinal: int, seed: int = 0, sample_interval_ms: float = 10.0) -> OpenedDevice:
+    """The device, sampler and boundary probe for CUDA device ``ordinal`` (or the SIMULATED one). The caller
+    closes the device (``with device:``)."""
     if simulate:
         if ordinal != 0:  # the simulated box has one GPU, as `run --simulate` without --gpus
             raise ConfigError("gpu", f"{ordinal}: no CUDA device {ordinal} (1 visible)")
@@ -195,7 +205,7 @@ def open_device(simulate: bool, ordinal: int, seed: int = 0,
         gpu = GpuRecord(nvml_index=0, cuda_ordinal=0, name=f"SIMULATED {costs.gpu_name}", bus_id="sim", simulated=True)
         extra = {"driver": "simulated", "sim_source": costs.source, "sim_costs": asdict(costs),
                  "sim_params": asdict(params)}
-        return gpu, SimGraphsDevice(sim, costs), sampler, sampler.probe(0), extra
+        return OpenedDevice(gpu, SimGraphsDevice(sim, costs), sampler, sampler.probe(0), extra)
     from pcietrace.collectors import BoundaryProbe, CounterSampler
     from pcietrace.device import backend, gpus
     from pcietrace.device.graphs import CudaGraphsDevice
@@ -206,8 +216,8 @@ def open_device(simulate: bool, ordinal: int, seed: int = 0,
     try:
         device = CudaGraphsDevice(be)  # owns be from here: the caller closes it
         sampler = CounterSampler([gpu.nvml_index], interval_ns=int(sample_interval_ms * 1e6))
-        return (gpu, device, sampler, BoundaryProbe(gpu.nvml_index),
-                {"driver": backend.driver_version(), "sample_interval_ms": sample_interval_ms})
+        return OpenedDevice(gpu, device, sampler, BoundaryProbe(gpu.nvml_index),
+                            {"driver": backend.driver_version(), "sample_interval_ms": sample_interval_ms})
     except BaseException:  # (Ctrl-C included) the caller never gets the device to close
         with contextlib.suppress(Exception):
             be.close()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pcietrace.device.gpus import GpuSpec
+from pcietrace.device.gpus import GpuSpec, parse
 from pcietrace.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -110,6 +110,7 @@ class RunConfig(Saved):
 
     def __post_init__(self) -> None:
         self._check_saved()
+        parse(self.gpu)  # its form; whether those GPUs exist is known when they are selected
         _whole(self, "gpus", 1, MAX_SIM_GPUS)
         if self.gpus != 1 and not self.simulate:
             raise ConfigError("gpus", NEEDS_SIMULATE)
@@ -153,6 +154,7 @@ class LatencyConfig(Saved):
 
     def __post_init__(self) -> None:
         self._check_saved()
+        parse(self.gpu)  # its form; whether those GPUs exist is known when they are selected
         _whole(self, "gpus", 1, MAX_SIM_GPUS)
         if self.gpus != 1 and not self.simulate:
             raise ConfigError("gpus", NEEDS_SIMULATE)
@@ -236,6 +238,7 @@ class AttachConfig(Saved):
         object.__setattr__(self, "command", tuple(self.command))
         if not self.command:
             raise ConfigError("command", "is empty: attach needs a program to run")
+        parse(self.gpu)
         _number(self, "sample_interval_ms", 0, MAX_INTERVAL_MS)
         _number(self, "idle_sample_interval_ms", 0, MAX_IDLE_INTERVAL_MS)
         _number(self, "sampler_duty", 0, 1, low_open=True)

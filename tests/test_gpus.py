@@ -27,6 +27,12 @@ def test_a_bad_selection_names_the_gpu_field(spec, said) -> None:
     assert exc.value.field == "gpu" and said in str(exc.value)
 
 
+def test_the_form_of_a_selection_is_checked_before_any_device_is_counted() -> None:
+    assert gpus.parse("all") is None and gpus.parse("3,1") == [1, 3] and gpus.parse(7) == [7]
+    with pytest.raises(ConfigError, match="GPU 1 given twice"):
+        gpus.parse([1, 1])
+
+
 def test_select_matches_cuda_ordinals_to_nvml_by_bus_id(monkeypatch) -> None:
     """Under CUDA_VISIBLE_DEVICES=1,0 CUDA's ordinal 0 is NVML's GPU 1: found by bus id, not by number (stand-in
     driver and NVML)."""

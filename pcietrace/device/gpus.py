@@ -14,23 +14,35 @@ from pcietrace.errors import ConfigError
 GpuSpec = Union[str, int, Sequence[int]]
 
 
-def ordinals(spec: GpuSpec, count: int) -> list[int]:
-    """``spec`` ("all", "0,1", 2 or [0, 1]: CUDA ordinals, as CUDA_VISIBLE_DEVICES presents them) among ``count``
-    visible devices -> the sorted ordinals, each named once."""
+def parse(spec: GpuSpec) -> list[int] | None:
+    """``spec`` ("all", "0,1", 2 or [0, 1]) -> the CUDA ordinals it names, sorted, each named once (None: all),
+    before any device is counted."""
     if spec == "all":
-        return list(range(count))
+        return None
     try:
         ords = _as_ints(spec)
     except (TypeError, ValueError):
         raise ConfigError("gpu", f"takes 'all' or CUDA device numbers like 0,1 (got {spec!r})") from None
-    text = ",".join(map(str, ords)) if not isinstance(spec, str) else spec
     twice = [o for o in ords if ords.count(o) > 1]
     if twice:  # `--gpu 0,0` is a typo for 0,1 more often than a wish to measure GPU 0 once
-        raise ConfigError("gpu", f"{text}: GPU {twice[0]} given twice")
+        raise ConfigError("gpu", f"{_text(spec)}: GPU {twice[0]} given twice")
+    return sorted(ords)
+
+
+def ordinals(spec: GpuSpec, count: int) -> list[int]:
+    """``spec`` (:func:`parse`: CUDA ordinals, as CUDA_VISIBLE_DEVICES presents them) among ``count`` visible
+    devices -> the sorted ordinals, each named once."""
+    ords = parse(spec)
+    if ords is None:
+        return list(range(count))
     bad = [o for o in ords if not 0 <= o < count]
     if bad:
-        raise ConfigError("gpu", f"{text}: no CUDA device {bad[0]} ({count} visible)")
-    return sorted(ords)
+        raise ConfigError("gpu", f"{_text(spec)}: no CUDA device {bad[0]} ({count} visible)")
+    return ords
+
+
+def _text(spec: GpuSpec) -> str:
+    return spec if isinstance(spec, str) else ",".join(map(str, _as_ints(spec)))
 
 
 def _as_ints(spec: Any) -> list[int]:

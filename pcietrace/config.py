@@ -49,6 +49,7 @@ def _tuple(obj: Any, name: str, kind: type) -> None:
     v = getattr(obj, name)
     if v is None:
         return
+
     def one(x: Any) -> Any:
         f = float(x)
         if kind is int and f != int(f):

@@ -116,3 +116,16 @@ def test_quick_gives_its_defaults_and_a_value_given_wins() -> None:
     assert quick.e2e_repeats < full.e2e_repeats
     mixed = RunConfig(quick=True, window_s=0.25, contexts=2).plan()
     assert mixed.window_s == 0.25 and mixed.durations_us == quick.durations_us and mixed.gpu_time_contexts == 2
+
+
+def test_the_limits_the_configs_copy_to_stay_light_agree_with_their_sources() -> None:
+    """config.py loads no pandas or numpy, so it names a few limits again: they agree with the modules that
+    own them."""
+    from pcietrace import config
+    from pcietrace.analysis import names
+    from pcietrace.collectors import sampler
+    from pcietrace.schema import NO_LAUNCH_COUNTER
+
+    assert config.GROUP_BY == names.GROUP_BY and names.DEFAULT_GROUP_BY == AttachConfig.group_by
+    assert config.MAX_IDLE_INTERVAL_MS * 1e6 == sampler.MAX_IDLE_INTERVAL_NS
+    assert NO_LAUNCH_COUNTER in config.LAUNCH_COUNTERS

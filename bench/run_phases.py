@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pcietrace.cli import build_parser  # noqa: E402
-from pcietrace.commands import _plan, parse_gpus  # noqa: E402
-from pcietrace.device import backend, cuda  # noqa: E402
+from pcietrace.commands import run_config  # noqa: E402
+from pcietrace.device import gpus  # noqa: E402
 from pcietrace.record import box  # noqa: E402
 
 GPU_LABEL = re.compile(r"GPU ?(\d+)")
@@ -32,12 +32,11 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("run_args", nargs="*", help="`pcietrace run` options after --, e.g. -- --gpu 0")
     args = ap.parse_args()
-    run = build_parser().parse_args(["run", *args.run_args])  # pcietrace run's own defaults
-    ordinals = parse_gpus(run.gpu, cuda.device_count())
+    run = run_config(build_parser().parse_args(["run", *args.run_args]))  # pcietrace run's own defaults
     t0 = time.monotonic()
     events: list[tuple[float, str, str]] = []
-    session, record = box.real(_plan(run), backend.describe_gpus(ordinals), ordinals, run.throughput_api,
-                               run.sample_interval_ms, None if run.no_latency else run.repeats)
+    session, record = box.real(run.plan(), gpus.select(run.gpu), run.throughput_api, run.sample_interval_ms,
+                               run.repeats if run.latency else None)
     t_setup = time.monotonic() - t0
     record(lambda label: events.append((time.monotonic() - t0, "step", label)),
            lambda label: events.append((time.monotonic() - t0, "note", label)))

@@ -2,8 +2,10 @@
 
 Data flow: ``pcietrace.collectors`` (NVML counters) -> ``pcietrace.device`` (the GPU, kernels, the
 simulated device) -> ``pcietrace.record`` (generator, run, latency, attach) -> ``pcietrace.session`` ->
-``pcietrace.analysis`` (DataFrames in, DataFrames out) -> ``pcietrace.report`` (one renderer per format)
--> ``pcietrace.cli`` + ``pcietrace.commands``. Importing the package needs no GPU or driver.
+``pcietrace.analysis`` (DataFrames in, DataFrames out) -> ``pcietrace.report`` (one renderer per format).
+``pcietrace.config`` (one validated config per command) and ``pcietrace.workflow`` (one recording function
+per command) are what ``pcietrace.api`` and the CLI (``pcietrace.cli`` + ``pcietrace.commands``) both call.
+Importing the package needs no GPU or driver.
 """
 
 __version__ = "0.1.0"
@@ -32,6 +34,27 @@ def measure(gpu="all", **options):  # type: ignore[no-untyped-def]
     from pcietrace.api import measure as _measure
 
     return _measure(gpu, **options)
+
+
+def latency(gpu="all", **options):  # type: ignore[no-untyped-def]
+    """``pcietrace latency`` from Python: see :func:`pcietrace.api.latency`."""
+    from pcietrace.api import latency as _latency
+
+    return _latency(gpu, **options)
+
+
+def graphs(gpu=0, **options):  # type: ignore[no-untyped-def]
+    """``pcietrace graphs`` from Python: see :func:`pcietrace.api.graphs`."""
+    from pcietrace.api import graphs as _graphs
+
+    return _graphs(gpu, **options)
+
+
+def attach(command, gpu="all", **options):  # type: ignore[no-untyped-def]
+    """``pcietrace attach`` from Python: see :func:`pcietrace.api.attach`."""
+    from pcietrace.api import attach as _attach
+
+    return _attach(command, gpu, **options)
 
 
 def merge(paths, output, **options):  # type: ignore[no-untyped-def]

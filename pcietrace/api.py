@@ -6,21 +6,26 @@
 >>> run.per_launch                           # any result table by name (a pandas DataFrame)
 >>> run.tables.keys()                        # every table, empty ones included
 >>> sim = pcietrace.measure(simulate=True, quick=True)   # `pcietrace run` from Python
+>>> lat = pcietrace.latency(simulate=True, gpus=2)       # also attach([...]) and graphs(simulate=True)
+
+Each records through :mod:`pcietrace.workflow` from a validated config (:mod:`pcietrace.config`), as the CLI
+does; a bad value raises :class:`~pcietrace.errors.ConfigError` naming the field.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 
 from pcietrace.analysis.latency import DEFAULT_US_PER_LEVEL
-from pcietrace.errors import PcietraceError, UsageError
+from pcietrace.device.gpus import GpuSpec
+from pcietrace.errors import PcietraceError
+
+if TYPE_CHECKING:
+    from pcietrace.workflow import Recorded
 
 
 @dataclass
@@ -68,45 +73,68 @@ def load(path: str | Path, us_per_level: float = DEFAULT_US_PER_LEVEL) -> Result
     return Result(meta=s.meta, tables=tables, summary=summarize(s.meta, tables), path=Path(path), session=s)
 
 
-def measure(gpu: str | int = "all", *, simulate: bool = False, quick: bool = False, output: str | Path | None = None,
-            latency: bool = True, **options: Any) -> Result:
-    """Run ``pcietrace run`` from Python and return its result. ``output``: folder to save the run in (default:
-    a temporary folder, removed afterwards). Other options are ``pcietrace run``'s, by their Python names,
-    e.g. ``window_s=0.2, durations="0,5,50", gpus=4`` (with ``simulate=True``). Nothing is printed."""
-    from pcietrace import commands
-    from pcietrace.cli import build_parser
+def _result(recorded: Recorded) -> Result:
+    """A recording's result: what :func:`load` would give of the run it saved. A signal that stopped it is
+    raised again; a save that failed is a :class:`~pcietrace.errors.PcietraceError`."""
+    from pcietrace.analysis.summary import summarize
 
-    argv = ["run", "--gpu", str(gpu), "--format", "json"] + (["--simulate"] if simulate else []) + \
-        (["--quick"] if quick else []) + ([] if latency else ["--no-latency"])
-    for key, value in options.items():
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            argv.append(flag)
-        elif value is not False and value is not None:  # (not `in (False, None)`: 0 == False, and gpus=0 was dropped)
-            argv += [flag, ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)]
-    with contextlib.ExitStack() as stack:
-        folder = Path(output) if output is not None else Path(stack.enter_context(tempfile.TemporaryDirectory())) / "run"
-        said = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(said):
-                args = build_parser().parse_args(argv + ["--output", str(folder)])
-        except SystemExit:
-            why = said.getvalue().strip().splitlines()[-1:] or [""]
-            raise UsageError(f"invalid options for measure(): {' '.join(argv[1:])} "
-                             f"({why[0].split('error: ', 1)[-1]})") from None
-        err = io.StringIO()
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-            code = commands.cmd_run(args)
-        if code >= 128:  # Ctrl-C or SIGTERM: cmd_run saved what it had and returned the shell's code
-            raise KeyboardInterrupt
-        if code:  # the run was measured but could not be saved: say why (stderr was captured)
-            lines = [ln for ln in err.getvalue().splitlines() if "error" in ln]
-            raise PcietraceError(lines[-1].removeprefix("pcietrace: error: ") if lines
-                                 else f"run exited with code {code}")
-        result = load(folder)
-        if output is None:
-            result.path = None
-        return result
+    if recorded.interrupted is not None:
+        raise recorded.interrupted
+    if recorded.save_error is not None:
+        raise PcietraceError(recorded.save_error.removeprefix("pcietrace: error: "))
+    session, results = recorded.session, recorded.results
+    return Result(meta=session.meta, tables=results, summary=summarize(session.meta, results), path=recorded.path,
+                  session=session)
+
+
+def _saved(output: str | Path | None) -> dict[str, Any]:
+    return {"output": output, "save": output is not None}
+
+
+def measure(gpu: GpuSpec = "all", *, simulate: bool = False, quick: bool = False, output: str | Path | None = None,
+            latency: bool = True, **options: Any) -> Result:
+    """``pcietrace run`` from Python: returns its result. ``gpu``: "all", "0,1", 0 or [0, 1] (CUDA device
+    numbers); ``output``: folder to save the run in (default: not saved). Other options are
+    :class:`pcietrace.config.RunConfig`'s fields, e.g. ``window_s=0.2, durations_us=(0, 5, 50), gpus=4`` (with
+    ``simulate=True``), ``force=True``. Nothing is printed."""
+    from pcietrace import workflow
+    from pcietrace.config import RunConfig
+
+    config = RunConfig(gpu=gpu, simulate=simulate, quick=quick, latency=latency, **{**_saved(output), **options})
+    return _result(workflow.record_run(config))
+
+
+def latency(gpu: GpuSpec = "all", *, simulate: bool = False, output: str | Path | None = None,
+            **options: Any) -> Result:
+    """``pcietrace latency`` from Python: PCIe round trips and launch/completion latencies. Options are
+    :class:`pcietrace.config.LatencyConfig`'s fields (``repeats``, ``gpus`` and ``seed`` with ``simulate``)."""
+    from pcietrace import workflow
+    from pcietrace.config import LatencyConfig
+
+    config = LatencyConfig(gpu=gpu, simulate=simulate, **{**_saved(output), **options})
+    return _result(workflow.record_latency(config))
+
+
+def graphs(gpu: int = 0, *, simulate: bool = False, output: str | Path | None = None, **options: Any) -> Result:
+    """``pcietrace graphs`` from Python: what each way of using CUDA graphs costs when parameters change.
+    Options are :class:`pcietrace.config.GraphsConfig`'s fields (``kernels``, ``strategies``, ``iterations``...)."""
+    from pcietrace import workflow
+    from pcietrace.config import GraphsConfig
+
+    config = GraphsConfig(gpu=gpu, simulate=simulate, **{**_saved(output), **options})
+    return _result(workflow.record_graphs(config))
+
+
+def attach(command: Sequence[str], gpu: GpuSpec = "all", *, output: str | Path | None = None,
+           **options: Any) -> Result:
+    """``pcietrace attach`` from Python: runs ``command`` (a list: the program and its arguments) under the
+    samplers and returns its per-range result; the program's exit code is ``result.meta["exit_code"]``.
+    Options are :class:`pcietrace.config.AttachConfig`'s fields (``sample_interval_ms``, ``gpu_time``...)."""
+    from pcietrace import workflow
+    from pcietrace.config import AttachConfig
+
+    config = AttachConfig(command=tuple(command), gpu=gpu, **{**_saved(output), **options})
+    return _result(workflow.record_attach(config))
 
 
 def merge(paths: list[str | Path], output: str | Path, *, workers: int | None = None, scheduler: str | None = None,

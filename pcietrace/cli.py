@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Callable, NoReturn, Sequence
 
 from pcietrace import __version__, signals
-from pcietrace.errors import PcietraceError, one_line
+from pcietrace.config import MAX_US, MIN_US
+from pcietrace.errors import ConfigError, PcietraceError, one_line
 from pcietrace.text import clean
 
 
@@ -25,11 +26,6 @@ def _float_list(text: str) -> tuple[float, ...]:
     if not vals or any(not math.isfinite(v) or v < 0 for v in vals):
         raise argparse.ArgumentTypeError(f"expected non-negative numbers, got {text!r}")
     return vals
-
-
-#: Kernel durations (us) a spin kernel can be asked for: 0 (an empty kernel) or MIN_US..MAX_US (a tinier one
-#: overflows the launch plan's arithmetic; a longer one makes windows of hours).
-MIN_US, MAX_US = 1e-3, 1e6
 
 
 def _us_list(text: str) -> tuple[float, ...]:
@@ -459,6 +455,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: The flag a config field is set by, where it is not the field's name as a flag (``window_s`` -> ``--window-s``).
+FLAGS = {"durations_us": "--durations", "graph_ks": "--graph-k", "latency": "--no-latency", "save": "--no-save",
+         "calibrate": "--no-calibrate", "command": "-- CMD", "output": "-o"}
+
+
+def flag(field: str) -> str:
+    """The command-line flag of a config field (:mod:`pcietrace.config`)."""
+    return FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
 def main(argv: list[str] | None = None) -> int:
     # the command's name, known before parsing (an interrupt may come during it); no top-level option takes a value
     command = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
@@ -486,6 +492,9 @@ def _main(argv: list[str] | None, command: str | None) -> int:
         rc = int(getattr(commands, args.func)(args))
         sys.stdout.flush()  # (stdout on a full disk fails here, not silently in the interpreter's flush at exit)
         return rc
+    except ConfigError as exc:  # said by the flag the value came from
+        print(f"pcietrace: error: {clean(exc.say(flag))}", file=sys.stderr)
+        return 2
     except PcietraceError as exc:
         print(f"pcietrace: error: {clean(str(exc))}", file=sys.stderr)
         return 2

@@ -1,4 +1,6 @@
-"""The commands behind ``pcietrace``'s subcommands: each takes the parsed arguments, returns an exit code."""
+"""The commands behind ``pcietrace``'s subcommands: each takes the parsed arguments and returns an exit code.
+A measuring command is parse -> config (:mod:`pcietrace.config`) -> record (:mod:`pcietrace.workflow`, which
+the Python API calls too) -> render; the others load a saved run, analyse it and render."""
 
 from __future__ import annotations
 
@@ -6,91 +8,51 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from pcietrace.errors import NoGpuError, UsageError
+from pcietrace.errors import UsageError
 
-SIM_HINT = "run `pcietrace run --simulate` to try the whole pipeline on a simulated device"
-
-
-def parse_gpus(spec: str, count: int) -> list[int]:
-    """'all' or comma-separated CUDA ordinals (as CUDA_VISIBLE_DEVICES presents them), each named once -> sorted list."""
-    if spec == "all":
-        return list(range(count))
-    try:
-        ords = [int(x) for x in spec.split(",")]
-    except ValueError:
-        raise UsageError(f"--gpu takes 'all' or CUDA device numbers like 0,1 (got {spec!r})") from None
-    twice = [o for o in ords if ords.count(o) > 1]
-    if twice:  # `--gpu 0,0` is a typo for 0,1 more often than a wish to measure GPU 0 once
-        raise UsageError(f"--gpu {spec}: GPU {twice[0]} given twice")
-    bad = [o for o in ords if not 0 <= o < count]
-    if bad:
-        raise UsageError(f"--gpu {spec}: no CUDA device {bad[0]} ({count} visible)")
-    return sorted(ords)
+if TYPE_CHECKING:
+    from pcietrace.config import AttachConfig, GraphsConfig, LatencyConfig, RunConfig
+    from pcietrace.workflow import Feedback
 
 
-def _plan(args: argparse.Namespace) -> Any:
-    from pcietrace.record.run import RunPlan
-
-    kw: dict[str, Any] = {}
-    if args.quick:
-        kw.update(durations_us=(0, 5, 50), graph_ks=(1, 100), window_s=0.1, e2e_repeats=1)
-    if args.window_s is not None:
-        kw["window_s"] = args.window_s
-    if args.durations is not None:
-        kw["durations_us"] = args.durations
-    if args.graph_k is not None:
-        kw["graph_ks"] = args.graph_k
-    if args.contexts is not None:
-        kw["gpu_time_contexts"] = args.contexts
-    return RunPlan(**kw)
+def _saved(args: argparse.Namespace) -> dict[str, Any]:
+    """The save options every measuring command takes (-o, --force, --no-save) as config fields."""
+    return {"output": args.output, "force": args.force, "save": not getattr(args, "no_save", False)}
 
 
-def _run_folder(args: argparse.Namespace, meta: dict[str, Any], ordinals: list[int], suffix: str = "") -> Any:
-    """Where the run will be saved (checked and staged before measuring), or None with --no-save."""
-    from pcietrace.record.guard import RunFolder, default_folder
+def _feedback(progress_bar: bool = False) -> Feedback:
+    """The rich status lines, spinners and (``progress_bar``) progress bar a recording shows on stderr."""
+    from rich.console import Console
 
-    if getattr(args, "no_save", False):
-        return None
-    if args.output is not None:
-        return RunFolder(args.output, explicit=True, force=args.force)
-    return RunFolder(default_folder(meta, ordinals, suffix), explicit=False)
+    from pcietrace.report.console import tell
+    from pcietrace.workflow import Feedback
+
+    err = Console(stderr=True)
+    return Feedback(tell=tell, busy=err.status, **({"steps": _progress} if progress_bar else {}))
+
+
+def run_config(args: argparse.Namespace) -> RunConfig:
+    """``pcietrace run``'s flags as its config (:class:`pcietrace.config.RunConfig`)."""
+    from pcietrace.config import RunConfig
+
+    return RunConfig(gpu=args.gpu, simulate=args.simulate, gpus=args.gpus, seed=args.seed, quick=args.quick,
+                     window_s=args.window_s, durations_us=args.durations, graph_ks=args.graph_k,
+                     contexts=args.contexts, sample_interval_ms=args.sample_interval_ms,
+                     throughput_api=args.throughput_api, latency=not args.no_latency, repeats=args.repeats,
+                     us_per_level=args.us_per_level, **_saved(args))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pcietrace.analysis import analyze, to_jsonable
-    from pcietrace.record import box, guard
-    from pcietrace.report.console import tell
+    from pcietrace import workflow
 
-    plan = _plan(args)
+    config = run_config(args)
     _check_plot(args)
-    if args.gpus != 1 and not args.simulate:
-        raise UsageError("--gpus N simulates an N-GPU box: it needs --simulate (real GPUs are chosen with --gpu)")
-    repeats = None if args.no_latency else args.repeats
-    if args.simulate:
-        ordinals = parse_gpus(args.gpu, args.gpus)  # --gpu beyond the simulated box is an error, not ignored
-        session, record = box.simulated(plan, ordinals, args.gpus, args.seed, repeats)
-    else:
-        from pcietrace.device import backend, cuda
-
-        try:
-            ordinals = parse_gpus(args.gpu, cuda.device_count())
-            gpus = backend.describe_gpus(ordinals)
-        except NoGpuError as exc:
-            raise NoGpuError(f"{exc}; {SIM_HINT}") from None
-        session, record = box.real(plan, gpus, ordinals, args.throughput_api, args.sample_interval_ms, repeats)
-    folder = _run_folder(args, session.meta, ordinals)
-    saving = guard.Saving(session, folder, lambda: analyze(session, args.us_per_level)
-                          if session.meta.get("status") == "complete" else None,
-                          to_jsonable=to_jsonable, tell=tell,
-                          saved_line=lambda s: f"saved {'partial ' if s.results is None else ''}run to {s.out_dir}")
-    with saving, _progress(plan.steps() * len(session.meta["gpus"])) as (advance, note):
-        record(advance, note)
-    return saving.end(lambda results: _emit(session.meta, results, args))
+    recorded = workflow.record_run(config, _feedback(progress_bar=True))
+    return recorded.end(lambda results: _emit(recorded.session.meta, results, args))
 
 
 @contextlib.contextmanager
@@ -225,27 +187,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_topo(args: argparse.Namespace) -> int:
-    from pcietrace.collectors import nvml, topology
+    from pcietrace import workflow
 
-    if args.fixture is not None:
-        from pcietrace.collectors import sysfs_fixture
-
-        if args.sysfs_root is not None:  # else one of the two machines named would be silently ignored
-            raise UsageError("--fixture and --sysfs-root each name the machine to show: give one of them")
-
-        return _emit_topology(sysfs_fixture.topology(args.fixture), args)
-    gpus = None
-    root = args.sysfs_root or "/sys"
-    if Path(root).resolve() == Path("/sys"):  # this machine's own tree: NVML names its GPUs and links
-        try:
-            infos = [nvml.gpu_info(i) for i in range(nvml.device_count())]
-            gpus = [{"nvml_index": g.nvml_index, "bus_id": g.bus_id, "name": g.name} for g in infos]
-        except NoGpuError:
-            gpus = None  # no driver: sysfs alone still shows the placement
-    topo = topology.collect(gpus, root)
-    if not topo["gpus"]:
-        raise UsageError(f"no NVIDIA GPU found under {root}")
-    return _emit_topology(topo, args)
+    return _emit_topology(workflow.topology(args.fixture, args.sysfs_root), args)
 
 
 def _emit_topology(topo: dict[str, Any], args: argparse.Namespace) -> int:
@@ -263,139 +207,46 @@ def _emit_topology(topo: dict[str, Any], args: argparse.Namespace) -> int:
     return 0
 
 
+def latency_config(args: argparse.Namespace) -> LatencyConfig:
+    """``pcietrace latency``'s flags as its config (:class:`pcietrace.config.LatencyConfig`)."""
+    from pcietrace.config import LatencyConfig
+
+    return LatencyConfig(gpu=args.gpu, simulate=args.simulate, gpus=args.gpus, seed=args.seed, repeats=args.repeats,
+                         **_saved(args))
+
+
 def cmd_latency(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from pcietrace import workflow
 
-    from pcietrace.device import backend, cuda
-    from pcietrace.analysis import analyze, to_jsonable
-    from pcietrace.collectors import topology
-    from pcietrace.record import guard
-    from pcietrace.record.latency import LatencyProbe, measure
-    from pcietrace.record.run import RunPlan, base_meta
-    from pcietrace.report.console import tell
-    from pcietrace.session import Session
-
+    config = latency_config(args)
     _check_plot(args)
-    if args.gpus != 1 and not args.simulate:
-        raise UsageError("--gpus N simulates an N-GPU box: it needs --simulate (real GPUs are chosen with --gpu)")
-    if args.simulate:
-        return _simulated_latency(args)
-    try:
-        ordinals = parse_gpus(args.gpu, cuda.device_count())
-        gpus = backend.open_gpus(ordinals)
-    except NoGpuError as exc:
-        raise NoGpuError(f"{exc}; `pcietrace topo` needs no driver (only the GPUs), {SIM_HINT}") from None
-    err = Console(stderr=True)
-
-    def release() -> None:
-        for _, be in gpus:
-            with contextlib.suppress(Exception):  # the figures are in the session: a failed release keeps them
-                be.close()
-
-    try:  # the GPUs are released on every way out, a refused -o included
-        session = Session(meta=base_meta(RunPlan(), False))
-        session.meta.update(kind="latency", status="running", driver=backend.driver_version(),
-                            gpus=[g for g, _ in gpus], topology=topology.collect([g for g, _ in gpus]))
-        folder = _run_folder(args, session.meta, ordinals, "-latency")
-        with guard.discard_on_error(folder), guard.Interrupts(), err.status("measuring latency") as status:
-            session.latency = measure({g["nvml_index"]: LatencyProbe(be) for g, be in gpus}, args.repeats,
-                                      progress=lambda label: status.update(label))
-    except BaseException:
-        release()
-        raise
-    session.meta["status"] = "complete"
-    saving = guard.Saving(session, folder, lambda: analyze(session), to_jsonable=to_jsonable, tell=tell,
-                          before=lambda _: release())
-    with saving:  # the suite is measured: a signal while the GPUs are released waits until it is saved
-        pass
-    return saving.end(lambda results: _emit(session.meta, results, args))
+    recorded = workflow.record_latency(config, _feedback())
+    return recorded.end(lambda results: _emit(recorded.session.meta, results, args))
 
 
-def _simulated_latency(args: argparse.Namespace) -> int:
-    """``latency --simulate``: the suite's figures from the SIMULATED device's model of a recorded run."""
-    from pcietrace.analysis import analyze, to_jsonable
-    from pcietrace.device import sim
-    from pcietrace.record import guard
-    from pcietrace.record.run import RunPlan, base_meta
-    from pcietrace.report.console import tell
-    from pcietrace.session import Session
+def attach_config(args: argparse.Namespace) -> AttachConfig:
+    """``pcietrace attach``'s flags as its config (:class:`pcietrace.config.AttachConfig`)."""
+    from pcietrace.config import AttachConfig
+    from pcietrace.schema import NO_LAUNCH_COUNTER
 
-    params = sim.SimParams.default()
-    ordinals = parse_gpus(args.gpu, args.gpus)
-    gpu_meta = [sim.gpu_records(params, args.gpus)[o] for o in ordinals]
-    session = Session(meta=base_meta(RunPlan(), True))
-    session.meta.update(kind="latency", status="running", driver="simulated", sim_source=params.source,
-                        gpus=gpu_meta, topology=sim.topology(params, gpu_meta))
-    folder = _run_folder(args, session.meta, ordinals, "-latency")
-    with guard.discard_on_error(folder), guard.Interrupts():
-        session.latency = sim.latency(params, gpu_meta, args.repeats, args.seed)
-    session.meta["status"] = "complete"
-    saving = guard.Saving(session, folder, lambda: analyze(session), to_jsonable=to_jsonable, tell=tell)
-    with saving:
-        pass
-    return saving.end(lambda results: _emit(session.meta, results, args))
-
-
-def _launch_costs(args: argparse.Namespace, ordinal: int) -> dict[str, Any] | None:
-    if args.no_calibrate:
-        return None
-    if args.baseline is not None:
-        from pcietrace.analysis.costs import from_run
-        from pcietrace.session import Session
-
-        return from_run(Session.load(args.baseline), str(args.baseline))
-    from pcietrace.analysis.costs import from_records
-    from pcietrace.record.attach import calibrate_in_child
-
-    return from_records(*calibrate_in_child(ordinal), "measured on the spot")
+    return AttachConfig(command=tuple(args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd), gpu=args.gpu,
+                        sample_interval_ms=args.sample_interval_ms,
+                        idle_sample_interval_ms=args.idle_sample_interval_ms, slow_domains=args.slow_domains,
+                        sampler_duty=args.sampler_duty, idle_s=args.idle_s, calibrate=not args.no_calibrate,
+                        baseline=args.baseline,
+                        launch_counter=NO_LAUNCH_COUNTER if args.no_count_launches else args.launch_counter,
+                        exact_edges=args.exact_edges, gpu_time=args.gpu_time, label=args.label,
+                        group_by=args.group_by, **_saved(args))
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from pcietrace import workflow
 
-    from pcietrace.analysis import analyze, saved_tables
-    from pcietrace.collectors import nvml, topology
-    from pcietrace.device import backend, cuda
-    from pcietrace.record import guard
-    from pcietrace.record.attach import exit_code, record_attach
-    from pcietrace.record.node import expand_output, node_meta
-    from pcietrace.record.run import RunPlan, base_meta
-    from pcietrace.report.console import tell
-    from pcietrace.report.perfetto import write_trace
-    from pcietrace.schema import NO_LAUNCH_COUNTER
-    from pcietrace.session import Session
-
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not cmd:
-        raise UsageError("attach needs a program to run: pcietrace attach -- CMD [ARGS...]")
-    if shutil.which(cmd[0]) is None:  # before anything is measured or saved
-        why = "not an executable file" if os.path.exists(cmd[0]) else "no such program (not on PATH)"
-        raise UsageError(f"attach cannot run {cmd[0]!r}: {why}")
+    config = attach_config(args)
     _check_plot(args)
-    try:
-        ordinals = parse_gpus(args.gpu, len(cuda.bus_ids()))
-    except NoGpuError as exc:
-        raise NoGpuError(f"{exc}; attach needs an NVIDIA GPU") from None
-    gpus = backend.describe_gpus(ordinals)
-    session = Session(meta=base_meta(RunPlan(), False))
-    session.meta.update(kind="attach", command=cmd, gpus=gpus, driver=nvml.driver_version(), launch_costs=None,
-                        sample_interval_ms=args.sample_interval_ms, topology=topology.collect(gpus),
-                        launch_counter=NO_LAUNCH_COUNTER if args.no_count_launches else args.launch_counter,
-                        exact_edges=args.exact_edges, sampler_duty=args.sampler_duty,
-                        idle_sample_interval_ms=args.idle_sample_interval_ms, slow_domains=args.slow_domains)
-    session.meta["gpu_time"] = args.gpu_time
-    session.meta["node"] = node_meta(args.label)  # what `pcietrace merge` lines nodes up by
-    if args.output is not None:
-        args.output = Path(expand_output(str(args.output), args.label))
-    suffix = "-attach" + (f"-{args.label}" if args.label else "")
-    folder = _run_folder(args, session.meta, ordinals, suffix)  # checked before anything is measured
-    with guard.discard_on_error(folder), Console(stderr=True).status("measuring per-launch costs on this GPU"):
-        session.meta["launch_costs"] = _launch_costs(args, ordinals[0])
     machine_output = args.json or args.format != "table"  # stdout carries the report alone: the program's goes to stderr
-    saving = record_attach(session, folder, args.idle_s, sys.stderr if machine_output else None,
-                           lambda: analyze(session, group_by=args.group_by), write_trace, to_jsonable=saved_tables,
-                           tell=tell)
-    return saving.end(lambda results: _emit(session.meta, results, args), exit_code(session.meta))
+    recorded = workflow.record_attach(config, _feedback(), sys.stderr if machine_output else None)
+    return recorded.end(lambda results: _emit(recorded.session.meta, results, args))
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -441,46 +292,26 @@ def _refuse_nothing_in_common(cmp: Any, names: list[str], paths: list[Path], ses
                              f"common: {hint}")
 
 
+def graphs_config(args: argparse.Namespace) -> GraphsConfig:
+    """``pcietrace graphs``'s flags as its config (:class:`pcietrace.config.GraphsConfig`)."""
+    from pcietrace.config import GraphsConfig
+
+    return GraphsConfig(gpu=args.gpu, simulate=args.simulate, kernels=args.kernels, param_sets=args.param_sets,
+                        order=args.order, strategies=args.strategies, kernel_us=args.kernel_us,
+                        iterations=args.iterations, rounds=args.rounds, sync_each_iteration=args.sync_each_iteration,
+                        sample_interval_ms=args.sample_interval_ms, seed=args.seed, **_saved(args))
+
+
 def cmd_graphs(args: argparse.Namespace) -> int:
-    from pcietrace.record import graphs
+    from pcietrace import workflow
     from pcietrace.report.prometheus import NO_METRICS
 
+    config = graphs_config(args)
     _check_plot(args)
     if args.format == "prometheus" and not args.json:
         raise UsageError(NO_METRICS["graphs"])
-    plan = graphs.GraphsPlan(kernels=args.kernels, param_sets=args.param_sets, order=args.order,
-                             strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()),
-                             kernel_us=tuple(args.kernel_us), iterations=args.iterations, rounds=args.rounds,
-                             sync=args.sync_each_iteration, seed=args.seed)
-    try:
-        gpu, device, sampler, probe, extra = graphs.open_device(args.simulate, args.gpu, args.seed, args.sample_interval_ms)
-    except NoGpuError as exc:
-        raise NoGpuError(f"{exc}; `pcietrace graphs --simulate` runs on a simulated device") from None
-    try:
-        return _record_graphs(args, plan, gpu, device, sampler, probe, extra)
-    finally:  # every exit path (a taken -o, Ctrl-C, a failed run) releases the GPU
-        with contextlib.suppress(Exception):  # saved by now: a failed release keeps the run
-            device.close()
-
-
-def _record_graphs(args: argparse.Namespace, plan: Any, gpu: dict[str, Any], device: Any, sampler: Any, probe: Any,
-                   extra: dict[str, Any]) -> int:
-    from rich.console import Console
-
-    from pcietrace.analysis import analyze, to_jsonable
-    from pcietrace.record import graphs, guard
-    from pcietrace.record.run import RunPlan, base_meta
-    from pcietrace.report.console import tell
-    from pcietrace.session import Session
-
-    session = Session(meta={**base_meta(RunPlan(), args.simulate), **graphs.meta_for(plan, device), **extra, "gpus": [gpu]})
-    session.meta.pop("plan")  # that is `run`'s plan; this run's is graphs_plan
-    folder = _run_folder(args, session.meta, [args.gpu], "-graphs")
-    err = Console(stderr=True)
-    saving = guard.Saving(session, folder, lambda: analyze(session), to_jsonable=to_jsonable, tell=tell)
-    with saving, err.status("graphs") as status:
-        graphs.record(session, plan, device, gpu["nvml_index"], sampler, probe, progress=status.update)
-    return saving.end(lambda results: _emit(session.meta, results, args))
+    recorded = workflow.record_graphs(config, _feedback())
+    return recorded.end(lambda results: _emit(recorded.session.meta, results, args))
 
 
 def _compare_attach(args: argparse.Namespace, sessions: list[Any]) -> int:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Callable
+
 
 class PcietraceError(Exception):
     """Base class: an expected failure the user can act on (bad input, no GPU, unsupported driver)."""
@@ -9,6 +12,20 @@ class PcietraceError(Exception):
 
 class UsageError(PcietraceError):
     """Bad command-line input or a file that is not a pcietrace report."""
+
+
+class ConfigError(UsageError):
+    """A config value out of its range. ``field`` names it and ``reason`` says what is wrong; ``{name}`` in
+    the reason names another field. ``str()`` says both by field name; the CLI says them by its flags
+    (:meth:`say`)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field, self.reason = field, reason
+        super().__init__(self.say(lambda name: name))
+
+    def say(self, name_of: Callable[[str], str]) -> str:
+        """The message with every field named by ``name_of(field)`` (e.g. its command-line flag)."""
+        return f"{name_of(self.field)} " + re.sub(r"\{(\w+)\}", lambda m: name_of(m.group(1)), self.reason)
 
 
 class NoGpuError(PcietraceError):

@@ -342,13 +342,13 @@ def _attach_patches() -> contextlib.ExitStack:
 
     from pcietrace import collectors
     from pcietrace.collectors import nvml, topology
-    from pcietrace.device import backend, cuda
+    from pcietrace.device import cuda
 
     mp = pytest.MonkeyPatch()
     mp.setattr(collectors, "CounterSampler", type("S", (_StandInAttachSampler,), {}))
     mp.setattr(cuda, "bus_ids", lambda: ["0000:00:06.0"])
-    mp.setattr(backend, "describe_gpus", lambda ordinals: [
-        {"nvml_index": 0, "name": "FAKE (no GPU)", "bus_id": "0000:00:06.0", "cuda_ordinal": 0}])
+    mp.setattr(nvml, "index_for_bus_id", lambda bus_id: 0)
+    mp.setattr(nvml, "gpu_info", lambda i: nvml.GpuInfo(i, "FAKE (no GPU)", "none", "0000:00:06.0", *[None] * 5))
     mp.setattr(nvml, "driver_version", lambda: "none (stand-in)")
     mp.setattr(topology, "collect", lambda gpus=None, sysfs_root="/sys": None)
     stack = contextlib.ExitStack()

@@ -357,12 +357,11 @@ def test_the_calibration_records_make_every_launch_cost_on_the_simulated_device(
 def test_the_on_the_spot_calibration_gives_every_launch_cost() -> None:
     """GPU 0, as ``pcietrace attach`` calibrates: the records come back from the child and make every launch
     cost, each positive, a graph's kernel cheaper per kernel than an eager one's (K=100, empty kernels)."""
-    import argparse
-
     from pcietrace.analysis.costs import LAUNCH_COST_KEYS
-    from pcietrace.commands import _launch_costs
+    from pcietrace.config import AttachConfig
+    from pcietrace.workflow import _launch_costs
 
-    costs = _launch_costs(argparse.Namespace(no_calibrate=False, baseline=None), 0)
+    costs = _launch_costs(AttachConfig(command=("true",)), 0)
     assert all(np.isfinite(costs[k]) and costs[k] > 0 for k in LAUNCH_COST_KEYS), costs
     assert costs["wall_us_per_kernel_graph"] < costs["wall_us_per_kernel_eager"]
     assert costs["source"] == "measured on the spot"
@@ -642,7 +641,7 @@ def attach_stand_ins(monkeypatch):
     Recordings made are listed in the returned ``made``, the sampler class is ``S``."""
     from pcietrace import collectors
     from pcietrace.collectors import nvml, topology
-    from pcietrace.device import backend, cuda
+    from pcietrace.device import cuda
     from pcietrace.record import attach
 
     class S(_StandInAttachSampler):
@@ -650,8 +649,9 @@ def attach_stand_ins(monkeypatch):
 
     monkeypatch.setattr(collectors, "CounterSampler", S)
     monkeypatch.setattr(cuda, "bus_ids", lambda: ["0000:00:06.0"])
-    monkeypatch.setattr(backend, "describe_gpus", lambda ordinals: [
-        {"nvml_index": 0, "name": "FAKE (no GPU)", "bus_id": "0000:00:06.0", "cuda_ordinal": 0}])
+    monkeypatch.setattr(nvml, "index_for_bus_id", lambda bus_id: 0)
+    monkeypatch.setattr(nvml, "gpu_info", lambda i: nvml.GpuInfo(i, "FAKE (no GPU)", "none", "0000:00:06.0",
+                                                                   *[None] * 5))
     monkeypatch.setattr(nvml, "driver_version", lambda: "none (stand-in)")
     monkeypatch.setattr(topology, "collect", lambda gpus=None, sysfs_root="/sys": None)
     made: list = []

@@ -345,7 +345,7 @@ def test_the_validator_refuses_or_passes_never_raises_otherwise(h100, data) -> N
 def test_measure_refuses_zero_gpus() -> None:
     import pcietrace
 
-    with pytest.raises(UsageError, match="--gpus"):
+    with pytest.raises(UsageError, match="gpus must be"):
         pcietrace.measure(simulate=True, quick=True, gpus=0)
 
 

@@ -171,6 +171,7 @@ ARG_WORDS = st.sampled_from(["run", "report", "topo", "latency", "attach", "comp
 @given(argv=st.lists(st.one_of(ARG_WORDS, ARG_VALUES), max_size=8), lead=st.sampled_from(["run", "attach", "report"]))
 def test_parser_exits_0_or_2_and_validates_numbers(argv, lead) -> None:
     from pcietrace import commands
+    from pcietrace.device import gpus
 
     argv = [lead] + argv
     err = io.StringIO()
@@ -185,11 +186,11 @@ def test_parser_exits_0_or_2_and_validates_numbers(argv, lead) -> None:
         assert v is None or (math.isfinite(v) and v >= 0)
     for name in ("durations", "graph_k"):
         assert all(math.isfinite(v) and v >= 0 for v in getattr(args, name, None) or ())
-    with contextlib.suppress(UsageError):  # what the parser lets through, the plan takes or refuses typed
+    with contextlib.suppress(UsageError):  # what the parser lets through, the config takes or refuses typed
         if args.command == "run":
-            commands._plan(args)
+            commands.run_config(args).plan()
         if hasattr(args, "gpu"):
-            commands.parse_gpus(args.gpu, 2)
+            gpus.ordinals(args.gpu, 2)
 
 
 @FUZZ

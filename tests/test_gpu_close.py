@@ -209,9 +209,10 @@ def _record(trip: Any, contexts: int = 4) -> tuple[Session, list[tuple[str, str]
     plan = RunPlan(durations_us=(0,), graph_ks=(1,), idle_windows=1, rate_fractions=(1.0,), window_s=0.02,
                    e2e_repeats=1, language_repeats=0, gpu_time_contexts=contexts)
     session = Session(meta=base_meta(plan, True))
-    session.meta["gpus"] = gpu_records(params, 1)
+    gpu, = gpu_records(params, 1)
+    session.meta["gpus"] = [gpu.meta()]
     try:
-        record(session, plan, [(session.meta["gpus"][0], WatchedSim(device, log, trip))], SimSampler({0: device}))
+        record(session, plan, [(gpu, WatchedSim(device, log, trip))], SimSampler({0: device}))
     except BaseException as exc:  # noqa: BLE001 - the test looks at what was kept
         session.meta["raised"] = type(exc).__name__
     return session, log
@@ -269,9 +270,10 @@ def test_contexts_are_made_before_the_timed_turn_and_their_bursts_open_it() -> N
     plan = RunPlan(durations_us=(0,), graph_ks=(1,), idle_windows=1, rate_fractions=(1.0,), window_s=0.02,
                    e2e_repeats=1, language_repeats=0, gpu_time_contexts=3)
     session = Session(meta=base_meta(plan, True))
-    session.meta["gpus"] = gpu_records(params, 1)
+    gpu, = gpu_records(params, 1)
+    session.meta["gpus"] = [gpu.meta()]
     labels: list[str] = []
-    record(session, plan, [(session.meta["gpus"][0], WatchedSim(device, log, lambda *_: None))], SimSampler({0: device}),
+    record(session, plan, [(gpu, WatchedSim(device, log, lambda *_: None))], SimSampler({0: device}),
            progress=labels.append, before_timing=lambda g: (labels.append("TURN"), log.append(("turn", "own"))))
     turn = log.index(("turn", "own"))
     assert [e for e in log[:turn] if e[0] == "activate" and e[1] != "own"] == [("activate", "fresh1"), ("activate", "fresh2")]
@@ -456,18 +458,25 @@ def test_a_graphs_device_that_fails_to_open_releases_its_gpu(graphs_gpu, monkeyp
 
 
 def test_open_gpus_releases_the_gpus_opened_before_a_failure(drv, monkeypatch) -> None:
-    from pcietrace.collectors import nvml
-    from pcietrace.device.backend import open_gpus
-    from pcietrace.errors import NvmlError
+    """Ctrl-C while the second GPU opens: the first, already open, is released."""
+    from pcietrace.device import backend
+    from pcietrace.device.gpus import GpuRecord
 
-    def no_nvml(bus_id: str) -> int:
-        raise NvmlError("NVML: not found")
+    opened: list = []
+    real = backend.CudaBackend
 
-    monkeypatch.setattr(nvml, "index_for_bus_id", no_nvml)
-    with pytest.raises(NvmlError):
-        open_gpus([0])
+    def second_interrupted(ordinal: int) -> Any:
+        if opened:
+            raise KeyboardInterrupt
+        opened.append(real(ordinal))
+        return opened[-1]
+
+    monkeypatch.setattr(backend, "CudaBackend", second_interrupted)
+    gpu = GpuRecord(nvml_index=0, cuda_ordinal=0, bus_id="0000:01:00.0", name="FAKE")
+    with pytest.raises(KeyboardInterrupt):
+        backend.open_gpus([gpu, gpu])
     n = drv.names()
-    assert n.count("cuDevicePrimaryCtxRetain") == n.count("cuDevicePrimaryCtxRelease") == 1
+    assert len(opened) == 1 and n.count("cuDevicePrimaryCtxRetain") == n.count("cuDevicePrimaryCtxRelease") == 1
 
 
 class ClosedSim:
@@ -497,7 +506,7 @@ def test_the_graphs_command_closes_its_device_on_every_exit_path(case, tmp_path,
 
     dev = ClosedSim(KeyboardInterrupt() if case == "ctrl-c" else None)
     gpu, _, sampler, probe, extra = dev.opened
-    monkeypatch.setattr(graphs, "open_device", lambda *a: (gpu, dev, sampler, probe, extra))
+    monkeypatch.setattr(graphs, "open_device", lambda *a: graphs.OpenedDevice(gpu, dev, sampler, probe, extra))
     out = tmp_path / "g"
     if case == "taken -o":
         out.mkdir()
@@ -510,6 +519,7 @@ def test_the_graphs_command_closes_its_device_on_every_exit_path(case, tmp_path,
 
 def test_a_worker_whose_counters_fail_to_open_releases_its_gpu(graphs_gpu, monkeypatch) -> None:
     from pcietrace import collectors
+    from pcietrace.device.gpus import GpuRecord
     from pcietrace.errors import NvmlError
     from pcietrace.record.parallel import open_cuda
 
@@ -518,7 +528,7 @@ def test_a_worker_whose_counters_fail_to_open_releases_its_gpu(graphs_gpu, monke
 
     monkeypatch.setattr(collectors, "BoundaryProbe", no_counters)
     with pytest.raises(NvmlError):
-        open_cuda(0)
+        open_cuda(GpuRecord(nvml_index=0, cuda_ordinal=0, bus_id="00000000:01:00.0", name="FAKE"))
     n = graphs_gpu.names()
     assert n.count("cuDevicePrimaryCtxRetain") == n.count("cuDevicePrimaryCtxRelease") == 1
 
@@ -569,7 +579,7 @@ def test_runners_made_before_one_that_fails_are_closed() -> None:
         return r
 
     dev.runner = runner
-    session = Session(meta={"gpus": [gpu]})
+    session = Session(meta={"gpus": [gpu.meta()]})
     with pytest.raises(CudaError):
         graphs.record(session, graphs.GraphsPlan(kernels=(20,), iterations=2, rounds=1), dev, 0, sampler, probe)
     assert [r.closed for r in made] == [1, 1, 1] and session.meta["status"].startswith("failed")
@@ -580,7 +590,9 @@ def test_the_latency_command_releases_its_gpus_when_its_output_folder_is_refused
     measuring, and the GPUs it had opened are released (SIMULATED: stand-in backends that count closes)."""
     from pcietrace.cli import main
     from pcietrace.collectors import topology
-    from pcietrace.device import backend, cuda
+    from pcietrace.device import backend
+    from pcietrace.device import gpus as device_gpus
+    from pcietrace.device.gpus import GpuRecord
 
     class Backend:
         closed = 0
@@ -588,10 +600,10 @@ def test_the_latency_command_releases_its_gpus_when_its_output_folder_is_refused
         def close(self) -> None:
             Backend.closed += 1
 
-    gpus = [({"nvml_index": i, "cuda_ordinal": i, "name": "SIMULATED", "bus_id": f"0000:00:0{6 + i}.0"}, Backend())
+    gpus = [(GpuRecord(nvml_index=i, cuda_ordinal=i, name="SIMULATED", bus_id=f"0000:00:0{6 + i}.0"), Backend())
             for i in range(2)]
-    monkeypatch.setattr(cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(backend, "open_gpus", lambda ordinals: gpus)
+    monkeypatch.setattr(device_gpus, "select", lambda spec: [g for g, _ in gpus])
+    monkeypatch.setattr(backend, "open_gpus", lambda selected: gpus)
     monkeypatch.setattr(backend, "driver_version", lambda: "simulated")
     monkeypatch.setattr(topology, "collect", lambda g: {})
     out = tmp_path / "lat"
@@ -608,7 +620,9 @@ def test_a_signal_while_the_latency_command_releases_its_gpus_saves_the_measured
     staging folder stayed and the suite was lost). SIMULATED backends; the suite is the real H100's."""
     from pcietrace.cli import main
     from pcietrace.collectors import topology
-    from pcietrace.device import backend, cuda
+    from pcietrace.device import backend
+    from pcietrace.device import gpus as device_gpus
+    from pcietrace.device.gpus import GpuRecord
     from pcietrace.record import latency
     from pcietrace.session import Session
     import os
@@ -624,9 +638,9 @@ def test_a_signal_while_the_latency_command_releases_its_gpus_saves_the_measured
             if Backend.closed == 1:
                 os.kill(os.getpid(), signal.SIGTERM)
 
-    gpus = [(g, Backend()) for g in real.meta["gpus"]]
-    monkeypatch.setattr(cuda, "device_count", lambda: len(gpus))
-    monkeypatch.setattr(backend, "open_gpus", lambda ordinals: gpus)
+    gpus = [(GpuRecord.from_meta(g), Backend()) for g in real.meta["gpus"]]
+    monkeypatch.setattr(device_gpus, "select", lambda spec: [g for g, _ in gpus])
+    monkeypatch.setattr(backend, "open_gpus", lambda selected: gpus)
     monkeypatch.setattr(backend, "driver_version", lambda: "simulated")
     monkeypatch.setattr(topology, "collect", lambda g: real.meta["topology"])
     monkeypatch.setattr(latency, "LatencyProbe", lambda be: be)

@@ -1,7 +1,9 @@
 """The team guide's layering, checked mechanically on every module of the package (``pcietrace/`` and
 ``collectors/``, which imports as ``pcietrace.collectors``): collectors -> device -> record -> session ->
-analysis -> report -> cli/commands, lower layers never import higher ones, presentation (rich) only above
-analysis, and one module each speaks to pynvml and to the ``cuda`` packages.
+analysis -> report, lower layers never import higher ones, presentation (rich) only above analysis, and one
+module each speaks to pynvml and to the ``cuda`` packages. Above them the library's front (config ->
+workflow -> api) and the CLI built on it: cli/commands -> workflow -> record / analysis / report; the
+commands record only through the workflow, and nothing but the CLI imports the CLI (the API never does).
 
 An import counts wherever it is written: at the top, inside a function, under ``TYPE_CHECKING``, relative
 (``from ..analysis import x``), or as ``importlib.import_module``/``__import__`` of a literal name (an
@@ -75,6 +77,8 @@ def _names(target: str, name: str) -> bool:
 
 
 LOW = ("pcietrace/record/", "pcietrace/device/", "collectors/")
+#: The record/ modules that measure (the CLI reaches them through pcietrace.workflow only).
+RECORDERS = ("run", "box", "parallel", "latency", "graphs", "generate", "node", "trace")
 #: (rule, the modules it covers (path prefixes), the imports they may not make, the one module allowed them)
 RULES = [
     ("a: no presentation (rich) below report/", ("pcietrace/analysis/", *LOW, "pcietrace/session.py"), ("rich",), None),
@@ -85,6 +89,15 @@ RULES = [
     ("d: pynvml only in collectors/nvml.py", ("pcietrace/", "collectors/"), ("pynvml",), "collectors/nvml.py"),
     ("d: cuda.bindings and the other cuda packages only in device/cuda.py", ("pcietrace/", "collectors/"), ("cuda",),
      "pcietrace/device/cuda.py"),
+    ("e: the library's front (api, config, workflow) imports no CLI",
+     ("pcietrace/api.py", "pcietrace/config.py", "pcietrace/workflow.py", "pcietrace/__init__.py"),
+     ("pcietrace.cli", "pcietrace.commands"), None),
+    ("f: the CLI records through the workflow: no device, collector or recorder in cli.py or commands.py",
+     ("pcietrace/cli.py", "pcietrace/commands.py"),
+     ("pcietrace.device", "pcietrace.collectors", *(f"pcietrace.record.{m}" for m in RECORDERS),
+      "pcietrace.record.attach.record_attach"), None),
+    ("g: the configs load no pandas or numpy (the parser imports them)",
+     ("pcietrace/config.py", "pcietrace/device/gpus.py"), ("pandas", "numpy"), None),
 ]
 
 
@@ -102,6 +115,17 @@ def test_no_module_imports_across_its_layer(rule) -> None:
     assert any(rel.startswith(rule[1]) for rel in imports), f"rule {rule[0]!r} covers no module: the layout moved"
     found = violations(rule, imports)
     assert not found, f"rule {rule[0]}:\n" + "\n".join(found)
+
+
+def test_only_the_cli_imports_the_cli() -> None:
+    """Every module but the CLI's own (and ``python -m pcietrace``'s entry) is below it: the library works
+    without it, and the API calls the workflow, never a command."""
+    cli = ("pcietrace/cli.py", "pcietrace/commands.py", "pcietrace/__main__.py")
+    found = [f"{rel}:{line} imports {name}" for rel, names in package_imports().items() if rel not in cli
+             for line, name in names if _names("pcietrace.cli", name) or _names("pcietrace.commands", name)]
+    assert not found, "\n".join(found)
+    assert any(_names("pcietrace.workflow", n) for _, n in package_imports()["pcietrace/api.py"])
+    assert any(_names("pcietrace.workflow", n) for _, n in package_imports()["pcietrace/commands.py"])
 
 
 def test_the_check_sees_imports_inside_functions_and_the_allowed_modules_use_theirs() -> None:

@@ -240,13 +240,13 @@ import attach_fake_gpu  # noqa: F401  (the stand-in counter reader, also for the
 if __name__ == "__main__":
     from pcietrace.cli import main
     from pcietrace.collectors import CounterSampler, topology
-    from pcietrace.device import backend, cuda
+    from pcietrace.device import cuda
     from pcietrace.collectors import nvml
     from pcietrace.session import Session
 
     cuda.bus_ids = lambda: ["0000:00:06.0"]
-    backend.describe_gpus = lambda ordinals: [{{"nvml_index": 0, "name": "FAKE (no GPU)", "bus_id": "0000:00:06.0",
-                                                "cuda_ordinal": 0}}]
+    nvml.index_for_bus_id = lambda bus_id: 0
+    nvml.gpu_info = lambda i: nvml.GpuInfo(i, "FAKE (no GPU)", "none", "0000:00:06.0", None, None, None, None, None)
     nvml.driver_version = lambda: "none (stand-in)"
     topology.collect = lambda gpus=None, sysfs_root="/sys": None
     where = {where!r}

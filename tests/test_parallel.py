@@ -130,13 +130,14 @@ def test_run_command_measures_every_gpu_through_the_workers(monkeypatch, tmp_pat
     # with SIMULATED devices standing in for the GPUs and no driver.
     from pcietrace.cli import main
     from pcietrace.collectors import topology
-    from pcietrace.device import backend, cuda
+    from pcietrace.device import backend, cuda, gpus
     from pcietrace.record import parallel
 
-    monkeypatch.setattr(cuda, "device_count", lambda: 3)
-    monkeypatch.setattr(backend, "describe_gpus", lambda ords: [open_sim(o).meta for o in ords])
+    monkeypatch.setattr(cuda, "bus_ids", lambda: [f"0000:00:0{6 + o}.0" for o in range(3)])
+    monkeypatch.setattr(gpus, "select", lambda spec: [open_sim(o).gpu for o in gpus.ordinals(spec, 3)])
     monkeypatch.setattr(backend, "driver_version", lambda: "SIMULATED")
-    monkeypatch.setattr(parallel, "cuda_openers", lambda ords, *a: [functools.partial(open_sim, o) for o in ords])
+    monkeypatch.setattr(parallel, "cuda_openers",
+                        lambda selected, *a: [functools.partial(open_sim, g.cuda_ordinal) for g in selected])
     monkeypatch.setattr(topology, "collect", lambda gpus, root="/sys": {"gpus": [], "matrix": [], "notes": []})
     out = tmp_path / "run"
     assert main(["run", "--gpu", "0,2", "--quick", "--window-s", "0.02", "--no-latency", "--json", "-o", str(out)]) == 0

@@ -9,6 +9,7 @@ from typing import Any
 from pcietrace.device import native
 from pcietrace.device.base import Launch, Loops
 from pcietrace.device.cuda import Gpu, handle_return
+from pcietrace.device.gpus import GpuRecord
 from pcietrace.device.kernels import SPIN_SOURCE
 
 
@@ -126,36 +127,19 @@ class CudaBackend:
         return out
 
 
-def open_gpus(ordinals: list[int]) -> list[tuple[dict[str, Any], CudaBackend]]:
-    """Open a backend per CUDA ordinal and describe each GPU (NVML index found by PCI bus id, so
-    CUDA_VISIBLE_DEVICES renumbering is honoured)."""
-    from dataclasses import asdict
-
-    from pcietrace.collectors import nvml
-
+def open_gpus(gpus: list[GpuRecord]) -> list[tuple[GpuRecord, CudaBackend]]:
+    """Open a backend on each GPU (:func:`pcietrace.device.gpus.select`'s records); each record comes back
+    with its compute capability."""
     backends: list[CudaBackend] = []
     try:
-        for o in ordinals:
-            backends.append(CudaBackend(o))
-        return [({**asdict(nvml.gpu_info(nvml.index_for_bus_id(be.gpu.bus_id))), "cuda_ordinal": be.gpu.ordinal,
-                  "compute_capability": list(be.gpu.cc)}, be) for be in backends]
+        for g in gpus:
+            backends.append(CudaBackend(g.cuda_ordinal))
+        return [(g.with_(compute_capability=tuple(be.gpu.cc)), be) for g, be in zip(gpus, backends)]
     except BaseException:  # (Ctrl-C included) the caller never gets the backends opened so far to close
         for be in backends:
             with contextlib.suppress(Exception):
                 be.close()
         raise
-
-
-def describe_gpus(ordinals: list[int]) -> list[dict[str, Any]]:
-    """The GPU records :func:`open_gpus` gives, from NVML and the CUDA ordinals' bus ids alone (no
-    context is created here: workers open their own GPU)."""
-    from dataclasses import asdict
-
-    from pcietrace.collectors import nvml
-    from pcietrace.device.cuda import bus_ids
-
-    buses = bus_ids()
-    return [{**asdict(nvml.gpu_info(nvml.index_for_bus_id(buses[o]))), "cuda_ordinal": o} for o in ordinals]
 
 
 def driver_version() -> str:

@@ -22,6 +22,7 @@ import pandas as pd
 
 from pcietrace.errors import CudaError
 from pcietrace.device.base import Launch, Loops, PythonLoops
+from pcietrace.device.gpus import GpuRecord
 
 _OK = (0,)
 QUEUE_DEPTH = 1000  # launches the driver queues before cuLaunchKernel blocks (measured ~1020 on H100)
@@ -291,14 +292,15 @@ class _SimProbe:
         return pd.DataFrame()  # boundary reads are synthesised together with the samples in stop()
 
 
-def gpu_records(params: SimParams, n: int) -> list[dict[str, Any]]:
-    """GPU metadata of an ``n``-GPU simulated box (names say SIMULATED; link fields from the modelled GPU)."""
-    return [{"nvml_index": i, "cuda_ordinal": i, "name": f"SIMULATED {params.gpu_name}", "uuid": f"GPU-SIMULATED-{i}",
-             "bus_id": f"sim:{i:02x}:00.0", "pcie_gen_current": params.pcie_gen, "pcie_gen_max": params.pcie_gen,
-             "pcie_width_current": params.pcie_width, "pcie_width_max": params.pcie_width} for i in range(n)]
+def gpu_records(params: SimParams, n: int) -> list[GpuRecord]:
+    """The GPUs of an ``n``-GPU simulated box (names say SIMULATED; link fields from the modelled GPU)."""
+    return [GpuRecord(nvml_index=i, cuda_ordinal=i, name=f"SIMULATED {params.gpu_name}", uuid=f"GPU-SIMULATED-{i}",
+                      bus_id=f"sim:{i:02x}:00.0", pcie_gen_current=params.pcie_gen, pcie_gen_max=params.pcie_gen,
+                      pcie_width_current=params.pcie_width, pcie_width_max=params.pcie_width, simulated=True)
+            for i in range(n)]
 
 
-def topology(params: SimParams, gpus: list[dict[str, Any]]) -> dict[str, Any]:
+def topology(params: SimParams, gpus: list[GpuRecord]) -> dict[str, Any]:
     """A topology record (as :func:`pcietrace.collectors.topology.collect` returns) for the simulated box: every
     GPU on the root complex (0 switch levels, like the modelled VM), PCIe host bridge between GPUs, no NVLink."""
     n = len(gpus)
@@ -306,15 +308,15 @@ def topology(params: SimParams, gpus: list[dict[str, Any]]) -> dict[str, Any]:
            "link_speed": params.link_speed, "link_width": params.pcie_width,
            "max_link_speed": params.link_speed, "max_link_width": params.pcie_width}
     return {"source": "SIMULATED", "sysfs_root": None,
-            "gpus": [{"bdf": g["bus_id"], "host_bridge": "sim0000:00", "numa_node": 0, "local_cpulist": "0-15",
-                      "hops": [{"bdf": g["bus_id"], **hop}], "switch_levels": 0, "nvml_index": g["nvml_index"],
-                      "name": g["name"]} for g in gpus],
-            "labels": [f"GPU{g['nvml_index']}" for g in gpus],
+            "gpus": [{"bdf": g.bus_id, "host_bridge": "sim0000:00", "numa_node": 0, "local_cpulist": "0-15",
+                      "hops": [{"bdf": g.bus_id, **hop}], "switch_levels": 0, "nvml_index": g.nvml_index,
+                      "name": g.name} for g in gpus],
+            "labels": [f"GPU{g.nvml_index}" for g in gpus],
             "matrix": [["X" if i == j else "PHB" for j in range(n)] for i in range(n)],
             "nvlinks": [[0] * n for _ in range(n)], "notes": ["SIMULATED box: GPUs on one host bridge, no NVLink"]}
 
 
-def latency(params: SimParams, gpus: list[dict[str, Any]], repeats: int, seed: int = 0) -> pd.DataFrame:
+def latency(params: SimParams, gpus: list[GpuRecord], repeats: int, seed: int = 0) -> pd.DataFrame:
     """Latency rows (:data:`pcietrace.record.latency.LATENCY_COLUMNS`) drawn around the modelled run's medians
     with its interquartile spread (normal: IQR = 1.35 sigma)."""
     rng = np.random.default_rng(seed)
@@ -323,6 +325,6 @@ def latency(params: SimParams, gpus: list[dict[str, Any]], repeats: int, seed: i
         for test, med in params.latency_median_us.items():
             sigma = med * params.latency_spread_pct.get(test, 1.0) / 100 / 1.35
             for rep, v in enumerate(med + sigma * rng.standard_normal(repeats)):
-                rows.append({"nvml_index": g["nvml_index"], "test": test, "peer": -1, "repeat": rep, "value_us": float(v)})
+                rows.append({"nvml_index": g.nvml_index, "test": test, "peer": -1, "repeat": rep, "value_us": float(v)})
     return pd.DataFrame(rows, columns=["nvml_index", "test", "peer", "repeat", "value_us"])
 

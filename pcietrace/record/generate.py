@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from pcietrace.device.base import Backend, Loops, PythonLoops
-from pcietrace.errors import UsageError
+from pcietrace.errors import ConfigError
 
 try:  # nvtx is a declared dependency, but a missing one must not stop a measurement
     import nvtx as _nvtx
@@ -40,17 +40,17 @@ class LaunchConfig:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise UsageError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+            raise ConfigError("mode", f"must be one of {', '.join(MODES)}, not {self.mode!r}")
         if not (0 <= self.kernel_us <= 1_000_000) or math.isnan(self.kernel_us):
-            raise UsageError(f"kernel duration must be 0..1e6 us, not {self.kernel_us}")
+            raise ConfigError("kernel_us", f"(the kernel duration) must be 0..1e6 us, not {self.kernel_us}")
         if not (1 <= self.graph_k <= 100_000):
-            raise UsageError(f"graph size K must be 1..100000, not {self.graph_k}")
+            raise ConfigError("graph_k", f"(the graph size) must be 1..100000, not {self.graph_k}")
         if self.mode != "graph" and self.graph_k != 1:
-            raise UsageError("graph size K only applies to graph mode")
+            raise ConfigError("graph_k", "(the graph size K) only applies to graph mode")
         if self.rate_hz is not None and not (0 < self.rate_hz <= 10_000_000):
-            raise UsageError(f"rate must be > 0 and <= 1e7 launches/s, not {self.rate_hz}")
+            raise ConfigError("rate_hz", f"(launches/s): the rate must be > 0 and <= 1e7, not {self.rate_hz}")
         if not (0 < self.duration_s <= 3600):
-            raise UsageError(f"window duration must be 0..3600 s, not {self.duration_s}")
+            raise ConfigError("duration_s", f"(the window duration) must be 0..3600 s, not {self.duration_s}")
 
     @property
     def kernel_ns(self) -> int:
@@ -85,7 +85,7 @@ class LaunchGenerator:
         every window starts and ends with a probe, and the window's ``t_start_ns``/``t_end_ns`` are
         those reads' times, so window bytes are exact counter differences (no interpolation)."""
         if path not in ("native", "python"):
-            raise UsageError(f"launch path must be native or python, not {path!r}")
+            raise ConfigError("path", f"(the launch path) must be native or python, not {path!r}")
         self.b = backend
         self.probe = probe
         self.path = path

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from pcietrace import signals
 from pcietrace.collectors import merge_samples
+from pcietrace.device.gpus import GpuRecord
 from pcietrace.device.graphs import COUNT_COLUMNS, STRATEGIES, GraphsDevice
-from pcietrace.errors import UsageError
+from pcietrace.errors import ConfigError
 from pcietrace.record.run import recording_status
 from pcietrace.session import Session
 
@@ -55,26 +56,31 @@ class GraphsPlan:
 
     def __post_init__(self) -> None:
         if not self.kernels or any(not 1 <= k <= 100_000 for k in self.kernels):
-            raise UsageError("--kernels takes sizes of 1..100000 kernels per iteration")
+            raise ConfigError("kernels", "takes sizes of 1..100000 kernels per iteration")
         if not 1 <= self.param_sets <= 10_000:
-            raise UsageError("--param-sets must be 1..10000")
+            raise ConfigError("param_sets", "must be 1..10000")
         if self.order not in ORDERS:
-            raise UsageError(f"--order must be one of {', '.join(ORDERS)}, not {self.order!r}")
+            raise ConfigError("order", f"must be one of {', '.join(ORDERS)}, not {self.order!r}")
         bad = [s for s in self.strategies if s not in STRATEGIES]
         if not self.strategies or bad:
-            raise UsageError(f"unknown strategy {bad[0] if bad else ''!r}; choose from {', '.join(STRATEGIES)}")
+            raise ConfigError("strategies", f"has unknown strategy {bad[0] if bad else ''!r}; choose from "
+                                            f"{', '.join(STRATEGIES)}")
         if "eager" not in self.strategies:
-            raise UsageError("the strategies must include eager (speedups are taken against it)")
+            raise ConfigError("strategies", "must include eager (speedups are taken against it)")
         if len(self.kernel_us) != 2 or not 0 <= self.kernel_us[0] <= self.kernel_us[1] <= 1_000_000:
-            raise UsageError("--kernel-us takes MIN,MAX with 0 <= MIN <= MAX <= 1e6")
-        if self.iterations < 2 or self.rounds < 1 or self.idle_s <= 0:
-            raise UsageError("at least 2 iterations per window, 1 round and a positive idle window are needed")
+            raise ConfigError("kernel_us", "takes MIN,MAX with 0 <= MIN <= MAX <= 1e6")
+        if self.iterations < 2:
+            raise ConfigError("iterations", "must be at least 2 per window")
+        if self.rounds < 1:
+            raise ConfigError("rounds", "must be at least 1")
+        if not self.idle_s > 0:
+            raise ConfigError("idle_s", "must be > 0")
         if self.total_iterations > MAX_ITERATIONS:
-            raise UsageError(f"at most {MAX_ITERATIONS} iterations in all (--iterations x --rounds)")
+            raise ConfigError("iterations", f"x {{rounds}} must be at most {MAX_ITERATIONS} iterations in all")
         sets = self.total_iterations if self.order == "all-new" else self.param_sets
         if sets * max(self.kernels) > MAX_DURATIONS:  # parameter_sets() holds them all at once
-            raise UsageError(f"at most {MAX_DURATIONS:.0e} kernel durations in the parameter sets "
-                             "(--param-sets, or all-new iterations, x the largest --kernels)")
+            raise ConfigError("param_sets", f"(or all-new iterations) x the largest {{kernels}} must be at most "
+                                            f"{MAX_DURATIONS:.0e} kernel durations in the parameter sets")
 
     @property
     def total_iterations(self) -> int:
@@ -173,35 +179,45 @@ def meta_for(plan: GraphsPlan, device: GraphsDevice) -> dict[str, Any]:
     return {"kind": "graphs", "graphs_plan": asdict(plan), "timing": device.timing}
 
 
-def open_device(simulate: bool, ordinal: int, seed: int = 0,
-                sample_interval_ms: float = 10.0) -> tuple[dict[str, Any], GraphsDevice, Any, Any, dict[str, Any]]:
-    """The device, sampler and boundary probe for one GPU (or the SIMULATED one): returns
-    ``(gpu meta, device, sampler, probe, extra session meta)``. The caller closes the device (``with device:``)."""
+class OpenedDevice(NamedTuple):
+    """What ``pcietrace graphs`` measures with: the GPU, its graphs device (the caller closes it), the counter
+    sampler and boundary probe, and what the session's meta says of them (driver, sampling or the model)."""
+
+    gpu: GpuRecord
+    device: GraphsDevice
+    sampler: Any
+    probe: Any
+    meta: dict[str, Any]
+
+
+def open_device(simulate: bool, ordinal: int, seed: int = 0, sample_interval_ms: float = 10.0) -> OpenedDevice:
+    """The device, sampler and boundary probe for CUDA device ``ordinal`` (or the SIMULATED one). The caller
+    closes the device (``with device:``)."""
     if simulate:
         if ordinal != 0:  # the simulated box has one GPU, as `run --simulate` without --gpus
-            raise UsageError(f"--gpu {ordinal}: no CUDA device {ordinal} (1 visible)")
+            raise ConfigError("gpu", f"{ordinal}: no CUDA device {ordinal} (1 visible)")
         from pcietrace.device.graphs_sim import GraphSimCosts, SimGraphsDevice
         from pcietrace.device.sim import SimDevice, SimParams, SimSampler
 
         params, costs = SimParams.default(), GraphSimCosts.default()
         sim = SimDevice(params, seed=seed)
         sampler = SimSampler({0: sim})
-        gpu = {"nvml_index": 0, "cuda_ordinal": 0, "name": f"SIMULATED {costs.gpu_name}", "bus_id": "sim"}
+        gpu = GpuRecord(nvml_index=0, cuda_ordinal=0, name=f"SIMULATED {costs.gpu_name}", bus_id="sim", simulated=True)
         extra = {"driver": "simulated", "sim_source": costs.source, "sim_costs": asdict(costs),
                  "sim_params": asdict(params)}
-        return gpu, SimGraphsDevice(sim, costs), sampler, sampler.probe(0), extra
+        return OpenedDevice(gpu, SimGraphsDevice(sim, costs), sampler, sampler.probe(0), extra)
     from pcietrace.collectors import BoundaryProbe, CounterSampler
-    from pcietrace.device import backend
+    from pcietrace.device import backend, gpus
     from pcietrace.device.graphs import CudaGraphsDevice
 
     if sample_interval_ms < 0:
-        raise UsageError("--sample-interval-ms must be >= 0")
-    (gpu, be), = backend.open_gpus([ordinal])
+        raise ConfigError("sample_interval_ms", "must be >= 0")
+    (gpu, be), = backend.open_gpus(gpus.select(ordinal))
     try:
         device = CudaGraphsDevice(be)  # owns be from here: the caller closes it
-        sampler = CounterSampler([gpu["nvml_index"]], interval_ns=int(sample_interval_ms * 1e6))
-        return (gpu, device, sampler, BoundaryProbe(gpu["nvml_index"]),
-                {"driver": backend.driver_version(), "sample_interval_ms": sample_interval_ms})
+        sampler = CounterSampler([gpu.nvml_index], interval_ns=int(sample_interval_ms * 1e6))
+        return OpenedDevice(gpu, device, sampler, BoundaryProbe(gpu.nvml_index),
+                            {"driver": backend.driver_version(), "sample_interval_ms": sample_interval_ms})
     except BaseException:  # (Ctrl-C included) the caller never gets the device to close
         with contextlib.suppress(Exception):
             be.close()

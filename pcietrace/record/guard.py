@@ -120,6 +120,7 @@ class Saving:
         self.results: Any = None
         self.out_dir: Path | None = None
         self.interrupted: KeyboardInterrupt | None = None
+        self.save_error: str | None = None  # the line said when the save failed
         self._intr = Interrupts()
 
     def __enter__(self) -> "Saving":
@@ -143,7 +144,7 @@ class Saving:
                 if self.before is not None:
                     self.before(self)
                 self.results, self.out_dir = finish(self.session, self.folder, analyze or (lambda: None),
-                                                    self.to_jsonable, say)
+                                                    self.to_jsonable, self._say)
                 if self.after is not None:
                     self.after(self)
         except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
@@ -152,6 +153,10 @@ class Saving:
             self.out_dir = self.folder.published
         if self.out_dir is not None and self.interrupted is None:
             self.tell(self.saved_line(self))
+
+    def _say(self, line: str) -> None:
+        self.save_error = line
+        say(line)
 
     def end(self, render: Callable[[Any], None], rc: int = 0) -> int:
         """Interrupted: the one line saying what was saved and where, and 128 + the signal. Else

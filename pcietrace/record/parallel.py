@@ -42,6 +42,7 @@ import pandas as pd
 
 from pcietrace.collectors import merge_samples
 from pcietrace.device.base import Backend
+from pcietrace.device.gpus import GpuRecord
 from pcietrace.errors import PcietraceError
 from pcietrace import signals
 from pcietrace.signals import Terminated
@@ -59,14 +60,14 @@ Note = Callable[[str], None]
 
 @dataclass
 class GpuWorker:
-    """What one worker measures with: the GPU record (``nvml_index``, ``cuda_ordinal``, name, ...), its
-    backend, its own counter sampler and boundary probe, and (real GPUs) the latency suite:
+    """What one worker measures with: its GPU (:class:`~pcietrace.device.gpus.GpuRecord`), its backend, its
+    own counter sampler and boundary probe, and (real GPUs) the latency suite:
     ``device_latency(repeats, note)`` -> rows of the chases in the GPU's own memory (timed on the GPU: before
     its turn), ``latency(repeats, note)`` -> the other rows for this GPU, ``peer_latency(ordinals, repeats,
     note, ready)`` -> rows from this GPU into the others, calling ``ready()`` once they are set up, before the
     chases (all :data:`pcietrace.record.latency.LATENCY_COLUMNS` tuples)."""
 
-    meta: dict[str, Any]
+    gpu: GpuRecord
     backend: Backend
     sampler: Any
     probe: Any
@@ -137,17 +138,17 @@ class Turns:
         self.ready.abort()
 
 
-def open_cuda(ordinal: int, force_throughput: bool = False, interval_ns: int = 10_000_000) -> GpuWorker:
-    """A worker on CUDA device ``ordinal`` (as CUDA_VISIBLE_DEVICES numbers it), sampling its counters
-    every ``interval_ns`` (fields 197/198, or the throughput API if forced)."""
+def open_cuda(gpu: GpuRecord, force_throughput: bool = False, interval_ns: int = 10_000_000) -> GpuWorker:
+    """A worker on ``gpu`` (:func:`pcietrace.device.gpus.select`), sampling its counters every
+    ``interval_ns`` (fields 197/198, or the throughput API if forced)."""
     from pcietrace.collectors import BoundaryProbe, CounterSampler, nvml, sysfs
     from pcietrace.device.backend import open_gpus
     from pcietrace.schema import normalize_bus_id
     from pcietrace.device.cuda import Gpu
     from pcietrace.record.latency import LatencyProbe, measure_device_memory, measure_gpu, measure_peers
 
-    (meta, be), = open_gpus([ordinal])
-    idx = meta["nvml_index"]
+    (gpu, be), = open_gpus([gpu])
+    idx, ordinal = gpu.nvml_index, gpu.cuda_ordinal
     probes: list[LatencyProbe] = []
 
     def latency_probe() -> LatencyProbe:
@@ -179,13 +180,13 @@ def open_cuda(ordinal: int, force_throughput: bool = False, interval_ns: int = 1
             be.activate()
 
     def pin() -> int | None:
-        cpu = sysfs.timing_cpu(normalize_bus_id(meta["bus_id"]), idx, os.sched_getaffinity(0))
+        cpu = sysfs.timing_cpu(normalize_bus_id(gpu.bus_id), idx, os.sched_getaffinity(0))
         if cpu is not None:
             os.sched_setaffinity(0, {cpu})  # Linux: the calling thread only; the sampler runs in its own process
         return cpu
 
     try:
-        return GpuWorker(meta, be, CounterSampler([idx], force_throughput=force_throughput, interval_ns=interval_ns),
+        return GpuWorker(gpu, be, CounterSampler([idx], force_throughput=force_throughput, interval_ns=interval_ns),
                          BoundaryProbe(idx, force_throughput), latency, peer_latency, pin=pin,
                          device_latency=device_latency)
     except BaseException:  # (NVML failing in the probe, Ctrl-C) the worker never gets the GPU to close
@@ -194,10 +195,10 @@ def open_cuda(ordinal: int, force_throughput: bool = False, interval_ns: int = 1
         raise
 
 
-def cuda_openers(ordinals: list[int], force_throughput: bool = False,
+def cuda_openers(gpus: list[GpuRecord], force_throughput: bool = False,
                  sample_interval_ms: float = 10.0) -> list[Callable[[], GpuWorker]]:
-    """One :func:`open_cuda` opener per CUDA ordinal (picklable, for the worker processes)."""
-    return [functools.partial(open_cuda, o, force_throughput, int(sample_interval_ms * 1e6)) for o in ordinals]
+    """One :func:`open_cuda` opener per GPU (picklable, for the worker processes)."""
+    return [functools.partial(open_cuda, g, force_throughput, int(sample_interval_ms * 1e6)) for g in gpus]
 
 
 def open_sim(slot: int, seed: int = 0) -> GpuWorker:
@@ -207,9 +208,9 @@ def open_sim(slot: int, seed: int = 0) -> GpuWorker:
 
     params = SimParams.default()
     device = SimDevice(params, seed=seed + slot)
-    meta = gpu_records(params, slot + 1)[slot]
+    gpu = gpu_records(params, slot + 1)[slot]
     sampler = SimSampler({slot: device})
-    return GpuWorker(meta, SimBackend(device), sampler, sampler.probe(slot))
+    return GpuWorker(gpu, SimBackend(device), sampler, sampler.probe(slot))
 
 
 def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_repeats: int | None,
@@ -223,7 +224,8 @@ def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_rep
     w: GpuWorker | None = None
     try:
         w = opener()
-        session.meta["gpus"] = [w.meta]
+        session.meta["gpus"] = [w.gpu.meta()]
+        saved = session.meta["gpus"][0]  # where this GPU's notes go (its timing CPU, a missed turn)
 
         def beside_others(g: dict[str, Any], what: str) -> None:
             g["timed_beside_others"] = True  # the report marks this GPU's timed figures
@@ -246,11 +248,11 @@ def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_rep
             if "timing_cpu" not in g:  # (called again before the latency suite: the thread is pinned already)
                 g["timing_cpu"] = w.pin()
 
-        record(session, plan, [(w.meta, w.backend)], w.sampler, {w.meta["nvml_index"]: w.probe},
+        record(session, plan, [(w.gpu, w.backend)], w.sampler, {w.gpu.nvml_index: w.probe},
                progress=lambda label: send(("step", slot, label)), before_timing=my_turn)
         if suite:
             session.meta["status"] = "running latency"
-            my_turn(w.meta)
+            my_turn(saved)
             rows += w.latency(latency_repeats, note)
             session.latency = _latency_frame(rows)
             if turns is not None:
@@ -262,7 +264,7 @@ def _work(opener: Callable[[], GpuWorker], slot: int, plan: RunPlan, latency_rep
 
                 def chase_in_turn() -> None:  # (peers opened and chains built, side by side)
                     if turns is not None and not turns.hold():  # the chases read other GPUs: one at a time too
-                        beside_others(w.meta, "peer chases")
+                        beside_others(saved, "peer chases")
 
                 rows += w.peer_latency(ordinals, latency_repeats, note, chase_in_turn)
                 session.latency = _latency_frame(rows)

@@ -15,7 +15,8 @@ import pandas as pd
 
 from pcietrace import __version__, signals
 from pcietrace.collectors import merge_samples
-from pcietrace.errors import CudaError, UsageError
+from pcietrace.device.gpus import GpuRecord
+from pcietrace.errors import ConfigError, CudaError
 from pcietrace.record.generate import Backend, LaunchConfig, LaunchGenerator
 from pcietrace.session import Session
 
@@ -55,15 +56,17 @@ class RunPlan:
 
     def __post_init__(self) -> None:
         if not self.durations_us or any(d < 0 or d > 1e6 for d in self.durations_us):
-            raise UsageError("kernel durations must be 0..1e6 us")
+            raise ConfigError("durations_us", "must be 0..1e6 us")
         if not self.graph_ks or any(k < 1 or k > 100_000 for k in self.graph_ks):
-            raise UsageError("graph sizes must be 1..100000")
+            raise ConfigError("graph_ks", "must be 1..100000")
         if not self.rate_fractions or self.rate_fractions[0] != 1.0 or any(not 0 < f <= 1 for f in self.rate_fractions):
-            raise UsageError("rate fractions must start with 1.0 (max rate) and lie in (0, 1]")
-        if (self.window_s <= 0 or self.idle_windows < 1 or self.burst_kernels < 1 or self.e2e_kernels < 1
-                or self.e2e_loop_ms <= 0 or self.language_repeats < 0 or self.gpu_time_contexts < 1):
-            raise UsageError("window length, idle windows, burst and e2e kernels and the e2e loop time must be positive, "
-                             "language repeats >= 0, GPU-time contexts >= 1")
+            raise ConfigError("rate_fractions", "must start with 1.0 (max rate) and lie in (0, 1]")
+        positive = ("window_s", "idle_windows", "burst_kernels", "e2e_kernels", "e2e_loop_ms", "gpu_time_contexts")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ConfigError(name, "must be > 0")
+        if self.language_repeats < 0:
+            raise ConfigError("language_repeats", "must be >= 0")
 
     def e2e_kernels_at(self, kernel_us: float) -> int:
         """Kernels per end-to-end loop at ``kernel_us``: ``e2e_kernels``, capped so a loop of long kernels
@@ -251,15 +254,16 @@ def recording_status(session: Session) -> Iterator[None]:
 TIMED_TABLES = ("bursts", "contexts", "e2e")
 
 
-def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Backend]],
+def record(session: Session, plan: RunPlan, gpus: list[tuple[GpuRecord, Backend]],
            sampler: Any, probes: dict[int, Any] | None = None, progress: Progress = lambda _: None,
            before_timing: Callable[[dict[str, Any]], None] = lambda _: None) -> Session:
-    """Run ``plan`` on each ``(gpu meta, backend)`` while ``sampler`` samples; fill ``session``.
+    """Run ``plan`` on each ``(gpu, backend)`` while ``sampler`` samples; fill ``session`` (whose
+    ``meta["gpus"]`` holds each GPU's saved record, :meth:`GpuRecord.meta`).
 
     ``probes`` (per NVML index, optional): :class:`pcietrace.collectors.BoundaryProbe` objects that read
     the counters exactly at each window's start and end; their reads join the samples.
-    ``before_timing(gpu meta)`` is called before a GPU's first timed step (:data:`TIMED_TABLES`; they come
-    after its byte windows): parallel workers wait there for their turn.
+    ``before_timing(gpu's saved record)`` is called before a GPU's first timed step (:data:`TIMED_TABLES`;
+    they come after its byte windows): parallel workers wait there for their turn (and note it there).
 
     ``session.meta["status"]`` says how it ended. Whatever was recorded before an exception (including
     KeyboardInterrupt) stays in the session, so the caller can still save it.
@@ -271,25 +275,26 @@ def record(session: Session, plan: RunPlan, gpus: list[tuple[dict[str, Any], Bac
     for idx, probe in (probes or {}).items():
         if hasattr(probe, "agree") and idx in sampler.modes:
             probe.agree(sampler.modes[idx]["mode"])  # edge reads and samples in one counter mode
+    saved = {g["nvml_index"]: g for g in session.meta.get("gpus", [])}
     try:
         with recording_status(session):
             for g, backend in gpus:
                 backend.activate()
-                gen = LaunchGenerator(backend, (probes or {}).get(g["nvml_index"]))
+                gen = LaunchGenerator(backend, (probes or {}).get(g.nvml_index))
                 timing = False
                 with contextlib.closing(_steps(plan, gen)) as steps:  # (at once on error: contexts made ahead close)
                     for table, label, thunk in steps:
                         if table in TIMED_TABLES and not timing:
                             timing = True
-                            before_timing(g)
-                        progress(f"GPU {g['cuda_ordinal']}: {label}")
+                            before_timing(saved.get(g.nvml_index, {}))
+                        progress(f"GPU {g.cuda_ordinal}: {label}")
                         t0 = time.monotonic_ns()
                         got = thunk()
                         if got is None:  # a step this machine cannot measure (e.g. no PyTorch)
                             continue
                         t1 = time.monotonic_ns()
                         for rec in got if isinstance(got, list) else [got]:
-                            rec.update(nvml_index=g["nvml_index"], cuda_ordinal=g["cuda_ordinal"])
+                            rec.update(nvml_index=g.nvml_index, cuda_ordinal=g.cuda_ordinal)
                             if table in TIMED_TABLES:  # when it was timed (windows carry their own edges)
                                 rec.update(t_start_ns=t0, t_end_ns=t1)
                             tables[table].append(rec)

@@ -28,15 +28,13 @@ nvml.CounterReader = FakeReader
 if __name__ == "__main__":
     from pcietrace.cli import main
     from pcietrace.collectors import topology
-    from pcietrace.device import backend, cuda
+    from pcietrace.device import cuda
 
     gpus = int(os.environ.get("PCIETRACE_FAKE_GPUS", "2"))  # (bench/sampler_memory.py asks for 8)
-    cuda.bus_ids = lambda: [f"0000:00:{6 + o:02x}.0" for o in range(gpus)]
-    backend.describe_gpus = lambda ordinals: [
-        {"nvml_index": o, "name": "FAKE (no GPU)", "bus_id": f"0000:00:{6 + o:02x}.0", "uuid": "none",
-         "pcie_gen_current": None, "pcie_gen_max": None, "pcie_width_current": None, "pcie_width_max": None,
-         "numa_node": None, "cuda_ordinal": o}
-        for o in ordinals]
+    buses = [f"0000:00:{6 + o:02x}.0" for o in range(gpus)]
+    cuda.bus_ids = lambda: buses
+    nvml.index_for_bus_id = buses.index
+    nvml.gpu_info = lambda i: nvml.GpuInfo(i, "FAKE (no GPU)", "none", buses[i], None, None, None, None, None)
     nvml.driver_version = lambda: "none (stand-in)"
     topology.collect = lambda gpus=None, sysfs_root="/sys": None
     sys.exit(main(sys.argv[1:]))

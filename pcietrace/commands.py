@@ -62,7 +62,8 @@ def _run_folder(args: argparse.Namespace, meta: dict[str, Any], ordinals: list[i
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.analysis import analyze
+    from pcietrace.report.saved import to_jsonable
     from pcietrace.record import box, guard
     from pcietrace.report.console import tell
 
@@ -267,7 +268,8 @@ def cmd_latency(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from pcietrace.device import backend, cuda
-    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.analysis import analyze
+    from pcietrace.report.saved import to_jsonable
     from pcietrace.collectors import topology
     from pcietrace.record import guard
     from pcietrace.record.latency import LatencyProbe, measure
@@ -313,7 +315,8 @@ def cmd_latency(args: argparse.Namespace) -> int:
 
 def _simulated_latency(args: argparse.Namespace) -> int:
     """``latency --simulate``: the suite's figures from the SIMULATED device's model of a recorded run."""
-    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.analysis import analyze
+    from pcietrace.report.saved import to_jsonable
     from pcietrace.device import sim
     from pcietrace.record import guard
     from pcietrace.record.run import RunPlan, base_meta
@@ -353,7 +356,8 @@ def _launch_costs(args: argparse.Namespace, ordinal: int) -> dict[str, Any] | No
 def cmd_attach(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from pcietrace.analysis import analyze, saved_tables
+    from pcietrace.analysis import analyze
+    from pcietrace.report.saved import saved_tables
     from pcietrace.collectors import nvml, topology
     from pcietrace.device import backend, cuda
     from pcietrace.record import guard
@@ -467,7 +471,8 @@ def _record_graphs(args: argparse.Namespace, plan: Any, gpu: dict[str, Any], dev
                    extra: dict[str, Any]) -> int:
     from rich.console import Console
 
-    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.analysis import analyze
+    from pcietrace.report.saved import to_jsonable
     from pcietrace.record import graphs, guard
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.report.console import tell

@@ -171,7 +171,7 @@ def test_a_node_without_a_clock_offset_keeps_its_own_times_and_says_so(tmp_path)
     a = as_node(TORCHRUN, tmp_path / "a", "host-a", None, 10**18)
     b = as_node(TORCHRUN, tmp_path / "b", "host-b", None, None)
     t = _tables(multinode.merge([a, b], tmp_path / "out", workers=1))
-    assert any("host-b: recorded no clock offset" in n for n in t["notes"]["note"])
+    assert any("host-b: recorded no clock offset" in n for n in notes_text(t))
     inst = t["range_instances"]
     assert (inst.loc[inst["node"] == "host-a", "t_start_ns"].to_numpy()
             - inst.loc[inst["node"] == "host-b", "t_start_ns"].to_numpy() == 10**18).all()
@@ -221,6 +221,7 @@ def test_attach_records_its_node_and_expands_its_folder(monkeypatch, tmp_path, a
 
 
 from test_attach import _attach_argv, attach_stand_ins  # noqa: E402,F401 -- the stand-in GPU and samplers
+from conftest import notes_text
 
 
 def _truth_for(recording: Path, dst: Path, swap: bool = False, scale: float = 1.0) -> Path:

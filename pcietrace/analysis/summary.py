@@ -290,21 +290,33 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
     return lines
 
 
+def _run_summary(meta: dict[str, Any], results: dict[str, pd.DataFrame], detail_gpus: int) -> dict[str, Any]:
+    gpus = results["per_gpu"] if len(results.get("per_gpu", ())) else gpu_figures(meta, results)
+    return {"gpus": gpus, "lines": run_lines(gpus, detail_gpus)}
+
+
+def _graphs_summary(meta: dict[str, Any], results: dict[str, pd.DataFrame], detail_gpus: int) -> dict[str, Any]:
+    gpus = results["per_gpu"] if len(results.get("per_gpu", ())) else gpu_figures(meta, results)
+    return {"gpus": gpus, "lines": graphs_lines(meta, results.get("graphs", pd.DataFrame()))}
+
+
+def _attach_summary(meta: dict[str, Any], results: dict[str, pd.DataFrame], detail_gpus: int) -> dict[str, Any]:
+    return {"ranges": top_ranges(results.get("ranges", pd.DataFrame())), "lines": attach_lines(meta, results)}
+
+
+#: The summary of each kind of session (``meta["kind"]``; none, or a kind not listed: a run's): its ``lines``
+#: and the figures behind them.
+SUMMARIES = {"run": _run_summary, "latency": _run_summary, "graphs": _graphs_summary, "attach": _attach_summary,
+             "attach-failed": _attach_summary}
+
+
 def summarize(meta: dict[str, Any], results: dict[str, pd.DataFrame],
               detail_gpus: int = DETAIL_GPUS) -> dict[str, Any]:
     """The summary of a run or attach: ``kind``, ``lines`` (plain sentences), and per-GPU figures
     (``gpus``) or the top ranges (``ranges``)."""
     kind = str(meta.get("kind", "run"))
     out: dict[str, Any] = {"kind": kind, "simulated": bool(meta.get("simulated")), "lines": []}
-    if kind.startswith("attach"):
-        out["ranges"] = top_ranges(results.get("ranges", pd.DataFrame()))
-        out["lines"] = attach_lines(meta, results)
-    elif kind == "graphs":
-        out["gpus"] = results["per_gpu"] if len(results.get("per_gpu", ())) else gpu_figures(meta, results)
-        out["lines"] = graphs_lines(meta, results.get("graphs", pd.DataFrame()))
-    else:
-        out["gpus"] = results["per_gpu"] if len(results.get("per_gpu", ())) else gpu_figures(meta, results)
-        out["lines"] = run_lines(out["gpus"], detail_gpus)
+    out.update(SUMMARIES.get(kind, _run_summary)(meta, results, detail_gpus))
     if meta.get("simulated"):
         out["lines"] = [f"SIMULATED (no GPU was used): {line}" if i == 0 else line for i, line in enumerate(out["lines"])]
     return out

@@ -15,6 +15,8 @@ import pytest
 from pcietrace.analysis import analyze, attribution
 from pcietrace.session import Session
 
+from conftest import notes_text
+
 REC = "recordings"
 
 
@@ -373,7 +375,6 @@ def test_floor_fit_and_its_errors_match_scipy_s_least_squares(data_dir, recordin
 FAKE_LAUNCHER = r"""
 import ctypes, os, sys, threading
 import nvtx
-from conftest import notes_text
 cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
 fn = ctypes.c_void_p()
 assert cuda.cuGetProcAddress_v2(b"cuLaunchKernel", ctypes.byref(fn), 12000, ctypes.c_ulonglong(0), None) == 0

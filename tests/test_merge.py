@@ -15,6 +15,8 @@ import pytest
 
 from pcietrace.analysis import merge as merge_analysis
 
+from conftest import notes_text
+
 DATA = Path(__file__).parent / "data"
 TORCHRUN = DATA / "attach_h200x2_torchrun_outside"  # two GPUs, two ranks: one "node" of the job
 THREADS = DATA / "attach_h200x2_threads"
@@ -221,7 +223,6 @@ def test_attach_records_its_node_and_expands_its_folder(monkeypatch, tmp_path, a
 
 
 from test_attach import _attach_argv, attach_stand_ins  # noqa: E402,F401 -- the stand-in GPU and samplers
-from conftest import notes_text
 
 
 def _truth_for(recording: Path, dst: Path, swap: bool = False, scale: float = 1.0) -> Path:

@@ -35,17 +35,16 @@ class RangeView:
 INDENT, MAX_INDENT = 2, 4
 
 
-
 def attach_floor_table(fl: pd.DataFrame) -> Table:
     """Attach's floor model per GPU (:func:`pcietrace.analysis.floor.floor_model`)."""
     t = new_table("Background floor per GPU", [("GPU", "left"), ("fit", "left"), ("reads/s\nin ranges", "right"),
-                                            ("H2D B/read", "right"), ("D2H B/read", "right"),
-                                            ("± B/read\nH2D / D2H", "right"), ("other MB/s\nH2D / D2H", "right")],
-               caption="NVML reads are PCIe traffic: an interval's floor = B/read x the sampler's reads in it "
-                       "(reads/s in ranges: at most one per sampling interval, however dense the ranges) + the "
-                       "other background x its duration, fitted on idle windows before and after the program; "
-                       "± B/read: how far a read's cost strayed in the program's state (95 %), in each range's "
-                       "± error; MB = 10^6 B")
+                                               ("H2D B/read", "right"), ("D2H B/read", "right"),
+                                               ("± B/read\nH2D / D2H", "right"), ("other MB/s\nH2D / D2H", "right")],
+                  caption="NVML reads are PCIe traffic: an interval's floor = B/read x the sampler's reads in it "
+                          "(reads/s in ranges: at most one per sampling interval, however dense the ranges) + the "
+                          "other background x its duration, fitted on idle windows before and after the program; "
+                          "± B/read: how far a read's cost strayed in the program's state (95 %), in each range's "
+                          "± error; MB = 10^6 B")
     for r in fl.to_dict("records"):
         if r["status"] == "no floor":
             t.add_row(node_gpu(r), "[red]no floor[/]", *["–"] * 5)
@@ -55,7 +54,6 @@ def attach_floor_table(fl: pd.DataFrame) -> Table:
                   num(r["d2h_bytes_per_read_program"]), state,
                   f"{num(r['h2d_background_Bps'] / 1e6, '.2f')} / {num(r['d2h_background_Bps'] / 1e6, '.2f')}")
     return t
-
 
 
 def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: RangeView | None = None) -> list[Any]:
@@ -91,10 +89,10 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
         one_gpu = len(meta.get("gpus", [])) == 1  # (its label in the title: a column of one value costs the names room)
         where = [f"domain {domains[0]}"] * one_domain + [f"GPU{meta['gpus'][0].get('nvml_index', 0)}"] * one_gpu
         t = new_table("PCIe bytes per NVTX range" + (esc(f" ({', '.join(where)})") if where else ""),
-                   [("range", "left")] + [("GPUs", "left")] * (not one_gpu) + [("calls", "right"), ("incl\nms", "right"),
-                    ("excl\nms", "right"), ("H2D MB\n± error", "right"), ("D2H\nMB", "right")],
-                   caption="totals over calls, nested ranges included, floor removed, on the range's own GPUs; "
-                           "MB = 10^6 B; ± error: the edges' worst case + the floor's 95 % interval")
+                      [("range", "left")] + [("GPUs", "left")] * (not one_gpu) + [("calls", "right"), ("incl\nms", "right"),
+                       ("excl\nms", "right"), ("H2D MB\n± error", "right"), ("D2H\nMB", "right")],
+                      caption="totals over calls, nested ranges included, floor removed, on the range's own GPUs; "
+                              "MB = 10^6 B; ± error: the edges' worst case + the floor's 95 % interval")
         for r in rg.itertuples():
             t.add_row(name(r), *[gpu_list(getattr(r, "gpus", ""))] * (not one_gpu), num(r.calls), ms_cell(r.incl_ms),
                       ms_cell(r.excl_ms), mb(r, "h2d", True), mb(r, "d2h", False))
@@ -102,16 +100,16 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
         busy = "gpu_busy_ms" in rg and rg["gpu_busy_ms"].notna().any()
         capt = "captured_launches" in rg and (rg["captured_launches"] > 0).any()  # (shown where any range captured)
         t = new_table("Launches per NVTX range", [("range", "left"), ("eager", "right"), ("graph", "right")]
-                   + ([("captured", "right")] if capt else []) + [
-                   ("H2D\nB/launch", "right"), ("launch\nms", "right")] + ([("GPU busy\nms", "right")] if busy else [])
-                   + [("graphs\nsave ≤ ms", "right")],
-                   caption="totals over calls, by the range's own thread"
-                           + ("; captured: into a stream being captured (graph nodes: nothing ran)" if capt else "")
-                           + "; launch ms = launches x host cost per launch "
-                           f"({esc(costs['source']) if costs else 'not measured'}); graphs save: "
-                           + ("its time less its kernels' GPU time in a graph" if busy else
-                              "per eager launch, its time per launch less a graph kernel's")
-                           + " (pcietrace/analysis/savings.py)")
+                      + ([("captured", "right")] if capt else []) + [
+                      ("H2D\nB/launch", "right"), ("launch\nms", "right")] + ([("GPU busy\nms", "right")] if busy else [])
+                      + [("graphs\nsave ≤ ms", "right")],
+                      caption="totals over calls, by the range's own thread"
+                              + ("; captured: into a stream being captured (graph nodes: nothing ran)" if capt else "")
+                              + "; launch ms = launches x host cost per launch "
+                              f"({esc(costs['source']) if costs else 'not measured'}); graphs save: "
+                              + ("its time less its kernels' GPU time in a graph" if busy else
+                                 "per eager launch, its time per launch less a graph kernel's")
+                              + " (pcietrace/analysis/savings.py)")
         for r in rg.itertuples():  # (the marks once, in the bytes table above)
             t.add_row(name(r, marked=False), num(r.eager_launches, ",.0f"), num(r.graph_launches, ",.0f"),
                       *([num(r.captured_launches, ",.0f")] if capt else []),
@@ -140,13 +138,13 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
     if len(wr):
         bounds = results.get("whole_run_bounds", pd.DataFrame())
         t = new_table("Whole run", [("GPU", "right"), ("ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
-                                 ("eager", "right"), ("graph", "right"), ("procs", "right"), ("ranges", "right"),
-                                 ("exit", "right")],
-                   caption="per sampled GPU: its bytes (± the floor's 95 % interval, which outweighs the edges' over "
-                           "a whole run" + ("; ≥: the least it moved, where a sampling gap could hide a counter wrap, "
-                                            "see the note" if len(bounds) else "")
-                           + ") and the kernel launches made on it (eager/graph); procs (processes followed) "
-                           "and ranges: the program's totals")
+                                    ("eager", "right"), ("graph", "right"), ("procs", "right"), ("ranges", "right"),
+                                    ("exit", "right")],
+                      caption="per sampled GPU: its bytes (± the floor's 95 % interval, which outweighs the edges' over "
+                              "a whole run" + ("; ≥: the least it moved, where a sampling gap could hide a counter wrap, "
+                                               "see the note" if len(bounds) else "")
+                              + ") and the kernel launches made on it (eager/graph); procs (processes followed) "
+                              "and ranges: the program's totals")
         seen = bounds.set_index("nvml_index") if len(bounds) else pd.DataFrame()
         for w in wr.to_dict("records"):
             ok = w.get("status", "ok") == "ok"
@@ -174,8 +172,8 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
     elif procs:
         nodes = any("node" in p for p in procs)  # (a merged report: several nodes' processes)
         t = new_table("Processes followed", [("node", "left")] * nodes + [("pid", "right"), ("NVTX", "left"),
-                                                                       ("launch counting", "left"), ("ranges", "right")],
-                   caption="processes that cleared their environment, or never called NVTX or CUDA, do not appear")
+                                                                          ("launch counting", "left"), ("ranges", "right")],
+                      caption="processes that cleared their environment, or never called NVTX or CUDA, do not appear")
         for p in procs:
             t.add_row(*[esc(p.get("node"))] * nodes, str(p["pid"]), "yes" if p["nvtx"] else "no", esc(p["cupti"]),
                       str(p["ranges"]))
@@ -187,13 +185,12 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
     return parts
 
 
-
 def ranges_by_host_table(rh: pd.DataFrame) -> Table:
     """A merged report's ranges on each node (the ranges table sums them over the nodes)."""
     t = new_table("PCIe bytes per NVTX range and node", [("range", "left"), ("node", "left"), ("host", "left"),
-                                                     ("calls", "right"), ("incl\nms", "right"),
-                                                     ("H2D MB\n± error", "right"), ("D2H\nMB", "right")],
-               caption="each node's own figures, as in the table above; MB = 10^6 B")
+                                                        ("calls", "right"), ("incl\nms", "right"),
+                                                        ("H2D MB\n± error", "right"), ("D2H\nMB", "right")],
+                  caption="each node's own figures, as in the table above; MB = 10^6 B")
     for r in rh.sort_values(["domain", "name"], kind="stable").itertuples():
         ok = getattr(r, "status", "ok") == "ok"
         t.add_row(esc(r.name), esc(r.node), esc(r.host), str(r.calls), num(r.incl_ms, ",.2f"),

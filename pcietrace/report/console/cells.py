@@ -23,11 +23,9 @@ from pcietrace.text import clean
 DIR_LABEL = {"h2d": "H2D", "d2h": "D2H"}
 
 
-
 def esc(x: Any) -> str:
     """Outside text made safe for rich markup (the one place that escapes)."""
     return escape(str(x))
-
 
 
 def num(x: Any, fmt: str = ",.0f", unit: str = "") -> str:
@@ -36,11 +34,9 @@ def num(x: Any, fmt: str = ",.0f", unit: str = "") -> str:
     return f"{x:{fmt}}{unit}"
 
 
-
 def ms_cell(x: Any) -> str:
     """Milliseconds to 0.01 ms, to 0.1 ms from a second up (the column stays narrow at 80)."""
     return num(x, ",.1f" if x is not None and not pd.isna(x) and abs(x) >= 1e3 else ",.2f")
-
 
 
 def stated_err(r: Any, d: str) -> float:
@@ -50,18 +46,15 @@ def stated_err(r: Any, d: str) -> float:
     return getattr(r, f"{d}_edge_bytes") + (0.0 if pd.isna(floor_err) else floor_err)
 
 
-
 def pm(x: Any, ci: Any, fmt: str = ",.0f") -> str:
     if ci is None or (isinstance(ci, float) and math.isnan(ci)):
         return num(x, fmt)
     return f"{x:{fmt}} ± {ci:{fmt}}"
 
 
-
 def pm_lines(x: Any, ci: Any, fmt: str = ",.0f") -> str:
     """:func:`_pm` with the interval on a second line (narrow columns)."""
     return pm(x, ci, fmt).replace(" ± ", "\n± ")
-
 
 
 class WordTable(Table):
@@ -100,7 +93,6 @@ class WordTable(Table):
         yield Text("")
 
 
-
 def new_table(title: str, columns: list[tuple[str, str]], caption: str | None = None) -> Table:
     """Right-justified columns hold numbers: they never wrap (the text columns wrap instead, at spaces: see
     :class:`WordTable`)."""
@@ -112,12 +104,10 @@ def new_table(title: str, columns: list[tuple[str, str]], caption: str | None = 
     return t
 
 
-
 def domain_mark(domain: Any, one_domain: bool) -> str:
     """A range name's domain beside it where ranges of several domains share a table; NVTX's default domain
     (no domain: torch.cuda.nvtx, nvtxRangePushA) goes unsaid."""
     return "" if one_domain or str(domain) == "default" else f" [dim]({esc(str(domain))})[/]"
-
 
 
 def unknown(v: Any) -> str:
@@ -125,18 +115,15 @@ def unknown(v: Any) -> str:
     return "?" if v is None else str(v)
 
 
-
 def pci_id(v: Any) -> str:
     """A PCI id ("0x10de") without its "0x", '?' where it is unknown."""
     return v[2:] if isinstance(v, str) and v.startswith("0x") else "?"
-
 
 
 def node_gpu(row: Any) -> str:
     """A GPU's name in a table: "GPU3", or "node1 GPU3" in a merged report (whose rows and GPUs name their node)."""
     node = row.get("node")
     return esc(f"{node} " if node is not None and node == node else "") + gpu_label(row["nvml_index"])
-
 
 
 def gpu_list(text: Any) -> str:
@@ -163,7 +150,6 @@ def gpu_list(text: Any) -> str:
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
 
 
-
 def _cell(x: Any, col: str) -> str:
     if col == "nvml_index" and isinstance(x, (int, float)) and not pd.isna(x):
         return gpu_label(int(x))
@@ -172,7 +158,6 @@ def _cell(x: Any, col: str) -> str:
     if isinstance(x, int):
         return f"{x:,}"
     return num(x, ",.3f" if abs(x) < 1000 else ",.0f")
-
 
 
 def generic_table(name: str, df: pd.DataFrame) -> Table:
@@ -185,7 +170,6 @@ def generic_table(name: str, df: pd.DataFrame) -> Table:
     return t
 
 
-
 def dedicated_or_generic(key: str, fn: Callable[[pd.DataFrame], Table], df: pd.DataFrame) -> Table:
     """A table whose columns are not what its renderer expects (an older or damaged report) still prints."""
     try:
@@ -194,10 +178,8 @@ def dedicated_or_generic(key: str, fn: Callable[[pd.DataFrame], Table], df: pd.D
         return generic_table(key, df)
 
 
-
 def summary_lines(summary: dict[str, Any]) -> list[Any]:
     return [Text(line, style="bold") for line in summary.get("lines", [])]
-
 
 
 def tell(line: str) -> None:

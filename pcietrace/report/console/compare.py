@@ -24,15 +24,15 @@ def compare_table(cmp: pd.DataFrame, names: list[str], letters: str | None = Non
     runs = "; ".join(esc(n) if n.startswith(f"{letters[i]}: ") else f"{letters[i]} = {esc(n)}" for i, n in enumerate(names))
     floor = RUN_TO_RUN_PCT
     t = new_table(title, cols, caption=f"{runs}. Δ vs A, with % of A (none where A is within its interval of 0 or too "
-                                           "small to matter); * = significant: material (pcietrace/analysis/compare.py "
-                                           "MATERIAL), beyond the 95 % intervals and, for figures that move with the "
-                                           "host's speed, beyond what two runs of one machine differ by (in % of the "
-                                           "mean: "
-                                           f"host cost {floor['host cost / eager launch']:g} %; launch + sync, first "
-                                           f"instruction, 4 B copy, graphs' time per iteration "
-                                           f"{floor['launch + sync (eager)']:g} %; host-memory round trip "
-                                           f"{floor['host read round trip']:g} %); no mark = not significant or not "
-                                           "judged")
+                                              "small to matter); * = significant: material (pcietrace/analysis/compare.py "
+                                              "MATERIAL), beyond the 95 % intervals and, for figures that move with the "
+                                              "host's speed, beyond what two runs of one machine differ by (in % of the "
+                                              "mean: "
+                                              f"host cost {floor['host cost / eager launch']:g} %; launch + sync, first "
+                                              f"instruction, 4 B copy, graphs' time per iteration "
+                                              f"{floor['launch + sync (eager)']:g} %; host-memory round trip "
+                                              f"{floor['host read round trip']:g} %); no mark = not significant or not "
+                                              "judged")
     for r in cmp.to_dict("records"):
         unit = f" ({r['unit']})" if r["unit"] else ""
         cells = [esc(r["gpu"]), esc(r["metric"]) + unit]
@@ -51,7 +51,6 @@ def compare_table(cmp: pd.DataFrame, names: list[str], letters: str | None = Non
     return t
 
 
-
 def compare_tables(cmp: pd.DataFrame, names: list[str]) -> list[Table]:
     """:func:`compare_table`, or with more than two runs one table per run against the first (side by side
     they no longer fit 80 columns); each keeps the rows either run has."""
@@ -64,20 +63,19 @@ def compare_tables(cmp: pd.DataFrame, names: list[str]) -> list[Table]:
     return tables
 
 
-
 def savings_table(sv: pd.DataFrame, paths: list[str]) -> Table:
     """Attach's predicted graph savings against the measured (see :func:`pcietrace.analysis.savings.savings`)."""
     one_domain = sv["domain"].astype(str).nunique() <= 1
     t = new_table("Graph savings per NVTX range: predicted from the eager run vs measured"
-               + (esc(f" (domain {sv['domain'].iloc[0]})") if one_domain and len(sv) else ""),
-               [("range", "left"), ("eager ms", "right"), ("graphed", "right"), ("launches", "right"),
-                ("saved ms", "right"), ("predicted", "right"), ("error", "right"), ("bound", "left")],
-               caption=f"eager: {esc(paths[0])}; graphed: {esc(paths[1])}; graphed: its inclusive range time, ms; "
-                       "launches: the eager run's; saved = measured, eager - graphed inclusive range time; predicted = attach's \"graphs save\" figure "
-                       "from the eager run, ms (from the GPU's busy time where it was recorded, --gpu-time; else from "
-                       "launch counts: launch-bound ranges save their own time per launch minus a graph kernel's, "
-                       "others the GPU overhead difference; pcietrace/analysis/savings.py); error in % of the "
-                       "measured saving; bound: launch-bound")
+                  + (esc(f" (domain {sv['domain'].iloc[0]})") if one_domain and len(sv) else ""),
+                  [("range", "left"), ("eager ms", "right"), ("graphed", "right"), ("launches", "right"),
+                   ("saved ms", "right"), ("predicted", "right"), ("error", "right"), ("bound", "left")],
+                  caption=f"eager: {esc(paths[0])}; graphed: {esc(paths[1])}; graphed: its inclusive range time, ms; "
+                          "launches: the eager run's; saved = measured, eager - graphed inclusive range time; predicted = attach's \"graphs save\" figure "
+                          "from the eager run, ms (from the GPU's busy time where it was recorded, --gpu-time; else from "
+                          "launch counts: launch-bound ranges save their own time per launch minus a graph kernel's, "
+                          "others the GPU overhead difference; pcietrace/analysis/savings.py); error in % of the "
+                          "measured saving; bound: launch-bound")
     t.columns[0].min_width = 12  # the range names the row: never squeezed to nothing
 
     def err(x: Any) -> str:

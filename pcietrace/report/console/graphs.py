@@ -27,12 +27,12 @@ def graphs_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                  f"sets ({plan.get('order')})")
         # 80 columns: short headers (spelt out in the caption), each interval on a line of its own in its cell
         t = new_table(title + ": time", [("strategy", "left"), ("mean ms", "right"), ("median", "right"),
-                                      ("speedup", "right"), ("CPU ms", "right"), ("inst.", "right"),
-                                      ("reuses", "right")],
-                   caption=f"timing: {meta.get('timing', '?')}; {stats}; times in ms per iteration (inst.: per "
-                           "instantiation); mean = total / iterations (carries the occasional instantiations; speedup = "
-                           "eager mean / mean); CPU = host CPU time; reuses = the break-even, instantiate time / (eager - "
-                           "graph-ready iteration); median's interval in --format json/csv/md")
+                                         ("speedup", "right"), ("CPU ms", "right"), ("inst.", "right"),
+                                         ("reuses", "right")],
+                      caption=f"timing: {meta.get('timing', '?')}; {stats}; times in ms per iteration (inst.: per "
+                              "instantiation); mean = total / iterations (carries the occasional instantiations; speedup = "
+                              "eager mean / mean); CPU = host CPU time; reuses = the break-even, instantiate time / (eager - "
+                              "graph-ready iteration); median's interval in --format json/csv/md")
 
         def ms(x: float, lo: float, hi: float) -> str:
             return f"{x / 1e3:,.3f}\n[{lo / 1e3:,.3f}, {hi / 1e3:,.3f}]"
@@ -45,12 +45,12 @@ def graphs_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> lis
                       num(r.cpu_us_mean / 1e3, ",.3f"), num(r.build_us / 1e3, ",.3f"),
                       "never" if r.break_even_reuses == math.inf else num(r.break_even_reuses, ",.1f"))
         c = new_table(title + ": what each strategy did, and its PCIe traffic",
-                   [("strategy", "left"), ("capt.", "right"), ("inst.", "right"), ("upd.", "right"),
-                    ("nodes", "right"), ("hits", "right"), ("fail", "right"), ("H2D kB", "right"),
-                    ("D2H kB", "right")],
-                   caption=f"counts summed over {int(g['iterations'].iloc[0]):,} iterations per strategy: captures, "
-                           "instantiations, graph updates, kernel-node updates, cache hits, failed updates; kB = "
-                           "10^3 B per iteration from the counters, floor removed, ± 95 % over windows")
+                      [("strategy", "left"), ("capt.", "right"), ("inst.", "right"), ("upd.", "right"),
+                       ("nodes", "right"), ("hits", "right"), ("fail", "right"), ("H2D kB", "right"),
+                       ("D2H kB", "right")],
+                      caption=f"counts summed over {int(g['iterations'].iloc[0]):,} iterations per strategy: captures, "
+                              "instantiations, graph updates, kernel-node updates, cache hits, failed updates; kB = "
+                              "10^3 B per iteration from the counters, floor removed, ± 95 % over windows")
         c.columns[0].no_wrap = True
         for r in g.itertuples():
             c.add_row(r.strategy, num(r.captures), num(r.instantiations), num(r.updates), num(r.node_updates),

@@ -20,15 +20,15 @@ def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
     pinned = any(g.get("timing_cpu") is not None for g in meta.get("gpus", []))  # runs since timed steps took turns
     resets = "counter_jumps" in sampling and bool(sampling["counter_jumps"].any())
     t = new_table("System", [("GPU", "right"), ("model", "left"), ("bus id", "right"), ("PCIe", "left"),
-                          ("counter", "left"), ("reads/s", "right"), ("gap ms", "right")]
-               + ([("timing CPU", "right")] if pinned else []),
-               caption=esc(f"driver {meta.get('driver', '?')}, host {meta.get('host', '?')}, {meta.get('created', '')}; "
-                           "counter: NVML fields 197/198 (32-bit, wrapping) or the 20 ms throughput API (LOW RES); "
-                           + ("reset(s): steps no link could move, the bytes across them unknown (windows left out, "
-                              "ranges 'wrap risk'); " if resets else "")
-                           + "gap: median time between background samples"
-                           + ("; timing CPU: the core that timed the GPU's host loops, one GPU at a time (beside "
-                              "others: its turn did not come in time, so its timed figures may have shifted)" if pinned else "")))
+                             ("counter", "left"), ("reads/s", "right"), ("gap ms", "right")]
+                  + ([("timing CPU", "right")] if pinned else []),
+                  caption=esc(f"driver {meta.get('driver', '?')}, host {meta.get('host', '?')}, {meta.get('created', '')}; "
+                              "counter: NVML fields 197/198 (32-bit, wrapping) or the 20 ms throughput API (LOW RES); "
+                              + ("reset(s): steps no link could move, the bytes across them unknown (windows left out, "
+                                 "ranges 'wrap risk'); " if resets else "")
+                              + "gap: median time between background samples"
+                              + ("; timing CPU: the core that timed the GPU's host loops, one GPU at a time (beside "
+                                 "others: its turn did not come in time, so its timed figures may have shifted)" if pinned else "")))
     keys = ["node", "nvml_index"] if "node" in sampling else ["nvml_index"]  # (a merged report: GPUs of several nodes)
     smp = sampling.set_index(keys) if len(sampling) else None
     for g in meta.get("gpus", []):
@@ -46,7 +46,6 @@ def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
     return t
 
 
-
 def hop(h: dict[str, Any]) -> str:
     link = f" {h['link_speed'].replace(' PCIe', '')} x{unknown(h['link_width'])}" if h.get("link_speed") else ""
     best = ""
@@ -55,14 +54,13 @@ def hop(h: dict[str, Any]) -> str:
     return esc(f"{h['bdf']} {h['role']} {pci_id(h.get('vendor'))}:{pci_id(h.get('device'))}{link}{best}")
 
 
-
 def topology_tables(topo: dict[str, Any]) -> list[Any]:
     """Per-GPU placement, each GPU's PCIe path (as text under the table) and the GPU<->GPU matrix."""
     named = any(g.get("name") for g in topo.get("gpus", []))  # fixtures and sysfs alone have no model names
     t = new_table(esc(f"PCIe placement (source: {topo.get('source')})"),
-               [("GPU", "right")] + ([("model", "left")] if named else []) + [
-                   ("bus id", "right"), ("NUMA", "right"), ("CPUs", "left"), ("levels", "right")],
-               caption="levels: PCIe switch levels between the GPU and its root port")
+                  [("GPU", "right")] + ([("model", "left")] if named else []) + [
+                      ("bus id", "right"), ("NUMA", "right"), ("CPUs", "left"), ("levels", "right")],
+                  caption="levels: PCIe switch levels between the GPU and its root port")
     paths = []
     for g in topo.get("gpus", []):
         label = gpu_label(g["nvml_index"]) if g.get("nvml_index") is not None else esc(g["bdf"])

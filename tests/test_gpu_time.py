@@ -130,10 +130,13 @@ def test_uncounted_launches_are_unknown_not_zero(data_dir) -> None:
 def test_kernel_records_lost_at_exit_are_said(decode) -> None:
     s, _ = decode["decode-eager-gputime"]
     assert not len(gpu_time.missing(s.events))  # real run: as many records as eager launches, no note
-    assert not any("lost when it ended" in n for n in gpu_time.notes(s.events))
+    assert not any(n.code == "kernel_records_lost" for n in gpu_time.notes(s.events))
     # the same real events with the last 100 kernel records removed, as an os._exit before CUPTI's flush does
     k = s.events.index[s.events["event"] == "kernel"]
     cut = s.events.drop(k[-100:])
     miss = gpu_time.missing(cut)
     assert len(miss) == 1 and miss["eager_launches"].iloc[0] - miss["records"].iloc[0] == 100
-    assert any("lost when it ended" in n for n in gpu_time.notes(cut))
+    lost = [n.params for n in gpu_time.notes(cut) if n.code == "kernel_records_lost"]
+    assert lost == [{"pid": miss["pid"].iloc[0], "records": miss["records"].iloc[0],
+                     "eager_launches": miss["eager_launches"].iloc[0]}]
+    assert any("lost when it ended" in n for n in notes_text({"notes": pd.DataFrame({"note": gpu_time.notes(cut)})}))

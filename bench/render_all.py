@@ -48,7 +48,7 @@ def label(path: Path) -> str:
 
 def render(session, results, out: Path, path: Path | None) -> None:
     """One session's every rendering into folder ``out``."""
-    from pcietrace.analysis import to_jsonable
+    from pcietrace.report.saved import to_jsonable
     from pcietrace.analysis.summary import summarize
     from pcietrace.report.output import emit
 

@@ -34,7 +34,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from rich.console import Console  # noqa: E402
 
-from pcietrace.analysis import analyze, to_jsonable  # noqa: E402
+from pcietrace.analysis import analyze  # noqa: E402
+from pcietrace.report.saved import to_jsonable  # noqa: E402
 from pcietrace.errors import PcietraceError  # noqa: E402
 from pcietrace.report.console import render  # noqa: E402
 from pcietrace.session import Session  # noqa: E402

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 @dataclass
 class Result:
     """``meta``: the run's metadata (GPUs, driver, plan, topology); ``tables``: every result table of
-    :func:`pcietrace.analysis.analyze` by name (also readable as attributes: ``result.per_launch``);
+    :func:`pcietrace.analysis.analyze` by name (also readable as attributes: ``result.per_launch``), its notes
+    worded (:mod:`pcietrace.report.notes`);
     ``summary``: ``lines`` (plain sentences) and the key figures behind them; ``path``: where it was loaded from."""
 
     meta: dict[str, Any]
@@ -61,6 +62,7 @@ def load(path: str | Path, us_per_level: float = DEFAULT_US_PER_LEVEL) -> Result
     """A saved run (its folder or ``report.json``), re-analysed: the same tables ``pcietrace report`` prints."""
     from pcietrace.analysis import analyze
     from pcietrace.analysis.summary import summarize
+    from pcietrace.report.notes import with_sentences
     from pcietrace.session import Session
 
     from pcietrace import multinode
@@ -70,7 +72,8 @@ def load(path: str | Path, us_per_level: float = DEFAULT_US_PER_LEVEL) -> Result
         return Result(meta=m.meta, tables=m.results, summary=summarize(m.meta, m.results), path=Path(path))
     s = Session.load(Path(path))
     tables = analyze(s, us_per_level)
-    return Result(meta=s.meta, tables=tables, summary=summarize(s.meta, tables), path=Path(path), session=s)
+    return Result(meta=s.meta, tables=with_sentences(tables), summary=summarize(s.meta, tables), path=Path(path),
+                  session=s)
 
 
 def _result(recorded: Recorded) -> Result:

@@ -136,7 +136,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         from pcietrace.session import write_instances
 
         try:
-            results["range_instances"] = write_instances(results["range_instances"], args.instances)
+            # (a result is read-only: the rendered tables are a copy naming the file instead)
+            results = {**results, "range_instances": write_instances(results["range_instances"], args.instances)}
         except OSError as exc:
             raise UsageError(f"cannot write the range instances to {args.instances}: {exc.strerror or exc}") from None
     if args.perfetto is not None:

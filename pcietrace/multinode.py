@@ -86,11 +86,12 @@ def analyze_node(path: str, node_dir: str, info: dict[str, Any]) -> tuple[dict[s
     instances written into ``node_dir`` for :func:`trace_part`. Returns its
     :data:`~pcietrace.analysis.merge.NODE_TABLES` and its first time (None: nothing sampled)."""
     from pcietrace.analysis import analyze, launch_timeline
+    from pcietrace.report.notes import with_sentences
 
     session = Session.load(Path(path))
     if not str(session.meta.get("kind", "")).startswith("attach"):
         raise UsageError(f"{path} is a {session.meta.get('kind') or 'run'} report: merge takes attach recordings")
-    results = analyze(session)
+    results = with_sentences(analyze(session))
     folder = Path(node_dir)
     folder.mkdir(parents=True)
     rates = combine_nodes.tag(results["rates"], info)
@@ -246,9 +247,11 @@ def merged_meta(infos: list[dict[str, Any]], metas: list[dict[str, Any]], engine
 def save(folder: Path, meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> None:
     """The merged report into ``folder`` (the nodes' folders already there): report.json, results/*.parquet,
     trace.json."""
-    from pcietrace.analysis import empty_results, to_jsonable
+    from pcietrace.analysis import empty_results
+    from pcietrace.report.notes import with_sentences
+    from pcietrace.report.saved import to_jsonable
 
-    tables = {k: v for k, v in {**empty_results("attach"), **results}.items() if k not in NODE_ONLY}
+    tables = {k: v for k, v in with_sentences({**empty_results("attach"), **results}).items() if k not in NODE_ONLY}
     (folder / RESULTS_DIR).mkdir()
     for name, df in tables.items():
         if len(df):

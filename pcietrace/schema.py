@@ -211,6 +211,9 @@ META = obj({"gpus": list_of(GPU)},
                                {"recovered_from": STR, "last_sample_ns": opt(INT), "saved_as": STR})})
 ATTACH_META = obj({"t_app_start_ns": INT, "t_app_end_ns": INT})
 GRAPHS_META = obj({"graphs_plan": obj({"kernel_us": RANGE})})
+#: What each kind of session's metadata must hold beyond :data:`META` (an attach whose program never ran,
+#: "attach-failed", has no program times).
+KIND_META = {"attach": ATTACH_META, "graphs": GRAPHS_META}
 DOC = obj({"schema": STR, "meta": META, "tables": obj({})}, {"results": obj({})})
 
 #: Column kinds: "int" (integers, no nulls), "pos" (integers >= 1, no nulls: graph sizes, which analyses divide
@@ -254,12 +257,15 @@ RUN_WINDOW_COLUMNS = {**WINDOW_COLUMNS, "purpose": "str", "graph_k": "pos", "cal
                       "kernel_us": "num", "target_rate_hz": "num", "achieved_rate_hz": "num"}
 
 
+#: The windows' columns of each kind of session (``meta["kind"]``; none, or a kind not listed: a run's, which
+#: carry the launch plan); an attach's windows are its idle windows, with no more than :data:`WINDOW_COLUMNS`.
+WINDOW_COLUMNS_BY_KIND = {"graphs": GRAPHS_WINDOW_COLUMNS, "attach": WINDOW_COLUMNS, "attach-failed": WINDOW_COLUMNS}
+
+
 def table_columns(name: str, meta: dict[str, Any]) -> dict[str, str]:
     """The declared columns of table ``name`` in a session with ``meta`` (run windows carry the plan)."""
-    if name == "windows" and meta.get("kind") == "graphs":
-        return GRAPHS_WINDOW_COLUMNS
-    if name == "windows" and not str(meta.get("kind", "")).startswith("attach"):
-        return RUN_WINDOW_COLUMNS
+    if name == "windows":
+        return WINDOW_COLUMNS_BY_KIND.get(str(meta.get("kind")), RUN_WINDOW_COLUMNS)
     return TABLE_COLUMNS[name]
 
 
@@ -331,10 +337,7 @@ def check_doc(doc: Any) -> None:
     if version < SCHEMA_VERSION:
         raise Invalid("schema", f"{doc['schema']} is older than {SCHEMA} and cannot be read")
     DOC(doc, "report")
-    if str(doc["meta"].get("kind")) == "attach":
-        ATTACH_META(doc["meta"], "meta")
-    if doc["meta"].get("kind") == "graphs":
-        GRAPHS_META(doc["meta"], "meta")
+    KIND_META.get(str(doc["meta"].get("kind")), obj({}))(doc["meta"], "meta")
     seen: set[int] = set()
     for i, g in enumerate(doc["meta"]["gpus"]):  # tables are keyed by nvml_index: one GPU record each
         if g["nvml_index"] in seen:

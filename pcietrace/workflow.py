@@ -121,7 +121,8 @@ def _ordinals(gpus: list[GpuRecord]) -> list[int]:
 def record_run(config: RunConfig, feedback: Feedback = Feedback()) -> Recorded:
     """``pcietrace run``: the plan on every selected GPU at once (or on the SIMULATED box), then the latency
     suite (``config.latency``); analysed and saved."""
-    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.analysis import analyze
+    from pcietrace.report.saved import to_jsonable
     from pcietrace.record import box, guard
 
     plan = config.plan()
@@ -144,7 +145,8 @@ def record_run(config: RunConfig, feedback: Feedback = Feedback()) -> Recorded:
 def record_latency(config: LatencyConfig, feedback: Feedback = Feedback()) -> Recorded:
     """``pcietrace latency``: the latency suite on every selected GPU (or the SIMULATED box's model of a
     recorded run); analysed and saved. The GPUs are released on every way out."""
-    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.analysis import analyze
+    from pcietrace.report.saved import to_jsonable
     from pcietrace.collectors import topology
     from pcietrace.device import backend
     from pcietrace.record import guard
@@ -188,7 +190,8 @@ def record_latency(config: LatencyConfig, feedback: Feedback = Feedback()) -> Re
 
 def _simulated_latency(config: LatencyConfig, feedback: Feedback) -> Recorded:
     """The latency suite's figures from the SIMULATED device's model of a recorded run."""
-    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.analysis import analyze
+    from pcietrace.report.saved import to_jsonable
     from pcietrace.device import sim
     from pcietrace.record import guard
     from pcietrace.record.run import RunPlan, base_meta
@@ -227,7 +230,8 @@ def record_graphs(config: GraphsConfig, feedback: Feedback = Feedback()) -> Reco
 
 
 def _record_graphs(config: GraphsConfig, feedback: Feedback, plan: GraphsPlan, opened: OpenedDevice) -> Recorded:
-    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.analysis import analyze
+    from pcietrace.report.saved import to_jsonable
     from pcietrace.record import graphs, guard
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.session import Session
@@ -261,7 +265,8 @@ def record_attach(config: AttachConfig, feedback: Feedback = Feedback(), program
     """``pcietrace attach``: the program run under the samplers and the injection library, between idle
     windows; analysed, saved, and its Perfetto trace written beside the saved run. ``program_stdout``: where
     the program's output goes (None: ours). :meth:`Recorded.end` gives the program's exit code."""
-    from pcietrace.analysis import analyze, saved_tables
+    from pcietrace.analysis import analyze
+    from pcietrace.report.saved import saved_tables
     from pcietrace.collectors import nvml, topology
     from pcietrace.record import guard
     from pcietrace.record.attach import exit_code, record_attach as record

@@ -101,3 +101,11 @@ def edit_report(folder: Path, change) -> None:
     doc = json.loads((folder / "report.json").read_text())
     change(doc)
     (folder / "report.json").write_text(json.dumps(doc))
+
+
+def notes_text(results) -> list[str]:
+    """The notes of analysis ``results`` as a report words them (:func:`pcietrace.report.notes.with_sentences`)."""
+    from pcietrace.report.notes import with_sentences
+
+    notes = with_sentences(results)["notes"]
+    return notes["note"].tolist() if "note" in notes else []

@@ -16,6 +16,7 @@ from pcietrace.analysis import analyze, attribution
 from pcietrace.analysis.savings import predict_ms
 from pcietrace.record.trace import read_traces
 from pcietrace.session import Session
+from conftest import notes_text
 
 
 @pytest.fixture()
@@ -301,7 +302,7 @@ def test_the_report_notes_a_full_trace(data_dir) -> None:
 
     s = Session.load(data_dir / "attach_h100_python")
     s.events = pd.concat([s.events, s.events.tail(1).assign(event=TRACE_FULL, id=2**28)], ignore_index=True)
-    notes = " ".join(analyze(s)["notes"]["note"])
+    notes = " ".join(notes_text(analyze(s)))
     assert "trace file filled up (256 MiB)" in notes and "PCIETRACE_TRACE_BYTES" in notes
 
 
@@ -877,9 +878,9 @@ def test_launches_of_threads_without_ranges_are_said_not_silently_dropped(data_d
     inst = res["range_instances"]
     step = inst[inst["name"] == "train_step"]
     assert (step["eager_launches_process"] > step["eager_launches"]).all()
-    note = [n for n in res["notes"]["note"] if "no NVTX range" in n]
+    note = [n for n in notes_text(res) if "no NVTX range" in n]
     assert note and f"{int(ranks['untraced'].sum()):,} of {int(ranks['launches'].sum()):,} launches" in note[0]
-    assert not [n for n in analyze(Session.load(data_dir / "attach_h200x2_threads"))["notes"]["note"] if "no NVTX range" in n]
+    assert not [n for n in notes_text(analyze(Session.load(data_dir / "attach_h200x2_threads"))) if "no NVTX range" in n]
 
 
 def test_a_perfetto_trace_out_of_memory_is_one_line_and_the_run_stays_saved(attach_stand_ins, monkeypatch, tmp_path,

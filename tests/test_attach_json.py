@@ -14,6 +14,7 @@ import pytest
 
 from pcietrace.cli import main
 from pcietrace.schema import is_count
+from conftest import notes_text
 
 ROOT = Path(__file__).parent.parent
 DATA = ROOT / "tests/data"
@@ -142,9 +143,10 @@ def test_ranges_with_no_domain_are_in_domain_default(tmp_path) -> None:
 
 
 def test_a_saved_report_s_results_hold_counts_as_integers(data_dir) -> None:
-    """The folder's report.json keeps `results` as analysed when recorded (:func:`pcietrace.analysis.to_jsonable`):
+    """The folder's report.json keeps `results` as analysed when recorded (:func:`pcietrace.report.saved.to_jsonable`):
     its counts are integers too, as in `report --format json`, and unknown ones null."""
-    from pcietrace.analysis import analyze, to_jsonable
+    from pcietrace.analysis import analyze
+    from pcietrace.report.saved import to_jsonable
     from pcietrace.session import Session
 
     saved = to_jsonable(analyze(Session.load(data_dir / "attach_h100_torch_outside")))
@@ -169,13 +171,14 @@ def test_a_run_with_cupti_on_says_cupti_moved_bytes_of_its_own(data_dir) -> None
     """CUPTI's launch callbacks (H100: +2.6-3.0 % H2D per launch) and its kernel records (--gpu-time: +13 % D2H)
     add PCIe bytes, which the ranges then hold: a run with either on says so, naming which; an interposed run
     without --gpu-time says neither. (A real H100 recording, its meta set: the notes depend on nothing else.)"""
-    from pcietrace.analysis import CUPTI_NOTE, GPU_TIME_NOTE, analyze
+    from pcietrace.analysis import analyze
+    from pcietrace.report.notes import CUPTI_NOTE, GPU_TIME_NOTE
     from pcietrace.session import Session
 
     s = Session.load(data_dir / "attach_h100_torch_outside")
-    assert not {CUPTI_NOTE, GPU_TIME_NOTE} & set(analyze(s)["notes"]["note"])
+    assert not {CUPTI_NOTE, GPU_TIME_NOTE} & set(notes_text(analyze(s)))
     s.meta["launch_counter"] = "cupti"
-    assert CUPTI_NOTE in analyze(s)["notes"]["note"].tolist()
+    assert CUPTI_NOTE in notes_text(analyze(s))
     s.meta.update(launch_counter="interpose", gpu_time=True)
-    notes = analyze(s)["notes"]["note"].tolist()
+    notes = notes_text(analyze(s))
     assert GPU_TIME_NOTE in notes and CUPTI_NOTE not in notes

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import edit_report, one_line_exit_2
+from conftest import edit_report, notes_text, one_line_exit_2
 from test_attach import attach_stand_ins  # noqa: F401  (a fixture: attach on stand-in GPU and samplers)
 from pcietrace.analysis import analyze, validate
 from pcietrace.cli import main
@@ -206,7 +206,7 @@ def test_trace_lines_with_cr_cut_utf8_and_foreign_files_are_kept_or_counted(tmp_
 def test_bad_trace_lines_are_said_in_a_note(data_dir) -> None:
     s = Session.load(data_dir / "attach_h100_python")
     s.meta["trace_bad"] = {"lines": 3, "files": ["trace-x.tsv"]}
-    notes = analyze(s)["notes"]["note"].tolist()
+    notes = notes_text(analyze(s))
     assert any("3 line(s) that were not trace lines" in n and "trace-x.tsv" in n for n in notes)
 
 
@@ -310,7 +310,7 @@ def test_never_popped_ranges_are_said(data_dir) -> None:
     first_pop = s.events.index[s.events["event"] == "pop"][0]
     s.events = s.events.drop(first_pop).reset_index(drop=True)
     s.meta["processes"][0]["ranges"] = int(s.events["event"].isin(["push", "start"]).sum())
-    notes = analyze(s)["notes"]["note"].tolist()
+    notes = notes_text(analyze(s))
     assert any("never popped" in n for n in notes)
 
 

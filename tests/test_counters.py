@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pcietrace.analysis import counters
+from conftest import notes_text
 
 
 @given(start=st.integers(0, 2**32 - 1),
@@ -112,7 +113,7 @@ def test_a_read_that_stalls_can_hide_a_wrap_behind_a_short_gap(data_dir) -> None
     wg = counters.wrap_gaps(counters.cumulative_bytes(s.samples, s.counters), s.counters, s.meta["t_app_start_ns"],
                             s.meta["t_app_end_ns"]).set_index("nvml_index")
     assert wg.loc[0, "gaps"] >= 1 and wg.loc[0, "longest_read_ms"] == pytest.approx(max(read_ns[k], read_ns[k + 1]) / 1e6)
-    notes = [n for n in res["notes"]["note"] if "could hide a wrap" in n]
+    notes = [n for n in notes_text(res) if "could hide a wrap" in n]
     # one note for the four GPUs (they were four near-identical lines), each figure as its range over them
     assert len(notes) == 1 and notes[0].startswith("GPU0-3: the sampler stalled") and "76.5-" in notes[0]
 
@@ -243,7 +244,7 @@ def test_a_counter_reset_inside_a_range_makes_that_range_unknown_and_no_other(da
     res = analyze(s)
     assert len(counters.cumulative_bytes(s.samples, s.counters)) == len(s.samples)  # none left out
     assert res["sampling"]["counter_jumps"].tolist() == [1]
-    assert any("jumped 1 time(s)" in n for n in res["notes"]["note"])
+    assert any("jumped 1 time(s)" in n for n in notes_text(res))
     inst = res["range_instances"]
     across = (inst["t_start_ns"] < hit.t_end_ns) & (inst["t_end_ns"] > hit.t_start_ns)
     assert (inst.loc[across, "status"] == "wrap risk").all() and inst.loc[across, "h2d_bytes"].isna().all()
@@ -466,4 +467,4 @@ def test_a_reset_seen_by_one_field_first_counts_once(data_dir) -> None:
     assert cum["jump"].sum() == 2 and counters.resets(cum).tolist() == [1]
     res = analyze(s)
     assert res["sampling"]["counter_jumps"].tolist() == [1]
-    assert any("jumped 1 time(s)" in n for n in res["notes"]["note"])
+    assert any("jumped 1 time(s)" in n for n in notes_text(res))

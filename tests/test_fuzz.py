@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from pcietrace.analysis import RESULT_TABLES, analyze, to_jsonable
+from pcietrace.analysis import RESULT_TABLES, analyze
+from pcietrace.report.saved import to_jsonable
 from pcietrace.analysis.counters import unwrap, window_bytes
 from pcietrace.cli import build_parser
 from pcietrace.errors import PcietraceError, UsageError

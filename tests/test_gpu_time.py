@@ -11,6 +11,7 @@ import pytest
 from pcietrace.analysis import analyze, gpu_time
 from pcietrace.analysis.savings import savings
 from pcietrace.session import Session
+from conftest import notes_text
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +90,8 @@ def test_kernels_cupti_could_not_time_are_left_out_and_said(decode) -> None:
     assert gpu_time.untimed(zeroed).to_dict() == {int(zeroed.loc[picked[0], "pid"]): 3}
     assert len(gpu_time.kernels(zeroed)) == len(gpu_time.kernels(s.events)) - 3
     assert res["range_instances"]["gpu_busy_ns"].equals(without["range_instances"]["gpu_busy_ns"])
-    assert any("3 kernel records had no timestamps" in n for n in res["notes"]["note"])
-    assert not any("no timestamps" in n for n in without["notes"]["note"])
+    assert any("3 kernel records had no timestamps" in n for n in notes_text(res))
+    assert not any("no timestamps" in n for n in notes_text(without))
 
 
 def test_dropped_kernel_records_are_said(decode) -> None:
@@ -106,7 +107,7 @@ def test_dropped_kernel_records_are_said(decode) -> None:
     ev = pd.concat([s.events, on.assign(message="dropped", id=42, **thread[counts].iloc[-1].to_dict())],
                    ignore_index=True)
     assert gpu_time.dropped(ev).to_dict() == {int(on["pid"].iloc[0]): 42} and gpu_time.dropped(s.events).empty
-    notes = " ".join(analyze(Session(meta=s.meta, samples=s.samples, events=ev, windows=s.windows))["notes"]["note"])
+    notes = " ".join(notes_text(analyze(Session(meta=s.meta, samples=s.samples, events=ev, windows=s.windows))))
     assert "CUPTI dropped 42 kernel records" in notes
 
 
@@ -123,16 +124,19 @@ def test_uncounted_launches_are_unknown_not_zero(data_dir) -> None:
     assert res["whole_run"]["eager_launches"].isna().all() and res["whole_run"]["program_graph_savings_ms"].isna().all()
     text = " ".join(attach_lines(s.meta, res))
     assert "launches not counted" in text and "launched kernels" not in text and "0 eager" not in text
-    assert any("not counted" in n for n in res["notes"]["note"])
+    assert any("not counted" in n for n in notes_text(res))
 
 
 def test_kernel_records_lost_at_exit_are_said(decode) -> None:
     s, _ = decode["decode-eager-gputime"]
     assert not len(gpu_time.missing(s.events))  # real run: as many records as eager launches, no note
-    assert not any("lost when it ended" in n for n in gpu_time.notes(s.events))
+    assert not any(n.code == "kernel_records_lost" for n in gpu_time.notes(s.events))
     # the same real events with the last 100 kernel records removed, as an os._exit before CUPTI's flush does
     k = s.events.index[s.events["event"] == "kernel"]
     cut = s.events.drop(k[-100:])
     miss = gpu_time.missing(cut)
     assert len(miss) == 1 and miss["eager_launches"].iloc[0] - miss["records"].iloc[0] == 100
-    assert any("lost when it ended" in n for n in gpu_time.notes(cut))
+    lost = [n.params for n in gpu_time.notes(cut) if n.code == "kernel_records_lost"]
+    assert lost == [{"pid": miss["pid"].iloc[0], "records": miss["records"].iloc[0],
+                     "eager_launches": miss["eager_launches"].iloc[0]}]
+    assert any("lost when it ended" in n for n in notes_text({"notes": pd.DataFrame({"note": gpu_time.notes(cut)})}))

@@ -79,7 +79,8 @@ def _names(target: str, name: str) -> bool:
 LOW = ("pcietrace/record/", "pcietrace/device/", "collectors/")
 #: The record/ modules that measure (the CLI reaches them through pcietrace.workflow only).
 RECORDERS = ("run", "box", "parallel", "latency", "graphs", "generate", "node", "trace")
-#: (rule, the modules it covers (path prefixes), the imports they may not make, the one module allowed them)
+#: (rule, the modules it covers (path prefixes), the imports they may not make, the one module (or folder)
+#: allowed them)
 RULES = [
     ("a: no presentation (rich) below report/", ("pcietrace/analysis/", *LOW, "pcietrace/session.py"), ("rich",), None),
     ("b: record/, device/ and collectors/ import no analysis, report or command", LOW,
@@ -98,13 +99,24 @@ RULES = [
       "pcietrace.record.attach.record_attach"), None),
     ("g: the configs load no pandas or numpy (the parser imports them)",
      ("pcietrace/config.py", "pcietrace/device/gpus.py"), ("pandas", "numpy"), None),
+    ("h: the console is one renderer: no other report module imports it", ("pcietrace/report/",),
+     ("pcietrace.report.console",), "pcietrace/report/console/"),
+    ("i: report/ renders results, never makes them: no analyzer or session check", ("pcietrace/report/",),
+     ("pcietrace.analysis.kinds", "pcietrace.analysis.validate", "pcietrace.analysis.analyze"), None),
+    ("j: the console's shared parts (cells, system, the run's layout) and compare import no command's console",
+     ("pcietrace/report/console/run.py", "pcietrace/report/console/compare.py", "pcietrace/report/console/system.py",
+      "pcietrace/report/console/cells.py"),
+     ("pcietrace.report.console.attach", "pcietrace.report.console.graphs", "pcietrace.report.console.compare",
+      "pcietrace.report.console.run"), None),
 ]
 
 
 def violations(rule: tuple, imports: dict[str, list[tuple[int, str]]]) -> list[str]:
-    """``path:line imports NAME`` for every import ``rule`` forbids (one per line: the first name matched)."""
+    """``path:line imports NAME`` for every import ``rule`` forbids (one per line: the first name matched); the
+    allowed module may be a folder (``pcietrace/report/console/``: every module in it)."""
     _, covered, forbidden, allowed = rule
-    bad = {(rel, line): name for rel, found in imports.items() if rel.startswith(covered) and rel != allowed
+    bad = {(rel, line): name for rel, found in imports.items()
+           if rel.startswith(covered) and not (allowed and rel.startswith(allowed))
            for line, name in reversed(found) if any(_names(f, name) for f in forbidden)}
     return [f"{rel}:{line} imports {name}" for (rel, line), name in sorted(bad.items())]
 
@@ -136,6 +148,7 @@ def test_the_check_sees_imports_inside_functions_and_the_allowed_modules_use_the
     assert "cuda.bindings" in {n for _, n in imports["pcietrace/device/cuda.py"]}
     assert {rel.split("/")[1] for rel in imports if rel.startswith("pcietrace/") and rel.count("/") == 2} >= {
         "analysis", "device", "record", "report"}
+    assert "pcietrace.report.console.run" in {n for _, n in imports["pcietrace/report/console/attach.py"]}
 
 
 @pytest.mark.parametrize("source,module,expected", [
@@ -155,3 +168,16 @@ def test_a_module_named_like_a_forbidden_package_is_not_one() -> None:
     source = "from pcietrace.device import cuda\nfrom . import cuda_x\n"
     found = {"pcietrace/record/box.py": imports_in(source, "pcietrace.record.box")}
     assert violations(RULES[-1], found) == []
+
+
+def test_the_plots_do_not_import_the_console() -> None:
+    """Rule e covers plots.py (matplotlib figures borrow no rich table's words: both read report/labels.py)."""
+    names = {n for _, n in package_imports()["pcietrace/report/plots.py"]}
+    assert "pcietrace.report.labels" in names and not any(_names("pcietrace.report.console", n) for n in names)
+
+
+def test_a_rule_s_allowed_folder_covers_its_modules_only() -> None:
+    rule = next(r for r in RULES if r[0].startswith("e:"))
+    found = {"pcietrace/report/console/attach.py": [(1, "pcietrace.report.console.run")],
+             "pcietrace/report/plots.py": [(3, "pcietrace.report.console.cells")]}
+    assert violations(rule, found) == ["pcietrace/report/plots.py:3 imports pcietrace.report.console.cells"]

@@ -44,7 +44,8 @@ def test_instances_refuse_the_recordings_own_files(copy, capsys) -> None:
 
 def test_a_saved_run_past_the_inline_limit_keeps_its_instances_in_parquet(data_dir, tmp_path, monkeypatch) -> None:
     from pcietrace import session as session_module
-    from pcietrace.analysis import analyze, saved_tables
+    from pcietrace.analysis import analyze
+    from pcietrace.report.saved import saved_tables
     from pcietrace.session import INSTANCES_FILE, Session
 
     s = Session.load(data_dir / "attach_h100_blind")

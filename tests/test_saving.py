@@ -10,7 +10,7 @@ import signal
 import pandas as pd
 import pytest
 
-from pcietrace.analysis import to_jsonable
+from pcietrace.report.saved import to_jsonable
 from pcietrace.record import guard
 from pcietrace.report.console import tell
 from pcietrace.session import Session

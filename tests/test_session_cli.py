@@ -9,7 +9,8 @@ import sys
 import pandas as pd
 import pytest
 
-from pcietrace.analysis import analyze, to_jsonable
+from pcietrace.analysis import analyze
+from pcietrace.report.saved import to_jsonable
 from pcietrace.cli import main
 from pcietrace.errors import UsageError
 from pcietrace.session import Session

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from pcietrace.analysis import analyze, savings
-from pcietrace.analysis.summary import merge_gpu_notes, summarize
+from pcietrace.analysis.summary import summarize
+from pcietrace.report.notes import merge_gpu_notes
 from pcietrace.session import Session
+from conftest import notes_text
 
 DATA = Path(__file__).parent / "data"
 
@@ -41,7 +43,7 @@ def test_the_headline_charges_launch_overhead_to_what_a_graph_can_capture(torchr
 def test_near_identical_gpu_notes_become_one_line(torchrun8) -> None:
     # was: eight stall notes, one per GPU, differing only in their figures
     _, res, _ = torchrun8
-    stalls = [n for n in res["notes"]["note"] if "the sampler stalled" in n]
+    stalls = [n for n in notes_text(res) if "the sampler stalled" in n]
     assert len(stalls) == 1 and stalls[0].startswith("GPU0-7: ")
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import notes_text
 from injected import build_fake, run_injected
 from test_capture import (APPS, CAPTURE_SCRIPT, CUPTI_SCRIPT, DIRECT_LIB, DIRECT_SCRIPT, FAKE_CUPTI_CALLBACKS,
                           NO_DRIVER_SCRIPT, _build_direct_lib, _build_driver_api_app, _per_range)
@@ -148,7 +149,7 @@ def test_a_second_copy_is_named_in_the_report_s_notes(tmp_path) -> None:
     s = Session.load(Path(__file__).parent / "data" / "attach_h100_python")
     t0 = int(s.meta["t_app_start_ns"])  # the real H100 recording's program, its events replaced by this trace's
     s.events = ev.assign(t_ns=t0 + ev["t_ns"] - ev["t_ns"].min())
-    notes = analyze(s)["notes"]["note"].tolist()
+    notes = notes_text(analyze(s))
     assert [n for n in notes if "second copy" in n] == \
         [f"process {pid}: a second copy of the injection library was loaded ({copy}); it only forwarded to the "
          "first copy, which counted each launch once and wrote this trace"]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from pcietrace.analysis.notes import Note
+
 KERNEL_COLUMNS = ["pid", "cuda_ordinal", "t_start_ns", "t_end_ns"]
 #: Added to range instances by :func:`busy`.
 BUSY_COLUMNS = ["gpu_busy_ns", "gpu_kernels", "gpu_short_ns"]
@@ -82,16 +84,12 @@ def missing(events: pd.DataFrame) -> pd.DataFrame:
     return out[out["records"] < out["eager_launches"]].reset_index(drop=True)
 
 
-def notes(events: pd.DataFrame) -> list[str]:
+def notes(events: pd.DataFrame) -> list[Note]:
     """What the report must say about kernel records that busy times could not hold."""
-    return ([f"process {pid}: {n:,} kernel records had no timestamps (CUPTI could not time them); GPU busy times "
-             "leave them out, so its ranges' busy times may be low and their graph savings high"
-             for pid, n in untimed(events).items()]
-            + [f"process {pid}: CUPTI dropped {n:,} kernel records (no buffer room); its ranges' GPU busy times "
-               "may be low and their graph savings high" for pid, n in dropped(events).items()]
-            + [f"process {r.pid}: {r.records:,} kernel records for {r.eager_launches:,} eager launches; the rest were "
-               "lost when it ended without its exit handlers (os._exit, a crash, a kill): busy times of its last "
-               "ranges may be low and their graph savings high" for r in missing(events).itertuples()])
+    return ([Note("kernel_records_untimed", pid=pid, records=n) for pid, n in untimed(events).items()]
+            + [Note("kernel_records_dropped", pid=pid, records=n) for pid, n in dropped(events).items()]
+            + [Note("kernel_records_lost", pid=r.pid, records=r.records, eager_launches=r.eager_launches)
+               for r in missing(events).itertuples()])
 
 
 def _busy_before(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.analysis import attribution
+from pcietrace.analysis.notes import Note
 
 #: The columns every merged table starts with: the node's name (its label, else its host), host and label.
 NODE_COLUMNS = ["node", "host", "label"]
@@ -92,18 +93,17 @@ def combine(nodes: list[tuple[dict[str, Any], dict[str, pd.DataFrame]]]) -> dict
                pd.DataFrame(columns=[*NODE_COLUMNS, *nodes[0][1][t].columns]) for t in NODE_TABLES}
     notes = stacked.pop("notes")
     out = dict(stacked, ranges=sum_ranges(stacked["ranges"]), ranges_by_host=stacked["ranges"])
-    out["notes"] = pd.DataFrame({"note": [f"{r.node}: {r.note}" for r in notes.itertuples()] + clock_notes(nodes)},
-                                dtype=str)
+    out["notes"] = pd.DataFrame({"note": pd.Series([Note("node_note", node=r.node, note=r.note)
+                                                    for r in notes.itertuples()] + clock_notes(nodes), dtype=object)},
+                                columns=["note"])
     return out
 
 
-def clock_notes(nodes: list[tuple[dict[str, Any], dict[str, pd.DataFrame]]]) -> list[str]:
+def clock_notes(nodes: list[tuple[dict[str, Any], dict[str, pd.DataFrame]]]) -> list[Note]:
     """How the nodes' times were put on one clock, and which could not be."""
     missing = [info["node"] for info, _ in nodes if info.get("offset_ns") is None]
     worst = max((info["offset_uncertainty_ns"] or 0 for info, _ in nodes if info.get("offset_ns") is not None), default=0)
-    out = [f"times are wall-clock (each node's monotonic clock plus its recorded offset, read to within "
-           f"{worst / 1e3:,.1f} us); nodes line up only as well as their clocks are synchronised (NTP/PTP)"]
+    out = [Note("wall_clock", uncertainty_us=worst / 1e3)]
     if missing:
-        out.append(f"{', '.join(missing)}: recorded no clock offset (an older pcietrace): its times are its own "
-                   "monotonic clock, not lined up with the other nodes'")
+        out.append(Note("no_clock_offset", nodes=", ".join(missing)))
     return out

@@ -10,7 +10,6 @@ attach (``"ranges"``: the top ranges by launch overhead, :data:`RANGE_COLUMNS`) 
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import pandas as pd
@@ -250,7 +249,7 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
             h2d = ok["h2d_bytes"].sum() + bounded["h2d_seen_bytes"].clip(lower=0).sum()
             d2h = ok["d2h_bytes"].sum() + bounded["d2h_seen_bytes"].clip(lower=0).sum()
             moved = (f"at least {h2d / 1e6:,.1f} MB H2D and {d2h / 1e6:,.1f} MB D2H (sampling gaps on "
-                     f"GPU{_index_runs(bounded['nvml_index'].tolist())} could each hide a counter wrap: at most "
+                     f"GPU{index_runs(bounded['nvml_index'].tolist())} could each hide a counter wrap: at most "
                      f"{bounded['hidden_max_bytes'].sum() / 1e9:,.0f} GB more, a saturated link's worth)")
             moved += f"; not followed: {', '.join(unknown)}" if unknown else ""
         elif len(ok):
@@ -291,21 +290,33 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
     return lines
 
 
+def _run_summary(meta: dict[str, Any], results: dict[str, pd.DataFrame], detail_gpus: int) -> dict[str, Any]:
+    gpus = results["per_gpu"] if len(results.get("per_gpu", ())) else gpu_figures(meta, results)
+    return {"gpus": gpus, "lines": run_lines(gpus, detail_gpus)}
+
+
+def _graphs_summary(meta: dict[str, Any], results: dict[str, pd.DataFrame], detail_gpus: int) -> dict[str, Any]:
+    gpus = results["per_gpu"] if len(results.get("per_gpu", ())) else gpu_figures(meta, results)
+    return {"gpus": gpus, "lines": graphs_lines(meta, results.get("graphs", pd.DataFrame()))}
+
+
+def _attach_summary(meta: dict[str, Any], results: dict[str, pd.DataFrame], detail_gpus: int) -> dict[str, Any]:
+    return {"ranges": top_ranges(results.get("ranges", pd.DataFrame())), "lines": attach_lines(meta, results)}
+
+
+#: The summary of each kind of session (``meta["kind"]``; none, or a kind not listed: a run's): its ``lines``
+#: and the figures behind them.
+SUMMARIES = {"run": _run_summary, "latency": _run_summary, "graphs": _graphs_summary, "attach": _attach_summary,
+             "attach-failed": _attach_summary}
+
+
 def summarize(meta: dict[str, Any], results: dict[str, pd.DataFrame],
               detail_gpus: int = DETAIL_GPUS) -> dict[str, Any]:
     """The summary of a run or attach: ``kind``, ``lines`` (plain sentences), and per-GPU figures
     (``gpus``) or the top ranges (``ranges``)."""
     kind = str(meta.get("kind", "run"))
     out: dict[str, Any] = {"kind": kind, "simulated": bool(meta.get("simulated")), "lines": []}
-    if kind.startswith("attach"):
-        out["ranges"] = top_ranges(results.get("ranges", pd.DataFrame()))
-        out["lines"] = attach_lines(meta, results)
-    elif kind == "graphs":
-        out["gpus"] = results["per_gpu"] if len(results.get("per_gpu", ())) else gpu_figures(meta, results)
-        out["lines"] = graphs_lines(meta, results.get("graphs", pd.DataFrame()))
-    else:
-        out["gpus"] = results["per_gpu"] if len(results.get("per_gpu", ())) else gpu_figures(meta, results)
-        out["lines"] = run_lines(out["gpus"], detail_gpus)
+    out.update(SUMMARIES.get(kind, _run_summary)(meta, results, detail_gpus))
     if meta.get("simulated"):
         out["lines"] = [f"SIMULATED (no GPU was used): {line}" if i == 0 else line for i, line in enumerate(out["lines"])]
     return out
@@ -393,41 +404,7 @@ def compare_summary(cmp: pd.DataFrame, names: list[str], n: int = 4) -> dict[str
     return {"kind": "compare", "lines": lines}
 
 
-_GPU_NOTE = re.compile(r"^GPU(\d+): (.*)$", re.S)
-_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
-
-
-def merge_gpu_notes(notes: list[str]) -> list[str]:
-    """Notes that differ only in their ``GPUn:`` prefix and their figures, merged into one: ``GPU0-7: ...``
-    with each figure that differs given as its range (``41-52 interval(s)``); order kept (a merged note where
-    its first one stood). Eight near-identical per-GPU stall notes become one line."""
-    groups: dict[str, list[tuple[int, str]]] = {}
-    order: list[str] = []
-    for note in notes:
-        m = _GPU_NOTE.match(note)
-        key = _NUMBER.sub("#", m.group(2)) if m else "\0" + note
-        if key not in groups:
-            order.append(key)
-            groups[key] = []
-        groups[key].append((int(m.group(1)), m.group(2)) if m else (-1, note))
-    out = []
-    for key in order:
-        items = groups[key]
-        if items[0][0] < 0 or len(items) == 1:
-            out.extend(note if i < 0 else f"GPU{i}: {note}" for i, note in items)
-            continue
-        figures = [_NUMBER.findall(body) for _, body in items]
-        pieces = iter(_NUMBER.split(items[0][1]))
-        text = next(pieces)
-        for slot, piece in zip(zip(*figures), pieces):
-            values = [float(x.replace(",", "")) for x in slot]
-            lo, hi = slot[values.index(min(values))], slot[values.index(max(values))]
-            text += (lo if lo == hi else f"{lo}-{hi}") + piece
-        out.append(f"GPU{_index_runs([i for i, _ in items])}: {text}")
-    return out
-
-
-def _index_runs(idx: list[int]) -> str:
+def index_runs(idx: list[int]) -> str:
     """[0, 1, 2, 3, 5] -> "0-3,5"."""
     runs: list[list[int]] = []
     for i in sorted(set(idx)):

@@ -5,7 +5,7 @@ whatever happened, the run is analysed, saved into its :class:`pcietrace.store.R
 the analysis fails) and published, one line says where, and :meth:`Saving.end` gives the exit code. Where the
 run folder lives and how it is published is :mod:`pcietrace.store`; signal handling is :mod:`pcietrace.signals`.
 
-What comes from the layers above (the results' JSON form: ``pcietrace.analysis.to_jsonable``; the status
+What comes from the layers above (the results' JSON form: ``pcietrace.report.saved.to_jsonable``; the status
 line as rich prints it: ``pcietrace.report.console.tell``) is passed in by the command, as ``analyze`` is:
 record/ imports neither (tests/test_layers.py).
 """

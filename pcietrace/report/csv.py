@@ -8,9 +8,12 @@ column holds text starting with ``#`` is written with every field quoted, so tha
 from __future__ import annotations
 
 import csv
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 import pandas as pd
+
+from pcietrace.report.renderers import Renderer, without_timelines
 
 
 def _quoting(df: pd.DataFrame) -> int:
@@ -29,3 +32,13 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict
             parts.append(f"\n# table: {name}\n")
             parts.append(df.to_csv(index=False, lineterminator="\n", quoting=_quoting(df)))
     return "".join(parts)
+
+
+class CsvRenderer(Renderer):
+    """CSV blocks (:func:`render`) of the tables the saved report holds."""
+
+    name = "csv"
+
+    def render(self, meta: dict[str, Any], results: Mapping[str, pd.DataFrame], summary: dict[str, Any],
+               out: TextIO) -> None:
+        out.write(render(meta, without_timelines(results), summary))

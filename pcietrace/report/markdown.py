@@ -6,9 +6,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 import pandas as pd
+
+from pcietrace.report.renderers import Renderer, without_timelines
 
 
 def _cell(x: Any) -> str:
@@ -35,3 +38,13 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict
         if len(df):
             parts.append(f"\n## {name}\n\n{table(df)}")
     return "".join(parts)
+
+
+class MarkdownRenderer(Renderer):
+    """Markdown (:func:`render`) of the tables the saved report holds."""
+
+    name = "md"
+
+    def render(self, meta: dict[str, Any], results: Mapping[str, pd.DataFrame], summary: dict[str, Any],
+               out: TextIO) -> None:
+        out.write(render(meta, without_timelines(results), summary))

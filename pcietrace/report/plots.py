@@ -15,6 +15,7 @@ of a result table as they are; nothing is computed here beyond the fit line the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.errors import UsageError
+from pcietrace.report.labels import LATENCY_LABELS
+from pcietrace.report.renderers import Renderer
 
 DIR_COLOR = {"h2d": "tab:blue", "d2h": "tab:orange"}
 MARKERS, LINES = "os^Dv<>p", ["-", "--", ":", "-."]  # told apart per GPU (colour = direction)
@@ -143,8 +146,6 @@ def latency(plt: Any, meta: dict[str, Any], lat: pd.DataFrame) -> Any:
     """Small multiples: one panel per test, one bar per GPU (peer reads: per GPU pair), medians with p10-p90
     whiskers; the figure's size bounded whatever the GPU count (a panel's bars get thinner, not the figure
     longer)."""
-    from pcietrace.report.console import LATENCY_LABELS
-
     tests = list(dict.fromkeys(lat["test"]))
     ncols = min(3, len(tests))
     nrows = -(-len(tests) // ncols)
@@ -310,3 +311,13 @@ def write(meta: dict[str, Any], results: dict[str, pd.DataFrame], directory: Pat
             plt.close(fig)
         paths.append(directory / name)
     return paths
+
+
+class PlotsRenderer(Renderer):
+    """Every plot the results have data for, as PNGs in the folder ``out`` (:func:`write`); returns their paths."""
+
+    name = "plots"
+
+    def render(self, meta: dict[str, Any], results: Mapping[str, pd.DataFrame], summary: dict[str, Any],
+               out: Path) -> list[Path]:
+        return write(meta, dict(results), Path(out))

@@ -10,11 +10,13 @@ PCIe switch levels. Attach: bytes, launches and time per NVTX range, labelled wi
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Mapping
+from typing import Any, Iterator, TextIO
 
 import pandas as pd
 
 from pcietrace.errors import UsageError
+from pcietrace.report.renderers import Renderer, without_timelines
 
 PREFIX = "pcietrace_"
 GPU_LABELS = ["gpu", "UUID", "pci_bus_id", "modelName", "Hostname"]
@@ -146,3 +148,13 @@ def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector())  # type: ignore[arg-type]
     return generate_latest(registry).decode()
+
+
+class PrometheusRenderer(Renderer):
+    """OpenMetrics text (:func:`render`) of the tables the saved report holds."""
+
+    name = "prometheus"
+
+    def render(self, meta: dict[str, Any], results: Mapping[str, pd.DataFrame], summary: dict[str, Any],
+               out: TextIO) -> None:
+        out.write(render(meta, without_timelines(results), summary))

@@ -1,0 +1,133 @@
+"""``pcietrace attach``: idle windows before and after the program give each GPU's floor (per counter read +
+background); each NVTX range is charged its own GPUs' bytes; the whole run; and :class:`Note` s on what the
+figures leave out."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from pcietrace.analysis import attribution, counters, floor, gpu_time, names, savings
+from pcietrace.analysis.kinds import shared
+from pcietrace.analysis.notes import Note
+from pcietrace.analysis.results import AttachResult
+from pcietrace.analysis.timelines import idle_interval_ns, span_ns, timeline_bin_ns
+from pcietrace.schema import NO_LAUNCH_COUNTER, SECOND_COPY, TRACE_FULL
+from pcietrace.session import Session
+
+#: Launch counts of a range instance, unknown (NaN) where the program ran with ``--no-count-launches``.
+LAUNCH_COUNTS = ("eager_launches", "graph_launches", "eager_launches_process", "graph_launches_process",
+                 "captured_launches", "captured_launches_process")
+#: The same for the whole run's rows.
+WHOLE_RUN_LAUNCHES = ("eager_launches", "graph_launches", "program_eager_launches", "program_graph_launches",
+                      "program_captured_launches")
+
+
+def analyze(s: Session, options: shared.Options) -> AttachResult:
+    """An attach session's result; one whose program never ran ("attach-failed") or that has no samples has
+    none of the attribution tables."""
+    cum = counters.cumulative_bytes(s.samples, s.counters)
+    out = {**shared.sampling(s, cum), **shared.host_costs(s)}
+    if s.meta.get("kind") == "attach" and len(s.samples):
+        out.update(attribute(s, cum, options.group_by))
+    out.update(shared.round_trips(s, out.get("gpu_time"), options.us_per_level))
+    return AttachResult.of(out)
+
+
+def _unplaced_launches(whole: pd.DataFrame) -> list[Note]:
+    """A note where the per-GPU launch counts of the whole run do not add up to the program's."""
+    w = whole.iloc[0]
+    if whole["eager_launches"].isna().any():
+        return [Note("launches_per_gpu_unknown")]
+    left = {m: int(w[f"program_{m}_launches"] - whole[f"{m}_launches"].sum()) for m in ("eager", "graph")}
+    if not any(left.values()):
+        return []
+    return [Note("launches_unplaced", eager=left["eager"], graph=left["graph"])]
+
+
+def _untraced_launches(events: pd.DataFrame) -> list[Note]:
+    """A note where threads with no NVTX event made launches: no push/pop range counts them."""
+    u = attribution.launches_by_untraced_threads(events)
+    u = u[u["untraced"] > 0.01 * u["launches"]]  # (a few set-up launches after a thread's last event: no note)
+    if not len(u):
+        return []
+    return [Note("launches_untraced", untraced=int(u["untraced"].sum()), launches=int(u["launches"].sum()),
+                 processes=len(u))]
+
+
+def attribute(s: Session, cum: pd.DataFrame, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, object]:
+    """Attribution for an attach session (``cum``: its :func:`counters.cumulative_bytes`): idle windows
+    before/after the program give each GPU's floor (per counter read + background); each range is charged to
+    its own GPUs."""
+    sampled = [int(g["nvml_index"]) for g in s.meta.get("gpus", [])]
+    events = gpu_time.host_events(s.events)
+    ranges = attribution.ranges_from_events(events) if len(events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
+    slow = [d for d in str(s.meta.get("slow_domains") or "").split(",") if d]  # ranges that did not hold the fast rate
+    gaps = attribution.sampling_gaps(cum, s.counters, idle_interval_ns(s.meta), ranges[~ranges["domain"].isin(slow)])
+    gap_ns = max((g["median_ns"] for g in gaps.values()), default=0.0)  # the in-range gap: what edges rest on
+    notes = []
+    if len(ranges) and "devmask" not in events.columns:
+        notes.append(Note("no_device_information"))
+    if idle_interval_ns(s.meta) and len(gaps):
+        notes.append(Note("idle_sampling", idle_ms=idle_interval_ns(s.meta) / 1e6, gap_ms=gap_ns / 1e6))
+    ranges = attribution.range_gpus(ranges, events, s.meta.get("gpus", []))
+    fl = floor.floor_model(cum, s.windows, sampled, floor.spans_by_gpu(ranges))
+    inst = attribution.attribute(ranges, cum, fl, s.counters, gaps) if len(ranges) else \
+        pd.DataFrame(columns=attribution.INSTANCE_COLUMNS)
+    inst["group"] = names.group_names(inst["name"], group_by)
+    costs = s.meta.get("launch_costs")
+    pids = gpu_time.recording_pids(s.events)
+    if pids and len(inst):  # attach --gpu-time: the GPU's busy time per range
+        inst = gpu_time.busy(inst, gpu_time.kernels(s.events), pids, (costs or {}).get("wall_us_per_kernel_graph", 0.0) * 1e3)
+        notes += gpu_time.notes(s.events)
+    for r in events[events["event"] == TRACE_FULL].itertuples() if len(events) else []:
+        notes.append(Note("trace_full", pid=r.pid, mib=int(r.id) / 2**20, t_s=(r.t_ns - s.meta["t_app_start_ns"]) / 1e9))
+    for r in events[events["event"] == SECOND_COPY].itertuples() if len(events) else []:
+        notes.append(Note("second_copy", pid=r.pid, library=r.message))
+    never = int((~inst["closed"].astype(bool)).sum()) if len(inst) and "closed" in inst else 0
+    if never:  # (attribution.ranges_from_events closes them at their process's last event)
+        notes.append(Note("ranges_never_popped", ranges=never))
+    bad = s.meta.get("trace_bad") or {}
+    if bad.get("files"):  # (record/trace.py: read_traces) left out, the rest kept
+        notes.append(Note("trace_lines_and_files_bad", lines=bad.get("lines", 0), files=len(bad["files"]),
+                          first_files=", ".join(map(str, bad["files"][:3]))))
+    elif bad.get("lines"):
+        notes.append(Note("trace_lines_bad", lines=bad.get("lines", 0)))
+    for idx, n in counters.resets(cum).items():
+        if n:
+            notes.append(Note("counter_reset", gpu=idx, jumps=int(n)))
+    for r in counters.wrap_gaps(cum, s.counters, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"]).itertuples():
+        notes.append(Note("sampler_stalled", gpu=r.nvml_index, gaps=r.gaps, longest_span_ms=r.longest_span_ms,
+                          longest_read_ms=r.longest_read_ms))
+    for r in fl[fl["status"] == "no floor"].itertuples():
+        notes.append(Note("no_floor", gpu=r.nvml_index))
+    for r in fl[(fl["status"] != "no floor") & (fl["dof"] == 0)].itertuples():
+        notes.append(Note("floor_without_error", gpu=r.nvml_index, windows=r.windows))
+    whole_floor = floor.floor_model(cum, s.windows, sampled, windows_only=True)  # (see floor_model)
+    whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], whole_floor,
+                                  s.meta.get("gpus", []), s.counters)
+    if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0
+        inst = inst.assign(**{c: math.nan for c in LAUNCH_COUNTS if c in inst})
+        whole = whole.assign(**{c: math.nan for c in WHOLE_RUN_LAUNCHES})
+        notes.append(Note("launches_not_counted"))
+    else:
+        notes += _unplaced_launches(whole) if len(whole) else []
+        notes += _untraced_launches(events)
+    if s.meta.get("launch_counter") == "cupti":
+        notes.append(Note("cupti_launch_counter"))
+    if s.meta.get("gpu_time"):
+        notes.append(Note("gpu_time_traffic"))
+    if costs and len(inst):  # attach's "graphs save" figure, per call and for the run (one prediction each)
+        p = savings.predict_ms(inst, costs)
+        inst = inst.assign(graph_savings_ms=p["predicted_ms"], launch_bound=p["launch_bound"])
+        whole["program_graph_savings_ms"] = savings.outermost_ms(p)
+    tree = names.group_tree(inst).rename(columns={"group": "name"})
+    ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns)
+    if len(ranges_table):
+        ranges_table = ranges_table.drop(columns=["parent_domain", "parent_name", "level"]).merge(tree, on=["domain", "name"], how="left")
+    bounds = attribution.whole_run_bounds(cum, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], whole_floor, s.counters)
+    return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta, span_ns(cum["t_ns"]))),
+            "ranges": ranges_table, "whole_run": whole,
+            "whole_run_bounds": bounds[bounds["nvml_index"].isin(whole.loc[whole["status"] == "wrap risk", "nvml_index"])],
+            "notes": tuple(notes)}

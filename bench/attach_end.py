@@ -56,7 +56,8 @@ def steps(folder: Path) -> None:
     """The steps, in this interpreter, on the traces and stream under ``folder`` (made by :func:`main`)."""
     import json
 
-    from pcietrace.analysis import analyze, saved_tables
+    from pcietrace.analysis import analyze
+    from pcietrace.report.saved import saved_tables
     from pcietrace.analysis.summary import summarize
     from pcietrace.collectors import merge_samples
     from pcietrace.collectors.sampler import read_stream

@@ -64,7 +64,7 @@ def test_without_output_nothing_is_saved(tmp_path, monkeypatch) -> None:
 
 def test_the_api_and_the_cli_record_the_same_run(tmp_path, capsys) -> None:
     """The same workflow behind both: the same SIMULATED run gives the same GPUs, tables and latency suite."""
-    from pcietrace.analysis import to_jsonable
+    from pcietrace.report.saved import to_jsonable
     from pcietrace.cli import main
 
     options = dict(simulate=True, quick=True, window_s=0.02, durations_us=(0, 5), gpus=2, seed=3, repeats=3)

@@ -177,7 +177,7 @@ def test_the_plots_do_not_import_the_console() -> None:
 
 
 def test_a_rule_s_allowed_folder_covers_its_modules_only() -> None:
-    rule = next(r for r in RULES if r[0].startswith("e:"))
+    rule = next(r for r in RULES if r[0].startswith("h:"))
     found = {"pcietrace/report/console/attach.py": [(1, "pcietrace.report.console.run")],
              "pcietrace/report/plots.py": [(3, "pcietrace.report.console.cells")]}
     assert violations(rule, found) == ["pcietrace/report/plots.py:3 imports pcietrace.report.console.cells"]

@@ -138,8 +138,13 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
         a, b = v[opened], v[ended]
         return np.where((a >= 0) & (b >= 0), (b - a).astype(float), np.nan)
 
-    out = {"pid": pid[opened], "tid": tid[opened], "domain": events["domain"].iloc[opened].to_numpy(),
-           "name": events["message"].iloc[opened].to_numpy(), "kind": np.where(is_push_range, "push", "start").astype(object),
+    def names_of(column: str) -> pd.Categorical:  # (a few distinct names over millions of ranges: codes)
+        codes, uniques = pd.factorize(events[column].to_numpy(object) if events[column].dtype == object
+                                      else events[column])
+        return pd.Categorical.from_codes(codes[opened], uniques).remove_unused_categories()
+
+    out = {"pid": pid[opened], "tid": tid[opened], "domain": names_of("domain"), "name": names_of("message"),
+           "kind": pd.Categorical.from_codes(np.where(is_push_range, 0, 1), ["push", "start"]),
            "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": events["depth"].to_numpy(np.int64)[opened]}
     # start/end ranges may cross threads, so their thread-local counts are undefined: use the process's.
     for c in ("eager", "graph"):
@@ -202,7 +207,7 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
     sampled = sorted(int(g["nvml_index"]) for g in gpus)
     if "devmask" not in events.columns or not len(out):
         out["gpus"] = [sampled] * len(out)
-        out["gpus_rule"] = "all sampled"
+        out["gpus_rule"] = pd.Categorical.from_codes(np.zeros(len(out), np.int8), ["all sampled"])
         return out
     to_nvml = _ordinals_to_nvml(events, gpus)
     bits = _device_bits(events)
@@ -233,7 +238,7 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
     lists = np.empty(len(result), object)
     lists[:] = result
     out["gpus"] = lists[code]
-    out["gpus_rule"] = np.array(rule, object)[code] if rule else np.zeros(0, object)
+    out["gpus_rule"] = pd.Categorical(rule)[code] if rule else np.zeros(0, object)
     return out
 
 
@@ -359,7 +364,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
                 acc[f"{d}_floor_var"][k] += floor_err_bytes(model, d, reads, bk - ak, read_us) ** 2
     sampled = set(cum["nvml_index"].astype(int))
     status = np.where(holds(None, sampled), 2, status)  # a GPU with no samples at all
-    out["status"] = [STATUSES[i] for i in status]
+    out["status"] = pd.Categorical.from_codes(status, STATUSES)
     out["stalls"] = acc["stalls"].astype(np.int64)
     for d in DIRECTIONS:
         out[f"{d}_raw_bytes"] = acc[f"{d}_raw"]
@@ -515,30 +520,49 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     if not len(attributed):
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     rank = {s: i for i, s in enumerate(STATUSES)}
-    at = attributed.assign(status_rank=attributed["status"].map(rank),
+    status = attributed["status"]
+    status_rank = (np.asarray(status.cat.categories.map(rank), np.int64)[status.cat.codes.to_numpy()]
+                   if isinstance(status.dtype, pd.CategoricalDtype) else status.map(rank))
+    at = attributed.assign(status_rank=status_rank,
                            predicted_ms=attributed["graph_savings_ms"] if "graph_savings_ms" in attributed else np.nan,
                            busy_ns=attributed["gpu_busy_ns"] if "gpu_busy_ns" in attributed else np.nan,
-                           captured_launches=attributed.get("captured_launches", 0))
+                           captured_launches=attributed.get("captured_launches", 0),
+                           short=(attributed["duration_ns"] < short_ns).to_numpy())
     if "group" not in at:
         at["group"] = at["name"]
-    g = at.groupby(["domain", "group"], sort=False)
+    g = at.groupby(["domain", "group"], sort=False, observed=True)
     out = g.agg(calls=("name", "size"), names=("name", "nunique"), incl_ms=("duration_ns", "sum"), excl_ms=("excl_ns", "sum"),
-                h2d_bytes=("h2d_bytes", lambda s: s.sum(min_count=len(s))),
-                d2h_bytes=("d2h_bytes", lambda s: s.sum(min_count=len(s))),
-                excl_h2d_bytes=("excl_h2d_bytes", lambda s: s.sum(min_count=len(s))),
                 h2d_raw_bytes=("h2d_raw_bytes", "sum"), d2h_raw_bytes=("d2h_raw_bytes", "sum"),
                 h2d_edge_bytes=("h2d_edge_bytes", "sum"), d2h_edge_bytes=("d2h_edge_bytes", "sum"),
-                # one fitted floor serves every call: its error adds up, it does not average out
-                h2d_floor_err_bytes=("h2d_floor_err_bytes", lambda s: s.sum(min_count=len(s))),
-                d2h_floor_err_bytes=("d2h_floor_err_bytes", lambda s: s.sum(min_count=len(s))),
                 status_rank=("status_rank", "max"), stalls=("stalls", "sum"),
-                gpus=("gpus", lambda s: sorted({int(i) for g in s for i in g})),  # a list, as each instance's
-                eager_launches=("eager_launches", lambda s: s.sum(min_count=len(s))),
-                graph_launches=("graph_launches", lambda s: s.sum(min_count=len(s))),
-                captured_launches=("captured_launches", lambda s: s.sum(min_count=len(s))),
-                graph_savings_ms=("predicted_ms", lambda s: s.sum(min_count=len(s))),
-                gpu_busy_ms=("busy_ns", lambda s: s.sum(min_count=len(s)) / 1e6),
-                short_calls=("duration_ns", lambda s: int((s < short_ns).sum()))).reset_index()
+                short_calls=("short", "sum")).reset_index()
+    out["short_calls"] = out["short_calls"].astype(np.int64)
+    calls = out["calls"].to_numpy()
+    # totals that are unknown (NaN) where any call's figure is (one fitted floor serves every call: its error
+    # adds up, it does not average out)
+    for name, col in (("h2d_bytes", "h2d_bytes"), ("d2h_bytes", "d2h_bytes"), ("excl_h2d_bytes", "excl_h2d_bytes"),
+                      ("h2d_floor_err_bytes", "h2d_floor_err_bytes"), ("d2h_floor_err_bytes", "d2h_floor_err_bytes"),
+                      ("eager_launches", "eager_launches"), ("graph_launches", "graph_launches"),
+                      ("captured_launches", "captured_launches"), ("graph_savings_ms", "predicted_ms"),
+                      ("gpu_busy_ms", "busy_ns")):
+        total = g[col].sum().to_numpy()
+        if at[col].isna().any():
+            total = np.where(g[col].count().to_numpy() < calls, np.nan, total)
+        out[name] = total / 1e6 if name == "gpu_busy_ms" else total
+    # each group's GPUs, a sorted list as each instance's (instances share their lists: each distinct one read once)
+    lists = at["gpus"].to_numpy(object)
+    which, distinct = pd.factorize(np.fromiter(map(id, lists), np.int64, len(lists)))
+    first = np.empty(len(distinct), np.int64)
+    first[which[::-1]] = np.arange(len(lists))[::-1]  # (each distinct list's first row)
+    pairs = pd.DataFrame({"group": g.ngroup().to_numpy(), "list": which}).drop_duplicates()
+    gpus: list[set[int]] = [set() for _ in range(len(out))]
+    for k, j in zip(pairs["group"].to_numpy(), pairs["list"].to_numpy()):
+        if k >= 0:  # (-1: a range of no group, e.g. no domain)
+            gpus[k].update(int(i) for i in lists[first[j]])
+    out["gpus"] = [sorted(s) for s in gpus]
+    for c in ("domain", "group"):  # (a small table: plain strings again)
+        if isinstance(out[c].dtype, pd.CategoricalDtype):
+            out[c] = out[c].astype(out[c].cat.categories.dtype)
     out = out.rename(columns={"group": "name"})
     out["status"] = out.pop("status_rank").map(dict(enumerate(STATUSES)))
     out["incl_ms"] /= 1e6
@@ -630,7 +654,12 @@ def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: 
     sampled = sorted(int(i) for i in cum["nvml_index"].unique())
     span = pd.DataFrame({"t_start_ns": [t0] * len(sampled), "t_end_ns": [t1] * len(sampled), "kind": "start",
                          "pid": 0, "tid": 0, "depth": 0, "gpus": [[g] for g in sampled]})
-    at = attribute(span, cum, floor, counters) if sampled else span
+    # (one span per GPU: its status reads the gaps that could hide a wrap; stalls and the median gap are not shown)
+    gaps = {int(idx): {"t": g["t_ns"].to_numpy(np.int64), "median_ns": 0.0,
+                       "stall": np.zeros(max(len(g) - 1, 0), bool),
+                       "wrap": could_hide_wrap(g["t_ns"].to_numpy(np.int64), read_ns_of(g),
+                                               (counters or {}).get(int(idx))) | jumps(g)} for idx, g in per_gpu(cum)}
+    at = attribute(span, cum, floor, counters, gaps) if sampled else span
     last = with_captured(events.groupby("pid").tail(1) if len(events) else events)
     total = {m: int(last[f"{m}_process"].sum()) if len(last) else 0 for m in ("eager", "graph", "captured")}
     mine = launches_by_gpu(events, [g for g in gpus if int(g["nvml_index"]) in sampled]).set_index("nvml_index")
@@ -663,7 +692,7 @@ def whole_run_bounds(cum: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,
     not bounded this way: GPUs with one are left out. Columns: :data:`WHOLE_RUN_BOUND_COLUMNS`."""
     rows = []
     models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
-    for idx, g in cum.groupby("nvml_index"):
+    for idx, g in per_gpu(cum):
         t, read_ns = g["t_ns"].to_numpy(np.int64), read_ns_of(g)
         if t.size < 2 or t[0] > t0 or t[-1] < t1 or jumps(g).any() or int(idx) not in models.index:
             continue

@@ -172,17 +172,18 @@ def _graphs(graphs: pd.DataFrame) -> None:
 
 def _samples(samples: pd.DataFrame, counters: dict[int, dict[str, Any]]) -> None:
     _non_negative(samples, "samples", ("t_ns", "read_ns", "tx_raw", "rx_raw"))
-    for idx, g in samples.groupby("nvml_index", sort=True):
+    for idx, g in counters_analysis.per_gpu(samples):
         c = counters.get(int(idx), {"mode": "fields", "bits": 32})
         if c.get("mode") not in COUNTER_MODES:
             raise DataError(f"meta.gpus: GPU {idx} has samples but an unknown counter mode {c.get('mode')!r} "
                             f"(known: {', '.join(COUNTER_MODES)})")
-        t = g["t_ns"].to_numpy(np.float64)
-        back = np.flatnonzero(np.diff(t) < 0)
+        t = g["t_ns"].to_numpy(np.int64 if g["t_ns"].dtype.kind == "i" else np.float64)
+        step = np.diff(t)
+        back = np.flatnonzero(step < 0)
         if back.size:
             i = g.index[back[0] + 1]
             raise DataError(f"samples: GPU {idx}'s samples are not in time order (row {i} goes back in time)")
-        same = np.flatnonzero(np.diff(t) == 0)
+        same = np.flatnonzero(step == 0)
         if same.size:  # (a sample is one read at one time: two at one time are a row written twice)
             raise DataError(f"samples: GPU {idx} has {same.size} sample(s) at the time of the one before "
                             f"(row {g.index[same[0] + 1]}): duplicated rows")
@@ -197,12 +198,15 @@ def _samples(samples: pd.DataFrame, counters: dict[int, dict[str, Any]]) -> None
             if not isinstance(bits, int) or not 1 <= bits <= 64:
                 raise DataError(f"meta.gpus: GPU {idx}'s counter width {bits!r} is not 1..64 bits")
             for col in ("tx_raw", "rx_raw"):
-                if (g[col].to_numpy(np.float64) >= 2.0 ** bits).any():
+                whole = g[col].dtype.kind in "iu" and bits <= 53  # (as integers: the same answer, no float copy)
+                if ((g[col].to_numpy() >= 2 ** bits) if whole else (g[col].to_numpy(np.float64) >= 2.0 ** bits)).any():
                     raise DataError(f"samples.{col}: GPU {idx} has values beyond its {bits}-bit counter")
 
 
 def _finite(df: pd.DataFrame, table: str, columns: Any) -> None:
     for col in columns:
+        if df[col].dtype.kind in "iu":  # (whole numbers: finite, nothing to convert)
+            continue
         v = pd.to_numeric(df[col], errors="coerce").to_numpy(np.float64)
         bad = np.flatnonzero(~np.isfinite(v))
         if bad.size:
@@ -212,7 +216,9 @@ def _finite(df: pd.DataFrame, table: str, columns: Any) -> None:
 def _non_negative(df: pd.DataFrame, table: str, columns: Any) -> None:
     _finite(df, table, columns)
     for col in columns:
-        bad = np.flatnonzero(df[col].to_numpy(np.float64) < 0)
+        if df[col].dtype.kind == "u":
+            continue
+        bad = np.flatnonzero(df[col].to_numpy(np.int64 if df[col].dtype.kind == "i" else np.float64) < 0)
         if bad.size:
             raise DataError(f"{table}.{col}: row {df.index[bad[0]]} is negative ({_value(df[col].iloc[bad[0]])})")
 

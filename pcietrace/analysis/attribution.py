@@ -376,7 +376,11 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     parent = nesting.parents(out)
     for c in ("ns", "h2d_bytes", "d2h_bytes"):
         out[f"excl_{c}"] -= nesting.children_sum(out, parent, "duration_ns" if c == "ns" else c)
-    out["parent"] = parent.map(pd.Series(np.arange(n), index=out.index)).fillna(-1).astype(np.int64)
+    up = parent.to_numpy()
+    has = ~pd.isna(up)
+    pos = np.full(n, -1, np.int64)  # (the parent's row position: its index label looked up)
+    pos[has] = out.index.get_indexer(up[has].astype(out.index.dtype) if out.index.dtype.kind in "iu" else up[has])
+    out["parent"] = pos
     return out[list(dict.fromkeys([*ranges.columns, *ATTRIBUTED_COLUMNS]))]  # (ranges attributed again keep their order)
 
 
@@ -600,7 +604,13 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
         out[f"{mode}_launches"] = 0.0 if len(events) and "devmask" in events.columns else np.nan
     if out["eager_launches"].isna().all() or not len(out):
         return out
-    ev = events[events["event"] != "kernel"].sort_values("t_ns", kind="stable")
+    # (the columns read here only; events come in time order already, CUPTI's kernel records aside)
+    cols = [c for c in ("t_ns", "pid", "tid", "event", "id", "message", "devmask", "eager_thread", "graph_thread",
+                        "eager_process", "graph_process") if c in events]
+    host = (events["event"] != "kernel").to_numpy()
+    ev = events[cols] if host.all() else events.loc[host, cols]
+    if not ev["t_ns"].is_monotonic_increasing:
+        ev = ev.sort_values("t_ns", kind="stable")
     named = (ev["event"] == "cudevice").to_numpy() & ev["id"].between(0, 63).to_numpy()
     first = np.left_shift(np.uint64(1), ev["id"].clip(0, 63).to_numpy(np.uint64))
     ev = ev.assign(bits=ev["devmask"].to_numpy(np.uint64) | np.where(named, first, np.uint64(0)),

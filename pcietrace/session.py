@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from pcietrace import schema
@@ -150,10 +151,40 @@ def _parquet(file: Path, meta: dict[str, Any], required: bool) -> pd.DataFrame:
         return _empty()
     try:
         with open(file, "rb") as f:  # (a path pyarrow cannot encode, e.g. a non-UTF-8 folder name, opens here)
-            df = pd.read_parquet(f)
+            df = _read_parquet(f)
     except Exception as exc:  # pyarrow raises its own types for truncated or garbage files; all mean "damaged"
         raise ReportError(f"{file} is not a readable Parquet table ({one_line(exc)})") from None
     return _table(file, file.stem, df, meta)
+
+
+def _read_parquet(f: Any) -> pd.DataFrame:
+    """A Parquet table read a row group at a time, each column joined once (a long recording's samples are never
+    held twice); its text columns as categoricals (millions of events name a few thousand ranges: codes, not a
+    string per row)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(f)
+    text = [fld.name for fld in pf.schema_arrow if pa.types.is_string(fld.type) or pa.types.is_large_string(fld.type)]
+    if pf.num_row_groups <= 1 and not text:
+        return pd.read_parquet(f)
+    pf = pq.ParquetFile(f, read_dictionary=text)
+    parts: dict[str, list[Any]] = {name: [] for name in pf.schema_arrow.names}
+    for i in range(pf.num_row_groups):
+        table = pf.read_row_group(i)
+        for name in parts:
+            parts[name].append(table.column(name).to_pandas(split_blocks=True, self_destruct=True).array
+                               if name in text else table.column(name).to_numpy())
+        del table
+    cols: dict[str, Any] = {}
+    for name in list(parts):
+        chunks = parts.pop(name)  # (joined and let go one column at a time)
+        if name in text:
+            cols[name] = pd.api.types.union_categoricals(chunks) if len(chunks) > 1 else \
+                (chunks[0] if chunks else pd.Categorical([]))
+        else:
+            cols[name] = np.concatenate(chunks) if len(chunks) != 1 else chunks[0]
+    return pd.DataFrame(cols, copy=False)
 
 
 def _check_ranges(file: Path, meta: dict[str, Any], events: pd.DataFrame) -> None:

@@ -139,8 +139,11 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
         return np.where((a >= 0) & (b >= 0), (b - a).astype(float), np.nan)
 
     def names_of(column: str) -> pd.Categorical:  # (a few distinct names over millions of ranges: codes)
-        codes, uniques = pd.factorize(events[column].to_numpy(object) if events[column].dtype == object
-                                      else events[column])
+        c = events[column]
+        if isinstance(c.dtype, pd.CategoricalDtype):  # (as loaded: its own codes)
+            codes, uniques = c.cat.codes.to_numpy(), c.cat.categories
+        else:
+            codes, uniques = pd.factorize(c.to_numpy(object) if c.dtype == object else c)
         return pd.Categorical.from_codes(codes[opened], uniques).remove_unused_categories()
 
     out = {"pid": pid[opened], "tid": tid[opened], "domain": names_of("domain"), "name": names_of("message"),
@@ -566,7 +569,7 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     out["gpus"] = [sorted(s) for s in gpus]
     for c in ("domain", "group"):  # (a small table: plain strings again)
         if isinstance(out[c].dtype, pd.CategoricalDtype):
-            out[c] = out[c].astype(out[c].cat.categories.dtype)
+            out[c] = out[c].astype(str)
     out = out.rename(columns={"group": "name"})
     out["status"] = out.pop("status_rank").map(dict(enumerate(STATUSES)))
     out["incl_ms"] /= 1e6
@@ -625,21 +628,30 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
             return n
         return 0
 
-    for pid, p in ev.groupby("pid", sort=False):
-        for mode in ("eager", "graph"):
-            placed = 0
-            for _, g in p.groupby("tid", sort=False):
-                c = g[f"{mode}_thread"].to_numpy(np.int64)
-                d = np.diff(c, prepend=0)
-                # a forked child's thread kept its parent's count (older injection libraries); its process
-                # count starts at 0
-                d[0] = min(c[0], int(g[f"{mode}_process"].iloc[0]))
-                for mask, n in pd.Series(d).groupby(g["bits"].to_numpy()).sum().items():
-                    placed += place(int(pid), int(mask), int(n), mode)
-            # the rest (no event after them, or, in older recordings, an interval whose mask
-            # a "kernel" line took): on the process's GPU if it ever launched on one only
-            rest = int(p[f"{mode}_process"].iloc[-1]) - placed
-            place(int(pid), int(np.bitwise_or.reduce(p["announced"].to_numpy())), rest, mode)
+    # per thread (its events in time order) the launches since its previous event, summed per process and device
+    # set: each sum placed once (a thread's counts never run backwards, so no per-thread sum is negative)
+    pid = ev["pid"].to_numpy(np.int64)
+    thread = nesting.codes(pid, ev["tid"].to_numpy(np.int64))
+    order = np.argsort(thread, kind="stable")
+    first = np.r_[True, thread[order][1:] != thread[order][:-1]] if order.size else np.zeros(0, bool)
+    bits = ev["bits"].to_numpy(np.uint64)[order]
+    procs = pd.unique(pid)
+    last = pd.Series(np.arange(pid.size)).groupby(pid).last()  # (each process's last event)
+    announced = pd.Series(ev["announced"].to_numpy(np.uint64)).groupby(pid).agg(np.bitwise_or.reduce)
+    for mode in ("eager", "graph"):
+        c = ev[f"{mode}_thread"].to_numpy(np.int64)[order]
+        d = np.diff(c, prepend=0)
+        # a forked child's thread kept its parent's count (older injection libraries); its process count starts at 0
+        d[first] = np.minimum(c[first], ev[f"{mode}_process"].to_numpy(np.int64)[order][first])
+        sums = pd.Series(d).groupby([pid[order], bits], sort=False).sum()
+        placed = dict.fromkeys(procs.tolist(), 0)
+        for (p_id, mask), n in sums.items():
+            placed[int(p_id)] += place(int(p_id), int(mask), int(n), mode)
+        # the rest (no event after them, or, in older recordings, an interval whose mask a "kernel" line took): on
+        # the process's GPU if it ever launched on one only
+        total = ev[f"{mode}_process"].to_numpy(np.int64)[last.reindex(procs).to_numpy()]
+        for p_id, n in zip(procs.tolist(), total.tolist()):
+            place(int(p_id), int(announced[p_id]), int(n) - placed[int(p_id)], mode)
     return out
 
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from pcietrace import schema
@@ -158,32 +157,41 @@ def _parquet(file: Path, meta: dict[str, Any], required: bool) -> pd.DataFrame:
 
 
 def _read_parquet(f: Any) -> pd.DataFrame:
-    """A Parquet table read a row group at a time, each column joined once (a long recording's samples are never
-    held twice); its text columns as categoricals (millions of events name a few thousand ranges: codes, not a
-    string per row)."""
+    """A Parquet table read a row group at a time: its numeric columns copied into arrays of their full length as
+    each group is decoded, so a long recording's samples are held once (not as Arrow's buffers and pandas' too)."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(f)
-    text = [fld.name for fld in pf.schema_arrow if pa.types.is_string(fld.type) or pa.types.is_large_string(fld.type)]
-    if pf.num_row_groups <= 1 and not text:
+    meta = pf.metadata
+    if meta.num_row_groups <= 1:
         return pd.read_parquet(f)
-    pf = pq.ParquetFile(f, read_dictionary=text)
-    parts: dict[str, list[Any]] = {name: [] for name in pf.schema_arrow.names}
-    for i in range(pf.num_row_groups):
+    schema = pf.schema_arrow
+
+    def fixed(j: int) -> bool:  # (numbers with no nulls in any group: the same array as pandas reads)
+        t = schema.field(j).type
+        stats = [meta.row_group(i).column(j).statistics for i in range(meta.num_row_groups)]
+        return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)) and \
+            all(st is not None and st.has_null_count and st.null_count == 0 for st in stats)
+
+    numbers = {schema.field(j).name for j in range(len(schema)) if fixed(j)}
+    arrays: dict[str, np.ndarray] = {}
+    chunks: dict[str, list[Any]] = {name: [] for name in schema.names if name not in numbers}
+    at = 0
+    for i in range(meta.num_row_groups):
         table = pf.read_row_group(i)
-        for name in parts:
-            parts[name].append(table.column(name).to_pandas(split_blocks=True, self_destruct=True).array
-                               if name in text else table.column(name).to_numpy())
+        for name in schema.names:
+            col = table.column(name)
+            if name in numbers:
+                v = col.to_numpy()
+                arrays.setdefault(name, np.empty(meta.num_rows, v.dtype))[at:at + v.size] = v
+            else:
+                chunks[name].extend(col.chunks)
+        at += table.num_rows
         del table
-    cols: dict[str, Any] = {}
-    for name in list(parts):
-        chunks = parts.pop(name)  # (joined and let go one column at a time)
-        if name in text:
-            cols[name] = pd.api.types.union_categoricals(chunks) if len(chunks) > 1 else \
-                (chunks[0] if chunks else pd.Categorical([]))
-        else:
-            cols[name] = np.concatenate(chunks) if len(chunks) != 1 else chunks[0]
+    cols = {name: arrays[name] if name in numbers else pa.chunked_array(chunks.pop(name), schema.field(name).type)
+            .to_pandas() for name in schema.names}
     return pd.DataFrame(cols, copy=False)
 
 

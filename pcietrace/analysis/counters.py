@@ -222,7 +222,12 @@ def resets(cum: pd.DataFrame) -> pd.Series:
     if not len(cum):
         return pd.Series(dtype=int)
     j = cum["jump"].to_numpy(bool)  # (a GPU's first sample never has one: no run spans two GPUs)
-    return pd.Series(j & ~np.concatenate([[False], j[:-1]]), index=cum["nvml_index"]).groupby(level=0).sum()
+    first = j & ~np.concatenate([[False], j[:-1]])
+    gpu = cum["nvml_index"].to_numpy()
+    if (gpu[1:] < gpu[:-1]).any():
+        return pd.Series(first, index=cum["nvml_index"]).groupby(level=0).sum()
+    at = np.r_[0, np.flatnonzero(gpu[1:] != gpu[:-1]) + 1]  # (rows by GPU: summed per run, no index built)
+    return pd.Series(np.add.reduceat(first.astype(np.int64), at), index=pd.Index(gpu[at], name="nvml_index"))
 
 
 def gaps_overlapping(t: np.ndarray, flags: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

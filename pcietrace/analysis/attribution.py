@@ -185,6 +185,24 @@ def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.
     queries' two ends are merged in one order (by group, time; a query's start before events at its time, its
     end after them), where each query's events lie between its two ends."""
     m, k = t.size, q_from.size
+    t_min = min(int(t.min()) if m else 0, int(q_from.min()) if k else 0)
+    span = max(int(t.max()) if m else 0, int(q_to.max()) if k else 0) - t_min + 1
+    groups = int(max(group.max() if m else 0, q_group.max() if k else 0)) + 1
+    if m and groups * span < 2**62:  # (group and time in one number: events sorted once, each query's ends searched)
+        key = group.astype(np.int64) * span + (t - t_min)
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        lo = np.searchsorted(key, q_group.astype(np.int64) * span + (q_from - t_min), "left")
+        hi = np.searchsorted(key, q_group.astype(np.int64) * span + (q_to - t_min), "right")
+        del key
+        merged = bits[order]
+        del order
+        out = np.zeros(k, np.uint64)
+        seen = int(np.bitwise_or.reduce(bits))
+        for b in (b for b in range(64) if seen >> b & 1):
+            count = np.concatenate([[0], np.cumsum((merged >> np.uint64(b)) & np.uint64(1), dtype=np.int64)])
+            out |= np.where(count[hi] > count[lo], np.uint64(1) << np.uint64(b), np.uint64(0))
+        return out
     g = np.concatenate([group, q_group, q_group])
     at = np.concatenate([t, q_from, q_to])
     side = np.concatenate([np.ones(m, np.int8), np.zeros(k, np.int8), np.full(k, 2, np.int8)])

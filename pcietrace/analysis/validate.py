@@ -148,15 +148,21 @@ def _events(host: pd.DataFrame) -> None:
     cols = [c for c in THREAD_COUNTS if c in host]
     if not cols or not len(host):
         return
-    # (CUPTI's "gputime" lines carry no launch counts; stable: each thread's events stay in time order)
-    g = host[host["event"] != "gputime"].sort_values(["pid", "tid"], kind="stable")
-    same = (g["pid"].to_numpy()[1:] == g["pid"].to_numpy()[:-1]) & (g["tid"].to_numpy()[1:] == g["tid"].to_numpy()[:-1])
+    # (CUPTI's "gputime" lines carry no launch counts; stable: each thread's events stay in time order; row
+    # positions sorted, not a sorted copy of every column)
+    rows = np.flatnonzero((host["event"] != "gputime").to_numpy())
+    pid, tid = host["pid"].to_numpy()[rows], host["tid"].to_numpy()[rows]
+    order = np.lexsort((tid, pid))
+    rows, pid, tid = rows[order], pid[order], tid[order]
+    same = (pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1])
     for col in cols:
-        back = np.flatnonzero(same & (np.diff(g[col].to_numpy(np.int64)) < 0))
+        v = host[col].to_numpy(np.int64)[rows]
+        back = np.flatnonzero(same & (np.diff(v) < 0))
         if back.size:
-            raise DataError(f"events.{col}: thread {g['tid'].iloc[back[0]]} of process {g['pid'].iloc[back[0]]} counts "
-                            f"launches backwards (row {g.index[back[0] + 1]}: {g[col].iloc[back[0] + 1]} after "
-                            f"{g[col].iloc[back[0]]})")
+            i = back[0]
+            raise DataError(f"events.{col}: thread {tid[i]} of process {pid[i]} counts "
+                            f"launches backwards (row {host.index[rows[i + 1]]}: {host[col].iloc[rows[i + 1]]} after "
+                            f"{host[col].iloc[rows[i]]})")
 
 
 def _graphs(graphs: pd.DataFrame) -> None:

@@ -92,6 +92,7 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     closes = push_k & same  # (the next at the same level is then a pop)
     p_open, p_close = sk[closes], nxt[closes]
     left = sk[push_k & ~same]  # still open: closed at the process's last event
+    del sel, th, order, step, walk, size, before, valid, level, key, sk, tk, lk, nxt, same, push_k  # (per event: let go)
 
     # start/end: per (process, id), an end closes the start just before it
     is_start, is_end = (kind == "start").to_numpy(bool), (kind == "end").to_numpy(bool)
@@ -125,6 +126,7 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     within = np.concatenate([p_close, s_close, first_push[thread[left]] if left.size else left, s_left_since])
     then = np.concatenate([np.zeros(p_open.size + s_open.size), left, np.zeros(s_left.size)])
     row = np.lexsort((then, within, rank, pid_rank[opened]))
+    del rank, within, then, pid_rank, last_of_pid, last_thread, first_push
     opened, ended, t_end, closed, is_push_range = (a[row] for a in (opened, ended, t_end, closed, is_push_range))
     if not opened.size:
         return pd.DataFrame(columns=RANGE_COLUMNS)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -35,9 +36,15 @@ SOURCE = ROOT / "tests" / "data" / "attach_h100_blind_graphs"
 STAGES = ("load", "analyze", "table", "json", "csv", "perfetto")
 #: In-range sampling rate of a GPU under attach's default interval (what the issue's real jobs showed).
 RATE_HZ = 1700.0
-#: The goals: (gpus, samples, ranges) -> stage -> (CPU s, peak GB).
-TARGETS = {(8, 4.8e7, 1e7): {"table": (60, 3.0), "json": (90, 4.5), "perfetto": (60, 2.0)},
+#: The goals: (gpus, samples, ranges) -> stage -> (CPU s, peak GB[, file MB]); JSON: 1.5x the report's.
+TARGETS = {(8, 4.8e7, 1e7): {"table": (60, 3.0), "json": (90, 4.5), "perfetto": (60, 2.0, 500)},
            (8, 4.8e7, 1e6): {"table": (15, 3.0)}}
+
+
+def _max_ranges() -> int:
+    from pcietrace.report.perfetto import MAX_RANGES
+
+    return MAX_RANGES
 
 
 def synthesise(out: Path, gpus: int, samples: int, ranges: int, names: int = 0, rate_hz: float = RATE_HZ,
@@ -135,6 +142,17 @@ def synthesise(out: Path, gpus: int, samples: int, ranges: int, names: int = 0, 
     return out
 
 
+def _peak_rss_kib(maxrss_kib: int) -> int:
+    """This process's own peak RSS (KiB): ``VmHWM`` where Linux states it. ``ru_maxrss`` keeps the forking
+    parent's peak across fork and exec, so a stage started by this benchmark after it synthesised a large
+    recording would read at least the benchmark's own size."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        return maxrss_kib
+
+
 def _stage(stage: str, folder: Path, scratch: Path) -> None:
     """Run one stage in this interpreter (``--stage``), its output thrown away."""
     import contextlib
@@ -183,6 +201,70 @@ def fit(rows: list[dict[str, float]], key: str) -> np.ndarray:
     return np.linalg.lstsq(x, np.array([r[key] for r in ok]), rcond=None)[0]
 
 
+def print_laws(rows: dict[str, list[dict[str, float]]], stages: list[str]) -> None:
+    """Each stage's fitted law and its extrapolation to :data:`TARGETS`, pass or fail. Perfetto's own part (its
+    stage less the csv report it runs with) is fitted and extrapolated at the ranges it draws
+    (:data:`pcietrace.report.perfetto.MAX_RANGES` at most), as is its file, on top of the table report's law (what
+    attach does: the console report and the trace)."""
+    max_ranges = _max_ranges()
+    drawn_rows = [{**pr, "ranges": min(pr["ranges"], max_ranges),
+                   **{k: pr[k] - cr[k] for k in ("cpu_s", "rss_GB") if k in pr and k in cr}}
+                  for pr, cr in zip(rows.get("perfetto", []), rows.get("csv", []))]
+    print("\nlaws (a + b*ranges + c*samples; per range instance and per counter sample, all GPUs; Perfetto's own "
+          f"part beyond the csv report's, and its file, at the ranges it draws ({max_ranges:,} at most), on the table's):")
+    verdicts = []
+    for s in stages:
+        cpu, mem = fit(rows[s], "cpu_s"), fit(rows[s], "rss_GB")
+        size = fit([{**r, "ranges": min(r["ranges"], max_ranges)} for r in rows[s]], "file_MB") \
+            if s == "perfetto" else None
+        print(f"  {s:9s} CPU {cpu[0]:.2f} s + {cpu[1] * 1e6:.2f} us/range + {cpu[2] * 1e6:.3f} us/sample;  "
+              f"RSS {mem[0]:.2f} GB + {mem[1] * 1e9:.0f} B/range + {mem[2] * 1e9:.0f} B/sample"
+              + (f";  file {size[0]:.0f} MB + {size[1] * 1e6:.0f} B/range drawn + {size[2] * 1e6:.1f} B/sample"
+                 if size is not None else ""))
+        if s == "perfetto" and drawn_rows:
+            own_c, own_m = fit(drawn_rows, "cpu_s"), fit(drawn_rows, "rss_GB")
+            print(f"            its own part: CPU {own_c[0]:.2f} s + {own_c[1] * 1e6:.2f} us/range drawn + "
+                  f"{own_c[2] * 1e6:.3f} us/sample;  RSS {own_m[0]:.2f} GB + {own_m[1] * 1e9:.0f} B/range drawn + "
+                  f"{own_m[2] * 1e9:.0f} B/sample")
+        for (gpus, n_samples, n_ranges), goals in TARGETS.items():
+            if s not in goals:
+                continue
+            at, drawn = np.array([1, n_ranges, n_samples]), np.array([1, min(n_ranges, max_ranges), n_samples])
+            c, m = cpu @ at, mem @ at
+            if s == "perfetto" and drawn_rows:
+                base = rows["table"] if "table" in rows else rows["csv"]  # (the analysis and the console, as attach)
+                base_c, base_m = fit(base, "cpu_s"), fit(base, "rss_GB")
+                c, m = base_c @ at + own_c @ drawn, base_m @ at + own_m @ drawn
+            goal_s, goal_gb, *goal_mb = goals[s]
+            ok = c <= goal_s and m <= goal_gb
+            line = (f"    -> {gpus} GPUs, {n_samples:.1e} samples, {n_ranges:.0e} ranges: {c:.0f} s (goal <= {goal_s} s: "
+                    f"{'pass' if c <= goal_s else 'FAIL'}), {m:.1f} GB (goal <= {goal_gb} GB: "
+                    f"{'pass' if m <= goal_gb else 'FAIL'})")
+            if size is not None and goal_mb:
+                mb = size @ drawn
+                ok &= mb <= goal_mb[0]
+                line += f", file {mb:.0f} MB (goal <= {goal_mb[0]} MB: {'pass' if mb <= goal_mb[0] else 'FAIL'})"
+            print(line)
+            verdicts.append(ok)
+    if verdicts:
+        print(f"\ngoals met: {sum(verdicts)} of {len(verdicts)}")
+
+
+_LINE = re.compile(r"^(\d+) GPUs, ([\d.e+]+) samples, ([\d.e+]+) ranges:(.*)$")
+_FIGURES = re.compile(r"(\w+) ([\d.]+) s ([\d.]+) GB(?: (\d+) MB)?")
+
+
+def read_log(path: Path) -> tuple[dict[str, list[dict[str, float]]], list[str]]:
+    """The measurements a previous run printed (its lines per size), to fit again without measuring."""
+    rows: dict[str, list[dict[str, float]]] = {}
+    for line in path.read_text().splitlines():
+        m = _LINE.match(line)
+        for stage, cpu, rss, mb in _FIGURES.findall(m.group(4)) if m else []:
+            r = {"samples": float(m.group(2)), "ranges": float(m.group(3)), "cpu_s": float(cpu), "rss_GB": float(rss)}
+            rows.setdefault(stage, []).append(r | ({"file_MB": float(mb)} if mb else {}))
+    return rows, list(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="A long attach run's analysis cost, as laws in ranges and samples.")
     p.add_argument("--quick", action="store_true", help="small sizes (a few minutes)")
@@ -195,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--names", type=int, default=0)
     p.add_argument("--code", type=Path, default=ROOT,
                    help="the folder holding the pcietrace package to measure (e.g. an older commit's `git archive`)")
+    p.add_argument("--log", type=Path, help="fit the laws again from a previous run's printed lines (no measuring)")
     p.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
     p.add_argument("--scratch", type=Path, help=argparse.SUPPRESS)
     p.add_argument("folder", nargs="?", type=Path, help=argparse.SUPPRESS)
@@ -202,7 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage:
         _stage(args.stage, args.folder, args.scratch)
         use = resource.getrusage(resource.RUSAGE_SELF)
-        print(json.dumps({"cpu_s": use.ru_utime + use.ru_stime, "rss_GB": use.ru_maxrss / 2**20}))
+        print(json.dumps({"cpu_s": use.ru_utime + use.ru_stime, "rss_GB": _peak_rss_kib(use.ru_maxrss) / 2**20}))
+        return 0
+    if args.log:
+        print_laws(*read_log(args.log))
         return 0
     if args.synth:
         synthesise(args.synth, args.gpus, int(args.samples), int(args.ranges), args.names)
@@ -228,17 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             print("  ".join(line), flush=True)
             for f in folder.iterdir():
                 f.unlink()
-    print("\nlaws (a + b*ranges + c*samples):")
-    for s in stages:
-        cpu, mem = fit(rows[s], "cpu_s"), fit(rows[s], "rss_GB")
-        print(f"  {s:9s} CPU {cpu[0]:.2f} s + {cpu[1] * 1e6:.2f} us/range + {cpu[2] * 1e6:.3f} us/sample;  "
-              f"RSS {mem[0]:.2f} GB + {mem[1] * 1e9:.0f} B/range + {mem[2] * 1e9:.0f} B/sample")
-        for (gpus, n_samples, n_ranges), goals in TARGETS.items():
-            if s in goals:
-                c = cpu @ [1, n_ranges, n_samples]
-                m = mem @ [1, n_ranges, n_samples]
-                print(f"    -> {gpus} GPUs, {n_samples:.1e} samples, {n_ranges:.0e} ranges: {c:.0f} s, {m:.1f} GB "
-                      f"(goal <= {goals[s][0]} s, <= {goals[s][1]} GB)")
+    print_laws(rows, stages)
     return 0
 
 

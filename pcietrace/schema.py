@@ -372,7 +372,8 @@ def check_table(df: pd.DataFrame, name: str, columns: dict[str, str]) -> pd.Data
             if kind == "pos" and (s < 1).any():
                 raise Invalid(where, f"expected whole numbers >= 1, got {_show(s[s < 1].iloc[0].item())}")
         elif kind == "str" and not (isinstance(s.dtype, pd.StringDtype) and not s.isna().any()) \
-                and not s.map(lambda v: v is None or isinstance(v, str)).all():  # (a string column passes at once)
+                and not pd.Series(s.cat.categories if isinstance(s.dtype, pd.CategoricalDtype) else s, dtype=object).map(
+                    lambda v: v is None or isinstance(v, str)).all():  # (a string column passes at once; codes: their names)
             raise Invalid(where, f"expected strings, got {_show(_odd(s, lambda v: isinstance(v, str)))}")
         elif kind == "bool" and not pd.api.types.is_bool_dtype(s):
             raise Invalid(where, f"expected true/false, got {_show(_odd(s, lambda v: isinstance(v, bool)))}")

@@ -163,10 +163,49 @@ def _parquet(file: Path, meta: dict[str, Any], required: bool) -> pd.DataFrame:
         return _empty()
     try:
         with open(file, "rb") as f:  # (a path pyarrow cannot encode, e.g. a non-UTF-8 folder name, opens here)
-            df = pd.read_parquet(f)
+            df = _read_parquet(f)
     except Exception as exc:  # pyarrow raises its own types for truncated or garbage files; all mean "damaged"
         raise ReportError(f"{file} is not a readable Parquet table ({one_line(exc)})") from None
     return _table(file, file.stem, df, meta)
+
+
+def _read_parquet(f: Any) -> pd.DataFrame:
+    """A Parquet table read a row group at a time: its numeric columns copied into arrays of their full length as
+    each group is decoded, so a long recording's samples are held once (not as Arrow's buffers and pandas' too)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(f)
+    meta = pf.metadata
+    if meta.num_row_groups <= 1:
+        return pd.read_parquet(f)
+    schema = pf.schema_arrow
+
+    def fixed(j: int) -> bool:  # (numbers with no nulls in any group: the same array as pandas reads)
+        t = schema.field(j).type
+        stats = [meta.row_group(i).column(j).statistics for i in range(meta.num_row_groups)]
+        return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)) and \
+            all(st is not None and st.has_null_count and st.null_count == 0 for st in stats)
+
+    numbers = {schema.field(j).name for j in range(len(schema)) if fixed(j)}
+    arrays: dict[str, np.ndarray] = {}
+    chunks: dict[str, list[Any]] = {name: [] for name in schema.names if name not in numbers}
+    at = 0
+    for i in range(meta.num_row_groups):
+        table = pf.read_row_group(i)
+        for name in schema.names:
+            col = table.column(name)
+            if name in numbers:
+                v = col.to_numpy()
+                arrays.setdefault(name, np.empty(meta.num_rows, v.dtype))[at:at + v.size] = v
+            else:
+                chunks[name].extend(col.chunks)
+        at += table.num_rows
+        del table
+    cols = {name: arrays[name] if name in numbers else pa.chunked_array(chunks.pop(name), schema.field(name).type)
+            .to_pandas() for name in schema.names}
+    return pd.DataFrame(cols, copy=False)
 
 
 def _check_ranges(file: Path, meta: dict[str, Any], events: pd.DataFrame) -> None:

@@ -92,6 +92,7 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     closes = push_k & same  # (the next at the same level is then a pop)
     p_open, p_close = sk[closes], nxt[closes]
     left = sk[push_k & ~same]  # still open: closed at the process's last event
+    del sel, th, order, step, walk, size, before, valid, level, key, sk, tk, lk, nxt, same, push_k  # (per event: let go)
 
     # start/end: per (process, id), an end closes the start just before it
     is_start, is_end = (kind == "start").to_numpy(bool), (kind == "end").to_numpy(bool)
@@ -125,6 +126,7 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     within = np.concatenate([p_close, s_close, first_push[thread[left]] if left.size else left, s_left_since])
     then = np.concatenate([np.zeros(p_open.size + s_open.size), left, np.zeros(s_left.size)])
     row = np.lexsort((then, within, rank, pid_rank[opened]))
+    del rank, within, then, pid_rank, last_of_pid, last_thread, first_push
     opened, ended, t_end, closed, is_push_range = (a[row] for a in (opened, ended, t_end, closed, is_push_range))
     if not opened.size:
         return pd.DataFrame(columns=RANGE_COLUMNS)
@@ -138,8 +140,16 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
         a, b = v[opened], v[ended]
         return np.where((a >= 0) & (b >= 0), (b - a).astype(float), np.nan)
 
-    out = {"pid": pid[opened], "tid": tid[opened], "domain": events["domain"].iloc[opened].to_numpy(),
-           "name": events["message"].iloc[opened].to_numpy(), "kind": np.where(is_push_range, "push", "start").astype(object),
+    def names_of(column: str) -> pd.Categorical:  # (a few distinct names over millions of ranges: codes)
+        c = events[column]
+        if isinstance(c.dtype, pd.CategoricalDtype):  # (as loaded: its own codes)
+            codes, uniques = c.cat.codes.to_numpy(), c.cat.categories
+        else:
+            codes, uniques = pd.factorize(c.to_numpy(object) if c.dtype == object else c)
+        return pd.Categorical.from_codes(codes[opened], uniques).remove_unused_categories()
+
+    out = {"pid": pid[opened], "tid": tid[opened], "domain": names_of("domain"), "name": names_of("message"),
+           "kind": pd.Categorical.from_codes(np.where(is_push_range, 0, 1), ["push", "start"]),
            "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": events["depth"].to_numpy(np.int64)[opened]}
     # start/end ranges may cross threads, so their thread-local counts are undefined: use the process's.
     for c in ("eager", "graph"):
@@ -177,6 +187,24 @@ def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.
     queries' two ends are merged in one order (by group, time; a query's start before events at its time, its
     end after them), where each query's events lie between its two ends."""
     m, k = t.size, q_from.size
+    t_min = min(int(t.min()) if m else 0, int(q_from.min()) if k else 0)
+    span = max(int(t.max()) if m else 0, int(q_to.max()) if k else 0) - t_min + 1
+    groups = int(max(group.max() if m else 0, q_group.max() if k else 0)) + 1
+    if m and groups * span < 2**62:  # (group and time in one number: events sorted once, each query's ends searched)
+        key = group.astype(np.int64) * span + (t - t_min)
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        lo = np.searchsorted(key, q_group.astype(np.int64) * span + (q_from - t_min), "left")
+        hi = np.searchsorted(key, q_group.astype(np.int64) * span + (q_to - t_min), "right")
+        del key
+        merged = bits[order]
+        del order
+        out = np.zeros(k, np.uint64)
+        seen = int(np.bitwise_or.reduce(bits))
+        for b in (b for b in range(64) if seen >> b & 1):
+            count = np.concatenate([[0], np.cumsum((merged >> np.uint64(b)) & np.uint64(1), dtype=np.int64)])
+            out |= np.where(count[hi] > count[lo], np.uint64(1) << np.uint64(b), np.uint64(0))
+        return out
     g = np.concatenate([group, q_group, q_group])
     at = np.concatenate([t, q_from, q_to])
     side = np.concatenate([np.ones(m, np.int8), np.zeros(k, np.int8), np.full(k, 2, np.int8)])
@@ -202,7 +230,7 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
     sampled = sorted(int(g["nvml_index"]) for g in gpus)
     if "devmask" not in events.columns or not len(out):
         out["gpus"] = [sampled] * len(out)
-        out["gpus_rule"] = "all sampled"
+        out["gpus_rule"] = pd.Categorical.from_codes(np.zeros(len(out), np.int8), ["all sampled"])
         return out
     to_nvml = _ordinals_to_nvml(events, gpus)
     bits = _device_bits(events)
@@ -233,7 +261,7 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
     lists = np.empty(len(result), object)
     lists[:] = result
     out["gpus"] = lists[code]
-    out["gpus_rule"] = np.array(rule, object)[code] if rule else np.zeros(0, object)
+    out["gpus_rule"] = pd.Categorical(rule)[code] if rule else np.zeros(0, object)
     return out
 
 
@@ -359,7 +387,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
                 acc[f"{d}_floor_var"][k] += floor_err_bytes(model, d, reads, bk - ak, read_us) ** 2
     sampled = set(cum["nvml_index"].astype(int))
     status = np.where(holds(None, sampled), 2, status)  # a GPU with no samples at all
-    out["status"] = [STATUSES[i] for i in status]
+    out["status"] = pd.Categorical.from_codes(status, STATUSES)
     out["stalls"] = acc["stalls"].astype(np.int64)
     for d in DIRECTIONS:
         out[f"{d}_raw_bytes"] = acc[f"{d}_raw"]
@@ -371,7 +399,11 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     parent = nesting.parents(out)
     for c in ("ns", "h2d_bytes", "d2h_bytes"):
         out[f"excl_{c}"] -= nesting.children_sum(out, parent, "duration_ns" if c == "ns" else c)
-    out["parent"] = parent.map(pd.Series(np.arange(n), index=out.index)).fillna(-1).astype(np.int64)
+    up = parent.to_numpy()
+    has = ~pd.isna(up)
+    pos = np.full(n, -1, np.int64)  # (the parent's row position: its index label looked up)
+    pos[has] = out.index.get_indexer(up[has].astype(out.index.dtype) if out.index.dtype.kind in "iu" else up[has])
+    out["parent"] = pos
     return out[list(dict.fromkeys([*ranges.columns, *ATTRIBUTED_COLUMNS]))]  # (ranges attributed again keep their order)
 
 
@@ -515,30 +547,49 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     if not len(attributed):
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     rank = {s: i for i, s in enumerate(STATUSES)}
-    at = attributed.assign(status_rank=attributed["status"].map(rank),
+    status = attributed["status"]
+    status_rank = (np.asarray(status.cat.categories.map(rank), np.int64)[status.cat.codes.to_numpy()]
+                   if isinstance(status.dtype, pd.CategoricalDtype) else status.map(rank))
+    at = attributed.assign(status_rank=status_rank,
                            predicted_ms=attributed["graph_savings_ms"] if "graph_savings_ms" in attributed else np.nan,
                            busy_ns=attributed["gpu_busy_ns"] if "gpu_busy_ns" in attributed else np.nan,
-                           captured_launches=attributed.get("captured_launches", 0))
+                           captured_launches=attributed.get("captured_launches", 0),
+                           short=(attributed["duration_ns"] < short_ns).to_numpy())
     if "group" not in at:
         at["group"] = at["name"]
-    g = at.groupby(["domain", "group"], sort=False)
+    g = at.groupby(["domain", "group"], sort=False, observed=True)
     out = g.agg(calls=("name", "size"), names=("name", "nunique"), incl_ms=("duration_ns", "sum"), excl_ms=("excl_ns", "sum"),
-                h2d_bytes=("h2d_bytes", lambda s: s.sum(min_count=len(s))),
-                d2h_bytes=("d2h_bytes", lambda s: s.sum(min_count=len(s))),
-                excl_h2d_bytes=("excl_h2d_bytes", lambda s: s.sum(min_count=len(s))),
                 h2d_raw_bytes=("h2d_raw_bytes", "sum"), d2h_raw_bytes=("d2h_raw_bytes", "sum"),
                 h2d_edge_bytes=("h2d_edge_bytes", "sum"), d2h_edge_bytes=("d2h_edge_bytes", "sum"),
-                # one fitted floor serves every call: its error adds up, it does not average out
-                h2d_floor_err_bytes=("h2d_floor_err_bytes", lambda s: s.sum(min_count=len(s))),
-                d2h_floor_err_bytes=("d2h_floor_err_bytes", lambda s: s.sum(min_count=len(s))),
                 status_rank=("status_rank", "max"), stalls=("stalls", "sum"),
-                gpus=("gpus", lambda s: sorted({int(i) for g in s for i in g})),  # a list, as each instance's
-                eager_launches=("eager_launches", lambda s: s.sum(min_count=len(s))),
-                graph_launches=("graph_launches", lambda s: s.sum(min_count=len(s))),
-                captured_launches=("captured_launches", lambda s: s.sum(min_count=len(s))),
-                graph_savings_ms=("predicted_ms", lambda s: s.sum(min_count=len(s))),
-                gpu_busy_ms=("busy_ns", lambda s: s.sum(min_count=len(s)) / 1e6),
-                short_calls=("duration_ns", lambda s: int((s < short_ns).sum()))).reset_index()
+                short_calls=("short", "sum")).reset_index()
+    out["short_calls"] = out["short_calls"].astype(np.int64)
+    calls = out["calls"].to_numpy()
+    # totals that are unknown (NaN) where any call's figure is (one fitted floor serves every call: its error
+    # adds up, it does not average out)
+    for name, col in (("h2d_bytes", "h2d_bytes"), ("d2h_bytes", "d2h_bytes"), ("excl_h2d_bytes", "excl_h2d_bytes"),
+                      ("h2d_floor_err_bytes", "h2d_floor_err_bytes"), ("d2h_floor_err_bytes", "d2h_floor_err_bytes"),
+                      ("eager_launches", "eager_launches"), ("graph_launches", "graph_launches"),
+                      ("captured_launches", "captured_launches"), ("graph_savings_ms", "predicted_ms"),
+                      ("gpu_busy_ms", "busy_ns")):
+        total = g[col].sum().to_numpy()
+        if at[col].isna().any():
+            total = np.where(g[col].count().to_numpy() < calls, np.nan, total)
+        out[name] = total / 1e6 if name == "gpu_busy_ms" else total
+    # each group's GPUs, a sorted list as each instance's (instances share their lists: each distinct one read once)
+    lists = at["gpus"].to_numpy(object)
+    which, distinct = pd.factorize(np.fromiter(map(id, lists), np.int64, len(lists)))
+    first = np.empty(len(distinct), np.int64)
+    first[which[::-1]] = np.arange(len(lists))[::-1]  # (each distinct list's first row)
+    pairs = pd.DataFrame({"group": g.ngroup().to_numpy(), "list": which}).drop_duplicates()
+    gpus: list[set[int]] = [set() for _ in range(len(out))]
+    for k, j in zip(pairs["group"].to_numpy(), pairs["list"].to_numpy()):
+        if k >= 0:  # (-1: a range of no group, e.g. no domain)
+            gpus[k].update(int(i) for i in lists[first[j]])
+    out["gpus"] = [sorted(s) for s in gpus]
+    for c in ("domain", "group"):  # (a small table: plain strings again)
+        if isinstance(out[c].dtype, pd.CategoricalDtype):
+            out[c] = out[c].astype(str)
     out = out.rename(columns={"group": "name"})
     out["status"] = out.pop("status_rank").map(dict(enumerate(STATUSES)))
     out["incl_ms"] /= 1e6
@@ -576,7 +627,13 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
         out[f"{mode}_launches"] = 0.0 if len(events) and "devmask" in events.columns else np.nan
     if out["eager_launches"].isna().all() or not len(out):
         return out
-    ev = events[events["event"] != "kernel"].sort_values("t_ns", kind="stable")
+    # (the columns read here only; events come in time order already, CUPTI's kernel records aside)
+    cols = [c for c in ("t_ns", "pid", "tid", "event", "id", "message", "devmask", "eager_thread", "graph_thread",
+                        "eager_process", "graph_process") if c in events]
+    host = (events["event"] != "kernel").to_numpy()
+    ev = events[cols] if host.all() else events.loc[host, cols]
+    if not ev["t_ns"].is_monotonic_increasing:
+        ev = ev.sort_values("t_ns", kind="stable")
     named = (ev["event"] == "cudevice").to_numpy() & ev["id"].between(0, 63).to_numpy()
     first = np.left_shift(np.uint64(1), ev["id"].clip(0, 63).to_numpy(np.uint64))
     ev = ev.assign(bits=ev["devmask"].to_numpy(np.uint64) | np.where(named, first, np.uint64(0)),
@@ -591,21 +648,30 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
             return n
         return 0
 
-    for pid, p in ev.groupby("pid", sort=False):
-        for mode in ("eager", "graph"):
-            placed = 0
-            for _, g in p.groupby("tid", sort=False):
-                c = g[f"{mode}_thread"].to_numpy(np.int64)
-                d = np.diff(c, prepend=0)
-                # a forked child's thread kept its parent's count (older injection libraries); its process
-                # count starts at 0
-                d[0] = min(c[0], int(g[f"{mode}_process"].iloc[0]))
-                for mask, n in pd.Series(d).groupby(g["bits"].to_numpy()).sum().items():
-                    placed += place(int(pid), int(mask), int(n), mode)
-            # the rest (no event after them, or, in older recordings, an interval whose mask
-            # a "kernel" line took): on the process's GPU if it ever launched on one only
-            rest = int(p[f"{mode}_process"].iloc[-1]) - placed
-            place(int(pid), int(np.bitwise_or.reduce(p["announced"].to_numpy())), rest, mode)
+    # per thread (its events in time order) the launches since its previous event, summed per process and device
+    # set: each sum placed once (a thread's counts never run backwards, so no per-thread sum is negative)
+    pid = ev["pid"].to_numpy(np.int64)
+    thread = nesting.codes(pid, ev["tid"].to_numpy(np.int64))
+    order = np.argsort(thread, kind="stable")
+    first = np.r_[True, thread[order][1:] != thread[order][:-1]] if order.size else np.zeros(0, bool)
+    bits = ev["bits"].to_numpy(np.uint64)[order]
+    procs = pd.unique(pid)
+    last = pd.Series(np.arange(pid.size)).groupby(pid).last()  # (each process's last event)
+    announced = pd.Series(ev["announced"].to_numpy(np.uint64)).groupby(pid).agg(np.bitwise_or.reduce)
+    for mode in ("eager", "graph"):
+        c = ev[f"{mode}_thread"].to_numpy(np.int64)[order]
+        d = np.diff(c, prepend=0)
+        # a forked child's thread kept its parent's count (older injection libraries); its process count starts at 0
+        d[first] = np.minimum(c[first], ev[f"{mode}_process"].to_numpy(np.int64)[order][first])
+        sums = pd.Series(d).groupby([pid[order], bits], sort=False).sum()
+        placed = dict.fromkeys(procs.tolist(), 0)
+        for (p_id, mask), n in sums.items():
+            placed[int(p_id)] += place(int(p_id), int(mask), int(n), mode)
+        # the rest (no event after them, or, in older recordings, an interval whose mask a "kernel" line took): on
+        # the process's GPU if it ever launched on one only
+        total = ev[f"{mode}_process"].to_numpy(np.int64)[last.reindex(procs).to_numpy()]
+        for p_id, n in zip(procs.tolist(), total.tolist()):
+            place(int(p_id), int(announced[p_id]), int(n) - placed[int(p_id)], mode)
     return out
 
 
@@ -630,7 +696,12 @@ def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: 
     sampled = sorted(int(i) for i in cum["nvml_index"].unique())
     span = pd.DataFrame({"t_start_ns": [t0] * len(sampled), "t_end_ns": [t1] * len(sampled), "kind": "start",
                          "pid": 0, "tid": 0, "depth": 0, "gpus": [[g] for g in sampled]})
-    at = attribute(span, cum, floor, counters) if sampled else span
+    # (one span per GPU: its status reads the gaps that could hide a wrap; stalls and the median gap are not shown)
+    gaps = {int(idx): {"t": g["t_ns"].to_numpy(np.int64), "median_ns": 0.0,
+                       "stall": np.zeros(max(len(g) - 1, 0), bool),
+                       "wrap": could_hide_wrap(g["t_ns"].to_numpy(np.int64), read_ns_of(g),
+                                               (counters or {}).get(int(idx))) | jumps(g)} for idx, g in per_gpu(cum)}
+    at = attribute(span, cum, floor, counters, gaps) if sampled else span
     last = with_captured(events.groupby("pid").tail(1) if len(events) else events)
     total = {m: int(last[f"{m}_process"].sum()) if len(last) else 0 for m in ("eager", "graph", "captured")}
     mine = launches_by_gpu(events, [g for g in gpus if int(g["nvml_index"]) in sampled]).set_index("nvml_index")
@@ -663,7 +734,7 @@ def whole_run_bounds(cum: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,
     not bounded this way: GPUs with one are left out. Columns: :data:`WHOLE_RUN_BOUND_COLUMNS`."""
     rows = []
     models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
-    for idx, g in cum.groupby("nvml_index"):
+    for idx, g in per_gpu(cum):
         t, read_ns = g["t_ns"].to_numpy(np.int64), read_ns_of(g)
         if t.size < 2 or t[0] > t0 or t[-1] < t1 or jumps(g).any() or int(idx) not in models.index:
             continue

@@ -162,8 +162,20 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
     ``counters`` gives each GPU's ``mode`` ("fields"/"throughput"), ``bits`` and, where known,
     ``pcie_gen_max``/``pcie_width_max`` (:func:`link_bps`). Samples that step back against the reads before
     them (:func:`in_order`) are left out."""
-    parts = []
-    for idx, g in per_gpu(samples) if len(samples) else ():
+    if not len(samples):
+        return pd.DataFrame(columns=CUMULATIVE_COLUMNS)
+    gpu = samples["nvml_index"].to_numpy()
+    if (gpu[1:] < gpu[:-1]).any():  # (rows not by GPU: put in GPU order once, each GPU's rows in their order)
+        samples = samples.iloc[np.argsort(gpu, kind="stable")]
+    modes = {int(i): counters.get(int(i), {"mode": "fields", "bits": 32})["mode"] for i in pd.unique(gpu)}
+    n = len(samples)
+    # filled GPU by GPU (no per-GPU frames concatenated: one copy of the new columns); times, reads and the GPU
+    # column are the samples' own, shared, where every sample is kept
+    out = {c: np.empty(n, np.int64 if all(m == "fields" for m in modes.values()) else np.float64)
+           for c in ("tx_bytes", "rx_bytes")}
+    keep, jump = np.empty(n, bool), np.empty(n, bool)
+    at = 0
+    for idx, g in per_gpu(samples):
         c = counters.get(int(idx), {"mode": "fields", "bits": 32})
         t = g["t_ns"].to_numpy(np.int64)
         read_ns = read_ns_of(g)
@@ -175,15 +187,22 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
             tx, rx = rebase(tx, jumped), rebase(rx, jumped)
         else:
             tx, rx = integrate_rate(t, g["tx_raw"].to_numpy()), integrate_rate(t, g["rx_raw"].to_numpy())
-        keep = in_order(tx, rx)
+        mine = slice(at, at + t.size)
+        keep[mine] = k = in_order(tx, rx)
         # a jump belongs to the interval it lies in, also where in_order leaves out the sample after it
-        jumps_before = np.concatenate([[0], np.cumsum(jumped)])[keep]
-        jump = np.diff(jumps_before, prepend=0) > 0
-        parts.append(pd.DataFrame({"nvml_index": int(idx), "t_ns": t[keep], "tx_bytes": tx[keep], "rx_bytes": rx[keep],
-                                   "read_ns": read_ns[keep], "jump": jump}))
-    if not parts:
-        return pd.DataFrame(columns=CUMULATIVE_COLUMNS)
-    return pd.concat(parts, ignore_index=True)
+        jumps_before = np.concatenate([[0], np.cumsum(jumped)])
+        if k.all():
+            jump[mine] = np.diff(jumps_before, prepend=0) > 0
+        else:
+            jump[mine] = False
+            jump[at + np.flatnonzero(k)] = np.diff(jumps_before[k], prepend=0) > 0
+        out["tx_bytes"][mine], out["rx_bytes"][mine] = tx, rx
+        at += t.size
+    cols = {"nvml_index": samples["nvml_index"].to_numpy(np.int64), "t_ns": samples["t_ns"].to_numpy(np.int64),
+            "read_ns": read_ns_of(samples), **out, "jump": jump}
+    if not keep.all():
+        cols = {k: v[keep] for k, v in cols.items()}
+    return pd.DataFrame({c: cols[c] for c in CUMULATIVE_COLUMNS}, copy=False)
 
 
 #: The columns of :func:`cumulative_bytes`.
@@ -203,7 +222,12 @@ def resets(cum: pd.DataFrame) -> pd.Series:
     if not len(cum):
         return pd.Series(dtype=int)
     j = cum["jump"].to_numpy(bool)  # (a GPU's first sample never has one: no run spans two GPUs)
-    return pd.Series(j & ~np.concatenate([[False], j[:-1]]), index=cum["nvml_index"]).groupby(level=0).sum()
+    first = j & ~np.concatenate([[False], j[:-1]])
+    gpu = cum["nvml_index"].to_numpy()
+    if (gpu[1:] < gpu[:-1]).any():
+        return pd.Series(first, index=cum["nvml_index"]).groupby(level=0).sum()
+    at = np.r_[0, np.flatnonzero(gpu[1:] != gpu[:-1]) + 1]  # (rows by GPU: summed per run, no index built)
+    return pd.Series(np.add.reduceat(first.astype(np.int64), at), index=pd.Index(gpu[at], name="nvml_index"))
 
 
 def gaps_overlapping(t: np.ndarray, flags: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

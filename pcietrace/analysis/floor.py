@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pcietrace.analysis.counters import jumps, read_ns_of
+from pcietrace.analysis.counters import jumps, per_gpu, read_ns_of
 from pcietrace.analysis.launch import DIRECTIONS
 from pcietrace.analysis.spread import t975
 
@@ -90,12 +90,15 @@ def aligned_windows(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     windows no sample precedes or follows, or across a counter jump, are dropped (they cannot be measured)."""
     rows = []
     idle = windows[windows["mode"] == "idle"] if len(windows) else windows
-    for idx, g in cum.groupby("nvml_index"):
+    for idx, g in per_gpu(cum):
+        mine = idle[idle["nvml_index"] == idx]
+        if not len(mine):
+            continue
         t = g["t_ns"].to_numpy(np.int64)
-        ys = {d: g[f"{c}_bytes"].to_numpy(float) for d, c in DIRECTIONS.items()}
+        ys = {d: g[f"{c}_bytes"].to_numpy() for d, c in DIRECTIONS.items()}  # (as floats where read: one each)
         read_us = np.cumsum(read_ns_of(g) / 1e3)
         jump = jumps(g)  # (a window across a counter jump cannot be measured either)
-        for w in idle[idle["nvml_index"] == idx].itertuples():
+        for w in mine.itertuples():
             i, j = np.searchsorted(t, w.t_start_ns, "right") - 1, np.searchsorted(t, w.t_end_ns, "left")
             if i < 0 or j >= t.size or j <= i or jump[i:j].any():
                 continue
@@ -103,7 +106,7 @@ def aligned_windows(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
                    "t_b_ns": int(t[j]), "duration_s": (t[j] - t[i]) / 1e9, "reads": int(j - i),
                    "read_us": float(read_us[j] - read_us[i])}
             for d, y in ys.items():
-                row[f"{d}_bytes"] = float(y[j] - y[i])
+                row[f"{d}_bytes"] = float(float(y[j]) - float(y[i]))
             rows.append(row)
     return pd.DataFrame(rows, columns=["nvml_index", "sampling", "t_a_ns", "t_b_ns", "duration_s", "reads", "read_us",
                                        "h2d_bytes", "d2h_bytes"])
@@ -122,6 +125,7 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
     ranges, often on a cold GPU at the start, are not in the ranges' state)."""
     aw = aligned_windows(cum, windows)
     rows = []
+    samples_of = dict(per_gpu(cum)) if not windows_only else {}  # (each GPU's rows: slices, not copies)
     for idx in nvml_indices:
         g = aw[aw["nvml_index"] == idx]
         row: dict[str, object] = {"nvml_index": int(idx), "windows": len(g)}
@@ -176,7 +180,7 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
             row.update({f"{d}_{k}": v for d in DIRECTIONS for k, v in
                         (("bytes_per_read_program", row[f"{d}_bytes_per_read"]), ("state_bytes_per_read", 0.0))})
         else:
-            _program_state(row, cum[cum["nvml_index"] == idx], spans, windows_read_us, one_cost)
+            _program_state(row, samples_of.get(idx, cum.iloc[:0]), spans, windows_read_us, one_cost)
         rows.append(row)
     return pd.DataFrame(rows, columns=FLOOR_COLUMNS)
 

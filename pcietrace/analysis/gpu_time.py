@@ -22,7 +22,10 @@ BUSY_COLUMNS = ["gpu_busy_ns", "gpu_kernels", "gpu_short_ns"]
 def host_events(events: pd.DataFrame) -> pd.DataFrame:
     """The events the program's own threads wrote (NVTX, launch counts, devices), without the kernel records:
     those carry GPU times and were written late, so the launch counters on them would mislead."""
-    return events[events["event"] != "kernel"] if len(events) and "event" in events else events
+    if not len(events) or "event" not in events:
+        return events
+    host = (events["event"] != "kernel").to_numpy()
+    return events if host.all() else events[host]  # (no kernel records: the same frame, not a copy of it)
 
 
 def recording_pids(events: pd.DataFrame) -> set[int]:

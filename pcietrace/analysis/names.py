@@ -41,14 +41,19 @@ def group_names(names: pd.Series, how: str = DEFAULT_GROUP_BY) -> pd.Series:
     """Each range name's group (:data:`GROUP_BY`), computed once per distinct name."""
     if how not in GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}, not {how!r}")
-    codes, uniques = pd.factorize(names.astype(str), sort=False)
+    if isinstance(names.dtype, pd.CategoricalDtype):  # (millions of ranges, a few names: read once each)
+        codes, uniques = names.cat.codes.to_numpy(), names.cat.categories.astype(str)
+    else:
+        codes, uniques = pd.factorize(names.astype(str), sort=False)
     groups = pd.Series(uniques, dtype=object)
     if how != "name":
         groups = groups.str.replace(_EMIT_SUFFIX, "", regex=True).str.replace(_DEEP_NAMESPACE, "", regex=True)
         if how == "numbered":
             groups = groups.str.replace(_TRAILING_NUMBER, "#", regex=True)
-    return pd.Series(groups.to_numpy()[codes] if len(codes) else np.array([], dtype=object), index=names.index,
-                     dtype=object)
+    # each instance's group as a code into the distinct groups (one string per group, not per instance)
+    group_codes, distinct = pd.factorize(groups.to_numpy(object))
+    return pd.Series(pd.Categorical.from_codes(group_codes[codes] if len(codes) else np.zeros(0, np.int64),
+                                               pd.Index(distinct, dtype=object)), index=names.index)
 
 
 def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
@@ -59,27 +64,38 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
     cols = ["domain", "group", "parent_domain", "parent_name", "level"]
     if not len(instances):
         return pd.DataFrame(columns=cols)
-    key = (instances["domain"].astype(str) + _SEP + instances["group"].astype(str)).to_numpy()
+    from pcietrace.analysis.nesting import codes as row_codes
+
+    # each instance's (domain, group) as a number, in order of first appearance: no string per instance
+    domain, group = (pd.factorize(instances[c].to_numpy(object) if instances[c].dtype == object else instances[c])[0]
+                     for c in ("domain", "group"))
+    key = row_codes(domain, group)
+    n_keys = int(key.max()) + 1
+    first = np.empty(n_keys, np.int64)
+    first[key[::-1]] = np.arange(key.size)[::-1]  # (each key's first instance)
     parent = instances["parent"].to_numpy(np.int64)
-    up = np.where(parent >= 0, key[np.clip(parent, 0, None)], "")
-    pairs = pd.DataFrame({"key": key, "up": up})
-    pairs = pairs[pairs["up"] != pairs["key"]]
-    keys = pd.unique(key)
-    parent_of = pairs.groupby("key")["up"].agg(lambda s: s.value_counts().index[0]).reindex(keys, fill_value="").to_dict()
-    level: dict[str, int] = {}
-    for k in keys:  # one step per group (not per range); a cycle between groups ends at the group count
+    up = np.where(parent >= 0, key[np.clip(parent, 0, None)], -1)  # (-1: at the top)
+    # the group each key's instances most often sit in (ties: the one seen first), itself left out
+    pairs = pd.DataFrame({"key": key, "up": up})[key != up]
+    counted = pairs.groupby(["key", "up"], sort=False).size().reset_index(name="n")
+    counted["seen"] = np.arange(len(counted))
+    best = counted.sort_values(["key", "n", "seen"], ascending=[True, False, True], kind="stable").drop_duplicates("key")
+    parent_of = np.full(n_keys, -1, np.int64)
+    parent_of[best["key"].to_numpy()] = best["up"].to_numpy()
+    level = np.full(n_keys, -2, np.int64)  # (-2: not yet known)
+    for k in range(n_keys):  # one step per group (not per range); a cycle between groups ends at the group count
         chain, cur = [], k
-        while cur and cur not in level and cur not in chain and len(chain) <= len(keys):
+        while cur >= 0 and level[cur] == -2 and cur not in chain and len(chain) <= n_keys:
             chain.append(cur)
-            cur = parent_of.get(cur, "")
-        base = level.get(cur, -1) if cur else -1
+            cur = int(parent_of[cur])
+        base = int(level[cur]) if cur >= 0 and level[cur] != -2 else -1
         for i, c in enumerate(reversed(chain)):
             level[c] = base + 1 + i
-    split = [k.split(_SEP, 1) for k in keys]
-    up_split = [parent_of[k].split(_SEP, 1) if parent_of[k] else ["", ""] for k in keys]
-    return pd.DataFrame({"domain": [d for d, _ in split], "group": [g for _, g in split],
-                         "parent_domain": [d for d, _ in up_split], "parent_name": [g for _, g in up_split],
-                         "level": [level[k] for k in keys]}, columns=cols)
+    names = {c: instances[c].iloc[first].to_numpy(object) for c in ("domain", "group")}
+    top, up = parent_of < 0, np.clip(parent_of, 0, None)
+    return pd.DataFrame({"domain": names["domain"], "group": names["group"],
+                         "parent_domain": np.where(top, "", names["domain"][up]),
+                         "parent_name": np.where(top, "", names["group"][up]), "level": level}, columns=cols)
 
 
 def select(ranges: pd.DataFrame, sort: str = DEFAULT_SORT, top: int | None = DEFAULT_TOP,

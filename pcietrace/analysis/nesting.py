@@ -18,7 +18,8 @@ def parents(instances: pd.DataFrame) -> pd.Series:
     """Per instance (``pid``, ``tid``, ``kind``, ``depth``, ``t_start_ns``, ``t_end_ns``): the index label of
     its parent, or NaN. Per thread in start order (a parent opens before its children): the range opened last
     one level up before it, where it holds it."""
-    out = pd.Series(np.nan, index=instances.index, dtype=object)
+    # (labels of an integer index as floats, NaN for none: no Python object per range)
+    out = pd.Series(np.nan, index=instances.index, dtype=float if instances.index.dtype.kind in "iu" else object)
     at = np.flatnonzero((instances["kind"] == "push").to_numpy())
     if not at.size:
         return out

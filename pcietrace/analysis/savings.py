@@ -165,9 +165,16 @@ UNCAPTURABLE = {"NCCL": r"ncclComm(?:Init|Finalize|Destroy|Split|Abort|Shrink)"}
 
 def capturable(ranges: pd.DataFrame) -> pd.Series:
     """Per range (``domain``, ``name``): False where a graph could not capture its launches (:data:`UNCAPTURABLE`)."""
+    def per_row(column: str, test: Any) -> np.ndarray:  # (categorical names: each distinct one tested once)
+        c = ranges[column]
+        if isinstance(c.dtype, pd.CategoricalDtype):
+            hit = np.asarray(test(pd.Series(c.cat.categories.astype(str))), bool)
+            return np.append(hit, False)[c.cat.codes.to_numpy()]  # (code -1: no name, "nan" as str() writes)
+        return np.asarray(test(c.astype(str)), bool)
+
     out = pd.Series(True, index=ranges.index)
     for domain, pattern in UNCAPTURABLE.items():
-        out &= ~((ranges["domain"].astype(str) == domain) & ranges["name"].astype(str).str.match(pattern))
+        out &= ~(per_row("domain", lambda s: s == domain) & per_row("name", lambda s: s.str.match(pattern)))
     return out
 
 

@@ -148,15 +148,21 @@ def _events(host: pd.DataFrame) -> None:
     cols = [c for c in THREAD_COUNTS if c in host]
     if not cols or not len(host):
         return
-    # (CUPTI's "gputime" lines carry no launch counts; stable: each thread's events stay in time order)
-    g = host[host["event"] != "gputime"].sort_values(["pid", "tid"], kind="stable")
-    same = (g["pid"].to_numpy()[1:] == g["pid"].to_numpy()[:-1]) & (g["tid"].to_numpy()[1:] == g["tid"].to_numpy()[:-1])
+    # (CUPTI's "gputime" lines carry no launch counts; stable: each thread's events stay in time order; row
+    # positions sorted, not a sorted copy of every column)
+    rows = np.flatnonzero((host["event"] != "gputime").to_numpy())
+    pid, tid = host["pid"].to_numpy()[rows], host["tid"].to_numpy()[rows]
+    order = np.lexsort((tid, pid))
+    rows, pid, tid = rows[order], pid[order], tid[order]
+    same = (pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1])
     for col in cols:
-        back = np.flatnonzero(same & (np.diff(g[col].to_numpy(np.int64)) < 0))
+        v = host[col].to_numpy(np.int64)[rows]
+        back = np.flatnonzero(same & (np.diff(v) < 0))
         if back.size:
-            raise DataError(f"events.{col}: thread {g['tid'].iloc[back[0]]} of process {g['pid'].iloc[back[0]]} counts "
-                            f"launches backwards (row {g.index[back[0] + 1]}: {g[col].iloc[back[0] + 1]} after "
-                            f"{g[col].iloc[back[0]]})")
+            i = back[0]
+            raise DataError(f"events.{col}: thread {tid[i]} of process {pid[i]} counts "
+                            f"launches backwards (row {host.index[rows[i + 1]]}: {host[col].iloc[rows[i + 1]]} after "
+                            f"{host[col].iloc[rows[i]]})")
 
 
 def _graphs(graphs: pd.DataFrame) -> None:
@@ -172,17 +178,18 @@ def _graphs(graphs: pd.DataFrame) -> None:
 
 def _samples(samples: pd.DataFrame, counters: dict[int, dict[str, Any]]) -> None:
     _non_negative(samples, "samples", ("t_ns", "read_ns", "tx_raw", "rx_raw"))
-    for idx, g in samples.groupby("nvml_index", sort=True):
+    for idx, g in counters_analysis.per_gpu(samples):
         c = counters.get(int(idx), {"mode": "fields", "bits": 32})
         if c.get("mode") not in COUNTER_MODES:
             raise DataError(f"meta.gpus: GPU {idx} has samples but an unknown counter mode {c.get('mode')!r} "
                             f"(known: {', '.join(COUNTER_MODES)})")
-        t = g["t_ns"].to_numpy(np.float64)
-        back = np.flatnonzero(np.diff(t) < 0)
+        t = g["t_ns"].to_numpy(np.int64 if g["t_ns"].dtype.kind == "i" else np.float64)
+        step = np.diff(t)
+        back = np.flatnonzero(step < 0)
         if back.size:
             i = g.index[back[0] + 1]
             raise DataError(f"samples: GPU {idx}'s samples are not in time order (row {i} goes back in time)")
-        same = np.flatnonzero(np.diff(t) == 0)
+        same = np.flatnonzero(step == 0)
         if same.size:  # (a sample is one read at one time: two at one time are a row written twice)
             raise DataError(f"samples: GPU {idx} has {same.size} sample(s) at the time of the one before "
                             f"(row {g.index[same[0] + 1]}): duplicated rows")
@@ -197,12 +204,15 @@ def _samples(samples: pd.DataFrame, counters: dict[int, dict[str, Any]]) -> None
             if not isinstance(bits, int) or not 1 <= bits <= 64:
                 raise DataError(f"meta.gpus: GPU {idx}'s counter width {bits!r} is not 1..64 bits")
             for col in ("tx_raw", "rx_raw"):
-                if (g[col].to_numpy(np.float64) >= 2.0 ** bits).any():
+                whole = g[col].dtype.kind in "iu" and bits <= 53  # (as integers: the same answer, no float copy)
+                if ((g[col].to_numpy() >= 2 ** bits) if whole else (g[col].to_numpy(np.float64) >= 2.0 ** bits)).any():
                     raise DataError(f"samples.{col}: GPU {idx} has values beyond its {bits}-bit counter")
 
 
 def _finite(df: pd.DataFrame, table: str, columns: Any) -> None:
     for col in columns:
+        if df[col].dtype.kind in "iu":  # (whole numbers: finite, nothing to convert)
+            continue
         v = pd.to_numeric(df[col], errors="coerce").to_numpy(np.float64)
         bad = np.flatnonzero(~np.isfinite(v))
         if bad.size:
@@ -212,7 +222,9 @@ def _finite(df: pd.DataFrame, table: str, columns: Any) -> None:
 def _non_negative(df: pd.DataFrame, table: str, columns: Any) -> None:
     _finite(df, table, columns)
     for col in columns:
-        bad = np.flatnonzero(df[col].to_numpy(np.float64) < 0)
+        if df[col].dtype.kind == "u":
+            continue
+        bad = np.flatnonzero(df[col].to_numpy(np.int64 if df[col].dtype.kind == "i" else np.float64) < 0)
         if bad.size:
             raise DataError(f"{table}.{col}: row {df.index[bad[0]]} is negative ({_value(df[col].iloc[bad[0]])})")
 

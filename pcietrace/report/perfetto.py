@@ -57,10 +57,62 @@ def _t0(rates: pd.DataFrame, ranges: pd.DataFrame) -> int:
     return min((int(df[c].min()) for df, c in ((rates, "t_ns"), (ranges, "t_start_ns")) if len(df)), default=0)
 
 
+def _text(values: pd.Series) -> np.ndarray:
+    """Each value as JSON text (``str(value)`` quoted and escaped as :func:`json.dumps` writes it), each distinct
+    value encoded once (the categories of a categorical column)."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        codes = values.cat.codes.to_numpy()
+        text = np.array([json.dumps(str(v)) for v in values.cat.categories] + [json.dumps(str(np.nan))], object)
+        return text[codes]  # (code -1, no value: the last, "nan" as str() writes it)
+    codes, uniques = pd.factorize(values.to_numpy(object), use_na_sentinel=False)
+    return np.array([json.dumps(str(v)) for v in uniques], object)[codes]
+
+
+def _counts(values: Any, n: int) -> np.ndarray:
+    """Launch counts as JSON text: whole numbers, null where not counted (NaN); ``values`` a column or a scalar."""
+    v = pd.Series(values) if not np.isscalar(values) else pd.Series(np.full(n, values))
+    missing = v.isna().to_numpy()
+    whole = v.fillna(0).to_numpy(np.float64 if v.dtype.kind == "f" else np.int64).astype(np.int64).astype(str)
+    return np.where(missing, "null", whole).astype(object)
+
+
+def _range_lines(ranges: pd.DataFrame, t0: int) -> list[str]:
+    """:func:`_events`' range events of ``ranges`` as JSON lines, made column by column (the same text as
+    ``json.dumps`` of each event's dict: floats as Python writes them, bytes rounded half to even)."""
+    n = len(ranges)
+    if not n:
+        return []
+    gpus = ranges["gpus"].to_numpy(object) if "gpus" in ranges else np.full(n, None, object)
+    which, ids = pd.factorize(np.fromiter(map(id, gpus), np.int64, n))  # (instances share their lists)
+    first = np.empty(len(ids), np.int64)
+    first[which[::-1]] = np.arange(n)[::-1]
+    gpus_text = np.array([json.dumps([int(g) for g in (gpus[i] if gpus[i] is not None else [])]) for i in first],
+                         object)[which]
+    status = _text(ranges["status"]) if "status" in ranges else np.full(n, '"ok"', object)
+    parts = ['{"ph": "X", "pid": ', ranges["pid"].to_numpy(np.int64).astype(str).astype(object),
+             ', "tid": ', ranges["tid"].to_numpy(np.int64).astype(str).astype(object),
+             ', "name": ', _text(ranges["name"]), ', "cat": ', _text(ranges["domain"]),
+             ', "ts": ', ((ranges["t_start_ns"].to_numpy(np.int64) - t0) / 1e3).astype(str).astype(object),
+             ', "dur": ', (np.maximum(ranges["duration_ns"].to_numpy(np.int64), 0) / 1e3).astype(str).astype(object),
+             ', "args": {"eager launches": ', _counts(ranges["eager_launches"], n),
+             ', "graph launches": ', _counts(ranges["graph_launches"], n),
+             ', "captured launches": ', _counts(ranges["captured_launches"] if "captured_launches" in ranges else 0, n),
+             ', "gpus": ', gpus_text, ', "status": ', status]
+    for d in ("h2d", "d2h"):
+        v = ranges[f"{d}_bytes"].to_numpy(float)
+        parts += [f', "{d.upper()} bytes": ', np.where(np.isnan(v), "null",
+                                                        np.round(np.nan_to_num(v)).astype(np.int64).astype(str)).astype(object)]
+    parts.append("}}")
+    line = parts[0]
+    for p in parts[1:]:
+        line = line + p  # (object arrays: one concatenation per field for every row at once)
+    return list(line)
+
+
 def _events(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame,
-            launches: pd.DataFrame, t0_ns: int | None = None) -> Iterator[list[dict[str, Any]]]:
+            launches: pd.DataFrame, t0_ns: int | None = None, as_text: bool = False) -> Iterator[list[Any]]:
     """The trace's events, a chunk at a time (timestamps in microseconds from ``t0_ns``, default the first
-    sample or range)."""
+    sample or range); ``as_text``: the range events as JSON text already (:func:`_range_lines`)."""
     t0 = _t0(rates, ranges) if t0_ns is None else t0_ns
     ev: list[dict[str, Any]] = [{"ph": "M", "pid": 0, "name": "process_name", "args": {"name": "PCIe counters (NVML)"}}]
     for idx in sorted(set(rates["nvml_index"])) if len(rates) else []:
@@ -85,6 +137,9 @@ def _events(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame,
                 "args": {"eager": round(float(r.eager_per_ms), 2), "graph": round(float(r.graph_per_ms), 2)}}
                for r in launches.iloc[i:i + CHUNK].itertuples()]
     for i in range(0, len(ranges), CHUNK):
+        if as_text:
+            yield _range_lines(ranges.iloc[i:i + CHUNK], t0)
+            continue
         ev = []
         for r in ranges.iloc[i:i + CHUNK].itertuples():
             args = {"eager launches": _count(r.eager_launches), "graph launches": _count(r.graph_launches),
@@ -161,9 +216,10 @@ def write_trace(session: Any, results: dict[str, pd.DataFrame], path: Path, max_
         with open(tmp, "w") as f:
             size = f.write('{"traceEvents": [')  # (counted: a pipe has no position to tell)
             first = True
-            for chunk in _events(session.meta, coarser(results["rates"], max_points), ranges, launches):
+            for chunk in _events(session.meta, coarser(results["rates"], max_points), ranges, launches, as_text=True):
                 if chunk:
-                    size += f.write(("" if first else ",\n") + ",\n".join(json.dumps(e) for e in chunk))
+                    size += f.write(("" if first else ",\n") + ",\n".join(e if isinstance(e, str) else json.dumps(e)
+                                                                            for e in chunk))
                     first = False
             other = json.dumps(_other(session.meta, len(ranges), len(inst)))
             size += f.write(f'],\n"displayTimeUnit": "ms",\n"otherData": {other}}}\n')

@@ -24,28 +24,31 @@ __all__ = ["UNSAFE", "clean", "clean_all", "clean_frame"]
 
 def clean_frame(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with its text cells and column names cleaned (a copy only where something changed)."""
+    import numpy as np
     import pandas as pd
     out = df
     for c in df.columns:
-        if (df[c].dtype == object or isinstance(df[c].dtype, pd.StringDtype)) and _unsafe(df[c]):
+        col = df[c]
+        # each distinct value read once (millions of range instances hold a few thousand names): the categories
+        # of a categorical column, the distinct strings of a string column, the distinct objects of an object one
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            distinct = col.cat.categories.to_numpy(object)
+        elif isinstance(col.dtype, pd.StringDtype):
+            distinct = pd.unique(col.dropna()).astype(object)
+        elif col.dtype == object:
+            values = col.to_numpy(object)
+            which, ids = pd.factorize(np.fromiter(map(id, values), np.int64, len(values)))
+            first = np.empty(len(ids), np.int64)
+            first[which[::-1]] = np.arange(len(values))[::-1]
+            distinct = values[first]
+        else:
+            continue
+        if any(isinstance(v, str) and UNSAFE.search(v) is not None for v in distinct):
             out = out.copy() if out is df else out
-            out[c] = df[c].map(clean, na_action="ignore")
+            out[c] = col.map(clean, na_action="ignore")
     if any(isinstance(c, str) and UNSAFE.search(c) for c in df.columns):
         out = out.rename(columns=clean)
     return out
-
-
-def _unsafe(col: pd.Series) -> bool:
-    """Whether any text cell of ``col`` holds an :data:`UNSAFE` character. Each distinct value is looked at once
-    (a long run's million range instances hold a few hundred names); cells that cannot be told apart that way
-    (lists) one by one."""
-    import pandas as pd
-
-    try:
-        values = pd.unique(col.dropna())
-    except TypeError:  # (unhashable cells)
-        values = col.dropna()
-    return any(isinstance(v, str) and UNSAFE.search(v) is not None for v in values)
 
 
 def clean_all(o: Any) -> Any:

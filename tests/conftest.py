@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import functools
+import io
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
+#: A short SIMULATED run (no latency suite) for the tests of what happens around a measurement.
+QUICK_SIM = ["run", "--simulate", "--quick", "--window-s", "0.02", "--no-latency"]
+#: Committed real reports of every kind a user reads first: two default runs, a run, a run with latency, a 2x H200
+#: run and a Python attach run.
+REPORTS = [ROOT / "tests/data/h100_run_defaults", ROOT / "tests/data/h200x2_run_defaults", ROOT / "tests/data/h100_run",
+           ROOT / "tests/data/h100_run_latency", ROOT / "tests/data/h200x2_run", ROOT / "tests/data/attach_h100_python"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -37,6 +46,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return DATA
+
+
+@pytest.fixture(scope="session")
+def loaded():
+    """Each of :data:`REPORTS`, by folder name: its Session and its analysis results."""
+    from pcietrace.analysis import analyze
+    from pcietrace.session import Session
+
+    out = {}
+    for p in REPORTS:
+        s = Session.load(p)
+        out[p.name] = (s, analyze(s))
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -101,6 +123,69 @@ def edit_report(folder: Path, change) -> None:
     doc = json.loads((folder / "report.json").read_text())
     change(doc)
     (folder / "report.json").write_text(json.dumps(doc))
+
+
+def edit_samples(run: Path, change) -> None:
+    """Replace a copied recording's samples.parquet by ``change(samples)``."""
+    import pandas as pd
+
+    s = pd.read_parquet(run / "samples.parquet")
+    change(s).to_parquet(run / "samples.parquet", index=False)
+
+
+def checkout_env(**extra: str) -> dict[str, str]:
+    """The environment for a child process that imports this checkout's pcietrace (not an installed one)."""
+    return dict(os.environ, PYTHONPATH=str(ROOT), **extra)
+
+
+def plain(cell: object) -> str:
+    """A rich table cell's (or title's) text without markup."""
+    from rich.text import Text
+
+    if cell is None:
+        return ""
+    return Text.from_markup(cell).plain if isinstance(cell, str) else getattr(cell, "plain", str(cell))
+
+
+def as_text(parts: list, width: int) -> str:
+    """``parts`` (rich renderables) printed one after another by a plain console ``width`` columns wide."""
+    from rich.console import Console
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=False, color_system=None)
+    for part in parts:
+        con.print(part)
+    return buf.getvalue()
+
+
+def assert_readable(parts: list, width: int) -> None:
+    """No cell cut ('…'), no line past the width, and every number cell printed whole on one line."""
+    from rich.table import Table
+
+    out = as_text(parts, width)
+    assert "…" not in out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= width
+    for t in (p for p in parts if isinstance(p, Table)):
+        for col in t.columns:
+            if not col.no_wrap:
+                continue
+            for cell in col._cells:
+                for text in plain(cell).splitlines():  # a cell's own lines (a value, its ± below) each whole
+                    assert any(text in line for line in lines), f"{t.title!r} / {col.header!r}: {text!r} wrapped or cut"
+
+
+def hostile_attach():
+    """The Python attach run (:data:`REPORTS`) with markup-like text in range, GPU and command names, analysed."""
+    from pcietrace.analysis import analyze
+    from pcietrace.session import Session
+
+    s = Session.load(REPORTS[5])
+    rename = {"idle": "loss[/total]", "h2d_copy": "[model] forward", "graph_launch": "[bold]x[/bold] \\"}
+    s.events = s.events.assign(message=s.events["message"].replace(rename))
+    s.meta["gpus"][0]["name"] = "NVIDIA [red]H100[/]"
+    s.meta["command"] = ["python3", "[/x]"]
+    return s, analyze(s)
 
 
 def notes_text(results) -> list[str]:

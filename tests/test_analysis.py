@@ -1,6 +1,9 @@
-"""Analyzer on the real H100 run, and the fit / graph-per-node maths on constructed inputs."""
+"""Analyzer on the real H100 run (whole, or cut before a duration's graph step), and the fit / graph-per-node maths
+on constructed inputs."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pandas as pd
@@ -8,6 +11,10 @@ import pytest
 
 from pcietrace.analysis import analyze, launch
 from pcietrace.analysis.fit import linear_fit
+from pcietrace.cli import main
+from pcietrace.session import Session
+
+from conftest import edit_report
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +97,43 @@ def test_analyze_tolerates_a_session_with_no_data() -> None:
 
     out = analyze(Session(meta={"gpus": []}))
     assert all(len(v) == 0 for v in out.values())
+
+
+@pytest.mark.parametrize("table", ["bursts", "e2e"])
+def test_a_run_stopped_between_a_durations_eager_and_graph_steps_reports(table, tmp_path, data_dir, capsys) -> None:
+    """The real H100 run cut where Ctrl-C between a duration's eager and graph step leaves it (the first eager
+    burst or end-to-end loop recorded, its graph partner not): `report` renders the eager figures and leaves the
+    graph ones out (it raised KeyError: 'graph')."""
+    s = Session.load(data_dir / "h100_run")
+    t = getattr(s, table)
+    setattr(s, table, t.loc[:t.index[t["mode"] == "graph"][0] - 1])
+    if table == "bursts":
+        s.e2e = s.e2e.iloc[:0]  # (the loops come after the bursts)
+    s.meta["status"] = "interrupted"
+    s.save(tmp_path / "run")
+    assert main(["report", str(tmp_path / "run"), "--format", "json"]) == 0
+    res = json.loads(capsys.readouterr().out)["results"]
+    key, eager, graph = {"bursts": ("gpu_time", "eager_gpu_us", "graph_gpu_us"),
+                         "e2e": ("speedup", "eager_wall_us", "graph_wall_us")}[table]
+    rows = res[key]
+    assert len(rows) == 1 and rows[0][eager] > 0 and rows[0][graph] is None
+    if table == "bursts":  # the eager bursts kept the queue full: not an upper bound for want of a graph burst
+        full = analyze(Session.load(data_dir / "h100_run"))["gpu_time"]
+        assert rows[0]["saturated"] == bool(full.loc[full["kernel_us"] == rows[0]["kernel_us"], "saturated"].iloc[0])
+    assert main(["report", str(tmp_path / "run")]) == 0
+
+
+@pytest.mark.parametrize("table", ["bursts", "e2e"])
+def test_a_run_with_eager_timings_only_renders_graph_figures_as_unknown(table, copy, capsys) -> None:
+    # was: KeyError ('us_per_kernel', 'graph') / 'graph' (a traceback) where no graph burst or loop was kept,
+    # as in a run cut short between its eager and graph steps
+    folder = copy("h100_run")
+    edit_report(folder, lambda doc: doc["tables"].__setitem__(
+        table, [r for r in doc["tables"][table] if r["mode"] == "eager"]))
+    assert main(["report", str(folder), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = doc["results"]["gpu_time" if table == "bursts" else "speedup"]
+    graph = "graph_gpu_us" if table == "bursts" else "graph_wall_us"
+    eager = "eager_gpu_us" if table == "bursts" else "eager_wall_us"
+    assert rows and all(r[graph] is None and r[eager] > 0 for r in rows)
+    assert main(["report", str(folder)]) == 0 and "Traceback" not in capsys.readouterr().err

@@ -1,20 +1,21 @@
 """pcietrace's Python API (pcietrace/api.py): measure, latency, graphs and attach record through the same
-workflow as the CLI, from configs whose errors name fields; the API never loads the CLI."""
+workflow as the CLI, from configs whose errors name fields; the API never loads the CLI; ``load`` gives named
+tables, summary and meta; ``import pcietrace`` stays light."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import pcietrace
 from pcietrace.errors import ConfigError
-from test_attach import attach_stand_ins  # noqa: F401 - the stand-in GPU's fixture
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPORTS, ROOT
+from test_attach import attach_stand_ins  # noqa: F401 - the stand-in GPU's fixture
 
 
 def test_the_api_records_without_loading_the_cli() -> None:
@@ -86,3 +87,29 @@ def test_attach_runs_the_program_and_gives_its_exit_code(attach_stand_ins, tmp_p
     assert run.path == tmp_path / "rec" and (tmp_path / "rec" / "report.json").is_file()
     assert capfd.readouterr() == ("hello\n", "")
     assert "ranges" in run.tables
+
+
+def test_load_gives_named_tables_summary_and_meta(loaded) -> None:
+    run = pcietrace.load(REPORTS[0])
+    _, res = loaded["h100_run_defaults"]
+    pd.testing.assert_frame_equal(run.per_launch, res["per_launch"])
+    assert run["speedup"] is run.tables["speedup"]
+    assert run.meta["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3"
+    assert str(run).startswith("One eager launch on GPU0")
+    with pytest.raises(AttributeError, match="no result table"):
+        run.nope  # noqa: B018
+
+
+def test_measure_runs_the_simulated_pipeline(tmp_path) -> None:
+    run = pcietrace.measure(simulate=True, quick=True, window_s=0.02, gpus=2, latency=False, output=tmp_path / "m")
+    assert run.meta["simulated"] and len(run.meta["gpus"]) == 2
+    assert set(run.per_launch["nvml_index"]) == {0, 1}
+    assert (tmp_path / "m" / "report.json").is_file()
+
+
+def test_import_stays_light() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, pcietrace; print([m for m in ('pandas', 'rich', 'numpy') if m in sys.modules])"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"

@@ -1,4 +1,5 @@
-"""Attach: event parsing and range pairing on real injection output, attribution maths, the report."""
+"""Attach: event parsing and range pairing on real injection output, attribution maths, the report; a program
+that cannot run is refused before measuring."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from pcietrace.analysis import analyze, attribution
 from pcietrace.analysis.savings import predict_ms
 from pcietrace.record.trace import read_traces
 from pcietrace.session import Session
-from conftest import notes_text
+
+from conftest import notes_text, one_line_exit_2
 
 
 @pytest.fixture()
@@ -927,3 +929,10 @@ def test_the_perfetto_trace_is_bounded(data_dir, tmp_path) -> None:
     fine = res["rates"].groupby("nvml_index")["rx_Bps"].mean()
     assert pcie.groupby("tid")["args"].apply(lambda a: np.mean([x.get("H2D (RX)", np.nan) for x in a])).iloc[0] * 1e6 == \
         pytest.approx(fine.iloc[0], rel=0.05)
+
+
+@pytest.mark.parametrize("program", ["/nonexistent/app", "no-such-program-pcietrace", "/etc/passwd", "/etc"])
+def test_attach_to_a_program_that_cannot_run_is_one_line_before_measuring(program, capsys) -> None:
+    # was (on a GPU machine): idle windows measured, 'saved to DIR' (a failed attach run), then
+    # 'pcietrace: error: cannot start ...': two lines and a folder for nothing
+    assert f"attach cannot run {program!r}" in one_line_exit_2(["attach", "--", program, "x"], capsys)

@@ -8,16 +8,14 @@ import contextlib
 import io
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from pcietrace.cli import main
 from pcietrace.schema import is_count
-from conftest import notes_text
 
-ROOT = Path(__file__).parent.parent
-DATA = ROOT / "tests/data"
+from conftest import DATA, ROOT, notes_text
+
 #: Real recordings: one GPU (PyTorch, launches counted), 2x H200 torchrun (a process per GPU), launches not
 #: counted, and one with --gpu-time (CUPTI kernel records: the gpu_* columns).
 RECORDINGS = ("attach_h100_torch_outside", "attach_h200x2_torchrun_outside", "attach_h100_nocount",

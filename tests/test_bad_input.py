@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import edit_report, notes_text, one_line_exit_2
+from conftest import checkout_env, edit_report, notes_text, one_line_exit_2
 from test_attach import attach_stand_ins  # noqa: F401  (a fixture: attach on stand-in GPU and samplers)
 from pcietrace.analysis import analyze, validate
 from pcietrace.cli import main
@@ -34,7 +34,6 @@ from pcietrace.errors import DataError, PcietraceError, UsageError
 from pcietrace.record import guard, trace
 from pcietrace.session import Session
 
-ROOT = Path(__file__).resolve().parents[1]
 PROPS = settings(max_examples=int(os.environ.get("PCIETRACE_FUZZ_EXAMPLES", "0")) or 60, deadline=None,
                  derandomize=not os.environ.get("PCIETRACE_FUZZ_EXAMPLES"), database=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -363,7 +362,7 @@ def test_a_second_writer_into_one_folder_is_refused(tmp_path) -> None:
 def test_two_force_runs_into_one_folder_cannot_both_succeed(tmp_path) -> None:
     cmd = [sys.executable, "-m", "pcietrace", "run", "--simulate", "--quick", "--window-s", "0.02", "--no-latency",
            "--format", "json", "-o", str(tmp_path / "r"), "--force"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = checkout_env()
     procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     results = [(p.wait(120), p.stderr.read()) for p in procs]
@@ -475,7 +474,7 @@ def test_perfetto_never_writes_into_another_run(copy, capsys, tmp_path) -> None:
 def test_a_full_disk_on_stdout_is_not_exit_0(data_dir, args) -> None:
     with open("/dev/full", "w") as full:
         r = subprocess.run([sys.executable, "-m", "pcietrace", "report", str(data_dir / "h100_run"), *args],
-                           stdout=full, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                           stdout=full, stderr=subprocess.PIPE, text=True, env=checkout_env(),
                            timeout=120)
     assert r.returncode == 2 and "No space left" in r.stderr and "Traceback" not in r.stderr
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import parallel_vs_alone as pva
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT, checkout_env
 
 
 def test_pairs_are_made_round_by_round_where_a_run_lacks_a_figure() -> None:
@@ -22,7 +20,7 @@ def test_pairs_are_made_round_by_round_where_a_run_lacks_a_figure() -> None:
 
 def test_from_json_reprints_a_saved_comparison() -> None:
     saved = ROOT / "tests" / "data" / "bench" / "parallel_vs_alone_h200x4_turns.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the checkout's pcietrace, as this process imports it
+    env = checkout_env()
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "parallel_vs_alone.py"), "--from-json", str(saved)],
                          capture_output=True, text=True, check=True, env=env).stdout
     verdicts = {line.split()[0]: line.split()[-1] for line in out.splitlines() if line.split()[:1] and line.split()[-1]

@@ -26,9 +26,9 @@ from pcietrace.record.trace import EVENT_COLUMNS_V1, EVENT_COLUMNS_V2, read_trac
 from pcietrace.schema import CAPTURED_COLUMNS
 from pcietrace.session import Session
 
+from conftest import DATA
 from injected import build_fake, run_injected
 
-DATA = Path(__file__).parent / "data"
 NATIVE = Path(__file__).parent / "native"
 APPS = Path(__file__).parent / "apps"
 

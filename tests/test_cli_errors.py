@@ -93,7 +93,6 @@ def test_latency_runs_sample_nothing_and_still_load(tmp_path, data_dir) -> None:
     assert len(Session.load(s.save(tmp_path / "latency")).latency) == len(s.latency) > 0
 
 
-
 @pytest.mark.parametrize("damage", ["reversed", "shuffled", "doubled"])
 def test_attach_events_out_of_time_order_are_refused(damage, copy, capsys) -> None:
     # was: exit 0 with negative bytes, ranges swapped, 0 launches (reversed) or every range counted twice (doubled)
@@ -351,3 +350,22 @@ def test_sigterm_between_the_handler_and_the_commands_own_handling_is_one_line(m
     assert cli.main(["run", "--simulate"]) == 128 + signal.SIGTERM
     assert capsys.readouterr().err == "pcietrace: interrupted before anything was recorded: nothing saved\n"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the previous handler is back
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--durations", "nan"], ["run", "--durations", "1,inf"], ["run", "--graph-k", "inf"],
+    ["run", "--graph-k", "1e400"], ["run", "--seed", "-1"], ["run", "--window-s", "nan"], ["run", "--window-s", "inf"],
+    ["run", "--window-s", "-0.1"], ["run", "--window-s", "1e-9"], ["run", "--sample-interval-ms", "-1"], ["run", "--sample-interval-ms", "nan"],
+    ["run", "--us-per-level", "inf"], ["run", "--repeats", "2"], ["attach", "--idle-s", "nan", "--", "true"],
+    ["attach", "--idle-s", "-1", "--", "true"], ["attach", "--sample-interval-ms", "-5", "--", "true"],
+    ["report", "x", "--us-per-level", "nan"],
+])
+@pytest.mark.parametrize("simulate", [False, True])
+def test_bad_numbers_are_refused_by_the_parser(argv, simulate, capsys) -> None:
+    if simulate and argv[0] != "run":
+        pytest.skip("--simulate belongs to run")
+    with pytest.raises(SystemExit) as exc:
+        main(argv + (["--simulate"] if simulate else []))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err

@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 
 from pcietrace.analysis import INSTANCE_EXTRAS, RESULT_TABLES, analyze, declared_columns, gpu_time
+from pcietrace.cli import main
 from pcietrace.session import Session
 
-from conftest import DATA
+from conftest import DATA, edit_samples
 
 
 REAL = {"run": "h100_run", "run with latency": "h100_run_latency", "attach": "attach_h100_python",
@@ -91,3 +92,15 @@ def test_empty_tables_render_as_column_less_ones_did(analysed, kind) -> None:
     bare = {k: v if len(v) else pd.DataFrame() for k, v in res.items()}
     assert any(len(v.columns) for k, v in res.items() if not len(v))
     assert _renderings(s.meta, res) == _renderings(s.meta, bare)
+
+
+def test_windows_no_sample_covers_render_with_declared_columns(copy, capsys, monkeypatch) -> None:
+    """Only three samples, before every window: no window has bytes; tables say '–', nothing crashes."""
+    run = copy()
+    edit_samples(run, lambda s: s.iloc[:3])
+    res = analyze(Session.load(run))
+    assert {"h2d_bytes_per_launch", "d2h_bytes_per_launch"} <= set(res["by_duration"].columns)
+    assert res["by_duration"]["h2d_bytes_per_launch"].isna().all()
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["report", str(run)]) == 0
+    assert "vs kernel duration" in capsys.readouterr().out

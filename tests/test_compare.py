@@ -1,11 +1,12 @@
 """compare: runs named by folder, host and date; significance that is material and beyond run-to-run noise; the
-headline leads with the figures a user acts on; unknowns never printed as +0.000. On two committed H100 runs of
-one machine and an 8x H200 run."""
+headline leads with the figures a user acts on; unknowns never printed as +0.000; every GPU compared, readable at
+80 columns, significance marked in text; reports with no figure or NVTX range in common refused in one line, each
+side read through the one validated load. On two committed H100 runs of one machine, 2x, 4x and 8x H200 runs, and
+the attach and graphs recordings."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -14,9 +15,11 @@ from pcietrace.analysis import analyze
 from pcietrace.analysis.compare import compare, material, run_name
 from pcietrace.analysis.summary import compare_summary
 from pcietrace.cli import main
+from pcietrace.report import console
 from pcietrace.session import Session
 
-ROOT = Path(__file__).parent.parent
+from conftest import REPORTS, ROOT, as_text, assert_readable, edit_report, one_line_exit_2
+
 SAME_MACHINE = [ROOT / "tests/data/h100_run_defaults", ROOT / "reports/h100-20261124"]
 
 
@@ -76,3 +79,76 @@ def test_a_real_difference_stays_significant() -> None:
     row = cmp[(cmp["gpu"] == "GPU0") & (cmp["metric"] == "GPU time / empty kernel, eager")].iloc[0]
     assert row[f"significant:{runs[1][0]}"] is True
     assert "GPU time / empty kernel, eager" in compare_summary(cmp, [r[0] for r in runs])["lines"][0]
+
+
+def test_compare_is_readable_and_marks_significance_in_text(loaded, monkeypatch, capsys) -> None:
+    from pcietrace.analysis.compare import compare
+    from pcietrace.analysis.summary import compare_summary
+
+    a, b = loaded["h100_run_latency"], loaded["h200x2_run"]
+    names = ["A: H100", "B: H200 x2"]
+    cmp = compare([(names[0], a[1], a[0].meta), (names[1], b[1], b[0].meta)])
+    assert set(cmp["gpu"]) == {"GPU0", "GPU1"}  # every GPU, not just the first
+    for width in (80, 160):
+        assert_readable([console.compare_table(cmp, names)], width)
+    out = as_text([console.compare_table(cmp, names)], 160)
+    sig = cmp[cmp["significant:B: H200 x2"] == True]  # noqa: E712
+    assert len(sig) and out.count("*") >= len(sig)
+    r = sig.iloc[0]
+    assert f"{r['pct:B: H200 x2']:+.1f}%" in out
+    lines = compare_summary(cmp, names)["lines"]
+    assert lines and "significant" in lines[0]
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["compare", str(REPORTS[3]), str(REPORTS[4])]) == 0
+    out = capsys.readouterr().out
+    assert "vs A" in out and "GPU1" in out and "…" not in out
+
+
+def test_compare_and_baseline_go_through_the_same_load(copy, capsys, data_dir) -> None:
+    run = copy()
+    edit_report(run, lambda d: d["meta"].update(gpus=[{"nvml_index": "x"}]))
+    one_line_exit_2(["compare", str(data_dir / "h100_run"), str(run)], capsys)
+
+
+@pytest.mark.parametrize("pair", [("graphs_h100", "h100_run"), ("h200x2_run", "graphs_h100"),
+                                  ("graphs_h100", "h100_run_latency")])
+def test_compare_refuses_reports_with_no_figure_in_common(pair, data_dir, capsys) -> None:
+    # was: exit 0, "no significant difference" over a table where every row had one side empty
+    line = one_line_exit_2(["compare", *(str(data_dir / p) for p in pair)], capsys)
+    assert "have no figure in common" in line and "(kind: graphs)" in line
+
+
+@pytest.mark.parametrize("pair", [("attach_h100_python", "attach_h200x8_torchrun"),
+                                  ("attach_h100_decode/decode-graph", "attach_h100_python")])
+def test_compare_refuses_attach_runs_with_no_range_in_common(pair, data_dir, capsys) -> None:
+    # was: exit 0 and an empty savings table
+    line = one_line_exit_2(["compare", *(str(data_dir / p) for p in pair)], capsys)
+    assert "no NVTX range in common" in line
+
+
+def test_compare_of_graphs_runs_of_other_sizes_names_why(copy, data_dir, capsys) -> None:
+    # was: 'compare graphs reports with graphs reports' said of two graphs reports
+    folder = copy("graphs_h100")
+    edit_report(folder, lambda doc: [r.__setitem__("kernels", r["kernels"] * 2) for r in doc["tables"]["graphs"]
+                                     + doc["tables"]["windows"]])
+    line = one_line_exit_2(["compare", str(data_dir / "graphs_h100"), str(folder)], capsys)
+    assert "(kind: graphs) have no figure in common: other sizes" in line
+
+
+def test_an_attach_stopped_before_its_program_compares_as_an_attach_run(copy, data_dir, capsys) -> None:
+    # was: compared as a run ('a attach-failed report and a run report have no figure in common')
+    folder = copy("attach_h100_python")
+    edit_report(folder, lambda doc: doc["meta"].update(kind="attach-failed", status="interrupted before the program ran"))
+    line = one_line_exit_2(["compare", str(data_dir / "h100_run"), str(folder)], capsys)
+    assert "an attach run compares only with another attach run" in line
+
+
+def test_compare_of_three_runs_fits_80_columns(monkeypatch, capsys) -> None:
+    # was: side by side the GPU and metric columns shrank to 'G…' and nothing and every figure was cut
+    runs = [str(ROOT / "tests/data" / r) for r in ("h100_run_defaults", "h200x2_run_defaults", "h200x4_run")]
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["compare", *runs]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and max(map(len, out.splitlines())) <= 80
+    assert "Comparison: B vs A" in out and "Comparison: C vs A" in out
+    assert out.count("host read round trip") >= 2  # a metric in each table

@@ -1,25 +1,33 @@
 """The console tables of every committed recording at 80 and 200 columns: no word split across lines (wrapping
-only at spaces), nothing cut, no line past the width, and a blank line between a table and what follows."""
+only at spaces), nothing cut, no line past the width, and a blank line between a table and what follows; number
+cells and range names whole; markup in range, GPU, command and topology names printed literally; a table with
+unexpected columns or no results still prints; the SIMULATED run's every table, and a many-GPU box compact unless
+--detail."""
 
 from __future__ import annotations
 
 import functools
 import io
+import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
-from rich.text import Text
 
 from pcietrace.analysis import analyze
 from pcietrace.analysis.summary import summarize
+from pcietrace.cli import main
 from pcietrace.report import console
+from pcietrace.report.console import render
 from pcietrace.session import Session
 
-DATA = Path(__file__).parent / "data"
+from conftest import DATA, REPORTS, ROOT, as_text, assert_readable, hostile_attach, plain
+
 RECORDINGS = sorted(p.parent for p in DATA.glob("**/report.json"))
+ATTACH_RECORDINGS = sorted(p.parent for p in (ROOT / "tests/data").glob("**/report.json") if "attach" in str(p.parent))
 BOX = set("─━│┃┏┓┗┛┡┩└┘┌┐├┤┬┴┼╇╈╋ ")
 
 
@@ -28,12 +36,6 @@ def _parts(rec: Path) -> tuple:
     s = Session.load(rec)
     res = analyze(s)
     return tuple(console.parts(s.meta, res, summarize(s.meta, res), detail=True))
-
-
-def _plain(x: object) -> str:
-    if x is None:
-        return ""
-    return Text.from_markup(x).plain if isinstance(x, str) else getattr(x, "plain", str(x))
 
 
 def _source_words(part: object) -> set[str]:
@@ -45,13 +47,7 @@ def _source_words(part: object) -> set[str]:
         texts = [part.renderable]
     else:
         texts = [part]
-    return {w for t in texts for w in _plain(t).split()}
-
-
-def _render(part: object, width: int) -> str:
-    buf = io.StringIO()
-    Console(file=buf, width=width, force_terminal=False, color_system=None).print(part)
-    return buf.getvalue()
+    return {w for t in texts for w in plain(t).split()}
 
 
 @pytest.mark.parametrize("width", [80, 200])
@@ -60,7 +56,7 @@ def test_no_word_is_split_or_cut(rec: Path, width: int) -> None:
     # was: at 80 columns rich folded words inside narrow text columns ('ncclCommIn' / 'itRankConf', 'GP' / 'U')
     # and wrapped captions and titles to the table's width
     for part in _parts(rec):
-        out = _render(part, width)
+        out = as_text([part], width)
         lines = out.splitlines()
         assert "…" not in out and max(map(len, lines), default=0) <= width
         words = _source_words(part)
@@ -73,7 +69,7 @@ def test_a_table_ends_with_a_blank_line_so_piped_tables_stay_apart() -> None:
     # was: piped, a table's caption ran straight into the next table's title
     t = console._table("First", [("GPU", "right")], caption="the caption")
     t.add_row("GPU0")
-    lines = _render(t, 80).splitlines()
+    lines = as_text([t], 80).splitlines()
     assert lines[0] == "First" and lines[-2].strip() == "the caption" and lines[-1] == ""
 
 
@@ -82,11 +78,123 @@ def test_a_narrow_table_keeps_its_caption_on_the_terminal_width() -> None:
     caption = "a caption far longer than the table is wide, which should use the terminal's width instead"
     t = console._table("T", [("GPU", "right")], caption=caption)
     t.add_row("GPU0")
-    assert caption in _render(t, 120)
+    assert caption in as_text([t], 120)
 
 
 def test_a_long_name_wraps_at_spaces_and_is_never_folded() -> None:
     t = console._table("T", [("range", "left"), ("a", "right"), ("b", "right"), ("c", "right")])
     t.add_row("ncclCommInitRankConfig (NCCL) (1344 stalls)", "1" * 15, "2" * 15, "3" * 15)
-    out = _render(t, 80)  # the name column must shrink to its longest word, no further
+    out = as_text([t], 80)  # the name column must shrink to its longest word, no further
     assert "ncclCommInitRankConfig" in out and "1" * 15 in out and "3" * 15 in out
+
+
+@pytest.mark.parametrize("rec", ATTACH_RECORDINGS, ids=lambda p: str(p.relative_to(ROOT / "tests/data")))
+def test_every_attach_recording_is_readable_at_80_columns(rec: Path) -> None:
+    # was: a name column held at the longest name's width pushed the table past 80 columns, and rich cropped
+    # each line there: the D2H column of attach_h200x8_torchrun and attach_h100_blind_cpp was lost, silently
+    s = Session.load(rec)
+    res = analyze(s)
+    assert_readable(console.parts(s.meta, res, summarize(s.meta, res), detail=True), 80)
+
+
+@pytest.mark.parametrize("width", [80, 160])
+@pytest.mark.parametrize("report", [p.name for p in REPORTS])
+def test_committed_reports_are_readable(loaded, report: str, width: int) -> None:
+    s, res = loaded[report]
+    parts = console.parts(s.meta, res, summarize(s.meta, res), detail=True)
+    assert sum(isinstance(p, Table) for p in parts) >= 3
+    assert_readable(parts, width)
+
+
+def test_report_command_at_80_columns_piped(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["report", str(REPORTS[1])]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and max(map(len, out.splitlines())) <= 80
+    assert "GPU1" in out and "0000:00:07.0" in out  # labels in narrow tables, the bus id once in System
+
+
+def test_markup_in_range_gpu_and_command_names_prints_literally() -> None:
+    s, res = hostile_attach()
+    out = as_text(console.parts(s.meta, res, summarize(s.meta, res)), 160)
+    for text in ("loss[/total]", "[model] forward", "[bold]x[/bold] \\", "[red]H100[/]", "[/x]"):
+        assert text in out
+
+
+def test_markup_in_topology_strings_prints_literally() -> None:
+    topo = json.loads(json.dumps(Session.load(REPORTS[0]).meta["topology"]))
+    topo["gpus"][0]["local_cpulist"] = "0-15[/]"
+    topo["gpus"][0]["name"] = "[x] gpu"
+    out = as_text(console.topology_tables(topo), 120)
+    assert "0-15[/]" in out and "[x] gpu" in out
+
+
+def test_simulated_run_prints_every_table(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["run", "--simulate", "--quick", "--window-s", "0.05", "--no-save"]) == 0
+    out = capsys.readouterr().out
+    for title in ("System", "Background floor", "PCIe bytes per launch", "Graph launch bytes", "Host cost",
+                  "Eager vs CUDA graph", "PCIe placement", "GPU <-> GPU", "Latency", "Topology model"):
+        assert title in out, title
+    assert "SIMULATED" in out and "GenNone" not in out and "xNone" not in out and "Gen5 x16" in out
+    assert "…" not in out
+
+
+def test_simulated_box_of_many_gpus_is_compact_unless_detail(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    argv = ["run", "--simulate", "--gpus", "3", "--quick", "--window-s", "0.02", "--durations", "0,5", "--no-save"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Per GPU" in out and "GPU2" in out and "--detail" in out and "PCIe bytes per launch" not in out
+    assert main(argv + ["--detail"]) == 0
+    assert "PCIe bytes per launch" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["run", "--simulate", "--gpus", "0"])
+    assert main(["run", "--simulate", "--gpus", "2", "--gpu", "5", "--no-save"]) == 2
+
+
+def test_a_table_with_unexpected_columns_still_prints(loaded) -> None:
+    s, res = loaded["h100_run"]
+    odd = {**res, "by_duration": res["by_duration"].drop(columns=["h2d_bytes_per_launch"]),
+           "host_cost_by_language": pd.DataFrame({"nvml_index": [0], "language": ["C"], "us_per_launch": [2.5]})}
+    out = as_text(console.parts(s.meta, odd), 80)
+    assert "by duration" in out and "host cost by language" in out and "2.500" in out
+
+
+def test_render_survives_an_empty_result_set(h100) -> None:
+    buf = io.StringIO()
+    render(h100.meta, {}, Console(file=buf, width=200))
+    assert "System" in buf.getvalue() and "H100" in buf.getvalue()
+
+
+@pytest.mark.parametrize("name", ["attach_h100_decode/decode-eager-gputime", "attach_h200x8_torchrun"])
+def test_attach_range_names_longer_than_their_column_are_folded_not_cut(name, data_dir, monkeypatch, capsys) -> None:
+    # was: 'decode_…', 'ncclCommI…' at 80 columns: the name that says which row is which, cut
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["report", str(data_dir / name)]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and max(map(len, out.splitlines())) <= 80
+    flat = "".join(line.strip() for line in out.splitlines())
+    names = set(analyze(Session.load(data_dir / name))["ranges"]["name"])
+    assert names and all(n in flat or n in out for n in names)
+
+
+def test_attach_range_names_stay_whole_at_80_columns(data_dir, monkeypatch, capsys) -> None:
+    # was: 'graph_repla' / 'y_h2d' and 'pageable_d2h_cp' / 'u (2 stalls)' at 80 columns: the numbers' one-line
+    # headers squeezed the name column to 11-15 characters, and a range's marks broke its name further
+    monkeypatch.setenv("COLUMNS", "80")
+    rec = data_dir / "attach_h100_blind_graphs"
+    assert main(["report", str(rec), "--all"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "…" not in "".join(lines) and max(map(len, lines)) <= 80
+    rg = analyze(Session.load(rec))["ranges"]
+    assert rg["stalls"].sum() and rg["short_calls"].sum()  # the recording has both marks to show
+    for r in rg.itertuples():  # in both tables, each name whole on a line of its own; its marks on the next, once
+        # table rows start with a space, nested ranges' names further in by their level
+        rows = [i for i, line in enumerate(lines) if line.startswith(" ") and line.lstrip().startswith(f"{r.name} ")]
+        assert len(rows) == 2, r.name
+        marks = [f"{r.short_calls} short"] * bool(r.short_calls) + [f"{r.stalls} stall{'s' * (r.stalls != 1)}"] * bool(r.stalls)
+        if marks:
+            # (beside the ± error, which has the row's second line too)
+            assert lines[rows[0] + 1].split("   ")[0].strip() == f"({', '.join(marks)})", (r.name, lines[rows[0] + 1])
+    assert "(1 stall)" in "".join(lines)  # cross_thread's one

@@ -7,7 +7,6 @@ derived from the recording's own bursts."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,7 +16,7 @@ from pcietrace.analysis import analyze
 from pcietrace.analysis.launch import context_levels, gpu_time, primary
 from pcietrace.session import Session
 
-DATA = Path(__file__).parent / "data"
+from conftest import DATA
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,6 @@ simulated device draws a context's level, ``sim.CONTEXT_SD``), to drive other nu
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 import pcietrace
@@ -18,7 +16,7 @@ from pcietrace.analysis.launch import context_levels, primary
 from pcietrace.record.run import CONTEXT_BURSTS
 from pcietrace.session import Session
 
-DATA = Path(__file__).parent / "data"
+from conftest import DATA
 
 
 def test_a_real_run_takes_the_median_over_its_contexts() -> None:

@@ -1,6 +1,7 @@
 """Attach's floor in the program's state (pcietrace/analysis/floor.py), on real recordings: each GPU's state from
 its own ranges, a read-time term with no sample inside the ranges, the quiet intervals' cost and the state spread,
-and what the state model moves against the one-cost-per-read floor where the app's own truth is known."""
+and what the state model moves against the one-cost-per-read floor where the app's own truth is known; an attach
+run with no idle window, or none a sample covers, has no floor and still renders."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import pandas as pd
 import pytest
 
 from pcietrace.analysis import analyze, counters, floor
+from pcietrace.cli import main
 from pcietrace.session import Session
+
+from conftest import edit_report, edit_samples
 
 
 def _one_cost_per_read(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -198,3 +202,25 @@ def test_the_whole_run_rows_keep_one_cost_per_read(data_dir, monkeypatch) -> Non
     before = analyze(s)["whole_run"]
     for c in ("h2d_bytes", "d2h_bytes", "h2d_floor_err_bytes", "d2h_floor_err_bytes"):
         assert now[c].to_numpy() == pytest.approx(before[c].to_numpy(), rel=1e-12), c
+
+
+def test_attach_report_with_an_uncovered_floor_renders(copy, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    run = copy("attach_h100_python")
+    doc = json.loads((run / "report.json").read_text())
+    t0, t1 = doc["meta"]["t_app_start_ns"], doc["meta"]["t_app_end_ns"]
+    edit_samples(run, lambda s: s[(s["t_ns"] > t0) & (s["t_ns"] < t1)])  # idle windows lie outside: no floor
+    assert main(["report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "Launches per NVTX range" in out and "B/launch" in out
+
+
+@pytest.mark.parametrize("name", ["attach_h100_python", "recordings/attach-h200x4-torchrun-ddp"])
+def test_an_attach_run_without_idle_windows_has_no_floor(name, copy, capsys) -> None:
+    # was: KeyError 'nvml_index' (a traceback): an empty table came back without its declared columns
+    folder = copy(name)
+    edit_report(folder, lambda doc: doc["tables"].pop("windows"))
+    assert main(["report", str(folder), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    floor = doc["results"]["floor"]
+    assert floor and {r["status"] for r in floor} == {"no floor"}

@@ -25,15 +25,16 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from pcietrace.analysis import RESULT_TABLES, analyze
-from pcietrace.report.saved import to_jsonable
 from pcietrace.analysis.counters import unwrap, window_bytes
 from pcietrace.cli import build_parser
 from pcietrace.errors import PcietraceError, UsageError
 from pcietrace.report.console import render, topology_tables
+from pcietrace.report.saved import to_jsonable
 from pcietrace.session import Session
+
+from conftest import DATA
 from sysfs_fixture import build
 
-DATA = Path(__file__).parent / "data"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "recordings"
 REPORTS = [DATA / n for n in ("h100_run", "h100_run_latency", "h200x2_run", "attach_h100_python")]
 REPORTS += sorted(p for p in SHARED.iterdir() if (p / "report.json").is_file()) if SHARED.is_dir() else []

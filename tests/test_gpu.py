@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 import time
@@ -12,9 +12,13 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from paired import paired_extra_us
 
+import pcietrace
+from pcietrace.cli import main
 from pcietrace.session import Session
+
+from conftest import REPORTS
+from paired import paired_extra_us
 
 pytestmark = pytest.mark.gpu
 
@@ -342,3 +346,26 @@ def test_attach_without_nvtx_gives_totals_and_a_hint(tmp_path) -> None:
                           cwd=tmp_path, env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 0 and "hello" in proc.stdout, proc.stdout + proc.stderr  # (LD_PRELOAD did not disturb it)
     assert "Whole run" in proc.stdout and "no NVTX ranges" in proc.stdout, proc.stdout
+
+
+@pytest.mark.gpu
+def test_real_run_answers_first_in_every_format(tmp_path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    parser = pytest.importorskip("prometheus_client.openmetrics.parser")
+    out = tmp_path / "run"
+    assert main(["run", "--gpu", "0", "--quick", "--no-latency", "-o", str(out), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    line = doc["summary"]["lines"][0]
+    print(line)
+    assert line.startswith("One eager launch on GPU") and "B H2D" in line and "Graphs save" in line, line
+    ref = pcietrace.load(REPORTS[0]).summary["gpus"].iloc[0]  # the committed real H100 run
+    got = doc["summary"]["gpus"][0]
+    ratio = got["eager_h2d_bytes"] / ref["eager_h2d_bytes"]
+    # same launch path, same order of bytes
+    assert 0.5 < ratio < 2, f"{got['eager_h2d_bytes']} vs {ref['eager_h2d_bytes']} B"
+    assert main(["report", str(out), "--format", "csv"]) == 0 and "# table: per_launch" in capsys.readouterr().out
+    assert main(["report", str(out), "--format", "prometheus"]) == 0
+    names = {f.name for f in parser.text_string_to_metric_families(capsys.readouterr().out)}
+    assert {"pcietrace_launch_pcie_bytes", "pcietrace_launch_host_seconds"} <= names
+    assert main(["report", str(out), "--plot", str(tmp_path / "png"), "--format", "md"]) == 0
+    assert {"bytes_vs_launches.png", "time_per_kernel.png"} <= {p.name for p in (tmp_path / "png").iterdir()}

@@ -11,6 +11,8 @@ from pcietrace.device import gpus
 from pcietrace.device.gpus import GpuRecord
 from pcietrace.errors import ConfigError
 
+from conftest import one_line_exit_2
+
 
 @pytest.mark.parametrize("spec, want", [("all", [0, 1, 2, 3]), ("2,0", [0, 2]), (3, [3]), ([1, 0], [0, 1]),
                                         ("1", [1])])
@@ -95,3 +97,7 @@ def test_a_simulated_run_saves_its_gpus_as_simulated_runs_always_have() -> None:
                                                      "pcie_width_max"]] * 2
     graphs = pcietrace.graphs(simulate=True, kernels=(20,), iterations=2, rounds=1)
     assert list(graphs.meta["gpus"][0]) == ["nvml_index", "cuda_ordinal", "name", "bus_id", "counter"]
+
+
+def test_simulate_refuses_a_gpu_it_does_not_have(capsys) -> None:
+    assert "no CUDA device 5" in one_line_exit_2(["run", "--simulate", "--gpu", "5", "--no-save"], capsys)

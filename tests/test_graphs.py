@@ -1,10 +1,10 @@
 """`pcietrace graphs`: the native loops on a FAKE driver, the strategies' bookkeeping on the SIMULATED device,
-the analysis, and the save / report / compare round trip. GPU tests at the end (marked gpu)."""
+the analysis, the save / report / compare round trip, and its tables at 80 columns. GPU tests marked gpu."""
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -12,17 +12,22 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from rich.console import Console
+from rich.table import Table
 
 from pcietrace.analysis import analyze
 from pcietrace.analysis.graphs import summary
+from pcietrace.analysis.summary import summarize
 from pcietrace.cli import main
 from pcietrace.device.graphs import COUNT_COLUMNS, STRATEGIES
 from pcietrace.record.graphs import GraphsPlan
+from pcietrace.report import console
 from pcietrace.session import Session
 
-ROOT = Path(__file__).parent.parent
+from conftest import DATA, ROOT, checkout_env, plain
+
 NATIVE = Path(__file__).parent / "native"
-DATA = Path(__file__).parent / "data"
+GRAPHS = [ROOT / "tests/data/graphs_h100", ROOT / "tests/data/graphs_h100_pipelined"]
 
 
 # -- the native loops (pt_graphs.c) on a fake libcuda ---------------------------------------------------
@@ -44,7 +49,7 @@ def fake_cuda(tmp_path_factory) -> Path:
 
 
 def _child(fake: Path, *args: str, fail: str | None = None) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = checkout_env()
     env.pop("FAKE_CUDA_FAIL", None)
     if fail:
         env["FAKE_CUDA_FAIL"] = fail
@@ -361,3 +366,26 @@ def test_the_simulated_model_reproduces_the_real_runs_it_was_read_off(tmp_path) 
         assert main(["graphs", "--simulate", "--kernels", "504", "-o", str(out), *extra]) == 0
         sim = analyze(Session.load(out))["graphs"].set_index(["kernels", "strategy"])["speedup"]
         assert (sim - r.reindex(sim.index)).abs().max() < 0.05, (real, sim, r)
+
+
+@pytest.mark.parametrize("width", [80])
+@pytest.mark.parametrize("path", GRAPHS, ids=lambda p: p.name)
+def test_graphs_tables_fit_the_terminal(path: Path, width: int) -> None:
+    # was: at 80 columns the strategy column was squeezed to nothing (rows without names) and every time,
+    # interval and byte cell was cut with '…'
+    s = Session.load(path)
+    res = analyze(s)
+    parts = console.parts(s.meta, res, summarize(s.meta, res), detail=True)
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=False, color_system=None)
+    for part in parts:
+        con.print(part)
+    lines = buf.getvalue().splitlines()
+    assert "…" not in buf.getvalue() and max(map(len, lines)) <= width
+    graphs = [t for t in parts if isinstance(t, Table) and str(t.title).startswith("CUDA graphs")]
+    assert len(graphs) == 2 * res["graphs"]["kernels"].nunique()
+    for t in graphs:
+        for col in t.columns:
+            for cell in col._cells:  # every line of every cell whole on one output line
+                assert all(any(part in line for line in lines) for part in plain(cell).splitlines()), (t.title, cell)
+        assert [plain(c) for c in t.columns[0]._cells] == list(res["graphs"]["strategy"].unique())

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import terminal_signals
+from conftest import ROOT, checkout_env, terminal_signals
 
-ROOT = Path(__file__).resolve().parents[1]
 #: A program that opens and closes a range every ~20 ms and writes how many it has closed, until ``stop`` exists.
 #: Ctrl-C ends it quietly.
 STEPS_APP = """import os, sys, time, nvtx
@@ -78,7 +77,7 @@ def _wait_for_ranges(tmp_path: Path, proc: subprocess.Popen, n: int) -> None:
 
 
 def _report_json(path: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = checkout_env()
     p = subprocess.run([sys.executable, "-m", "pcietrace", "report", str(path), "--format", "json"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -121,7 +120,7 @@ def test_a_killed_recording_reads_back_to_its_last_flush_marked_interrupted(step
 
     # the console says so too, with the most that was lost
     p = subprocess.run([sys.executable, "-m", "pcietrace", "report", str(out)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200"))
+                       text=True, timeout=120, env=checkout_env(COLUMNS="200"))
     assert p.returncode == 0 and "run status: interrupted" in p.stdout and f"last {FLUSH_S:g} s" in p.stdout, p.stdout
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,6 +13,8 @@ from pcietrace.analysis.compare import RUN_TO_RUN_PCT, compare, run_to_run_pct
 from pcietrace.analysis.latency import summary, topology_model
 from pcietrace.cli import main
 from pcietrace.session import Session
+
+from conftest import edit_report
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +138,12 @@ def test_latency_simulate_runs_the_suite_without_a_gpu(tmp_path, capsys) -> None
     assert main(["compare", str(out), str(out)]) == 0  # saved like a latency run, for compare
     capsys.readouterr()
     assert main(["latency", "--gpus", "2"]) == 2  # --gpus without --simulate: one line, exit 2
+
+
+def test_a_zero_host_round_trip_gives_no_topology_model(copy, capsys) -> None:
+    # was: ZeroDivisionError (a traceback) dividing the eager GPU time's extra by a round trip of 0 us
+    folder = copy("h100_run_latency")
+    edit_report(folder, lambda doc: [r.__setitem__("value_us", 0.0) for r in doc["tables"]["latency"]])
+    assert main(["report", str(folder), "--format", "json"]) == 0
+    results = json.loads(capsys.readouterr().out)["results"]
+    assert results["latency"] and not results["topology_model"]

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import ast
 import functools
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
 
 
 def _module_name(rel: str) -> str:

@@ -15,9 +15,8 @@ import pytest
 
 from pcietrace.analysis import merge as merge_analysis
 
-from conftest import notes_text
+from conftest import DATA, notes_text
 
-DATA = Path(__file__).parent / "data"
 TORCHRUN = DATA / "attach_h200x2_torchrun_outside"  # two GPUs, two ranks: one "node" of the job
 THREADS = DATA / "attach_h200x2_threads"
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import string
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -15,9 +14,7 @@ from pcietrace.analysis import AttachResult, Note, analyze
 from pcietrace.report.notes import SENTENCES, merge_gpu_notes, sentence, sentences, with_sentences
 from pcietrace.session import Session
 
-from conftest import DATA
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import DATA, ROOT
 
 
 def _emitted() -> dict[str, set[frozenset[str]]]:

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -21,6 +20,8 @@ from pcietrace.errors import PcietraceError
 from pcietrace.record.parallel import open_sim, record_all
 from pcietrace.record.run import RunPlan, base_meta
 from pcietrace.session import Session
+
+from conftest import checkout_env
 
 PLAN = RunPlan(durations_us=(0, 5), graph_ks=(1, 10), window_s=0.02, burst_kernels=200, e2e_kernels=200,
                e2e_repeats=1, language_repeats=1)
@@ -105,7 +106,7 @@ def test_a_signal_stops_every_worker_and_keeps_what_they_recorded(tmp_path, sig)
     # and exits with the shell's code for the signal it got.
     script = tmp_path / "run_all.py"
     script.write_text(SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    env = checkout_env()
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)  # its own process group, like a terminal's
     steps = {"GPU 0:": 0, "GPU 1:": 0}

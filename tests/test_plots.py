@@ -1,5 +1,6 @@
 """--plot at 1, 2 and 8 GPUs on the committed recordings: bounded image sizes, one rate panel per GPU on the
-program's span, the NVTX ranges labelled by name, and the Python example that draws one line per GPU."""
+program's span, the NVTX ranges labelled by name, and the Python example that draws one line per GPU; the PNGs each
+kind writes, and a plot folder that cannot be made refused before measuring."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from pcietrace.analysis import analyze
+from pcietrace.cli import main
 from pcietrace.report import plots
 from pcietrace.session import Session
 
+from conftest import DATA, ROOT, one_line_exit_2
+
 pytest.importorskip("matplotlib")
-ROOT = Path(__file__).parent.parent
-DATA = ROOT / "tests" / "data"
 RECORDINGS = [DATA / "h100_run_latency", DATA / "h200x2_run", DATA / "attach_h100_python",
               DATA / "attach_h200x2_threads", DATA / "attach_h200x8_torchrun", DATA / "h200x8_run"]
 
@@ -60,3 +62,27 @@ def test_the_python_example_draws_one_line_per_gpu() -> None:
     assert [line.get_label() for line in ax.get_lines()] == ["GPU0", "GPU1"]
     assert all(list(line.get_xdata()) == sorted(sp["kernel_us"].unique()) for line in ax.get_lines())
     plt.close(ax.figure)
+
+
+@pytest.mark.parametrize("report,pngs", [
+    ("h100_run_latency", {"bytes_vs_launches.png", "bytes_vs_duration.png", "time_per_kernel.png", "latency.png"}),
+    ("attach_h100_python", {"attach_timeline.png"}),
+    ("graphs_h100", {"graph_strategies.png"})])
+def test_plot_writes_the_pngs(report: str, pngs: set[str], tmp_path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    assert main(["report", str(ROOT / "tests/data" / report), "--plot", str(tmp_path), "--format", "json"]) == 0
+    written = {p.name for p in tmp_path.iterdir()}
+    assert written == pngs
+    for name in written:
+        data = (tmp_path / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+@pytest.mark.parametrize("argv", [["graphs", "--simulate", "--kernels", "20", "--iterations", "4", "--rounds", "1"],
+                                  ["latency"]])
+def test_a_plot_folder_that_cannot_be_made_is_refused_before_measuring(argv, tmp_path, capsys) -> None:
+    # was (graphs): measured and saved, then 'cannot create plot folder' (exit 2 after the work); latency the same
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    line = one_line_exit_2(argv + ["--plot", str(blocker), "-o", str(tmp_path / "run")], capsys)
+    assert "cannot create plot folder" in line and not (tmp_path / "run").exists()

@@ -1,23 +1,26 @@
 """The renderers (pcietrace/report/renderers.py): one class per format behind one registry; every format renders
-every kind of session tests/data holds a recording of (and the kinds made from them), or refuses in one line."""
+every kind of session tests/data holds a recording of (and the kinds made from them), or refuses in one line; CSV
+blocks read back as the result tables, Markdown gives one pipe table per result table."""
 
 from __future__ import annotations
 
 import io
 import json
+import re
 
 import pandas as pd
 import pytest
 
 from pcietrace.analysis import RESULT_TYPES, analyze
 from pcietrace.analysis.summary import summarize
+from pcietrace.cli import main
 from pcietrace.errors import UsageError
 from pcietrace.report import console
 from pcietrace.report.output import emit, emit_compare, emit_savings
 from pcietrace.report.renderers import FORMATS, RENDERERS, Renderer, renderer
 from pcietrace.session import Session
 
-from conftest import DATA
+from conftest import DATA, REPORTS
 
 #: A committed recording of each kind tests/data holds (a latency session and an attach whose program never ran
 #: are made from them below).
@@ -125,3 +128,22 @@ def test_compare_and_savings_render_through_the_registry(analysed) -> None:
     out = io.StringIO()
     emit_savings(sv, ["eager", "graphed"], "table", out=out)
     assert "step" in out.getvalue()
+
+
+def test_csv_blocks_read_back_as_the_result_tables(loaded, capsys) -> None:
+    assert main(["report", str(REPORTS[0]), "--format", "csv"]) == 0
+    text = capsys.readouterr().out
+    blocks = dict(re.findall(r"# table: (\w+)\n(.*?)(?=\n# table: |\Z)", text, re.S))
+    _, res = loaded["h100_run_defaults"]
+    assert set(blocks) == {k for k, v in res.items() if len(v)}
+    back = pd.read_csv(io.StringIO(blocks["per_launch"]))
+    assert back["bytes_per_call"].tolist() == pytest.approx(res["per_launch"]["bytes_per_call"].tolist())
+    assert text.startswith("# summary: One eager launch")
+
+
+def test_markdown_has_one_pipe_table_per_result_table(loaded, capsys) -> None:
+    assert main(["report", str(REPORTS[5]), "--format", "md"]) == 0
+    text = capsys.readouterr().out
+    _, res = loaded["attach_h100_python"]
+    section = text.split("## ranges\n\n")[1].split("\n\n")[0].splitlines()
+    assert len(section) == 2 + len(res["ranges"]) and section[0].startswith("| domain | name |")

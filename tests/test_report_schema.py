@@ -16,7 +16,8 @@ import pytest
 
 from pcietrace import schema
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
+
 SCHEMA_FILE = ROOT / "docs" / "report.schema.json"
 
 _COLUMN = {"int": {"type": "integer"}, "pos": {"type": "integer", "minimum": 1}, "num": {"type": ["number", "null"]},

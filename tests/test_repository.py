@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
+
 USER_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: Written by other work in progress; named before it lands.
 PENDING: set[str] = set()

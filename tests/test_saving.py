@@ -1,20 +1,26 @@
 """guard.Saving, the one way out of every measuring command (run, graphs, latency, attach), on its own: a
 real recorded session (the H100 run in tests/data) saved into a real folder, with stand-in recording steps
-and analyses. The commands' own paths are pinned in test_new_user, test_robust, test_attach, test_gpu_close."""
+and analyses: an interrupted, failed or refused save or analysis loses nothing. The commands' own paths are pinned
+in test_signals, test_store, test_attach, test_gpu_close."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
 import pandas as pd
 import pytest
 
-from pcietrace.report.saved import to_jsonable
+from pcietrace.cli import main
+from pcietrace.errors import DataError
 from pcietrace.record import guard
 from pcietrace.report.console import tell
+from pcietrace.report.saved import to_jsonable
 from pcietrace.session import Session
 from pcietrace.signals import Terminated
+
+from conftest import QUICK_SIM
 
 
 def _saving(*args, **kw) -> guard.Saving:
@@ -103,3 +109,40 @@ def test_an_error_while_recording_still_saves_then_propagates(h100, tmp_path, ca
     assert saving.interrupted is None and signal.getsignal(signal.SIGINT) is before
     assert capsys.readouterr().err == f"saved partial run to {tmp_path / 'run'}\n"
     assert len(Session.load(tmp_path / "run").samples) == len(h100.samples)
+
+
+def test_interrupted_save_leaves_nothing_not_an_empty_folder(tmp_path, h100) -> None:
+    folder = guard.RunFolder(tmp_path / "run")
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    s = Session(meta=dict(h100.meta))
+    s.save = boom
+    with pytest.raises(KeyboardInterrupt):
+        guard.finish(s, folder, lambda: (_ for _ in ()).throw(KeyboardInterrupt()), lambda r: r, print)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_save_still_prints_the_results(tmp_path, capsys, monkeypatch) -> None:
+    def disk_full(self, directory, results=None):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Session, "save", disk_full)
+    assert main(QUICK_SIM + ["-o", str(tmp_path / "run"), "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert json.loads(out)["results"]["per_launch"]  # the figures were printed
+    assert "could not save" in err and "No space left" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists() and not list(tmp_path.iterdir())
+
+
+def test_an_analysis_error_still_publishes_the_raw_data(tmp_path, h100) -> None:
+    folder = guard.RunFolder(tmp_path / "run")
+
+    def refuse():
+        raise DataError("samples: not in time order")
+
+    with pytest.raises(DataError):
+        guard.finish(h100, folder, refuse, lambda r: r, print)
+    assert len(Session.load(tmp_path / "run").samples) == len(h100.samples)
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]

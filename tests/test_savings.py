@@ -1,7 +1,7 @@
 """Attach's graph-savings prediction against measured savings (pcietrace/analysis/savings.py), on real attach
 runs recorded on the H100: eager/graphed pairs of the demo apps (tests/data/attach_h100_slowed), and an eager
 run (tests/data/attach_h100_python) whose "graphed" side is that real run with one range's time replaced
-(SYNTHETIC, labelled per test)."""
+(SYNTHETIC, labelled per test); the compared savings table at 80 columns."""
 
 from __future__ import annotations
 
@@ -238,3 +238,19 @@ def test_savings_prediction_on_the_cpp_demo(tmp_path) -> None:
     exe = tmp_path / "demo_nvtx"
     subprocess.run(["nvcc", "-O2", "-o", str(exe), str(APPS / "demo_nvtx.cu"), "-ldl"], check=True)
     _check(_attach_pair(tmp_path, "cpp", [str(exe), "20000", "1000", "256"], [str(exe), "--graphed", "20000", "1000", "256"]))
+
+
+def test_savings_table_fits_80_columns_and_prints_range_names_as_written(copy, monkeypatch, capsys) -> None:
+    # was: the range column squeezed to nothing and 'launch-bound' cut at 80 columns; a range name with
+    # markup ('loss[/total]') was read as markup (a rich MarkupError traceback)
+    eager, graphed = copy("attach_h100_decode/decode-eager-gputime"), copy("attach_h100_decode/decode-graph")
+    for folder in (eager, graphed):
+        events = pd.read_parquet(folder / "events.parquet")
+        events["message"] = events["message"].replace("batch_1", "loss[/total]")
+        events.to_parquet(folder / "events.parquet")
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["compare", str(eager), str(graphed)]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and max(map(len, out.splitlines())) <= 80
+    names = ["loss[/total]", "batch_4", "batch_16", "batch_64"]
+    assert all(n in out for n in names) and "predicted" in out and "bound" in out

@@ -1,22 +1,30 @@
 """pcietrace/store.py: the run folder. A streamed recording's scratch folder and journal are dropped when the run
 is published; one whose process died is found (by its staging folder or the name it was to have), made a run
 marked interrupted that reads as the recording did up to its last sample, and recovered rather than swept by
-the next run in that folder."""
+the next run in that folder. An existing, foreign or unwritable output is refused before measuring (unless
+--force); default names carry the GPU selection and never collide, even for runs started together; a published run
+takes the umask's mode."""
 
 from __future__ import annotations
 
 import os
+import re
+import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from pcietrace import store
+from pcietrace.cli import main
 from pcietrace.errors import ReportError
+from pcietrace.record import guard
 from pcietrace.session import Session
 
-DATA = Path(__file__).parent / "data"
+from conftest import DATA, QUICK_SIM, checkout_env, one_line_exit_2
+
 SOURCE = DATA / "attach_h100_blind_graphs"
 
 
@@ -190,3 +198,93 @@ def test_a_save_given_up_on_leaves_a_streamed_recording_to_recover(tmp_path, mon
             assert folder.left is None and not folder.staging.exists() and "nothing saved" in line
     got = Session.load(tmp_path / "recTrue")
     assert got.meta["status"] == "complete" and len(got.events) == len(src.events) and len(got.samples) == len(src.samples)
+
+
+def test_existing_run_is_refused_before_measuring_unless_force(copy, capsys) -> None:
+    run = copy()
+    before = (run / "samples.parquet").read_bytes()
+    assert "--force" in one_line_exit_2(QUICK_SIM + ["-o", str(run)], capsys)
+    assert (run / "samples.parquet").read_bytes() == before and not list(run.parent.glob(".*partial*"))
+    assert main(QUICK_SIM + ["-o", str(run), "--force", "--json"]) == 0
+    capsys.readouterr()
+    replaced = Session.load(run)
+    assert replaced.meta["simulated"] is True and not list(run.parent.glob(".*"))
+
+
+def test_runs_being_a_file_fails_up_front(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("runs").write_text("not a folder")
+    t = time.monotonic()
+    one_line_exit_2(QUICK_SIM, capsys)
+    assert time.monotonic() - t < 2.0  # refused before the measurement, not after it
+
+
+def test_unwritable_output_fails_up_front(tmp_path, capsys) -> None:
+    one_line_exit_2(QUICK_SIM + ["-o", "/proc/pcietrace-cannot-exist/run"], capsys)
+    if os.geteuid() != 0:  # root writes anywhere: chmod proves nothing there
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        one_line_exit_2(QUICK_SIM + ["-o", str(ro / "run")], capsys)
+
+
+def test_non_empty_foreign_folder_is_not_written_into(tmp_path, capsys) -> None:
+    (tmp_path / "mine.txt").write_text("keep")
+    one_line_exit_2(QUICK_SIM + ["-o", str(tmp_path)], capsys)
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
+
+
+def test_default_names_carry_the_gpu_selection_and_never_collide(tmp_path, h100) -> None:
+    meta = {**h100.meta, "simulated": False}
+    a = guard.default_folder(meta, [0, 1])
+    assert a.name.endswith("-nvidia-h100-80gb-hbm3-gpu0-1") and a.parent.name == "runs"
+    target = tmp_path / "run"
+    folders = [guard.RunFolder(target, explicit=False) for _ in range(3)]
+    for f in folders:
+        h100.save(f.staging)
+    published = [f.publish() for f in folders]
+    assert [p.name for p in published] == ["run", "run-2", "run-3"]
+    assert all(Session.load(p).meta["gpus"] == h100.meta["gpus"] for p in published)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "run-2", "run-3"]  # no staging left
+
+
+def test_a_published_run_is_made_as_mkdir_makes_a_folder(tmp_path, h100) -> None:
+    # was: always 0700 (the staging folder tempfile.mkdtemp made): other users could not read a saved run. A
+    # run saved into an empty read-only -o folder takes the umask's mode too, so --force can replace it later
+    old = os.umask(0o027)
+    try:
+        (tmp_path / "given").mkdir(mode=0o555)
+        folders = [guard.RunFolder(tmp_path / "new"), guard.RunFolder(tmp_path / "given")]
+        for f in folders:
+            h100.save(f.staging)
+        published = [f.publish() for f in folders]
+        again = guard.RunFolder(tmp_path / "given", force=True)
+        h100.save(again.staging)
+        assert again.publish() == tmp_path / "given"
+    finally:
+        os.umask(old)
+    assert [stat.S_IMODE(p.stat().st_mode) for p in published] == [0o750, 0o750]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["given", "new"]  # nothing hidden left behind
+
+
+@pytest.mark.gpu
+def test_two_real_runs_started_together_keep_both(tmp_path) -> None:
+    procs = [subprocess.Popen([sys.executable, "-m", "pcietrace", "run", "--quick", "--no-latency", "--json"],
+                              cwd=tmp_path, env=checkout_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read() if p.stderr else ""
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert len(runs) == 2 and all(Session.load(r).meta["status"] == "complete" for r in runs), \
+        [(r.name, Session.load(r).meta["status"]) for r in runs]
+
+
+def test_simulated_runs_started_together_keep_every_run(tmp_path) -> None:
+    procs = [subprocess.Popen([sys.executable, "-m", "pcietrace", *QUICK_SIM, "--json"], cwd=tmp_path,
+                              env=checkout_env(), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0, p.stderr.read() if p.stderr else ""
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert len(runs) == 3 and all(Session.load(r).meta["status"] == "complete" for r in runs)
+    assert all(re.search(r"simulated-nvidia-h100.*-gpu0(-[23])?$", r.name) for r in runs), runs

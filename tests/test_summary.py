@@ -1,19 +1,20 @@
-"""The answer-first lines of attach: what a graph could capture, repeated notes merged. On the 8x H200 torchrun
-recording (NCCL's communicator set-up holds most of its launches)."""
+"""The answer-first lines: a run's from its result tables, printed first and in the JSON; attach's top ranges, what
+a graph could capture, repeated notes merged (on the 8x H200 torchrun recording: NCCL's communicator set-up holds
+most of its launches)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
 
 import pytest
 
 from pcietrace.analysis import analyze, savings
 from pcietrace.analysis.summary import summarize
+from pcietrace.cli import main
 from pcietrace.report.notes import merge_gpu_notes
 from pcietrace.session import Session
-from conftest import notes_text
 
-DATA = Path(__file__).parent / "data"
+from conftest import DATA, REPORTS, notes_text
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +70,38 @@ def test_the_whole_run_bytes_are_bounded_across_sampling_gaps(torchrun8) -> None
         assert all(b.loc[rank, f"{d}_seen_bytes"] >= 0.9 * v for rank, v in per_rank.items()), d
     first = summary["lines"][0]
     assert "at least" in first and "GB more" in first and "bytes unknown" not in first
+
+
+def test_run_summary_comes_from_the_tables(loaded) -> None:
+    s, res = loaded["h100_run_defaults"]
+    summ = summarize(s.meta, res)
+    pl = res["per_launch"]
+    eager = pl[(pl["mode"] == "eager") & (pl["direction"] == "h2d")].iloc[0]
+    row = summ["gpus"].iloc[0]
+    assert row["eager_h2d_bytes"] == eager["bytes_per_call"] and row["gpu"] == "GPU0"
+    sp = res["speedup"].sort_values("kernel_us")
+    line = summ["lines"][0]
+    assert line.startswith("One eager launch on GPU0 (H100")
+    assert f"{eager['bytes_per_call']:,.0f} ± {eager['ci95']:,.0f} B H2D" in line
+    assert f"{sp['speedup'].iloc[0]:.1f}x faster at {sp['kernel_us'].iloc[0]:g} us" in line
+    rtt = res["latency"].set_index("test").loc["host_read_rtt", "median_us"]
+    assert f"{rtt:.2f} us" in line
+
+
+def test_attach_summary_names_the_top_ranges(loaded) -> None:
+    s, res = loaded["attach_h100_python"]
+    summ = summarize(s.meta, res)
+    top = res["ranges"].sort_values("launch_overhead_ms", ascending=False).iloc[0]
+    assert summ["ranges"].iloc[0]["name"] == top["name"]
+    assert f"{top['name']} {top['launch_overhead_ms']:,.1f} ms of launch overhead" in " ".join(summ["lines"])
+
+
+def test_summary_is_printed_first_and_in_json(capsys) -> None:
+    assert main(["report", str(REPORTS[0])]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("One eager launch on GPU0")
+    assert main(["report", str(REPORTS[0]), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["lines"][0].startswith("One eager launch") and doc["summary"]["gpus"][0]["gpu"] == "GPU0"
+    assert main(["report", str(REPORTS[0]), "--json"]) == 0  # the alias
+    assert json.loads(capsys.readouterr().out) == doc

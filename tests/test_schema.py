@@ -1,0 +1,106 @@
+"""The one validated load path (pcietrace/schema.py, Session.load): a damaged, incomplete or newer report -- a
+parquet file cut, garbage or missing, a key missing or mistyped, JSON nested too deep -- is a ReportError naming the
+file and field, one line and exit 2 at the CLI. On copies of the real recordings in tests/data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pcietrace.errors import ReportError, UsageError
+from pcietrace.session import Session
+
+from conftest import edit_report, one_line_exit_2
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+def test_damaged_parquet_is_one_line(copy, capsys, damage) -> None:
+    run = copy()
+    f = run / "samples.parquet"
+    raw = f.read_bytes()
+    f.write_bytes({"truncate": raw[: len(raw) // 2], "garbage": os.urandom(len(raw)), "empty": b""}[damage])
+    err = one_line_exit_2(["report", str(run)], capsys)
+    assert "samples.parquet" in err
+
+
+def test_damaged_events_parquet_is_one_line(copy, capsys) -> None:
+    run = copy("attach_h100_python")
+    (run / "events.parquet").write_bytes(b"PAR1" + b"\x00" * 50)
+    assert "events.parquet" in one_line_exit_2(["report", str(run)], capsys)
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda d: d["meta"].pop("gpus"), "meta.gpus"),
+    (lambda d: d["meta"]["gpus"][0].update(nvml_index="0"), "meta.gpus[0].nvml_index"),
+    (lambda d: d["meta"]["gpus"][0].update(nvml_index=None), "meta.gpus[0].nvml_index"),
+    (lambda d: d["meta"].update(gpus={}), "meta.gpus"),
+    (lambda d: d["meta"]["gpus"][0].update(counter={"mode": 3, "bits": 32}), "meta.gpus[0].counter.mode"),
+    (lambda d: d["meta"].update(simulated="no"), "meta.simulated"),
+    (lambda d: d.update(tables=[]), "report.tables"),
+    (lambda d: d["tables"]["windows"][0].update(t_start_ns="soon"), "windows.t_start_ns"),
+    (lambda d: [w.pop("purpose") for w in d["tables"]["windows"]], "windows.purpose"),
+    (lambda d: d["tables"]["bursts"][3].update(saturated=None), "bursts.saturated"),
+    (lambda d: d["meta"].update(topology={"gpus": [{"bdf": 1}]}), "meta.topology.gpus[0].bdf"),
+])
+def test_missing_or_mistyped_keys_name_the_field(copy, capsys, change, field) -> None:
+    run = copy()
+    edit_report(run, change)
+    with pytest.raises(ReportError, match=field.replace("[", r"\[").replace("]", r"\]")) as exc:
+        Session.load(run)
+    assert "report.json" in str(exc.value) or ".parquet" in str(exc.value)
+    one_line_exit_2(["report", str(run)], capsys)
+
+
+def test_deep_json_nesting_is_one_line(tmp_path, capsys) -> None:
+    (tmp_path / "report.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert "nested too deeply" in one_line_exit_2(["report", str(tmp_path)], capsys)
+
+
+def test_binary_report_json_is_one_line(tmp_path, capsys) -> None:
+    (tmp_path / "report.json").write_bytes(b"\xff\xfe\x00garbage")
+    one_line_exit_2(["report", str(tmp_path)], capsys)
+
+
+def test_newer_schema_says_so(copy, capsys) -> None:
+    run = copy()
+    edit_report(run, lambda d: d.update(schema="pcietrace.report/2"))
+    assert "newer pcietrace" in one_line_exit_2(["report", str(run)], capsys)
+
+
+def test_report_without_samples_file_is_one_line(copy, capsys) -> None:
+    run = copy()
+    (run / "samples.parquet").unlink()
+    assert "samples.parquet is missing" in one_line_exit_2(["report", str(run)], capsys)
+
+
+def test_report_errors_are_usage_errors() -> None:
+    """ReportError is a UsageError: every existing `except UsageError` and the CLI's exit 2 still apply."""
+    with pytest.raises(UsageError, match="no pcietrace report"):
+        Session.load(Path("/nonexistent/run"))
+
+
+@pytest.mark.parametrize("name", ["attach_h100_python", "h100_run"])
+def test_a_gpu_listed_twice_in_meta_is_refused(name, copy, capsys) -> None:
+    # was (attach): ValueError 'truth value of a Series is ambiguous', a traceback
+    folder = copy(name)
+    edit_report(folder, lambda doc: doc["meta"]["gpus"].append(dict(doc["meta"]["gpus"][0])))
+    assert "meta.gpus[1].nvml_index: GPU 0 is listed twice" in one_line_exit_2(["report", str(folder)], capsys)
+
+
+def test_a_graphs_report_without_its_plan_is_refused(copy, capsys) -> None:
+    # was: ValueError "Unknown format code 'g' for object of type 'str'" (the '?' placeholders), a traceback
+    folder = copy("graphs_h100")
+    edit_report(folder, lambda doc: doc["meta"].pop("graphs_plan"))
+    assert "meta.graphs_plan: missing" in one_line_exit_2(["report", str(folder)], capsys)
+
+
+@pytest.mark.parametrize("column", ["eager_launches", "prep_ns"])
+def test_graphs_columns_the_analysis_reads_are_checked(column, copy, capsys) -> None:
+    # was: ValueError from int('x...') summing the counts, or a KeyError for a dropped column, a traceback
+    folder = copy("graphs_h100")
+    edit_report(folder, lambda doc: [r.__setitem__(column, "x") for r in doc["tables"]["graphs"]])
+    assert f"graphs.{column}: expected 64-bit numbers" in one_line_exit_2(["report", str(folder)], capsys)
+    edit_report(folder, lambda doc: [r.pop(column) for r in doc["tables"]["graphs"]])
+    assert f"graphs.{column}: missing column" in one_line_exit_2(["report", str(folder)], capsys)

@@ -109,34 +109,51 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
     one, a file that is not a trace: another name, not a regular file, unreadable) is left out and counted in
     ``attrs["bad_lines"]`` (``attrs["bad_files"]``: the files left out whole), the rest kept. Text that is not
     UTF-8 (a name the library cut inside a character) is decoded with U+FFFD; a CR stays inside its field."""
-    frames, bad_lines, bad_files = [], 0, []
+    parts, bad_lines, bad_files = [], 0, []
     files = sorted([*Path(trace_dir).glob("trace-*.bin"), *Path(trace_dir).glob("trace-*.tsv")])
     for f in files:
         pid = f.stem[len("trace-"):]
         try:
             if not (pid.isdecimal() and f.is_file() and not f.is_symlink()):
                 raise OSError("not a trace file")
-            df, bad = _read_binary(f) if f.suffix == ".bin" else _parse_trace(_trace_lines(f))
+            if f.suffix == ".bin":
+                cols, bad = _read_binary(f)
+            else:
+                df, bad = _parse_trace(_trace_lines(f))
+                cols = {c: df[c].to_numpy() for c in df.columns}
         except OSError:
             bad_files.append(f.name)
             continue
         bad_lines += bad
-        if len(df):
-            frames.append(df.assign(pid=int(pid)))
-    if not frames:
+        n = len(next(iter(cols.values()), ()))
+        if n:
+            parts.append({**cols, "pid": np.full(n, int(pid), np.int64)})
+    if not parts:
         out = pd.DataFrame(columns=EVENT_COLUMNS + ["pid"])
-    else:
-        out = pd.concat(frames, ignore_index=True).sort_values("t_ns", kind="stable").reset_index(drop=True)
+    elif any(list(c) != list(parts[0]) for c in parts):  # traces of several versions: their columns differ
+        out = pd.concat([pd.DataFrame(c) for c in parts], ignore_index=True)
+        out = out.sort_values("t_ns", kind="stable").reset_index(drop=True)
+        if "devmask" in out.columns:
+            out["devmask"] = out["devmask"].astype(np.uint64)
+    else:  # one column at a time, in time order (a long run's events: a copy of the whole frame less at a time)
+        order = np.argsort(np.concatenate([c["t_ns"] for c in parts]), kind="stable")
+        data = {}
+        for name in list(parts[0]):
+            whole = np.concatenate([c.pop(name) for c in parts])
+            data[name] = whole[order]
+            del whole
+        out = pd.DataFrame(data)
         if "devmask" in out.columns:
             out["devmask"] = out["devmask"].astype(np.uint64)
     out.attrs.update(bad_lines=bad_lines, bad_files=bad_files)
     return out
 
 
-def _read_binary(f: Path) -> tuple[pd.DataFrame, int]:
-    """A binary trace (version 5) as a frame, and the number of records left out: records taken but never
-    committed (a process killed while writing one) or whose strings lie outside the strings taken. Raises
-    OSError for a file that is not one (too short, another version: nothing read as if it were this one)."""
+def _read_binary(f: Path) -> tuple[dict[str, np.ndarray], int]:
+    """A binary trace (version 5) as its columns (:data:`EVENT_COLUMNS`), and the number of records left out:
+    records taken but never committed (a process killed while writing one) or whose strings lie outside the
+    strings taken. Raises OSError for a file that is not one (too short, another version: nothing read as if it
+    were this one). Columns are gathered from the mapped file one at a time (no copy of whole records)."""
     with open(f, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         if len(mm) < HEADER_DTYPE.itemsize:
             raise OSError("not a trace file")
@@ -145,40 +162,46 @@ def _read_binary(f: Path) -> tuple[pd.DataFrame, int]:
             raise OSError("not a trace of this version")
         ev_at, ev_cap, str_at, str_cap = (int(h[k]) for k in ("events_at", "events_cap", "strings_at", "strings_cap"))
         size = EVENT_DTYPE.itemsize
-        if not (ev_cap >= size and ev_at + ev_cap <= str_at and str_at + str_cap <= len(mm)
+        if not (ev_cap >= size and ev_cap % size == 0 and ev_at + ev_cap <= str_at and str_at + str_cap <= len(mm)
                 and str_cap >= TRACE_RESERVE_BYTES):
             raise OSError("not a trace file")
+        slots = ev_cap // size
+        view = np.frombuffer(mm, EVENT_DTYPE, count=slots, offset=ev_at)  # (the last slot: the "tracefull" event)
         n = min(int(h["events_taken"]), ev_cap - size) // size
-        last = np.frombuffer(mm, EVENT_DTYPE, count=1, offset=ev_at + ev_cap - size)  # the "tracefull" slot
-        rec = np.concatenate([np.frombuffer(mm, EVENT_DTYPE, count=n, offset=ev_at), last[last["commit"] == 1]])
-        del last
-        lengths = (rec["event_bytes"].astype(np.int64) + rec["domain_bytes"] + rec["message_bytes"])
+        idx = np.arange(n, dtype=np.int64)
+        if view["commit"][slots - 1] == 1:
+            idx = np.append(idx, slots - 1)
+        commit, start = view["commit"][idx], view["str_at"][idx].astype(np.int64)
+        lengths = (view["event_bytes"][idx].astype(np.int64) + view["domain_bytes"][idx] + view["message_bytes"][idx])
         used = min(int(h["strings_taken"]), str_cap - TRACE_RESERVE_BYTES)
-        start = rec["str_at"].astype(np.int64)
         in_reserve = (start >= str_cap - TRACE_RESERVE_BYTES) & (start + lengths <= str_cap)
-        ok = (rec["commit"] == 1) & (((start >= 0) & (start + lengths <= used)) | in_reserve)
+        ok = (commit == 1) & (((start >= 0) & (start + lengths <= used)) | in_reserve)
         order = np.argsort(np.where(ok, start, np.iinfo(np.int64).max), kind="stable")[:int(ok.sum())]
         ends = (start + lengths)[order]  # strings of two records never overlap; where they do, the later is left out
         overlap = np.zeros(len(order), bool)
         overlap[1:] = start[order][1:] < np.maximum.accumulate(ends)[:-1]
-        ok[order[overlap]] = False
-        order = order[~overlap]
-        bad = len(rec) - len(order)
-        rec = rec[np.sort(order)]  # the records kept, in file order
-        cols = _binary_strings(mm, str_at, rec)
-        out = {c: rec[c].astype(np.uint64 if c == "devmask" else np.int64) for c in EVENT_COLUMNS if c not in cols}
-        del rec
-    return pd.DataFrame({c: cols[c] if c in cols else out[c] for c in EVENT_COLUMNS}), bad
+        keep = idx[np.sort(order[~overlap])]  # the records kept, in file order
+        bad = len(idx) - len(keep)
+        # (every record whole and no "tracefull" event, the usual case: a slice, not a gather)
+        rows = slice(0, len(keep)) if len(keep) == n and (not n or keep[-1] == n - 1) else keep
+        del commit, start, lengths, ends, order, idx, keep
+        cols = _binary_strings(mm, str_at, {c: view[c][rows] for c in ("str_at", "event_bytes", "domain_bytes",
+                                                                        "message_bytes")})
+        for c in EVENT_COLUMNS:
+            if c not in cols:
+                cols[c] = view[c][rows].astype(np.uint64 if c == "devmask" else np.int64)
+        del view
+    return {c: cols[c] for c in EVENT_COLUMNS}, bad
 
 
-def _binary_strings(mm: mmap.mmap, str_at: int, rec: np.ndarray) -> dict[str, np.ndarray]:
+def _binary_strings(mm: mmap.mmap, str_at: int, rec: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The event, domain and message of each record (object arrays of str), cut from the strings part in one
     pass: the records' strings, in the order they lie, are the elements of one Arrow binary array (event,
     domain, message, then the gap to the next record's), taken back into the records' order."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    n = len(rec)
+    n = len(rec["str_at"])
     if not n:
         return {c: np.array([], object) for c in TEXT_COLUMNS}
     start = rec["str_at"].astype(np.int64)
@@ -194,14 +217,18 @@ def _binary_strings(mm: mmap.mmap, str_at: int, rec: np.ndarray) -> dict[str, np
     rank[order] = np.arange(n)
     out = {}
     for k, c in enumerate(TEXT_COLUMNS):  # (event, domain, message: their order in the strings part)
-        part = whole.take(pa.array(4 * rank + k))
+        # each distinct string decoded once, and one Python object shared by every record that holds it (a
+        # training loop's million ranges hold a few dozen names)
+        enc = whole.take(pa.array(4 * rank + k)).dictionary_encode()
+        names = enc.dictionary
         try:
-            text = part.cast(pa.large_string())
+            names = names.cast(pa.large_string())
         except pa.ArrowInvalid:  # a name the library cut inside a UTF-8 character
-            text = pa.array([b.decode("utf-8", "replace") for b in part.to_pylist()], pa.large_string())
+            names = pa.array([b.decode("utf-8", "replace") for b in names.to_pylist()], pa.large_string())
         # a tab or newline in a name becomes a space, so that it prints on one line (as text traces had it)
-        out[c] = pc.replace_substring_regex(text, "[\t\n]", " ").to_numpy(zero_copy_only=False)
-        del part, text
+        names = pc.replace_substring_regex(names, "[\t\n]", " ")
+        out[c] = np.asarray(names.to_pylist(), dtype=object)[enc.indices.to_numpy()]
+        del enc, names
     del whole, data
     return out
 

@@ -42,3 +42,14 @@ def test_files_the_pages_name_exist(page: Path) -> None:
                            page.read_text()))
     missing = sorted(p for p in named if "*" not in p and p not in PENDING and not (ROOT / p).exists())
     assert not missing
+
+
+def test_every_package_folder_is_installed() -> None:
+    # pyproject.toml lists the packages pip installs: a folder of modules left off it imports from the checkout
+    # and fails once installed
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "pcietrace").rglob("__init__.py")}
+    folders |= {"pcietrace.collectors"}  # (collectors/, installed under that name)
+    assert folders <= listed, f"not in pyproject.toml's packages: {sorted(folders - listed)}"

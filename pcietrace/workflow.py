@@ -135,8 +135,7 @@ def record_run(config: RunConfig, feedback: Feedback = Feedback()) -> Recorded:
     folder = _run_folder(config, session.meta, _ordinals(gpus))
     saving = guard.Saving(session, folder, lambda: analyze(session, config.us_per_level)
                           if session.meta.get("status") == "complete" else None,
-                          to_jsonable=to_jsonable, tell=feedback.tell,
-                          saved_line=lambda s: f"saved {'partial ' if s.results is None else ''}run to {s.out_dir}")
+                          to_jsonable=to_jsonable, tell=feedback.tell, steps=guard.PartialRun())
     with saving, feedback.steps(plan.steps() * len(session.meta["gpus"])) as (advance, note):
         record(advance, note)
     return Recorded(saving)
@@ -182,7 +181,7 @@ def record_latency(config: LatencyConfig, feedback: Feedback = Feedback()) -> Re
         raise
     session.meta["status"] = "complete"
     saving = guard.Saving(session, folder, lambda: analyze(session), to_jsonable=to_jsonable, tell=feedback.tell,
-                          before=lambda _: release())
+                          steps=guard.ReleaseFirst(release))
     with saving:  # the suite is measured: a signal while the GPUs are released waits until it is saved
         pass
     return Recorded(saving)

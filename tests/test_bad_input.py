@@ -391,8 +391,12 @@ def test_a_signal_right_after_publishing_says_where_the_run_is(tmp_path, h100, a
     """The give-up signal lands after the run was published (was: "interrupted: nothing saved" while the new
     run had replaced the old one)."""
     folder = guard.RunFolder(tmp_path / "run")
+    class GiveUpAfter(guard.SaveSteps):
+        def after(self, saving):
+            raise KeyboardInterrupt
+
     saving = guard.Saving(h100, folder, lambda: None, to_jsonable=lambda r: r, tell=lambda s: None,
-                          partial_if_interrupted=False, after=lambda s: (_ for _ in ()).throw(KeyboardInterrupt()))
+                          partial_if_interrupted=False, steps=GiveUpAfter())
     with saving:
         pass
     assert saving.out_dir == tmp_path / "run" and saving.interrupted is not None

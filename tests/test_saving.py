@@ -64,9 +64,15 @@ def test_a_signal_in_the_held_steps_waits_for_the_save(h100, tmp_path, capsys, a
     the step after it has run, then one line 'the whole run', exit 143, no 'saved to' line."""
     s, out = _session(h100), tmp_path / "run"
     steps: list[str] = []
-    saving = _saving(s, guard.RunFolder(out), _results,
-                     before=lambda sv: (steps.append("before"), os.kill(os.getpid(), signal.SIGTERM)),
-                     after=lambda sv: steps.append(f"after, saved to {sv.out_dir.name}"))
+    class Steps(guard.SaveSteps):
+        def before(self, sv):
+            steps.append("before")
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        def after(self, sv):
+            steps.append(f"after, saved to {sv.out_dir.name}")
+
+    saving = _saving(s, guard.RunFolder(out), _results, steps=Steps())
     with saving:
         steps.append("recorded")
     assert isinstance(saving.interrupted, Terminated) and steps == ["recorded", "before", "after, saved to run"]
@@ -101,8 +107,7 @@ def test_a_failed_save_is_one_line_the_results_still_render_and_the_exit_code_is
 def test_an_error_while_recording_still_saves_then_propagates(h100, tmp_path, capsys) -> None:
     """Not a signal: the run is saved (and said) before the error goes on; the signal handlers are restored."""
     before = signal.getsignal(signal.SIGINT)
-    saving = _saving(_session(h100), guard.RunFolder(tmp_path / "run"), lambda: None,
-                     saved_line=lambda sv: f"saved partial run to {sv.out_dir}")
+    saving = _saving(_session(h100), guard.RunFolder(tmp_path / "run"), lambda: None, steps=guard.PartialRun())
     with pytest.raises(RuntimeError, match="GPU fell off the bus"):
         with saving:
             raise RuntimeError("GPU fell off the bus")

@@ -26,6 +26,8 @@ from pcietrace.errors import PcietraceError, UsageError
 from pcietrace.record.trace import edge_samples, injection_library, read_traces
 from pcietrace.schema import NO_LAUNCH_COUNTER, TRACE_FULL
 
+from pcietrace.record.guard import SaveSteps
+
 if TYPE_CHECKING:
     from pcietrace.record.guard import Saving
     from pcietrace.store import RunFolder
@@ -307,7 +309,7 @@ def record_attach(session: Any, folder: RunFolder | None, idle_s: float, program
         end.journal = functools.partial(_journal, folder, meta, end.windows)
         end.journal()
         saving = Saving(session, folder, analyze, to_jsonable=to_jsonable, tell=tell, partial_if_interrupted=False,
-                        before=end.collect, after=end.trace, saved_line=end.saved_line, what=end.what)
+                        steps=end)
         with saving:  # before and after the program signals save like Ctrl-C; during it run_program passes them on
             try:
                 _run_between_idle_windows(session, rec, end.windows, idle_s, program_stdout, tell, end.journal)
@@ -350,9 +352,10 @@ def _run_between_idle_windows(session: Any, rec: Recording, windows: list[dict[s
     idle_windows(rec.sampler, indices, idle_s, windows)
 
 
-class _AttachEnd:
-    """What attach does around its save, with signals held (:class:`~pcietrace.record.guard.Saving`'s hooks),
-    and what it says after: the samplers stopped and the traces read before, the Perfetto trace after."""
+class _AttachEnd(SaveSteps):
+    """What attach does around its save, with signals held, and what it says after (its
+    :class:`~pcietrace.record.guard.SaveSteps`): the samplers stopped and the traces read before, the Perfetto
+    trace after."""
 
     def __init__(self, rec: Recording, stack: contextlib.ExitStack,
                  write_trace: Callable[[Any, Any, Path], None]) -> None:
@@ -362,7 +365,7 @@ class _AttachEnd:
         self.trace_info: Any = None  # what write_trace says of the file it wrote
         self.journal: Callable[..., None] = lambda **more: None
 
-    def collect(self, saving: Saving) -> None:
+    def before(self, saving: Saving) -> None:
         """Held from here: a signal while the samplers stop and the traces are read lost them all."""
         from pcietrace.store import discard_on_error
 
@@ -373,7 +376,7 @@ class _AttachEnd:
             meta.update(kind="attach-failed", status="interrupted before the program ran")
         self.journal(whole=True)  # (killed while analysing or saving a long run: recovered whole)
 
-    def trace(self, saving: Saving) -> None:
+    def after(self, saving: Saving) -> None:
         """The Perfetto trace beside a saved attach run; one that cannot be written leaves the run saved, whole."""
         from pcietrace.errors import one_line
         from pcietrace.record.guard import say

@@ -83,15 +83,51 @@ def run_saved(complete: bool) -> str:
     return "the whole run (the signal came while saving)" if complete else "what was recorded (status: interrupted)"
 
 
+class SaveSteps:
+    """What a recorder does around its save, as methods a recorder overrides (attach: the samplers stopped and
+    the traces read before, the Perfetto trace after). Each is called with the :class:`Saving`."""
+
+    def before(self, saving: "Saving") -> None:
+        """Before the analysis and the save, with signals held."""
+
+    def after(self, saving: "Saving") -> None:
+        """After the save, with signals held."""
+
+    def saved_line(self, saving: "Saving") -> str:
+        """The line said once the run is saved."""
+        return f"saved to {saving.out_dir}"
+
+    def what(self, saving: "Saving") -> str:
+        """What a run interrupted by a signal saved (for :func:`interrupted_line`)."""
+        return run_saved(saving.session.meta.get("status") == "complete")
+
+
+class PartialRun(SaveSteps):
+    """`run`'s save: a run interrupted before it was analysed is said to be saved as a partial run."""
+
+    def saved_line(self, saving: "Saving") -> str:
+        return f"saved {'partial ' if saving.results is None else ''}run to {saving.out_dir}"
+
+
+class ReleaseFirst(SaveSteps):
+    """A save that first releases what the recording held (the latency suite's GPUs), with signals held."""
+
+    def __init__(self, release: Callable[[], None]) -> None:
+        self.release = release
+
+    def before(self, saving: "Saving") -> None:
+        self.release()
+
+
 class Saving:
     """A recording's way out, one home for every measuring command: a context manager around the recording.
 
     Entering installs :class:`Interrupts` (SIGTERM/SIGHUP stop it like Ctrl-C). Leaving, whatever happened:
     a :class:`KeyboardInterrupt` from the recording is kept in ``interrupted`` and swallowed (with
     ``partial_if_interrupted``, the default, the session's status becomes "interrupted" and it is not
-    analysed); then, with signals held (:meth:`Interrupts.finishing`), ``before()``, :func:`finish`
-    (``analyze()``, save, publish: ``results``, ``out_dir``) and ``after()``; a signal held meanwhile is kept
-    in ``interrupted`` once the run is saved; ``saved to DIR`` (``saved_line``) is said unless interrupted.
+    analysed); then, with signals held (:meth:`Interrupts.finishing`), ``steps.before``, :func:`finish`
+    (``analyze()``, save, publish: ``results``, ``out_dir``) and ``steps.after``; a signal held meanwhile is
+    kept in ``interrupted`` once the run is saved; ``steps.saved_line`` is said unless interrupted.
     Any other error still propagates after the save. Then :meth:`end` says the one interrupted line or
     renders, and gives the exit code::
 
@@ -101,22 +137,17 @@ class Saving:
         return saving.end(lambda results: render(session.meta, results))
 
     ``to_jsonable``: the results as saved in ``report.json`` (:func:`finish`); ``tell``: how the ``saved to``
-    line is said (both from the command: record/ imports neither analysis nor rich). The hooks are called
-    with this object: ``before``/``after`` (signals held), ``saved_line`` and ``what`` (what an interrupted
-    run saved; default :func:`run_saved` of the session's status).
+    line is said (both from the command: record/ imports neither analysis nor rich); ``steps``: the
+    recorder's :class:`SaveSteps` (default: nothing before or after, "saved to DIR").
     """
 
     def __init__(self, session: Any, folder: RunFolder | None, analyze: Callable[[], Any], *,
                  to_jsonable: Callable[[Any], Any], tell: Callable[[str], None],
-                 partial_if_interrupted: bool = True, before: Callable[["Saving"], None] | None = None,
-                 after: Callable[["Saving"], None] | None = None, saved_line: Callable[["Saving"], str] | None = None,
-                 what: Callable[["Saving"], str] | None = None) -> None:
+                 partial_if_interrupted: bool = True, steps: SaveSteps | None = None) -> None:
         self.session, self.folder, self.analyze = session, folder, analyze
         self.to_jsonable, self.tell = to_jsonable, tell
         self.partial_if_interrupted = partial_if_interrupted
-        self.before, self.after = before, after
-        self.saved_line = saved_line or (lambda s: f"saved to {s.out_dir}")
-        self.what = what or (lambda s: run_saved(s.session.meta.get("status") == "complete"))
+        self.steps = steps or SaveSteps()
         self.results: Any = None
         self.out_dir: Path | None = None
         self.interrupted: KeyboardInterrupt | None = None
@@ -141,18 +172,16 @@ class Saving:
         analysis error still saves (and publishes) the raw data."""
         try:
             with self._intr.finishing():
-                if self.before is not None:
-                    self.before(self)
+                self.steps.before(self)
                 self.results, self.out_dir = finish(self.session, self.folder, analyze or (lambda: None),
                                                     self.to_jsonable, self._say)
-                if self.after is not None:
-                    self.after(self)
+                self.steps.after(self)
         except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
             self.interrupted = self.interrupted or exc
         if self.out_dir is None and self.folder is not None:  # (a third signal after the run was published)
             self.out_dir = self.folder.published
         if self.out_dir is not None and self.interrupted is None:
-            self.tell(self.saved_line(self))
+            self.tell(self.steps.saved_line(self))
 
     def _say(self, line: str) -> None:
         self.save_error = line
@@ -162,7 +191,7 @@ class Saving:
         """Interrupted: the one line saying what was saved and where, and 128 + the signal. Else
         ``render(results)`` and ``rc`` (the recording's own exit code), but never 0 when the save failed."""
         if self.interrupted is not None:
-            say(interrupted_line(self.folder, self.out_dir, self.what(self)))
+            say(interrupted_line(self.folder, self.out_dir, self.steps.what(self)))
             return exit_code(self.interrupted)
         render(self.results)
         return rc if self.folder is None or self.out_dir is not None else rc or 2  # a failed save never reads as success

@@ -70,6 +70,16 @@ def _durations(obj: Any, name: str) -> None:
         raise ConfigError(name, f"takes durations of 0 or {MIN_US:g}..{MAX_US:g} us (got {v!r})")
 
 
+def _check_box(obj: Any) -> None:
+    """The GPUs a run or latency suite measures: ``gpu``'s form (whether those GPUs exist is known when they are
+    selected), a simulated box's size and seed."""
+    parse(obj.gpu)
+    _whole(obj, "gpus", 1, MAX_SIM_GPUS)
+    if obj.gpus != 1 and not obj.simulate:
+        raise ConfigError("gpus", NEEDS_SIMULATE)
+    _whole(obj, "seed", 0, 2**63 - 1)
+
+
 @dataclass(frozen=True)
 class Saved:
     """Where a recording is saved. ``output``: a new or empty folder, or a saved run with ``force``; None: a
@@ -111,11 +121,7 @@ class RunConfig(Saved):
 
     def __post_init__(self) -> None:
         self._check_saved()
-        parse(self.gpu)  # its form; whether those GPUs exist is known when they are selected
-        _whole(self, "gpus", 1, MAX_SIM_GPUS)
-        if self.gpus != 1 and not self.simulate:
-            raise ConfigError("gpus", NEEDS_SIMULATE)
-        _whole(self, "seed", 0, 2**63 - 1)
+        _check_box(self)
         if self.window_s is not None:
             _number(self, "window_s", 0.001, 3600)
         _durations(self, "durations_us")
@@ -155,11 +161,7 @@ class LatencyConfig(Saved):
 
     def __post_init__(self) -> None:
         self._check_saved()
-        parse(self.gpu)  # its form; whether those GPUs exist is known when they are selected
-        _whole(self, "gpus", 1, MAX_SIM_GPUS)
-        if self.gpus != 1 and not self.simulate:
-            raise ConfigError("gpus", NEEDS_SIMULATE)
-        _whole(self, "seed", 0, 2**63 - 1)
+        _check_box(self)
         _whole(self, "repeats", 3, 100_000)
 
 

@@ -93,7 +93,7 @@ static void atfork_register(void) { pthread_atfork(NULL, NULL, child_after_fork)
 /* ---- the trace file (pt_abi.h) ----
  * Sparse, and as large as PCIETRACE_TRACE_BYTES allows (64 GiB by default, halved until the file system takes it),
  * so that it grows with the run instead of filling up. Its space is allocated and its pages mapped a chunk ahead
- * of the writers (part_ready): a page first written through the mapping would trap into the kernel once per 4 kB,
+ * of the writers (part_grow): a page first written through the mapping would trap into the kernel once per 4 kB,
  * and a page the disk has no room for would kill the program with SIGBUS; allocated ahead, a full disk ends the
  * trace with a "tracefull" event instead. */
 enum { TRACE_MIN = 1 << 16, CHUNK = 4 << 20 };

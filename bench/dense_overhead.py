@@ -22,7 +22,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
+
+from pcietrace.analysis.spread import t975
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "tests" / "apps" / "dense_app.py"
@@ -50,7 +51,7 @@ def loop_s(attach: list[str] | None, calls: int, out: Path, timeout_s: float) ->
 def interval(ratios: list[float]) -> str:
     """The median slowdown, and the mean's 95 % interval over the pairs' log ratios."""
     logs = np.log(ratios)
-    half = stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
+    half = t975(len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
     lo, hi = np.expm1(logs.mean() - half), np.expm1(logs.mean() + half)
     return f"median {np.median(ratios) - 1:+.2%}, mean {np.expm1(logs.mean()):+.2%} (95 % interval {lo:+.2%} ... {hi:+.2%})"
 

@@ -17,10 +17,6 @@ from pcietrace.analysis.launch import DIRECTIONS
 from pcietrace.analysis.spread import t975
 from pcietrace.schema import COUNT_COLUMNS as COUNTS  # what each iteration counts (a plain tuple)
 
-def _t975(dof: int) -> float:
-    return float(t975(dof))
-
-
 #: Columns of :func:`summary`, in order.
 SUMMARY_COLUMNS = ["kernels", "strategy", "iterations", "wall_us_median", "wall_us_median_lo", "wall_us_median_hi",
                    "wall_us_mean", "wall_us_mean_lo", "wall_us_mean_hi", "speedup", "speedup_lo", "speedup_hi",
@@ -103,7 +99,7 @@ def summary(iters: pd.DataFrame, wb: pd.DataFrame, per_window: bool = False, see
             for d in DIRECTIONS:
                 v = r[f"{d}_bytes_per_iter"].to_numpy(float)
                 row[f"{d}_bytes_per_iter"] = float(v.mean()) if v.size else math.nan
-                row[f"{d}_ci95"] = (float(_t975(v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
+                row[f"{d}_ci95"] = (float(t975(v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
                                     if v.size > 1 else math.nan)
             built = g[g["instantiations"] > 0]
             row["build_us"] = float(built["prep_ns"].median()) / 1e3 if len(built) and s != "eager" else math.nan

@@ -264,7 +264,7 @@ class Recording:
 
         samples = self.sampler.stop()
         self.collected = True  # (after: a stop cut short by a signal is finished on leaving)
-        self._stop_syncing()  # (reading a trace cuts it to its lines)
+        self._stop_syncing()  # (the traces are read now: nothing more to write through)
         session.events = read_traces(self.trace_dir)
         session.meta["trace_bad"] = {"lines": session.events.attrs["bad_lines"], "files": session.events.attrs["bad_files"]}
         session.samples = merge_samples([samples, edge_samples(session.events)])

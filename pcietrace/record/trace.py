@@ -133,8 +133,6 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
     elif any(list(c) != list(parts[0]) for c in parts):  # traces of several versions: their columns differ
         out = pd.concat([pd.DataFrame(c) for c in parts], ignore_index=True)
         out = out.sort_values("t_ns", kind="stable").reset_index(drop=True)
-        if "devmask" in out.columns:
-            out["devmask"] = out["devmask"].astype(np.uint64)
     else:  # one column at a time, in time order (a long run's events: a copy of the whole frame less at a time)
         order = np.argsort(np.concatenate([c["t_ns"] for c in parts]), kind="stable")
         data = {}
@@ -143,8 +141,8 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
             data[name] = whole[order]
             del whole
         out = pd.DataFrame(data)
-        if "devmask" in out.columns:
-            out["devmask"] = out["devmask"].astype(np.uint64)
+    if parts and "devmask" in out.columns:  # (a text trace's, typed by its parser, may be int64)
+        out["devmask"] = out["devmask"].astype(np.uint64)
     out.attrs.update(bad_lines=bad_lines, bad_files=bad_files)
     return out
 

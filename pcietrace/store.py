@@ -313,16 +313,6 @@ def write_journal(staging: Path, doc: dict[str, Any]) -> None:
         _sync(folder)
 
 
-def sync_folder(folder: Path) -> None:
-    """Every file in ``folder``, and the folder itself (its entries), written through to the disk. Never fails."""
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return
-    for path in [*(Path(folder) / n for n in names), Path(folder)]:
-        _sync(path)
-
-
 def _sync(path: Path) -> None:
     """``path`` (a file, or a folder's entries) written through to the disk. Never fails."""
     try:

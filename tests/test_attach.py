@@ -517,6 +517,41 @@ def test_names_from_many_threads_come_back_whole_in_their_records(tmp_path) -> N
     assert ev.loc[ev["event"] == "mark", "message"].tolist() == ["y" * 1023]
 
 
+def test_event_times_are_the_samplers_clock_from_every_thread(tmp_path) -> None:
+    # the real injection library times its events by the TSC between CLOCK_MONOTONIC anchors once its clock is
+    # calibrated (10 ms after load): every event lands between the program's own clock reads around it, and a
+    # thread's events never go back; 4 threads write ~60 MB (more than the grower keeps ready ahead of them)
+    import os
+    import subprocess
+    import sys
+
+    from pcietrace.record.trace import injection_library
+
+    pytest.importorskip("nvtx")
+    prog = ("import nvtx, threading, time, json, sys\n"
+            "out = []\n"
+            "def work(k):\n"
+            "    name = 'x' * 200\n"
+            "    for i in range(60000):\n"
+            "        a = time.monotonic_ns(); nvtx.push_range(name); b = time.monotonic_ns(); nvtx.pop_range()\n"
+            "        if i % 997 == 0: out.append((threading.get_native_id(), i, a, b))\n"
+            "time.sleep(0.02)\n"
+            "ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\n"
+            "json.dump(out, sys.stdout)\n")
+    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=120, capture_output=True, text=True)
+    ev = read_traces(tmp_path)
+    push = ev[ev["event"] == "push"]
+    assert len(push) == 240_000 and ev.attrs["bad_lines"] == 0
+    edges = ev[ev["event"].isin(["push", "pop"])]  # (in time order: a thread's clock going back would swap a pair)
+    assert (edges.groupby("tid")["event"].agg(lambda e: "".join(e.str[1])) == "uo" * 60000).all()
+    nth = push.groupby("tid").cumcount()
+    at = push.assign(i=nth.to_numpy()).set_index(["tid", "i"])["t_ns"]
+    for tid, i, a, b in json.loads(proc.stdout):
+        assert a - 1_000 <= at[(tid, i)] <= b + 1_000, (tid, i, a, at[(tid, i)], b)
+
+
 def test_a_record_cut_short_by_a_killed_process_is_left_out_and_counted(tmp_path) -> None:
     # records from the real injection library (nvtx drives it); one of them never committed, as a process killed
     # while copying it into its trace leaves it (CONSTRUCTED cut: its commit byte cleared)

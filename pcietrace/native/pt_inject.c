@@ -33,8 +33,9 @@
  * push/pop/start/end bumps a shared 32-bit sequence number (PT_EDGE_SEQ); a range that opens while none is open
  * (and any edge of a domain that does not hold the fast rate) also wakes the sampler processes waiting on it (a
  * shared futex), so they read the counters right after it; nested and closing edges wake nobody (see
- * edge_signal). PT_EDGE_OPEN_RANGES counts the ranges open right now over every traced process and thread
- * (raised at push/start, lowered at pop/end, before the wake-up), so the samplers read fast only while one is
+ * edge_signal). PT_EDGE_OPEN_RANGES counts the threads with a push range open and the start ranges open, right now
+ * over every traced process (raised at push/start, lowered at pop/end, before the wake-up; a nested push or pop
+ * touches no shared word), so the samplers read fast only while one is
  * open; PT_EDGE_COUNTING says this library keeps that count (set when it maps the page), so that an older
  * library, which does not, never makes the samplers slow down inside ranges.
  * With PCIETRACE_EXACT_EDGES=1 the library also reads the counters itself through NVML at every edge (a "ctr"
@@ -46,6 +47,8 @@
 #include "pt_inject.h"
 
 #include <errno.h>
+#include <linux/futex.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 
@@ -61,6 +64,9 @@ static uint64_t g_file_bytes;                /* its size */
 static atomic_int g_open_failed;             /* no trace could be made: not tried again at every event */
 static pthread_mutex_t g_grow_lock = PTHREAD_MUTEX_INITIALIZER;  /* one writer allocates at a time */
 static atomic_int g_full;                    /* an event did not fit: the "tracefull" event was written */
+static _Atomic uint32_t g_grow_seq;         /* bumped to wake the grower (a futex word) */
+static atomic_int g_grow_asked;              /* a wake-up is pending: later writers need not ask again */
+static atomic_int g_grower_on;               /* the grower runs (else the writers grow the parts themselves) */
 atomic_ulong g_eager, g_graph, g_captured, g_range_id;
 static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
 __thread unsigned long t_eager, t_graph, t_captured;
@@ -82,6 +88,8 @@ static void child_after_fork(void)
     g_fd = -1;  /* (the parent's descriptor stays open here: harmless, and the parent's to close) */
     atomic_store(&g_open_failed, 0);
     atomic_store(&g_full, 0);
+    atomic_store(&g_grower_on, 0);  /* (threads do not survive fork: the child's trace starts its own) */
+    atomic_store(&g_grow_asked, 0);
     pthread_mutex_init(&g_grow_lock, NULL);  /* a parent's thread may have held it at fork() */
     atomic_store(&g_eager, 0); atomic_store(&g_graph, 0); atomic_store(&g_captured, 0); atomic_store(&g_announced, 0);
     edges_after_fork();
@@ -95,8 +103,12 @@ static void atfork_register(void) { pthread_atfork(NULL, NULL, child_after_fork)
  * so that it grows with the run instead of filling up. Its space is allocated and its pages mapped a chunk ahead
  * of the writers (part_grow): a page first written through the mapping would trap into the kernel once per 4 kB,
  * and a page the disk has no room for would kill the program with SIGBUS; allocated ahead, a full disk ends the
- * trace with a "tracefull" event instead. */
-enum { TRACE_MIN = 1 << 16, CHUNK = 4 << 20 };
+ * trace with a "tracefull" event instead. A thread of the library's own (the grower) does that AHEAD of the writers,
+ * so the program's threads do not: allocating and zeroing fresh page-cache pages was ~2/3 of an edge's cost at
+ * emit_nvtx density (perf, 2026-11-27), paid in the program's thread once every ~10 edges. A writer that comes
+ * within AHEAD/2 of the ready end wakes it; one that comes within a CHUNK (the grower behind, or none) grows the
+ * part itself. */
+enum { TRACE_MIN = 1 << 16, CHUNK = 4 << 20, AHEAD = 8 * CHUNK };
 struct part { uint64_t at, cap, reserve; _Atomic uint64_t ready; _Atomic uint64_t *taken; };
 static struct part g_events, g_strings;
 
@@ -121,13 +133,60 @@ static int part_grow(char *buf, struct part *p, uint64_t want)
 
 /* ``n`` bytes of a part for one event: their offset, or -1 where the part (or the disk) is full. The space past
  * the writers is allocated by whichever writer comes within a chunk of its end. */
+static void grower_wake(void)
+{
+    if (atomic_exchange_explicit(&g_grow_asked, 1, memory_order_relaxed)) return;
+    atomic_fetch_add_explicit(&g_grow_seq, 1, memory_order_release);
+    syscall(SYS_futex, (void *)&g_grow_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
 static int64_t part_take(char *buf, struct part *p, uint64_t n)
 {
     uint64_t at = atomic_fetch_add_explicit(p->taken, n, memory_order_relaxed);
     if (at + n > p->cap - p->reserve) return -1;
-    if (at + n + CHUNK > atomic_load_explicit(&p->ready, memory_order_acquire)
-        && !part_grow(buf, p, at + n) && at + n > atomic_load(&p->ready)) return -1;
+    uint64_t ready = atomic_load_explicit(&p->ready, memory_order_acquire);
+    if (__builtin_expect(at + n + AHEAD / 2 > ready, 0) && atomic_load_explicit(&g_grower_on, memory_order_relaxed))
+        grower_wake();
+    if (at + n + CHUNK > ready && !part_grow(buf, p, at + n) && at + n > atomic_load(&p->ready)) return -1;
     return (int64_t)at;
+}
+
+/* The grower: keeps both parts allocated and mapped AHEAD past what the writers took, woken by them (or every
+ * 100 ms). Its own thread, every signal blocked there: the program's handlers run on the program's threads. */
+static void *grower(void *arg)
+{
+    char *buf = arg;
+    const struct timespec every = {0, 100000000};
+    for (;;) {
+        uint32_t seen = atomic_load_explicit(&g_grow_seq, memory_order_acquire);
+        atomic_store_explicit(&g_grow_asked, 0, memory_order_relaxed);
+        struct part *parts[2] = {&g_events, &g_strings};
+        for (int i = 0; i < 2; ++i) {
+            uint64_t want = atomic_load_explicit(parts[i]->taken, memory_order_relaxed) + AHEAD;
+            if (want > atomic_load(&parts[i]->ready) && atomic_load(&parts[i]->ready) < parts[i]->cap)
+                part_grow(buf, parts[i], want - CHUNK);
+        }
+        syscall(SYS_futex, (void *)&g_grow_seq, FUTEX_WAIT_PRIVATE, seen, &every, NULL, 0);
+    }
+    return NULL;
+}
+
+static void grower_start(char *buf)
+{
+    sigset_t all, was;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &was);
+    pthread_attr_t attr;
+    pthread_t th;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 << 10);
+    if (pthread_create(&th, &attr, grower, buf) == 0) {
+        pthread_setname_np(th, "pcietrace-grow");
+        atomic_store(&g_grower_on, 1);
+    }
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &was, NULL);
 }
 
 /* The trace's mapping, opened by the first event of the process (NULL: no trace, or another copy writes it). */
@@ -168,6 +227,7 @@ static char *trace_open(void)
             part_grow(buf, &g_events, 0);
             part_grow(buf, &g_strings, 0);
             atomic_store_explicit(&g_buf, buf, memory_order_release);
+            grower_start(buf);
         } else {
             if (m != MAP_FAILED) munmap(m, want);
             if (fd >= 0) close(fd);
@@ -310,9 +370,46 @@ void emit_line(unsigned long long t_ns, const char *event, const char *domain, u
               t_ns, full, sizeof full - 1, "default", 7, g_file_bytes, dev, 0, lost, sizeof lost - 1);
 }
 
+/* ---- the events' clock ----
+ * CLOCK_MONOTONIC (the samplers' clock), read cheaply: once the call clock runs on the TSC, a thread reads
+ * CLOCK_MONOTONIC once per ANCHOR_NS and extrapolates by the TSC in between (rdtsc ~13 ns against ~34 for a
+ * clock_gettime on the lent VMs: at emit_nvtx density, ~230,000 edges a second, the difference is ~0.5 % of the
+ * program's time). Off by the ratio's error (~1e-6) plus NTP's slewing (at most 500 ppm) over one anchor: < 0.5 us.
+ * A thread's events never go back in time (a new anchor may land a little behind the extrapolation). Where no
+ * launch has started the call clock yet, the first event 10 ms after load does (no wait then). */
+enum { ANCHOR_NS = 1000000 };
+static __thread unsigned long long t_anchor_ns, t_anchor_tsc, t_last_ns;
+static atomic_int g_clock_asked;
+
+static unsigned long long event_ns(void)
+{
+#if defined(__x86_64__)
+    if (atomic_load_explicit(&g_ticks_tsc, memory_order_acquire)) {
+        unsigned long long tsc = __rdtsc(), ns;
+        double r = atomic_load_explicit(&g_ns_per_tick, memory_order_relaxed);
+        double since = (double)(tsc - t_anchor_tsc) * r;
+        if (t_anchor_tsc && tsc >= t_anchor_tsc && since < ANCHOR_NS) {
+            ns = t_anchor_ns + (unsigned long long)since;
+        } else {
+            unsigned long long a = __rdtsc();
+            ns = mono_ns();
+            t_anchor_tsc = a + (__rdtsc() - a) / 2;
+            t_anchor_ns = ns;
+        }
+        if (ns < t_last_ns) ns = t_last_ns;
+        return t_last_ns = ns;
+    }
+#endif
+    unsigned long long ns = mono_ns();
+    if (ns - g_loaded.ns >= CALIBRATE_NS && !atomic_load_explicit(&g_clock_asked, memory_order_relaxed)
+        && !atomic_exchange(&g_clock_asked, 1))  /* (once: call_clock_init's own event comes back here) */
+        pthread_once(&g_call_clock_once, call_clock_init);
+    return ns;
+}
+
 void emit(const char *event, const char *domain, unsigned long long id, const char *message)
 {
-    emit_line(mono_ns(), event, domain, id, message, current_device(0));
+    emit_line(event_ns(), event, domain, id, message, current_device(0));
 }
 
 

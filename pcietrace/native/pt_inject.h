@@ -80,12 +80,14 @@ void edges_open(void);
 void edges_after_fork(void);
 void open_ranges_exit(void);
 int holds_fast(const char *domain);
+int nested_push(void);                        /* inside the thread's counted range: counted here alone */
+int nested_pop(void);
 int open_push(void);
 void close_pop(void);
 int open_start(unsigned long long id);
 void close_end(unsigned long long id);
 void edge_signal(int wake);
-void edge_open_range(void);
+void edge_read(void);
 void edge_close_range(int wake);
 
 /* ---- pt_inject_launch.c ---- */

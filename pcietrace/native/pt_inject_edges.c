@@ -43,7 +43,7 @@ void edge_signal(int wake)
 
 /* ---- ranges open now (PT_EDGE_OPEN_RANGES of the edge page) ----
  * Only ranges this process counted are uncounted: a pop is counted only where the thread's own counted depth
- * is above 0, an end only for an id whose start was counted (kept in a small table; a start that finds the
+ * falls to 0, an end only for an id whose start was counted (kept in a small table; a start that finds the
  * table full is simply not counted, and neither is its end). The shared word is lowered with a CAS loop that
  * stops at 0, so even a range counted by a parent before fork() and closed in both processes cannot drive it
  * negative. Ranges still open when the process exits normally are uncounted then (at_exit); one killed
@@ -101,7 +101,17 @@ static const char *g_slow_domains;
 static pthread_once_t g_slow_once = PTHREAD_ONCE_INIT;
 static void slow_domains_read(void) { g_slow_domains = getenv("PCIETRACE_SLOW_DOMAINS"); }
 
+static __thread const char *t_fast_domain;  /* the thread's last domain and its answer (a handle's name does not move) */
+static __thread int t_fast = -1;
+
+static int holds_fast_(const char *domain);
 int holds_fast(const char *domain)
+{
+    if (t_fast < 0 || domain != t_fast_domain) { t_fast = holds_fast_(domain); t_fast_domain = domain; }
+    return t_fast;
+}
+
+static int holds_fast_(const char *domain)
 {
     pthread_once(&g_slow_once, slow_domains_read);
     const char *list = g_slow_domains;
@@ -116,8 +126,13 @@ int holds_fast(const char *domain)
     return 1;
 }
 
-int open_push(void) { ++t_counted; return open_ranges_add(); }
-void close_pop(void) { if (t_counted > 0) { --t_counted; open_ranges_sub(); } }
+/* A thread's push ranges count once in the shared word, for as long as its outermost counted one is open: the
+ * samplers only ask whether any range is open, and a nested edge (most of them at emit_nvtx density) then costs
+ * no locked instruction on the shared page. */
+int nested_push(void) { if (!t_counted) return 0; ++t_counted; return 1; }
+int nested_pop(void) { if (t_counted < 2) return 0; --t_counted; return 1; }
+int open_push(void) { return t_counted++ ? 0 : open_ranges_add(); }
+void close_pop(void) { if (t_counted > 0 && !--t_counted) open_ranges_sub(); }
 
 int open_start(unsigned long long id)
 {
@@ -221,7 +236,8 @@ static void exact_read(void)
     }
 }
 
-void edge_open_range(void) { exact_read(); }
+/* The library's own counter read at an edge (exact edges only), before a push and after a pop */
+void edge_read(void) { exact_read(); }
 /* (exact edges: the library's own read first, then the samplers', rather than both at once); a closing edge
  * wakes only where its domain does not hold the fast rate (a sampler at the fast rate reads on its own) */
 void edge_close_range(int wake) { exact_read(); edge_signal(wake); }

@@ -50,9 +50,26 @@ static const char *message_of(const EventAttributes *a, char *tmp, size_t tmpsiz
     }
 }
 
-static int push_(const char *domain, const char *msg) { edge_open_range(); emit("push", domain, 0, msg); edge_signal(holds_fast(domain) ? open_push() : 1); return t_depth++; }
-static int pop_(const char *domain) { if (t_depth > 0) --t_depth; emit("pop", domain, 0, ""); int fast = holds_fast(domain); if (fast) close_pop(); edge_close_range(!fast); return t_depth; }
-static uint64_t start_(const char *domain, const char *msg) { unsigned long long id = atomic_fetch_add(&g_range_id, 1) + 1; edge_open_range(); emit("start", domain, id, msg); edge_signal(holds_fast(domain) ? open_start(id) : 1); return id; }
+/* A push or pop nested in the thread's own counted range changes nothing the samplers look at: no shared word */
+static int push_(const char *domain, const char *msg)
+{
+    edge_read();
+    emit("push", domain, 0, msg);
+    int fast = holds_fast(domain);
+    if (!(fast && nested_push())) edge_signal(fast ? open_push() : 1);
+    return t_depth++;
+}
+static int pop_(const char *domain)
+{
+    if (t_depth > 0) --t_depth;
+    emit("pop", domain, 0, "");
+    int fast = holds_fast(domain);
+    if (fast && nested_pop()) { edge_read(); return t_depth; }
+    if (fast) close_pop();
+    edge_close_range(!fast);
+    return t_depth;
+}
+static uint64_t start_(const char *domain, const char *msg) { unsigned long long id = atomic_fetch_add(&g_range_id, 1) + 1; edge_read(); emit("start", domain, id, msg); edge_signal(holds_fast(domain) ? open_start(id) : 1); return id; }
 static void end_(const char *domain, uint64_t id) { emit("end", domain, id, ""); close_end(id); edge_close_range(!holds_fast(domain)); }
 
 static int RangePushA(const char *m) { return push_(NULL, m); }

@@ -235,13 +235,13 @@ class Recording:
             self._syncer.start()
 
     def _sync_traces(self) -> None:
-        """(A thread, with a scratch folder.) The traces written through to the disk every flush period, as the
-        samples are: the library writes them through a shared mapping, whose pages a power cut would lose."""
+        """(A thread, with a scratch folder.) The traces handed to the disk every flush period, as the samples
+        are: the library writes them through a shared mapping, whose pages a power cut would lose."""
         from pcietrace.collectors.sampler import FLUSH_S
-        from pcietrace.store import sync_folder
+        from pcietrace.record.trace import write_through
 
         while not self._syncing.wait(FLUSH_S):
-            sync_folder(self.trace_dir)
+            write_through(self.trace_dir)
 
     def _stop_syncing(self) -> None:
         if self._syncer is not None:

@@ -502,6 +502,9 @@ def _main(argv: list[str] | None, command: str | None) -> int:
         return _interrupted(exc, command)
     except BrokenPipeError:
         return 1
+    except MemoryError:  # (outside the analysis, which says what was saved: a format, a plot)
+        print("pcietrace: error: out of memory", file=sys.stderr)
+        return 2
     except OSError as exc:  # stdout on a full disk or a gone terminal (files we open raise PcietraceErrors)
         _drop_stdout()
         print(f"pcietrace: error: {clean(one_line(exc))}", file=sys.stderr)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from pcietrace.errors import UsageError
+from pcietrace.errors import OutOfMemory, UsageError
 
 if TYPE_CHECKING:
     from pcietrace.config import AttachConfig, GraphsConfig, LatencyConfig, RunConfig
@@ -131,7 +131,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     if is_merged(args.path):
         return _report_merged(args)
     session = Session.load(args.path)
-    results = analyze(session, args.us_per_level, args.group_by)
+    try:
+        results = analyze(session, args.us_per_level, args.group_by)
+    except MemoryError:
+        raise OutOfMemory(f"out of memory analysing {args.path} ({len(session.samples):,} counter samples, "
+                          f"{len(session.events):,} events): report it on a machine with more memory") from None
     if args.instances is not None:
         from pcietrace.session import write_instances
 

@@ -57,6 +57,11 @@ class DataError(PcietraceError):
     modes, positive windows): refusing beats printing wrong figures."""
 
 
+class OutOfMemory(PcietraceError):
+    """The analysis (or a format) needed more memory than the machine gave it; the message says what was
+    saved and how to report it elsewhere."""
+
+
 def one_line(exc: BaseException, limit: int = 200) -> str:
     """An exception's message on one line, shortened to ``limit`` characters (for the one-line errors)."""
     text = " ".join(str(exc).split())

@@ -939,6 +939,30 @@ def test_a_perfetto_trace_out_of_memory_is_one_line_and_the_run_stays_saved(atta
     assert Session.load(out).meta["status"] == "complete"
 
 
+def test_an_analysis_out_of_memory_is_one_line_naming_the_saved_recording(attach_stand_ins, monkeypatch, tmp_path,
+                                                                          capsys) -> None:
+    """A long run whose analysis runs out of memory: attach saves the recording all the same and says in one
+    line where, and how to report it; `report` of it then says the same in one line. SIMULATED stand-in GPU."""
+    from pcietrace.analysis.kinds import attach as kind
+    from pcietrace.cli import main
+    from pcietrace.session import Session
+
+    def no_memory(*_a, **_k) -> None:
+        raise MemoryError()
+
+    monkeypatch.setattr(kind, "attribute", no_memory)
+    out = tmp_path / "rec"
+    assert main(_attach_argv(out)) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+        f"pcietrace: error: out of memory analysing the run; the recording is saved to {out}: "
+        f"`pcietrace report {out}` on a machine with more memory")
+    assert len(Session.load(out).samples)  # the raw recording, kept
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"pcietrace: error: out of memory analysing {out} (")
+
+
 def test_the_perfetto_trace_is_bounded(data_dir, tmp_path) -> None:
     """However long the run: each counter track at most ``max_points`` points, at most ``max_ranges`` ranges,
     outermost first, and the file says how many of how many."""

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from pcietrace.errors import one_line
+from pcietrace.errors import OutOfMemory, one_line
 from pcietrace.signals import Interrupts, Terminated, critical, exit_code  # noqa: F401  (the commands' names)
 from pcietrace.store import (RunFolder, default_folder, discard_on_error, is_run,  # noqa: F401  (the same)
                              sweep_leftovers)
@@ -30,10 +30,12 @@ def finish(session: Any, folder: RunFolder | None, analyze: Callable[[], Any], t
     raw data are saved and published before its error propagates; a save that fails is one line through
     ``say`` and the results are returned all the same; nothing half-written is left behind, but for a streamed
     recording whose save a signal cut short: it stays to be recovered (``folder.left``)."""
-    where, results, cut = None, None, False
+    where, results, cut, short = None, None, False, False
     try:
         try:
             results = analyze()
+        except MemoryError:  # the recording is saved all the same (below), and said in one line, not a traceback
+            short = True
         finally:
             if folder is not None:
                 where = _save(session, folder, results, to_jsonable, say)
@@ -46,6 +48,10 @@ def finish(session: Any, folder: RunFolder | None, analyze: Callable[[], Any], t
                 folder.leave()  # (a long recording given up on while saving: `report` makes a run of it later)
             else:
                 folder.discard()  # a half-written staging folder never stays behind
+    if short:
+        saved = f"the recording is saved to {where}: `pcietrace report {where}` on a machine with more memory" \
+            if where is not None else "nothing saved"
+        raise OutOfMemory(f"out of memory analysing the run; {saved}")
     return results, where
 
 

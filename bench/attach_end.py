@@ -2,7 +2,7 @@
 the streamed samples, analyse, save, write the Perfetto trace, print the report. Goal: within 30 s and < 2 GB
 for a torchrun job of 4 ranks x ~860,000 ranges and 150 s of samples at ~1.7 kHz per GPU.
 
-The recording is made by bench/long_run.py's synthesiser; its events are written back as trace files (one per
+The recording is made by bench/long_run.py's synthesiser; its events are written back as binary trace files (one per
 process, as the injection library writes them) and its samples as the samplers' stream, so every step reads
 what it reads after a real run. Each step's wall and CPU seconds and the resident memory after it are printed,
 with the peak.
@@ -41,15 +41,35 @@ def _cpu_s() -> float:
 
 
 def write_traces(events, trace_dir: Path) -> None:
-    """``events`` (a saved attach run's) as the injection library's trace files, one per process."""
-    from pcietrace.record.trace import EVENT_COLUMNS, TRACE_MAGIC, TRACE_COLUMNS
+    """``events`` (a saved attach run's) as the injection library writes them: one binary trace per process
+    (pcietrace/native/pt_abi.h), every record committed."""
+    import numpy as np
 
-    version = max(TRACE_COLUMNS)
-    cols = [c for c in EVENT_COLUMNS if c in events.columns]
+    from pcietrace.record.trace import EVENT_DTYPE, HEADER_DTYPE, TRACE_MAGIC, TRACE_RESERVE_BYTES, TRACE_VERSION
+
+    header_bytes, size = 4096, EVENT_DTYPE.itemsize  # (PT_TRACE_HEADER_BYTES)
     for pid, g in events.groupby("pid", sort=False):
-        with open(trace_dir / f"trace-{pid}.tsv", "wb") as f:
-            f.write(TRACE_MAGIC + b" %d\n" % version)
-            g[cols].to_csv(f, sep="\t", header=False, index=False, lineterminator="\n")
+        text = {c: g[c].astype(str).str.encode("utf-8") for c in ("event", "domain", "message")}
+        lens = {c: text[c].str.len().to_numpy(np.int64) for c in text}
+        blob = b"".join((text["event"] + text["domain"] + text["message"]).tolist())
+        rec = np.zeros(len(g), EVENT_DTYPE)
+        for c in EVENT_DTYPE.names:
+            if c in g.columns:
+                rec[c] = g[c].to_numpy()
+        rec["event_bytes"], rec["domain_bytes"], rec["message_bytes"] = lens["event"], lens["domain"], lens["message"]
+        total = lens["event"] + lens["domain"] + lens["message"]
+        rec["str_at"] = np.concatenate([[0], np.cumsum(total)[:-1]])
+        rec["commit"] = 1
+        ev_cap = (len(g) + 1) * size  # (+ the slot kept for a "tracefull" event)
+        h = np.zeros(1, HEADER_DTYPE)
+        h["line"] = b"%s %d\n" % (TRACE_MAGIC, TRACE_VERSION)
+        h["events_at"], h["events_cap"] = header_bytes, ev_cap
+        h["strings_at"], h["strings_cap"] = header_bytes + ev_cap, len(blob) + TRACE_RESERVE_BYTES
+        h["events_taken"], h["strings_taken"] = len(g) * size, len(blob)
+        with open(trace_dir / f"trace-{pid}.bin", "wb") as f:
+            f.write(h.tobytes().ljust(header_bytes, b"\0"))
+            f.write(rec.tobytes() + bytes(size))
+            f.write(blob + bytes(TRACE_RESERVE_BYTES))
 
 
 def steps(folder: Path) -> None:

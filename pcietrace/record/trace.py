@@ -173,20 +173,42 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
     if not parts:
         out = pd.DataFrame(columns=EVENT_COLUMNS + ["pid"])
     elif any(list(c) != list(parts[0]) for c in parts):  # traces of several versions: their columns differ
-        out = pd.concat([pd.DataFrame(c) for c in parts], ignore_index=True)
+        out = pd.concat([pd.DataFrame({k: v.to_numpy(zero_copy_only=False) if hasattr(v, "to_numpy") else v
+                                       for k, v in c.items()}) for c in parts], ignore_index=True)
         out = out.sort_values("t_ns", kind="stable").reset_index(drop=True)
     else:  # one column at a time, in time order (a long run's events: a copy of the whole frame less at a time)
+        import pyarrow as pa
+
         order = np.argsort(np.concatenate([c["t_ns"] for c in parts]), kind="stable")
         data = {}
         for name in list(parts[0]):
-            whole = np.concatenate([c.pop(name) for c in parts])
-            data[name] = whole[order]
-            del whole
-        out = pd.DataFrame(data)
+            chunks = [c.pop(name) for c in parts]
+            if name in TEXT_COLUMNS:
+                data[name] = _strings_in_order(chunks, order)
+            else:
+                data[name] = np.concatenate(chunks)[order]
+            del chunks
+        # columns as they are, none copied into a block of all (pandas' own constructor stacked every integer
+        # column into one 2-D block: a second copy of the events at the peak)
+        out = pa.table(data).to_pandas(split_blocks=True, self_destruct=True)
+        del data
     if parts and "devmask" in out.columns:  # (a text trace's, typed by its parser, may be int64)
         out["devmask"] = out["devmask"].astype(np.uint64)
     out.attrs.update(bad_lines=bad_lines, bad_files=bad_files)
     return out
+
+
+def _strings_in_order(chunks: list, order: np.ndarray) -> "pa.Array":
+    """One text column of every file (a binary trace's: an Arrow dictionary array; a text trace's: str objects)
+    as one Arrow string array, in ``order``: binary traces' strings are written out once, in the end's order."""
+    import pyarrow as pa
+
+    if all(isinstance(x, pa.DictionaryArray) for x in chunks):
+        unified = pa.chunked_array(chunks).unify_dictionaries().chunks
+        codes = pa.concat_arrays([x.indices.cast(pa.int64()) for x in unified]).take(order)
+        return unified[0].dictionary.take(codes)
+    return pa.concat_arrays([x.dictionary.take(x.indices) if isinstance(x, pa.DictionaryArray) else
+                             pa.array(x, pa.large_string()) for x in chunks]).take(order)
 
 
 def _read_binary(f: Path) -> tuple[dict[str, np.ndarray], int]:
@@ -235,7 +257,7 @@ def _read_binary(f: Path) -> tuple[dict[str, np.ndarray], int]:
 
 
 def _binary_strings(mm: mmap.mmap, str_at: int, rec: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The event, domain and message of each record (object arrays of str), cut from the strings part in one
+    """The event, domain and message of each record (Arrow dictionary arrays), cut from the strings part in one
     pass: the records' strings, in the order they lie, are the elements of one Arrow binary array (event,
     domain, message, then the gap to the next record's), taken back into the records' order."""
     import pyarrow as pa
@@ -243,7 +265,7 @@ def _binary_strings(mm: mmap.mmap, str_at: int, rec: dict[str, np.ndarray]) -> d
 
     n = len(rec["str_at"])
     if not n:
-        return {c: np.array([], object) for c in TEXT_COLUMNS}
+        return {c: pa.array([], pa.large_string()).dictionary_encode() for c in TEXT_COLUMNS}
     start = rec["str_at"].astype(np.int64)
     order = np.argsort(start, kind="stable")
     s, el, dl, ml = (start[order], rec["event_bytes"][order].astype(np.int64), rec["domain_bytes"][order].astype(np.int64),
@@ -257,8 +279,7 @@ def _binary_strings(mm: mmap.mmap, str_at: int, rec: dict[str, np.ndarray]) -> d
     rank[order] = np.arange(n)
     out = {}
     for k, c in enumerate(TEXT_COLUMNS):  # (event, domain, message: their order in the strings part)
-        # each distinct string decoded once, and one Python object shared by every record that holds it (a
-        # training loop's million ranges hold a few dozen names)
+        # each distinct string decoded and cleaned once (a training loop's million ranges hold a few dozen names)
         enc = whole.take(pa.array(4 * rank + k)).dictionary_encode()
         names = enc.dictionary
         try:
@@ -267,7 +288,7 @@ def _binary_strings(mm: mmap.mmap, str_at: int, rec: dict[str, np.ndarray]) -> d
             names = pa.array([b.decode("utf-8", "replace") for b in names.to_pylist()], pa.large_string())
         # a tab or newline in a name becomes a space, so that it prints on one line (as text traces had it)
         names = pc.replace_substring_regex(names, "[\t\n]", " ")
-        out[c] = np.asarray(names.to_pylist(), dtype=object)[enc.indices.to_numpy()]
+        out[c] = pa.DictionaryArray.from_arrays(enc.indices, names)
         del enc, names
     del whole, data
     return out

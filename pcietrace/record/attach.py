@@ -176,13 +176,17 @@ def processes(events: pd.DataFrame, launch_counter: str = "interpose") -> list[d
     "none": not at all), its ranges, the PCI bus ids of the CUDA devices it used, and whether its trace file
     filled up (later events lost)."""
     out = []
-    for pid, g in events.groupby("pid"):
-        cupti = g[g["event"].isin(["cupti", "interpose"])]["message"].tolist()
+    kind = events["event"]
+    ranges = events.loc[kind.isin(["push", "start"]), "pid"].value_counts()
+    # (the few rows these need, not a copy of each process's events: a long run's are gigabytes)
+    said = events.loc[kind.isin(["cupti", "interpose", "nvtx", "cudevice", TRACE_FULL]), ["pid", "event", "message"]]
+    for pid in sorted(events["pid"].unique()):
+        g = said[said["pid"] == pid]
+        cupti = g.loc[g["event"].isin(["cupti", "interpose"]), "message"].tolist()
         how = ("off (--no-count-launches)" if launch_counter == NO_LAUNCH_COUNTER else
                cupti[-1] if cupti else "not loaded (process made no CUDA driver call)")
         out.append({"pid": int(pid), "nvtx": bool((g["event"] == "nvtx").any()), "cupti": how,
-                    "ranges": int(g["event"].isin(["push", "start"]).sum()),
-                    "devices": sorted(set(g.loc[g["event"] == "cudevice", "message"])),
+                    "ranges": int(ranges.get(pid, 0)), "devices": sorted(set(g.loc[g["event"] == "cudevice", "message"])),
                     "trace_full": bool((g["event"] == TRACE_FULL).any())})
     return out
 

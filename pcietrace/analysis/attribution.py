@@ -759,7 +759,8 @@ def launch_rate(events: pd.DataFrame, bin_ns: int = 1_000_000) -> pd.DataFrame:
     """Launches per ms per process over time (for timelines): ``pid``, ``t_ns`` (bin start), ``eager_per_ms``,
     ``graph_per_ms`` (from the process-wide launch counters carried by every event, interpolated at bin edges)."""
     parts = []
-    for pid, g in events.groupby("pid") if len(events) else []:
+    needed = events[["pid", "t_ns", "eager_process", "graph_process"]] if len(events) else events  # (not every column)
+    for pid, g in needed.groupby("pid") if len(events) else []:
         t = g["t_ns"].to_numpy(np.int64)
         if t.size < 2 or t[-1] - t[0] < bin_ns:
             continue

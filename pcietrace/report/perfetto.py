@@ -57,28 +57,60 @@ def _t0(rates: pd.DataFrame, ranges: pd.DataFrame) -> int:
     return min((int(df[c].min()) for df, c in ((rates, "t_ns"), (ranges, "t_start_ns")) if len(df)), default=0)
 
 
-def _text(values: pd.Series) -> np.ndarray:
+def _text(values: pd.Series) -> "pa.Array":
     """Each value as JSON text (``str(value)`` quoted and escaped as :func:`json.dumps` writes it), each distinct
     value encoded once (the categories of a categorical column)."""
+    import pyarrow as pa
+
     if isinstance(values.dtype, pd.CategoricalDtype):
-        codes = values.cat.codes.to_numpy()
-        text = np.array([json.dumps(str(v)) for v in values.cat.categories] + [json.dumps(str(np.nan))], object)
-        return text[codes]  # (code -1, no value: the last, "nan" as str() writes it)
+        codes = values.cat.codes.to_numpy().astype(np.int64)
+        text = [json.dumps(str(v)) for v in values.cat.categories] + [json.dumps(str(np.nan))]
+        return pa.array(text, pa.large_string()).take(np.where(codes < 0, len(text) - 1, codes))  # (-1: no value)
     codes, uniques = pd.factorize(values.to_numpy(object), use_na_sentinel=False)
-    return np.array([json.dumps(str(v)) for v in uniques], object)[codes]
+    return pa.array([json.dumps(str(v)) for v in uniques], pa.large_string()).take(codes)
 
 
-def _counts(values: Any, n: int) -> np.ndarray:
+def _s(text: str) -> "pa.Scalar":
+    """A literal of the lines (Arrow's element-wise join takes one string type throughout)."""
+    import pyarrow as pa
+
+    return pa.scalar(text, pa.large_string())
+
+
+def _whole(values: np.ndarray, missing: np.ndarray | None = None) -> "pa.Array":
+    """Integers as JSON text; ``null`` where ``missing``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = pc.cast(pa.array(values, pa.int64()), pa.large_string())
+    return text if missing is None or not missing.any() else pc.if_else(pa.array(missing), _s("null"), text)
+
+
+def _micros(ns: np.ndarray) -> "pa.Array":
+    """Nanoseconds as microseconds' JSON text, to the nanosecond ("12.345", "-0.005", "7.000")."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    mag = np.abs(ns)
+    sign = pc.if_else(pa.array(ns < 0), _s("-"), _s(""))
+    frac = pc.utf8_lpad(pc.cast(pa.array(mag % 1000), pa.large_string()), 3, "0")
+    return pc.binary_join_element_wise(sign, pc.cast(pa.array(mag // 1000), pa.large_string()), _s("."), frac, _s(""))
+
+
+def _counts(values: Any, n: int) -> "pa.Array":
     """Launch counts as JSON text: whole numbers, null where not counted (NaN); ``values`` a column or a scalar."""
     v = pd.Series(values) if not np.isscalar(values) else pd.Series(np.full(n, values))
     missing = v.isna().to_numpy()
-    whole = v.fillna(0).to_numpy(np.float64 if v.dtype.kind == "f" else np.int64).astype(np.int64).astype(str)
-    return np.where(missing, "null", whole).astype(object)
+    return _whole(v.fillna(0).to_numpy(np.float64 if v.dtype.kind == "f" else np.int64).astype(np.int64), missing)
 
 
 def _range_lines(ranges: pd.DataFrame, t0: int) -> list[str]:
-    """:func:`_events`' range events of ``ranges`` as JSON lines, made column by column (the same text as
-    ``json.dumps`` of each event's dict: floats as Python writes them, bytes rounded half to even)."""
+    """:func:`_events`' range events of ``ranges`` as JSON lines, made column by column in Arrow (the same
+    fields and values as ``json.dumps`` of each event's dict; times to the nanosecond, bytes rounded half to
+    even)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     n = len(ranges)
     if not n:
         return []
@@ -86,27 +118,24 @@ def _range_lines(ranges: pd.DataFrame, t0: int) -> list[str]:
     which, ids = pd.factorize(np.fromiter(map(id, gpus), np.int64, n))  # (instances share their lists)
     first = np.empty(len(ids), np.int64)
     first[which[::-1]] = np.arange(n)[::-1]
-    gpus_text = np.array([json.dumps([int(g) for g in (gpus[i] if gpus[i] is not None else [])]) for i in first],
-                         object)[which]
-    status = _text(ranges["status"]) if "status" in ranges else np.full(n, '"ok"', object)
-    parts = ['{"ph": "X", "pid": ', ranges["pid"].to_numpy(np.int64).astype(str).astype(object),
-             ', "tid": ', ranges["tid"].to_numpy(np.int64).astype(str).astype(object),
+    gpus_text = pa.array([json.dumps([int(g) for g in (gpus[i] if gpus[i] is not None else [])]) for i in first],
+                         pa.large_string()).take(which)
+    status = _text(ranges["status"]) if "status" in ranges else _s('"ok"')
+    parts = ['{"ph": "X", "pid": ', _whole(ranges["pid"].to_numpy(np.int64)),
+             ', "tid": ', _whole(ranges["tid"].to_numpy(np.int64)),
              ', "name": ', _text(ranges["name"]), ', "cat": ', _text(ranges["domain"]),
-             ', "ts": ', ((ranges["t_start_ns"].to_numpy(np.int64) - t0) / 1e3).astype(str).astype(object),
-             ', "dur": ', (np.maximum(ranges["duration_ns"].to_numpy(np.int64), 0) / 1e3).astype(str).astype(object),
+             ', "ts": ', _micros(ranges["t_start_ns"].to_numpy(np.int64) - t0),
+             ', "dur": ', _micros(np.maximum(ranges["duration_ns"].to_numpy(np.int64), 0)),
              ', "args": {"eager launches": ', _counts(ranges["eager_launches"], n),
              ', "graph launches": ', _counts(ranges["graph_launches"], n),
              ', "captured launches": ', _counts(ranges["captured_launches"] if "captured_launches" in ranges else 0, n),
              ', "gpus": ', gpus_text, ', "status": ', status]
     for d in ("h2d", "d2h"):
         v = ranges[f"{d}_bytes"].to_numpy(float)
-        parts += [f', "{d.upper()} bytes": ', np.where(np.isnan(v), "null",
-                                                        np.round(np.nan_to_num(v)).astype(np.int64).astype(str)).astype(object)]
+        parts += [f', "{d.upper()} bytes": ', _whole(np.round(np.nan_to_num(v)).astype(np.int64), np.isnan(v))]
     parts.append("}}")
-    line = parts[0]
-    for p in parts[1:]:
-        line = line + p  # (object arrays: one concatenation per field for every row at once)
-    return list(line)
+    parts = [_s(p) if isinstance(p, str) else p for p in parts]
+    return pc.binary_join_element_wise(*parts, _s("")).to_pylist()
 
 
 def _events(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame,

@@ -104,3 +104,29 @@ def test_graphs_columns_the_analysis_reads_are_checked(column, copy, capsys) -> 
     assert f"graphs.{column}: expected 64-bit numbers" in one_line_exit_2(["report", str(folder)], capsys)
     edit_report(folder, lambda doc: [r.pop(column) for r in doc["tables"]["graphs"]])
     assert f"graphs.{column}: missing column" in one_line_exit_2(["report", str(folder)], capsys)
+
+
+def test_json_lines_are_the_records_pandas_writes_with_floats_kept_floats() -> None:
+    """Every kind of column a result table holds, written a column at a time, reads back as pandas' own records
+    do (NaN, NA and infinities null; counts as integers), each float still a float."""
+    import json
+
+    import numpy as np
+    import pandas as pd
+
+    from pcietrace.schema import counts_as_ints, json_lines
+
+    shared = [0, 1]
+    df = pd.DataFrame({
+        "pid": np.array([7, 8, 9, 10], np.int64), "eager_launches": [1.0, np.nan, 3.0, 4.0],
+        "h2d_bytes": [2.0, np.nan, np.inf, 1234567.8912345678], "incl_ms": [-0.0, 1e20, 1e-7, 0.1],
+        "closed": [True, False, True, True], "name": ['a "q"\n', "é", "x\\y", "a \"q\"\n"],
+        "gpus": [shared, shared, [2], []], "launch_bound": [True, np.nan, False, None],
+        "group": pd.Categorical(["s", "t", "s", None]), "level": pd.array([0, None, 2, 3], "Int64")})
+    df = counts_as_ints(df)
+    mine = [json.loads(line) for line in json_lines(df)]
+    theirs = json.loads(df.to_json(orient="records"))
+    assert mine == theirs
+    assert all(isinstance(r["incl_ms"], float) for r in mine) and isinstance(mine[0]["h2d_bytes"], float)
+    assert isinstance(mine[0]["eager_launches"], int) and mine[1]["eager_launches"] is None
+    assert json_lines(df.iloc[:0]) == []

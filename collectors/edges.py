@@ -5,8 +5,9 @@ A one-page file (normally under /dev/shm) holds four 32-bit words. The injection
 every waiter with a shared futex where the edge can change a sampler's pace (a range opening while none is
 open; see ``edge_signal`` in pt_inject_edges.c); an idle sampler waits on that futex instead of sleeping, so a range
 is read right after it opens without the program ever waiting for a read. Word 1 is
-the number of ranges open right now over every traced process and thread (kept by the injection library,
-never below 0), so a sampler can read fast only while a range is open; the library sets word 3 when it maps
+how many threads have a push range open, plus the start ranges open, right now over every traced process
+(kept by the injection library, never below 0: a thread counts once however deep its ranges nest), so a
+sampler can read fast only while a range is open; the library sets word 3 when it maps
 the page, to say it keeps that count (an older library does not: then the samplers never slow down). Word 2
 is pcietrace's own: non-zero while the recording process wants the fast rate with no range open (attach's
 idle calibration windows).
@@ -70,7 +71,8 @@ class EdgeWaiter:
 
     @property
     def open_ranges(self) -> int:
-        """Ranges open right now over every traced process and thread (0 without a file)."""
+        """Threads with a push range open plus start ranges open, right now over every traced process (0 without a
+        file): above 0 while any range is open."""
         return self._words[OPEN_RANGES] if self._words is not None else 0
 
     @property

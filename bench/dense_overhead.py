@@ -37,7 +37,7 @@ def loop_s(attach: list[str] | None, calls: int, out: Path, timeout_s: float) ->
     env = {**os.environ, "BLIND_OUT": str(jsonl), "BLIND_CALLS": str(calls), "BLIND_TRUTH": "0",
            "DENSE_PHASES": "fwd_emit"}
     app = [sys.executable, str(APP)]
-    cmd = app if attach is None else [sys.executable, "-m", "pcietrace", "attach", "-o", str(out), "--format", "json",
+    cmd = app if attach is None else [sys.executable, "-m", "pcietrace", "attach", "-o", str(out),
                                       *attach, "--", *app]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           timeout=timeout_s)

@@ -113,7 +113,7 @@ def json_lines(df: pd.DataFrame) -> list[str]:
             first[codes[::-1]] = np.arange(len(values))[::-1]
             uniques = [values[i] for i in first]
         text = ["null" if isinstance(u, float) and not math.isfinite(u) else
-                json.dumps(u.item() if isinstance(u, np.generic) else u, default=str) for u in uniques] + ["null"]
+                json.dumps(u.item() if isinstance(u, np.generic) else u, default=_plain) for u in uniques] + ["null"]
         return pa.array(text, pa.large_string()).take(np.where(codes < 0, len(text) - 1, codes))
 
     if not len(df):
@@ -123,6 +123,11 @@ def json_lines(df: pd.DataFrame) -> list[str]:
         parts += [lit(("{" if not k else ",") + json.dumps(str(c)) + ":"), column(df[c])]
     parts.append(lit("}"))
     return pc.binary_join_element_wise(*parts, lit("")).to_pylist()
+
+
+def _plain(value: Any) -> Any:
+    """A value json cannot write as it is: a numpy number as the number, anything else as its text."""
+    return value.item() if isinstance(value, np.generic) else str(value)
 
 
 def _holds_table(doc: Any) -> bool:

@@ -121,7 +121,7 @@ def test_json_lines_are_the_records_pandas_writes_with_floats_kept_floats() -> N
         "pid": np.array([7, 8, 9, 10], np.int64), "eager_launches": [1.0, np.nan, 3.0, 4.0],
         "h2d_bytes": [2.0, np.nan, np.inf, 1234567.8912345678], "incl_ms": [-0.0, 1e20, 1e-7, 0.1],
         "closed": [True, False, True, True], "name": ['a "q"\n', "é", "x\\y", "a \"q\"\n"],
-        "gpus": [shared, shared, [2], []], "launch_bound": [True, np.nan, False, None],
+        "gpus": [shared, shared, [np.int64(2)], []], "launch_bound": [True, np.nan, False, None],
         "group": pd.Categorical(["s", "t", "s", None]), "level": pd.array([0, None, 2, 3], "Int64")})
     df = counts_as_ints(df)
     mine = [json.loads(line) for line in json_lines(df)]

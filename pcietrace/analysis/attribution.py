@@ -520,8 +520,9 @@ def launches_by_untraced_threads(events: pd.DataFrame) -> pd.DataFrame:
     if not len(events) or "eager_process" not in events:
         return pd.DataFrame(columns=cols)
     g = events.groupby("pid")
-    total = g["eager_process"].max() + g["graph_process"].max()
-    by_threads = events.groupby(["pid", "tid"])[["eager_thread", "graph_thread"]].max().sum(axis=1).groupby("pid").sum()
+    total = g["eager_process"].max().astype(np.int64) + g["graph_process"].max().astype(np.int64)
+    by_threads = events.groupby(["pid", "tid"])[["eager_thread", "graph_thread"]].max().astype(np.int64) \
+        .sum(axis=1).groupby("pid").sum()
     out = pd.DataFrame({"launches": total, "untraced": total - by_threads.reindex(total.index, fill_value=0)})
     return out.reset_index()[cols].astype(int)
 

@@ -191,7 +191,10 @@ def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.
     span = max(int(t.max()) if m else 0, int(q_to.max()) if k else 0) - t_min + 1
     groups = int(max(group.max() if m else 0, q_group.max() if k else 0)) + 1
     if m and groups * span < 2**62:  # (group and time in one number: events sorted once, each query's ends searched)
-        key = group.astype(np.int64) * span + (t - t_min)
+        key = group.astype(np.int64)
+        key *= span
+        key += t
+        key -= t_min
         order = np.argsort(key, kind="stable")
         key = key[order]
         lo = np.searchsorted(key, q_group.astype(np.int64) * span + (q_from - t_min), "left")
@@ -199,12 +202,7 @@ def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.
         del key
         merged = bits[order]
         del order
-        out = np.zeros(k, np.uint64)
-        seen = int(np.bitwise_or.reduce(bits))
-        for b in (b for b in range(64) if seen >> b & 1):
-            count = np.concatenate([[0], np.cumsum((merged >> np.uint64(b)) & np.uint64(1), dtype=np.int64)])
-            out |= np.where(count[hi] > count[lo], np.uint64(1) << np.uint64(b), np.uint64(0))
-        return out
+        return _bits_between(merged, lo, hi)
     g = np.concatenate([group, q_group, q_group])
     at = np.concatenate([t, q_from, q_to])
     side = np.concatenate([np.ones(m, np.int8), np.zeros(k, np.int8), np.full(k, 2, np.int8)])
@@ -212,14 +210,18 @@ def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.
     where = np.empty(m + 2 * k, np.int64)
     where[order] = np.arange(m + 2 * k)
     merged = np.concatenate([bits, np.zeros(2 * k, np.uint64)])[order]
-    lo, hi = where[m:m + k], where[m + k:]
-    out = np.zeros(k, np.uint64)
-    # per device bit seen (a few): how many events between a query's ends carry it, from a running count
-    # (nested ranges overlap, so reducing each one's own slice would cost its length)
-    seen = int(np.bitwise_or.reduce(bits)) if m else 0
+    return _bits_between(merged, where[m:m + k], where[m + k:])
+
+
+def _bits_between(bits: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per query, the OR of ``bits[lo:hi]``: per device bit seen (a few), how many of them carry it, from a
+    running count (nested ranges overlap, so reducing each one's own slice would cost its length)."""
+    out = np.zeros(lo.size, np.uint64)
+    seen = int(np.bitwise_or.reduce(bits)) if bits.size else 0
+    count = np.zeros(bits.size + 1, np.int32 if bits.size < 2**31 else np.int64)
     for b in (b for b in range(64) if seen >> b & 1):
-        count = np.concatenate([[0], np.cumsum((merged >> np.uint64(b)) & np.uint64(1), dtype=np.int64)])
-        out |= np.where(count[hi] > count[lo], np.uint64(1) << np.uint64(b), np.uint64(0))
+        np.cumsum((bits & np.uint64(1 << b)) != 0, out=count[1:])
+        out[count[hi] > count[lo]] |= np.uint64(1 << b)
     return out
 
 
@@ -239,13 +241,16 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
     push = (out["kind"] == "push").to_numpy()
     # devmask counts launches since the thread's previous event, so (start, end] holds the range's own: a
     # push/pop range reads its thread's events, a start/end one its process's
-    threads = nesting.codes(np.r_[e_pid, r_pid], np.r_[e_tid, r_tid])
-    procs = pd.factorize(np.r_[e_pid, r_pid])[0]
-    m, p = len(events), procs.max() + 1  # (each event is in its thread's group and its process's)
+    m = len(events)
     t = events["t_ns"].to_numpy(np.int64)
-    own = _or_between(np.r_[threads[:m] + p, procs[:m]], np.r_[t, t], np.r_[bits, bits],
-                      np.where(push, threads[m:] + p, procs[m:]), out["t_start_ns"].to_numpy(np.int64),
-                      out["t_end_ns"].to_numpy(np.int64))
+    a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
+    own = np.zeros(len(out), np.uint64)
+    pids = np.r_[e_pid, r_pid]
+    for these, by_thread in ((push, True), (~push, False)):
+        if these.any():  # (push/pop ranges by thread, start/end ones by process: each an OR over its group's events)
+            group = nesting.codes(pids, np.r_[e_tid, r_tid]) if by_thread else nesting.codes(pids)
+            own[these] = _or_between(group[:m], t, bits, group[m:][these], a[these], b[these])
+            del group
     process = pd.Series(bits).groupby(e_pid).agg(np.bitwise_or.reduce)
     whole = process.reindex(r_pid, fill_value=0).to_numpy(np.uint64)
     code = nesting.codes(r_pid, own, whole, push)
@@ -388,12 +393,20 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     sampled = set(cum["nvml_index"].astype(int))
     status = np.where(holds(None, sampled), 2, status)  # a GPU with no samples at all
     out["status"] = pd.Categorical.from_codes(status, STATUSES)
-    out["stalls"] = acc["stalls"].astype(np.int64)
-    for d in DIRECTIONS:
+    out["stalls"] = acc.pop("stalls").astype(np.int64)
+    unknown = status != 0
+    del status
+    for d in DIRECTIONS:  # (each sum let go once in its column: a long run's ranges hold no spare copies)
         out[f"{d}_raw_bytes"] = acc[f"{d}_raw"]
-        out[f"{d}_bytes"] = np.where(status == 0, acc[f"{d}_raw"] - acc[f"{d}_floor"], np.nan)
-        out[f"{d}_edge_bytes"] = acc[f"{d}_edge"]
-        out[f"{d}_floor_err_bytes"] = np.where(status == 0, np.sqrt(acc[f"{d}_floor_var"]), np.nan)
+        net = acc[f"{d}_raw"] - acc.pop(f"{d}_floor")
+        net[unknown] = np.nan
+        out[f"{d}_bytes"] = net
+        out[f"{d}_edge_bytes"] = acc.pop(f"{d}_edge")
+        err = np.sqrt(acc.pop(f"{d}_floor_var"))
+        err[unknown] = np.nan
+        out[f"{d}_floor_err_bytes"] = err
+        del net, err
+    del acc, unknown
     for c in ("ns", "h2d_bytes", "d2h_bytes"):
         out[f"excl_{c}"] = out["duration_ns" if c == "ns" else c].astype(float)
     parent = nesting.parents(out)
@@ -636,9 +649,7 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
     if not ev["t_ns"].is_monotonic_increasing:
         ev = ev.sort_values("t_ns", kind="stable")
     named = (ev["event"] == "cudevice").to_numpy() & ev["id"].between(0, 63).to_numpy()
-    first = np.left_shift(np.uint64(1), ev["id"].clip(0, 63).to_numpy(np.uint64))
-    ev = ev.assign(bits=ev["devmask"].to_numpy(np.uint64) | np.where(named, first, np.uint64(0)),
-                   announced=np.where(named, first, np.uint64(0)))
+    announces = np.left_shift(np.uint64(1), ev["id"].to_numpy()[named].astype(np.uint64))  # (the named rows' ordinal)
     to_nvml = _ordinals_to_nvml(ev, gpus)
     row = {int(i): k for k, i in enumerate(out["nvml_index"])}
 
@@ -654,19 +665,33 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
     pid = ev["pid"].to_numpy(np.int64)
     thread = nesting.codes(pid, ev["tid"].to_numpy(np.int64))
     order = np.argsort(thread, kind="stable")
-    first = np.r_[True, thread[order][1:] != thread[order][:-1]] if order.size else np.zeros(0, bool)
-    bits = ev["bits"].to_numpy(np.uint64)[order]
+    thread = thread[order]
+    first = np.r_[True, thread[1:] != thread[:-1]] if order.size else np.zeros(0, bool)
+    del thread
+    bits = ev["devmask"].to_numpy(np.uint64, copy=True)
+    bits[named] |= announces
+    bits = bits[order]
     procs = pd.unique(pid)
     last = pd.Series(np.arange(pid.size)).groupby(pid).last()  # (each process's last event)
-    announced = pd.Series(ev["announced"].to_numpy(np.uint64)).groupby(pid).agg(np.bitwise_or.reduce)
+    announced = pd.Series(announces).groupby(pid[named]).agg(np.bitwise_or.reduce).reindex(procs, fill_value=0)
+    # (process, device set) of each event, numbered in order of first appearance, and each one's first event
+    pid_by_thread = pid[order]
+    combo = nesting.codes(pid_by_thread, bits)
+    at = np.zeros(int(combo.max()) + 1 if combo.size else 0, np.int64)
+    at[combo[::-1]] = np.arange(combo.size)[::-1]
+    combos = list(zip(pid_by_thread[at].tolist(), bits[at].tolist()))
+    del bits, pid_by_thread, at
     for mode in ("eager", "graph"):
         c = ev[f"{mode}_thread"].to_numpy(np.int64)[order]
         d = np.diff(c, prepend=0)
         # a forked child's thread kept its parent's count (older injection libraries); its process count starts at 0
-        d[first] = np.minimum(c[first], ev[f"{mode}_process"].to_numpy(np.int64)[order][first])
-        sums = pd.Series(d).groupby([pid[order], bits], sort=False).sum()
+        d[first] = np.minimum(c[first], ev[f"{mode}_process"].to_numpy()[order[first]])
+        del c
+        sums = np.zeros(len(combos), np.int64)
+        np.add.at(sums, combo, d)
+        del d
         placed = dict.fromkeys(procs.tolist(), 0)
-        for (p_id, mask), n in sums.items():
+        for (p_id, mask), n in zip(combos, sums.tolist()):
             placed[int(p_id)] += place(int(p_id), int(mask), int(n), mode)
         # the rest (no event after them, or, in older recordings, an interval whose mask a "kernel" line took): on
         # the process's GPU if it ever launched on one only

@@ -197,6 +197,7 @@ def _read_parquet(f: Any) -> pd.DataFrame:
     meta = pf.metadata
     if meta.num_row_groups <= 1:
         df = pd.read_parquet(f, read_dictionary=strings)
+        pa.default_memory_pool().release_unused()
         for c in df.columns:
             if df[c].dtype in (np.int64, np.uint64) and len(df):
                 v = df[c].to_numpy()
@@ -240,6 +241,7 @@ def _read_parquet(f: Any) -> pd.DataFrame:
         del table
     cols = {name: arrays[name] if name in numbers else pa.chunked_array(chunks.pop(name), schema.field(name).type)
             .to_pandas() for name in schema.names}
+    pa.default_memory_pool().release_unused()  # (Arrow's pool keeps the groups' decoded buffers: hand them back)
     return pd.DataFrame(cols, copy=False)
 
 

@@ -662,8 +662,8 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
 
     # per thread (its events in time order) the launches since its previous event, summed per process and device
     # set: each sum placed once (a thread's counts never run backwards, so no per-thread sum is negative)
-    pid = ev["pid"].to_numpy(np.int64)
-    thread = nesting.codes(pid, ev["tid"].to_numpy(np.int64))
+    pid = ev["pid"].to_numpy()
+    thread = nesting.codes(pid, ev["tid"].to_numpy())
     order = np.argsort(thread, kind="stable")
     thread = thread[order]
     first = np.r_[True, thread[1:] != thread[:-1]] if order.size else np.zeros(0, bool)
@@ -672,7 +672,8 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
     bits[named] |= announces
     bits = bits[order]
     procs = pd.unique(pid)
-    last = pd.Series(np.arange(pid.size)).groupby(pid).last()  # (each process's last event)
+    last = np.flatnonzero(~pd.Series(pid).duplicated(keep="last").to_numpy())
+    last = pd.Series(last, index=pid[last])  # (each process's last event)
     announced = pd.Series(announces).groupby(pid[named]).agg(np.bitwise_or.reduce).reindex(procs, fill_value=0)
     # (process, device set) of each event, numbered in order of first appearance, and each one's first event
     pid_by_thread = pid[order]
@@ -728,7 +729,8 @@ def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: 
                        "wrap": could_hide_wrap(g["t_ns"].to_numpy(np.int64), read_ns_of(g),
                                                (counters or {}).get(int(idx))) | jumps(g)} for idx, g in per_gpu(cum)}
     at = attribute(span, cum, floor, counters, gaps) if sampled else span
-    last = with_captured(events.groupby("pid").tail(1) if len(events) else events)
+    last = with_captured(events.iloc[np.flatnonzero(~events["pid"].duplicated(keep="last").to_numpy())]
+                         if len(events) else events)  # (each process's last event)
     total = {m: int(last[f"{m}_process"].sum()) if len(last) else 0 for m in ("eager", "graph", "captured")}
     mine = launches_by_gpu(events, [g for g in gpus if int(g["nvml_index"]) in sampled]).set_index("nvml_index")
     if len(sampled) == 1 and mine["eager_launches"].isna().all():

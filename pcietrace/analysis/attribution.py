@@ -64,35 +64,49 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     events = events.assign(**{c: -1 for c in TIMING_COLUMNS if c not in events.columns})
     n = len(events)
     kind = events["event"]
-    pid, tid = events["pid"].to_numpy(np.int64), events["tid"].to_numpy(np.int64)
-    pos = np.arange(n)
+    pid, tid = events["pid"].to_numpy(), events["tid"].to_numpy()  # (as loaded: widened per range, not per event)
     pid_rank = pd.factorize(pid)[0]  # (processes in order of their first event)
-    last_of_pid = pd.Series(pos).groupby(pid).transform("max").to_numpy()  # (per event: its process's last)
     thread = nesting.codes(pid, tid)
-    last_thread = pd.Series(pos).groupby(thread).max().to_numpy()
+    # each process's and each thread's last event (by rank or code), and each thread's first push
+    last_of_pid, last_thread = (_last_positions(c) for c in (pid_rank, thread))
+    is_push, is_pop = (kind == "push").to_numpy(bool), (kind == "pop").to_numpy(bool)
+    pushes = np.flatnonzero(is_push)
+    first_push = np.full(thread.max() + 1 if n else 0, -1, np.int64)
+    first = pushes[~pd.Series(thread[pushes]).duplicated().to_numpy()]
+    first_push[thread[first]] = first
+    del pushes, first
 
     # push/pop: a stack per thread; its size after each event is the walk of +1/-1 reflected at 0 (a pop on
     # an empty stack is ignored), and a push at size k closes at the thread's next valid pop from size k
-    is_push, is_pop = (kind == "push").to_numpy(bool), (kind == "pop").to_numpy(bool)
+    # (the per-event arrays let go as soon as read: a long run has tens of millions of events)
     sel = np.flatnonzero(is_push | is_pop)
+    sel = sel[np.argsort(thread[sel], kind="stable")]
     th = thread[sel]
-    order = np.argsort(th, kind="stable")
-    sel, th = sel[order], th[order]
-    step = np.where(is_push[sel], 1, -1)
+    pushed = is_push[sel]
+    step = np.where(pushed, 1, -1)
     walk = pd.Series(step).groupby(th).cumsum().to_numpy()
     size = walk - np.minimum(pd.Series(walk).groupby(th).cummin().to_numpy(), 0)
-    before = size - step
-    valid = is_push[sel] | (before > 0)
-    sel, th, level = sel[valid], th[valid], np.where(is_push[sel], size, before)[valid]
+    del walk
+    level = np.where(pushed, size, size - step)  # (a pop: the size before it)
+    del size, step
+    valid = pushed | (level > 0)
+    del pushed
+    sel, th, level = sel[valid], th[valid], level[valid]
+    del valid
     key = np.lexsort((sel, level, th))  # by thread, stack level, time: push, pop, push, pop...
-    sk, tk, lk = sel[key], th[key], level[key]
-    nxt = np.r_[sk[1:], -1]
-    same = np.r_[(tk[1:] == tk[:-1]) & (lk[1:] == lk[:-1]), False]
+    sk = sel[key]
+    del sel
+    same = th[key]
+    del th
+    lk = level[key]
+    del level, key
+    same = np.r_[(same[1:] == same[:-1]) & (lk[1:] == lk[:-1]), False]  # (the next is of the same thread and level)
+    del lk
     push_k = is_push[sk]
     closes = push_k & same  # (the next at the same level is then a pop)
-    p_open, p_close = sk[closes], nxt[closes]
+    p_open, p_close = sk[closes], sk[1:][closes[:-1]]
     left = sk[push_k & ~same]  # still open: closed at the process's last event
-    del sel, th, order, step, walk, size, before, valid, level, key, sk, tk, lk, nxt, same, push_k  # (per event: let go)
+    del sk, same, push_k, closes
 
     # start/end: per (process, id), an end closes the start just before it
     is_start, is_end = (kind == "start").to_numpy(bool), (kind == "end").to_numpy(bool)
@@ -111,17 +125,15 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     s_left, s_left_since = se[last_in_id], se[run_from[last_in_id]] if se.size else se
 
     opened = np.concatenate([p_open, s_open, left, s_left])
-    ended = np.concatenate([p_close, s_close, last_thread[thread[left]], last_of_pid[s_left]])
+    ended = np.concatenate([p_close, s_close, last_thread[thread[left]], last_of_pid[pid_rank[s_left]]])
     end_t = events["t_ns"].to_numpy(np.int64)
-    t_end = np.concatenate([end_t[p_close], end_t[s_close], end_t[last_of_pid[left]],
-                            end_t[last_of_pid[s_left]]])
+    t_end = np.concatenate([end_t[p_close], end_t[s_close], end_t[last_of_pid[pid_rank[left]]],
+                            end_t[last_of_pid[pid_rank[s_left]]]])
     closed = np.concatenate([np.ones(p_open.size + s_open.size, bool), np.zeros(left.size + s_left.size, bool)])
     is_push_range = np.concatenate([np.ones(p_open.size, bool), np.zeros(s_open.size, bool),
                                     np.ones(left.size, bool), np.zeros(s_left.size, bool)])
     # row order: per process, closed ones by when they closed, then push/pop ones left open by their thread's
     # first push and from the outermost, then start/end ones by their slot
-    first_push = pd.Series(pos[is_push]).groupby(thread[is_push]).min()
-    first_push = first_push.reindex(np.arange(thread.max() + 1 if n else 0)).to_numpy()
     rank = np.concatenate([np.zeros(p_open.size + s_open.size), np.ones(left.size), np.full(s_left.size, 2)])
     within = np.concatenate([p_close, s_close, first_push[thread[left]] if left.size else left, s_left_since])
     then = np.concatenate([np.zeros(p_open.size + s_open.size), left, np.zeros(s_left.size)])
@@ -132,12 +144,12 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=RANGE_COLUMNS)
 
     def grew(column: str) -> np.ndarray:
-        v = events[column].to_numpy(np.int64)
-        return v[ended] - v[opened]
+        v = events[column].to_numpy()
+        return v[ended].astype(np.int64) - v[opened]
 
     def timed(scope: str) -> np.ndarray:
-        v = events[scope].to_numpy(np.int64)
-        a, b = v[opened], v[ended]
+        v = events[scope].to_numpy()
+        a, b = v[opened].astype(np.int64), v[ended].astype(np.int64)
         return np.where((a >= 0) & (b >= 0), (b - a).astype(float), np.nan)
 
     def names_of(column: str) -> pd.Categorical:  # (a few distinct names over millions of ranges: codes)
@@ -148,9 +160,9 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
             codes, uniques = pd.factorize(c.to_numpy(object) if c.dtype == object else c)
         return pd.Categorical.from_codes(codes[opened], uniques).remove_unused_categories()
 
-    out = {"pid": pid[opened], "tid": tid[opened], "domain": names_of("domain"), "name": names_of("message"),
-           "kind": pd.Categorical.from_codes(np.where(is_push_range, 0, 1), ["push", "start"]),
-           "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": events["depth"].to_numpy(np.int64)[opened]}
+    out = {"pid": pid[opened].astype(np.int64), "tid": tid[opened].astype(np.int64), "domain": names_of("domain"),
+           "name": names_of("message"), "kind": pd.Categorical.from_codes(np.where(is_push_range, 0, 1), ["push", "start"]),
+           "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": events["depth"].to_numpy()[opened].astype(np.int64)}
     # start/end ranges may cross threads, so their thread-local counts are undefined: use the process's.
     for c in ("eager", "graph"):
         out[f"{c}_launches"] = np.where(is_push_range, grew(f"{c}_thread"), grew(f"{c}_process"))
@@ -162,6 +174,14 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     out["sync_wait_ns"] = np.where(is_push_range, timed("wait_ns_thread"), timed("wait_ns_process"))
     out["closed"] = closed
     return pd.DataFrame(out, columns=RANGE_COLUMNS)
+
+
+def _last_positions(codes: np.ndarray) -> np.ndarray:
+    """Per code (0 ... max), the position of its last row."""
+    last = np.flatnonzero(~pd.Series(codes).duplicated(keep="last").to_numpy())
+    out = np.zeros(int(codes.max()) + 1 if codes.size else 0, np.int64)
+    out[codes[last]] = last
+    return out
 
 
 def _ordinals_to_nvml(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> Any:
@@ -678,8 +698,7 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
     # (process, device set) of each event, numbered in order of first appearance, and each one's first event
     pid_by_thread = pid[order]
     combo = nesting.codes(pid_by_thread, bits)
-    at = np.zeros(int(combo.max()) + 1 if combo.size else 0, np.int64)
-    at[combo[::-1]] = np.arange(combo.size)[::-1]
+    at = np.flatnonzero(~pd.Series(combo).duplicated().to_numpy())  # (in order of first appearance: codes 0, 1, ...)
     combos = list(zip(pid_by_thread[at].tolist(), bits[at].tolist()))
     del bits, pid_by_thread, at
     for mode in ("eager", "graph"):

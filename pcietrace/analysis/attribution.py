@@ -216,7 +216,7 @@ def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.
         key += t
         key -= t_min
         order = np.argsort(key, kind="stable")
-        key = key[order]
+        key.sort()
         lo = np.searchsorted(key, q_group.astype(np.int64) * span + (q_from - t_min), "left")
         hi = np.searchsorted(key, q_group.astype(np.int64) * span + (q_to - t_min), "right")
         del key
@@ -256,7 +256,7 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
         return out
     to_nvml = _ordinals_to_nvml(events, gpus)
     bits = _device_bits(events)
-    e_pid, e_tid = events["pid"].to_numpy(np.int64), events["tid"].to_numpy(np.int64)
+    e_pid, e_tid = events["pid"].to_numpy(), events["tid"].to_numpy()  # (as loaded)
     r_pid, r_tid = out["pid"].to_numpy(np.int64), out["tid"].to_numpy(np.int64)
     push = (out["kind"] == "push").to_numpy()
     # devmask counts launches since the thread's previous event, so (start, end] holds the range's own: a
@@ -302,11 +302,11 @@ def _bus(message: Any) -> str:
 def _device_bits(events: pd.DataFrame) -> np.ndarray:
     """Per event: the devices it names as a bit set (launches since the thread's previous event, and the
     device current at a range edge)."""
-    mask = events["devmask"].to_numpy(np.uint64)
-    dev = events["dev"].to_numpy(np.int64)
+    bits = events["devmask"].to_numpy(np.uint64, copy=True)
+    dev = events["dev"].to_numpy()
     edge = events["event"].isin(RANGE_EVENTS).to_numpy() & (dev >= 0) & (dev < 64)
-    cur = np.where(edge, np.left_shift(np.uint64(1), np.clip(dev, 0, 63).astype(np.uint64)), np.uint64(0))
-    return mask | cur
+    bits[edge] |= np.left_shift(np.uint64(1), dev[edge].astype(np.uint64))
+    return bits
 
 
 def open_ranges_at(ranges: pd.DataFrame, t_ns: np.ndarray) -> np.ndarray:

@@ -15,7 +15,10 @@ def codes(*columns: np.ndarray) -> np.ndarray:
     out = np.zeros(len(columns[0]), np.int64)
     for c in columns:
         own, distinct = pd.factorize(c)
-        out = pd.factorize(out * len(distinct) + own)[0]
+        out *= len(distinct)
+        out += own
+        del own
+        out = pd.factorize(out)[0]
     return out.astype(np.int64, copy=False)
 
 

@@ -366,6 +366,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     the floor's calibration windows is accounted for read by read."""
     out = ranges.copy(deep=False)
     out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
+    parent = nesting.parents(out)  # (first: its search's keys let go before the sums per range are made)
     a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
     n = a.size
     acc = {k: np.zeros(n) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor", "d2h_floor",
@@ -389,8 +390,10 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
         # their reads' summed time (us): a range whose reads sat apart in read time states it in its floor error
         read_us = None
         if "read_ns" in g:
-            spent_us = np.concatenate([[0.0], np.cumsum(g["read_ns"].to_numpy(float) / 1e3)])
+            spent_us = np.zeros(len(g) + 1)
+            np.cumsum(np.divide(g["read_ns"].to_numpy(), 1e3, dtype=float), out=spent_us[1:])
             read_us = spent_us[after] - spent_us[first]
+            del spent_us
         st = np.where(~covered, 2, np.where(wrap, 3, 1 if no_floor else 0))
         status[k] = np.maximum(status[k], st)
         acc["stalls"][k] += gaps_overlapping(t, gp["stall"], ak, bk)
@@ -429,7 +432,6 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     del acc, unknown
     for c in ("ns", "h2d_bytes", "d2h_bytes"):
         out[f"excl_{c}"] = out["duration_ns" if c == "ns" else c].astype(float)
-    parent = nesting.parents(out)
     for c in ("ns", "h2d_bytes", "d2h_bytes"):
         out[f"excl_{c}"] -= nesting.children_sum(out, parent, "duration_ns" if c == "ns" else c)
     up = parent.to_numpy()
@@ -469,7 +471,12 @@ def read_windows(cum: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     puts them in order in about one pass."""
     t = cum["t_ns"].to_numpy(np.int64)
     half = read_ns_of(cum) // 2
-    return np.sort(t - half - COUNTER_UPDATE_NS, kind="stable"), np.sort(t + half, kind="stable")
+    early, late = t - half, t + half  # (each made and sorted in place: a GPU's samples, twice, not six times)
+    del half
+    early -= COUNTER_UPDATE_NS
+    early.sort(kind="stable")
+    late.sort(kind="stable")
+    return early, late
 
 
 def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early: np.ndarray | None = None,

@@ -234,7 +234,8 @@ def resets(cum: pd.DataFrame) -> pd.Series:
 
 def gaps_overlapping(t: np.ndarray, flags: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """How many flagged gaps (between ``t[k]`` and ``t[k+1]``, ns) overlap each interval [``a``, ``b``] (ns)."""
-    csum = np.concatenate([[0], np.cumsum(flags)])
+    csum = np.zeros(flags.size + 1, np.int64)
+    np.cumsum(flags, out=csum[1:])
     lo = np.clip(np.searchsorted(t, a, "right") - 1, 0, flags.size)
     hi = np.clip(np.searchsorted(t, b, "left"), 0, flags.size)
     return csum[np.maximum(hi, lo)] - csum[lo]

@@ -71,7 +71,9 @@ class Session:
     contexts, with ``context``), ``e2e``, ``calibration`` (records from :class:`pcietrace.record.generate.LaunchGenerator`, each with ``nvml_index``), ``latency``
     (:data:`pcietrace.record.latency.LATENCY_COLUMNS`), ``events`` (attach: NVTX/launch events,
     :data:`pcietrace.record.trace.EVENT_COLUMNS` + ``pid``), ``graphs`` (``pcietrace graphs``: one row per
-    iteration, :data:`pcietrace.record.graphs.ITERATION_FIELDS`); ``meta["topology"]`` holds the machine's topology."""
+    iteration, :data:`pcietrace.record.graphs.ITERATION_FIELDS`); ``meta["topology"]`` holds the machine's topology.
+    As loaded, ``samples`` and ``events`` hold integers in 32 bits where every value fits and strings as categories
+    (the same values; widen a column before arithmetic that could leave its range)."""
 
     meta: dict[str, Any]
     samples: pd.DataFrame = field(default_factory=_empty)
@@ -232,7 +234,8 @@ def _read_parquet(f: Any) -> pd.DataFrame:
                 if name not in arrays:
                     arrays[name] = np.empty(meta.num_rows, held(column[name], v.dtype))
                 a = arrays[name]
-                if a.dtype != v.dtype and v.size and not (np.iinfo(a.dtype).min <= v.min() and v.max() <= np.iinfo(a.dtype).max):
+                fits = np.iinfo(a.dtype) if a.dtype != v.dtype and v.size else None
+                if fits is not None and not (fits.min <= v.min() and v.max() <= fits.max):
                     raise ValueError(f"column {name}: its statistics do not hold its values")
                 a[at:at + v.size] = v
             else:

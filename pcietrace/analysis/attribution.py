@@ -161,7 +161,8 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
         return pd.Categorical.from_codes(codes[opened], uniques).remove_unused_categories()
 
     out = {"pid": pid[opened].astype(np.int64), "tid": tid[opened].astype(np.int64), "domain": names_of("domain"),
-           "name": names_of("message"), "kind": pd.Categorical.from_codes(np.where(is_push_range, 0, 1), ["push", "start"]),
+           "name": names_of("message"),
+           "kind": pd.Categorical.from_codes(np.where(is_push_range, 0, 1), ["push", "start"]),
            "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": events["depth"].to_numpy()[opened].astype(np.int64)}
     # start/end ranges may cross threads, so their thread-local counts are undefined: use the process's.
     for c in ("eager", "graph"):

@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from long_run import synthesise
 
-    from pcietrace.collectors.sampler import SampleStream
+    from pcietrace.collectors.sampler import SampleStream, empty_samples
     from pcietrace.session import Session
 
     with tempfile.TemporaryDirectory(prefix="pcietrace-attach-end-") as tmp:
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         write_traces(rec.events, tmp / "traces")
         stream = SampleStream(tmp / "samples")
         for start in range(0, len(rec.samples), 50_000):  # (batches as the samplers' flushes write them)
-            stream.write(rec.samples.iloc[start:start + 50_000])
+            stream.write(rec.samples.iloc[start:start + 50_000].astype(empty_samples().dtypes.to_dict()))
         stream.close()
         meta = {k: v for k, v in rec.meta.items() if k != "processes"}
         (tmp / "meta.json").write_text(json.dumps({"meta": meta, "windows": rec.windows.to_dict("records")},

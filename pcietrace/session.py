@@ -71,7 +71,9 @@ class Session:
     contexts, with ``context``), ``e2e``, ``calibration`` (records from :class:`pcietrace.record.generate.LaunchGenerator`, each with ``nvml_index``), ``latency``
     (:data:`pcietrace.record.latency.LATENCY_COLUMNS`), ``events`` (attach: NVTX/launch events,
     :data:`pcietrace.record.trace.EVENT_COLUMNS` + ``pid``), ``graphs`` (``pcietrace graphs``: one row per
-    iteration, :data:`pcietrace.record.graphs.ITERATION_FIELDS`); ``meta["topology"]`` holds the machine's topology."""
+    iteration, :data:`pcietrace.record.graphs.ITERATION_FIELDS`); ``meta["topology"]`` holds the machine's topology.
+    As loaded, ``samples`` and ``events`` hold integers in 32 bits where every value fits and strings as categories
+    (the same values; widen a column before arithmetic that could leave its range)."""
 
     meta: dict[str, Any]
     samples: pd.DataFrame = field(default_factory=_empty)
@@ -169,17 +171,41 @@ def _parquet(file: Path, meta: dict[str, Any], required: bool) -> pd.DataFrame:
     return _table(file, file.stem, df, meta)
 
 
+def _narrow(dtype: Any, lo: Any, hi: Any) -> Any:
+    """``dtype``, or its 32-bit kind where a 64-bit integer column's values (``lo`` ... ``hi``) all fit it: a long
+    recording's samples and events held in half the memory, their values unchanged (analysis widens what it
+    computes with)."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    if dtype == np.int64 and -2**31 <= lo and hi < 2**31:
+        return np.dtype(np.int32)
+    if dtype == np.uint64 and hi < 2**32:
+        return np.dtype(np.uint32)
+    return dtype
+
+
 def _read_parquet(f: Any) -> pd.DataFrame:
     """A Parquet table read a row group at a time: its numeric columns copied into arrays of their full length as
-    each group is decoded, so a long recording's samples are held once (not as Arrow's buffers and pandas' too)."""
+    each group is decoded, so a long recording's samples are held once (not as Arrow's buffers and pandas' too);
+    64-bit integers that fit 32 bits held in 32 (:func:`_narrow`), strings as categories (millions of events
+    repeat a few kinds, domains and range names)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(f)
+    strings = [c.name for c in pf.schema_arrow if pa.types.is_string(c.type) or pa.types.is_large_string(c.type)]
     meta = pf.metadata
     if meta.num_row_groups <= 1:
-        return pd.read_parquet(f)
+        df = pd.read_parquet(f, read_dictionary=strings)
+        pa.default_memory_pool().release_unused()
+        for c in df.columns:
+            if df[c].dtype in (np.int64, np.uint64) and len(df):
+                v = df[c].to_numpy()
+                df[c] = v.astype(_narrow(v.dtype, v.min(), v.max()), copy=False)
+        return df
+    pf = pq.ParquetFile(f, read_dictionary=strings)
     schema = pf.schema_arrow
 
     def fixed(j: int) -> bool:  # (numbers with no nulls in any group: the same array as pandas reads)
@@ -188,7 +214,14 @@ def _read_parquet(f: Any) -> pd.DataFrame:
         return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)) and \
             all(st is not None and st.has_null_count and st.null_count == 0 for st in stats)
 
+    def held(j: int, dtype: np.dtype) -> np.dtype:  # (what the groups' statistics say each column's values fit)
+        stats = [meta.row_group(i).column(j).statistics for i in range(meta.num_row_groups)]
+        if dtype.kind not in "iu" or not all(st.has_min_max for st in stats):
+            return dtype
+        return _narrow(dtype, min(st.min for st in stats), max(st.max for st in stats))
+
     numbers = {schema.field(j).name for j in range(len(schema)) if fixed(j)}
+    column = {name: j for j, name in enumerate(schema.names)}
     arrays: dict[str, np.ndarray] = {}
     chunks: dict[str, list[Any]] = {name: [] for name in schema.names if name not in numbers}
     at = 0
@@ -198,13 +231,20 @@ def _read_parquet(f: Any) -> pd.DataFrame:
             col = table.column(name)
             if name in numbers:
                 v = col.to_numpy()
-                arrays.setdefault(name, np.empty(meta.num_rows, v.dtype))[at:at + v.size] = v
+                if name not in arrays:
+                    arrays[name] = np.empty(meta.num_rows, held(column[name], v.dtype))
+                a = arrays[name]
+                fits = np.iinfo(a.dtype) if a.dtype != v.dtype and v.size else None
+                if fits is not None and not (fits.min <= v.min() and v.max() <= fits.max):
+                    raise ValueError(f"column {name}: its statistics do not hold its values")
+                a[at:at + v.size] = v
             else:
                 chunks[name].extend(col.chunks)
         at += table.num_rows
         del table
     cols = {name: arrays[name] if name in numbers else pa.chunked_array(chunks.pop(name), schema.field(name).type)
             .to_pandas() for name in schema.names}
+    pa.default_memory_pool().release_unused()  # (Arrow's pool keeps the groups' decoded buffers: hand them back)
     return pd.DataFrame(cols, copy=False)
 
 

@@ -182,7 +182,7 @@ def hostile_attach():
 
     s = Session.load(REPORTS[5])
     rename = {"idle": "loss[/total]", "h2d_copy": "[model] forward", "graph_launch": "[bold]x[/bold] \\"}
-    s.events = s.events.assign(message=s.events["message"].replace(rename))
+    s.events = s.events.assign(message=s.events["message"].astype(str).replace(rename))  # (loaded: categories)
     s.meta["gpus"][0]["name"] = "NVIDIA [red]H100[/]"
     s.meta["command"] = ["python3", "[/x]"]
     return s, analyze(s)

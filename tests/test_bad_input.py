@@ -326,7 +326,9 @@ def test_the_validator_refuses_or_passes_never_raises_otherwise(h100, data) -> N
         col = data.draw(st.sampled_from([c for c in df.columns if df[c].dtype.kind in "iuf"]))
         row = data.draw(st.integers(0, len(df) - 1))
         value = data.draw(st.sampled_from([-1, 0, 2**31, 1e300, -1e-9, df[col].iloc[max(row - 1, 0)], 5]))
-        df = df.astype({col: "float64"}) if isinstance(value, float) else df
+        # (as a recording's writer holds them: loaded integers are 32 bits where their values fit)
+        df = df.astype({col: "float64" if isinstance(value, float) else {"i": "int64", "u": "uint64"}.get(
+            df[col].dtype.kind, df[col].dtype)})
         with np.errstate(all="ignore"):
             try:
                 df.loc[df.index[row], col] = value

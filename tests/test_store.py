@@ -47,7 +47,7 @@ def _write_traces(events, trace_dir: Path) -> None:
 def _killed_recording(parent: Path, cut_ns: int | None = None, started: bool = True) -> tuple[Path, Session]:
     """A staging folder as attach leaves it when killed: the journal, the traces and the streamed samples of the
     committed recording (samples up to ``cut_ns``; the program's start only if ``started``)."""
-    from pcietrace.collectors.sampler import FLUSH_S, SampleStream
+    from pcietrace.collectors.sampler import FLUSH_S, SampleStream, empty_samples
 
     src = Session.load(SOURCE)
     folder = store.RunFolder(parent / "rec")
@@ -59,6 +59,7 @@ def _killed_recording(parent: Path, cut_ns: int | None = None, started: bool = T
     store.write_journal(folder.staging, {**store.read_journal(folder.staging), "pid": pid})
     _write_traces(src.events, folder.scratch / "traces")
     samples = src.samples if cut_ns is None else src.samples[src.samples["t_ns"] <= cut_ns]
+    samples = samples.astype(empty_samples().dtypes.to_dict())  # (the sampler's own types: loaded ones may be narrower)
     stream = SampleStream(folder.scratch / "samples")
     for start in range(0, len(samples), 500):
         stream.write(samples.iloc[start:start + 500])
@@ -182,11 +183,11 @@ def test_a_save_given_up_on_leaves_a_streamed_recording_to_recover(tmp_path, mon
     for streamed in (True, False):
         folder = store.RunFolder(tmp_path / f"rec{streamed}")
         if streamed:
-            from pcietrace.collectors.sampler import SampleStream
+            from pcietrace.collectors.sampler import SampleStream, empty_samples
 
             folder.journal({**src.meta}, windows=src.windows.to_dict("records"), whole=True)
             _write_traces(src.events, folder.scratch / "traces")
-            SampleStream(folder.scratch / "samples").write(src.samples)
+            SampleStream(folder.scratch / "samples").write(src.samples.astype(empty_samples().dtypes.to_dict()))
         monkeypatch.setattr(Session, "save", cut)
         with pytest.raises(KeyboardInterrupt):
             guard.finish(src, folder, lambda: None, lambda r: r, lambda line: None)

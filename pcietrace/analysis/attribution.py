@@ -64,35 +64,49 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     events = events.assign(**{c: -1 for c in TIMING_COLUMNS if c not in events.columns})
     n = len(events)
     kind = events["event"]
-    pid, tid = events["pid"].to_numpy(np.int64), events["tid"].to_numpy(np.int64)
-    pos = np.arange(n)
+    pid, tid = events["pid"].to_numpy(), events["tid"].to_numpy()  # (as loaded: widened per range, not per event)
     pid_rank = pd.factorize(pid)[0]  # (processes in order of their first event)
-    last_of_pid = pd.Series(pos).groupby(pid).transform("max").to_numpy()  # (per event: its process's last)
     thread = nesting.codes(pid, tid)
-    last_thread = pd.Series(pos).groupby(thread).max().to_numpy()
+    # each process's and each thread's last event (by rank or code), and each thread's first push
+    last_of_pid, last_thread = (_last_positions(c) for c in (pid_rank, thread))
+    is_push, is_pop = (kind == "push").to_numpy(bool), (kind == "pop").to_numpy(bool)
+    pushes = np.flatnonzero(is_push)
+    first_push = np.full(thread.max() + 1 if n else 0, -1, np.int64)
+    first = pushes[~pd.Series(thread[pushes]).duplicated().to_numpy()]
+    first_push[thread[first]] = first
+    del pushes, first
 
     # push/pop: a stack per thread; its size after each event is the walk of +1/-1 reflected at 0 (a pop on
     # an empty stack is ignored), and a push at size k closes at the thread's next valid pop from size k
-    is_push, is_pop = (kind == "push").to_numpy(bool), (kind == "pop").to_numpy(bool)
+    # (the per-event arrays let go as soon as read: a long run has tens of millions of events)
     sel = np.flatnonzero(is_push | is_pop)
+    sel = sel[np.argsort(thread[sel], kind="stable")]
     th = thread[sel]
-    order = np.argsort(th, kind="stable")
-    sel, th = sel[order], th[order]
-    step = np.where(is_push[sel], 1, -1)
+    pushed = is_push[sel]
+    step = np.where(pushed, 1, -1)
     walk = pd.Series(step).groupby(th).cumsum().to_numpy()
     size = walk - np.minimum(pd.Series(walk).groupby(th).cummin().to_numpy(), 0)
-    before = size - step
-    valid = is_push[sel] | (before > 0)
-    sel, th, level = sel[valid], th[valid], np.where(is_push[sel], size, before)[valid]
+    del walk
+    level = np.where(pushed, size, size - step)  # (a pop: the size before it)
+    del size, step
+    valid = pushed | (level > 0)
+    del pushed
+    sel, th, level = sel[valid], th[valid], level[valid]
+    del valid
     key = np.lexsort((sel, level, th))  # by thread, stack level, time: push, pop, push, pop...
-    sk, tk, lk = sel[key], th[key], level[key]
-    nxt = np.r_[sk[1:], -1]
-    same = np.r_[(tk[1:] == tk[:-1]) & (lk[1:] == lk[:-1]), False]
+    sk = sel[key]
+    del sel
+    same = th[key]
+    del th
+    lk = level[key]
+    del level, key
+    same = np.r_[(same[1:] == same[:-1]) & (lk[1:] == lk[:-1]), False]  # (the next is of the same thread and level)
+    del lk
     push_k = is_push[sk]
     closes = push_k & same  # (the next at the same level is then a pop)
-    p_open, p_close = sk[closes], nxt[closes]
+    p_open, p_close = sk[closes], sk[1:][closes[:-1]]
     left = sk[push_k & ~same]  # still open: closed at the process's last event
-    del sel, th, order, step, walk, size, before, valid, level, key, sk, tk, lk, nxt, same, push_k  # (per event: let go)
+    del sk, same, push_k, closes
 
     # start/end: per (process, id), an end closes the start just before it
     is_start, is_end = (kind == "start").to_numpy(bool), (kind == "end").to_numpy(bool)
@@ -111,17 +125,15 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     s_left, s_left_since = se[last_in_id], se[run_from[last_in_id]] if se.size else se
 
     opened = np.concatenate([p_open, s_open, left, s_left])
-    ended = np.concatenate([p_close, s_close, last_thread[thread[left]], last_of_pid[s_left]])
+    ended = np.concatenate([p_close, s_close, last_thread[thread[left]], last_of_pid[pid_rank[s_left]]])
     end_t = events["t_ns"].to_numpy(np.int64)
-    t_end = np.concatenate([end_t[p_close], end_t[s_close], end_t[last_of_pid[left]],
-                            end_t[last_of_pid[s_left]]])
+    t_end = np.concatenate([end_t[p_close], end_t[s_close], end_t[last_of_pid[pid_rank[left]]],
+                            end_t[last_of_pid[pid_rank[s_left]]]])
     closed = np.concatenate([np.ones(p_open.size + s_open.size, bool), np.zeros(left.size + s_left.size, bool)])
     is_push_range = np.concatenate([np.ones(p_open.size, bool), np.zeros(s_open.size, bool),
                                     np.ones(left.size, bool), np.zeros(s_left.size, bool)])
     # row order: per process, closed ones by when they closed, then push/pop ones left open by their thread's
     # first push and from the outermost, then start/end ones by their slot
-    first_push = pd.Series(pos[is_push]).groupby(thread[is_push]).min()
-    first_push = first_push.reindex(np.arange(thread.max() + 1 if n else 0)).to_numpy()
     rank = np.concatenate([np.zeros(p_open.size + s_open.size), np.ones(left.size), np.full(s_left.size, 2)])
     within = np.concatenate([p_close, s_close, first_push[thread[left]] if left.size else left, s_left_since])
     then = np.concatenate([np.zeros(p_open.size + s_open.size), left, np.zeros(s_left.size)])
@@ -132,12 +144,12 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=RANGE_COLUMNS)
 
     def grew(column: str) -> np.ndarray:
-        v = events[column].to_numpy(np.int64)
-        return v[ended] - v[opened]
+        v = events[column].to_numpy()
+        return v[ended].astype(np.int64) - v[opened]
 
     def timed(scope: str) -> np.ndarray:
-        v = events[scope].to_numpy(np.int64)
-        a, b = v[opened], v[ended]
+        v = events[scope].to_numpy()
+        a, b = v[opened].astype(np.int64), v[ended].astype(np.int64)
         return np.where((a >= 0) & (b >= 0), (b - a).astype(float), np.nan)
 
     def names_of(column: str) -> pd.Categorical:  # (a few distinct names over millions of ranges: codes)
@@ -148,9 +160,10 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
             codes, uniques = pd.factorize(c.to_numpy(object) if c.dtype == object else c)
         return pd.Categorical.from_codes(codes[opened], uniques).remove_unused_categories()
 
-    out = {"pid": pid[opened], "tid": tid[opened], "domain": names_of("domain"), "name": names_of("message"),
+    out = {"pid": pid[opened].astype(np.int64), "tid": tid[opened].astype(np.int64), "domain": names_of("domain"),
+           "name": names_of("message"),
            "kind": pd.Categorical.from_codes(np.where(is_push_range, 0, 1), ["push", "start"]),
-           "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": events["depth"].to_numpy(np.int64)[opened]}
+           "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": events["depth"].to_numpy()[opened].astype(np.int64)}
     # start/end ranges may cross threads, so their thread-local counts are undefined: use the process's.
     for c in ("eager", "graph"):
         out[f"{c}_launches"] = np.where(is_push_range, grew(f"{c}_thread"), grew(f"{c}_process"))
@@ -162,6 +175,14 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     out["sync_wait_ns"] = np.where(is_push_range, timed("wait_ns_thread"), timed("wait_ns_process"))
     out["closed"] = closed
     return pd.DataFrame(out, columns=RANGE_COLUMNS)
+
+
+def _last_positions(codes: np.ndarray) -> np.ndarray:
+    """Per code (0 ... max), the position of its last row."""
+    last = np.flatnonzero(~pd.Series(codes).duplicated(keep="last").to_numpy())
+    out = np.zeros(int(codes.max()) + 1 if codes.size else 0, np.int64)
+    out[codes[last]] = last
+    return out
 
 
 def _ordinals_to_nvml(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> Any:
@@ -191,20 +212,18 @@ def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.
     span = max(int(t.max()) if m else 0, int(q_to.max()) if k else 0) - t_min + 1
     groups = int(max(group.max() if m else 0, q_group.max() if k else 0)) + 1
     if m and groups * span < 2**62:  # (group and time in one number: events sorted once, each query's ends searched)
-        key = group.astype(np.int64) * span + (t - t_min)
+        key = group.astype(np.int64)
+        key *= span
+        key += t
+        key -= t_min
         order = np.argsort(key, kind="stable")
-        key = key[order]
+        key.sort()
         lo = np.searchsorted(key, q_group.astype(np.int64) * span + (q_from - t_min), "left")
         hi = np.searchsorted(key, q_group.astype(np.int64) * span + (q_to - t_min), "right")
         del key
         merged = bits[order]
         del order
-        out = np.zeros(k, np.uint64)
-        seen = int(np.bitwise_or.reduce(bits))
-        for b in (b for b in range(64) if seen >> b & 1):
-            count = np.concatenate([[0], np.cumsum((merged >> np.uint64(b)) & np.uint64(1), dtype=np.int64)])
-            out |= np.where(count[hi] > count[lo], np.uint64(1) << np.uint64(b), np.uint64(0))
-        return out
+        return _bits_between(merged, lo, hi)
     g = np.concatenate([group, q_group, q_group])
     at = np.concatenate([t, q_from, q_to])
     side = np.concatenate([np.ones(m, np.int8), np.zeros(k, np.int8), np.full(k, 2, np.int8)])
@@ -212,14 +231,18 @@ def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.
     where = np.empty(m + 2 * k, np.int64)
     where[order] = np.arange(m + 2 * k)
     merged = np.concatenate([bits, np.zeros(2 * k, np.uint64)])[order]
-    lo, hi = where[m:m + k], where[m + k:]
-    out = np.zeros(k, np.uint64)
-    # per device bit seen (a few): how many events between a query's ends carry it, from a running count
-    # (nested ranges overlap, so reducing each one's own slice would cost its length)
-    seen = int(np.bitwise_or.reduce(bits)) if m else 0
+    return _bits_between(merged, where[m:m + k], where[m + k:])
+
+
+def _bits_between(bits: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per query, the OR of ``bits[lo:hi]``: per device bit seen (a few), how many of them carry it, from a
+    running count (nested ranges overlap, so reducing each one's own slice would cost its length)."""
+    out = np.zeros(lo.size, np.uint64)
+    seen = int(np.bitwise_or.reduce(bits)) if bits.size else 0
+    count = np.zeros(bits.size + 1, np.int32 if bits.size < 2**31 else np.int64)
     for b in (b for b in range(64) if seen >> b & 1):
-        count = np.concatenate([[0], np.cumsum((merged >> np.uint64(b)) & np.uint64(1), dtype=np.int64)])
-        out |= np.where(count[hi] > count[lo], np.uint64(1) << np.uint64(b), np.uint64(0))
+        np.cumsum((bits & np.uint64(1 << b)) != 0, out=count[1:])
+        out[count[hi] > count[lo]] |= np.uint64(1 << b)
     return out
 
 
@@ -234,18 +257,21 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
         return out
     to_nvml = _ordinals_to_nvml(events, gpus)
     bits = _device_bits(events)
-    e_pid, e_tid = events["pid"].to_numpy(np.int64), events["tid"].to_numpy(np.int64)
+    e_pid, e_tid = events["pid"].to_numpy(), events["tid"].to_numpy()  # (as loaded)
     r_pid, r_tid = out["pid"].to_numpy(np.int64), out["tid"].to_numpy(np.int64)
     push = (out["kind"] == "push").to_numpy()
     # devmask counts launches since the thread's previous event, so (start, end] holds the range's own: a
     # push/pop range reads its thread's events, a start/end one its process's
-    threads = nesting.codes(np.r_[e_pid, r_pid], np.r_[e_tid, r_tid])
-    procs = pd.factorize(np.r_[e_pid, r_pid])[0]
-    m, p = len(events), procs.max() + 1  # (each event is in its thread's group and its process's)
+    m = len(events)
     t = events["t_ns"].to_numpy(np.int64)
-    own = _or_between(np.r_[threads[:m] + p, procs[:m]], np.r_[t, t], np.r_[bits, bits],
-                      np.where(push, threads[m:] + p, procs[m:]), out["t_start_ns"].to_numpy(np.int64),
-                      out["t_end_ns"].to_numpy(np.int64))
+    a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
+    own = np.zeros(len(out), np.uint64)
+    pids = np.r_[e_pid, r_pid]
+    for these, by_thread in ((push, True), (~push, False)):
+        if these.any():  # (push/pop ranges by thread, start/end ones by process: each an OR over its group's events)
+            group = nesting.codes(pids, np.r_[e_tid, r_tid]) if by_thread else nesting.codes(pids)
+            own[these] = _or_between(group[:m], t, bits, group[m:][these], a[these], b[these])
+            del group
     process = pd.Series(bits).groupby(e_pid).agg(np.bitwise_or.reduce)
     whole = process.reindex(r_pid, fill_value=0).to_numpy(np.uint64)
     code = nesting.codes(r_pid, own, whole, push)
@@ -277,11 +303,11 @@ def _bus(message: Any) -> str:
 def _device_bits(events: pd.DataFrame) -> np.ndarray:
     """Per event: the devices it names as a bit set (launches since the thread's previous event, and the
     device current at a range edge)."""
-    mask = events["devmask"].to_numpy(np.uint64)
-    dev = events["dev"].to_numpy(np.int64)
+    bits = events["devmask"].to_numpy(np.uint64, copy=True)
+    dev = events["dev"].to_numpy()
     edge = events["event"].isin(RANGE_EVENTS).to_numpy() & (dev >= 0) & (dev < 64)
-    cur = np.where(edge, np.left_shift(np.uint64(1), np.clip(dev, 0, 63).astype(np.uint64)), np.uint64(0))
-    return mask | cur
+    bits[edge] |= np.left_shift(np.uint64(1), dev[edge].astype(np.uint64))
+    return bits
 
 
 def open_ranges_at(ranges: pd.DataFrame, t_ns: np.ndarray) -> np.ndarray:
@@ -341,6 +367,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     the floor's calibration windows is accounted for read by read."""
     out = ranges.copy(deep=False)
     out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
+    parent = nesting.parents(out)  # (first: its search's keys let go before the sums per range are made)
     a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
     n = a.size
     acc = {k: np.zeros(n) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor", "d2h_floor",
@@ -364,8 +391,10 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
         # their reads' summed time (us): a range whose reads sat apart in read time states it in its floor error
         read_us = None
         if "read_ns" in g:
-            spent_us = np.concatenate([[0.0], np.cumsum(g["read_ns"].to_numpy(float) / 1e3)])
+            spent_us = np.zeros(len(g) + 1)
+            np.cumsum(np.divide(g["read_ns"].to_numpy(), 1e3, dtype=float), out=spent_us[1:])
             read_us = spent_us[after] - spent_us[first]
+            del spent_us
         st = np.where(~covered, 2, np.where(wrap, 3, 1 if no_floor else 0))
         status[k] = np.maximum(status[k], st)
         acc["stalls"][k] += gaps_overlapping(t, gp["stall"], ak, bk)
@@ -388,15 +417,22 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     sampled = set(cum["nvml_index"].astype(int))
     status = np.where(holds(None, sampled), 2, status)  # a GPU with no samples at all
     out["status"] = pd.Categorical.from_codes(status, STATUSES)
-    out["stalls"] = acc["stalls"].astype(np.int64)
-    for d in DIRECTIONS:
+    out["stalls"] = acc.pop("stalls").astype(np.int64)
+    unknown = status != 0
+    del status
+    for d in DIRECTIONS:  # (each sum let go once in its column: a long run's ranges hold no spare copies)
         out[f"{d}_raw_bytes"] = acc[f"{d}_raw"]
-        out[f"{d}_bytes"] = np.where(status == 0, acc[f"{d}_raw"] - acc[f"{d}_floor"], np.nan)
-        out[f"{d}_edge_bytes"] = acc[f"{d}_edge"]
-        out[f"{d}_floor_err_bytes"] = np.where(status == 0, np.sqrt(acc[f"{d}_floor_var"]), np.nan)
+        net = acc[f"{d}_raw"] - acc.pop(f"{d}_floor")
+        net[unknown] = np.nan
+        out[f"{d}_bytes"] = net
+        out[f"{d}_edge_bytes"] = acc.pop(f"{d}_edge")
+        err = np.sqrt(acc.pop(f"{d}_floor_var"))
+        err[unknown] = np.nan
+        out[f"{d}_floor_err_bytes"] = err
+        del net, err
+    del acc, unknown
     for c in ("ns", "h2d_bytes", "d2h_bytes"):
         out[f"excl_{c}"] = out["duration_ns" if c == "ns" else c].astype(float)
-    parent = nesting.parents(out)
     for c in ("ns", "h2d_bytes", "d2h_bytes"):
         out[f"excl_{c}"] -= nesting.children_sum(out, parent, "duration_ns" if c == "ns" else c)
     up = parent.to_numpy()
@@ -436,7 +472,12 @@ def read_windows(cum: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     puts them in order in about one pass."""
     t = cum["t_ns"].to_numpy(np.int64)
     half = read_ns_of(cum) // 2
-    return np.sort(t - half - COUNTER_UPDATE_NS, kind="stable"), np.sort(t + half, kind="stable")
+    early, late = t - half, t + half  # (each made and sorted in place: a GPU's samples, twice, not six times)
+    del half
+    early -= COUNTER_UPDATE_NS
+    early.sort(kind="stable")
+    late.sort(kind="stable")
+    return early, late
 
 
 def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early: np.ndarray | None = None,
@@ -520,8 +561,9 @@ def launches_by_untraced_threads(events: pd.DataFrame) -> pd.DataFrame:
     if not len(events) or "eager_process" not in events:
         return pd.DataFrame(columns=cols)
     g = events.groupby("pid")
-    total = g["eager_process"].max() + g["graph_process"].max()
-    by_threads = events.groupby(["pid", "tid"])[["eager_thread", "graph_thread"]].max().sum(axis=1).groupby("pid").sum()
+    total = g["eager_process"].max().astype(np.int64) + g["graph_process"].max().astype(np.int64)
+    by_threads = events.groupby(["pid", "tid"])[["eager_thread", "graph_thread"]].max().astype(np.int64) \
+        .sum(axis=1).groupby("pid").sum()
     out = pd.DataFrame({"launches": total, "untraced": total - by_threads.reindex(total.index, fill_value=0)})
     return out.reset_index()[cols].astype(int)
 
@@ -635,9 +677,7 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
     if not ev["t_ns"].is_monotonic_increasing:
         ev = ev.sort_values("t_ns", kind="stable")
     named = (ev["event"] == "cudevice").to_numpy() & ev["id"].between(0, 63).to_numpy()
-    first = np.left_shift(np.uint64(1), ev["id"].clip(0, 63).to_numpy(np.uint64))
-    ev = ev.assign(bits=ev["devmask"].to_numpy(np.uint64) | np.where(named, first, np.uint64(0)),
-                   announced=np.where(named, first, np.uint64(0)))
+    announces = np.left_shift(np.uint64(1), ev["id"].to_numpy()[named].astype(np.uint64))  # (the named rows' ordinal)
     to_nvml = _ordinals_to_nvml(ev, gpus)
     row = {int(i): k for k, i in enumerate(out["nvml_index"])}
 
@@ -650,22 +690,36 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
 
     # per thread (its events in time order) the launches since its previous event, summed per process and device
     # set: each sum placed once (a thread's counts never run backwards, so no per-thread sum is negative)
-    pid = ev["pid"].to_numpy(np.int64)
-    thread = nesting.codes(pid, ev["tid"].to_numpy(np.int64))
+    pid = ev["pid"].to_numpy()
+    thread = nesting.codes(pid, ev["tid"].to_numpy())
     order = np.argsort(thread, kind="stable")
-    first = np.r_[True, thread[order][1:] != thread[order][:-1]] if order.size else np.zeros(0, bool)
-    bits = ev["bits"].to_numpy(np.uint64)[order]
+    thread = thread[order]
+    first = np.r_[True, thread[1:] != thread[:-1]] if order.size else np.zeros(0, bool)
+    del thread
+    bits = ev["devmask"].to_numpy(np.uint64, copy=True)
+    bits[named] |= announces
+    bits = bits[order]
     procs = pd.unique(pid)
-    last = pd.Series(np.arange(pid.size)).groupby(pid).last()  # (each process's last event)
-    announced = pd.Series(ev["announced"].to_numpy(np.uint64)).groupby(pid).agg(np.bitwise_or.reduce)
+    last = np.flatnonzero(~pd.Series(pid).duplicated(keep="last").to_numpy())
+    last = pd.Series(last, index=pid[last])  # (each process's last event)
+    announced = pd.Series(announces).groupby(pid[named]).agg(np.bitwise_or.reduce).reindex(procs, fill_value=0)
+    # (process, device set) of each event, numbered in order of first appearance, and each one's first event
+    pid_by_thread = pid[order]
+    combo = nesting.codes(pid_by_thread, bits)
+    at = np.flatnonzero(~pd.Series(combo).duplicated().to_numpy())  # (in order of first appearance: codes 0, 1, ...)
+    combos = list(zip(pid_by_thread[at].tolist(), bits[at].tolist()))
+    del bits, pid_by_thread, at
     for mode in ("eager", "graph"):
         c = ev[f"{mode}_thread"].to_numpy(np.int64)[order]
         d = np.diff(c, prepend=0)
         # a forked child's thread kept its parent's count (older injection libraries); its process count starts at 0
-        d[first] = np.minimum(c[first], ev[f"{mode}_process"].to_numpy(np.int64)[order][first])
-        sums = pd.Series(d).groupby([pid[order], bits], sort=False).sum()
+        d[first] = np.minimum(c[first], ev[f"{mode}_process"].to_numpy()[order[first]])
+        del c
+        sums = np.zeros(len(combos), np.int64)
+        np.add.at(sums, combo, d)
+        del d
         placed = dict.fromkeys(procs.tolist(), 0)
-        for (p_id, mask), n in sums.items():
+        for (p_id, mask), n in zip(combos, sums.tolist()):
             placed[int(p_id)] += place(int(p_id), int(mask), int(n), mode)
         # the rest (no event after them, or, in older recordings, an interval whose mask a "kernel" line took): on
         # the process's GPU if it ever launched on one only
@@ -702,7 +756,8 @@ def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: 
                        "wrap": could_hide_wrap(g["t_ns"].to_numpy(np.int64), read_ns_of(g),
                                                (counters or {}).get(int(idx))) | jumps(g)} for idx, g in per_gpu(cum)}
     at = attribute(span, cum, floor, counters, gaps) if sampled else span
-    last = with_captured(events.groupby("pid").tail(1) if len(events) else events)
+    last = with_captured(events.iloc[np.flatnonzero(~events["pid"].duplicated(keep="last").to_numpy())]
+                         if len(events) else events)  # (each process's last event)
     total = {m: int(last[f"{m}_process"].sum()) if len(last) else 0 for m in ("eager", "graph", "captured")}
     mine = launches_by_gpu(events, [g for g in gpus if int(g["nvml_index"]) in sampled]).set_index("nvml_index")
     if len(sampled) == 1 and mine["eager_launches"].isna().all():

@@ -198,8 +198,10 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
             jump[at + np.flatnonzero(k)] = np.diff(jumps_before[k], prepend=0) > 0
         out["tx_bytes"][mine], out["rx_bytes"][mine] = tx, rx
         at += t.size
-    cols = {"nvml_index": samples["nvml_index"].to_numpy(np.int64), "t_ns": samples["t_ns"].to_numpy(np.int64),
-            "read_ns": read_ns_of(samples), **out, "jump": jump}
+    # (the GPU and read columns as loaded, 32 bits where they fit: shared, not widened; what reads them widens)
+    cols = {"nvml_index": samples["nvml_index"].to_numpy(), "t_ns": samples["t_ns"].to_numpy(np.int64),
+            "read_ns": samples["read_ns"].to_numpy() if "read_ns" in samples else read_ns_of(samples), **out,
+            "jump": jump}
     if not keep.all():
         cols = {k: v[keep] for k, v in cols.items()}
     return pd.DataFrame({c: cols[c] for c in CUMULATIVE_COLUMNS}, copy=False)
@@ -232,7 +234,8 @@ def resets(cum: pd.DataFrame) -> pd.Series:
 
 def gaps_overlapping(t: np.ndarray, flags: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """How many flagged gaps (between ``t[k]`` and ``t[k+1]``, ns) overlap each interval [``a``, ``b``] (ns)."""
-    csum = np.concatenate([[0], np.cumsum(flags)])
+    csum = np.zeros(flags.size + 1, np.int64)
+    np.cumsum(flags, out=csum[1:])
     lo = np.clip(np.searchsorted(t, a, "right") - 1, 0, flags.size)
     hi = np.clip(np.searchsorted(t, b, "left"), 0, flags.size)
     return csum[np.maximum(hi, lo)] - csum[lo]

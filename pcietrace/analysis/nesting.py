@@ -11,7 +11,15 @@ def codes(*columns: np.ndarray) -> np.ndarray:
     """Per row, a number for its combination of ``columns`` values, in order of first appearance."""
     if not len(columns[0]):
         return np.zeros(0, np.int64)
-    return pd.DataFrame({i: c for i, c in enumerate(columns)}).groupby(list(range(len(columns))), sort=False).ngroup().to_numpy()
+    # (each column factorized and folded into the codes so far: a few arrays of codes, no frame of the columns)
+    out = np.zeros(len(columns[0]), np.int64)
+    for c in columns:
+        own, distinct = pd.factorize(c)
+        out *= len(distinct)
+        out += own
+        del own
+        out = pd.factorize(out)[0]
+    return out.astype(np.int64, copy=False)
 
 
 def parents(instances: pd.DataFrame) -> pd.Series:
@@ -25,22 +33,29 @@ def parents(instances: pd.DataFrame) -> pd.Series:
         return out
     thread = codes(instances["pid"].to_numpy()[at], instances["tid"].to_numpy()[at])
     a = instances["t_start_ns"].to_numpy(np.int64)[at]
-    b = instances["t_end_ns"].to_numpy(np.int64)[at]
     depth = instances["depth"].to_numpy(np.int64)[at]
-    order = np.lexsort((np.arange(at.size), depth, a, thread))  # each thread's ranges in the order opened
+    order = np.lexsort((depth, a, thread))  # each thread's ranges in the order opened (a stable sort: ties by row)
     rank = np.empty(at.size, np.int64)
     rank[order] = np.arange(at.size)
-    # the latest range at (thread, depth - 1) opened before each one: one sorted key, searched
-    levels = depth - depth.min() + 1
-    width = int(levels.max()) + 1
-    key = (thread * width + levels) * at.size + rank
-    sorted_key = np.sort(key)
-    want = (thread * width + levels - 1) * at.size + rank
-    i = np.searchsorted(sorted_key, want, "left") - 1
-    found = sorted_key[np.maximum(i, 0)]
+    # the latest range at (thread, depth - 1) opened before each one: one sorted key, searched (the per-range
+    # arrays let go as soon as read: a long run has millions)
+    width = int(depth.max() - depth.min()) + 2
+    level = thread * width + (depth - depth.min() + 1)  # (thread, depth) in one number
+    del thread, depth
+    want = (level - 1) * at.size + rank
+    level *= at.size
+    level += rank
+    del rank
+    level.sort()
+    i = np.searchsorted(level, want, "left") - 1
+    found = level[np.maximum(i, 0)]
+    del level
     hit = (i >= 0) & (found // at.size == want // at.size)
+    del i, want
     up = order[found[hit] % at.size]
+    del found, order
     me = np.flatnonzero(hit)
+    b = instances["t_end_ns"].to_numpy(np.int64)[at]
     holds = (a[up] <= a[me]) & (b[me] <= b[up])
     out.iloc[at[me[holds]]] = instances.index.to_numpy()[at[up[holds]]]
     return out

@@ -46,9 +46,21 @@ def counts_as_ints(df: pd.DataFrame) -> pd.DataFrame:
     return df.astype(whole) if whole else df
 
 
+def narrow_int(dtype: Any, lo: Any, hi: Any) -> np.dtype:
+    """``dtype``, or its 32-bit kind where a 64-bit integer column's values (``lo`` ... ``hi``) all fit it: a long
+    recording's samples and events held in half the memory, their values unchanged (analysis widens what it
+    computes with)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.int64 and -2**31 <= lo and hi < 2**31:
+        return np.dtype(np.int32)
+    if dtype == np.uint64 and hi < 2**32:
+        return np.dtype(np.uint32)
+    return dtype
+
+
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """A table as JSON-ready records: NaN -> null, counts as integers (:func:`counts_as_ints`); [] if empty."""
-    return json.loads(counts_as_ints(df).to_json(orient="records")) if len(df) else []
+    return [json.loads(line) for line in json_lines(counts_as_ints(df))]  # (as write_json writes them)
 
 
 #: Rows of a table converted to JSON at a time by :func:`write_json` (bounds its memory).

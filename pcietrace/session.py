@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from pcietrace import schema
+from pcietrace.schema import narrow_int
 from pcietrace.errors import ReportError, one_line
 
 SCHEMA = schema.SCHEMA
@@ -171,24 +172,10 @@ def _parquet(file: Path, meta: dict[str, Any], required: bool) -> pd.DataFrame:
     return _table(file, file.stem, df, meta)
 
 
-def _narrow(dtype: Any, lo: Any, hi: Any) -> Any:
-    """``dtype``, or its 32-bit kind where a 64-bit integer column's values (``lo`` ... ``hi``) all fit it: a long
-    recording's samples and events held in half the memory, their values unchanged (analysis widens what it
-    computes with)."""
-    import numpy as np
-
-    dtype = np.dtype(dtype)
-    if dtype == np.int64 and -2**31 <= lo and hi < 2**31:
-        return np.dtype(np.int32)
-    if dtype == np.uint64 and hi < 2**32:
-        return np.dtype(np.uint32)
-    return dtype
-
-
 def _read_parquet(f: Any) -> pd.DataFrame:
     """A Parquet table read a row group at a time: its numeric columns copied into arrays of their full length as
     each group is decoded, so a long recording's samples are held once (not as Arrow's buffers and pandas' too);
-    64-bit integers that fit 32 bits held in 32 (:func:`_narrow`), strings as categories (millions of events
+    64-bit integers that fit 32 bits held in 32 (:func:`pcietrace.schema.narrow_int`), strings as categories (millions of events
     repeat a few kinds, domains and range names)."""
     import numpy as np
     import pyarrow as pa
@@ -203,7 +190,7 @@ def _read_parquet(f: Any) -> pd.DataFrame:
         for c in df.columns:
             if df[c].dtype in (np.int64, np.uint64) and len(df):
                 v = df[c].to_numpy()
-                df[c] = v.astype(_narrow(v.dtype, v.min(), v.max()), copy=False)
+                df[c] = v.astype(narrow_int(v.dtype, v.min(), v.max()), copy=False)
         return df
     pf = pq.ParquetFile(f, read_dictionary=strings)
     schema = pf.schema_arrow
@@ -218,7 +205,7 @@ def _read_parquet(f: Any) -> pd.DataFrame:
         stats = [meta.row_group(i).column(j).statistics for i in range(meta.num_row_groups)]
         if dtype.kind not in "iu" or not all(st.has_min_max for st in stats):
             return dtype
-        return _narrow(dtype, min(st.min for st in stats), max(st.max for st in stats))
+        return narrow_int(dtype, min(st.min for st in stats), max(st.max for st in stats))
 
     numbers = {schema.field(j).name for j in range(len(schema)) if fixed(j)}
     column = {name: j for j, name in enumerate(schema.names)}

@@ -568,7 +568,8 @@ def test_a_record_cut_short_by_a_killed_process_is_left_out_and_counted(tmp_path
         fh.write(b"\0")
     ev = read_traces(tmp_path)
     assert ev.attrs["bad_lines"] == 1 and len(ev) == len(whole) - 1
-    pd.testing.assert_frame_equal(ev, whole.drop(index=3).reset_index(drop=True))
+    # (the same values; the names' categories come in the order the records that hold them do)
+    pd.testing.assert_frame_equal(ev, whole.drop(index=3).reset_index(drop=True), check_categorical=False)
 
 
 class _StandInSampler:

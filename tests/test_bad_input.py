@@ -179,7 +179,7 @@ def test_the_trace_parser_keeps_every_good_line_and_counts_the_rest(tmp_path_fac
     it = iter(kept)
     assert all(any(n == k for k in it) for n in names)  # every good line, in order
     if len(ev):
-        assert ev["t_ns"].dtype == np.int64 and (ev["pid"] == 42).all()
+        assert ev["t_ns"].dtype.kind == "i" and (ev["pid"] == 42).all()  # (32 bits where every value fits)
 
 
 def test_trace_lines_with_cr_cut_utf8_and_foreign_files_are_kept_or_counted(tmp_path) -> None:

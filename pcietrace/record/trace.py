@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.errors import UsageError
-from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS
+from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS, narrow_int
 
 #: The injection library's interface version this pcietrace expects (pt_abi.h: PT_ABI_VERSION); the library
 #: carries it as the string :data:`INJECT_ABI_TAG`, so it is checked without loading the library.
@@ -186,13 +186,15 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
             if name in TEXT_COLUMNS:
                 data[name] = _strings_in_order(chunks, order)
             else:
-                data[name] = np.concatenate(chunks)[order]
+                v = np.concatenate(chunks)[order]
+                data[name] = v.astype(narrow_int(v.dtype, v.min(), v.max()), copy=False) if v.size else v
             del chunks
         # columns as they are, none copied into a block of all (pandas' own constructor stacked every integer
-        # column into one 2-D block: a second copy of the events at the peak)
+        # column into one 2-D block: a second copy of the events at the peak); held as Session.load holds them
+        # (integers in 32 bits where they fit, names as categories)
         out = pa.table(data).to_pandas(split_blocks=True, self_destruct=True)
         del data
-    if parts and "devmask" in out.columns:  # (a text trace's, typed by its parser, may be int64)
+    if parts and "devmask" in out.columns and out["devmask"].dtype.kind == "i":  # (a text trace's parser: int64)
         out["devmask"] = out["devmask"].astype(np.uint64)
     out.attrs.update(bad_lines=bad_lines, bad_files=bad_files)
     return out
@@ -200,13 +202,13 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
 
 def _strings_in_order(chunks: list, order: np.ndarray) -> "pa.Array":
     """One text column of every file (a binary trace's: an Arrow dictionary array; a text trace's: str objects)
-    as one Arrow string array, in ``order``: binary traces' strings are written out once, in the end's order."""
+    in ``order``: binary traces' as one dictionary array (a category per distinct string), else strings."""
     import pyarrow as pa
 
     if all(isinstance(x, pa.DictionaryArray) for x in chunks):
         unified = pa.chunked_array(chunks).unify_dictionaries().chunks
-        codes = pa.concat_arrays([x.indices.cast(pa.int64()) for x in unified]).take(order)
-        return unified[0].dictionary.take(codes)
+        codes = pa.concat_arrays([x.indices.cast(pa.int32()) for x in unified]).take(order)
+        return pa.DictionaryArray.from_arrays(codes, unified[0].dictionary)
     return pa.concat_arrays([x.dictionary.take(x.indices) if isinstance(x, pa.DictionaryArray) else
                              pa.array(x, pa.large_string()) for x in chunks]).take(order)
 

@@ -105,7 +105,7 @@ static void atfork_register(void) { pthread_atfork(NULL, NULL, child_after_fork)
  * and a page the disk has no room for would kill the program with SIGBUS; allocated ahead, a full disk ends the
  * trace with a "tracefull" event instead. A thread of the library's own (the grower) does that AHEAD of the writers,
  * so the program's threads do not: allocating and zeroing fresh page-cache pages was ~2/3 of an edge's cost at
- * emit_nvtx density (perf, 2026-11-27), paid in the program's thread once every ~10 edges. A writer that comes
+ * emit_nvtx density (perf), paid in the program's thread once every ~10 edges. A writer that comes
  * within AHEAD/2 of the ready end wakes it; one that comes within a CHUNK (the grower behind, or none) grows the
  * part itself. */
 enum { TRACE_MIN = 1 << 16, CHUNK = 4 << 20, AHEAD = 8 * CHUNK };
@@ -131,8 +131,7 @@ static int part_grow(char *buf, struct part *p, uint64_t want)
     return want <= ready;
 }
 
-/* ``n`` bytes of a part for one event: their offset, or -1 where the part (or the disk) is full. The space past
- * the writers is allocated by whichever writer comes within a chunk of its end. */
+/* Wake the grower, once until it has looked (later writers past the mark need not ask again). */
 static void grower_wake(void)
 {
     if (atomic_exchange_explicit(&g_grow_asked, 1, memory_order_relaxed)) return;
@@ -140,6 +139,8 @@ static void grower_wake(void)
     syscall(SYS_futex, (void *)&g_grow_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
+/* ``n`` bytes of a part for one event: their offset, or -1 where the part (or the disk) is full. The space past
+ * the writers is allocated by the grower, or by whichever writer comes within a chunk of its end. */
 static int64_t part_take(char *buf, struct part *p, uint64_t n)
 {
     uint64_t at = atomic_fetch_add_explicit(p->taken, n, memory_order_relaxed);

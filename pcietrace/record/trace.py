@@ -75,8 +75,7 @@ def write_through(trace_dir: Path) -> None:
     """The part of every binary trace in ``trace_dir`` that its writers have taken, handed to the disk (the file
     system makes it durable at its next commit: ext4's is every 5 s). Only that part: the library maps its pages a
     few MB ahead of the writers, and an fsync of the whole file wrote those back too, so the program took a
-    write fault on each again as it went on (an emit_nvtx app ran up to 40 % slower under attach with its traces
-    fsynced every second, H100, 2026-11-27). Never fails; text traces and systems without sync_file_range get an
+    write fault on each again as it went on. Never fails; text traces and systems without sync_file_range get an
     fsync."""
     import ctypes
 
@@ -93,7 +92,8 @@ def write_through(trace_dir: Path) -> None:
                 os.fsync(fd)
                 continue
             h = np.frombuffer(head, HEADER_DTYPE, count=1)[0]
-            for at, n in ((0, int(h["events_at"]) + int(h["events_taken"])), (int(h["strings_at"]), int(h["strings_taken"]))):
+            taken = ((0, int(h["events_at"]) + int(h["events_taken"])), (int(h["strings_at"]), int(h["strings_taken"])))
+            for at, n in taken:  # (the header, with the events taken; the strings taken)
                 ranged(fd, ctypes.c_int64(at), ctypes.c_int64(n), ctypes.c_uint(_SYNC_RANGE))
         except OSError:
             pass

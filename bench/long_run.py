@@ -170,7 +170,7 @@ def _stage(stage: str, folder: Path, scratch: Path) -> None:
 
             analyze(Session.load(folder))
         elif stage == "perfetto":
-            main(["report", str(folder), "--perfetto", str(scratch / "trace.json"), "--format", "csv"])
+            main(["report", str(folder), "--perfetto", str(scratch / "trace.json")])  # (the table too, as attach)
         else:
             main(["report", str(folder), "--format", stage])
 
@@ -203,15 +203,15 @@ def fit(rows: list[dict[str, float]], key: str) -> np.ndarray:
 
 def print_laws(rows: dict[str, list[dict[str, float]]], stages: list[str]) -> None:
     """Each stage's fitted law and its extrapolation to :data:`TARGETS`, pass or fail. Perfetto's own part (its
-    stage less the csv report it runs with) is fitted and extrapolated at the ranges it draws
+    stage less the table report it runs with) is fitted and extrapolated at the ranges it draws
     (:data:`pcietrace.report.perfetto.MAX_RANGES` at most), as is its file, on top of the table report's law (what
     attach does: the console report and the trace)."""
     max_ranges = _max_ranges()
     drawn_rows = [{**pr, "ranges": min(pr["ranges"], max_ranges),
                    **{k: pr[k] - cr[k] for k in ("cpu_s", "rss_GB") if k in pr and k in cr}}
-                  for pr, cr in zip(rows.get("perfetto", []), rows.get("csv", []))]
+                  for pr, cr in zip(rows.get("perfetto", []), rows.get("table", []))]
     print("\nlaws (a + b*ranges + c*samples; per range instance and per counter sample, all GPUs; Perfetto's own "
-          f"part beyond the csv report's, and its file, at the ranges it draws ({max_ranges:,} at most), on the table's):")
+          f"part beyond the table report's, and its file, at the ranges it draws ({max_ranges:,} at most), on the table's):")
     verdicts = []
     for s in stages:
         cpu, mem = fit(rows[s], "cpu_s"), fit(rows[s], "rss_GB")
@@ -232,8 +232,7 @@ def print_laws(rows: dict[str, list[dict[str, float]]], stages: list[str]) -> No
             at, drawn = np.array([1, n_ranges, n_samples]), np.array([1, min(n_ranges, max_ranges), n_samples])
             c, m = cpu @ at, mem @ at
             if s == "perfetto" and drawn_rows:
-                base = rows["table"] if "table" in rows else rows["csv"]  # (the analysis and the console, as attach)
-                base_c, base_m = fit(base, "cpu_s"), fit(base, "rss_GB")
+                base_c, base_m = fit(rows["table"], "cpu_s"), fit(rows["table"], "rss_GB")  # (as attach)
                 c, m = base_c @ at + own_c @ drawn, base_m @ at + own_m @ drawn
             goal_s, goal_gb, *goal_mb = goals[s]
             ok = c <= goal_s and m <= goal_gb

@@ -8,6 +8,7 @@ column holds text starting with ``#`` is written with every field quoted, so tha
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Mapping
 from typing import Any, TextIO
 
@@ -16,22 +17,36 @@ import pandas as pd
 from pcietrace.report.renderers import Renderer, without_timelines
 
 
+#: Rows turned into CSV text at a time (a long run's range instances never become one string).
+CHUNK_ROWS = 50_000
+
+
 def _quoting(df: pd.DataFrame) -> int:
     first = df.iloc[:, 0]
-    starts = first.map(lambda v: isinstance(v, str) and v.startswith("#"), na_action="ignore")
-    return csv.QUOTE_ALL if bool(starts.fillna(False).astype(bool).any()) or str(df.columns[0]).startswith("#") \
-        else csv.QUOTE_MINIMAL
+    text = first.dtype == object or isinstance(first.dtype, (pd.StringDtype, pd.CategoricalDtype))
+    starts = text and bool(first.astype(str).str.startswith("#").where(first.notna(), False).any())
+    return csv.QUOTE_ALL if starts or str(df.columns[0]).startswith("#") else csv.QUOTE_MINIMAL
 
 
-def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[str, Any]) -> str:
-    parts = [f"# summary: {line}\n" for line in summary.get("lines", [])]
+def write(meta: dict[str, Any], results: Mapping[str, pd.DataFrame], summary: dict[str, Any], out: TextIO) -> None:
+    """The summary lines, then each table's block, into ``out`` as they are made."""
+    out.write("".join(f"# summary: {line}\n" for line in summary.get("lines", [])))
     for name, df in results.items():
         if "parquet" in df.attrs:  # (report --instances)
-            parts.append(f"\n# table: {name}: {len(df)} rows in {df.attrs['parquet']} (Parquet)\n")
+            out.write(f"\n# table: {name}: {len(df)} rows in {df.attrs['parquet']} (Parquet)\n")
         elif len(df):
-            parts.append(f"\n# table: {name}\n")
-            parts.append(df.to_csv(index=False, lineterminator="\n", quoting=_quoting(df)))
-    return "".join(parts)
+            out.write(f"\n# table: {name}\n")
+            quoting = _quoting(df)
+            for i in range(0, len(df), CHUNK_ROWS):
+                out.write(df.iloc[i:i + CHUNK_ROWS].to_csv(index=False, header=not i, lineterminator="\n",
+                                                           quoting=quoting))
+
+
+def render(meta: dict[str, Any], results: Mapping[str, pd.DataFrame], summary: dict[str, Any]) -> str:
+    """:func:`write`'s text as one string (small reports)."""
+    out = io.StringIO()
+    write(meta, results, summary, out)
+    return out.getvalue()
 
 
 class CsvRenderer(Renderer):
@@ -41,4 +56,4 @@ class CsvRenderer(Renderer):
 
     def render(self, meta: dict[str, Any], results: Mapping[str, pd.DataFrame], summary: dict[str, Any],
                out: TextIO) -> None:
-        out.write(render(meta, without_timelines(results), summary))
+        write(meta, without_timelines(results), summary, out)

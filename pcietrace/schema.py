@@ -80,8 +80,9 @@ def write_json(doc: Any, out: Any, default: Callable[[Any], Any] = str, allow_na
             return
         doc = counts_as_ints(doc)
         out.write("[\n")
+        seen: dict[Any, Any] = {}  # (each category's text made once for the whole table, not once a chunk)
         for i in range(0, len(doc), JSON_CHUNK_ROWS):
-            out.write((",\n" if i else "") + ",\n".join(json_lines(doc.iloc[i:i + JSON_CHUNK_ROWS])))
+            out.write((",\n" if i else "") + json_lines(doc.iloc[i:i + JSON_CHUNK_ROWS], sep=",\n", categories=seen))
         out.write("\n]")
     elif isinstance(doc, dict) and _holds_table(doc):
         out.write("{")
@@ -93,11 +94,12 @@ def write_json(doc: Any, out: Any, default: Callable[[Any], Any] = str, allow_na
         out.write(json.dumps(doc, indent=1, default=default, allow_nan=allow_nan))
 
 
-def json_lines(df: pd.DataFrame) -> list[str]:
-    """Each row of ``df`` as one JSON object's text, keys in column order, made a column at a time in Arrow (a
-    long run's range instances: millions of rows): numbers as numbers (floats keep a decimal point), null for
-    NaN, NA and infinities, and any other value (strings, lists, bools among NaN) as ``json.dumps`` writes it,
-    each distinct value encoded once."""
+def json_lines(df: pd.DataFrame, sep: str | None = None, categories: dict[Any, Any] | None = None) -> Any:
+    """Each row of ``df`` as one JSON object's text (a list of str; with ``sep``, one str of them joined by it),
+    keys in column order, made a column at a time in Arrow (a long run's range instances: millions of rows):
+    numbers as numbers (floats keep a decimal point), null for NaN, NA and infinities, and any other value
+    (strings, lists, bools among NaN) as ``json.dumps`` writes it, each distinct value encoded once.
+    ``categories``: where a categorical column's categories' text is kept between calls on parts of one table."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -115,7 +117,14 @@ def json_lines(df: pd.DataFrame) -> list[str]:
             text = pc.cast(pa.array(v), pa.large_string())
             text = pc.if_else(pc.match_substring_regex(text, "[.eE]"), text, pc.binary_join_element_wise(text, lit(".0"), lit("")))
             return pc.if_else(pa.array(~np.isfinite(v)), lit("null"), text)
-        try:  # by value (strings, categories, bools among NaN: NaN and None are -1)
+        if isinstance(col.dtype, pd.CategoricalDtype):  # (its categories encoded once, their codes taken)
+            cache = categories if categories is not None else {}
+            if col.dtype not in cache:
+                cache[col.dtype] = encoded(list(col.cat.categories))
+            kept = cache[col.dtype]
+            codes = col.cat.codes.to_numpy()
+            return kept.take(np.where(codes < 0, len(kept) - 1, codes))
+        try:  # by value (strings, bools among NaN: NaN and None are -1)
             codes, uniques = pd.factorize(col)
             uniques = list(uniques)
         except TypeError:  # lists: by object (the instances of one range share theirs)
@@ -124,17 +133,26 @@ def json_lines(df: pd.DataFrame) -> list[str]:
             first = np.empty(len(first), np.int64)
             first[codes[::-1]] = np.arange(len(values))[::-1]
             uniques = [values[i] for i in first]
-        text = ["null" if isinstance(u, float) and not math.isfinite(u) else
-                json.dumps(u.item() if isinstance(u, np.generic) else u, default=_plain) for u in uniques] + ["null"]
-        return pa.array(text, pa.large_string()).take(np.where(codes < 0, len(text) - 1, codes))
+        text = encoded(uniques)
+        return text.take(np.where(codes < 0, len(text) - 1, codes))
+
+    def encoded(values: list[Any]) -> Any:  # each value's text, and "null" last (for the missing)
+        return pa.array(["null" if isinstance(u, float) and not math.isfinite(u) else
+                         json.dumps(u.item() if isinstance(u, np.generic) else u, default=_plain) for u in values]
+                        + ["null"], pa.large_string())
 
     if not len(df):
-        return []
+        return [] if sep is None else ""
     parts: list[Any] = []
     for k, c in enumerate(df.columns):
         parts += [lit(("{" if not k else ",") + json.dumps(str(c)) + ":"), column(df[c])]
-    parts.append(lit("}"))
-    return pc.binary_join_element_wise(*parts, lit("")).to_pylist()
+    parts.append(lit("}" if sep is None else "}" + sep))
+    rows = pc.binary_join_element_wise(*parts, lit(""))
+    if sep is None:
+        return rows.to_pylist()
+    # joined: the rows' text lies back to back in the array's data (no Python string per row)
+    at = np.frombuffer(rows.buffers()[1], np.int64)[rows.offset:rows.offset + len(rows) + 1]
+    return bytes(memoryview(rows.buffers()[2])[int(at[0]):int(at[-1]) - len(sep.encode())]).decode()
 
 
 def _plain(value: Any) -> Any:

@@ -129,4 +129,5 @@ def test_json_lines_are_the_records_pandas_writes_with_floats_kept_floats() -> N
     assert mine == theirs
     assert all(isinstance(r["incl_ms"], float) for r in mine) and isinstance(mine[0]["h2d_bytes"], float)
     assert isinstance(mine[0]["eager_launches"], int) and mine[1]["eager_launches"] is None
-    assert json_lines(df.iloc[:0]) == []
+    assert json_lines(df, sep=",\n") == ",\n".join(json_lines(df))
+    assert json_lines(df.iloc[:0]) == [] and json_lines(df.iloc[:0], sep=",") == ""

@@ -127,12 +127,8 @@ def json_lines(df: pd.DataFrame, sep: str | None = None, categories: dict[Any, A
         try:  # by value (strings, bools among NaN: NaN and None are -1)
             codes, uniques = pd.factorize(col)
             uniques = list(uniques)
-        except TypeError:  # lists: by object (the instances of one range share theirs)
-            values = col.to_numpy(object)
-            codes, first = pd.factorize(np.fromiter(map(id, values), np.int64, len(values)))
-            first = np.empty(len(first), np.int64)
-            first[codes[::-1]] = np.arange(len(values))[::-1]
-            uniques = [values[i] for i in first]
+        except TypeError:  # lists
+            codes, uniques = by_object(col.to_numpy(object))
         text = encoded(uniques)
         return text.take(np.where(codes < 0, len(text) - 1, codes))
 
@@ -153,6 +149,15 @@ def json_lines(df: pd.DataFrame, sep: str | None = None, categories: dict[Any, A
     # joined: the rows' text lies back to back in the array's data (no Python string per row)
     at = np.frombuffer(rows.buffers()[1], np.int64)[rows.offset:rows.offset + len(rows) + 1]
     return bytes(memoryview(rows.buffers()[2])[int(at[0]):int(at[-1]) - len(sep.encode())]).decode()
+
+
+def by_object(values: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+    """``values`` (unhashable ones: lists) factorized by identity: each one's code, and one value per distinct
+    object, in first-seen order (the instances of one range share their ``gpus`` list: a few distinct lists)."""
+    codes, ids = pd.factorize(np.fromiter(map(id, values), np.int64, len(values)))
+    first = np.empty(len(ids), np.int64)
+    first[codes[::-1]] = np.arange(len(values))[::-1]
+    return codes, [values[i] for i in first]
 
 
 def _plain(value: Any) -> Any:

@@ -15,6 +15,8 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 
+from pcietrace.schema import by_object
+
 #: Points per counter track (a GPU's PCIe rates, a process's launch rate) at most.
 MAX_POINTS = 20_000
 #: Ranges drawn at most (~300 B each in the file).
@@ -114,11 +116,8 @@ def _range_lines(ranges: pd.DataFrame, t0: int) -> list[str]:
     n = len(ranges)
     if not n:
         return []
-    gpus = ranges["gpus"].to_numpy(object) if "gpus" in ranges else np.full(n, None, object)
-    which, ids = pd.factorize(np.fromiter(map(id, gpus), np.int64, n))  # (instances share their lists)
-    first = np.empty(len(ids), np.int64)
-    first[which[::-1]] = np.arange(n)[::-1]
-    gpus_text = pa.array([json.dumps([int(g) for g in (gpus[i] if gpus[i] is not None else [])]) for i in first],
+    which, gpus = by_object(ranges["gpus"].to_numpy(object) if "gpus" in ranges else np.full(n, None, object))
+    gpus_text = pa.array([json.dumps([int(g) for g in (g if g is not None else [])]) for g in gpus],
                          pa.large_string()).take(which)
     status = _text(ranges["status"]) if "status" in ranges else _s('"ok"')
     parts = ['{"ph": "X", "pid": ', _whole(ranges["pid"].to_numpy(np.int64)),

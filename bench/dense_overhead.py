@@ -7,7 +7,7 @@ loop's wall time the app measures itself (attach's start-up, idle windows and an
 annotated phase's own time (the loop less its sleeps: the stricter figure). Prints each pair, the median slowdown
 and its 95 % interval (Student t over the pairs' log ratios) for both. Goal: < 1 %.
 
-    python3 bench/dense_overhead.py --pairs 10 --seconds 10 [--attach-args='--no-calibrate']
+    python3 bench/dense_overhead.py --pairs 10 --seconds 10 [--attach-args='--no-calibrate'] [--cpus 2-5]
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ APP = ROOT / "tests" / "apps" / "dense_app.py"
 ROUND_S = 0.05  # one round of fwd_emit with its truth windows' sleeps, as measured on an H100 (for --seconds)
 
 
-def loop_s(attach: list[str] | None, calls: int, out: Path, timeout_s: float) -> tuple[float, float]:
+def loop_s(attach: list[str] | None, calls: int, out: Path, timeout_s: float, cpus: str = "") -> tuple[float, float]:
     """One run's loop wall time and its phases' own time (s): the app alone (``attach`` None) or under attach
-    with those options."""
+    with those options; ``cpus``: the app held to these CPUs (taskset) either way."""
     jsonl = out.with_suffix(".jsonl")
     env = {**os.environ, "BLIND_OUT": str(jsonl), "BLIND_CALLS": str(calls), "BLIND_TRUTH": "0",
            "DENSE_PHASES": "fwd_emit"}
-    app = [sys.executable, str(APP)]
+    app = ["taskset", "-c", cpus] * bool(cpus) + [sys.executable, str(APP)]
     cmd = app if attach is None else [sys.executable, "-m", "pcietrace", "attach", "-o", str(out),
                                       *attach, "--", *app]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -63,6 +63,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="the app's loop length, at least (default 10)")
     ap.add_argument("--attach-args", default="", type=shlex.split, help="extra `pcietrace attach` options, one string")
     ap.add_argument("--timeout-s", type=float, default=600, help="per run (default 600)")
+    ap.add_argument("--cpus", default="", help="hold the app to these CPUs both ways (taskset list, e.g. 2-5): "
+                                                 "less run-to-run spread from the scheduler (default: not held)")
     a = ap.parse_args()
     if a.pairs < 2 or a.seconds <= 0:
         ap.error("--pairs must be >= 2 and --seconds > 0")
@@ -71,7 +73,7 @@ def main() -> int:
     ratios, phase_ratios = [], []
     for p in range(a.pairs):
         order = ("plain", "attach") if p % 2 == 0 else ("attach", "plain")
-        t = {k: loop_s(None if k == "plain" else a.attach_args, calls, tmp / f"{p}-{k}", a.timeout_s) for k in order}
+        t = {k: loop_s(None if k == "plain" else a.attach_args, calls, tmp / f"{p}-{k}", a.timeout_s, a.cpus) for k in order}
         ratios.append(t["attach"][0] / t["plain"][0])
         phase_ratios.append(t["attach"][1] / t["plain"][1])
         print(f"pair {p} ({'-'.join(order)}): loop {t['plain'][0]:.3f} s plain, {t['attach'][0]:.3f} s attached: "

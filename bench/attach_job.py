@@ -37,7 +37,7 @@ END_S, END_GB = 30.0, 2.0
 def hwm_mb(pid: int) -> float:
     """A process's peak resident memory so far (VmHWM), MB."""
     with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+        return next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), 0) / 1024  # (0: exited)
 
 
 def main() -> int:

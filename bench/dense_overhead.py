@@ -8,6 +8,7 @@ annotated phase's own time (the loop less its sleeps: the stricter figure). Prin
 and its 95 % interval (Student t over the pairs' log ratios) for both. Goal: < 1 %.
 
     python3 bench/dense_overhead.py --pairs 10 --seconds 10 [--attach-args='--no-calibrate'] [--cpus 2-5]
+    python3 bench/dense_overhead.py --pairs 3 --seconds 4 --configs 'library=@library;attach=--no-calibrate;2ms=--no-calibrate --sample-interval-ms 2'
 """
 
 from __future__ import annotations
@@ -24,21 +25,27 @@ from pathlib import Path
 import numpy as np
 
 from pcietrace.analysis.spread import t975
+from pcietrace.record.attach import injection_env
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "tests" / "apps" / "dense_app.py"
 ROUND_S = 0.05  # one round of fwd_emit with its truth windows' sleeps, as measured on an H100 (for --seconds)
+LIBRARY = "@library"  # --configs: the injection library alone (the edges' and launches' cost, no reads)
 
 
 def loop_s(attach: list[str] | None, calls: int, out: Path, timeout_s: float, cpus: str = "") -> tuple[float, float]:
-    """One run's loop wall time and its phases' own time (s): the app alone (``attach`` None) or under attach
-    with those options; ``cpus``: the app held to these CPUs (taskset) either way."""
+    """One run's loop wall time and its phases' own time (s): the app alone (``attach`` None), under attach with
+    those options, or (``attach`` == [LIBRARY]) with the injection library set up as attach does but no sampler and
+    no counter read; ``cpus``: the app held to these CPUs (taskset) either way."""
     jsonl = out.with_suffix(".jsonl")
     env = {**os.environ, "BLIND_OUT": str(jsonl), "BLIND_CALLS": str(calls), "BLIND_TRUTH": "0",
            "DENSE_PHASES": "fwd_emit"}
     app = ["taskset", "-c", cpus] * bool(cpus) + [sys.executable, str(APP)]
-    cmd = app if attach is None else [sys.executable, "-m", "pcietrace", "attach", "-o", str(out),
-                                      *attach, "--", *app]
+    cmd = app if attach is None or attach == [LIBRARY] else [sys.executable, "-m", "pcietrace", "attach", "-o",
+                                                             str(out), *attach, "--", *app]
+    if attach == [LIBRARY]:
+        out.mkdir(parents=True, exist_ok=True)
+        env = {**injection_env(out, "interpose", None, [0], False), **{k: env[k] for k in env if k not in os.environ}}
     proc = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           timeout=timeout_s)
     if proc.returncode:
@@ -59,17 +66,22 @@ def interval(ratios: list[float]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  epilog="example: python3 bench/dense_overhead.py --pairs 10 --seconds 10")
-    ap.add_argument("--pairs", type=int, default=10, help="ABBA pairs (default 10)")
+    ap.add_argument("--pairs", type=int, default=10, help="ABBA pairs, or rounds with --configs (default 10)")
     ap.add_argument("--seconds", type=float, default=10.0, help="the app's loop length, at least (default 10)")
     ap.add_argument("--attach-args", default="", type=shlex.split, help="extra `pcietrace attach` options, one string")
     ap.add_argument("--timeout-s", type=float, default=600, help="per run (default 600)")
     ap.add_argument("--cpus", default="", help="hold the app to these CPUs both ways (taskset list, e.g. 2-5): "
                                                  "less run-to-run spread from the scheduler (default: not held)")
+    ap.add_argument("--configs", help="instead of plain/attached pairs: rounds of the plain app and each of these "
+                                       "configurations in a rotated order, NAME=ATTACH OPTIONS;... (@library: the "
+                                       "injection library alone, no sampler), e.g. 'attach=;2ms=--sample-interval-ms 2'")
     a = ap.parse_args()
     if a.pairs < 2 or a.seconds <= 0:
         ap.error("--pairs must be >= 2 and --seconds > 0")
     calls = max(1, int(a.seconds / ROUND_S))
     tmp = Path(tempfile.mkdtemp(prefix="dense-overhead-"))
+    if a.configs:
+        return matrix(a, calls, tmp)
     ratios, phase_ratios = [], []
     for p in range(a.pairs):
         order = ("plain", "attach") if p % 2 == 0 else ("attach", "plain")
@@ -81,6 +93,27 @@ def main() -> int:
               f"{phase_ratios[-1] - 1:+.2%}", flush=True)
     print(f"RATIO attached / plain at emit_nvtx density ({a.pairs} pairs of a {calls}-round loop; goal < 1 %):\n"
           f"  the app's loop: {interval(ratios)}\n  the annotated phases alone: {interval(phase_ratios)}")
+    return 0
+
+
+def matrix(a: argparse.Namespace, calls: int, tmp: Path) -> int:
+    """``--pairs`` rounds of the plain app and each ``--configs`` configuration, the order rotated each round; each
+    configuration's slowdown against the same round's plain run."""
+    configs = {"plain": None}
+    for item in filter(None, a.configs.split(";")):
+        name, _, opts = item.partition("=")
+        configs[name.strip()] = shlex.split(opts) if opts.strip() != LIBRARY else [LIBRARY]
+    names = list(configs)
+    runs: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+    for r in range(a.pairs):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            runs[n].append(loop_s(configs[n], calls, tmp / f"{r}-{n}", a.timeout_s, a.cpus))
+            print(f"round {r} {n}: loop {runs[n][-1][0]:.3f} s, phases {runs[n][-1][1]:.3f} s", flush=True)
+    print(f"RATIO against the same round's plain run ({a.pairs} rounds of a {calls}-round loop):")
+    for n in names[1:]:
+        loop = [x[0] / p[0] for x, p in zip(runs[n], runs["plain"])]
+        phases = [x[1] / p[1] for x, p in zip(runs[n], runs["plain"])]
+        print(f"  {n} ({shlex.join(configs[n] or [])}): the loop {interval(loop)}; the phases {interval(phases)}")
     return 0
 
 

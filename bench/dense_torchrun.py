@@ -6,7 +6,7 @@ rank's truth: its own NVML reads around each phase, less an empty window's), the
 direction: the truth (median call), attach's mean call, the error and attach's stated bound; every rank's ranges
 must be charged its own GPU only, every direction within its bound, those of >= 1 MB within 2 %. Exit 1 if not.
 
-    python3 bench/dense_torchrun.py --gpus 2 --calls 4 --out DIR
+    python3 bench/dense_torchrun.py --gpus 2 --calls 4 --out DIR [--attach-args='--sample-interval-ms 2']
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +31,7 @@ def job(a: argparse.Namespace, tag: str, attach: bool) -> Path | None:
     env = {**os.environ, "BLIND_OUT": str(out / "app.jsonl"), "BLIND_CALLS": str(a.calls)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(a.gpus), str(APP)]
     if attach:
-        cmd = [sys.executable, "-m", "pcietrace", "attach", "-o", str(out / "attach"), "--", *cmd]
+        cmd = [sys.executable, "-m", "pcietrace", "attach", "-o", str(out / "attach"), *a.attach_args, "--", *cmd]
     with open(out / "log.txt", "w") as log:
         rc = subprocess.run(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=a.timeout_s).returncode
     if rc:
@@ -53,6 +54,8 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=4, help="calls of each phase per rank (default 4)")
     ap.add_argument("--out", type=Path, required=True, help="a new folder for everything")
     ap.add_argument("--timeout-s", type=float, default=500)
+    ap.add_argument("--attach-args", default="", type=shlex.split,
+                    help="extra `pcietrace attach` options, one string, e.g. --attach-args='--sample-interval-ms 2'")
     a = ap.parse_args()
     a.out = a.out.resolve()
     alone, attached = job(a, "alone", False), job(a, "attached", True)

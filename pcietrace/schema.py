@@ -24,7 +24,7 @@ COUNT_COLUMNS = ("captures", "instantiations", "updates", "node_updates", "cache
 
 
 #: Columns that count things (calls, launches, processes...): written as JSON integers, null where unknown.
-COUNTS = ("calls", "short_calls", "stalls", "launches", "processes", "ranges", "samples", "windows", "dof",
+COUNTS = ("calls", "short_calls", "unknown_calls", "stalls", "launches", "processes", "ranges", "samples", "windows", "dof",
           "quiet_intervals", "gpu_kernels")
 
 

@@ -578,7 +578,10 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     ``d2h_raw_bytes`` (before the floor is removed, summed) and the worst-case edge errors
     ``h2d_edge_bytes``/``d2h_edge_bytes`` (summed) and the floor's 95 %
     half-widths ``h2d_floor_err_bytes``/``d2h_floor_err_bytes`` (summed: one floor serves every call),
-    ``status`` (the worst of its calls), ``stalls`` (sampling stalls its calls overlap), ``eager_launches``, ``graph_launches``,
+    ``status`` (the worst of its calls), ``unknown_calls`` (calls not "ok": their bytes unknown) and
+    ``h2d_measured_bytes``/``d2h_measured_bytes`` (summed over the other calls: the least the range moved where
+    a few calls of a long run lie over a sampling stall that could hide a counter wrap; NaN with none measured),
+    ``stalls`` (sampling stalls its calls overlap), ``eager_launches``, ``graph_launches``,
     ``captured_launches`` (made into a stream being captured: graph nodes, in neither count before),
     ``h2d_bytes_per_launch`` (over eager + graph launches), ``launch_overhead_ms`` (launches x the measured
     host cost per launch), ``graph_savings_ms`` (what capturing its eager launches into graphs could save at most: the
@@ -607,6 +610,10 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
                 short_calls=("short", "sum")).reset_index()
     out["short_calls"] = out["short_calls"].astype(np.int64)
     calls = out["calls"].to_numpy()
+    measured = g["h2d_bytes"].count().to_numpy()  # ("ok" calls: each has both directions' figures)
+    out["unknown_calls"] = calls - measured
+    for d in DIRECTIONS:
+        out[f"{d}_measured_bytes"] = np.where(measured > 0, g[f"{d}_bytes"].sum().to_numpy(), np.nan)
     # totals that are unknown (NaN) where any call's figure is (one fitted floor serves every call: its error
     # adds up, it does not average out)
     for name, col in (("h2d_bytes", "h2d_bytes"), ("d2h_bytes", "d2h_bytes"), ("excl_h2d_bytes", "excl_h2d_bytes"),
@@ -649,7 +656,7 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
 
 SUMMARY_COLUMNS = ["domain", "name", "calls", "names", "gpus", "incl_ms", "excl_ms", "h2d_bytes", "d2h_bytes", "excl_h2d_bytes",
                    "h2d_raw_bytes", "d2h_raw_bytes", "h2d_edge_bytes", "d2h_edge_bytes", "h2d_floor_err_bytes",
-                   "d2h_floor_err_bytes", "status", "stalls",
+                   "d2h_floor_err_bytes", "status", "unknown_calls", "h2d_measured_bytes", "d2h_measured_bytes", "stalls",
                    "eager_launches", "graph_launches", "captured_launches", "short_calls", "h2d_bytes_per_launch",
                    "launch_overhead_ms", "graph_savings_ms", "gpu_busy_ms", "parent_domain", "parent_name", "level"]
 

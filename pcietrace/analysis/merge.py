@@ -32,7 +32,7 @@ _STRICT_SUMS = ("h2d_bytes", "d2h_bytes", "excl_h2d_bytes", "h2d_floor_err_bytes
                 "eager_launches", "graph_launches", "captured_launches", "graph_savings_ms", "gpu_busy_ms",
                 "launch_overhead_ms")
 _SUMS = ("calls", "incl_ms", "excl_ms", "h2d_raw_bytes", "d2h_raw_bytes", "h2d_edge_bytes", "d2h_edge_bytes",
-         "stalls", "short_calls")
+         "stalls", "short_calls", "unknown_calls", "h2d_measured_bytes", "d2h_measured_bytes")
 
 
 def node_info(meta: dict[str, Any], path: str) -> dict[str, Any]:

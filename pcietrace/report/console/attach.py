@@ -75,12 +75,18 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
 
         def name(r: Any, marked: bool = True) -> str:  # the marks on a line of their own, so they never break the name
             marks = ([f"{r.short_calls} short"] if r.short_calls else []) \
-                + ([f"{r.stalls} stall{'s' * (r.stalls != 1)}"] if getattr(r, "stalls", 0) else [])
+                + ([f"{r.stalls} stall{'s' * (r.stalls != 1)}"] if getattr(r, "stalls", 0) else []) \
+                + ([f"{r.unknown_calls:,} {r.status}"] if partly(r) else [])
             pad = " " * INDENT * min(int(getattr(r, "indent", 0) or 0), MAX_INDENT)
             return pad + esc(r.name) + domain_mark(r.domain, one_domain) + (
                 f"\n[yellow]({', '.join(marks)})[/]" if marks and marked else "")
 
+        def partly(r: Any) -> bool:  # a long run's few calls over a stall that could hide a wrap: the rest measured
+            return getattr(r, "status", "ok") == "wrap risk" and 0 < getattr(r, "unknown_calls", 0) < r.calls
+
         def mb(r: Any, d: str, edge: bool) -> str:
+            if partly(r):  # the least its calls moved: those measured (never a silent number for the others)
+                return f"[yellow]≥ {num(getattr(r, f'{d}_measured_bytes') / 1e6, ',.3f')}[/]"
             if getattr(r, "status", "ok") != "ok":  # no floor / no data / wrap risk: never a silent number
                 return f"[red]{r.status}[/]"
             v = getattr(r, f"{d}_bytes") / 1e6
@@ -130,6 +136,8 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
         marked = [f"short: under two counter samples ({interval} ms sampling), bytes interpolated"] * bool(
             rg["short_calls"].sum()) + ["stalls: over sampling gaps > 4 counter updates, wider edge errors (in ± error)"] * \
             bool("stalls" in rg and rg["stalls"].sum())
+        marked += ["wrap risk: over a sampling gap that could hide a counter wrap, bytes unknown (≥: the other calls' "
+                   "total, the least the range moved)"] * any(partly(r) for r in rg.itertuples())
         if marked:
             parts.append(Text("note: calls marked " + "; ".join(marked), style="yellow"))
     if len(results.get("ranges_by_host", ())):

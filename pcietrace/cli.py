@@ -325,7 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "--idle-sample-interval-ms for the time between). A GPU is read at most once per interval "
                          "however many ranges open and close meanwhile, so nested or per-op ranges add no reads. A "
                          "range's edges fall between two samples, which bound how far its bytes can be off (its ± "
-                         f"error). {READ_COST}")
+                         f"error). {READ_COST}. Per-op ranges (emit_nvtx): 2 puts 4x fewer reads in each range, whose "
+                         "bytes then rest less on the floor's cost per read (docs/method.md)")
     # 20 ms: collectors.sampler.MAX_IDLE_INTERVAL_NS (not imported: the parser loads no numpy)
     at.add_argument("--idle-sample-interval-ms", type=_number(0, 20, low_open=False), default=5.0, metavar="MS",
                     help="while no NVTX range is open in any traced process, read the counters only this often "

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.analysis import nesting
-from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, gaps_overlapping, jumps,
-                                         link_bps, movable_bytes, per_gpu, read_ns_of)
+from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, counted_by, gaps_overlapping,
+                                         jumps, link_bps, movable_bytes, per_gpu, read_ns_of)
 from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
 from pcietrace.analysis.launch import DIRECTIONS
 from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS
@@ -329,14 +329,17 @@ def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None 
     count towards the median. ``counters``: each GPU's record (:attr:`pcietrace.session.Session.counters`:
     its counter width and link, :func:`could_hide_wrap`)."""
     out = {}
-    if idle_ns > 0 and ranges is not None:  # (sorted once for every GPU)
-        starts = np.sort(ranges["t_start_ns"].to_numpy(np.int64))
-        ends = np.sort(ranges["t_end_ns"].to_numpy(np.int64))
+    if idle_ns > 0 and ranges is not None:
+        starts, ends = ranges["t_start_ns"].to_numpy(np.int64), ranges["t_end_ns"].to_numpy(np.int64)
     for idx, g in per_gpu(cum):
         t = g["t_ns"].to_numpy(np.int64)
         gap = np.diff(t)
-        idle = (np.searchsorted(starts, t[:-1], "right") == np.searchsorted(ends, t[:-1], "right")) \
-            if idle_ns > 0 and ranges is not None else np.zeros(gap.size, bool)  # (no range open: open_ranges_at)
+        if idle_ns > 0 and ranges is not None:  # (no range open: open_ranges_at)
+            idle = counted_by(t[:-1], starts)
+            idle -= counted_by(t[:-1], ends)
+            idle = idle == 0
+        else:
+            idle = np.zeros(gap.size, bool)
         fast = gap[~idle] if (~idle).any() else gap
         median = float(np.median(fast)) if fast.size else 0.0
         limit = max(4 * COUNTER_UPDATE_NS, 2 * median) if gap.size else 0
@@ -388,20 +391,21 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
         no_floor = int(idx) not in models.index or models.loc[int(idx), "status"] == "no floor"
         first, after = np.searchsorted(t, ak, "right"), np.searchsorted(t, bk, "right")  # samples inside: first..after-1
         reads = after - first
-        # their reads' summed time (us): a range whose reads sat apart in read time states it in its floor error
-        read_us = None
-        if "read_ns" in g:
-            spent_us = np.zeros(len(g) + 1)
-            np.cumsum(np.divide(g["read_ns"].to_numpy(), 1e3, dtype=float), out=spent_us[1:])
-            read_us = spent_us[after] - spent_us[first]
-            del spent_us
         st = np.where(~covered, 2, np.where(wrap, 3, 1 if no_floor else 0))
         status[k] = np.maximum(status[k], st)
         acc["stalls"][k] += gaps_overlapping(t, gp["stall"], ak, bk)
         model = None if no_floor else models.loc[int(idx)]
+        # their reads' summed time (us): a range whose reads sat apart in read time states it in its floor error
+        # (a floor with a read-time term reads it: :func:`pcietrace.analysis.floor.read_us_apart`)
+        read_us = None
+        if "read_ns" in g and model is not None and model.get("read_time_term"):
+            spent_ns = np.zeros(len(g) + 1, np.int64)
+            np.cumsum(g["read_ns"].to_numpy(), dtype=np.int64, out=spent_ns[1:])
+            read_us = (spent_ns[after] - spent_ns[first]) / 1e3
+            del spent_ns
         early, late = read_windows(g)
         for d, c in DIRECTIONS.items():
-            y = g[f"{c}_bytes"].to_numpy(float)
+            y = g[f"{c}_bytes"].to_numpy()  # (as held: edge_values reads a few values around each edge)
             # the floor's bytes per read and per ns, which the edges spread evenly (none without a floor)
             per_read, per_ns = (0.0, 0.0) if no_floor else \
                 np.nan_to_num(floor_bytes(model, d, np.array([1, 0]), np.array([0, 1])))
@@ -414,7 +418,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             if not no_floor:
                 acc[f"{d}_floor"][k] += floor_bytes(model, d, reads, bk - ak)
                 acc[f"{d}_floor_var"][k] += floor_err_bytes(model, d, reads, bk - ak, read_us) ** 2
-    sampled = set(cum["nvml_index"].astype(int))
+    sampled = {int(i) for i, _ in per_gpu(cum)}
     status = np.where(holds(None, sampled), 2, status)  # a GPU with no samples at all
     out["status"] = pd.Categorical.from_codes(status, STATUSES)
     out["stalls"] = acc.pop("stalls").astype(np.int64)
@@ -471,7 +475,7 @@ def read_windows(cum: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     both directions). Reads overlap little, so these are nearly in order: a stable sort (a merge of runs)
     puts them in order in about one pass."""
     t = cum["t_ns"].to_numpy(np.int64)
-    half = read_ns_of(cum) // 2
+    half = cum["read_ns"].to_numpy() // 2 if "read_ns" in cum else np.zeros(t.size, np.int64)  # (as held)
     early, late = t - half, t + half  # (each made and sorted in place: a GPU's samples, twice, not six times)
     del half
     early -= COUNTER_UPDATE_NS
@@ -736,7 +740,8 @@ WHOLE_RUN_COLUMNS = ["nvml_index", "duration_ms", "h2d_bytes", "d2h_bytes", "h2d
 
 
 def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,
-              gpus: list[dict[str, Any]], counters: dict[int, dict[str, Any]] | None = None) -> pd.DataFrame:
+              gpus: list[dict[str, Any]], counters: dict[int, dict[str, Any]] | None = None,
+              gaps: dict[int, dict[str, Any]] | None = None) -> pd.DataFrame:
     """One row per sampled GPU for the whole program run: duration, H2D/D2H bytes (floor removed; NaN with
     the reason in ``status`` where that GPU has no floor or no data) with the floor's 95 % half-width
     (``{d}_floor_err_bytes``: over a whole run the floor's error outweighs the edges'), the launches made on it
@@ -746,15 +751,17 @@ def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: 
     ``processes``, ``ranges``, and ``program_graph_savings_ms`` (NaN here: what capturing the outermost ranges into
     graphs could save, :func:`pcietrace.analysis.savings.outermost_ms`, filled in where launch costs are known).
     Columns: :data:`WHOLE_RUN_COLUMNS`. ``gpus``: the session's GPU records; ``counters``: see
-    :func:`attribute`."""
-    sampled = sorted(int(i) for i in cum["nvml_index"].unique())
+    :func:`attribute`; ``gaps``: :func:`sampling_gaps` of ``cum`` where made already (its wrap risks are the
+    same; default: made here)."""
+    sampled = sorted(int(i) for i, _ in per_gpu(cum))
     span = pd.DataFrame({"t_start_ns": [t0] * len(sampled), "t_end_ns": [t1] * len(sampled), "kind": "start",
                          "pid": 0, "tid": 0, "depth": 0, "gpus": [[g] for g in sampled]})
     # (one span per GPU: its status reads the gaps that could hide a wrap; stalls and the median gap are not shown)
-    gaps = {int(idx): {"t": g["t_ns"].to_numpy(np.int64), "median_ns": 0.0,
-                       "stall": np.zeros(max(len(g) - 1, 0), bool),
-                       "wrap": could_hide_wrap(g["t_ns"].to_numpy(np.int64), read_ns_of(g),
-                                               (counters or {}).get(int(idx))) | jumps(g)} for idx, g in per_gpu(cum)}
+    if gaps is None:
+        gaps = {int(idx): {"t": g["t_ns"].to_numpy(np.int64), "median_ns": 0.0,
+                           "stall": np.zeros(max(len(g) - 1, 0), bool),
+                           "wrap": could_hide_wrap(g["t_ns"].to_numpy(np.int64), read_ns_of(g),
+                                                   (counters or {}).get(int(idx))) | jumps(g)} for idx, g in per_gpu(cum)}
     at = attribute(span, cum, floor, counters, gaps) if sampled else span
     last = with_captured(events.iloc[np.flatnonzero(~events["pid"].duplicated(keep="last").to_numpy())]
                          if len(events) else events)  # (each process's last event)

@@ -55,8 +55,14 @@ def value_span_ns(t_ns: np.ndarray, read_ns: np.ndarray | None = None) -> np.nda
     between the earliest and the latest moment the two reads' values can apply (ns): the gap between their
     midpoints, half of each read and one counter update."""
     t_ns = np.asarray(t_ns, dtype=np.int64)
-    read_ns = np.zeros(t_ns.size, np.int64) if read_ns is None else np.asarray(read_ns, dtype=np.int64)
-    return np.diff(t_ns) + (read_ns[1:] + read_ns[:-1]) / 2 + COUNTER_UPDATE_NS
+    if read_ns is None:
+        return np.diff(t_ns) + float(COUNTER_UPDATE_NS)
+    read_ns = np.asarray(read_ns)  # (as held: summed as floats, exact, with no widened copy)
+    span = np.add(read_ns[1:], read_ns[:-1], dtype=np.float64)
+    span /= 2
+    span += np.diff(t_ns)
+    span += COUNTER_UPDATE_NS
+    return span
 
 
 def movable_bytes(t_ns: np.ndarray, read_ns: np.ndarray | None = None, max_bps: float = MAX_LINK_BPS) -> np.ndarray:
@@ -81,18 +87,27 @@ def unwrap(raw: np.ndarray, bits: int = 32, t_ns: np.ndarray | None = None,
     copy between reads of a few ms 40 ms apart moves more than the midpoints' gap allows) is taken as the
     step back it is (negative): the cumulative values are then the counter values each read saw.
     """
-    raw = np.asarray(raw, dtype=np.uint64)
+    raw = np.asarray(raw)
     if raw.size == 0:
         return np.zeros(0, np.int64)
-    steps = np.diff(raw)  # uint64 arithmetic wraps modulo 2**64 ...
+    movable = movable_bytes(t_ns, read_ns, max_bps) if t_ns is not None else None
+    out = np.zeros(raw.size, np.int64)
+    np.cumsum(_steps(raw, bits, movable), out=out[1:])
+    return out
+
+
+def _steps(raw: np.ndarray, bits: int, movable: np.ndarray | None) -> np.ndarray:
+    """:func:`unwrap`'s steps between consecutive raw values (int64): modulo ``2**bits``, those of more than half
+    the range that no link could move (``movable``, bytes per step; None: not judged) taken as steps back."""
+    steps = np.subtract(raw[1:], raw[:-1], dtype=np.uint64, casting="unsafe")  # (wraps modulo 2**64 ...)
     if bits < 64:
         steps &= np.uint64((1 << bits) - 1)  # ... and the mask makes it modulo 2**bits
-    signed = steps.astype(np.int64)  # (64 bits: a step back is negative already)
-    if t_ns is not None and bits < 64:
-        movable = movable_bytes(t_ns, read_ns, max_bps)
-        back = (steps >= np.uint64(1 << (bits - 1))) & (steps.astype(np.float64) > movable)
+    signed = steps.view(np.int64)  # (the same values below 2**63; 64 bits: a step back is negative already)
+    if movable is not None and bits < 64:
+        big = np.flatnonzero(steps >= np.uint64(1 << (bits - 1)))  # (few: judged one by one)
+        back = big[steps[big].astype(np.float64) > movable[big]]
         signed[back] -= 1 << bits
-    return np.concatenate([[0], np.cumsum(signed)])
+    return signed
 
 
 def integrate_rate(t_ns: np.ndarray, kb_per_s: np.ndarray) -> np.ndarray:
@@ -173,30 +188,42 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
     # column are the samples' own, shared, where every sample is kept
     out = {c: np.empty(n, np.int64 if all(m == "fields" for m in modes.values()) else np.float64)
            for c in ("tx_bytes", "rx_bytes")}
-    keep, jump = np.empty(n, bool), np.empty(n, bool)
+    keep, jump = np.ones(n, bool), np.zeros(n, bool)
     at = 0
     for idx, g in per_gpu(samples):
         c = counters.get(int(idx), {"mode": "fields", "bits": 32})
         t = g["t_ns"].to_numpy(np.int64)
-        read_ns = read_ns_of(g)
-        jumped = np.zeros(max(t.size - 1, 0), bool)
-        if c["mode"] == "fields":
-            link = link_bps(c)
-            tx, rx = (unwrap(g[col].to_numpy(), c["bits"], t, read_ns, link) for col in ("tx_raw", "rx_raw"))
-            jumped = impossible_steps(t, read_ns, tx, rx, max_bps=link)
-            tx, rx = rebase(tx, jumped), rebase(rx, jumped)
-        else:
-            tx, rx = integrate_rate(t, g["tx_raw"].to_numpy()), integrate_rate(t, g["rx_raw"].to_numpy())
         mine = slice(at, at + t.size)
-        keep[mine] = k = in_order(tx, rx)
-        # a jump belongs to the interval it lies in, also where in_order leaves out the sample after it
-        jumps_before = np.concatenate([[0], np.cumsum(jumped)])
-        if k.all():
-            jump[mine] = np.diff(jumps_before, prepend=0) > 0
+        tx, rx = out["tx_bytes"][mine], out["rx_bytes"][mine]  # (filled in place)
+        if c["mode"] == "fields":
+            # each step once: unwrapped (:func:`unwrap`), a step no link could move taken as 0 (:func:`impossible_steps`,
+            # :func:`rebase`), summed straight into the column; the link's reach over each step computed once for all
+            movable = movable_bytes(t, g["read_ns"].to_numpy() if "read_ns" in g else None, link_bps(c))
+            steps = [_steps(g[col].to_numpy(), c["bits"], movable) for col in ("tx_raw", "rx_raw")]
+            jumped = (np.abs(steps[0]) > movable) | (np.abs(steps[1]) > movable)
+            del movable
+            back = False
+            for y, step in zip((tx, rx), steps):
+                step[jumped] = 0
+                back = back or bool(step.size and step.min() < 0)
+                y[:1] = 0
+                if y.dtype == step.dtype:
+                    np.cumsum(step, out=y[1:])
+                else:
+                    y[1:] = np.cumsum(step)
+            del steps
         else:
-            jump[mine] = False
+            jumped, back = np.zeros(max(t.size - 1, 0), bool), True
+            tx[:], rx[:] = integrate_rate(t, g["tx_raw"].to_numpy()), integrate_rate(t, g["rx_raw"].to_numpy())
+        # (no step back: every sample in order, :func:`in_order` has nothing to leave out)
+        k = in_order(tx, rx) if back else None
+        if k is None or k.all():
+            jump[at + 1:at + t.size] = jumped
+        else:
+            # a jump belongs to the interval it lies in, also where in_order leaves out the sample after it
+            keep[mine] = k
+            jumps_before = np.concatenate([[0], np.cumsum(jumped)])
             jump[at + np.flatnonzero(k)] = np.diff(jumps_before[k], prepend=0) > 0
-        out["tx_bytes"][mine], out["rx_bytes"][mine] = tx, rx
         at += t.size
     # (the GPU and read columns as loaded, 32 bits where they fit: shared, not widened; what reads them widens)
     cols = {"nvml_index": samples["nvml_index"].to_numpy(), "t_ns": samples["t_ns"].to_numpy(np.int64),
@@ -224,12 +251,24 @@ def resets(cum: pd.DataFrame) -> pd.Series:
     if not len(cum):
         return pd.Series(dtype=int)
     j = cum["jump"].to_numpy(bool)  # (a GPU's first sample never has one: no run spans two GPUs)
-    first = j & ~np.concatenate([[False], j[:-1]])
+    first = j.copy()
+    first[1:] &= ~j[:-1]
     gpu = cum["nvml_index"].to_numpy()
     if (gpu[1:] < gpu[:-1]).any():
         return pd.Series(first, index=cum["nvml_index"]).groupby(level=0).sum()
-    at = np.r_[0, np.flatnonzero(gpu[1:] != gpu[:-1]) + 1]  # (rows by GPU: summed per run, no index built)
-    return pd.Series(np.add.reduceat(first.astype(np.int64), at), index=pd.Index(gpu[at], name="nvml_index"))
+    at = np.r_[0, np.flatnonzero(gpu[1:] != gpu[:-1]) + 1]  # (rows by GPU: counted per run, no index built)
+    counts = np.diff(np.searchsorted(np.flatnonzero(first), np.r_[at, gpu.size]))
+    return pd.Series(counts, index=pd.Index(gpu[at], name="nvml_index"))
+
+
+def counted_by(t_ns: np.ndarray, x_ns: np.ndarray, strict: bool = False) -> np.ndarray:
+    """Per time of ``t_ns`` (ascending): how many of ``x_ns`` (any order) lie at or before it (``strict``: before
+    it), as ``np.searchsorted(np.sort(x_ns), t_ns, "left" if strict else "right")`` gives, found from the side of
+    the fewer: each of ``x_ns`` placed among the samples and counted up, one pass over a GPU's samples where
+    searching each of them would cost a search apiece."""
+    at = np.searchsorted(t_ns, x_ns, "right" if strict else "left")  # (x counts from the sample at ``at`` on)
+    counts = np.bincount(at, minlength=t_ns.size + 1)[:t_ns.size]
+    return np.cumsum(counts, out=counts)
 
 
 def gaps_overlapping(t: np.ndarray, flags: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -106,7 +106,7 @@ def attribute(s: Session, cum: pd.DataFrame, group_by: str = names.DEFAULT_GROUP
         notes.append(Note("floor_without_error", gpu=r.nvml_index, windows=r.windows))
     whole_floor = floor.floor_model(cum, s.windows, sampled, windows_only=True)  # (see floor_model)
     whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], whole_floor,
-                                  s.meta.get("gpus", []), s.counters)
+                                  s.meta.get("gpus", []), s.counters, gaps)
     if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0
         inst = inst.assign(**{c: math.nan for c in LAUNCH_COUNTS if c in inst})
         whole = whole.assign(**{c: math.nan for c in WHOLE_RUN_LAUNCHES})

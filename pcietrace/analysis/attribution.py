@@ -329,8 +329,9 @@ def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None 
     count towards the median. ``counters``: each GPU's record (:attr:`pcietrace.session.Session.counters`:
     its counter width and link, :func:`could_hide_wrap`)."""
     out = {}
-    if idle_ns > 0 and ranges is not None:
-        starts, ends = ranges["t_start_ns"].to_numpy(np.int64), ranges["t_end_ns"].to_numpy(np.int64)
+    if idle_ns > 0 and ranges is not None:  # (sorted once for every GPU: each GPU's search then runs in order)
+        starts = np.sort(ranges["t_start_ns"].to_numpy(np.int64))
+        ends = np.sort(ranges["t_end_ns"].to_numpy(np.int64))
     for idx, g in per_gpu(cum):
         t = g["t_ns"].to_numpy(np.int64)
         gap = np.diff(t)

@@ -25,7 +25,13 @@ def could_hide_wrap(t_ns: np.ndarray, read_ns: np.ndarray | None = None,
     4x H200 torchrun recording). ``counter``: the GPU's record (:attr:`pcietrace.session.Session.counters`;
     ``bits`` default 32)."""
     c = counter or {}
-    return movable_bytes(t_ns, read_ns, link_bps(c)) >= 2 ** int(c.get("bits") or 32)
+    limit, bps = 2 ** int(c.get("bits") or 32), link_bps(c)
+    t_ns = np.asarray(t_ns, dtype=np.int64)
+    if t_ns.size > 1:  # (no step can: the longest gap and the longest read together move less; the common case)
+        longest = float(np.max(read_ns)) if read_ns is not None and len(read_ns) else 0.0
+        if ((longest + longest) / 2 + float(np.max(np.diff(t_ns))) + COUNTER_UPDATE_NS) / 1e9 * bps < limit:
+            return np.zeros(t_ns.size - 1, bool)
+    return movable_bytes(t_ns, read_ns, bps) >= limit
 
 
 #: How often NVML's PCIe byte counters change (measured on the lent H100/H200, driver 580): ~0.2 ms.
@@ -68,7 +74,10 @@ def value_span_ns(t_ns: np.ndarray, read_ns: np.ndarray | None = None) -> np.nda
 def movable_bytes(t_ns: np.ndarray, read_ns: np.ndarray | None = None, max_bps: float = MAX_LINK_BPS) -> np.ndarray:
     """Per step between consecutive samples: the most bytes a saturated link (``max_bps``, B/s) moves over its
     :func:`value_span_ns`."""
-    return value_span_ns(t_ns, read_ns) / 1e9 * max_bps
+    span = value_span_ns(t_ns, read_ns)
+    span /= 1e9
+    span *= max_bps
+    return span
 
 
 def unwrap(raw: np.ndarray, bits: int = 32, t_ns: np.ndarray | None = None,
@@ -182,7 +191,7 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
     gpu = samples["nvml_index"].to_numpy()
     if (gpu[1:] < gpu[:-1]).any():  # (rows not by GPU: put in GPU order once, each GPU's rows in their order)
         samples = samples.iloc[np.argsort(gpu, kind="stable")]
-    modes = {int(i): counters.get(int(i), {"mode": "fields", "bits": 32})["mode"] for i in pd.unique(gpu)}
+    modes = {int(i): counters.get(int(i), {"mode": "fields", "bits": 32})["mode"] for i, _ in per_gpu(samples)}
     n = len(samples)
     # filled GPU by GPU (no per-GPU frames concatenated: one copy of the new columns); times, reads and the GPU
     # column are the samples' own, shared, where every sample is kept
@@ -200,11 +209,13 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
             # :func:`rebase`), summed straight into the column; the link's reach over each step computed once for all
             movable = movable_bytes(t, g["read_ns"].to_numpy() if "read_ns" in g else None, link_bps(c))
             steps = [_steps(g[col].to_numpy(), c["bits"], movable) for col in ("tx_raw", "rx_raw")]
-            jumped = (np.abs(steps[0]) > movable) | (np.abs(steps[1]) > movable)
+            jumped = np.abs(steps[0]) > movable
+            jumped |= np.abs(steps[1]) > movable
             del movable
-            back = False
+            jumps_here, back = bool(jumped.any()), False
             for y, step in zip((tx, rx), steps):
-                step[jumped] = 0
+                if jumps_here:
+                    step[jumped] = 0
                 back = back or bool(step.size and step.min() < 0)
                 y[:1] = 0
                 if y.dtype == step.dtype:
@@ -300,7 +311,7 @@ def sample_gaps(samples: pd.DataFrame, counters: dict[int, dict[str, Any]] | Non
         rows.append({"nvml_index": int(idx), "samples": int(t.size),
                      "rate_hz": (t.size - 1) / span_s if t.size > 1 and span_s > 0 else float("nan"),
                      "median_gap_us": float(np.median(d)) / 1e3, "max_gap_us": float(d.max()) / 1e3,
-                     "median_read_us": float(g["read_ns"].median()) / 1e3,
+                     "median_read_us": float(np.median(g["read_ns"].to_numpy())) / 1e3,
                      "wrap_risk": bool(could_hide_wrap(t, read_ns_of(g), (counters or {}).get(int(idx))).any()),
                      "counter_jumps": int(jumped.get(idx, 0))})
     return pd.DataFrame(rows, columns=SAMPLING_COLUMNS)

@@ -252,8 +252,8 @@ def inside_spans(t_ns: np.ndarray, spans_ns: np.ndarray | None) -> np.ndarray:
     all."""
     if spans_ns is None or not len(spans_ns):
         return np.ones(t_ns.size, bool)
-    opened = counted_by(t_ns, spans_ns[:, 0])
-    opened -= counted_by(t_ns, spans_ns[:, 1], strict=True)  # (open: started at or before, not ended before)
+    opened = counted_by(t_ns, np.sort(spans_ns[:, 0]))
+    opened -= counted_by(t_ns, np.sort(spans_ns[:, 1]), strict=True)  # (open: started at or before, not ended before)
     return opened > 0
 
 
@@ -262,12 +262,22 @@ def quiet_bytes(g: pd.DataFrame, inside: np.ndarray, row: dict[str, Any] | pd.Se
     intervals: between two samples ``inside`` the program's ranges, each under :data:`QUIET_FACTOR` x the
     floor of ``row`` (``{d}_bytes_per_read_program``, ``{d}_background_Bps``) in both directions (none across a
     counter jump: its bytes are unknown)."""
-    ys = {d: np.diff(g[f"{c}_bytes"].to_numpy()).astype(float, copy=False) for d, c in DIRECTIONS.items()}
     dt_s = np.diff(g["t_ns"].to_numpy(np.int64)) / 1e9
-    bg = {d: row[f"{d}_background_Bps"] * dt_s for d in DIRECTIONS}
-    quiet = inside[1:] & inside[:-1] & ~jumps(g) & np.logical_and.reduce(
-        [ys[d] < QUIET_FACTOR * np.maximum(row[f"{d}_bytes_per_read_program"] + bg[d], 1.0) for d in DIRECTIONS])
-    return {d: (ys[d] - bg[d])[quiet] for d in DIRECTIONS}
+    quiet = inside[1:] & inside[:-1]
+    quiet &= ~jumps(g)
+    resid = {}
+    for d, c in DIRECTIONS.items():  # (each direction's arrays made in place: a GPU's samples, a few times)
+        y = np.diff(g[f"{c}_bytes"].to_numpy()).astype(float, copy=False)
+        bg = row[f"{d}_background_Bps"] * dt_s
+        limit = row[f"{d}_bytes_per_read_program"] + bg
+        np.maximum(limit, 1.0, out=limit)
+        limit *= QUIET_FACTOR
+        quiet &= y < limit
+        del limit
+        y -= bg
+        resid[d] = y
+        del bg
+    return {d: y[quiet] for d, y in resid.items()}
 
 
 def state_bytes_per_read(resid: np.ndarray, run: int | None = None) -> float:

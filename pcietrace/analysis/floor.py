@@ -310,7 +310,7 @@ def _run_spread(x: np.ndarray, run: int) -> float:
     np.cumsum(x, out=total[1:])
     means = total[run:] - total[:-run]  # (running sums: one pass, where a convolution costs ``run`` passes)
     means /= run
-    lo, hi = np.percentile(means, [2.5, 97.5])
+    lo, hi = np.percentile(means, [2.5, 97.5], overwrite_input=True)
     return float(max(abs(lo), abs(hi)))
 
 

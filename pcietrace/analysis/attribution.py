@@ -18,6 +18,7 @@ import pandas as pd
 from pcietrace.analysis import nesting
 from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, counted_by, gaps_overlapping,
                                          jumps, link_bps, movable_bytes, per_gpu, read_ns_of)
+from pcietrace.analysis.counters import median as median_of
 from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
 from pcietrace.analysis.launch import DIRECTIONS
 from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS
@@ -342,7 +343,7 @@ def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None 
         else:
             idle = np.zeros(gap.size, bool)
         fast = gap[~idle] if (~idle).any() else gap
-        median = float(np.median(fast, overwrite_input=fast is not gap)) if fast.size else 0.0  # (a copy: sorted in place)
+        median = median_of(fast) if fast.size else 0.0
         limit = max(4 * COUNTER_UPDATE_NS, 2 * median) if gap.size else 0
         out[int(idx)] = {"t": t, "stall": gap > np.where(idle, max(limit, 2 * idle_ns), limit), "median_ns": median,
                          "wrap": could_hide_wrap(t, read_ns_of(g), (counters or {}).get(int(idx))) | jumps(g)}

@@ -51,6 +51,21 @@ def link_bps(counter: dict[str, Any]) -> float:
     return max(MAX_LINK_BPS, gt * 1e9 * int(width) / 8) if gt and width else MAX_LINK_BPS
 
 
+def median(x: np.ndarray) -> float:
+    """``np.median(x)`` (NaN for none); integers spread over no more values than they number (a sampler's gaps:
+    a handful of distinct ones, where a selection crawls over the ties) counted instead, the same value."""
+    x = np.asarray(x)
+    if x.dtype.kind not in "iu" or x.size < 2:
+        return float(np.median(x)) if x.size else float("nan")
+    lo, hi = int(x.min()), int(x.max())
+    if hi - lo >= x.size:
+        return float(np.median(x))
+    below = np.cumsum(np.bincount(x - lo if lo else x, minlength=hi - lo + 1))  # (how many at or below each value)
+    k = x.size // 2
+    upper = lo + int(np.searchsorted(below, k, "right"))  # (the values of ranks k and, for an even count, k - 1)
+    return float(upper) if x.size % 2 else (float(lo + int(np.searchsorted(below, k - 1, "right"))) + float(upper)) / 2
+
+
 def read_ns_of(samples: pd.DataFrame) -> np.ndarray:
     """How long each sample's read took (ns), as recorded; 0 for frames without the column (made by hand)."""
     return samples["read_ns"].to_numpy(np.int64) if "read_ns" in samples else np.zeros(len(samples), np.int64)
@@ -308,11 +323,10 @@ def sample_gaps(samples: pd.DataFrame, counters: dict[int, dict[str, Any]] | Non
         t = g["t_ns"].to_numpy(np.int64)
         d = np.diff(t) if t.size > 1 else np.array([0])
         span_s = (t[-1] - t[0]) / 1e9 if t.size > 1 else float("nan")
-        longest = float(d.max())
         rows.append({"nvml_index": int(idx), "samples": int(t.size),
                      "rate_hz": (t.size - 1) / span_s if t.size > 1 and span_s > 0 else float("nan"),
-                     "median_gap_us": float(np.median(d, overwrite_input=True)) / 1e3, "max_gap_us": longest / 1e3,
-                     "median_read_us": float(np.median(g["read_ns"].to_numpy())) / 1e3,
+                     "median_gap_us": median(d) / 1e3, "max_gap_us": float(d.max()) / 1e3,
+                     "median_read_us": median(g["read_ns"].to_numpy()) / 1e3,
                      "wrap_risk": bool(could_hide_wrap(t, read_ns_of(g), (counters or {}).get(int(idx))).any()),
                      "counter_jumps": int(jumped.get(idx, 0))})
     return pd.DataFrame(rows, columns=SAMPLING_COLUMNS)

@@ -299,11 +299,12 @@ def counted_by(t_ns: np.ndarray, x_ns: np.ndarray, strict: bool = False) -> np.n
 
 def gaps_overlapping(t: np.ndarray, flags: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """How many flagged gaps (between ``t[k]`` and ``t[k+1]``, ns) overlap each interval [``a``, ``b``] (ns)."""
-    csum = np.zeros(flags.size + 1, np.int64)
-    np.cumsum(flags, out=csum[1:])
+    flagged = np.flatnonzero(flags)  # (few: counted by searching them, not by a running count over every gap)
+    if not flagged.size:
+        return np.zeros(np.broadcast(a, b).shape, np.int64)
     lo = np.clip(np.searchsorted(t, a, "right") - 1, 0, flags.size)
     hi = np.clip(np.searchsorted(t, b, "left"), 0, flags.size)
-    return csum[np.maximum(hi, lo)] - csum[lo]
+    return np.searchsorted(flagged, np.maximum(hi, lo)) - np.searchsorted(flagged, lo)
 
 
 #: The columns of :func:`sample_gaps` (the ``sampling`` result table).

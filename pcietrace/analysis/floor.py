@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pcietrace.analysis.counters import counted_by, jumps, per_gpu, read_ns_of
+from pcietrace.analysis.counters import counted_by, jumps, median, per_gpu, read_ns_of
 from pcietrace.analysis.launch import DIRECTIONS
 from pcietrace.analysis.spread import t975
 
@@ -211,11 +211,11 @@ def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | 
     inside = inside_spans(g["t_ns"].to_numpy(np.int64), spans_ns)
     open_ns = union_ns(spans_ns) if spans_ns is not None and len(spans_ns) else 0
     row["reads_per_s_program"] = float(inside.sum() / (open_ns / 1e9)) if open_ns > 0 else np.nan
-    read_us = g["read_ns"].to_numpy()[inside] / 1e3 if "read_ns" in g else np.zeros(0)
+    read_ns = g["read_ns"].to_numpy()[inside] if "read_ns" in g and window_read_us is not None else np.zeros(0)
     r = np.nan
     if window_read_us is not None:  # not carried beyond what the windows measured
         per_window, overall = window_read_us
-        r = float(np.clip(np.median(read_us), per_window.min(), per_window.max())) if read_us.size else overall
+        r = float(np.clip(median(read_ns) / 1e3, per_window.min(), per_window.max())) if read_ns.size else overall
     row["read_us_program"] = r
     for d in DIRECTIONS:
         row[f"{d}_bytes_per_read_program"] = row[f"{d}_bytes_per_read"] + (

@@ -350,38 +350,24 @@ def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None 
     return out
 
 
-def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
-              counters: dict[int, dict[str, Any]] | None = None,
-              gaps: dict[int, dict[str, Any]] | None = None) -> pd.DataFrame:
-    """Adds ``duration_ns``; per direction ``{d}_raw_bytes`` (counter change over the range, interpolated
-    between samples, summed over the range's ``gpus``), ``{d}_bytes`` (raw minus the floor model; NaN unless
-    ``status`` is "ok"), ``{d}_edge_bytes`` (how far the counter values at the two edges can be off, from
-    :func:`edge_values`, made to grow with time by :func:`growing_edges`) and ``{d}_floor_err_bytes`` (the
-    95 % half-width of the floor subtracted, its GPUs' in quadrature:
-    :func:`pcietrace.analysis.floor.floor_err_bytes`; NaN unless "ok"); ``stalls`` (sampling gaps the range
-    overlaps that are longer than 4 counter updates);
-    ``status`` (:data:`STATUSES`: "no data" where a GPU's samples do not cover the range, "wrap risk" where a
-    gap could hide a counter wrap or the counter jumped, "no floor" where a GPU has none); and the exclusive
-    figures (``excl_ns``, ``excl_h2d_bytes``, ``excl_d2h_bytes``: minus the direct children of push/pop ranges
-    on the same thread) and ``parent`` (the row position of that parent, -1 for none).
-    ``ranges`` must carry ``gpus`` (:func:`range_gpus`); ``floor``: :func:`pcietrace.analysis.floor.floor_model`;
-    ``counters``: each GPU's record (:attr:`pcietrace.session.Session.counters`: its counter width, and its
-    link, :func:`link_bps`, what its edges can move; default 32 bits, a Gen5 x16); ``gaps``:
-    :func:`sampling_gaps` where the sampler's rate varied (idle-aware sampling; default: computed with one rate).
-    The floor counts the reads inside each range, so a read rate that changes between ranges, idle time and
-    the floor's calibration windows is accounted for read by read."""
-    out = ranges.copy(deep=False)
-    out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
-    parent = nesting.parents(out)  # (first: its search's keys let go before the sums per range are made)
-    a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
-    n = a.size
-    acc = {k: np.zeros(n) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor", "d2h_floor",
-                                    "h2d_floor_var", "d2h_floor_var", "stalls")}
-    status = np.zeros(n, np.int64)  # index into STATUSES; the worst over the range's GPUs wins
+def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
+             counters: dict[int, dict[str, Any]] | None = None, gaps: dict[int, dict[str, Any]] | None = None,
+             sums: dict[str, Any] | None = None) -> dict[str, Any]:
+    """:func:`attribute`'s figures per range from the GPUs whose samples ``cum`` holds, added to ``sums`` (what
+    an earlier call made for other GPUs; None: none yet), so that a long run's GPUs can be read one at a time
+    (their cumulative counters never all held at once). Arguments as :func:`attribute`'s; ``floor`` needs rows
+    for ``cum``'s GPUs only, ``gaps`` entries for them only."""
+    a, b = ranges["t_start_ns"].to_numpy(np.int64), ranges["t_end_ns"].to_numpy(np.int64)
+    if sums is None:
+        sums = {"acc": {k: np.zeros(a.size) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor",
+                                                        "d2h_floor", "h2d_floor_var", "d2h_floor_var", "stalls")},
+                "status": np.zeros(a.size, np.int64),  # index into STATUSES; the worst over the range's GPUs wins
+                "holds": _gpu_sets(ranges["gpus"]), "sampled": set()}
+    acc, status, holds = sums["acc"], sums["status"], sums["holds"]
     gaps = gaps if gaps is not None else sampling_gaps(cum, counters)
     models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
-    holds = _gpu_sets(out["gpus"])
     for idx, g in per_gpu(cum):
+        sums["sampled"].add(int(idx))
         k = np.flatnonzero(holds(int(idx)))  # the ranges holding this GPU: its figures are theirs only
         if not k.size:
             continue
@@ -420,8 +406,38 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             if not no_floor:
                 acc[f"{d}_floor"][k] += floor_bytes(model, d, reads, bk - ak)
                 acc[f"{d}_floor_var"][k] += floor_err_bytes(model, d, reads, bk - ak, read_us) ** 2
-    sampled = {int(i) for i, _ in per_gpu(cum)}
-    status = np.where(holds(None, sampled), 2, status)  # a GPU with no samples at all
+    return sums
+
+
+def attribute(ranges: pd.DataFrame, cum: pd.DataFrame | None, floor: pd.DataFrame,
+              counters: dict[int, dict[str, Any]] | None = None,
+              gaps: dict[int, dict[str, Any]] | None = None, sums: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Adds ``duration_ns``; per direction ``{d}_raw_bytes`` (counter change over the range, interpolated
+    between samples, summed over the range's ``gpus``), ``{d}_bytes`` (raw minus the floor model; NaN unless
+    ``status`` is "ok"), ``{d}_edge_bytes`` (how far the counter values at the two edges can be off, from
+    :func:`edge_values`, made to grow with time by :func:`growing_edges`) and ``{d}_floor_err_bytes`` (the
+    95 % half-width of the floor subtracted, its GPUs' in quadrature:
+    :func:`pcietrace.analysis.floor.floor_err_bytes`; NaN unless "ok"); ``stalls`` (sampling gaps the range
+    overlaps that are longer than 4 counter updates);
+    ``status`` (:data:`STATUSES`: "no data" where a GPU's samples do not cover the range, "wrap risk" where a
+    gap could hide a counter wrap or the counter jumped, "no floor" where a GPU has none); and the exclusive
+    figures (``excl_ns``, ``excl_h2d_bytes``, ``excl_d2h_bytes``: minus the direct children of push/pop ranges
+    on the same thread) and ``parent`` (the row position of that parent, -1 for none).
+    ``ranges`` must carry ``gpus`` (:func:`range_gpus`); ``floor``: :func:`pcietrace.analysis.floor.floor_model`;
+    ``counters``: each GPU's record (:attr:`pcietrace.session.Session.counters`: its counter width, and its
+    link, :func:`link_bps`, what its edges can move; default 32 bits, a Gen5 x16); ``gaps``:
+    :func:`sampling_gaps` where the sampler's rate varied (idle-aware sampling; default: computed with one rate).
+    The floor counts the reads inside each range, so a read rate that changes between ranges, idle time and
+    the floor's calibration windows is accounted for read by read. ``sums``: :func:`gpu_sums` made already,
+    a GPU's samples at a time (``cum`` then unused: None)."""
+    out = ranges.copy(deep=False)
+    out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
+    parent = nesting.parents(out)  # (first: its search's keys let go before the sums per range are made)
+    n = len(out)
+    sums = sums if sums is not None else gpu_sums(ranges, cum, floor, counters, gaps)
+    acc, status = sums["acc"], sums["status"]
+    status = np.where(sums["holds"](None, sums["sampled"]), 2, status)  # a GPU with no samples at all
+    del sums
     out["status"] = pd.Categorical.from_codes(status, STATUSES)
     out["stalls"] = acc.pop("stalls").astype(np.int64)
     unknown = status != 0
@@ -741,9 +757,16 @@ WHOLE_RUN_COLUMNS = ["nvml_index", "duration_ms", "h2d_bytes", "d2h_bytes", "h2d
                      "program_captured_launches", "processes", "ranges", "program_graph_savings_ms"]
 
 
-def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,
+def run_spans(sampled: list[int], t0: int, t1: int) -> pd.DataFrame:
+    """The ranges :func:`whole_run` attributes: one per sampled GPU (``sampled``, NVML indices, ascending), from
+    ``t0`` to ``t1`` (ns), holding that GPU only."""
+    return pd.DataFrame({"t_start_ns": [t0] * len(sampled), "t_end_ns": [t1] * len(sampled), "kind": "start",
+                         "pid": 0, "tid": 0, "depth": 0, "gpus": [[g] for g in sampled]})
+
+
+def whole_run(cum: pd.DataFrame | None, events: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,
               gpus: list[dict[str, Any]], counters: dict[int, dict[str, Any]] | None = None,
-              gaps: dict[int, dict[str, Any]] | None = None) -> pd.DataFrame:
+              gaps: dict[int, dict[str, Any]] | None = None, sums: dict[str, Any] | None = None) -> pd.DataFrame:
     """One row per sampled GPU for the whole program run: duration, H2D/D2H bytes (floor removed; NaN with
     the reason in ``status`` where that GPU has no floor or no data) with the floor's 95 % half-width
     (``{d}_floor_err_bytes``: over a whole run the floor's error outweighs the edges'), the launches made on it
@@ -754,17 +777,17 @@ def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: 
     graphs could save, :func:`pcietrace.analysis.savings.outermost_ms`, filled in where launch costs are known).
     Columns: :data:`WHOLE_RUN_COLUMNS`. ``gpus``: the session's GPU records; ``counters``: see
     :func:`attribute`; ``gaps``: :func:`sampling_gaps` of ``cum`` where made already (its wrap risks are the
-    same; default: made here)."""
-    sampled = sorted(int(i) for i, _ in per_gpu(cum))
-    span = pd.DataFrame({"t_start_ns": [t0] * len(sampled), "t_end_ns": [t1] * len(sampled), "kind": "start",
-                         "pid": 0, "tid": 0, "depth": 0, "gpus": [[g] for g in sampled]})
+    same; default: made here); ``sums``: :func:`gpu_sums` of :func:`run_spans` made already, a GPU's samples at
+    a time (``cum`` then unused: None)."""
+    sampled = sorted(sums["sampled"]) if sums is not None else sorted(int(i) for i, _ in per_gpu(cum))
+    span = run_spans(sampled, t0, t1)
     # (one span per GPU: its status reads the gaps that could hide a wrap; stalls and the median gap are not shown)
-    if gaps is None:
+    if gaps is None and sums is None:
         gaps = {int(idx): {"t": g["t_ns"].to_numpy(np.int64), "median_ns": 0.0,
                            "stall": np.zeros(max(len(g) - 1, 0), bool),
                            "wrap": could_hide_wrap(g["t_ns"].to_numpy(np.int64), read_ns_of(g),
                                                    (counters or {}).get(int(idx))) | jumps(g)} for idx, g in per_gpu(cum)}
-    at = attribute(span, cum, floor, counters, gaps) if sampled else span
+    at = attribute(span, cum, floor, counters, gaps, sums) if sampled else span
     last = with_captured(events.iloc[np.flatnonzero(~events["pid"].duplicated(keep="last").to_numpy())]
                          if len(events) else events)  # (each process's last event)
     total = {m: int(last[f"{m}_process"].sum()) if len(last) else 0 for m in ("eager", "graph", "captured")}

@@ -128,6 +128,14 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
     the plain mean rate over the windows (for display and old reports). ``windows_only``: one cost per read
     from the windows, no read-time term and no program state (the whole run's rows: its reads outside the
     ranges, often on a cold GPU at the start, are not in the ranges' state)."""
+    return pd.DataFrame(floor_rows(cum, windows, nvml_indices, spans_ns, windows_only), columns=FLOOR_COLUMNS)
+
+
+def floor_rows(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int],
+               spans_ns: np.ndarray | dict[int, np.ndarray] | None = None,
+               windows_only: bool = False) -> list[dict[str, Any]]:
+    """:func:`floor_model`'s rows, one per index of ``nvml_indices`` (arguments as there): a long run's GPUs'
+    rows made one GPU's samples at a time, then put in one table."""
     aw = aligned_windows(cum, windows)
     rows = []
     samples_of = dict(per_gpu(cum)) if not windows_only else {}  # (each GPU's rows: slices, not copies)
@@ -187,7 +195,7 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
         else:
             _program_state(row, samples_of.get(idx, cum.iloc[:0]), spans, windows_read_us, one_cost)
         rows.append(row)
-    return pd.DataFrame(rows, columns=FLOOR_COLUMNS)
+    return rows
 
 
 def spans_by_gpu(ranges: pd.DataFrame) -> dict[int, np.ndarray]:

@@ -423,8 +423,11 @@ def rates(cum: pd.DataFrame, bin_ns: int = 1_000_000) -> pd.DataFrame:
             continue
         part = {"nvml_index": int(idx), "t_ns": edges[:-1]}
         unknown = gaps_overlapping(t, jumps(g), edges[:-1], edges[1:]) > 0  # (rebased there: it would read 0)
+        # the samples around each edge, the only ones interpolation reads (no float copy of every sample)
+        around = np.searchsorted(t, edges, "right") - 1
+        around = np.unique(np.concatenate([around, around + 1]).clip(0, t.size - 1))
         for col in ("rx_bytes", "tx_bytes"):
-            y = np.interp(edges, t, g[col].to_numpy(float))
+            y = np.interp(edges, t[around], g[col].to_numpy()[around].astype(float))
             part[col.replace("_bytes", "_Bps")] = np.where(unknown, np.nan, np.diff(y) / (bin_ns / 1e9))
         parts.append(pd.DataFrame(part))
     return pd.concat(parts, ignore_index=True)[RATES_COLUMNS] if parts else pd.DataFrame(columns=RATES_COLUMNS)

@@ -40,13 +40,13 @@ def analyze(s: Session, options: shared.Options) -> AttachResult:
 @dataclass
 class _ByGpu:
     """What :func:`_by_gpu` found, each GPU's samples read in turn: ``sampling`` (:func:`counters.sample_gaps`),
-    ``gaps`` (:func:`attribution.sampling_gaps`), ``floor`` and ``whole_floor`` (:func:`floor.floor_model`, of
-    the ranges' state and of the windows only), ``sums`` and ``whole_sums`` (:func:`attribution.gpu_sums` of the
-    ranges and of :func:`attribution.run_spans`), ``resets``, ``wrap_gaps``, ``bounds``
-    (:func:`attribution.whole_run_bounds`) and ``rates``."""
+    ``median_gap_ns`` (per GPU, :func:`attribution.sampling_gaps`' ``median_ns``), ``floor`` and ``whole_floor``
+    (:func:`floor.floor_model`, of the ranges' state and of the windows only), ``sums`` and ``whole_sums``
+    (:func:`attribution.gpu_sums` of the ranges and of :func:`attribution.run_spans`), ``resets``, ``wrap_gaps``,
+    ``bounds`` (:func:`attribution.whole_run_bounds`) and ``rates``."""
 
     sampling: pd.DataFrame
-    gaps: dict[int, dict[str, Any]]
+    median_gap_ns: dict[int, float]
     floor: pd.DataFrame
     whole_floor: pd.DataFrame
     sums: dict[str, Any] | None
@@ -87,6 +87,7 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
         if len(ranges):
             sums = attribution.gpu_sums(ranges, cum, fl, s.counters, gaps, sums)
         whole_sums = attribution.gpu_sums(whole_spans, cum, whole_fl, s.counters, gaps, whole_sums)
+        gaps[idx] = {"median_ns": gaps[idx]["median_ns"]}  # (its flags read: let go)
         resets.append(counters.resets(cum))
         wraps.append(counters.wrap_gaps(cum, s.counters, t0, t1))
         bounds.append(attribution.whole_run_bounds(cum, t0, t1, whole_fl, s.counters))
@@ -100,9 +101,9 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
     fl, whole_fl = (pd.DataFrame([row for i in sampled for row in (r[i] if i in r else floor.floor_rows(
         none, s.windows, [i], windows_only=whole))], columns=floor.FLOOR_COLUMNS)
         for r, whole in ((rows, False), (whole_rows, True)))
-    return _ByGpu(sampling=_joined(sampling), gaps=gaps, floor=fl, whole_floor=whole_fl, sums=sums,
-                  whole_sums=whole_sums, resets=pd.concat(resets), wrap_gaps=_joined(wraps), bounds=_joined(bounds),
-                  rates=_joined(rates))
+    return _ByGpu(sampling=_joined(sampling), median_gap_ns={i: g["median_ns"] for i, g in gaps.items()}, floor=fl,
+                  whole_floor=whole_fl, sums=sums, whole_sums=whole_sums, resets=pd.concat(resets),
+                  wrap_gaps=_joined(wraps), bounds=_joined(bounds), rates=_joined(rates))
 
 
 def _joined(parts: list[pd.DataFrame]) -> pd.DataFrame:
@@ -143,15 +144,15 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, o
     ranges = attribution.range_gpus(ranges, events, s.meta.get("gpus", []))
     found = _by_gpu(s, ranges, in_range)
     del in_range
-    gaps = found.gaps
-    gap_ns = max((g["median_ns"] for g in gaps.values()), default=0.0)  # the in-range gap: what edges rest on
+    gaps = found.median_gap_ns
+    gap_ns = max(gaps.values(), default=0.0)  # the in-range gap: what edges rest on
     notes = []
     if len(ranges) and "devmask" not in events.columns:
         notes.append(Note("no_device_information"))
     if idle_interval_ns(s.meta) and len(gaps):
         notes.append(Note("idle_sampling", idle_ms=idle_interval_ns(s.meta) / 1e6, gap_ms=gap_ns / 1e6))
     fl = found.floor
-    inst = attribution.attribute(ranges, None, fl, s.counters, gaps, found.sums) if len(ranges) else \
+    inst = attribution.attribute(ranges, None, fl, s.counters, sums=found.sums) if len(ranges) else \
         pd.DataFrame(columns=attribution.INSTANCE_COLUMNS)
     found.sums = None
     inst["group"] = names.group_names(inst["name"], group_by)
@@ -184,7 +185,7 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, o
     for r in fl[(fl["status"] != "no floor") & (fl["dof"] == 0)].itertuples():
         notes.append(Note("floor_without_error", gpu=r.nvml_index, windows=r.windows))
     whole = attribution.whole_run(None, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], found.whole_floor,
-                                  s.meta.get("gpus", []), s.counters, gaps, found.whole_sums)
+                                  s.meta.get("gpus", []), s.counters, sums=found.whole_sums)
     if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0
         inst = inst.assign(**{c: math.nan for c in LAUNCH_COUNTS if c in inst})
         whole = whole.assign(**{c: math.nan for c in WHOLE_RUN_LAUNCHES})

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from pcietrace.analysis import attribution, counters, floor, gpu_time, names, savings
@@ -60,7 +61,8 @@ class _ByGpu:
 def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
     """Every figure read from the counter samples of an attach session ``s``, one GPU's samples at a time: a long
     run's cumulative counters (16 bytes a sample) are never all held at once. ``ranges``: with their ``gpus``
-    (:func:`attribution.range_gpus`); ``in_range``: those that held the sampler's fast rate (its median gap)."""
+    (:func:`attribution.range_gpus`); ``in_range``: the start and end times (``t_start_ns``, ``t_end_ns``, each
+    sorted) of those that held the sampler's fast rate (its median gap)."""
     sampled = [int(g["nvml_index"]) for g in s.meta.get("gpus", [])]
     t0, t1 = s.meta["t_app_start_ns"], s.meta["t_app_end_ns"]
     spans = floor.spans_by_gpu(ranges)
@@ -140,7 +142,9 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, o
     events = gpu_time.host_events(s.events)
     ranges = attribution.ranges_from_events(events) if len(events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
     slow = [d for d in str(s.meta.get("slow_domains") or "").split(",") if d]  # ranges that did not hold the fast rate
-    in_range = ranges[~ranges["domain"].isin(slow)][["t_start_ns", "t_end_ns"]]
+    fast = ranges[~ranges["domain"].isin(slow)]  # (only their edges count: each sorted once for every GPU)
+    in_range = pd.DataFrame({c: np.sort(fast[c].to_numpy(np.int64)) for c in ("t_start_ns", "t_end_ns")})
+    del fast
     ranges = attribution.range_gpus(ranges, events, s.meta.get("gpus", []))
     found = _by_gpu(s, ranges, in_range)
     del in_range

@@ -158,26 +158,18 @@ def in_order(tx_bytes: np.ndarray, rx_bytes: np.ndarray) -> np.ndarray:
     return keep
 
 
-def impossible_steps(t_ns: np.ndarray, read_ns: np.ndarray, *cum_bytes: np.ndarray,
-                     max_bps: float = MAX_LINK_BPS) -> np.ndarray:
-    """Which steps between consecutive samples (one flag per step; cumulative bytes in time order) no link
-    could make: more bytes, either way, than a saturated link moves between the earliest and the latest time
-    the two reads' values can apply (the gap between their midpoints, half of each read, one counter update).
-    Two reads swapped step back far less than that (:func:`in_order`); a counter that was reset (or jumped)
-    steps by up to its whole range, which a 0.5 ms gap cannot hold."""
-    if t_ns.size < 2:
-        return np.zeros(0, bool)
-    movable = movable_bytes(t_ns, read_ns, max_bps)
-    return np.logical_or.reduce([np.abs(np.diff(y)) > movable for y in cum_bytes])
-
-
-def rebase(cum_bytes: np.ndarray, jumped: np.ndarray) -> np.ndarray:
-    """Cumulative bytes with the steps flagged in ``jumped`` (one per step) taken as 0: the values after a
-    counter reset continue from the last one before it, so later intervals keep their bytes (the interval
-    across it is unknown, which the ``jump`` flag says)."""
-    steps = np.diff(cum_bytes)
-    steps[jumped] = 0
-    return np.concatenate([cum_bytes[:1], cum_bytes[0] + np.cumsum(steps)])
+def impossible_steps(movable: np.ndarray, *steps: np.ndarray) -> np.ndarray:
+    """Which steps between consecutive samples (the counters' ``steps``, bytes, one per step) no link could make:
+    more bytes, either way, than a saturated link moves between the earliest and the latest time the two reads'
+    values can apply (``movable``: :func:`movable_bytes`, the gap between their midpoints, half of each read, one
+    counter update). Two reads swapped step back far less than that (:func:`in_order`); a counter that was reset
+    (or jumped) steps by up to its whole range, which a 0.5 ms gap cannot hold. :func:`cumulative_bytes` takes
+    such a step as 0: the values after a counter reset continue from the last one before it, so later intervals
+    keep their bytes (the interval across it is unknown, which its ``jump`` flag says)."""
+    jumped = np.zeros(movable.size, bool)
+    for step in steps:
+        jumped |= np.abs(step) > movable
+    return jumped
 
 
 def per_gpu(df: pd.DataFrame) -> Any:
@@ -220,12 +212,11 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
         mine = slice(at, at + t.size)
         tx, rx = out["tx_bytes"][mine], out["rx_bytes"][mine]  # (filled in place)
         if c["mode"] == "fields":
-            # each step once: unwrapped (:func:`unwrap`), a step no link could move taken as 0 (:func:`impossible_steps`,
-            # :func:`rebase`), summed straight into the column; the link's reach over each step computed once for all
+            # each step once: unwrapped (:func:`unwrap`), one no link could move taken as 0 (:func:`impossible_steps`)
+            # and summed straight into the column; the link's reach over each step found once for all three
             movable = movable_bytes(t, g["read_ns"].to_numpy() if "read_ns" in g else None, link_bps(c))
             steps = [_steps(g[col].to_numpy(), c["bits"], movable) for col in ("tx_raw", "rx_raw")]
-            jumped = np.abs(steps[0]) > movable
-            jumped |= np.abs(steps[1]) > movable
+            jumped = impossible_steps(movable, *steps)
             del movable
             jumps_here, back = bool(jumped.any()), False
             for y, step in zip((tx, rx), steps):

@@ -397,8 +397,8 @@ def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             per_read, per_ns = (0.0, 0.0) if no_floor else \
                 np.nan_to_num(floor_bytes(model, d, np.array([1, 0]), np.array([0, 1])))
             (ya, ea), (yb, eb) = (edge_values(t, y, x, side, early, late, float(per_read), float(per_ns),
-                                              link_bps((counters or {}).get(int(idx), {})))
-                                  for x, side in ((ak, "start"), (bk, "end")))
+                                              link_bps((counters or {}).get(int(idx), {})), at)
+                                  for x, side, at in ((ak, "start", first), (bk, "end", after)))
             (ya, ea), (yb, eb) = growing_edges(ak, bk, ya, yb, ea, eb, np.ones(k.size, bool))
             acc[f"{d}_raw"][k] += yb - ya
             acc[f"{d}_edge"][k] += ea + eb
@@ -508,7 +508,8 @@ def read_windows(cum: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early: np.ndarray | None = None,
                 late: np.ndarray | None = None, floor_bytes_per_read: float = 0.0,
-                floor_bytes_per_ns: float = 0.0, max_bps: float = MAX_LINK_BPS) -> tuple[np.ndarray, np.ndarray]:
+                floor_bytes_per_ns: float = 0.0, max_bps: float = MAX_LINK_BPS,
+                after: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The cumulative counter at each range ``edge`` (``side`` "start" or "end") and how far that can be
     off (both in bytes), from samples at ``t`` (ns) with values ``y``.
 
@@ -526,13 +527,14 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
     case within those bounds, given that the samples around an edge applied on its sides: where the later one's read
     started less than a counter update before the edge (or the earlier one's ended after it), its value may have
     applied on the other side, and the bound leaves that out. Edges outside the samples are clamped (and flagged "no
-    data" by :func:`attribute`)."""
+    data" by :func:`attribute`). ``after``: how many samples lie at or before each edge
+    (``np.searchsorted(t, edge, "right")``), where the caller has it (both directions share it)."""
     if t.size < 2:
         return np.full(edge.shape, y[0] if y.size else 0.0), np.zeros(edge.shape)
     early = t - COUNTER_UPDATE_NS if early is None else early
     late = t + COUNTER_UPDATE_NS if late is None else late
     n = t.size
-    i = np.clip(np.searchsorted(t, edge, side="right") - 1, 0, n - 2)
+    i = np.clip((np.searchsorted(t, edge, side="right") if after is None else after) - 1, 0, n - 2)
     t0, t1, y0, y1 = t[i], t[i + 1], y[i], y[i + 1]
     e = np.clip(edge, t0, t1)
     span = np.maximum(t1 - t0, 1)

@@ -349,65 +349,6 @@ def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None 
     return out
 
 
-def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
-             counters: dict[int, dict[str, Any]] | None = None, gaps: dict[int, dict[str, Any]] | None = None,
-             sums: dict[str, Any] | None = None) -> dict[str, Any]:
-    """:func:`attribute`'s figures per range from the GPUs whose samples ``cum`` holds, added to ``sums`` (what
-    an earlier call made for other GPUs; None: none yet), so that a long run's GPUs can be read one at a time
-    (their cumulative counters never all held at once). Arguments as :func:`attribute`'s; ``floor`` needs rows
-    for ``cum``'s GPUs only, ``gaps`` entries for them only."""
-    a, b = ranges["t_start_ns"].to_numpy(np.int64), ranges["t_end_ns"].to_numpy(np.int64)
-    if sums is None:
-        sums = {"acc": {k: np.zeros(a.size) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor",
-                                                        "d2h_floor", "h2d_floor_var", "d2h_floor_var", "stalls")},
-                "status": np.zeros(a.size, np.int64),  # index into STATUSES; the worst over the range's GPUs wins
-                "holds": _gpu_sets(ranges["gpus"]), "sampled": set()}
-    acc, status, holds = sums["acc"], sums["status"], sums["holds"]
-    gaps = gaps if gaps is not None else sampling_gaps(cum, counters)
-    models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
-    for idx, g in per_gpu(cum):
-        sums["sampled"].add(int(idx))
-        k = np.flatnonzero(holds(int(idx)))  # the ranges holding this GPU: its figures are theirs only
-        if not k.size:
-            continue
-        ak, bk = a[k], b[k]
-        t = g["t_ns"].to_numpy(np.int64)
-        gp = gaps[int(idx)]
-        covered = (ak >= t[0]) & (bk <= t[-1])
-        wrap = gaps_overlapping(t, gp["wrap"], ak, bk) > 0
-        no_floor = int(idx) not in models.index or models.loc[int(idx), "status"] == "no floor"
-        first, after = np.searchsorted(t, ak, "right"), np.searchsorted(t, bk, "right")  # samples inside: first..after-1
-        reads = after - first
-        st = np.where(~covered, 2, np.where(wrap, 3, 1 if no_floor else 0))
-        status[k] = np.maximum(status[k], st)
-        acc["stalls"][k] += gaps_overlapping(t, gp["stall"], ak, bk)
-        model = None if no_floor else models.loc[int(idx)]
-        # their reads' summed time (us): a range whose reads sat apart in read time states it in its floor error
-        # (a floor with a read-time term reads it: :func:`pcietrace.analysis.floor.read_us_apart`)
-        read_us = None
-        if "read_ns" in g and model is not None and model.get("read_time_term"):
-            spent_ns = np.zeros(len(g) + 1, np.int64)
-            np.cumsum(g["read_ns"].to_numpy(), dtype=np.int64, out=spent_ns[1:])
-            read_us = (spent_ns[after] - spent_ns[first]) / 1e3
-            del spent_ns
-        early, late = read_windows(g)
-        for d, c in DIRECTIONS.items():
-            y = g[f"{c}_bytes"].to_numpy()  # (as held: edge_values reads a few values around each edge)
-            # the floor's bytes per read and per ns, which the edges spread evenly (none without a floor)
-            per_read, per_ns = (0.0, 0.0) if no_floor else \
-                np.nan_to_num(floor_bytes(model, d, np.array([1, 0]), np.array([0, 1])))
-            (ya, ea), (yb, eb) = (edge_values(t, y, x, side, early, late, float(per_read), float(per_ns),
-                                              link_bps((counters or {}).get(int(idx), {})), at)
-                                  for x, side, at in ((ak, "start", first), (bk, "end", after)))
-            (ya, ea), (yb, eb) = growing_edges(ak, bk, ya, yb, ea, eb, np.ones(k.size, bool))
-            acc[f"{d}_raw"][k] += yb - ya
-            acc[f"{d}_edge"][k] += ea + eb
-            if not no_floor:
-                acc[f"{d}_floor"][k] += floor_bytes(model, d, reads, bk - ak)
-                acc[f"{d}_floor_var"][k] += floor_err_bytes(model, d, reads, bk - ak, read_us) ** 2
-    return sums
-
-
 def _ascending(x: np.ndarray) -> np.ndarray:
     """``x`` sorted (itself where it is already: a caller that reads several GPUs sorts once)."""
     return x if x.size < 2 or (x[1:] >= x[:-1]).all() else np.sort(x)
@@ -467,6 +408,65 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame | None, floor: pd.DataFram
     pos[has] = out.index.get_indexer(up[has].astype(out.index.dtype) if out.index.dtype.kind in "iu" else up[has])
     out["parent"] = pos
     return out[list(dict.fromkeys([*ranges.columns, *ATTRIBUTED_COLUMNS]))]  # (ranges attributed again keep their order)
+
+
+def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
+             counters: dict[int, dict[str, Any]] | None = None, gaps: dict[int, dict[str, Any]] | None = None,
+             sums: dict[str, Any] | None = None) -> dict[str, Any]:
+    """:func:`attribute`'s figures per range from the GPUs whose samples ``cum`` holds, added to ``sums`` (what
+    an earlier call made for other GPUs; None: none yet), so that a long run's GPUs can be read one at a time
+    (their cumulative counters never all held at once). Arguments as :func:`attribute`'s; ``floor`` needs rows
+    for ``cum``'s GPUs only, ``gaps`` entries for them only."""
+    a, b = ranges["t_start_ns"].to_numpy(np.int64), ranges["t_end_ns"].to_numpy(np.int64)
+    if sums is None:
+        sums = {"acc": {k: np.zeros(a.size) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor",
+                                                        "d2h_floor", "h2d_floor_var", "d2h_floor_var", "stalls")},
+                "status": np.zeros(a.size, np.int64),  # index into STATUSES; the worst over the range's GPUs wins
+                "holds": _gpu_sets(ranges["gpus"]), "sampled": set()}
+    acc, status, holds = sums["acc"], sums["status"], sums["holds"]
+    gaps = gaps if gaps is not None else sampling_gaps(cum, counters)
+    models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
+    for idx, g in per_gpu(cum):
+        sums["sampled"].add(int(idx))
+        k = np.flatnonzero(holds(int(idx)))  # the ranges holding this GPU: its figures are theirs only
+        if not k.size:
+            continue
+        ak, bk = a[k], b[k]
+        t = g["t_ns"].to_numpy(np.int64)
+        gp = gaps[int(idx)]
+        covered = (ak >= t[0]) & (bk <= t[-1])
+        wrap = gaps_overlapping(t, gp["wrap"], ak, bk) > 0
+        no_floor = int(idx) not in models.index or models.loc[int(idx), "status"] == "no floor"
+        first, after = np.searchsorted(t, ak, "right"), np.searchsorted(t, bk, "right")  # samples inside: first..after-1
+        reads = after - first
+        st = np.where(~covered, 2, np.where(wrap, 3, 1 if no_floor else 0))
+        status[k] = np.maximum(status[k], st)
+        acc["stalls"][k] += gaps_overlapping(t, gp["stall"], ak, bk)
+        model = None if no_floor else models.loc[int(idx)]
+        # their reads' summed time (us): a range whose reads sat apart in read time states it in its floor error
+        # (a floor with a read-time term reads it: :func:`pcietrace.analysis.floor.read_us_apart`)
+        read_us = None
+        if "read_ns" in g and model is not None and model.get("read_time_term"):
+            spent_ns = np.zeros(len(g) + 1, np.int64)
+            np.cumsum(g["read_ns"].to_numpy(), dtype=np.int64, out=spent_ns[1:])
+            read_us = (spent_ns[after] - spent_ns[first]) / 1e3
+            del spent_ns
+        early, late = read_windows(g)
+        for d, c in DIRECTIONS.items():
+            y = g[f"{c}_bytes"].to_numpy()  # (as held: edge_values reads a few values around each edge)
+            # the floor's bytes per read and per ns, which the edges spread evenly (none without a floor)
+            per_read, per_ns = (0.0, 0.0) if no_floor else \
+                np.nan_to_num(floor_bytes(model, d, np.array([1, 0]), np.array([0, 1])))
+            (ya, ea), (yb, eb) = (edge_values(t, y, x, side, early, late, float(per_read), float(per_ns),
+                                              link_bps((counters or {}).get(int(idx), {})), at)
+                                  for x, side, at in ((ak, "start", first), (bk, "end", after)))
+            (ya, ea), (yb, eb) = growing_edges(ak, bk, ya, yb, ea, eb, np.ones(k.size, bool))
+            acc[f"{d}_raw"][k] += yb - ya
+            acc[f"{d}_edge"][k] += ea + eb
+            if not no_floor:
+                acc[f"{d}_floor"][k] += floor_bytes(model, d, reads, bk - ak)
+                acc[f"{d}_floor_var"][k] += floor_err_bytes(model, d, reads, bk - ak, read_us) ** 2
+    return sums
 
 
 def _gpu_sets(gpus: pd.Series) -> Any:

@@ -57,6 +57,12 @@ class _ByGpu:
     bounds: pd.DataFrame
     rates: pd.DataFrame
 
+    def take(self, name: str) -> Any:
+        """Field ``name``, no longer held here (the sums per range: what reads them lets each go as it is used)."""
+        value = getattr(self, name)
+        setattr(self, name, None)
+        return value
+
 
 def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
     """Every figure read from the counter samples of an attach session ``s``, one GPU's samples at a time: a long
@@ -156,9 +162,8 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, o
     if idle_interval_ns(s.meta) and len(gaps):
         notes.append(Note("idle_sampling", idle_ms=idle_interval_ns(s.meta) / 1e6, gap_ms=gap_ns / 1e6))
     fl = found.floor
-    inst = attribution.attribute(ranges, None, fl, s.counters, sums=found.sums) if len(ranges) else \
+    inst = attribution.attribute(ranges, None, fl, s.counters, sums=found.take("sums")) if len(ranges) else \
         pd.DataFrame(columns=attribution.INSTANCE_COLUMNS)
-    found.sums = None
     inst["group"] = names.group_names(inst["name"], group_by)
     costs = s.meta.get("launch_costs")
     pids = gpu_time.recording_pids(s.events)
@@ -189,7 +194,7 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, o
     for r in fl[(fl["status"] != "no floor") & (fl["dof"] == 0)].itertuples():
         notes.append(Note("floor_without_error", gpu=r.nvml_index, windows=r.windows))
     whole = attribution.whole_run(None, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], found.whole_floor,
-                                  s.meta.get("gpus", []), s.counters, sums=found.whole_sums)
+                                  s.meta.get("gpus", []), s.counters, sums=found.take("whole_sums"))
     if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0
         inst = inst.assign(**{c: math.nan for c in LAUNCH_COUNTS if c in inst})
         whole = whole.assign(**{c: math.nan for c in WHOLE_RUN_LAUNCHES})

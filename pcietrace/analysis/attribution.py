@@ -336,15 +336,19 @@ def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None 
         t = g["t_ns"].to_numpy(np.int64)
         gap = np.diff(t)
         if idle_ns > 0 and ranges is not None:  # (no range open: open_ranges_at)
-            idle = counted_by(t[:-1], starts)
-            idle -= counted_by(t[:-1], ends)
-            idle = idle == 0
+            opened = counted_by(t[:-1], starts)
+            opened -= counted_by(t[:-1], ends)
+            idle = opened == 0
+            del opened
         else:
             idle = np.zeros(gap.size, bool)
         fast = gap[~idle] if (~idle).any() else gap
         median = median_of(fast) if fast.size else 0.0
+        del fast
         limit = max(4 * COUNTER_UPDATE_NS, 2 * median) if gap.size else 0
-        out[int(idx)] = {"t": t, "stall": gap > np.where(idle, max(limit, 2 * idle_ns), limit), "median_ns": median,
+        stall = gap > limit
+        stall[idle] = gap[idle] > max(limit, 2 * idle_ns)  # (a gap meant to last up to the idle interval)
+        out[int(idx)] = {"t": t, "stall": stall, "median_ns": median,
                          "wrap": could_hide_wrap(t, read_ns_of(g), (counters or {}).get(int(idx))) | jumps(g)}
     return out
 
@@ -497,7 +501,7 @@ def read_windows(cum: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     both directions). Reads overlap little, so these are nearly in order: a stable sort (a merge of runs)
     puts them in order in about one pass."""
     t = cum["t_ns"].to_numpy(np.int64)
-    half = cum["read_ns"].to_numpy() // 2 if "read_ns" in cum else np.zeros(t.size, np.int64)  # (as held)
+    half = read_ns_of(cum) // 2
     early, late = t - half, t + half  # (each made and sorted in place: a GPU's samples, twice, not six times)
     del half
     early -= COUNTER_UPDATE_NS

@@ -67,8 +67,9 @@ def median(x: np.ndarray) -> float:
 
 
 def read_ns_of(samples: pd.DataFrame) -> np.ndarray:
-    """How long each sample's read took (ns), as recorded; 0 for frames without the column (made by hand)."""
-    return samples["read_ns"].to_numpy(np.int64) if "read_ns" in samples else np.zeros(len(samples), np.int64)
+    """How long each sample's read took (ns), as recorded and held (32 bits where they fit: no copy; widen before
+    summing them); 0 for frames without the column (made by hand)."""
+    return samples["read_ns"].to_numpy() if "read_ns" in samples else np.zeros(len(samples), np.int64)
 
 
 def value_span_ns(t_ns: np.ndarray, read_ns: np.ndarray | None = None) -> np.ndarray:
@@ -244,7 +245,7 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
         at += t.size
     # (the GPU and read columns as loaded, 32 bits where they fit: shared, not widened; what reads them widens)
     cols = {"nvml_index": samples["nvml_index"].to_numpy(), "t_ns": samples["t_ns"].to_numpy(np.int64),
-            "read_ns": samples["read_ns"].to_numpy() if "read_ns" in samples else read_ns_of(samples), **out,
+            "read_ns": read_ns_of(samples), **out,
             "jump": jump}
     if not keep.all():
         cols = {k: v[keep] for k, v in cols.items()}

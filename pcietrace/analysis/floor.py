@@ -101,7 +101,7 @@ def aligned_windows(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
             continue
         t = g["t_ns"].to_numpy(np.int64)
         ys = {d: g[f"{c}_bytes"].to_numpy() for d, c in DIRECTIONS.items()}  # (as floats where read: one each)
-        read_ns = g["read_ns"].to_numpy() if "read_ns" in g else read_ns_of(g)  # (as held: a few windows read)
+        read_ns = read_ns_of(g)
         jump = jumps(g)  # (a window across a counter jump cannot be measured either)
         for w in mine.itertuples():
             i, j = np.searchsorted(t, w.t_start_ns, "right") - 1, np.searchsorted(t, w.t_end_ns, "left")

@@ -294,11 +294,9 @@ def state_bytes_per_read(resid: np.ndarray, run: int | None = None) -> float:
     their mean offset plus the part of the 2.5/97.5 percentiles (larger side) of the means over every ``run``
     consecutive ones that independent reads do not explain (those percentiles over the same intervals in
     :data:`SHUFFLES` shuffled orders, or draws of :data:`MAX_SHUFFLED` of them where there are more, subtracted
-    in quadrature).
-    One interval's bytes jitter with the counter's
-    0.2 ms updates and from read to read; charged x every read of a range as if it lasted, that jitter alone
-    widened the 8x H200's idle calls' error 2-3x. 0 with fewer than ``run`` (default :data:`STATE_RUN`)
-    quiet intervals."""
+    in quadrature). One interval's bytes jitter with the counter's 0.2 ms updates and from read to read; charged
+    x every read of a range as if it lasted, that jitter alone widened the 8x H200's idle calls' error 2-3x. 0
+    with fewer than ``run`` (default :data:`STATE_RUN`) quiet intervals."""
     run = run or STATE_RUN
     if resid.size < run:
         return 0.0

@@ -205,7 +205,7 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
     # column are the samples' own, shared, where every sample is kept
     out = {c: np.empty(n, np.int64 if all(m == "fields" for m in modes.values()) else np.float64)
            for c in ("tx_bytes", "rx_bytes")}
-    keep, jump = np.ones(n, bool), np.zeros(n, bool)
+    keep, jump = None, np.zeros(n, bool)  # (keep: made where a GPU's samples step back)
     at = 0
     for idx, g in per_gpu(samples):
         c = counters.get(int(idx), {"mode": "fields", "bits": 32})
@@ -213,23 +213,28 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
         mine = slice(at, at + t.size)
         tx, rx = out["tx_bytes"][mine], out["rx_bytes"][mine]  # (filled in place)
         if c["mode"] == "fields":
-            # each step once: unwrapped (:func:`unwrap`), one no link could move taken as 0 (:func:`impossible_steps`)
-            # and summed straight into the column; the link's reach over each step found once for all three
+            # each direction's steps unwrapped (:func:`unwrap`) and summed straight into its column, one direction
+            # at a time; where a step no link could move lies in either (:func:`impossible_steps`, rare: a reset),
+            # both summed again with it taken as 0. The link's reach over each step is found once for all.
             movable = movable_bytes(t, g["read_ns"].to_numpy() if "read_ns" in g else None, link_bps(c))
-            steps = [_steps(g[col].to_numpy(), c["bits"], movable) for col in ("tx_raw", "rx_raw")]
-            jumped = impossible_steps(movable, *steps)
+            jumped, back = np.zeros(max(t.size - 1, 0), bool), False
+            for again in (False, True):
+                for y, col in zip((tx, rx), ("tx_raw", "rx_raw")):
+                    step = _steps(g[col].to_numpy(), c["bits"], movable)
+                    if again:
+                        step[jumped] = 0
+                    else:
+                        jumped |= impossible_steps(movable, step)
+                    back = back or bool(step.size and step.min() < 0)
+                    y[:1] = 0
+                    if y.dtype == step.dtype:
+                        np.cumsum(step, out=y[1:])
+                    else:
+                        y[1:] = np.cumsum(step)
+                    del step
+                if not jumped.any():
+                    break
             del movable
-            jumps_here, back = bool(jumped.any()), False
-            for y, step in zip((tx, rx), steps):
-                if jumps_here:
-                    step[jumped] = 0
-                back = back or bool(step.size and step.min() < 0)
-                y[:1] = 0
-                if y.dtype == step.dtype:
-                    np.cumsum(step, out=y[1:])
-                else:
-                    y[1:] = np.cumsum(step)
-            del steps
         else:
             jumped, back = np.zeros(max(t.size - 1, 0), bool), True
             tx[:], rx[:] = integrate_rate(t, g["tx_raw"].to_numpy()), integrate_rate(t, g["rx_raw"].to_numpy())
@@ -239,6 +244,7 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
             jump[at + 1:at + t.size] = jumped
         else:
             # a jump belongs to the interval it lies in, also where in_order leaves out the sample after it
+            keep = np.ones(n, bool) if keep is None else keep
             keep[mine] = k
             jumps_before = np.concatenate([[0], np.cumsum(jumped)])
             jump[at + np.flatnonzero(k)] = np.diff(jumps_before[k], prepend=0) > 0
@@ -247,7 +253,7 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
     cols = {"nvml_index": samples["nvml_index"].to_numpy(), "t_ns": samples["t_ns"].to_numpy(np.int64),
             "read_ns": read_ns_of(samples), **out,
             "jump": jump}
-    if not keep.all():
+    if keep is not None:
         cols = {k: v[keep] for k, v in cols.items()}
     return pd.DataFrame({c: cols[c] for c in CUMULATIVE_COLUMNS}, copy=False)
 

@@ -273,19 +273,20 @@ def quiet_bytes(g: pd.DataFrame, inside: np.ndarray, row: dict[str, Any] | pd.Se
     dt_s = np.diff(g["t_ns"].to_numpy(np.int64)) / 1e9
     quiet = inside[1:] & inside[:-1]
     quiet &= ~jumps(g)
-    resid = {}
-    for d, c in DIRECTIONS.items():  # (each direction's arrays made in place: a GPU's samples, a few times)
-        y = np.diff(g[f"{c}_bytes"].to_numpy()).astype(float, copy=False)
-        bg = row[f"{d}_background_Bps"] * dt_s
-        limit = row[f"{d}_bytes_per_read_program"] + bg
+    for d, c in DIRECTIONS.items():  # (which are quiet: each direction's limit made in place, one at a time)
+        limit = row[f"{d}_background_Bps"] * dt_s
+        limit += row[f"{d}_bytes_per_read_program"]
         np.maximum(limit, 1.0, out=limit)
         limit *= QUIET_FACTOR
-        quiet &= y < limit
+        quiet &= np.diff(g[f"{c}_bytes"].to_numpy()) < limit
         del limit
-        y -= bg
-        resid[d] = y
-        del bg
-    return {d: y[quiet] for d, y in resid.items()}
+    dt_s = dt_s[quiet]
+    out = {}
+    for d, c in DIRECTIONS.items():  # (then only theirs: the quiet intervals' bytes less the background)
+        y = np.diff(g[f"{c}_bytes"].to_numpy())[quiet].astype(float)
+        y -= row[f"{d}_background_Bps"] * dt_s
+        out[d] = y
+    return out
 
 
 def state_bytes_per_read(resid: np.ndarray, run: int | None = None) -> float:

@@ -169,7 +169,9 @@ def impossible_steps(movable: np.ndarray, *steps: np.ndarray) -> np.ndarray:
     keep their bytes (the interval across it is unknown, which its ``jump`` flag says)."""
     jumped = np.zeros(movable.size, bool)
     for step in steps:
-        jumped |= np.abs(step) > movable
+        jumped |= step > movable
+        back = np.flatnonzero(step < 0)  # (few: their size judged apart, no absolute copy of every step)
+        jumped[back] |= -step[back] > movable[back]
     return jumped
 
 

@@ -270,17 +270,18 @@ def quiet_bytes(g: pd.DataFrame, inside: np.ndarray, row: dict[str, Any] | pd.Se
     intervals: between two samples ``inside`` the program's ranges, each under :data:`QUIET_FACTOR` x the
     floor of ``row`` (``{d}_bytes_per_read_program``, ``{d}_background_Bps``) in both directions (none across a
     counter jump: its bytes are unknown)."""
-    dt_s = np.diff(g["t_ns"].to_numpy(np.int64)) / 1e9
+    t = g["t_ns"].to_numpy(np.int64)
     quiet = inside[1:] & inside[:-1]
     quiet &= ~jumps(g)
     for d, c in DIRECTIONS.items():  # (which are quiet: each direction's limit made in place, one at a time)
-        limit = row[f"{d}_background_Bps"] * dt_s
+        limit = np.diff(t) / 1e9  # (each interval's length, s)
+        limit *= row[f"{d}_background_Bps"]
         limit += row[f"{d}_bytes_per_read_program"]
         np.maximum(limit, 1.0, out=limit)
         limit *= QUIET_FACTOR
         quiet &= np.diff(g[f"{c}_bytes"].to_numpy()) < limit
         del limit
-    dt_s = dt_s[quiet]
+    dt_s = np.diff(t)[quiet] / 1e9
     out = {}
     for d, c in DIRECTIONS.items():  # (then only theirs: the quiet intervals' bytes less the background)
         y = np.diff(g[f"{c}_bytes"].to_numpy())[quiet].astype(float)

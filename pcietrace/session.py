@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from pcietrace import schema
@@ -73,8 +74,9 @@ class Session:
     (:data:`pcietrace.record.latency.LATENCY_COLUMNS`), ``events`` (attach: NVTX/launch events,
     :data:`pcietrace.record.trace.EVENT_COLUMNS` + ``pid``), ``graphs`` (``pcietrace graphs``: one row per
     iteration, :data:`pcietrace.record.graphs.ITERATION_FIELDS`); ``meta["topology"]`` holds the machine's topology.
-    As loaded, ``samples`` and ``events`` hold integers in 32 bits where every value fits and strings as categories
-    (the same values; widen a column before arithmetic that could leave its range)."""
+    As loaded, ``samples`` and ``events`` hold integers in 32 bits where every value fits (the samples' GPU index
+    in 8) and strings as categories (the same values; widen a column before arithmetic that could leave its
+    range)."""
 
     meta: dict[str, Any]
     samples: pd.DataFrame = field(default_factory=_empty)
@@ -144,7 +146,7 @@ class Session:
         except schema.Invalid as exc:
             raise ReportError(f"{report}: {exc}") from None
         tables = {t: _table(report, t, pd.DataFrame.from_records(doc["tables"].get(t, [])), doc["meta"]) for t in TABLES}
-        samples = _parquet(samples_file, doc["meta"], required=True)
+        samples = _gpu_bytes(_parquet(samples_file, doc["meta"], required=True))
         events = _parquet(events_file, doc["meta"], required=False)
         _check_ranges(events_file, doc["meta"], events)
         _check_samples(samples_file, doc["meta"], samples, tables["windows"])
@@ -177,7 +179,6 @@ def _read_parquet(f: Any) -> pd.DataFrame:
     each group is decoded, so a long recording's samples are held once (not as Arrow's buffers and pandas' too);
     64-bit integers that fit 32 bits held in 32 (:func:`pcietrace.schema.narrow_int`), strings as categories (millions of events
     repeat a few kinds, domains and range names)."""
-    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -233,6 +234,15 @@ def _read_parquet(f: Any) -> pd.DataFrame:
             .to_pandas() for name in schema.names}
     pa.default_memory_pool().release_unused()  # (Arrow's pool keeps the groups' decoded buffers: hand them back)
     return pd.DataFrame(cols, copy=False)
+
+
+def _gpu_bytes(samples: pd.DataFrame) -> pd.DataFrame:
+    """``samples`` with their GPU column in 8 bits where every index fits (an index per counter sample: 3 bytes a
+    sample less than 32 bits, the same values)."""
+    gpu = samples["nvml_index"].to_numpy() if "nvml_index" in samples and len(samples) else None
+    if gpu is not None and gpu.dtype.kind in "iu" and gpu.itemsize > 1 and 0 <= gpu.min() and gpu.max() < 128:
+        samples["nvml_index"] = gpu.astype(np.int8)
+    return samples
 
 
 def _check_ranges(file: Path, meta: dict[str, Any], events: pd.DataFrame) -> None:

@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.analysis import nesting
-from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, gaps_overlapping, jumps,
-                                         link_bps, movable_bytes, per_gpu, read_ns_of)
+from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, counted_by, gaps_overlapping,
+                                         jumps, link_bps, movable_bytes, per_gpu, read_ns_of)
+from pcietrace.analysis.counters import median as median_of
 from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
 from pcietrace.analysis.launch import DIRECTIONS
 from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS
@@ -329,25 +330,37 @@ def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None 
     count towards the median. ``counters``: each GPU's record (:attr:`pcietrace.session.Session.counters`:
     its counter width and link, :func:`could_hide_wrap`)."""
     out = {}
-    if idle_ns > 0 and ranges is not None:  # (sorted once for every GPU)
-        starts = np.sort(ranges["t_start_ns"].to_numpy(np.int64))
-        ends = np.sort(ranges["t_end_ns"].to_numpy(np.int64))
+    if idle_ns > 0 and ranges is not None:  # (sorted once for every GPU: each GPU's search then runs in order)
+        starts, ends = (_ascending(ranges[c].to_numpy(np.int64)) for c in ("t_start_ns", "t_end_ns"))
     for idx, g in per_gpu(cum):
         t = g["t_ns"].to_numpy(np.int64)
         gap = np.diff(t)
-        idle = (np.searchsorted(starts, t[:-1], "right") == np.searchsorted(ends, t[:-1], "right")) \
-            if idle_ns > 0 and ranges is not None else np.zeros(gap.size, bool)  # (no range open: open_ranges_at)
+        if idle_ns > 0 and ranges is not None:  # (no range open: open_ranges_at)
+            opened = counted_by(t[:-1], starts)
+            opened -= counted_by(t[:-1], ends)
+            idle = opened == 0
+            del opened
+        else:
+            idle = np.zeros(gap.size, bool)
         fast = gap[~idle] if (~idle).any() else gap
-        median = float(np.median(fast)) if fast.size else 0.0
+        median = median_of(fast) if fast.size else 0.0
+        del fast
         limit = max(4 * COUNTER_UPDATE_NS, 2 * median) if gap.size else 0
-        out[int(idx)] = {"t": t, "stall": gap > np.where(idle, max(limit, 2 * idle_ns), limit), "median_ns": median,
+        stall = gap > limit
+        stall[idle] = gap[idle] > max(limit, 2 * idle_ns)  # (a gap meant to last up to the idle interval)
+        out[int(idx)] = {"t": t, "stall": stall, "median_ns": median,
                          "wrap": could_hide_wrap(t, read_ns_of(g), (counters or {}).get(int(idx))) | jumps(g)}
     return out
 
 
-def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
+def _ascending(x: np.ndarray) -> np.ndarray:
+    """``x`` sorted (itself where it is already: a caller that reads several GPUs sorts once)."""
+    return x if x.size < 2 or (x[1:] >= x[:-1]).all() else np.sort(x)
+
+
+def attribute(ranges: pd.DataFrame, cum: pd.DataFrame | None, floor: pd.DataFrame,
               counters: dict[int, dict[str, Any]] | None = None,
-              gaps: dict[int, dict[str, Any]] | None = None) -> pd.DataFrame:
+              gaps: dict[int, dict[str, Any]] | None = None, sums: dict[str, Any] | None = None) -> pd.DataFrame:
     """Adds ``duration_ns``; per direction ``{d}_raw_bytes`` (counter change over the range, interpolated
     between samples, summed over the range's ``gpus``), ``{d}_bytes`` (raw minus the floor model; NaN unless
     ``status`` is "ok"), ``{d}_edge_bytes`` (how far the counter values at the two edges can be off, from
@@ -364,58 +377,16 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     link, :func:`link_bps`, what its edges can move; default 32 bits, a Gen5 x16); ``gaps``:
     :func:`sampling_gaps` where the sampler's rate varied (idle-aware sampling; default: computed with one rate).
     The floor counts the reads inside each range, so a read rate that changes between ranges, idle time and
-    the floor's calibration windows is accounted for read by read."""
+    the floor's calibration windows is accounted for read by read. ``sums``: :func:`gpu_sums` made already,
+    a GPU's samples at a time (``cum`` then unused: None)."""
     out = ranges.copy(deep=False)
     out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
     parent = nesting.parents(out)  # (first: its search's keys let go before the sums per range are made)
-    a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
-    n = a.size
-    acc = {k: np.zeros(n) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor", "d2h_floor",
-                                    "h2d_floor_var", "d2h_floor_var", "stalls")}
-    status = np.zeros(n, np.int64)  # index into STATUSES; the worst over the range's GPUs wins
-    gaps = gaps if gaps is not None else sampling_gaps(cum, counters)
-    models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
-    holds = _gpu_sets(out["gpus"])
-    for idx, g in per_gpu(cum):
-        k = np.flatnonzero(holds(int(idx)))  # the ranges holding this GPU: its figures are theirs only
-        if not k.size:
-            continue
-        ak, bk = a[k], b[k]
-        t = g["t_ns"].to_numpy(np.int64)
-        gp = gaps[int(idx)]
-        covered = (ak >= t[0]) & (bk <= t[-1])
-        wrap = gaps_overlapping(t, gp["wrap"], ak, bk) > 0
-        no_floor = int(idx) not in models.index or models.loc[int(idx), "status"] == "no floor"
-        first, after = np.searchsorted(t, ak, "right"), np.searchsorted(t, bk, "right")  # samples inside: first..after-1
-        reads = after - first
-        # their reads' summed time (us): a range whose reads sat apart in read time states it in its floor error
-        read_us = None
-        if "read_ns" in g:
-            spent_us = np.zeros(len(g) + 1)
-            np.cumsum(np.divide(g["read_ns"].to_numpy(), 1e3, dtype=float), out=spent_us[1:])
-            read_us = spent_us[after] - spent_us[first]
-            del spent_us
-        st = np.where(~covered, 2, np.where(wrap, 3, 1 if no_floor else 0))
-        status[k] = np.maximum(status[k], st)
-        acc["stalls"][k] += gaps_overlapping(t, gp["stall"], ak, bk)
-        model = None if no_floor else models.loc[int(idx)]
-        early, late = read_windows(g)
-        for d, c in DIRECTIONS.items():
-            y = g[f"{c}_bytes"].to_numpy(float)
-            # the floor's bytes per read and per ns, which the edges spread evenly (none without a floor)
-            per_read, per_ns = (0.0, 0.0) if no_floor else \
-                np.nan_to_num(floor_bytes(model, d, np.array([1, 0]), np.array([0, 1])))
-            (ya, ea), (yb, eb) = (edge_values(t, y, x, side, early, late, float(per_read), float(per_ns),
-                                              link_bps((counters or {}).get(int(idx), {})))
-                                  for x, side in ((ak, "start"), (bk, "end")))
-            (ya, ea), (yb, eb) = growing_edges(ak, bk, ya, yb, ea, eb, np.ones(k.size, bool))
-            acc[f"{d}_raw"][k] += yb - ya
-            acc[f"{d}_edge"][k] += ea + eb
-            if not no_floor:
-                acc[f"{d}_floor"][k] += floor_bytes(model, d, reads, bk - ak)
-                acc[f"{d}_floor_var"][k] += floor_err_bytes(model, d, reads, bk - ak, read_us) ** 2
-    sampled = set(cum["nvml_index"].astype(int))
-    status = np.where(holds(None, sampled), 2, status)  # a GPU with no samples at all
+    n = len(out)
+    sums = sums if sums is not None else gpu_sums(ranges, cum, floor, counters, gaps)
+    acc, status = sums["acc"], sums["status"]
+    status = np.where(sums["holds"](None, sums["sampled"]), 2, status)  # a GPU with no samples at all
+    del sums
     out["status"] = pd.Categorical.from_codes(status, STATUSES)
     out["stalls"] = acc.pop("stalls").astype(np.int64)
     unknown = status != 0
@@ -441,6 +412,65 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     pos[has] = out.index.get_indexer(up[has].astype(out.index.dtype) if out.index.dtype.kind in "iu" else up[has])
     out["parent"] = pos
     return out[list(dict.fromkeys([*ranges.columns, *ATTRIBUTED_COLUMNS]))]  # (ranges attributed again keep their order)
+
+
+def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
+             counters: dict[int, dict[str, Any]] | None = None, gaps: dict[int, dict[str, Any]] | None = None,
+             sums: dict[str, Any] | None = None) -> dict[str, Any]:
+    """:func:`attribute`'s figures per range from the GPUs whose samples ``cum`` holds, added to ``sums`` (what
+    an earlier call made for other GPUs; None: none yet), so that a long run's GPUs can be read one at a time
+    (their cumulative counters never all held at once). Arguments as :func:`attribute`'s; ``floor`` needs rows
+    for ``cum``'s GPUs only, ``gaps`` entries for them only."""
+    a, b = ranges["t_start_ns"].to_numpy(np.int64), ranges["t_end_ns"].to_numpy(np.int64)
+    if sums is None:
+        sums = {"acc": {k: np.zeros(a.size) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor",
+                                                        "d2h_floor", "h2d_floor_var", "d2h_floor_var", "stalls")},
+                "status": np.zeros(a.size, np.int64),  # index into STATUSES; the worst over the range's GPUs wins
+                "holds": _gpu_sets(ranges["gpus"]), "sampled": set()}
+    acc, status, holds = sums["acc"], sums["status"], sums["holds"]
+    gaps = gaps if gaps is not None else sampling_gaps(cum, counters)
+    models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
+    for idx, g in per_gpu(cum):
+        sums["sampled"].add(int(idx))
+        k = np.flatnonzero(holds(int(idx)))  # the ranges holding this GPU: its figures are theirs only
+        if not k.size:
+            continue
+        ak, bk = a[k], b[k]
+        t = g["t_ns"].to_numpy(np.int64)
+        gp = gaps[int(idx)]
+        covered = (ak >= t[0]) & (bk <= t[-1])
+        wrap = gaps_overlapping(t, gp["wrap"], ak, bk) > 0
+        no_floor = int(idx) not in models.index or models.loc[int(idx), "status"] == "no floor"
+        first, after = np.searchsorted(t, ak, "right"), np.searchsorted(t, bk, "right")  # samples inside: first..after-1
+        reads = after - first
+        st = np.where(~covered, 2, np.where(wrap, 3, 1 if no_floor else 0))
+        status[k] = np.maximum(status[k], st)
+        acc["stalls"][k] += gaps_overlapping(t, gp["stall"], ak, bk)
+        model = None if no_floor else models.loc[int(idx)]
+        # their reads' summed time (us): a range whose reads sat apart in read time states it in its floor error
+        # (a floor with a read-time term reads it: :func:`pcietrace.analysis.floor.read_us_apart`)
+        read_us = None
+        if "read_ns" in g and model is not None and model.get("read_time_term"):
+            spent_ns = np.zeros(len(g) + 1, np.int64)
+            np.cumsum(g["read_ns"].to_numpy(), dtype=np.int64, out=spent_ns[1:])
+            read_us = (spent_ns[after] - spent_ns[first]) / 1e3
+            del spent_ns
+        early, late = read_windows(g)
+        for d, c in DIRECTIONS.items():
+            y = g[f"{c}_bytes"].to_numpy()  # (as held: edge_values reads a few values around each edge)
+            # the floor's bytes per read and per ns, which the edges spread evenly (none without a floor)
+            per_read, per_ns = (0.0, 0.0) if no_floor else \
+                np.nan_to_num(floor_bytes(model, d, np.array([1, 0]), np.array([0, 1])))
+            (ya, ea), (yb, eb) = (edge_values(t, y, x, side, early, late, float(per_read), float(per_ns),
+                                              link_bps((counters or {}).get(int(idx), {})), at)
+                                  for x, side, at in ((ak, "start", first), (bk, "end", after)))
+            (ya, ea), (yb, eb) = growing_edges(ak, bk, ya, yb, ea, eb, np.ones(k.size, bool))
+            acc[f"{d}_raw"][k] += yb - ya
+            acc[f"{d}_edge"][k] += ea + eb
+            if not no_floor:
+                acc[f"{d}_floor"][k] += floor_bytes(model, d, reads, bk - ak)
+                acc[f"{d}_floor_var"][k] += floor_err_bytes(model, d, reads, bk - ak, read_us) ** 2
+    return sums
 
 
 def _gpu_sets(gpus: pd.Series) -> Any:
@@ -482,7 +512,8 @@ def read_windows(cum: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early: np.ndarray | None = None,
                 late: np.ndarray | None = None, floor_bytes_per_read: float = 0.0,
-                floor_bytes_per_ns: float = 0.0, max_bps: float = MAX_LINK_BPS) -> tuple[np.ndarray, np.ndarray]:
+                floor_bytes_per_ns: float = 0.0, max_bps: float = MAX_LINK_BPS,
+                after: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The cumulative counter at each range ``edge`` (``side`` "start" or "end") and how far that can be
     off (both in bytes), from samples at ``t`` (ns) with values ``y``.
 
@@ -500,13 +531,14 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
     case within those bounds, given that the samples around an edge applied on its sides: where the later one's read
     started less than a counter update before the edge (or the earlier one's ended after it), its value may have
     applied on the other side, and the bound leaves that out. Edges outside the samples are clamped (and flagged "no
-    data" by :func:`attribute`)."""
+    data" by :func:`attribute`). ``after``: how many samples lie at or before each edge
+    (``np.searchsorted(t, edge, "right")``), where the caller has it (both directions share it)."""
     if t.size < 2:
         return np.full(edge.shape, y[0] if y.size else 0.0), np.zeros(edge.shape)
     early = t - COUNTER_UPDATE_NS if early is None else early
     late = t + COUNTER_UPDATE_NS if late is None else late
     n = t.size
-    i = np.clip(np.searchsorted(t, edge, side="right") - 1, 0, n - 2)
+    i = np.clip((np.searchsorted(t, edge, side="right") if after is None else after) - 1, 0, n - 2)
     t0, t1, y0, y1 = t[i], t[i + 1], y[i], y[i + 1]
     e = np.clip(edge, t0, t1)
     span = np.maximum(t1 - t0, 1)
@@ -742,8 +774,16 @@ WHOLE_RUN_COLUMNS = ["nvml_index", "duration_ms", "h2d_bytes", "d2h_bytes", "h2d
                      "program_captured_launches", "processes", "ranges", "program_graph_savings_ms"]
 
 
-def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,
-              gpus: list[dict[str, Any]], counters: dict[int, dict[str, Any]] | None = None) -> pd.DataFrame:
+def run_spans(sampled: list[int], t0: int, t1: int) -> pd.DataFrame:
+    """The ranges :func:`whole_run` attributes: one per sampled GPU (``sampled``, NVML indices, ascending), from
+    ``t0`` to ``t1`` (ns), holding that GPU only."""
+    return pd.DataFrame({"t_start_ns": [t0] * len(sampled), "t_end_ns": [t1] * len(sampled), "kind": "start",
+                         "pid": 0, "tid": 0, "depth": 0, "gpus": [[g] for g in sampled]})
+
+
+def whole_run(cum: pd.DataFrame | None, events: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,
+              gpus: list[dict[str, Any]], counters: dict[int, dict[str, Any]] | None = None,
+              gaps: dict[int, dict[str, Any]] | None = None, sums: dict[str, Any] | None = None) -> pd.DataFrame:
     """One row per sampled GPU for the whole program run: duration, H2D/D2H bytes (floor removed; NaN with
     the reason in ``status`` where that GPU has no floor or no data) with the floor's 95 % half-width
     (``{d}_floor_err_bytes``: over a whole run the floor's error outweighs the edges'), the launches made on it
@@ -753,16 +793,18 @@ def whole_run(cum: pd.DataFrame, events: pd.DataFrame, t0: int, t1: int, floor: 
     ``processes``, ``ranges``, and ``program_graph_savings_ms`` (NaN here: what capturing the outermost ranges into
     graphs could save, :func:`pcietrace.analysis.savings.outermost_ms`, filled in where launch costs are known).
     Columns: :data:`WHOLE_RUN_COLUMNS`. ``gpus``: the session's GPU records; ``counters``: see
-    :func:`attribute`."""
-    sampled = sorted(int(i) for i in cum["nvml_index"].unique())
-    span = pd.DataFrame({"t_start_ns": [t0] * len(sampled), "t_end_ns": [t1] * len(sampled), "kind": "start",
-                         "pid": 0, "tid": 0, "depth": 0, "gpus": [[g] for g in sampled]})
+    :func:`attribute`; ``gaps``: :func:`sampling_gaps` of ``cum`` where made already (its wrap risks are the
+    same; default: made here); ``sums``: :func:`gpu_sums` of :func:`run_spans` made already, a GPU's samples at
+    a time (``cum`` then unused: None)."""
+    sampled = sorted(sums["sampled"]) if sums is not None else sorted(int(i) for i, _ in per_gpu(cum))
+    span = run_spans(sampled, t0, t1)
     # (one span per GPU: its status reads the gaps that could hide a wrap; stalls and the median gap are not shown)
-    gaps = {int(idx): {"t": g["t_ns"].to_numpy(np.int64), "median_ns": 0.0,
-                       "stall": np.zeros(max(len(g) - 1, 0), bool),
-                       "wrap": could_hide_wrap(g["t_ns"].to_numpy(np.int64), read_ns_of(g),
-                                               (counters or {}).get(int(idx))) | jumps(g)} for idx, g in per_gpu(cum)}
-    at = attribute(span, cum, floor, counters, gaps) if sampled else span
+    if gaps is None and sums is None:
+        gaps = {int(idx): {"t": g["t_ns"].to_numpy(np.int64), "median_ns": 0.0,
+                           "stall": np.zeros(max(len(g) - 1, 0), bool),
+                           "wrap": could_hide_wrap(g["t_ns"].to_numpy(np.int64), read_ns_of(g),
+                                                   (counters or {}).get(int(idx))) | jumps(g)} for idx, g in per_gpu(cum)}
+    at = attribute(span, cum, floor, counters, gaps, sums) if sampled else span
     last = with_captured(events.iloc[np.flatnonzero(~events["pid"].duplicated(keep="last").to_numpy())]
                          if len(events) else events)  # (each process's last event)
     total = {m: int(last[f"{m}_process"].sum()) if len(last) else 0 for m in ("eager", "graph", "captured")}

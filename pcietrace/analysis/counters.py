@@ -25,7 +25,13 @@ def could_hide_wrap(t_ns: np.ndarray, read_ns: np.ndarray | None = None,
     4x H200 torchrun recording). ``counter``: the GPU's record (:attr:`pcietrace.session.Session.counters`;
     ``bits`` default 32)."""
     c = counter or {}
-    return movable_bytes(t_ns, read_ns, link_bps(c)) >= 2 ** int(c.get("bits") or 32)
+    limit, bps = 2 ** int(c.get("bits") or 32), link_bps(c)
+    t_ns = np.asarray(t_ns, dtype=np.int64)
+    if t_ns.size > 1:  # (no step can: the longest gap and the longest read together move less; the common case)
+        longest = float(np.max(read_ns)) if read_ns is not None and len(read_ns) else 0.0
+        if ((longest + longest) / 2 + float(np.max(np.diff(t_ns))) + COUNTER_UPDATE_NS) / 1e9 * bps < limit:
+            return np.zeros(t_ns.size - 1, bool)
+    return movable_bytes(t_ns, read_ns, bps) >= limit
 
 
 #: How often NVML's PCIe byte counters change (measured on the lent H100/H200, driver 580): ~0.2 ms.
@@ -45,9 +51,25 @@ def link_bps(counter: dict[str, Any]) -> float:
     return max(MAX_LINK_BPS, gt * 1e9 * int(width) / 8) if gt and width else MAX_LINK_BPS
 
 
+def median(x: np.ndarray) -> float:
+    """``np.median(x)`` (NaN for none); integers spread over no more values than they number (a sampler's gaps:
+    a handful of distinct ones, where a selection crawls over the ties) counted instead, the same value."""
+    x = np.asarray(x)
+    if x.dtype.kind not in "iu" or x.size < 2:
+        return float(np.median(x)) if x.size else float("nan")
+    lo, hi = int(x.min()), int(x.max())
+    if hi - lo >= x.size:
+        return float(np.median(x))
+    below = np.cumsum(np.bincount(x - lo if lo else x, minlength=hi - lo + 1))  # (how many at or below each value)
+    k = x.size // 2
+    upper = lo + int(np.searchsorted(below, k, "right"))  # (the values of ranks k and, for an even count, k - 1)
+    return float(upper) if x.size % 2 else (float(lo + int(np.searchsorted(below, k - 1, "right"))) + float(upper)) / 2
+
+
 def read_ns_of(samples: pd.DataFrame) -> np.ndarray:
-    """How long each sample's read took (ns), as recorded; 0 for frames without the column (made by hand)."""
-    return samples["read_ns"].to_numpy(np.int64) if "read_ns" in samples else np.zeros(len(samples), np.int64)
+    """How long each sample's read took (ns), as recorded and held (32 bits where they fit: no copy; widen before
+    summing them); 0 for frames without the column (made by hand)."""
+    return samples["read_ns"].to_numpy() if "read_ns" in samples else np.zeros(len(samples), np.int64)
 
 
 def value_span_ns(t_ns: np.ndarray, read_ns: np.ndarray | None = None) -> np.ndarray:
@@ -55,14 +77,23 @@ def value_span_ns(t_ns: np.ndarray, read_ns: np.ndarray | None = None) -> np.nda
     between the earliest and the latest moment the two reads' values can apply (ns): the gap between their
     midpoints, half of each read and one counter update."""
     t_ns = np.asarray(t_ns, dtype=np.int64)
-    read_ns = np.zeros(t_ns.size, np.int64) if read_ns is None else np.asarray(read_ns, dtype=np.int64)
-    return np.diff(t_ns) + (read_ns[1:] + read_ns[:-1]) / 2 + COUNTER_UPDATE_NS
+    if read_ns is None:
+        return np.diff(t_ns) + float(COUNTER_UPDATE_NS)
+    read_ns = np.asarray(read_ns)  # (as held: summed as floats, exact, with no widened copy)
+    span = np.add(read_ns[1:], read_ns[:-1], dtype=np.float64)
+    span /= 2
+    span += np.diff(t_ns)
+    span += COUNTER_UPDATE_NS
+    return span
 
 
 def movable_bytes(t_ns: np.ndarray, read_ns: np.ndarray | None = None, max_bps: float = MAX_LINK_BPS) -> np.ndarray:
     """Per step between consecutive samples: the most bytes a saturated link (``max_bps``, B/s) moves over its
     :func:`value_span_ns`."""
-    return value_span_ns(t_ns, read_ns) / 1e9 * max_bps
+    span = value_span_ns(t_ns, read_ns)
+    span /= 1e9
+    span *= max_bps
+    return span
 
 
 def unwrap(raw: np.ndarray, bits: int = 32, t_ns: np.ndarray | None = None,
@@ -81,18 +112,27 @@ def unwrap(raw: np.ndarray, bits: int = 32, t_ns: np.ndarray | None = None,
     copy between reads of a few ms 40 ms apart moves more than the midpoints' gap allows) is taken as the
     step back it is (negative): the cumulative values are then the counter values each read saw.
     """
-    raw = np.asarray(raw, dtype=np.uint64)
+    raw = np.asarray(raw)
     if raw.size == 0:
         return np.zeros(0, np.int64)
-    steps = np.diff(raw)  # uint64 arithmetic wraps modulo 2**64 ...
+    movable = movable_bytes(t_ns, read_ns, max_bps) if t_ns is not None else None
+    out = np.zeros(raw.size, np.int64)
+    np.cumsum(_steps(raw, bits, movable), out=out[1:])
+    return out
+
+
+def _steps(raw: np.ndarray, bits: int, movable: np.ndarray | None) -> np.ndarray:
+    """:func:`unwrap`'s steps between consecutive raw values (int64): modulo ``2**bits``, those of more than half
+    the range that no link could move (``movable``, bytes per step; None: not judged) taken as steps back."""
+    steps = np.subtract(raw[1:], raw[:-1], dtype=np.uint64, casting="unsafe")  # (wraps modulo 2**64 ...)
     if bits < 64:
         steps &= np.uint64((1 << bits) - 1)  # ... and the mask makes it modulo 2**bits
-    signed = steps.astype(np.int64)  # (64 bits: a step back is negative already)
-    if t_ns is not None and bits < 64:
-        movable = movable_bytes(t_ns, read_ns, max_bps)
-        back = (steps >= np.uint64(1 << (bits - 1))) & (steps.astype(np.float64) > movable)
+    signed = steps.view(np.int64)  # (the same values below 2**63; 64 bits: a step back is negative already)
+    if movable is not None and bits < 64:
+        big = np.flatnonzero(steps >= np.uint64(1 << (bits - 1)))  # (few: judged one by one)
+        back = big[steps[big].astype(np.float64) > movable[big]]
         signed[back] -= 1 << bits
-    return np.concatenate([[0], np.cumsum(signed)])
+    return signed
 
 
 def integrate_rate(t_ns: np.ndarray, kb_per_s: np.ndarray) -> np.ndarray:
@@ -119,26 +159,20 @@ def in_order(tx_bytes: np.ndarray, rx_bytes: np.ndarray) -> np.ndarray:
     return keep
 
 
-def impossible_steps(t_ns: np.ndarray, read_ns: np.ndarray, *cum_bytes: np.ndarray,
-                     max_bps: float = MAX_LINK_BPS) -> np.ndarray:
-    """Which steps between consecutive samples (one flag per step; cumulative bytes in time order) no link
-    could make: more bytes, either way, than a saturated link moves between the earliest and the latest time
-    the two reads' values can apply (the gap between their midpoints, half of each read, one counter update).
-    Two reads swapped step back far less than that (:func:`in_order`); a counter that was reset (or jumped)
-    steps by up to its whole range, which a 0.5 ms gap cannot hold."""
-    if t_ns.size < 2:
-        return np.zeros(0, bool)
-    movable = movable_bytes(t_ns, read_ns, max_bps)
-    return np.logical_or.reduce([np.abs(np.diff(y)) > movable for y in cum_bytes])
-
-
-def rebase(cum_bytes: np.ndarray, jumped: np.ndarray) -> np.ndarray:
-    """Cumulative bytes with the steps flagged in ``jumped`` (one per step) taken as 0: the values after a
-    counter reset continue from the last one before it, so later intervals keep their bytes (the interval
-    across it is unknown, which the ``jump`` flag says)."""
-    steps = np.diff(cum_bytes)
-    steps[jumped] = 0
-    return np.concatenate([cum_bytes[:1], cum_bytes[0] + np.cumsum(steps)])
+def impossible_steps(movable: np.ndarray, *steps: np.ndarray) -> np.ndarray:
+    """Which steps between consecutive samples (the counters' ``steps``, bytes, one per step) no link could make:
+    more bytes, either way, than a saturated link moves between the earliest and the latest time the two reads'
+    values can apply (``movable``: :func:`movable_bytes`, the gap between their midpoints, half of each read, one
+    counter update). Two reads swapped step back far less than that (:func:`in_order`); a counter that was reset
+    (or jumped) steps by up to its whole range, which a 0.5 ms gap cannot hold. :func:`cumulative_bytes` takes
+    such a step as 0: the values after a counter reset continue from the last one before it, so later intervals
+    keep their bytes (the interval across it is unknown, which its ``jump`` flag says)."""
+    jumped = np.zeros(movable.size, bool)
+    for step in steps:
+        jumped |= step > movable
+        back = np.flatnonzero(step < 0)  # (few: their size judged apart, no absolute copy of every step)
+        jumped[back] |= -step[back] > movable[back]
+    return jumped
 
 
 def per_gpu(df: pd.DataFrame) -> Any:
@@ -167,42 +201,61 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
     gpu = samples["nvml_index"].to_numpy()
     if (gpu[1:] < gpu[:-1]).any():  # (rows not by GPU: put in GPU order once, each GPU's rows in their order)
         samples = samples.iloc[np.argsort(gpu, kind="stable")]
-    modes = {int(i): counters.get(int(i), {"mode": "fields", "bits": 32})["mode"] for i in pd.unique(gpu)}
+    modes = {int(i): counters.get(int(i), {"mode": "fields", "bits": 32})["mode"] for i, _ in per_gpu(samples)}
     n = len(samples)
     # filled GPU by GPU (no per-GPU frames concatenated: one copy of the new columns); times, reads and the GPU
     # column are the samples' own, shared, where every sample is kept
     out = {c: np.empty(n, np.int64 if all(m == "fields" for m in modes.values()) else np.float64)
            for c in ("tx_bytes", "rx_bytes")}
-    keep, jump = np.empty(n, bool), np.empty(n, bool)
+    keep, jump = None, np.zeros(n, bool)  # (keep: made where a GPU's samples step back)
     at = 0
     for idx, g in per_gpu(samples):
         c = counters.get(int(idx), {"mode": "fields", "bits": 32})
         t = g["t_ns"].to_numpy(np.int64)
-        read_ns = read_ns_of(g)
-        jumped = np.zeros(max(t.size - 1, 0), bool)
-        if c["mode"] == "fields":
-            link = link_bps(c)
-            tx, rx = (unwrap(g[col].to_numpy(), c["bits"], t, read_ns, link) for col in ("tx_raw", "rx_raw"))
-            jumped = impossible_steps(t, read_ns, tx, rx, max_bps=link)
-            tx, rx = rebase(tx, jumped), rebase(rx, jumped)
-        else:
-            tx, rx = integrate_rate(t, g["tx_raw"].to_numpy()), integrate_rate(t, g["rx_raw"].to_numpy())
         mine = slice(at, at + t.size)
-        keep[mine] = k = in_order(tx, rx)
-        # a jump belongs to the interval it lies in, also where in_order leaves out the sample after it
-        jumps_before = np.concatenate([[0], np.cumsum(jumped)])
-        if k.all():
-            jump[mine] = np.diff(jumps_before, prepend=0) > 0
+        tx, rx = out["tx_bytes"][mine], out["rx_bytes"][mine]  # (filled in place)
+        if c["mode"] == "fields":
+            # each direction's steps unwrapped (:func:`unwrap`) and summed straight into its column, one direction
+            # at a time; where a step no link could move lies in either (:func:`impossible_steps`, rare: a reset),
+            # both summed again with it taken as 0. The link's reach over each step is found once for all.
+            movable = movable_bytes(t, g["read_ns"].to_numpy() if "read_ns" in g else None, link_bps(c))
+            jumped, back = np.zeros(max(t.size - 1, 0), bool), False
+            for again in (False, True):
+                for y, col in zip((tx, rx), ("tx_raw", "rx_raw")):
+                    step = _steps(g[col].to_numpy(), c["bits"], movable)
+                    if again:
+                        step[jumped] = 0
+                    else:
+                        jumped |= impossible_steps(movable, step)
+                    back = back or bool(step.size and step.min() < 0)
+                    y[:1] = 0
+                    if y.dtype == step.dtype:
+                        np.cumsum(step, out=y[1:])
+                    else:
+                        y[1:] = np.cumsum(step)
+                    del step
+                if not jumped.any():
+                    break
+            del movable
         else:
-            jump[mine] = False
+            jumped, back = np.zeros(max(t.size - 1, 0), bool), True
+            tx[:], rx[:] = integrate_rate(t, g["tx_raw"].to_numpy()), integrate_rate(t, g["rx_raw"].to_numpy())
+        # (no step back: every sample in order, :func:`in_order` has nothing to leave out)
+        k = in_order(tx, rx) if back else None
+        if k is None or k.all():
+            jump[at + 1:at + t.size] = jumped
+        else:
+            # a jump belongs to the interval it lies in, also where in_order leaves out the sample after it
+            keep = np.ones(n, bool) if keep is None else keep
+            keep[mine] = k
+            jumps_before = np.concatenate([[0], np.cumsum(jumped)])
             jump[at + np.flatnonzero(k)] = np.diff(jumps_before[k], prepend=0) > 0
-        out["tx_bytes"][mine], out["rx_bytes"][mine] = tx, rx
         at += t.size
     # (the GPU and read columns as loaded, 32 bits where they fit: shared, not widened; what reads them widens)
     cols = {"nvml_index": samples["nvml_index"].to_numpy(), "t_ns": samples["t_ns"].to_numpy(np.int64),
-            "read_ns": samples["read_ns"].to_numpy() if "read_ns" in samples else read_ns_of(samples), **out,
+            "read_ns": read_ns_of(samples), **out,
             "jump": jump}
-    if not keep.all():
+    if keep is not None:
         cols = {k: v[keep] for k, v in cols.items()}
     return pd.DataFrame({c: cols[c] for c in CUMULATIVE_COLUMNS}, copy=False)
 
@@ -224,21 +277,34 @@ def resets(cum: pd.DataFrame) -> pd.Series:
     if not len(cum):
         return pd.Series(dtype=int)
     j = cum["jump"].to_numpy(bool)  # (a GPU's first sample never has one: no run spans two GPUs)
-    first = j & ~np.concatenate([[False], j[:-1]])
+    first = j.copy()
+    first[1:] &= ~j[:-1]
     gpu = cum["nvml_index"].to_numpy()
     if (gpu[1:] < gpu[:-1]).any():
         return pd.Series(first, index=cum["nvml_index"]).groupby(level=0).sum()
-    at = np.r_[0, np.flatnonzero(gpu[1:] != gpu[:-1]) + 1]  # (rows by GPU: summed per run, no index built)
-    return pd.Series(np.add.reduceat(first.astype(np.int64), at), index=pd.Index(gpu[at], name="nvml_index"))
+    at = np.r_[0, np.flatnonzero(gpu[1:] != gpu[:-1]) + 1]  # (rows by GPU: counted per run, no index built)
+    counts = np.diff(np.searchsorted(np.flatnonzero(first), np.r_[at, gpu.size]))
+    return pd.Series(counts, index=pd.Index(gpu[at], name="nvml_index"))
+
+
+def counted_by(t_ns: np.ndarray, x_ns: np.ndarray, strict: bool = False) -> np.ndarray:
+    """Per time of ``t_ns`` (ascending): how many of ``x_ns`` (any order) lie at or before it (``strict``: before
+    it), as ``np.searchsorted(np.sort(x_ns), t_ns, "left" if strict else "right")`` gives, found from the side of
+    the fewer: each of ``x_ns`` placed among the samples and counted up, one pass over a GPU's samples where
+    searching each of them would cost a search apiece."""
+    at = np.searchsorted(t_ns, x_ns, "right" if strict else "left")  # (x counts from the sample at ``at`` on)
+    counts = np.bincount(at, minlength=t_ns.size + 1)[:t_ns.size]
+    return np.cumsum(counts, out=counts)
 
 
 def gaps_overlapping(t: np.ndarray, flags: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """How many flagged gaps (between ``t[k]`` and ``t[k+1]``, ns) overlap each interval [``a``, ``b``] (ns)."""
-    csum = np.zeros(flags.size + 1, np.int64)
-    np.cumsum(flags, out=csum[1:])
+    flagged = np.flatnonzero(flags)  # (few: counted by searching them, not by a running count over every gap)
+    if not flagged.size:
+        return np.zeros(np.broadcast(a, b).shape, np.int64)
     lo = np.clip(np.searchsorted(t, a, "right") - 1, 0, flags.size)
     hi = np.clip(np.searchsorted(t, b, "left"), 0, flags.size)
-    return csum[np.maximum(hi, lo)] - csum[lo]
+    return np.searchsorted(flagged, np.maximum(hi, lo)) - np.searchsorted(flagged, lo)
 
 
 #: The columns of :func:`sample_gaps` (the ``sampling`` result table).
@@ -260,8 +326,8 @@ def sample_gaps(samples: pd.DataFrame, counters: dict[int, dict[str, Any]] | Non
         span_s = (t[-1] - t[0]) / 1e9 if t.size > 1 else float("nan")
         rows.append({"nvml_index": int(idx), "samples": int(t.size),
                      "rate_hz": (t.size - 1) / span_s if t.size > 1 and span_s > 0 else float("nan"),
-                     "median_gap_us": float(np.median(d)) / 1e3, "max_gap_us": float(d.max()) / 1e3,
-                     "median_read_us": float(g["read_ns"].median()) / 1e3,
+                     "median_gap_us": median(d) / 1e3, "max_gap_us": float(d.max()) / 1e3,
+                     "median_read_us": median(g["read_ns"].to_numpy()) / 1e3,
                      "wrap_risk": bool(could_hide_wrap(t, read_ns_of(g), (counters or {}).get(int(idx))).any()),
                      "counter_jumps": int(jumped.get(idx, 0))})
     return pd.DataFrame(rows, columns=SAMPLING_COLUMNS)
@@ -357,8 +423,11 @@ def rates(cum: pd.DataFrame, bin_ns: int = 1_000_000) -> pd.DataFrame:
             continue
         part = {"nvml_index": int(idx), "t_ns": edges[:-1]}
         unknown = gaps_overlapping(t, jumps(g), edges[:-1], edges[1:]) > 0  # (rebased there: it would read 0)
+        # the samples around each edge, the only ones interpolation reads (no float copy of every sample)
+        around = np.searchsorted(t, edges, "right") - 1
+        around = np.unique(np.concatenate([around, around + 1]).clip(0, t.size - 1))
         for col in ("rx_bytes", "tx_bytes"):
-            y = np.interp(edges, t, g[col].to_numpy(float))
+            y = np.interp(edges, t[around], g[col].to_numpy()[around].astype(float))
             part[col.replace("_bytes", "_Bps")] = np.where(unknown, np.nan, np.diff(y) / (bin_ns / 1e9))
         parts.append(pd.DataFrame(part))
     return pd.concat(parts, ignore_index=True)[RATES_COLUMNS] if parts else pd.DataFrame(columns=RATES_COLUMNS)

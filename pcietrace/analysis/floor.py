@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pcietrace.analysis.counters import jumps, per_gpu, read_ns_of
+from pcietrace.analysis.counters import counted_by, jumps, median, per_gpu, read_ns_of
 from pcietrace.analysis.launch import DIRECTIONS
 from pcietrace.analysis.spread import t975
 
@@ -80,6 +80,11 @@ RANGE_READ_TIME_SPREAD = 0.15
 #: far runs of independent reads stray (deterministic: the same recording gives the same figures).
 SHUFFLES = 16
 
+#: At most this many quiet intervals in each shuffled order: beyond it each order is this many drawn at random
+#: from them (an hour on a GPU has millions: independent reads' spread is as well known from this many, at a
+#: bounded cost).
+MAX_SHUFFLED = 200_000
+
 #: The terms of the floor, in the order of the design matrix and of the covariance (see :func:`_cov`).
 TERMS = ("bytes_per_read", "bytes_per_read_us", "background_Bps")
 
@@ -96,7 +101,7 @@ def aligned_windows(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
             continue
         t = g["t_ns"].to_numpy(np.int64)
         ys = {d: g[f"{c}_bytes"].to_numpy() for d, c in DIRECTIONS.items()}  # (as floats where read: one each)
-        read_us = np.cumsum(read_ns_of(g) / 1e3)
+        read_ns = read_ns_of(g)
         jump = jumps(g)  # (a window across a counter jump cannot be measured either)
         for w in mine.itertuples():
             i, j = np.searchsorted(t, w.t_start_ns, "right") - 1, np.searchsorted(t, w.t_end_ns, "left")
@@ -104,7 +109,7 @@ def aligned_windows(cum: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
                 continue
             row = {"nvml_index": int(idx), "sampling": getattr(w, "sampling", "on"), "t_a_ns": int(t[i]),
                    "t_b_ns": int(t[j]), "duration_s": (t[j] - t[i]) / 1e9, "reads": int(j - i),
-                   "read_us": float(read_us[j] - read_us[i])}
+                   "read_us": float(read_ns[i + 1:j + 1].sum(dtype=np.int64)) / 1e3}
             for d, y in ys.items():
                 row[f"{d}_bytes"] = float(float(y[j]) - float(y[i]))
             rows.append(row)
@@ -123,6 +128,14 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
     the plain mean rate over the windows (for display and old reports). ``windows_only``: one cost per read
     from the windows, no read-time term and no program state (the whole run's rows: its reads outside the
     ranges, often on a cold GPU at the start, are not in the ranges' state)."""
+    return pd.DataFrame(floor_rows(cum, windows, nvml_indices, spans_ns, windows_only), columns=FLOOR_COLUMNS)
+
+
+def floor_rows(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int],
+               spans_ns: np.ndarray | dict[int, np.ndarray] | None = None,
+               windows_only: bool = False) -> list[dict[str, Any]]:
+    """:func:`floor_model`'s rows, one per index of ``nvml_indices`` (arguments as there): a long run's GPUs'
+    rows made one GPU's samples at a time, then put in one table."""
     aw = aligned_windows(cum, windows)
     rows = []
     samples_of = dict(per_gpu(cum)) if not windows_only else {}  # (each GPU's rows: slices, not copies)
@@ -182,7 +195,7 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
         else:
             _program_state(row, samples_of.get(idx, cum.iloc[:0]), spans, windows_read_us, one_cost)
         rows.append(row)
-    return pd.DataFrame(rows, columns=FLOOR_COLUMNS)
+    return rows
 
 
 def spans_by_gpu(ranges: pd.DataFrame) -> dict[int, np.ndarray]:
@@ -206,11 +219,11 @@ def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | 
     inside = inside_spans(g["t_ns"].to_numpy(np.int64), spans_ns)
     open_ns = union_ns(spans_ns) if spans_ns is not None and len(spans_ns) else 0
     row["reads_per_s_program"] = float(inside.sum() / (open_ns / 1e9)) if open_ns > 0 else np.nan
-    read_us = g["read_ns"].to_numpy(float)[inside] / 1e3 if "read_ns" in g else np.zeros(0)
+    read_ns = g["read_ns"].to_numpy()[inside] if "read_ns" in g and window_read_us is not None else np.zeros(0)
     r = np.nan
     if window_read_us is not None:  # not carried beyond what the windows measured
         per_window, overall = window_read_us
-        r = float(np.clip(np.median(read_us), per_window.min(), per_window.max())) if read_us.size else overall
+        r = float(np.clip(median(read_ns) / 1e3, per_window.min(), per_window.max())) if read_ns.size else overall
     row["read_us_program"] = r
     for d in DIRECTIONS:
         row[f"{d}_bytes_per_read_program"] = row[f"{d}_bytes_per_read"] + (
@@ -243,11 +256,13 @@ def union_ns(spans_ns: np.ndarray) -> int:
 
 
 def inside_spans(t_ns: np.ndarray, spans_ns: np.ndarray | None) -> np.ndarray:
-    """Which sample times ``t_ns`` lie inside any of ``spans_ns`` (start, end; ns); None or empty: all."""
+    """Which sample times ``t_ns`` (ascending) lie inside any of ``spans_ns`` (start, end; ns); None or empty:
+    all."""
     if spans_ns is None or not len(spans_ns):
         return np.ones(t_ns.size, bool)
-    starts, ends = np.sort(spans_ns[:, 0]), np.sort(spans_ns[:, 1])
-    return np.searchsorted(starts, t_ns, "right") - np.searchsorted(ends, t_ns, "left") > 0
+    opened = counted_by(t_ns, np.sort(spans_ns[:, 0]))
+    opened -= counted_by(t_ns, np.sort(spans_ns[:, 1]), strict=True)  # (open: started at or before, not ended before)
+    return opened > 0
 
 
 def quiet_bytes(g: pd.DataFrame, inside: np.ndarray, row: dict[str, Any] | pd.Series) -> dict[str, np.ndarray]:
@@ -255,12 +270,24 @@ def quiet_bytes(g: pd.DataFrame, inside: np.ndarray, row: dict[str, Any] | pd.Se
     intervals: between two samples ``inside`` the program's ranges, each under :data:`QUIET_FACTOR` x the
     floor of ``row`` (``{d}_bytes_per_read_program``, ``{d}_background_Bps``) in both directions (none across a
     counter jump: its bytes are unknown)."""
-    ys = {d: np.diff(g[f"{c}_bytes"].to_numpy(float)) for d, c in DIRECTIONS.items()}
-    dt_s = np.diff(g["t_ns"].to_numpy(np.int64)) / 1e9
-    bg = {d: row[f"{d}_background_Bps"] * dt_s for d in DIRECTIONS}
-    quiet = inside[1:] & inside[:-1] & ~jumps(g) & np.logical_and.reduce(
-        [ys[d] < QUIET_FACTOR * np.maximum(row[f"{d}_bytes_per_read_program"] + bg[d], 1.0) for d in DIRECTIONS])
-    return {d: (ys[d] - bg[d])[quiet] for d in DIRECTIONS}
+    t = g["t_ns"].to_numpy(np.int64)
+    quiet = inside[1:] & inside[:-1]
+    quiet &= ~jumps(g)
+    for d, c in DIRECTIONS.items():  # (which are quiet: each direction's limit made in place, one at a time)
+        limit = np.diff(t) / 1e9  # (each interval's length, s)
+        limit *= row[f"{d}_background_Bps"]
+        limit += row[f"{d}_bytes_per_read_program"]
+        np.maximum(limit, 1.0, out=limit)
+        limit *= QUIET_FACTOR
+        quiet &= np.diff(g[f"{c}_bytes"].to_numpy()) < limit
+        del limit
+    dt_s = np.diff(t)[quiet] / 1e9
+    out = {}
+    for d, c in DIRECTIONS.items():  # (then only theirs: the quiet intervals' bytes less the background)
+        y = np.diff(g[f"{c}_bytes"].to_numpy())[quiet].astype(float)
+        y -= row[f"{d}_background_Bps"] * dt_s
+        out[d] = y
+    return out
 
 
 def state_bytes_per_read(resid: np.ndarray, run: int | None = None) -> float:
@@ -268,10 +295,10 @@ def state_bytes_per_read(resid: np.ndarray, run: int | None = None) -> float:
     intervals (``resid``: bytes over the floor, one read each, in time order), for as long as a state lasts:
     their mean offset plus the part of the 2.5/97.5 percentiles (larger side) of the means over every ``run``
     consecutive ones that independent reads do not explain (those percentiles over the same intervals in
-    :data:`SHUFFLES` shuffled orders, subtracted in quadrature). One interval's bytes jitter with the counter's
-    0.2 ms updates and from read to read; charged x every read of a range as if it lasted, that jitter alone
-    widened the 8x H200's idle calls' error 2-3x. 0 with fewer than ``run`` (default :data:`STATE_RUN`)
-    quiet intervals."""
+    :data:`SHUFFLES` shuffled orders, or draws of :data:`MAX_SHUFFLED` of them where there are more, subtracted
+    in quadrature). One interval's bytes jitter with the counter's 0.2 ms updates and from read to read; charged
+    x every read of a range as if it lasted, that jitter alone widened the 8x H200's idle calls' error 2-3x. 0
+    with fewer than ``run`` (default :data:`STATE_RUN`) quiet intervals."""
     run = run or STATE_RUN
     if resid.size < run:
         return 0.0
@@ -279,13 +306,19 @@ def state_bytes_per_read(resid: np.ndarray, run: int | None = None) -> float:
     centred = np.asarray(resid, float) - offset
     rng = np.random.default_rng(0)
     spread = _run_spread(centred, run)
-    independent = float(np.mean([_run_spread(rng.permutation(centred), run) for _ in range(SHUFFLES)]))
+    shuffled = (rng.permutation(centred) if centred.size <= MAX_SHUFFLED else
+                centred[rng.integers(0, centred.size, MAX_SHUFFLED)] for _ in range(SHUFFLES))
+    independent = float(np.mean([_run_spread(x, run) for x in shuffled]))
     return abs(offset) + float(np.sqrt(max(spread ** 2 - independent ** 2, 0.0)))
 
 
 def _run_spread(x: np.ndarray, run: int) -> float:
     """The larger side of the 2.5/97.5 percentiles of the means over every ``run`` consecutive values of ``x``."""
-    lo, hi = np.percentile(np.convolve(x, np.ones(run) / run, mode="valid"), [2.5, 97.5])
+    total = np.zeros(x.size + 1)
+    np.cumsum(x, out=total[1:])
+    means = total[run:] - total[:-run]  # (running sums: one pass, where a convolution costs ``run`` passes)
+    means /= run
+    lo, hi = np.percentile(means, [2.5, 97.5], overwrite_input=True)
     return float(max(abs(lo), abs(hi)))
 
 

@@ -5,7 +5,10 @@ figures leave out."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from pcietrace.analysis import attribution, counters, floor, gpu_time, names, savings
@@ -27,12 +30,94 @@ WHOLE_RUN_LAUNCHES = ("eager_launches", "graph_launches", "program_eager_launche
 def analyze(s: Session, options: shared.Options) -> AttachResult:
     """An attach session's result; one whose program never ran ("attach-failed") or that has no samples has
     none of the attribution tables."""
-    cum = counters.cumulative_bytes(s.samples, s.counters)
-    out = {**shared.sampling(s, cum), **shared.host_costs(s)}
     if s.meta.get("kind") == "attach" and len(s.samples):
-        out.update(attribute(s, cum, options.group_by))
+        out = {**shared.host_costs(s), **attribute(s, options.group_by)}  # ("sampling" among them)
+    else:
+        out = {**shared.sampling(s, counters.cumulative_bytes(s.samples, s.counters)), **shared.host_costs(s)}
     out.update(shared.round_trips(s, out.get("gpu_time"), options.us_per_level))
     return AttachResult.of(out)
+
+
+@dataclass
+class _ByGpu:
+    """What :func:`_by_gpu` found, each GPU's samples read in turn: ``sampling`` (:func:`counters.sample_gaps`),
+    ``median_gap_ns`` (per GPU, :func:`attribution.sampling_gaps`' ``median_ns``), ``floor`` and ``whole_floor``
+    (:func:`floor.floor_model`, of the ranges' state and of the windows only), ``sums`` and ``whole_sums``
+    (:func:`attribution.gpu_sums` of the ranges and of :func:`attribution.run_spans`), ``resets``, ``wrap_gaps``,
+    ``bounds`` (:func:`attribution.whole_run_bounds`) and ``rates``."""
+
+    sampling: pd.DataFrame
+    median_gap_ns: dict[int, float]
+    floor: pd.DataFrame
+    whole_floor: pd.DataFrame
+    sums: dict[str, Any] | None
+    whole_sums: dict[str, Any] | None
+    resets: pd.Series
+    wrap_gaps: pd.DataFrame
+    bounds: pd.DataFrame
+    rates: pd.DataFrame
+
+    def take(self, name: str) -> Any:
+        """Field ``name``, no longer held here (the sums per range: what reads them lets each go as it is used)."""
+        value = getattr(self, name)
+        setattr(self, name, None)
+        return value
+
+
+def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
+    """Every figure read from the counter samples of an attach session ``s``, one GPU's samples at a time: a long
+    run's cumulative counters (16 bytes a sample) are never all held at once. ``ranges``: with their ``gpus``
+    (:func:`attribution.range_gpus`); ``in_range``: the start and end times (``t_start_ns``, ``t_end_ns``, each
+    sorted) of those that held the sampler's fast rate (its median gap)."""
+    sampled = [int(g["nvml_index"]) for g in s.meta.get("gpus", [])]
+    t0, t1 = s.meta["t_app_start_ns"], s.meta["t_app_end_ns"]
+    spans = floor.spans_by_gpu(ranges)
+    have = [int(i) for i, _ in counters.per_gpu(s.samples)]
+    whole_spans = attribution.run_spans(have, t0, t1)
+    bin_ns = timeline_bin_ns(s.meta, span_ns(s.samples["t_ns"]))  # (checked below against the samples kept)
+    sampling, resets, wraps, bounds, rates = [], [], [], [], []
+    gaps: dict[int, dict[str, Any]] = {}
+    rows: dict[int, list[dict[str, Any]]] = {}
+    whole_rows: dict[int, list[dict[str, Any]]] = {}
+    sums = whole_sums = None
+    kept = [math.inf, -math.inf]  # (the earliest and latest sample kept: the timeline's span)
+    for idx, samples in counters.per_gpu(s.samples):
+        idx = int(idx)
+        cum = counters.cumulative_bytes(samples, s.counters)
+        t = cum["t_ns"].to_numpy()
+        kept = [min(kept[0], int(t[0])), max(kept[1], int(t[-1]))]
+        sampling.append(counters.sample_gaps(samples, s.counters, cum))
+        gaps.update(attribution.sampling_gaps(cum, s.counters, idle_interval_ns(s.meta), in_range))
+        mine = [idx] if idx in sampled else []  # (the session's GPUs have floors; a GPU only sampled has none)
+        rows[idx] = floor.floor_rows(cum, s.windows, mine, spans)
+        whole_rows[idx] = floor.floor_rows(cum, s.windows, mine, windows_only=True)
+        fl, whole_fl = (pd.DataFrame(r[idx], columns=floor.FLOOR_COLUMNS) for r in (rows, whole_rows))
+        if len(ranges):
+            sums = attribution.gpu_sums(ranges, cum, fl, s.counters, gaps, sums)
+        whole_sums = attribution.gpu_sums(whole_spans, cum, whole_fl, s.counters, gaps, whole_sums)
+        gaps[idx] = {"median_ns": gaps[idx]["median_ns"]}  # (its flags read: let go)
+        resets.append(counters.resets(cum))
+        wraps.append(counters.wrap_gaps(cum, s.counters, t0, t1))
+        bounds.append(attribution.whole_run_bounds(cum, t0, t1, whole_fl, s.counters))
+        rates.append(counters.rates(cum, bin_ns))
+        del cum, t
+    if timeline_bin_ns(s.meta, kept[1] - kept[0]) != bin_ns:  # (samples left out moved the span: binned again)
+        bin_ns = timeline_bin_ns(s.meta, kept[1] - kept[0])
+        rates = [counters.rates(counters.cumulative_bytes(samples, s.counters), bin_ns)
+                 for _, samples in counters.per_gpu(s.samples)]
+    none = counters.cumulative_bytes(s.samples.iloc[:0], s.counters)  # (a session's GPU with no samples: no floor)
+    fl, whole_fl = (pd.DataFrame([row for i in sampled for row in (r[i] if i in r else floor.floor_rows(
+        none, s.windows, [i], windows_only=whole))], columns=floor.FLOOR_COLUMNS)
+        for r, whole in ((rows, False), (whole_rows, True)))
+    return _ByGpu(sampling=_joined(sampling), median_gap_ns={i: g["median_ns"] for i, g in gaps.items()}, floor=fl,
+                  whole_floor=whole_fl, sums=sums, whole_sums=whole_sums, resets=pd.concat(resets),
+                  wrap_gaps=_joined(wraps), bounds=_joined(bounds), rates=_joined(rates))
+
+
+def _joined(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Per-GPU tables in one, rows in GPU order (those with none left out, so that their columns' types stay)."""
+    rows = [p for p in parts if len(p)]
+    return pd.concat(rows, ignore_index=True) if rows else parts[0]
 
 
 def _unplaced_launches(whole: pd.DataFrame) -> list[Note]:
@@ -56,24 +141,28 @@ def _untraced_launches(events: pd.DataFrame) -> list[Note]:
                  processes=len(u))]
 
 
-def attribute(s: Session, cum: pd.DataFrame, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, object]:
-    """Attribution for an attach session (``cum``: its :func:`counters.cumulative_bytes`): idle windows
-    before/after the program give each GPU's floor (per counter read + background); each range is charged to
-    its own GPUs."""
-    sampled = [int(g["nvml_index"]) for g in s.meta.get("gpus", [])]
+def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, object]:
+    """Attribution for an attach session with samples: idle windows before/after the program give each GPU's
+    floor (per counter read + background); each range is charged to its own GPUs. Its GPUs' samples are read
+    one at a time (:func:`_by_gpu`); the sampler's figures (``sampling``) are among the tables."""
     events = gpu_time.host_events(s.events)
     ranges = attribution.ranges_from_events(events) if len(events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
     slow = [d for d in str(s.meta.get("slow_domains") or "").split(",") if d]  # ranges that did not hold the fast rate
-    gaps = attribution.sampling_gaps(cum, s.counters, idle_interval_ns(s.meta), ranges[~ranges["domain"].isin(slow)])
-    gap_ns = max((g["median_ns"] for g in gaps.values()), default=0.0)  # the in-range gap: what edges rest on
+    fast = ranges[~ranges["domain"].isin(slow)]  # (only their edges count: each sorted once for every GPU)
+    in_range = pd.DataFrame({c: np.sort(fast[c].to_numpy(np.int64)) for c in ("t_start_ns", "t_end_ns")})
+    del fast
+    ranges = attribution.range_gpus(ranges, events, s.meta.get("gpus", []))
+    found = _by_gpu(s, ranges, in_range)
+    del in_range
+    gaps = found.median_gap_ns
+    gap_ns = max(gaps.values(), default=0.0)  # the in-range gap: what edges rest on
     notes = []
     if len(ranges) and "devmask" not in events.columns:
         notes.append(Note("no_device_information"))
     if idle_interval_ns(s.meta) and len(gaps):
         notes.append(Note("idle_sampling", idle_ms=idle_interval_ns(s.meta) / 1e6, gap_ms=gap_ns / 1e6))
-    ranges = attribution.range_gpus(ranges, events, s.meta.get("gpus", []))
-    fl = floor.floor_model(cum, s.windows, sampled, floor.spans_by_gpu(ranges))
-    inst = attribution.attribute(ranges, cum, fl, s.counters, gaps) if len(ranges) else \
+    fl = found.floor
+    inst = attribution.attribute(ranges, None, fl, s.counters, sums=found.take("sums")) if len(ranges) else \
         pd.DataFrame(columns=attribution.INSTANCE_COLUMNS)
     inst["group"] = names.group_names(inst["name"], group_by)
     costs = s.meta.get("launch_costs")
@@ -94,19 +183,18 @@ def attribute(s: Session, cum: pd.DataFrame, group_by: str = names.DEFAULT_GROUP
                           first_files=", ".join(map(str, bad["files"][:3]))))
     elif bad.get("lines"):
         notes.append(Note("trace_lines_bad", lines=bad.get("lines", 0)))
-    for idx, n in counters.resets(cum).items():
+    for idx, n in found.resets.items():
         if n:
             notes.append(Note("counter_reset", gpu=idx, jumps=int(n)))
-    for r in counters.wrap_gaps(cum, s.counters, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"]).itertuples():
+    for r in found.wrap_gaps.itertuples():
         notes.append(Note("sampler_stalled", gpu=r.nvml_index, gaps=r.gaps, longest_span_ms=r.longest_span_ms,
                           longest_read_ms=r.longest_read_ms))
     for r in fl[fl["status"] == "no floor"].itertuples():
         notes.append(Note("no_floor", gpu=r.nvml_index))
     for r in fl[(fl["status"] != "no floor") & (fl["dof"] == 0)].itertuples():
         notes.append(Note("floor_without_error", gpu=r.nvml_index, windows=r.windows))
-    whole_floor = floor.floor_model(cum, s.windows, sampled, windows_only=True)  # (see floor_model)
-    whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], whole_floor,
-                                  s.meta.get("gpus", []), s.counters)
+    whole = attribution.whole_run(None, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], found.whole_floor,
+                                  s.meta.get("gpus", []), s.counters, sums=found.take("whole_sums"))
     if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0
         inst = inst.assign(**{c: math.nan for c in LAUNCH_COUNTS if c in inst})
         whole = whole.assign(**{c: math.nan for c in WHOLE_RUN_LAUNCHES})
@@ -126,8 +214,8 @@ def attribute(s: Session, cum: pd.DataFrame, group_by: str = names.DEFAULT_GROUP
     ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns)
     if len(ranges_table):
         ranges_table = ranges_table.drop(columns=["parent_domain", "parent_name", "level"]).merge(tree, on=["domain", "name"], how="left")
-    bounds = attribution.whole_run_bounds(cum, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], whole_floor, s.counters)
-    return {"floor": fl, "range_instances": inst, "rates": counters.rates(cum, timeline_bin_ns(s.meta, span_ns(cum["t_ns"]))),
+    bounds = found.bounds
+    return {"sampling": found.sampling, "floor": fl, "range_instances": inst, "rates": found.rates,
             "ranges": ranges_table, "whole_run": whole,
             "whole_run_bounds": bounds[bounds["nvml_index"].isin(whole.loc[whole["status"] == "wrap risk", "nvml_index"])],
             "notes": tuple(notes)}

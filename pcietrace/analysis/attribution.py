@@ -71,29 +71,36 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     last_of_pid, last_thread = (_last_positions(c) for c in (pid_rank, thread))
     is_push, is_pop = (kind == "push").to_numpy(bool), (kind == "pop").to_numpy(bool)
     pushes = np.flatnonzero(is_push)
-    first_push = np.full(thread.max() + 1 if n else 0, -1, np.int64)
-    first = pushes[~pd.Series(thread[pushes]).duplicated().to_numpy()]
-    first_push[thread[first]] = first
-    del pushes, first
+    first_push = np.full(thread.max() + 1 if n else 0, n, np.int64)
+    np.minimum.at(first_push, thread[pushes], pushes)
+    first_push[first_push == n] = -1
+    del pushes
 
     # push/pop: a stack per thread; its size after each event is the walk of +1/-1 reflected at 0 (a pop on
     # an empty stack is ignored), and a push at size k closes at the thread's next valid pop from size k
     # (the per-event arrays let go as soon as read: a long run has tens of millions of events)
     sel = np.flatnonzero(is_push | is_pop)
-    sel = sel[np.argsort(thread[sel], kind="stable")]
+    sel = sel[nesting.stable_order(thread[sel])]
     th = thread[sel]
     pushed = is_push[sel]
     step = np.where(pushed, 1, -1)
-    walk = pd.Series(step).groupby(th).cumsum().to_numpy()
-    size = walk - np.minimum(pd.Series(walk).groupby(th).cummin().to_numpy(), 0)
-    del walk
+    # (each thread's events lie together: running sums and minima restart where a thread's begin)
+    begins = np.flatnonzero(np.r_[True, th[1:] != th[:-1]]) if th.size else np.zeros(0, np.int64)
+    lengths = np.diff(np.r_[begins, th.size])
+    walk = np.cumsum(step)
+    walk -= np.repeat(walk[begins] - step[begins], lengths)
+    low = 2 * (th.size + 1) * np.repeat(np.arange(begins.size, dtype=np.int64), lengths)  # (each thread below the ones before)
+    low = np.minimum.accumulate(walk - low) + low
+    size = walk - np.minimum(low, 0)
+    del walk, low, begins, lengths
     level = np.where(pushed, size, size - step)  # (a pop: the size before it)
     del size, step
     valid = pushed | (level > 0)
     del pushed
     sel, th, level = sel[valid], th[valid], level[valid]
     del valid
-    key = np.lexsort((sel, level, th))  # by thread, stack level, time: push, pop, push, pop...
+    # by thread, stack level, time: push, pop, push, pop... (sel is in time order within each thread already)
+    key = nesting.stable_order(th * (int(level.max()) + 1 if level.size else 1) + level)
     sk = sel[key]
     del sel
     same = th[key]
@@ -143,13 +150,24 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     if not opened.size:
         return pd.DataFrame(columns=RANGE_COLUMNS)
 
-    def grew(column: str) -> np.ndarray:
-        v = events[column].to_numpy()
-        return v[ended].astype(np.int64) - v[opened]
+    push_rows = np.flatnonzero(is_push_range)
+    other_rows = np.flatnonzero(~is_push_range)
 
-    def timed(scope: str) -> np.ndarray:
+    def grew(column: str, rows: np.ndarray | None = None) -> np.ndarray:
+        v = events[column].to_numpy()
+        a, b = (opened, ended) if rows is None else (opened[rows], ended[rows])
+        return v[b].astype(np.int64) - v[a]
+
+    def by_scope(thread_of: Any, process_of: Any) -> np.ndarray:
+        """A push/pop range's figure from its thread's column, a start/end one's from its process's."""
+        mine, theirs = thread_of(push_rows), process_of(other_rows)
+        out = np.empty(opened.size, np.result_type(mine, theirs))
+        out[push_rows], out[other_rows] = mine, theirs
+        return out
+
+    def timed(scope: str, rows: np.ndarray) -> np.ndarray:
         v = events[scope].to_numpy()
-        a, b = v[opened].astype(np.int64), v[ended].astype(np.int64)
+        a, b = v[opened[rows]].astype(np.int64), v[ended[rows]].astype(np.int64)
         return np.where((a >= 0) & (b >= 0), (b - a).astype(float), np.nan)
 
     def names_of(column: str) -> pd.Categorical:  # (a few distinct names over millions of ranges: codes)
@@ -165,23 +183,25 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
            "kind": pd.Categorical.from_codes(np.where(is_push_range, 0, 1), ["push", "start"]),
            "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": events["depth"].to_numpy()[opened].astype(np.int64)}
     # start/end ranges may cross threads, so their thread-local counts are undefined: use the process's.
-    for c in ("eager", "graph"):
-        out[f"{c}_launches"] = np.where(is_push_range, grew(f"{c}_thread"), grew(f"{c}_process"))
-    for c in ("eager", "graph"):
-        out[f"{c}_launches_process"] = grew(f"{c}_process")
-    out["captured_launches"] = np.where(is_push_range, grew("captured_thread"), grew("captured_process"))
-    out["captured_launches_process"] = grew("captured_process")
-    out["launch_call_ns"] = np.where(is_push_range, timed("call_ns_thread"), timed("call_ns_process"))
-    out["sync_wait_ns"] = np.where(is_push_range, timed("wait_ns_thread"), timed("wait_ns_process"))
+    for c in ("eager", "graph", "captured"):
+        process = grew(f"{c}_process")
+        mine = grew(f"{c}_thread", push_rows)
+        own = process.copy()
+        own[push_rows] = mine
+        del mine
+        name = "captured_launches" if c == "captured" else f"{c}_launches"
+        out[name], out[f"{name}_process"] = own, process
+    out["launch_call_ns"] = by_scope(lambda r: timed("call_ns_thread", r), lambda r: timed("call_ns_process", r))
+    out["sync_wait_ns"] = by_scope(lambda r: timed("wait_ns_thread", r), lambda r: timed("wait_ns_process", r))
     out["closed"] = closed
-    return pd.DataFrame(out, columns=RANGE_COLUMNS)
+    # (the columns as they are: a frame built from them copied every integer column into one block)
+    return pd.DataFrame({c: out[c] for c in RANGE_COLUMNS}, copy=False)
 
 
 def _last_positions(codes: np.ndarray) -> np.ndarray:
     """Per code (0 ... max), the position of its last row."""
-    last = np.flatnonzero(~pd.Series(codes).duplicated(keep="last").to_numpy())
     out = np.zeros(int(codes.max()) + 1 if codes.size else 0, np.int64)
-    out[codes[last]] = last
+    np.maximum.at(out, codes, np.arange(codes.size, dtype=np.int64))
     return out
 
 

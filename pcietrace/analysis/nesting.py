@@ -3,6 +3,8 @@ holds it). Start/end ranges may cross threads and have no parent or children."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -11,6 +13,9 @@ def codes(*columns: np.ndarray) -> np.ndarray:
     """Per row, a number for its combination of ``columns`` values, in order of first appearance."""
     if not len(columns[0]):
         return np.zeros(0, np.int64)
+    whole = _packed(columns)
+    if whole is not None:  # (integer columns: one key, one hash pass)
+        return pd.factorize(whole)[0].astype(np.int64, copy=False)
     # (each column factorized and folded into the codes so far: a few arrays of codes, no frame of the columns)
     out = np.zeros(len(columns[0]), np.int64)
     for c in columns:
@@ -20,6 +25,34 @@ def codes(*columns: np.ndarray) -> np.ndarray:
         del own
         out = pd.factorize(out)[0]
     return out.astype(np.int64, copy=False)
+
+
+def _packed(columns: tuple[np.ndarray, ...]) -> np.ndarray | None:
+    """Integer (or bool) ``columns`` as one int64 per row, each column's value less its minimum in its own digit;
+    None where a column is of another kind or the digits do not fit 63 bits."""
+    if len(columns) < 2 or not all(isinstance(c, np.ndarray) and c.dtype.kind in "iub" for c in columns):
+        return None
+    spans = [(int(c.min()), int(c.max())) for c in columns]
+    if math.prod(hi - lo + 1 for lo, hi in spans) >= 2**63:
+        return None
+    out = np.zeros(len(columns[0]), np.int64)
+    for c, (lo, hi) in zip(columns, spans):
+        out *= hi - lo + 1
+        # (uint64 less its minimum fits int64 here; signed ones widened first: no overflow in their own width)
+        out += (c - c.dtype.type(lo)).astype(np.int64) if c.dtype.kind == "u" else c.astype(np.int64) - lo
+    return out
+
+
+def stable_order(key: np.ndarray) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` of non-negative integers, by 16-bit digits where they are below 2**32
+    (NumPy radix-sorts 16-bit keys in one pass; wider ones take a comparison sort)."""
+    top = int(key.max()) if key.size else 0
+    if top >= 2**32 or (key.size and int(key.min()) < 0):
+        return np.argsort(key, kind="stable")
+    order = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
+    if top >= 2**16:  # (the high digit, stably: ties keep the low digit's order)
+        order = order[np.argsort((key[order] >> 16).astype(np.uint16), kind="stable")]
+    return order
 
 
 def parents(instances: pd.DataFrame) -> pd.Series:

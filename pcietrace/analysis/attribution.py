@@ -236,8 +236,12 @@ def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.
         key *= span
         key += t
         key -= t_min
-        order = np.argsort(key, kind="stable")
-        key.sort()
+        if t.size < 2 or bool((t[1:] >= t[:-1]).all()):  # (events in time order: sorted by group alone, a radix sort)
+            order = nesting.stable_order(group)
+            key = key[order]
+        else:
+            order = np.argsort(key, kind="stable")
+            key.sort()
         lo = np.searchsorted(key, q_group.astype(np.int64) * span + (q_from - t_min), "left")
         hi = np.searchsorted(key, q_group.astype(np.int64) * span + (q_to - t_min), "right")
         del key
@@ -292,10 +296,14 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
             group = nesting.codes(pids, np.r_[e_tid, r_tid]) if by_thread else nesting.codes(pids)
             own[these] = _or_between(group[:m], t, bits, group[m:][these], a[these], b[these])
             del group
-    process = pd.Series(bits).groupby(e_pid).agg(np.bitwise_or.reduce)
-    whole = process.reindex(r_pid, fill_value=0).to_numpy(np.uint64)
+    p_code, p_ids = pd.factorize(e_pid)
+    process = np.zeros(len(p_ids), np.uint64)  # (each process's devices: the OR of its events')
+    np.bitwise_or.at(process, p_code, bits)
+    del p_code
+    whole = pd.Series(process, index=p_ids).reindex(r_pid, fill_value=0).to_numpy(np.uint64)
     code = nesting.codes(r_pid, own, whole, push)
-    _, first = np.unique(code, return_index=True)
+    first = np.full(int(code.max()) + 1 if code.size else 0, code.size, np.int64)  # (each combination's first range)
+    np.minimum.at(first, code, np.arange(code.size, dtype=np.int64))
     result, rule = [], []
     for pid, mask, proc_mask, is_push in zip(r_pid[first], own[first], whole[first], push[first]):  # (a few combinations: one per process and device set)
         mine = [g for g in to_nvml(int(pid), int(mask)) if g in sampled]
@@ -451,10 +459,11 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
         out[f"{d}_floor_err_bytes"] = err
         del net, err
     del acc, unknown
-    for c in ("ns", "h2d_bytes", "d2h_bytes"):
-        out[f"excl_{c}"] = out["duration_ns" if c == "ns" else c].astype(float)
-    for c in ("ns", "h2d_bytes", "d2h_bytes"):
-        out[f"excl_{c}"] -= nesting.children_sum(out, parent, "duration_ns" if c == "ns" else c)
+    own = {"excl_ns": "duration_ns", "excl_h2d_bytes": "h2d_bytes", "excl_d2h_bytes": "d2h_bytes"}
+    children = nesting.children_sums(out, parent, list(own.values()))
+    for excl, c in own.items():
+        out[excl] = out[c].to_numpy(float) - children[c].to_numpy()
+    del children
     up = parent.to_numpy()
     has = ~pd.isna(up)
     pos = np.full(n, -1, np.int64)  # (the parent's row position: its index label looked up)

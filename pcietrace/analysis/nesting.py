@@ -67,7 +67,7 @@ def parents(instances: pd.DataFrame) -> pd.Series:
     thread = codes(instances["pid"].to_numpy()[at], instances["tid"].to_numpy()[at])
     a = instances["t_start_ns"].to_numpy(np.int64)[at]
     depth = instances["depth"].to_numpy(np.int64)[at]
-    order = np.lexsort((depth, a, thread))  # each thread's ranges in the order opened (a stable sort: ties by row)
+    order = _opening_order(thread, a, depth)  # each thread's ranges in the order opened (ties by row)
     rank = np.empty(at.size, np.int64)
     rank[order] = np.arange(at.size)
     # the latest range at (thread, depth - 1) opened before each one: one sorted key, searched (the per-range
@@ -94,11 +94,28 @@ def parents(instances: pd.DataFrame) -> pd.Series:
     return out
 
 
+def _opening_order(thread: np.ndarray, a: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """``np.lexsort((depth, a, thread))``: by thread, start, depth, then row; one packed key where it fits 63 bits."""
+    packed = _packed((thread, a, depth))
+    return np.argsort(packed, kind="stable") if packed is not None else np.lexsort((depth, a, thread))
+
+
 def children_sum(instances: pd.DataFrame, parent: pd.Series, column: str) -> pd.Series:
     """Per instance, the sum of ``column`` over its direct children: 0 without children, NaN where a child's
     value is NaN (unknown stays unknown)."""
-    has = parent.notna()
-    col, by = instances.loc[has, column].astype(float), parent[has].astype("int64")
-    total = col.groupby(by).sum()
-    total[col.isna().groupby(by).any()] = np.nan
+    return children_sums(instances, parent, [column])[column]
+
+
+def children_sums(instances: pd.DataFrame, parent: pd.Series, columns: list[str],
+                  rows: np.ndarray | None = None) -> pd.DataFrame:
+    """:func:`children_sum` of several ``columns`` (one grouping of the children by parent); ``rows``: a bool per
+    instance, the children to count (default: all)."""
+    has = parent.notna().to_numpy()
+    if rows is not None:
+        has = has & rows
+    cols = instances.loc[has, columns].astype(float)
+    by = parent.to_numpy()[has].astype(np.int64)
+    g = cols.groupby(by, sort=False)
+    total = g.sum()
+    total = total.mask(g.count().to_numpy() < g.size().to_numpy()[:, None])  # (a child's value unknown)
     return total.reindex(instances.index, fill_value=0.0)

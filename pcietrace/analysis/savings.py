@@ -98,18 +98,21 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     ranges that already launch graphs."""
     out = instances.copy(deep=False)  # (copy-on-write: the columns added are its own)
     out["parent"] = parent = nesting.parents(out)
-    out["own_eager_launches"] = out["eager_launches"].astype(float) - nesting.children_sum(out, parent, "eager_launches")
+    busy = "gpu_busy_ns" in out.columns
+    summed = [c for c in ("eager_launches", "gpu_busy_ns", "gpu_short_ns", "sync_wait_ns") if c in out.columns]
+    children = nesting.children_sums(out, parent, summed)  # (one grouping of the children for every column)
+    out["own_eager_launches"] = out["eager_launches"].astype(float) - children["eager_launches"]
     out["own_ns"] = out["excl_ns"].astype(float)
     unknown = out["own_eager_launches"].isna()
     out["launch_bound"] = (pd.Series(False, index=out.index, dtype=object).mask(unknown, math.nan)
                            if unknown.any() else False)
     out["predicted_ms"] = 0.0
-    busy = "gpu_busy_ns" in out.columns
     if busy:  # children are disjoint in time, so busy time and shortfall add up
-        out["own_busy_ns"] = out["gpu_busy_ns"] - nesting.children_sum(out, parent, "gpu_busy_ns")
-        out["own_short_ns"] = out["gpu_short_ns"] - nesting.children_sum(out, parent, "gpu_short_ns")
-    waited = (out["sync_wait_ns"].astype(float) - nesting.children_sum(out, parent, "sync_wait_ns")).to_numpy() \
+        out["own_busy_ns"] = out["gpu_busy_ns"] - children["gpu_busy_ns"]
+        out["own_short_ns"] = out["gpu_short_ns"] - children["gpu_short_ns"]
+    waited = (out["sync_wait_ns"].astype(float) - children["sync_wait_ns"]).to_numpy() \
         if "sync_wait_ns" in out else np.full(len(out), np.nan)  # NaN where not timed (and in recordings made before)
+    del children
     n = out["own_eager_launches"].to_numpy(float)
     launched = n > 0  # (NaN: unknown stays unknown; none: nothing to save)
     own_ns = out["own_ns"].to_numpy(float)
@@ -124,12 +127,17 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
                                             - out["own_short_ns"].to_numpy(float) / 1e6), own)
     if timed.any():
         lb = out["launch_bound"].to_numpy(object, copy=True)  # (False, or NaN where unknown)
-        lb[timed] = [bool(x) for x in bound[timed]]
+        lb[timed] = bound[timed].astype(bool).astype(object)  # (Python bools)
         out["launch_bound"] = lb if unknown.any() else lb.astype(bool)
     out["predicted_ms"] = own
-    for depth in sorted(out["depth"].unique(), reverse=True):  # children first: a parent adds its children's
-        at = out["depth"] == depth
-        out.loc[at, "predicted_ms"] += nesting.children_sum(out, parent, "predicted_ms")[at]
+    # children first: a parent adds its children's (those one level below it, summed in row order)
+    depth = out["depth"].to_numpy()
+    for d in sorted(pd.unique(depth), reverse=True):
+        at = depth == d
+        below = nesting.children_sums(out, parent, ["predicted_ms"], rows=depth == d + 1)["predicted_ms"].to_numpy()
+        own = out["predicted_ms"].to_numpy(copy=True)
+        own[at] += below[at]
+        out["predicted_ms"] = own
     return out
 
 

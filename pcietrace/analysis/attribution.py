@@ -589,12 +589,21 @@ def launches_by_untraced_threads(events: pd.DataFrame) -> pd.DataFrame:
     cols = ["pid", "launches", "untraced"]
     if not len(events) or "eager_process" not in events:
         return pd.DataFrame(columns=cols)
-    g = events.groupby("pid")
-    total = g["eager_process"].max().astype(np.int64) + g["graph_process"].max().astype(np.int64)
-    by_threads = events.groupby(["pid", "tid"])[["eager_thread", "graph_thread"]].max().astype(np.int64) \
-        .sum(axis=1).groupby("pid").sum()
-    out = pd.DataFrame({"launches": total, "untraced": total - by_threads.reindex(total.index, fill_value=0)})
-    return out.reset_index()[cols].astype(int)
+    pid = events["pid"].to_numpy()
+    proc, pids = pd.factorize(pid, sort=True)
+    thread = nesting.codes(pid, events["tid"].to_numpy())
+
+    def most(codes: np.ndarray, column: str) -> np.ndarray:  # (per code, the column's largest value)
+        out = np.full(int(codes.max()) + 1, np.iinfo(np.int64).min, np.int64)
+        np.maximum.at(out, codes, events[column].to_numpy().astype(np.int64))
+        return out
+
+    total = most(proc, "eager_process") + most(proc, "graph_process")
+    proc_of = np.zeros(int(thread.max()) + 1, np.int64)
+    proc_of[thread] = proc  # (each thread's process)
+    by_threads = np.zeros(len(pids), np.int64)
+    np.add.at(by_threads, proc_of, most(thread, "eager_thread") + most(thread, "graph_thread"))
+    return pd.DataFrame({"pid": pids, "launches": total, "untraced": total - by_threads}).astype(int)
 
 
 def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns: float) -> pd.DataFrame:
@@ -721,7 +730,7 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
     # set: each sum placed once (a thread's counts never run backwards, so no per-thread sum is negative)
     pid = ev["pid"].to_numpy()
     thread = nesting.codes(pid, ev["tid"].to_numpy())
-    order = np.argsort(thread, kind="stable")
+    order = nesting.stable_order(thread)
     thread = thread[order]
     first = np.r_[True, thread[1:] != thread[:-1]] if order.size else np.zeros(0, bool)
     del thread

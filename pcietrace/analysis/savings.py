@@ -190,12 +190,15 @@ def outermost_capturable(instances: pd.DataFrame, parent: pd.Series) -> pd.Serie
     """Per push/pop instance: whether it is capturable (:func:`capturable`) and no range above it is (a range
     nested in NCCL's set-up counts where its set-up range does not). One step per nesting level."""
     ok = capturable(instances)
-    above = pd.Series(False, index=instances.index)
-    up = parent.copy()
-    while up.notna().any():
-        has = up.notna()
-        above[has] |= ok.reindex(up[has].astype("int64")).to_numpy()
-        up = up.where(~has, parent.reindex(up.where(has, -1).astype("int64")).to_numpy()).where(has)
+    okay = ok.to_numpy(bool)
+    has = parent.notna().to_numpy()
+    parent_at = np.full(len(parent), -1, np.int64)  # (the parent's row position, -1 for none)
+    parent_at[has] = instances.index.get_indexer(parent.to_numpy()[has].astype(np.int64))
+    above = np.zeros(len(instances), bool)
+    rows, up = np.flatnonzero(has), parent_at[has]
+    while rows.size:  # (one step up per level, for the rows with a range above them still)
+        above[rows] |= okay[up]
+        rows, up = rows[parent_at[up] >= 0], parent_at[up][parent_at[up] >= 0]
     return (instances["kind"] == "push") & ok & ~above
 
 

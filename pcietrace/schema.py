@@ -113,10 +113,7 @@ def json_lines(df: pd.DataFrame, sep: str | None = None, categories: dict[Any, A
         if kind in "iu" or isinstance(col.dtype, pd.Int64Dtype):
             return pc.fill_null(pc.cast(pa.array(col, from_pandas=True), pa.large_string()), lit("null"))
         if kind == "f":
-            v = col.to_numpy(np.float64)
-            text = pc.cast(pa.array(v), pa.large_string())
-            text = pc.if_else(pc.match_substring_regex(text, "[.eE]"), text, pc.binary_join_element_wise(text, lit(".0"), lit("")))
-            return pc.if_else(pa.array(~np.isfinite(v)), lit("null"), text)
+            return floats(col.to_numpy(np.float64))
         if isinstance(col.dtype, pd.CategoricalDtype):  # (its categories encoded once, their codes taken)
             cache = categories if categories is not None else {}
             if col.dtype not in cache:
@@ -131,6 +128,28 @@ def json_lines(df: pd.DataFrame, sep: str | None = None, categories: dict[Any, A
             codes, uniques = by_object(col.to_numpy(object))
         text = encoded(uniques)
         return text.take(np.where(codes < 0, len(text) - 1, codes))
+
+    def floats(v: np.ndarray) -> Any:
+        """Each value's shortest text, a whole number's with ".0" (Arrow writes 3.0 as "3"), null where not finite."""
+        finite = np.isfinite(v)
+        # whole numbers below 1e10 (Arrow writes them as integers from there on with an exponent) are cast as
+        # integers, which is quicker; the rest's float text gets ".0" only where it has neither point nor exponent
+        whole = finite & (np.abs(v) < 1e10) & (v == np.trunc(v)) & ~((v == 0) & np.signbit(v))
+        rest = finite & ~whole
+        texts, at = [], np.full(v.size, -1, np.int64)
+        for rows, cast in ((whole, np.int64), (rest, np.float64)):
+            if not rows.any():
+                continue
+            text = pc.cast(pa.array(v[rows].astype(cast)), pa.large_string())
+            dot = pc.binary_join_element_wise(text, lit(".0"), lit(""))
+            text = dot if cast is np.int64 else pc.if_else(pc.match_substring_regex(text, "[.eE]"), text, dot) \
+                if (v[rows] == np.trunc(v[rows])).any() else text
+            at[rows] = sum(len(t) for t in texts) + np.arange(len(text))
+            texts.append(text)
+        if len(texts) == 1 and finite.all():
+            return texts[0]
+        texts.append(pa.array(["null"], pa.large_string()))
+        return pa.concat_arrays(texts).take(np.where(at < 0, sum(len(t) for t in texts) - 1, at))
 
     def encoded(values: list[Any]) -> Any:  # each value's text, and "null" last (for the missing)
         return pa.array(["null" if isinstance(u, float) and not math.isfinite(u) else

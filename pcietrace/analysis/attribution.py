@@ -178,10 +178,11 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
             codes, uniques = pd.factorize(c.to_numpy(object) if c.dtype == object else c)
         return pd.Categorical.from_codes(codes[opened], uniques).remove_unused_categories()
 
-    out = {"pid": pid[opened].astype(np.int64), "tid": tid[opened].astype(np.int64), "domain": names_of("domain"),
+    # (counts and ids in 32 bits where they fit: a long run's millions of ranges held in less memory)
+    out = {"pid": _narrow(pid[opened]), "tid": _narrow(tid[opened]), "domain": names_of("domain"),
            "name": names_of("message"),
            "kind": pd.Categorical.from_codes(np.where(is_push_range, 0, 1), ["push", "start"]),
-           "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": events["depth"].to_numpy()[opened].astype(np.int64)}
+           "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": _narrow(events["depth"].to_numpy()[opened])}
     # start/end ranges may cross threads, so their thread-local counts are undefined: use the process's.
     for c in ("eager", "graph", "captured"):
         process = grew(f"{c}_process")
@@ -190,12 +191,18 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
         own[push_rows] = mine
         del mine
         name = "captured_launches" if c == "captured" else f"{c}_launches"
-        out[name], out[f"{name}_process"] = own, process
+        out[name], out[f"{name}_process"] = _narrow(own), _narrow(process)
     out["launch_call_ns"] = by_scope(lambda r: timed("call_ns_thread", r), lambda r: timed("call_ns_process", r))
     out["sync_wait_ns"] = by_scope(lambda r: timed("wait_ns_thread", r), lambda r: timed("wait_ns_process", r))
     out["closed"] = closed
     # (the columns as they are: a frame built from them copied every integer column into one block)
     return pd.DataFrame({c: out[c] for c in RANGE_COLUMNS}, copy=False)
+
+
+def _narrow(v: np.ndarray) -> np.ndarray:
+    """Integers as int32 where they lie within +-2**30 (two of them still add up within 32 bits), else as int64."""
+    fits = not v.size or (-2**30 < int(v.min()) and int(v.max()) < 2**30)
+    return v.astype(np.int32 if fits else np.int64, copy=False)
 
 
 def _last_positions(codes: np.ndarray) -> np.ndarray:
@@ -445,7 +452,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     sampled = set(cum["nvml_index"].astype(int))
     status = np.where(holds(None, sampled), 2, status)  # a GPU with no samples at all
     out["status"] = pd.Categorical.from_codes(status, STATUSES)
-    out["stalls"] = acc.pop("stalls").astype(np.int64)
+    out["stalls"] = _narrow(acc.pop("stalls").astype(np.int64))
     unknown = status != 0
     del status
     for d in DIRECTIONS:  # (each sum let go once in its column: a long run's ranges hold no spare copies)
@@ -468,7 +475,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     has = ~pd.isna(up)
     pos = np.full(n, -1, np.int64)  # (the parent's row position: its index label looked up)
     pos[has] = out.index.get_indexer(up[has].astype(out.index.dtype) if out.index.dtype.kind in "iu" else up[has])
-    out["parent"] = pos
+    out["parent"] = _narrow(pos)
     return out[list(dict.fromkeys([*ranges.columns, *ATTRIBUTED_COLUMNS]))]  # (ranges attributed again keep their order)
 
 

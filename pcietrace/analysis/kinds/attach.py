@@ -122,6 +122,7 @@ def attribute(s: Session, cum: pd.DataFrame, group_by: str = names.DEFAULT_GROUP
         p = savings.predict_ms(inst, costs)
         inst = inst.assign(graph_savings_ms=p["predicted_ms"], launch_bound=p["launch_bound"])
         whole["program_graph_savings_ms"] = savings.outermost_ms(p)
+        del p  # (its own figures per instance: not kept beside the instances)
     tree = names.group_tree(inst).rename(columns={"group": "name"})
     ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns)
     if len(ranges_table):

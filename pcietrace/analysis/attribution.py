@@ -152,22 +152,25 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
 
     push_rows = np.flatnonzero(is_push_range)
     other_rows = np.flatnonzero(~is_push_range)
+    # each row set's opening and closing events, gathered once
+    edges = {"all": (opened, ended), "push": (opened[push_rows], ended[push_rows]),
+             "start": (opened[other_rows], ended[other_rows])}
 
-    def grew(column: str, rows: np.ndarray | None = None) -> np.ndarray:
+    def grew(column: str, rows: str = "all") -> np.ndarray:
         v = events[column].to_numpy()
-        a, b = (opened, ended) if rows is None else (opened[rows], ended[rows])
+        a, b = edges[rows]
         return v[b].astype(np.int64) - v[a]
 
     def by_scope(thread_of: Any, process_of: Any) -> np.ndarray:
         """A push/pop range's figure from its thread's column, a start/end one's from its process's."""
-        mine, theirs = thread_of(push_rows), process_of(other_rows)
+        mine, theirs = thread_of("push"), process_of("start")
         out = np.empty(opened.size, np.result_type(mine, theirs))
         out[push_rows], out[other_rows] = mine, theirs
         return out
 
-    def timed(scope: str, rows: np.ndarray) -> np.ndarray:
+    def timed(scope: str, rows: str) -> np.ndarray:
         v = events[scope].to_numpy()
-        a, b = v[opened[rows]].astype(np.int64), v[ended[rows]].astype(np.int64)
+        a, b = (v[x].astype(np.int64) for x in edges[rows])
         return np.where((a >= 0) & (b >= 0), (b - a).astype(float), np.nan)
 
     def names_of(column: str) -> pd.Categorical:  # (a few distinct names over millions of ranges: codes)
@@ -186,7 +189,7 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     # start/end ranges may cross threads, so their thread-local counts are undefined: use the process's.
     for c in ("eager", "graph", "captured"):
         process = grew(f"{c}_process")
-        mine = grew(f"{c}_thread", push_rows)
+        mine = grew(f"{c}_thread", "push")
         own = process.copy()
         own[push_rows] = mine
         del mine

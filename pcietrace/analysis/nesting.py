@@ -33,13 +33,18 @@ def _packed(columns: tuple[np.ndarray, ...]) -> np.ndarray | None:
     if len(columns) < 2 or not all(isinstance(c, np.ndarray) and c.dtype.kind in "iub" for c in columns):
         return None
     spans = [(int(c.min()), int(c.max())) for c in columns]
-    if math.prod(hi - lo + 1 for lo, hi in spans) >= 2**63:
+    if math.prod(hi - lo + 1 for lo, hi in spans) >= 2**63 or max(hi for _, hi in spans) >= 2**63:
         return None
-    out = np.zeros(len(columns[0]), np.int64)
-    for c, (lo, hi) in zip(columns, spans):
-        out *= hi - lo + 1
-        # (uint64 less its minimum fits int64 here; signed ones widened first: no overflow in their own width)
-        out += (c - c.dtype.type(lo)).astype(np.int64) if c.dtype.kind == "u" else c.astype(np.int64) - lo
+    out = np.empty(len(columns[0]), np.int64)
+    for k, (c, (lo, hi)) in enumerate(zip(columns, spans)):
+        # (in place, widened as added: uint64 values here are below 2**63, so read as int64 they are the same)
+        c = c.view(np.uint8) if c.dtype.kind == "b" else c.view(np.int64) if c.dtype == np.uint64 else c
+        if k:
+            out *= hi - lo + 1
+            out += c
+        else:
+            out[:] = c
+        out -= lo
     return out
 
 

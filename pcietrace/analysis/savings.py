@@ -129,15 +129,15 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
         lb = out["launch_bound"].to_numpy(object, copy=True)  # (False, or NaN where unknown)
         lb[timed] = bound[timed].astype(bool).astype(object)  # (Python bools)
         out["launch_bound"] = lb if unknown.any() else lb.astype(bool)
-    out["predicted_ms"] = own
     # children first: a parent adds its children's (those one level below it, summed in row order)
     depth = out["depth"].to_numpy()
+    total = pd.DataFrame({"predicted_ms": own}, index=out.index)
     for d in sorted(pd.unique(depth), reverse=True):
         at = depth == d
-        below = nesting.children_sums(out, parent, ["predicted_ms"], rows=depth == d + 1)["predicted_ms"].to_numpy()
-        own = out["predicted_ms"].to_numpy(copy=True)
+        below = nesting.children_sums(total, parent, ["predicted_ms"], rows=depth == d + 1)["predicted_ms"].to_numpy()
         own[at] += below[at]
-        out["predicted_ms"] = own
+        total["predicted_ms"] = own
+    out["predicted_ms"] = own
     return out
 
 

@@ -84,7 +84,7 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     th = thread[sel]
     pushed = is_push[sel]
     step = np.where(pushed, 1, -1)
-    # (each thread's events lie together: running sums and minima restart where a thread's begin)
+    # (each thread's events lie together: running sums and minima restart where each thread's begin)
     begins = np.flatnonzero(np.r_[True, th[1:] != th[:-1]]) if th.size else np.zeros(0, np.int64)
     lengths = np.diff(np.r_[begins, th.size])
     walk = np.cumsum(step)
@@ -486,7 +486,9 @@ def _gpu_sets(gpus: pd.Series) -> Any:
     """``holds(idx)``: per range, whether its ``gpus`` list holds GPU ``idx``; ``holds(None, known)``: whether it
     holds one not in ``known``. Ranges share their lists (:func:`range_gpus`), so each distinct list is read once."""
     lists = gpus.to_numpy(object)
-    _, first, code = np.unique(np.fromiter(map(id, lists), np.int64, len(lists)), return_index=True, return_inverse=True)
+    code, distinct = pd.factorize(np.fromiter(map(id, lists), np.int64, len(lists)))
+    first = np.full(len(distinct), len(lists), np.int64)  # (each distinct list's first range)
+    np.minimum.at(first, code, np.arange(len(lists), dtype=np.int64))
     sets = [set(lists[i]) for i in first]
 
     def holds(idx: int | None, known: set[int] | None = None) -> np.ndarray:

@@ -81,10 +81,14 @@ def parents(instances: pd.DataFrame) -> pd.Series:
     level = thread * width + (depth - depth.min() + 1)  # (thread, depth) in one number
     del thread, depth
     want = (level - 1) * at.size + rank
-    level *= at.size
-    level += rank
     del rank
-    level.sort()
+    # (level, rank) sorted: the levels in rank order sorted stably by level (radix passes), then packed
+    level = level[order]
+    by_level = stable_order(level)
+    level = level[by_level]
+    level *= at.size
+    level += by_level
+    del by_level
     i = np.searchsorted(level, want, "left") - 1
     found = level[np.maximum(i, 0)]
     del level

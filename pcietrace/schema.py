@@ -131,25 +131,29 @@ def json_lines(df: pd.DataFrame, sep: str | None = None, categories: dict[Any, A
 
     def floats(v: np.ndarray) -> Any:
         """Each value's shortest text, a whole number's with ".0" (Arrow writes 3.0 as "3"), null where not finite."""
+        def dotted(text: Any) -> Any:
+            return pc.binary_join_element_wise(text, lit(".0"), lit(""))
+
         finite = np.isfinite(v)
-        # whole numbers below 1e10 (Arrow writes them as integers from there on with an exponent) are cast as
-        # integers, which is quicker; the rest's float text gets ".0" only where it has neither point nor exponent
+        # whole numbers below 1e10 (from there on Arrow writes an exponent) cast as integers, which is quicker
         whole = finite & (np.abs(v) < 1e10) & (v == np.trunc(v)) & ~((v == 0) & np.signbit(v))
-        rest = finite & ~whole
         texts, at = [], np.full(v.size, -1, np.int64)
-        for rows, cast in ((whole, np.int64), (rest, np.float64)):
+        for rows in (whole, finite & ~whole):
             if not rows.any():
                 continue
-            text = pc.cast(pa.array(v[rows].astype(cast)), pa.large_string())
-            dot = pc.binary_join_element_wise(text, lit(".0"), lit(""))
-            text = dot if cast is np.int64 else pc.if_else(pc.match_substring_regex(text, "[.eE]"), text, dot) \
-                if (v[rows] == np.trunc(v[rows])).any() else text
-            at[rows] = sum(len(t) for t in texts) + np.arange(len(text))
+            x = v[rows]
+            if rows is whole:
+                text = dotted(pc.cast(pa.array(x.astype(np.int64)), pa.large_string()))
+            else:
+                text = pc.cast(pa.array(x), pa.large_string())
+                if (x == np.trunc(x)).any():  # (-0.0, or whole from 1e10: ".0" where it has no point nor exponent)
+                    text = pc.if_else(pc.match_substring_regex(text, "[.eE]"), text, dotted(text))
+            at[rows] = sum(map(len, texts)) + np.arange(len(text))
             texts.append(text)
         if len(texts) == 1 and finite.all():
             return texts[0]
         texts.append(pa.array(["null"], pa.large_string()))
-        return pa.concat_arrays(texts).take(np.where(at < 0, sum(len(t) for t in texts) - 1, at))
+        return pa.concat_arrays(texts).take(np.where(at < 0, sum(map(len, texts)) - 1, at))
 
     def encoded(values: list[Any]) -> Any:  # each value's text, and "null" last (for the missing)
         return pa.array(["null" if isinstance(u, float) and not math.isfinite(u) else

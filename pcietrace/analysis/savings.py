@@ -198,7 +198,8 @@ def outermost_capturable(instances: pd.DataFrame, parent: pd.Series) -> pd.Serie
     rows, up = np.flatnonzero(has), parent_at[has]
     while rows.size:  # (one step up per level, for the rows with a range above them still)
         above[rows] |= okay[up]
-        rows, up = rows[parent_at[up] >= 0], parent_at[up][parent_at[up] >= 0]
+        up = parent_at[up]
+        rows, up = rows[up >= 0], up[up >= 0]
     return (instances["kind"] == "push") & ok & ~above
 
 

@@ -152,8 +152,8 @@ def _events(host: pd.DataFrame) -> None:
     # positions sorted, not a sorted copy of every column)
     rows = np.flatnonzero((host["event"] != "gputime").to_numpy())
     pid, tid = host["pid"].to_numpy()[rows], host["tid"].to_numpy()[rows]
-    # (first each thread's counts in its own order, its threads by code: sorted by radix passes; a thread that
-    # counts backwards is then named as the (pid, tid) order finds it first)
+    # (whether any thread counts backwards: its events put together by a radix sort of thread codes; only then
+    # the (pid, tid) order, which names the first such thread)
     thread = nesting.codes(pid, tid)
     order = nesting.stable_order(thread)
     thread = thread[order]

@@ -640,12 +640,9 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     rank = {s: i for i, s in enumerate(STATUSES)}
     status = attributed["status"]
-    status_rank = (np.asarray(status.cat.categories.map(rank), np.int64)[status.cat.codes.to_numpy()]
+    status_rank = (np.asarray(status.cat.categories.map(rank), np.int8)[status.cat.codes.to_numpy()]
                    if isinstance(status.dtype, pd.CategoricalDtype) else status.map(rank))
-    at = attributed.assign(status_rank=status_rank,
-                           predicted_ms=attributed["graph_savings_ms"] if "graph_savings_ms" in attributed else np.nan,
-                           busy_ns=attributed["gpu_busy_ns"] if "gpu_busy_ns" in attributed else np.nan,
-                           captured_launches=attributed.get("captured_launches", 0),
+    at = attributed.assign(status_rank=status_rank, captured_launches=attributed.get("captured_launches", 0),
                            short=(attributed["duration_ns"] < short_ns).to_numpy())
     if "group" not in at:
         at["group"] = at["name"]
@@ -662,8 +659,11 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     for name, col in (("h2d_bytes", "h2d_bytes"), ("d2h_bytes", "d2h_bytes"), ("excl_h2d_bytes", "excl_h2d_bytes"),
                       ("h2d_floor_err_bytes", "h2d_floor_err_bytes"), ("d2h_floor_err_bytes", "d2h_floor_err_bytes"),
                       ("eager_launches", "eager_launches"), ("graph_launches", "graph_launches"),
-                      ("captured_launches", "captured_launches"), ("graph_savings_ms", "predicted_ms"),
-                      ("gpu_busy_ms", "busy_ns")):
+                      ("captured_launches", "captured_launches"), ("graph_savings_ms", "graph_savings_ms"),
+                      ("gpu_busy_ms", "gpu_busy_ns")):
+        if col not in at:  # (a figure no instance has: NaN for every group, no column of NaN per instance)
+            out[name] = np.nan
+            continue
         total = g[col].sum().to_numpy()
         if at[col].isna().any():
             total = np.where(g[col].count().to_numpy() < calls, np.nan, total)
@@ -673,9 +673,9 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     which, distinct = pd.factorize(np.fromiter(map(id, lists), np.int64, len(lists)))
     first = np.empty(len(distinct), np.int64)
     first[which[::-1]] = np.arange(len(lists))[::-1]  # (each distinct list's first row)
-    pairs = pd.DataFrame({"group": g.ngroup().to_numpy(), "list": which}).drop_duplicates()
+    pairs = pd.unique(g.ngroup().to_numpy() * len(distinct) + which)  # (each (group, list) once)
     gpus: list[set[int]] = [set() for _ in range(len(out))]
-    for k, j in zip(pairs["group"].to_numpy(), pairs["list"].to_numpy()):
+    for k, j in zip(*np.divmod(pairs, len(distinct))):
         if k >= 0:  # (-1: a range of no group, e.g. no domain)
             gpus[k].update(int(i) for i in lists[first[j]])
     out["gpus"] = [sorted(s) for s in gpus]
@@ -756,12 +756,15 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
     # (process, device set) of each event, numbered in order of first appearance, and each one's first event
     pid_by_thread = pid[order]
     combo = nesting.codes(pid_by_thread, bits)
-    at = np.flatnonzero(~pd.Series(combo).duplicated().to_numpy())  # (in order of first appearance: codes 0, 1, ...)
+    at = np.full(int(combo.max()) + 1 if combo.size else 0, combo.size, np.int64)  # (each one's first event)
+    np.minimum.at(at, combo, np.arange(combo.size, dtype=np.int64))
     combos = list(zip(pid_by_thread[at].tolist(), bits[at].tolist()))
     del bits, pid_by_thread, at
     for mode in ("eager", "graph"):
-        c = ev[f"{mode}_thread"].to_numpy(np.int64)[order]
-        d = np.diff(c, prepend=0)
+        c = ev[f"{mode}_thread"].to_numpy()[order].astype(np.int64)  # (gathered, then widened)
+        d = np.empty_like(c)
+        d[:1] = c[:1]
+        np.subtract(c[1:], c[:-1], out=d[1:])
         # a forked child's thread kept its parent's count (older injection libraries); its process count starts at 0
         d[first] = np.minimum(c[first], ev[f"{mode}_process"].to_numpy()[order[first]])
         del c

@@ -129,6 +129,8 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
         lb = out["launch_bound"].to_numpy(object, copy=True)  # (False, or NaN where unknown)
         lb[timed] = bound[timed].astype(bool).astype(object)  # (Python bools)
         out["launch_bound"] = lb if unknown.any() else lb.astype(bool)
+        del lb
+    del n, launched, own_ns, graphed, timed, per_us, bound, waited  # (a long run's per-instance arrays, read)
     # children first: a parent adds its children's (those one level below it, summed in row order)
     depth = out["depth"].to_numpy()
     total = pd.DataFrame({"predicted_ms": own}, index=out.index)

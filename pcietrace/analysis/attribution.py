@@ -83,15 +83,20 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     sel = sel[nesting.stable_order(thread[sel])]
     th = thread[sel]
     pushed = is_push[sel]
-    step = np.where(pushed, 1, -1)
-    # (each thread's events lie together: running sums and minima restart where each thread's begin)
+    step = np.where(pushed, np.int8(1), np.int8(-1))
+    # (each thread's events lie together: running sums and minima restart where each thread's begin; sizes in
+    # 32 bits, the restarts' offsets in 64)
     begins = np.flatnonzero(np.r_[True, th[1:] != th[:-1]]) if th.size else np.zeros(0, np.int64)
     lengths = np.diff(np.r_[begins, th.size])
-    walk = np.cumsum(step)
+    walk = np.cumsum(step, dtype=np.int32 if th.size < 2**31 else np.int64)
     walk -= np.repeat(walk[begins] - step[begins], lengths)
-    low = 2 * (th.size + 1) * np.repeat(np.arange(begins.size, dtype=np.int64), lengths)  # (each thread below the ones before)
-    low = np.minimum.accumulate(walk - low) + low
-    size = walk - np.minimum(low, 0)
+    offset = 2 * (th.size + 1) * np.repeat(np.arange(begins.size, dtype=np.int64), lengths)  # (each thread below the ones before)
+    low = walk - offset
+    np.minimum.accumulate(low, out=low)
+    low += offset
+    del offset
+    np.minimum(low, 0, out=low)
+    size = walk - low.astype(walk.dtype)
     del walk, low, begins, lengths
     level = np.where(pushed, size, size - step)  # (a pop: the size before it)
     del size, step

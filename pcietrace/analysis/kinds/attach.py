@@ -64,7 +64,9 @@ def attribute(s: Session, cum: pd.DataFrame, group_by: str = names.DEFAULT_GROUP
     events = gpu_time.host_events(s.events)
     ranges = attribution.ranges_from_events(events) if len(events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
     slow = [d for d in str(s.meta.get("slow_domains") or "").split(",") if d]  # ranges that did not hold the fast rate
-    gaps = attribution.sampling_gaps(cum, s.counters, idle_interval_ns(s.meta), ranges[~ranges["domain"].isin(slow)])
+    fast = ranges[~ranges["domain"].isin(slow)] if slow else ranges  # (no slow domain: the ranges, not a copy)
+    gaps = attribution.sampling_gaps(cum, s.counters, idle_interval_ns(s.meta), fast)
+    del fast
     gap_ns = max((g["median_ns"] for g in gaps.values()), default=0.0)  # the in-range gap: what edges rest on
     notes = []
     if len(ranges) and "devmask" not in events.columns:

@@ -76,14 +76,11 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
     parent = instances["parent"].to_numpy(np.int64)
     up = np.where(parent >= 0, key[np.clip(parent, 0, None)], -1)  # (-1: at the top)
     # the group each key's instances most often sit in (ties: the one seen first), itself left out
-    inside = key != up
-    key_in, up_in = key[inside], up[inside]
-    pair = row_codes(key_in, up_in)  # (each (key, up) pair numbered in order of first appearance)
-    seen = np.full(int(pair.max()) + 1 if pair.size else 0, pair.size, np.int64)
-    np.minimum.at(seen, pair, np.arange(pair.size, dtype=np.int64))
-    counted = pd.DataFrame({"key": key_in[seen], "up": up_in[seen], "n": np.bincount(pair, minlength=seen.size),
-                            "seen": np.arange(seen.size)})
-    del key_in, up_in, pair
+    width = n_keys + 1  # (each (key, up) pair as one number, up from -1; pairs in order of first appearance)
+    pair, pairs = pd.factorize((key * width + (up + 1))[key != up])
+    counted = pd.DataFrame({"key": pairs // width, "up": pairs % width - 1, "n": np.bincount(pair, minlength=len(pairs)),
+                            "seen": np.arange(len(pairs))})
+    del pair
     best = counted.sort_values(["key", "n", "seen"], ascending=[True, False, True], kind="stable").drop_duplicates("key")
     parent_of = np.full(n_keys, -1, np.int64)
     parent_of[best["key"].to_numpy()] = best["up"].to_numpy()

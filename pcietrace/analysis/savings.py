@@ -133,12 +133,22 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     del n, launched, own_ns, graphed, timed, per_us, bound, waited  # (a long run's per-instance arrays, read)
     # children first: a parent adds its children's (those one level below it, summed in row order)
     depth = out["depth"].to_numpy()
-    total = pd.DataFrame({"predicted_ms": own}, index=out.index)
+    has = parent.notna().to_numpy()
+    parent_at = np.full(len(out), -1, np.int64)  # (the parent's row position)
+    parent_at[has] = out.index.get_indexer(parent.to_numpy()[has].astype(out.index.dtype) if out.index.dtype.kind in "iu"
+                                           else parent.to_numpy()[has])
+    del has
     for d in sorted(pd.unique(depth), reverse=True):
-        at = depth == d
-        below = nesting.children_sums(total, parent, ["predicted_ms"], rows=depth == d + 1)["predicted_ms"].to_numpy()
-        own[at] += below[at]
-        total["predicted_ms"] = own
+        kids = np.flatnonzero((depth == d + 1) & (parent_at >= 0))
+        if not kids.size:
+            continue
+        g = pd.Series(own[kids]).groupby(parent_at[kids], sort=False)  # (summed in row order, as children_sum)
+        below = g.sum()
+        total = np.where(g.count().to_numpy() < g.size().to_numpy(), np.nan, below.to_numpy())  # (a child unknown)
+        at = below.index.to_numpy()
+        mine = depth[at] == d
+        own[at[mine]] += total[mine]
+        del kids, g, below, total, at, mine
     out["predicted_ms"] = own
     return out
 

@@ -62,6 +62,12 @@ def attribute(s: Session, cum: pd.DataFrame, group_by: str = names.DEFAULT_GROUP
     its own GPUs."""
     sampled = [int(g["nvml_index"]) for g in s.meta.get("gpus", [])]
     events = gpu_time.host_events(s.events)
+    # (the whole run and the untraced launches read every event: first, so that their working arrays never lie
+    # beside a long run's range instances)
+    whole_floor = floor.floor_model(cum, s.windows, sampled, windows_only=True)  # (see floor_model)
+    whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], whole_floor,
+                                  s.meta.get("gpus", []), s.counters)
+    untraced = _untraced_launches(events) if s.meta.get("launch_counter") != NO_LAUNCH_COUNTER else []
     ranges = attribution.ranges_from_events(events) if len(events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
     slow = [d for d in str(s.meta.get("slow_domains") or "").split(",") if d]  # ranges that did not hold the fast rate
     fast = ranges[~ranges["domain"].isin(slow)] if slow else ranges  # (no slow domain: the ranges, not a copy)
@@ -106,16 +112,13 @@ def attribute(s: Session, cum: pd.DataFrame, group_by: str = names.DEFAULT_GROUP
         notes.append(Note("no_floor", gpu=r.nvml_index))
     for r in fl[(fl["status"] != "no floor") & (fl["dof"] == 0)].itertuples():
         notes.append(Note("floor_without_error", gpu=r.nvml_index, windows=r.windows))
-    whole_floor = floor.floor_model(cum, s.windows, sampled, windows_only=True)  # (see floor_model)
-    whole = attribution.whole_run(cum, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], whole_floor,
-                                  s.meta.get("gpus", []), s.counters)
     if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0
         inst = inst.assign(**{c: math.nan for c in LAUNCH_COUNTS if c in inst})
         whole = whole.assign(**{c: math.nan for c in WHOLE_RUN_LAUNCHES})
         notes.append(Note("launches_not_counted"))
     else:
         notes += _unplaced_launches(whole) if len(whole) else []
-        notes += _untraced_launches(events)
+        notes += untraced
     if s.meta.get("launch_counter") == "cupti":
         notes.append(Note("cupti_launch_counter"))
     if s.meta.get("gpu_time"):

@@ -106,42 +106,67 @@ def json_lines(df: pd.DataFrame, sep: str | None = None, categories: dict[Any, A
     def lit(text: str) -> Any:
         return pa.scalar(text, pa.large_string())
 
-    def column(col: pd.Series) -> Any:
+    def column(col: pd.Series, key: str) -> list[Any]:
+        """The column's parts of each row's text: its ``key`` and its values' text (one part where a few
+        distinct values are encoded once: the key written into each)."""
         kind = col.dtype.kind
         if kind == "b":
-            return pc.cast(pa.array(col.to_numpy()), pa.large_string())
+            return [pa.array([key + "false", key + "true"], pa.large_string()).take(col.to_numpy().view(np.int8))]
         if kind in "iu" or isinstance(col.dtype, pd.Int64Dtype):
-            return pc.fill_null(pc.cast(pa.array(col, from_pandas=True), pa.large_string()), lit("null"))
+            return [lit(key), pc.fill_null(pc.cast(pa.array(col, from_pandas=True), pa.large_string()), lit("null"))]
         if kind == "f":
-            v = col.to_numpy(np.float64)
-            text = pc.cast(pa.array(v), pa.large_string())
-            text = pc.if_else(pc.match_substring_regex(text, "[.eE]"), text, pc.binary_join_element_wise(text, lit(".0"), lit("")))
-            return pc.if_else(pa.array(~np.isfinite(v)), lit("null"), text)
+            return [lit(key), floats(col.to_numpy(np.float64))]
         if isinstance(col.dtype, pd.CategoricalDtype):  # (its categories encoded once, their codes taken)
             cache = categories if categories is not None else {}
-            if col.dtype not in cache:
-                cache[col.dtype] = encoded(list(col.cat.categories))
-            kept = cache[col.dtype]
+            if (col.dtype, key) not in cache:
+                cache[col.dtype, key] = encoded(list(col.cat.categories), key)
+            kept = cache[col.dtype, key]
             codes = col.cat.codes.to_numpy()
-            return kept.take(np.where(codes < 0, len(kept) - 1, codes))
+            return [kept.take(np.where(codes < 0, len(kept) - 1, codes))]
         try:  # by value (strings, bools among NaN: NaN and None are -1)
             codes, uniques = pd.factorize(col)
             uniques = list(uniques)
         except TypeError:  # lists
             codes, uniques = by_object(col.to_numpy(object))
-        text = encoded(uniques)
-        return text.take(np.where(codes < 0, len(text) - 1, codes))
+        text = encoded(uniques, key)
+        return [text.take(np.where(codes < 0, len(text) - 1, codes))]
 
-    def encoded(values: list[Any]) -> Any:  # each value's text, and "null" last (for the missing)
-        return pa.array(["null" if isinstance(u, float) and not math.isfinite(u) else
-                         json.dumps(u.item() if isinstance(u, np.generic) else u, default=_plain) for u in values]
-                        + ["null"], pa.large_string())
+    def floats(v: np.ndarray) -> Any:
+        """Each value's shortest text, a whole number's with ".0" (Arrow writes 3.0 as "3"), null where not finite."""
+        def dotted(text: Any) -> Any:
+            return pc.binary_join_element_wise(text, lit(".0"), lit(""))
+
+        finite = np.isfinite(v)
+        # whole numbers below 1e10 (from there on Arrow writes an exponent) cast as integers, which is quicker
+        whole = finite & (np.abs(v) < 1e10) & (v == np.trunc(v)) & ~((v == 0) & np.signbit(v))
+        texts, at = [], np.full(v.size, -1, np.int64)
+        for rows in (whole, finite & ~whole):
+            if not rows.any():
+                continue
+            x = v[rows]
+            if rows is whole:
+                text = dotted(pc.cast(pa.array(x.astype(np.int64)), pa.large_string()))
+            else:
+                text = pc.cast(pa.array(x), pa.large_string())
+                if (x == np.trunc(x)).any():  # (-0.0, or whole from 1e10: ".0" where it has no point nor exponent)
+                    text = pc.if_else(pc.match_substring_regex(text, "[.eE]"), text, dotted(text))
+            at[rows] = sum(map(len, texts)) + np.arange(len(text))
+            texts.append(text)
+        if len(texts) == 1 and finite.all():
+            return texts[0]
+        texts.append(pa.array(["null"], pa.large_string()))
+        return pa.concat_arrays(texts).take(np.where(at < 0, sum(map(len, texts)) - 1, at))
+
+    def encoded(values: list[Any], key: str) -> Any:  # each value's text after ``key``, and "null" last (for the missing)
+        return pa.array([key + ("null" if isinstance(u, float) and not math.isfinite(u) else
+                                json.dumps(u.item() if isinstance(u, np.generic) else u, default=_plain)) for u in values]
+                        + [key + "null"], pa.large_string())
 
     if not len(df):
         return [] if sep is None else ""
     parts: list[Any] = []
     for k, c in enumerate(df.columns):
-        parts += [lit(("{" if not k else ",") + json.dumps(str(c)) + ":"), column(df[c])]
+        parts += column(df[c], ("{" if not k else ",") + json.dumps(str(c)) + ":")
     parts.append(lit("}" if sep is None else "}" + sep))
     rows = pc.binary_join_element_wise(*parts, lit(""))
     if sep is None:

@@ -72,29 +72,41 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     last_of_pid, last_thread = (_last_positions(c) for c in (pid_rank, thread))
     is_push, is_pop = (kind == "push").to_numpy(bool), (kind == "pop").to_numpy(bool)
     pushes = np.flatnonzero(is_push)
-    first_push = np.full(thread.max() + 1 if n else 0, -1, np.int64)
-    first = pushes[~pd.Series(thread[pushes]).duplicated().to_numpy()]
-    first_push[thread[first]] = first
-    del pushes, first
+    first_push = np.full(thread.max() + 1 if n else 0, n, np.int64)
+    np.minimum.at(first_push, thread[pushes], pushes)
+    first_push[first_push == n] = -1
+    del pushes
 
     # push/pop: a stack per thread; its size after each event is the walk of +1/-1 reflected at 0 (a pop on
     # an empty stack is ignored), and a push at size k closes at the thread's next valid pop from size k
     # (the per-event arrays let go as soon as read: a long run has tens of millions of events)
     sel = np.flatnonzero(is_push | is_pop)
-    sel = sel[np.argsort(thread[sel], kind="stable")]
+    sel = sel[nesting.stable_order(thread[sel])]
     th = thread[sel]
     pushed = is_push[sel]
-    step = np.where(pushed, 1, -1)
-    walk = pd.Series(step).groupby(th).cumsum().to_numpy()
-    size = walk - np.minimum(pd.Series(walk).groupby(th).cummin().to_numpy(), 0)
-    del walk
+    step = np.where(pushed, np.int8(1), np.int8(-1))
+    # (each thread's events lie together: running sums and minima restart where each thread's begin; sizes in
+    # 32 bits, the restarts' offsets in 64)
+    begins = np.flatnonzero(np.r_[True, th[1:] != th[:-1]]) if th.size else np.zeros(0, np.int64)
+    lengths = np.diff(np.r_[begins, th.size])
+    walk = np.cumsum(step, dtype=np.int32 if th.size < 2**31 else np.int64)
+    walk -= np.repeat(walk[begins] - step[begins], lengths)
+    offset = 2 * (th.size + 1) * np.repeat(np.arange(begins.size, dtype=np.int64), lengths)  # (each thread below the ones before)
+    low = walk - offset
+    np.minimum.accumulate(low, out=low)
+    low += offset
+    del offset
+    np.minimum(low, 0, out=low)
+    size = walk - low.astype(walk.dtype)
+    del walk, low, begins, lengths
     level = np.where(pushed, size, size - step)  # (a pop: the size before it)
     del size, step
     valid = pushed | (level > 0)
     del pushed
     sel, th, level = sel[valid], th[valid], level[valid]
     del valid
-    key = np.lexsort((sel, level, th))  # by thread, stack level, time: push, pop, push, pop...
+    # by thread, stack level, time: push, pop, push, pop... (sel is in time order within each thread already)
+    key = nesting.stable_order(th * (int(level.max()) + 1 if level.size else 1) + level)
     sk = sel[key]
     del sel
     same = th[key]
@@ -144,13 +156,27 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     if not opened.size:
         return pd.DataFrame(columns=RANGE_COLUMNS)
 
-    def grew(column: str) -> np.ndarray:
-        v = events[column].to_numpy()
-        return v[ended].astype(np.int64) - v[opened]
+    push_rows = np.flatnonzero(is_push_range)
+    other_rows = np.flatnonzero(~is_push_range)
+    # each row set's opening and closing events, gathered once
+    edges = {"all": (opened, ended), "push": (opened[push_rows], ended[push_rows]),
+             "start": (opened[other_rows], ended[other_rows])}
 
-    def timed(scope: str) -> np.ndarray:
+    def grew(column: str, rows: str = "all") -> np.ndarray:
+        v = events[column].to_numpy()
+        a, b = edges[rows]
+        return v[b].astype(np.int64) - v[a]
+
+    def by_scope(thread_of: Any, process_of: Any) -> np.ndarray:
+        """A push/pop range's figure from its thread's column, a start/end one's from its process's."""
+        mine, theirs = thread_of("push"), process_of("start")
+        out = np.empty(opened.size, np.result_type(mine, theirs))
+        out[push_rows], out[other_rows] = mine, theirs
+        return out
+
+    def timed(scope: str, rows: str) -> np.ndarray:
         v = events[scope].to_numpy()
-        a, b = v[opened].astype(np.int64), v[ended].astype(np.int64)
+        a, b = (v[x].astype(np.int64) for x in edges[rows])
         return np.where((a >= 0) & (b >= 0), (b - a).astype(float), np.nan)
 
     def names_of(column: str) -> pd.Categorical:  # (a few distinct names over millions of ranges: codes)
@@ -161,28 +187,37 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
             codes, uniques = pd.factorize(c.to_numpy(object) if c.dtype == object else c)
         return pd.Categorical.from_codes(codes[opened], uniques).remove_unused_categories()
 
-    out = {"pid": pid[opened].astype(np.int64), "tid": tid[opened].astype(np.int64), "domain": names_of("domain"),
+    # (counts and ids in 32 bits where they fit: a long run's millions of ranges held in less memory)
+    out = {"pid": _narrow(pid[opened]), "tid": _narrow(tid[opened]), "domain": names_of("domain"),
            "name": names_of("message"),
            "kind": pd.Categorical.from_codes(np.where(is_push_range, 0, 1), ["push", "start"]),
-           "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": events["depth"].to_numpy()[opened].astype(np.int64)}
+           "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": _narrow(events["depth"].to_numpy()[opened])}
     # start/end ranges may cross threads, so their thread-local counts are undefined: use the process's.
-    for c in ("eager", "graph"):
-        out[f"{c}_launches"] = np.where(is_push_range, grew(f"{c}_thread"), grew(f"{c}_process"))
-    for c in ("eager", "graph"):
-        out[f"{c}_launches_process"] = grew(f"{c}_process")
-    out["captured_launches"] = np.where(is_push_range, grew("captured_thread"), grew("captured_process"))
-    out["captured_launches_process"] = grew("captured_process")
-    out["launch_call_ns"] = np.where(is_push_range, timed("call_ns_thread"), timed("call_ns_process"))
-    out["sync_wait_ns"] = np.where(is_push_range, timed("wait_ns_thread"), timed("wait_ns_process"))
+    for c in ("eager", "graph", "captured"):
+        process = grew(f"{c}_process")
+        mine = grew(f"{c}_thread", "push")
+        own = process.copy()
+        own[push_rows] = mine
+        del mine
+        name = "captured_launches" if c == "captured" else f"{c}_launches"
+        out[name], out[f"{name}_process"] = _narrow(own), _narrow(process)
+    out["launch_call_ns"] = by_scope(lambda r: timed("call_ns_thread", r), lambda r: timed("call_ns_process", r))
+    out["sync_wait_ns"] = by_scope(lambda r: timed("wait_ns_thread", r), lambda r: timed("wait_ns_process", r))
     out["closed"] = closed
-    return pd.DataFrame(out, columns=RANGE_COLUMNS)
+    # (the columns as they are: a frame built from them copied every integer column into one block)
+    return pd.DataFrame({c: out[c] for c in RANGE_COLUMNS}, copy=False)
+
+
+def _narrow(v: np.ndarray) -> np.ndarray:
+    """Integers as int32 where they lie within +-2**30 (two of them still add up within 32 bits), else as int64."""
+    fits = not v.size or (-2**30 < int(v.min()) and int(v.max()) < 2**30)
+    return v.astype(np.int32 if fits else np.int64, copy=False)
 
 
 def _last_positions(codes: np.ndarray) -> np.ndarray:
     """Per code (0 ... max), the position of its last row."""
-    last = np.flatnonzero(~pd.Series(codes).duplicated(keep="last").to_numpy())
     out = np.zeros(int(codes.max()) + 1 if codes.size else 0, np.int64)
-    out[codes[last]] = last
+    np.maximum.at(out, codes, np.arange(codes.size, dtype=np.int64))
     return out
 
 
@@ -217,8 +252,12 @@ def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.
         key *= span
         key += t
         key -= t_min
-        order = np.argsort(key, kind="stable")
-        key.sort()
+        if t.size < 2 or bool((t[1:] >= t[:-1]).all()):  # (events in time order: sorted by group alone, a radix sort)
+            order = nesting.stable_order(group)
+            key = key[order]
+        else:
+            order = np.argsort(key, kind="stable")
+            key.sort()
         lo = np.searchsorted(key, q_group.astype(np.int64) * span + (q_from - t_min), "left")
         hi = np.searchsorted(key, q_group.astype(np.int64) * span + (q_to - t_min), "right")
         del key
@@ -273,10 +312,14 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
             group = nesting.codes(pids, np.r_[e_tid, r_tid]) if by_thread else nesting.codes(pids)
             own[these] = _or_between(group[:m], t, bits, group[m:][these], a[these], b[these])
             del group
-    process = pd.Series(bits).groupby(e_pid).agg(np.bitwise_or.reduce)
-    whole = process.reindex(r_pid, fill_value=0).to_numpy(np.uint64)
+    p_code, p_ids = pd.factorize(e_pid)
+    process = np.zeros(len(p_ids), np.uint64)  # (each process's devices: the OR of its events')
+    np.bitwise_or.at(process, p_code, bits)
+    del p_code
+    whole = pd.Series(process, index=p_ids).reindex(r_pid, fill_value=0).to_numpy(np.uint64)
     code = nesting.codes(r_pid, own, whole, push)
-    _, first = np.unique(code, return_index=True)
+    first = np.full(int(code.max()) + 1 if code.size else 0, code.size, np.int64)  # (each combination's first range)
+    np.minimum.at(first, code, np.arange(code.size, dtype=np.int64))
     result, rule = [], []
     for pid, mask, proc_mask, is_push in zip(r_pid[first], own[first], whole[first], push[first]):  # (a few combinations: one per process and device set)
         mine = [g for g in to_nvml(int(pid), int(mask)) if g in sampled]
@@ -388,7 +431,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame | None, floor: pd.DataFram
     status = np.where(sums["holds"](None, sums["sampled"]), 2, status)  # a GPU with no samples at all
     del sums
     out["status"] = pd.Categorical.from_codes(status, STATUSES)
-    out["stalls"] = acc.pop("stalls").astype(np.int64)
+    out["stalls"] = _narrow(acc.pop("stalls").astype(np.int64))
     unknown = status != 0
     del status
     for d in DIRECTIONS:  # (each sum let go once in its column: a long run's ranges hold no spare copies)
@@ -402,15 +445,16 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame | None, floor: pd.DataFram
         out[f"{d}_floor_err_bytes"] = err
         del net, err
     del acc, unknown
-    for c in ("ns", "h2d_bytes", "d2h_bytes"):
-        out[f"excl_{c}"] = out["duration_ns" if c == "ns" else c].astype(float)
-    for c in ("ns", "h2d_bytes", "d2h_bytes"):
-        out[f"excl_{c}"] -= nesting.children_sum(out, parent, "duration_ns" if c == "ns" else c)
+    own = {"excl_ns": "duration_ns", "excl_h2d_bytes": "h2d_bytes", "excl_d2h_bytes": "d2h_bytes"}
+    children = nesting.children_sums(out, parent, list(own.values()))
+    for excl, c in own.items():
+        out[excl] = out[c].to_numpy(float) - children[c].to_numpy()
+    del children
     up = parent.to_numpy()
     has = ~pd.isna(up)
     pos = np.full(n, -1, np.int64)  # (the parent's row position: its index label looked up)
     pos[has] = out.index.get_indexer(up[has].astype(out.index.dtype) if out.index.dtype.kind in "iu" else up[has])
-    out["parent"] = pos
+    out["parent"] = _narrow(pos)
     return out[list(dict.fromkeys([*ranges.columns, *ATTRIBUTED_COLUMNS]))]  # (ranges attributed again keep their order)
 
 
@@ -477,7 +521,9 @@ def _gpu_sets(gpus: pd.Series) -> Any:
     """``holds(idx)``: per range, whether its ``gpus`` list holds GPU ``idx``; ``holds(None, known)``: whether it
     holds one not in ``known``. Ranges share their lists (:func:`range_gpus`), so each distinct list is read once."""
     lists = gpus.to_numpy(object)
-    _, first, code = np.unique(np.fromiter(map(id, lists), np.int64, len(lists)), return_index=True, return_inverse=True)
+    code, distinct = pd.factorize(np.fromiter(map(id, lists), np.int64, len(lists)))
+    first = np.full(len(distinct), len(lists), np.int64)  # (each distinct list's first range)
+    np.minimum.at(first, code, np.arange(len(lists), dtype=np.int64))
     sets = [set(lists[i]) for i in first]
 
     def holds(idx: int | None, known: set[int] | None = None) -> np.ndarray:
@@ -592,12 +638,21 @@ def launches_by_untraced_threads(events: pd.DataFrame) -> pd.DataFrame:
     cols = ["pid", "launches", "untraced"]
     if not len(events) or "eager_process" not in events:
         return pd.DataFrame(columns=cols)
-    g = events.groupby("pid")
-    total = g["eager_process"].max().astype(np.int64) + g["graph_process"].max().astype(np.int64)
-    by_threads = events.groupby(["pid", "tid"])[["eager_thread", "graph_thread"]].max().astype(np.int64) \
-        .sum(axis=1).groupby("pid").sum()
-    out = pd.DataFrame({"launches": total, "untraced": total - by_threads.reindex(total.index, fill_value=0)})
-    return out.reset_index()[cols].astype(int)
+    pid = events["pid"].to_numpy()
+    proc, pids = pd.factorize(pid, sort=True)
+    thread = nesting.codes(pid, events["tid"].to_numpy())
+
+    def most(codes: np.ndarray, column: str) -> np.ndarray:  # (per code, the column's largest value)
+        out = np.full(int(codes.max()) + 1, np.iinfo(np.int64).min, np.int64)
+        np.maximum.at(out, codes, events[column].to_numpy().astype(np.int64))
+        return out
+
+    total = most(proc, "eager_process") + most(proc, "graph_process")
+    proc_of = np.zeros(int(thread.max()) + 1, np.int64)
+    proc_of[thread] = proc  # (each thread's process)
+    by_threads = np.zeros(len(pids), np.int64)
+    np.add.at(by_threads, proc_of, most(thread, "eager_thread") + most(thread, "graph_thread"))
+    return pd.DataFrame({"pid": pids, "launches": total, "untraced": total - by_threads}).astype(int)
 
 
 def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns: float) -> pd.DataFrame:
@@ -625,12 +680,9 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     rank = {s: i for i, s in enumerate(STATUSES)}
     status = attributed["status"]
-    status_rank = (np.asarray(status.cat.categories.map(rank), np.int64)[status.cat.codes.to_numpy()]
+    status_rank = (np.asarray(status.cat.categories.map(rank), np.int8)[status.cat.codes.to_numpy()]
                    if isinstance(status.dtype, pd.CategoricalDtype) else status.map(rank))
-    at = attributed.assign(status_rank=status_rank,
-                           predicted_ms=attributed["graph_savings_ms"] if "graph_savings_ms" in attributed else np.nan,
-                           busy_ns=attributed["gpu_busy_ns"] if "gpu_busy_ns" in attributed else np.nan,
-                           captured_launches=attributed.get("captured_launches", 0),
+    at = attributed.assign(status_rank=status_rank, captured_launches=attributed.get("captured_launches", 0),
                            short=(attributed["duration_ns"] < short_ns).to_numpy())
     if "group" not in at:
         at["group"] = at["name"]
@@ -651,8 +703,11 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     for name, col in (("h2d_bytes", "h2d_bytes"), ("d2h_bytes", "d2h_bytes"), ("excl_h2d_bytes", "excl_h2d_bytes"),
                       ("h2d_floor_err_bytes", "h2d_floor_err_bytes"), ("d2h_floor_err_bytes", "d2h_floor_err_bytes"),
                       ("eager_launches", "eager_launches"), ("graph_launches", "graph_launches"),
-                      ("captured_launches", "captured_launches"), ("graph_savings_ms", "predicted_ms"),
-                      ("gpu_busy_ms", "busy_ns")):
+                      ("captured_launches", "captured_launches"), ("graph_savings_ms", "graph_savings_ms"),
+                      ("gpu_busy_ms", "gpu_busy_ns")):
+        if col not in at:  # (a figure no instance has: NaN for every group, no column of NaN per instance)
+            out[name] = np.nan
+            continue
         total = g[col].sum().to_numpy()
         if at[col].isna().any():
             total = np.where(g[col].count().to_numpy() < calls, np.nan, total)
@@ -662,9 +717,9 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     which, distinct = pd.factorize(np.fromiter(map(id, lists), np.int64, len(lists)))
     first = np.empty(len(distinct), np.int64)
     first[which[::-1]] = np.arange(len(lists))[::-1]  # (each distinct list's first row)
-    pairs = pd.DataFrame({"group": g.ngroup().to_numpy(), "list": which}).drop_duplicates()
+    pairs = pd.unique(g.ngroup().to_numpy() * len(distinct) + which)  # (each (group, list) once)
     gpus: list[set[int]] = [set() for _ in range(len(out))]
-    for k, j in zip(pairs["group"].to_numpy(), pairs["list"].to_numpy()):
+    for k, j in zip(*np.divmod(pairs, len(distinct))):
         if k >= 0:  # (-1: a range of no group, e.g. no domain)
             gpus[k].update(int(i) for i in lists[first[j]])
     out["gpus"] = [sorted(s) for s in gpus]
@@ -731,7 +786,7 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
     # set: each sum placed once (a thread's counts never run backwards, so no per-thread sum is negative)
     pid = ev["pid"].to_numpy()
     thread = nesting.codes(pid, ev["tid"].to_numpy())
-    order = np.argsort(thread, kind="stable")
+    order = nesting.stable_order(thread)
     thread = thread[order]
     first = np.r_[True, thread[1:] != thread[:-1]] if order.size else np.zeros(0, bool)
     del thread
@@ -745,12 +800,15 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
     # (process, device set) of each event, numbered in order of first appearance, and each one's first event
     pid_by_thread = pid[order]
     combo = nesting.codes(pid_by_thread, bits)
-    at = np.flatnonzero(~pd.Series(combo).duplicated().to_numpy())  # (in order of first appearance: codes 0, 1, ...)
+    at = np.full(int(combo.max()) + 1 if combo.size else 0, combo.size, np.int64)  # (each one's first event)
+    np.minimum.at(at, combo, np.arange(combo.size, dtype=np.int64))
     combos = list(zip(pid_by_thread[at].tolist(), bits[at].tolist()))
     del bits, pid_by_thread, at
     for mode in ("eager", "graph"):
-        c = ev[f"{mode}_thread"].to_numpy(np.int64)[order]
-        d = np.diff(c, prepend=0)
+        c = ev[f"{mode}_thread"].to_numpy()[order].astype(np.int64)  # (gathered, then widened)
+        d = np.empty_like(c)
+        d[:1] = c[:1]
+        np.subtract(c[1:], c[:-1], out=d[1:])
         # a forked child's thread kept its parent's count (older injection libraries); its process count starts at 0
         d[first] = np.minimum(c[first], ev[f"{mode}_process"].to_numpy()[order[first]])
         del c

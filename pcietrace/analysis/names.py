@@ -76,9 +76,11 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
     parent = instances["parent"].to_numpy(np.int64)
     up = np.where(parent >= 0, key[np.clip(parent, 0, None)], -1)  # (-1: at the top)
     # the group each key's instances most often sit in (ties: the one seen first), itself left out
-    pairs = pd.DataFrame({"key": key, "up": up})[key != up]
-    counted = pairs.groupby(["key", "up"], sort=False).size().reset_index(name="n")
-    counted["seen"] = np.arange(len(counted))
+    width = n_keys + 1  # (each (key, up) pair as one number, up from -1; pairs in order of first appearance)
+    pair, pairs = pd.factorize((key * width + (up + 1))[key != up])
+    counted = pd.DataFrame({"key": pairs // width, "up": pairs % width - 1, "n": np.bincount(pair, minlength=len(pairs)),
+                            "seen": np.arange(len(pairs))})
+    del pair
     best = counted.sort_values(["key", "n", "seen"], ascending=[True, False, True], kind="stable").drop_duplicates("key")
     parent_of = np.full(n_keys, -1, np.int64)
     parent_of[best["key"].to_numpy()] = best["up"].to_numpy()

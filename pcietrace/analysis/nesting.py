@@ -3,6 +3,8 @@ holds it). Start/end ranges may cross threads and have no parent or children."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -11,6 +13,9 @@ def codes(*columns: np.ndarray) -> np.ndarray:
     """Per row, a number for its combination of ``columns`` values, in order of first appearance."""
     if not len(columns[0]):
         return np.zeros(0, np.int64)
+    whole = _packed(columns)
+    if whole is not None:  # (integer columns: one key, one hash pass)
+        return pd.factorize(whole)[0].astype(np.int64, copy=False)
     # (each column factorized and folded into the codes so far: a few arrays of codes, no frame of the columns)
     out = np.zeros(len(columns[0]), np.int64)
     for c in columns:
@@ -20,6 +25,39 @@ def codes(*columns: np.ndarray) -> np.ndarray:
         del own
         out = pd.factorize(out)[0]
     return out.astype(np.int64, copy=False)
+
+
+def _packed(columns: tuple[np.ndarray, ...]) -> np.ndarray | None:
+    """Integer (or bool) ``columns`` as one int64 per row, each column's value less its minimum in its own digit;
+    None where a column is of another kind or the digits do not fit 63 bits."""
+    if len(columns) < 2 or not all(isinstance(c, np.ndarray) and c.dtype.kind in "iub" for c in columns):
+        return None
+    spans = [(int(c.min()), int(c.max())) for c in columns]
+    if math.prod(hi - lo + 1 for lo, hi in spans) >= 2**63 or max(hi for _, hi in spans) >= 2**63:
+        return None
+    out = np.empty(len(columns[0]), np.int64)
+    for k, (c, (lo, hi)) in enumerate(zip(columns, spans)):
+        # (in place, widened as added: uint64 values here are below 2**63, so read as int64 they are the same)
+        c = c.view(np.uint8) if c.dtype.kind == "b" else c.view(np.int64) if c.dtype == np.uint64 else c
+        if k:
+            out *= hi - lo + 1
+            out += c
+        else:
+            out[:] = c
+        out -= lo
+    return out
+
+
+def stable_order(key: np.ndarray) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` of non-negative integers, by 16-bit digits where they are below 2**32
+    (NumPy radix-sorts 16-bit keys in one pass; wider ones take a comparison sort)."""
+    top = int(key.max()) if key.size else 0
+    if top >= 2**32 or (key.size and int(key.min()) < 0):
+        return np.argsort(key, kind="stable")
+    order = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
+    if top >= 2**16:  # (the high digit, stably: ties keep the low digit's order)
+        order = order[np.argsort((key[order] >> 16).astype(np.uint16), kind="stable")]
+    return order
 
 
 def parents(instances: pd.DataFrame) -> pd.Series:
@@ -34,7 +72,7 @@ def parents(instances: pd.DataFrame) -> pd.Series:
     thread = codes(instances["pid"].to_numpy()[at], instances["tid"].to_numpy()[at])
     a = instances["t_start_ns"].to_numpy(np.int64)[at]
     depth = instances["depth"].to_numpy(np.int64)[at]
-    order = np.lexsort((depth, a, thread))  # each thread's ranges in the order opened (a stable sort: ties by row)
+    order = _opening_order(thread, a, depth)  # each thread's ranges in the order opened (ties by row)
     rank = np.empty(at.size, np.int64)
     rank[order] = np.arange(at.size)
     # the latest range at (thread, depth - 1) opened before each one: one sorted key, searched (the per-range
@@ -43,10 +81,14 @@ def parents(instances: pd.DataFrame) -> pd.Series:
     level = thread * width + (depth - depth.min() + 1)  # (thread, depth) in one number
     del thread, depth
     want = (level - 1) * at.size + rank
-    level *= at.size
-    level += rank
     del rank
-    level.sort()
+    # (level, rank) sorted: the levels in rank order sorted stably by level (radix passes), then packed
+    level = level[order]
+    by_level = stable_order(level)
+    level = level[by_level]
+    level *= at.size
+    level += by_level
+    del by_level
     i = np.searchsorted(level, want, "left") - 1
     found = level[np.maximum(i, 0)]
     del level
@@ -61,11 +103,28 @@ def parents(instances: pd.DataFrame) -> pd.Series:
     return out
 
 
+def _opening_order(thread: np.ndarray, a: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """``np.lexsort((depth, a, thread))``: by thread, start, depth, then row; one packed key where it fits 63 bits."""
+    packed = _packed((thread, a, depth))
+    return np.argsort(packed, kind="stable") if packed is not None else np.lexsort((depth, a, thread))
+
+
 def children_sum(instances: pd.DataFrame, parent: pd.Series, column: str) -> pd.Series:
     """Per instance, the sum of ``column`` over its direct children: 0 without children, NaN where a child's
     value is NaN (unknown stays unknown)."""
-    has = parent.notna()
-    col, by = instances.loc[has, column].astype(float), parent[has].astype("int64")
-    total = col.groupby(by).sum()
-    total[col.isna().groupby(by).any()] = np.nan
+    return children_sums(instances, parent, [column])[column]
+
+
+def children_sums(instances: pd.DataFrame, parent: pd.Series, columns: list[str],
+                  rows: np.ndarray | None = None) -> pd.DataFrame:
+    """:func:`children_sum` of several ``columns`` (one grouping of the children by parent); ``rows``: a bool per
+    instance, the children to count (default: all)."""
+    has = parent.notna().to_numpy()
+    if rows is not None:
+        has = has & rows
+    cols = instances.loc[has, columns].astype(float)
+    by = parent.to_numpy()[has].astype(np.int64)
+    g = cols.groupby(by, sort=False)
+    total = g.sum()
+    total = total.mask(g.count().to_numpy() < g.size().to_numpy()[:, None])  # (a child's value unknown)
     return total.reindex(instances.index, fill_value=0.0)

@@ -98,18 +98,21 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     ranges that already launch graphs."""
     out = instances.copy(deep=False)  # (copy-on-write: the columns added are its own)
     out["parent"] = parent = nesting.parents(out)
-    out["own_eager_launches"] = out["eager_launches"].astype(float) - nesting.children_sum(out, parent, "eager_launches")
+    busy = "gpu_busy_ns" in out.columns
+    summed = [c for c in ("eager_launches", "gpu_busy_ns", "gpu_short_ns", "sync_wait_ns") if c in out.columns]
+    children = nesting.children_sums(out, parent, summed)  # (one grouping of the children for every column)
+    out["own_eager_launches"] = out["eager_launches"].astype(float) - children["eager_launches"]
     out["own_ns"] = out["excl_ns"].astype(float)
     unknown = out["own_eager_launches"].isna()
     out["launch_bound"] = (pd.Series(False, index=out.index, dtype=object).mask(unknown, math.nan)
                            if unknown.any() else False)
     out["predicted_ms"] = 0.0
-    busy = "gpu_busy_ns" in out.columns
     if busy:  # children are disjoint in time, so busy time and shortfall add up
-        out["own_busy_ns"] = out["gpu_busy_ns"] - nesting.children_sum(out, parent, "gpu_busy_ns")
-        out["own_short_ns"] = out["gpu_short_ns"] - nesting.children_sum(out, parent, "gpu_short_ns")
-    waited = (out["sync_wait_ns"].astype(float) - nesting.children_sum(out, parent, "sync_wait_ns")).to_numpy() \
+        out["own_busy_ns"] = out["gpu_busy_ns"] - children["gpu_busy_ns"]
+        out["own_short_ns"] = out["gpu_short_ns"] - children["gpu_short_ns"]
+    waited = (out["sync_wait_ns"].astype(float) - children["sync_wait_ns"]).to_numpy() \
         if "sync_wait_ns" in out else np.full(len(out), np.nan)  # NaN where not timed (and in recordings made before)
+    del children
     n = out["own_eager_launches"].to_numpy(float)
     launched = n > 0  # (NaN: unknown stays unknown; none: nothing to save)
     own_ns = out["own_ns"].to_numpy(float)
@@ -124,12 +127,29 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
                                             - out["own_short_ns"].to_numpy(float) / 1e6), own)
     if timed.any():
         lb = out["launch_bound"].to_numpy(object, copy=True)  # (False, or NaN where unknown)
-        lb[timed] = [bool(x) for x in bound[timed]]
+        lb[timed] = bound[timed].astype(bool).astype(object)  # (Python bools)
         out["launch_bound"] = lb if unknown.any() else lb.astype(bool)
+        del lb
+    del n, launched, own_ns, graphed, timed, per_us, bound, waited  # (a long run's per-instance arrays, read)
+    # children first: a parent adds its children's (those one level below it, summed in row order)
+    depth = out["depth"].to_numpy()
+    has = parent.notna().to_numpy()
+    parent_at = np.full(len(out), -1, np.int64)  # (the parent's row position)
+    parent_at[has] = out.index.get_indexer(parent.to_numpy()[has].astype(out.index.dtype) if out.index.dtype.kind in "iu"
+                                           else parent.to_numpy()[has])
+    del has
+    for d in sorted(pd.unique(depth), reverse=True):
+        kids = np.flatnonzero((depth == d + 1) & (parent_at >= 0))
+        if not kids.size:
+            continue
+        g = pd.Series(own[kids]).groupby(parent_at[kids], sort=False)  # (summed in row order, as children_sum)
+        below = g.sum()
+        total = np.where(g.count().to_numpy() < g.size().to_numpy(), np.nan, below.to_numpy())  # (a child unknown)
+        at = below.index.to_numpy()
+        mine = depth[at] == d
+        own[at[mine]] += total[mine]
+        del kids, g, below, total, at, mine
     out["predicted_ms"] = own
-    for depth in sorted(out["depth"].unique(), reverse=True):  # children first: a parent adds its children's
-        at = out["depth"] == depth
-        out.loc[at, "predicted_ms"] += nesting.children_sum(out, parent, "predicted_ms")[at]
     return out
 
 
@@ -182,12 +202,16 @@ def outermost_capturable(instances: pd.DataFrame, parent: pd.Series) -> pd.Serie
     """Per push/pop instance: whether it is capturable (:func:`capturable`) and no range above it is (a range
     nested in NCCL's set-up counts where its set-up range does not). One step per nesting level."""
     ok = capturable(instances)
-    above = pd.Series(False, index=instances.index)
-    up = parent.copy()
-    while up.notna().any():
-        has = up.notna()
-        above[has] |= ok.reindex(up[has].astype("int64")).to_numpy()
-        up = up.where(~has, parent.reindex(up.where(has, -1).astype("int64")).to_numpy()).where(has)
+    okay = ok.to_numpy(bool)
+    has = parent.notna().to_numpy()
+    parent_at = np.full(len(parent), -1, np.int64)  # (the parent's row position, -1 for none)
+    parent_at[has] = instances.index.get_indexer(parent.to_numpy()[has].astype(np.int64))
+    above = np.zeros(len(instances), bool)
+    rows, up = np.flatnonzero(has), parent_at[has]
+    while rows.size:  # (one step up per level, for the rows with a range above them still)
+        above[rows] |= okay[up]
+        up = parent_at[up]
+        rows, up = rows[up >= 0], up[up >= 0]
     return (instances["kind"] == "push") & ok & ~above
 
 

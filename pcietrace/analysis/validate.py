@@ -15,7 +15,7 @@ import pandas as pd
 
 from pcietrace import schema
 from pcietrace.analysis import counters as counters_analysis
-from pcietrace.analysis import gpu_time
+from pcietrace.analysis import gpu_time, nesting
 from pcietrace.schema import STRATEGIES
 from pcietrace.errors import DataError
 
@@ -152,6 +152,16 @@ def _events(host: pd.DataFrame) -> None:
     # positions sorted, not a sorted copy of every column)
     rows = np.flatnonzero((host["event"] != "gputime").to_numpy())
     pid, tid = host["pid"].to_numpy()[rows], host["tid"].to_numpy()[rows]
+    # (whether any thread counts backwards: its events put together by a radix sort of thread codes; only then
+    # the (pid, tid) order, which names the first such thread)
+    thread = nesting.codes(pid, tid)
+    order = nesting.stable_order(thread)
+    thread = thread[order]
+    same = thread[1:] == thread[:-1]
+    del thread
+    if not any((same & (np.diff(host[col].to_numpy()[rows[order]].astype(np.int64)) < 0)).any() for col in cols):
+        return
+    del same
     order = np.lexsort((tid, pid))
     rows, pid, tid = rows[order], pid[order], tid[order]
     same = (pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1])

@@ -146,9 +146,12 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, o
     floor (per counter read + background); each range is charged to its own GPUs. Its GPUs' samples are read
     one at a time (:func:`_by_gpu`); the sampler's figures (``sampling``) are among the tables."""
     events = gpu_time.host_events(s.events)
+    # (the untraced launches read every event: first, so that their working arrays never lie beside a long run's
+    # range instances)
+    untraced = _untraced_launches(events) if s.meta.get("launch_counter") != NO_LAUNCH_COUNTER else []
     ranges = attribution.ranges_from_events(events) if len(events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
     slow = [d for d in str(s.meta.get("slow_domains") or "").split(",") if d]  # ranges that did not hold the fast rate
-    fast = ranges[~ranges["domain"].isin(slow)]  # (only their edges count: each sorted once for every GPU)
+    fast = ranges[~ranges["domain"].isin(slow)] if slow else ranges  # (only their edges count: sorted once for all GPUs)
     in_range = pd.DataFrame({c: np.sort(fast[c].to_numpy(np.int64)) for c in ("t_start_ns", "t_end_ns")})
     del fast
     ranges = attribution.range_gpus(ranges, events, s.meta.get("gpus", []))
@@ -201,7 +204,7 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, o
         notes.append(Note("launches_not_counted"))
     else:
         notes += _unplaced_launches(whole) if len(whole) else []
-        notes += _untraced_launches(events)
+        notes += untraced
     if s.meta.get("launch_counter") == "cupti":
         notes.append(Note("cupti_launch_counter"))
     if s.meta.get("gpu_time"):
@@ -210,6 +213,7 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, o
         p = savings.predict_ms(inst, costs)
         inst = inst.assign(graph_savings_ms=p["predicted_ms"], launch_bound=p["launch_bound"])
         whole["program_graph_savings_ms"] = savings.outermost_ms(p)
+        del p  # (its own figures per instance: not kept beside the instances)
     tree = names.group_tree(inst).rename(columns={"group": "name"})
     ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns)
     if len(ranges_table):

@@ -696,8 +696,6 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     calls = out["calls"].to_numpy()
     measured = g["h2d_bytes"].count().to_numpy()  # ("ok" calls: each has both directions' figures)
     out["unknown_calls"] = calls - measured
-    for d in DIRECTIONS:
-        out[f"{d}_measured_bytes"] = np.where(measured > 0, g[f"{d}_bytes"].sum().to_numpy(), np.nan)
     # totals that are unknown (NaN) where any call's figure is (one fitted floor serves every call: its error
     # adds up, it does not average out)
     for name, col in (("h2d_bytes", "h2d_bytes"), ("d2h_bytes", "d2h_bytes"), ("excl_h2d_bytes", "excl_h2d_bytes"),
@@ -708,9 +706,12 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
         if col not in at:  # (a figure no instance has: NaN for every group, no column of NaN per instance)
             out[name] = np.nan
             continue
-        total = g[col].sum().to_numpy()
+        total = g[col].sum().to_numpy()  # (over the calls with a figure)
+        bytes_ok = name in ("h2d_bytes", "d2h_bytes")
+        if bytes_ok:  # the "ok" calls' own total: what they measured, where any were
+            out[name.replace("_bytes", "_measured_bytes")] = np.where(measured > 0, total, np.nan)
         if at[col].isna().any():
-            total = np.where(g[col].count().to_numpy() < calls, np.nan, total)
+            total = np.where((measured if bytes_ok else g[col].count().to_numpy()) < calls, np.nan, total)
         out[name] = total / 1e6 if name == "gpu_busy_ms" else total
     # each group's GPUs, a sorted list as each instance's (instances share their lists: each distinct one read once)
     lists = at["gpus"].to_numpy(object)

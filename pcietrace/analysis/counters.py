@@ -29,7 +29,7 @@ def could_hide_wrap(t_ns: np.ndarray, read_ns: np.ndarray | None = None,
     t_ns = np.asarray(t_ns, dtype=np.int64)
     if t_ns.size > 1:  # (no step can: the longest gap and the longest read together move less; the common case)
         longest = float(np.max(read_ns)) if read_ns is not None and len(read_ns) else 0.0
-        if ((longest + longest) / 2 + float(np.max(np.diff(t_ns))) + COUNTER_UPDATE_NS) / 1e9 * bps < limit:
+        if (longest + float(np.max(np.diff(t_ns))) + COUNTER_UPDATE_NS) / 1e9 * bps < limit:
             return np.zeros(t_ns.size - 1, bool)
     return movable_bytes(t_ns, read_ns, bps) >= limit
 

@@ -840,18 +840,32 @@ def run_spans(sampled: list[int], t0: int, t1: int) -> pd.DataFrame:
                          "pid": 0, "tid": 0, "depth": 0, "gpus": [[g] for g in sampled]})
 
 
-def whole_run(cum: pd.DataFrame | None, events: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,
-              gpus: list[dict[str, Any]], counters: dict[int, dict[str, Any]] | None = None,
+def run_launches(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """What :func:`whole_run` reads from the events, made once (before a long run's range instances exist, so
+    that its working copies of the events never lie beside them): ``by_gpu`` (:func:`launches_by_gpu` of
+    ``gpus``, indexed by NVML index), the program's totals ``eager``, ``graph``, ``captured`` (each process's
+    last event), ``processes`` and ``ranges``."""
+    last = with_captured(events.iloc[np.flatnonzero(~events["pid"].duplicated(keep="last").to_numpy())]
+                         if len(events) else events)  # (each process's last event)
+    out: dict[str, Any] = {m: int(last[f"{m}_process"].sum()) if len(last) else 0 for m in ("eager", "graph", "captured")}
+    out["by_gpu"] = launches_by_gpu(events, gpus).set_index("nvml_index")
+    out["processes"] = int(events["pid"].nunique()) if len(events) else 0
+    out["ranges"] = int(events["event"].isin(["push", "start"]).sum()) if len(events) else 0
+    return out
+
+
+def whole_run(cum: pd.DataFrame | None, launches: dict[str, Any], t0: int, t1: int, floor: pd.DataFrame,
+              counters: dict[int, dict[str, Any]] | None = None,
               gaps: dict[int, dict[str, Any]] | None = None, sums: dict[str, Any] | None = None) -> pd.DataFrame:
     """One row per sampled GPU for the whole program run: duration, H2D/D2H bytes (floor removed; NaN with
     the reason in ``status`` where that GPU has no floor or no data) with the floor's 95 % half-width
     (``{d}_floor_err_bytes``: over a whole run the floor's error outweighs the edges'), the launches made on it
-    (:func:`launches_by_gpu`; without device information, the program's own where one GPU was sampled),
+    (``launches``: :func:`run_launches`; without device information, the program's own where one GPU was sampled),
     and the program's totals, the same on every row: ``program_eager_launches``, ``program_graph_launches``,
     ``program_captured_launches`` (into streams being captured: graph nodes, in neither of the other two),
     ``processes``, ``ranges``, and ``program_graph_savings_ms`` (NaN here: what capturing the outermost ranges into
     graphs could save, :func:`pcietrace.analysis.savings.outermost_ms`, filled in where launch costs are known).
-    Columns: :data:`WHOLE_RUN_COLUMNS`. ``gpus``: the session's GPU records; ``counters``: see
+    Columns: :data:`WHOLE_RUN_COLUMNS`. ``counters``: see
     :func:`attribute`; ``gaps``: :func:`sampling_gaps` of ``cum`` where made already (its wrap risks are the
     same; default: made here); ``sums``: :func:`gpu_sums` of :func:`run_spans` made already, a GPU's samples at
     a time (``cum`` then unused: None)."""
@@ -864,22 +878,18 @@ def whole_run(cum: pd.DataFrame | None, events: pd.DataFrame, t0: int, t1: int, 
                            "wrap": could_hide_wrap(g["t_ns"].to_numpy(np.int64), read_ns_of(g),
                                                    (counters or {}).get(int(idx))) | jumps(g)} for idx, g in per_gpu(cum)}
     at = attribute(span, cum, floor, counters, gaps, sums) if sampled else span
-    last = with_captured(events.iloc[np.flatnonzero(~events["pid"].duplicated(keep="last").to_numpy())]
-                         if len(events) else events)  # (each process's last event)
-    total = {m: int(last[f"{m}_process"].sum()) if len(last) else 0 for m in ("eager", "graph", "captured")}
-    mine = launches_by_gpu(events, [g for g in gpus if int(g["nvml_index"]) in sampled]).set_index("nvml_index")
+    mine = launches["by_gpu"].reindex(sampled)
     if len(sampled) == 1 and mine["eager_launches"].isna().all():
-        mine.loc[:, ["eager_launches", "graph_launches"]] = [total["eager"], total["graph"]]
+        mine.loc[:, ["eager_launches", "graph_launches"]] = [launches["eager"], launches["graph"]]
     out = pd.DataFrame({"nvml_index": sampled, "duration_ms": (t1 - t0) / 1e6,
                         "h2d_bytes": at.get("h2d_bytes", []), "d2h_bytes": at.get("d2h_bytes", []),
                         "h2d_floor_err_bytes": at.get("h2d_floor_err_bytes", []),
                         "d2h_floor_err_bytes": at.get("d2h_floor_err_bytes", []), "status": at.get("status", []),
-                        "eager_launches": mine["eager_launches"].reindex(sampled).to_numpy(float),
-                        "graph_launches": mine["graph_launches"].reindex(sampled).to_numpy(float),
-                        "program_eager_launches": total["eager"], "program_graph_launches": total["graph"],
-                        "program_captured_launches": total["captured"],
-                        "processes": int(events["pid"].nunique()) if len(events) else 0,
-                        "ranges": int(events["event"].isin(["push", "start"]).sum()) if len(events) else 0})
+                        "eager_launches": mine["eager_launches"].to_numpy(float),
+                        "graph_launches": mine["graph_launches"].to_numpy(float),
+                        "program_eager_launches": launches["eager"], "program_graph_launches": launches["graph"],
+                        "program_captured_launches": launches["captured"],
+                        "processes": launches["processes"], "ranges": launches["ranges"]})
     return out.reindex(columns=WHOLE_RUN_COLUMNS)  # (program_graph_savings_ms: NaN)
 
 

@@ -146,9 +146,10 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, o
     floor (per counter read + background); each range is charged to its own GPUs. Its GPUs' samples are read
     one at a time (:func:`_by_gpu`); the sampler's figures (``sampling``) are among the tables."""
     events = gpu_time.host_events(s.events)
-    # (the untraced launches read every event: first, so that their working arrays never lie beside a long run's
-    # range instances)
+    # (the untraced launches and the run's launches per GPU read every event: first, so that their working arrays
+    # never lie beside a long run's range instances)
     untraced = _untraced_launches(events) if s.meta.get("launch_counter") != NO_LAUNCH_COUNTER else []
+    launches = attribution.run_launches(events, s.meta.get("gpus", []))
     ranges = attribution.ranges_from_events(events) if len(events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
     slow = [d for d in str(s.meta.get("slow_domains") or "").split(",") if d]  # ranges that did not hold the fast rate
     fast = ranges[~ranges["domain"].isin(slow)] if slow else ranges  # (only their edges count: sorted once for all GPUs)
@@ -196,8 +197,8 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, o
         notes.append(Note("no_floor", gpu=r.nvml_index))
     for r in fl[(fl["status"] != "no floor") & (fl["dof"] == 0)].itertuples():
         notes.append(Note("floor_without_error", gpu=r.nvml_index, windows=r.windows))
-    whole = attribution.whole_run(None, events, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], found.whole_floor,
-                                  s.meta.get("gpus", []), s.counters, sums=found.take("whole_sums"))
+    whole = attribution.whole_run(None, launches, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], found.whole_floor,
+                                  s.counters, sums=found.take("whole_sums"))
     if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0
         inst = inst.assign(**{c: math.nan for c in LAUNCH_COUNTS if c in inst})
         whole = whole.assign(**{c: math.nan for c in WHOLE_RUN_LAUNCHES})

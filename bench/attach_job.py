@@ -5,7 +5,7 @@ Runs tests/apps/train_job.py (a range per step, per layer, around backward and t
 ~2.5 ms step) for ``--seconds``, alone (1 GPU) or under ``torchrun --nproc_per_node N``, under `pcietrace attach`.
 Every ``--every-s`` it logs the resident memory of pcietrace's own process and of each sampler process. At the end
 it prints: how long after the job's last rank ended attach exited (both CLOCK_MONOTONIC), pcietrace's peak resident
-memory (VmHWM), its memory's spread and slope while the job ran (a line fitted after the first minute), and the
+memory (VmHWM), when the program exited and each saved file was written, its memory's spread and slope while the job ran (a line fitted after the first minute), and the
 head of attach's report. Goals: the report within 30 s of the job's end in < 2 GB (4 GPUs, >= 150 s); the recorder
 flat within 50 MB over >= 10 minutes.
 
@@ -38,6 +38,22 @@ def hwm_mb(pid: int) -> float:
     """A process's peak resident memory so far (VmHWM), MB."""
     with open(f"/proc/{pid}/status") as f:
         return next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), 0) / 1024  # (0: exited)
+
+
+def _after_the_job(run: Path, last_rank_ns: int, exit_ns: int) -> None:
+    """Where attach's time after the job went: when the program (torchrun: its ranks' teardown and its own) exited,
+    per the saved run's ``t_app_end_ns``, and when each saved file was last written (its mtime), all from the
+    last rank's loop end."""
+    wall_minus_mono = time.time() - time.monotonic()
+    try:
+        meta = json.loads((run / "report.json").read_text())["meta"]
+    except (OSError, ValueError, KeyError):
+        return
+    at = {"program exited": meta.get("t_app_end_ns", 0) / 1e9}
+    for f in sorted(run.iterdir(), key=lambda f: f.stat().st_mtime):
+        at[f"{f.name} written"] = f.stat().st_mtime - wall_minus_mono
+    at["attach exited"] = exit_ns / 1e9
+    print("AFTER the last rank's loop ended: " + "; ".join(f"{k} {v - last_rank_ns / 1e9:+.1f} s" for k, v in at.items()))
 
 
 def main() -> int:
@@ -80,6 +96,7 @@ def main() -> int:
         print(f"END attach exited {end_s:.1f} s after the job's last rank ended; pcietrace's peak resident memory "
               f"{peak / 1024:.2f} GB (goal: {END_S:g} s, {END_GB:g} GB -> "
               f"{'met' if end_s <= END_S and peak / 1024 <= END_GB else 'NOT met'})")
+        _after_the_job(a.out / "run", max(r["end_ns"] for r in ranks), t_exit)
         end_t = max(r["end_ns"] for r in ranks) / 1e9 - t0  # (the job's end on the log's clock)
         during = [r for r in rows if 60 <= r[0] <= end_t]
         if len(during) >= 3:

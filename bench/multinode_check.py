@@ -56,7 +56,8 @@ def per_rank(merged: dict, truths: dict[str, Path], alone: dict[str, Path] | Non
         mine = mine.assign(rank=[rank_of[k][0] for k in keys], own=[rank_of[k][1] for k in keys])
         for (rank, name), g in mine.groupby(["rank", "name"]):
             own = int(g["own"].iloc[0])
-            t = truth[(truth["rank"] == rank) & (truth["range"] == name)]
+            # (by the rank's GPU on its node: c10d's rendezvous may give a node other global ranks in the job run alone)
+            t = truth[(truth["nvml_index"] == own) & (truth["range"] == name)]
             row = {"node": node, "rank": int(rank), "gpu": own, "range": name, "calls": len(g),
                    "ms": g["duration_ns"].mean() / 1e6,
                    "own_gpu": own in node_gpus.get(node, set()) and all(list(x) == [own] for x in g["gpus"])}

@@ -265,6 +265,13 @@ def test_the_multinode_check_passes_a_good_job_and_fails_a_wrong_gpu_or_wrong_by
     off = [f"--truth=node0={_truth_for(a, tmp_path / 'o0.jsonl', scale=1.2)}", good[1]]
     assert check([str(out), *off]) == 1
     assert capsys.readouterr().out.rstrip().endswith("FAIL")
+    # the job run alone (the truth values) may give each node other global ranks (c10d's rendezvous order): its
+    # rows are matched by the rank's GPU on its node
+    renumbered = tmp_path / "alone0.jsonl"
+    rows = [json.loads(x) for x in Path(good[0].split("=", 2)[2]).read_text().splitlines()]
+    renumbered.write_text("".join(json.dumps({**r, "rank": r["rank"] + 2} if "rank" in r else r) + "\n" for r in rows))
+    assert check([str(out), *good, f"--alone=node0={renumbered}"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("PASS")
 
 
 @pytest.mark.gpu

@@ -932,15 +932,16 @@ def launch_rate(events: pd.DataFrame, bin_ns: int = 1_000_000) -> pd.DataFrame:
     """Launches per ms per process over time (for timelines): ``pid``, ``t_ns`` (bin start), ``eager_per_ms``,
     ``graph_per_ms`` (from the process-wide launch counters carried by every event, interpolated at bin edges)."""
     parts = []
-    needed = events[["pid", "t_ns", "eager_process", "graph_process"]] if len(events) else events  # (not every column)
-    for pid, g in needed.groupby("pid") if len(events) else []:
-        t = g["t_ns"].to_numpy(np.int64)
+    pids = events["pid"].to_numpy() if len(events) else np.zeros(0, np.int64)
+    for pid in np.unique(pids):  # (one process's columns gathered at a time: never a copy of every event's)
+        mine = pids == pid
+        t = events["t_ns"].to_numpy()[mine].astype(np.int64, copy=False)
         if t.size < 2 or t[-1] - t[0] < bin_ns:
             continue
         edges = np.arange(t[0], t[-1], bin_ns, dtype=np.int64)
         part = {"pid": int(pid), "t_ns": edges[:-1]}
         for mode in ("eager", "graph"):
-            y = np.interp(edges, t, g[f"{mode}_process"].to_numpy(float))
+            y = np.interp(edges, t, events[f"{mode}_process"].to_numpy()[mine].astype(float))
             part[f"{mode}_per_ms"] = np.diff(y) / (bin_ns / 1e6)
         parts.append(pd.DataFrame(part))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["pid", "t_ns", "eager_per_ms", "graph_per_ms"])

@@ -106,16 +106,17 @@ def _counts(values: Any, n: int) -> "pa.Array":
     return _whole(v.fillna(0).to_numpy(np.float64 if v.dtype.kind == "f" else np.int64).astype(np.int64), missing)
 
 
-def _range_lines(ranges: pd.DataFrame, t0: int) -> list[str]:
-    """:func:`_events`' range events of ``ranges`` as JSON lines, made column by column in Arrow (the same
-    fields and values as ``json.dumps`` of each event's dict; times to the nanosecond, bytes rounded half to
-    even)."""
+def _range_lines(ranges: pd.DataFrame, t0: int) -> bytes:
+    """:func:`_events`' range events of ``ranges`` as JSON text, one event a line, the lines joined by ",\n" (as
+    the trace's other events are) and made column by column in Arrow, the text never a Python string per event
+    (the same fields and values as ``json.dumps`` of each event's dict; times to the nanosecond, bytes rounded
+    half to even)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     n = len(ranges)
     if not n:
-        return []
+        return b""
     which, gpus = by_object(ranges["gpus"].to_numpy(object) if "gpus" in ranges else np.full(n, None, object))
     gpus_text = pa.array([json.dumps([int(g) for g in (g if g is not None else [])]) for g in gpus],
                          pa.large_string()).take(which)
@@ -132,15 +133,18 @@ def _range_lines(ranges: pd.DataFrame, t0: int) -> list[str]:
     for d in ("h2d", "d2h"):
         v = ranges[f"{d}_bytes"].to_numpy(float)
         parts += [f', "{d.upper()} bytes": ', _whole(np.round(np.nan_to_num(v)).astype(np.int64), np.isnan(v))]
-    parts.append("}}")
+    parts.append("}},\n")  # (each line ends with the separator; the last one's is cut below)
     parts = [_s(p) if isinstance(p, str) else p for p in parts]
-    return pc.binary_join_element_wise(*parts, _s("")).to_pylist()
+    lines = pc.binary_join_element_wise(*parts, _s(""))
+    offsets = np.frombuffer(lines.buffers()[1], np.int64)[lines.offset:lines.offset + n + 1]
+    return memoryview(lines.buffers()[2])[int(offsets[0]):int(offsets[-1]) - 2].tobytes()
 
 
 def _events(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame,
-            launches: pd.DataFrame, t0_ns: int | None = None, as_text: bool = False) -> Iterator[list[Any]]:
+            launches: pd.DataFrame, t0_ns: int | None = None, as_text: bool = False) -> Iterator[list[Any] | bytes]:
     """The trace's events, a chunk at a time (timestamps in microseconds from ``t0_ns``, default the first
-    sample or range); ``as_text``: the range events as JSON text already (:func:`_range_lines`)."""
+    sample or range); ``as_text``: the range events as JSON text already, a chunk's in one :class:`bytes`
+    (:func:`_range_lines`)."""
     t0 = _t0(rates, ranges) if t0_ns is None else t0_ns
     ev: list[dict[str, Any]] = [{"ph": "M", "pid": 0, "name": "process_name", "args": {"name": "PCIe counters (NVML)"}}]
     for idx in sorted(set(rates["nvml_index"])) if len(rates) else []:
@@ -241,16 +245,16 @@ def write_trace(session: Any, results: dict[str, pd.DataFrame], path: Path, max_
     # a pipe (/dev/full, a FIFO) is written in place, never renamed over
     tmp = path.with_name(f".{path.name[:200]}.{os.getpid()}.tmp") if path.is_file() or not path.exists() else path
     try:
-        with open(tmp, "w") as f:
-            size = f.write('{"traceEvents": [')  # (counted: a pipe has no position to tell)
+        with open(tmp, "wb") as f:
+            size = f.write(b'{"traceEvents": [')  # (bytes counted: a pipe has no position to tell)
             first = True
             for chunk in _events(session.meta, coarser(results["rates"], max_points), ranges, launches, as_text=True):
                 if chunk:
-                    size += f.write(("" if first else ",\n") + ",\n".join(e if isinstance(e, str) else json.dumps(e)
-                                                                            for e in chunk))
+                    size += f.write(b"" if first else b",\n")
+                    size += f.write(chunk if isinstance(chunk, bytes) else ",\n".join(map(json.dumps, chunk)).encode())
                     first = False
             other = json.dumps(_other(session.meta, len(ranges), len(inst)))
-            size += f.write(f'],\n"displayTimeUnit": "ms",\n"otherData": {other}}}\n')
+            size += f.write(f'],\n"displayTimeUnit": "ms",\n"otherData": {other}}}\n'.encode())
             f.flush()
             if tmp != path:
                 os.fsync(f.fileno())

@@ -62,8 +62,10 @@ def write_parquet(df: pd.DataFrame, path: Path) -> None:
                 compression={c: "none" if c in ints else "snappy" for c in df.columns})
 
 
-#: Rows per Parquet row group (pyarrow's default), each converted to Arrow as it is written.
+#: Rows per Parquet row group at most (pyarrow's default), each converted to Arrow as it is written; wide tables
+#: (range instances: ~200 B a row) in groups of about :data:`GROUP_BYTES`.
 ROWS_PER_GROUP = 1 << 20
+GROUP_BYTES = 32 << 20
 
 
 def _to_parquet(df: pd.DataFrame, path: Path, **options: Any) -> None:
@@ -74,9 +76,11 @@ def _to_parquet(df: pd.DataFrame, path: Path, **options: Any) -> None:
     import pyarrow.parquet as pq
 
     schema = pa.Schema.from_pandas(df, preserve_index=False)
+    row_bytes = df.memory_usage(index=False).sum() / max(len(df), 1)
+    rows = int(min(ROWS_PER_GROUP, max(1 << 16, GROUP_BYTES // max(row_bytes, 1))))
     with pq.ParquetWriter(path, schema, **options) as writer:
-        for at in range(0, max(len(df), 1), ROWS_PER_GROUP):
-            writer.write_table(pa.Table.from_pandas(df.iloc[at:at + ROWS_PER_GROUP], schema=schema, preserve_index=False))
+        for at in range(0, max(len(df), 1), rows):
+            writer.write_table(pa.Table.from_pandas(df.iloc[at:at + rows], schema=schema, preserve_index=False))
 
 
 def _bools(col: pd.Series) -> bool:

@@ -85,8 +85,22 @@ def graphed_saving_ms(range_ms: float, gpu_busy_ms: float, gpu_short_ms: float) 
     return max(0.0, range_ms - gpu_busy_ms - gpu_short_ms)
 
 
+def _parent_labels(instances: pd.DataFrame) -> pd.Series:
+    """Each instance's parent's index label (NaN: none): from its ``parent`` row position where it has one
+    (:func:`pcietrace.analysis.attribution.attribute` made it: the same nesting, not searched again), else
+    :func:`pcietrace.analysis.nesting.parents`."""
+    pos = instances["parent"] if "parent" in instances else None
+    if pos is None or pos.dtype.kind not in "iu" or not len(instances):
+        return nesting.parents(instances)
+    at = pos.to_numpy(np.int64)
+    has = at >= 0
+    labels = np.full(len(at), np.nan, float if instances.index.dtype.kind in "iu" else object)
+    labels[has] = instances.index.to_numpy()[at[has]]
+    return pd.Series(labels, index=instances.index)
+
+
 def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
-    """Per range instance (attach's ``range_instances``): ``parent`` (:func:`pcietrace.analysis.nesting.parents`),
+    """Per range instance (attach's ``range_instances``): ``parent`` (:func:`_parent_labels`),
     ``own_eager_launches`` (minus direct children's),
     ``launch_bound`` and ``predicted_ms`` (own launches x :func:`per_launch_saving_us` at the instance's own
     time per launch, plus its direct children's predictions). Children are the push/pop ranges one level
@@ -97,7 +111,7 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     kernel records alone cannot tell a graph's kernels from eager ones, so they would predict savings for
     ranges that already launch graphs."""
     out = instances.copy(deep=False)  # (copy-on-write: the columns added are its own)
-    out["parent"] = parent = nesting.parents(out)
+    out["parent"] = parent = _parent_labels(out)
     busy = "gpu_busy_ns" in out.columns
     summed = [c for c in ("eager_launches", "gpu_busy_ns", "gpu_short_ns", "sync_wait_ns") if c in out.columns]
     children = nesting.children_sums(out, parent, summed)  # (one grouping of the children for every column)

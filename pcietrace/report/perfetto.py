@@ -23,6 +23,9 @@ MAX_POINTS = 20_000
 MAX_RANGES = 1_000_000
 #: Events turned into JSON at a time.
 CHUNK = 50_000
+#: The range instances' columns a trace's range events are made of (:func:`_range_lines`, :func:`shown_ranges`).
+RANGE_FIELDS = ["pid", "tid", "name", "domain", "t_start_ns", "duration_ns", "depth", "eager_launches", "graph_launches",
+                "captured_launches", "gpus", "status", "h2d_bytes", "d2h_bytes"]
 
 
 def _count(x: float) -> int | None:
@@ -50,8 +53,14 @@ def shown_ranges(ranges: pd.DataFrame, max_ranges: int = MAX_RANGES) -> pd.DataF
     of the level that does not fit its longest; in their own order."""
     if len(ranges) <= max_ranges:
         return ranges
-    order = np.lexsort((-ranges["duration_ns"].to_numpy(np.int64), ranges["depth"].to_numpy(np.int64)))
-    return ranges.iloc[np.sort(order[:max_ranges])]
+    depth = ranges["depth"].to_numpy()
+    # (whole levels first, by depth: only the last level shown in part is ordered by duration)
+    cut = np.sort(depth)[max_ranges - 1]
+    keep = depth < cut
+    at = np.flatnonzero(depth == cut)
+    longest = np.argsort(-ranges["duration_ns"].to_numpy(np.int64)[at], kind="stable")[:max_ranges - int(keep.sum())]
+    keep[at[longest]] = True
+    return ranges[keep]
 
 
 def _t0(rates: pd.DataFrame, ranges: pd.DataFrame) -> int:
@@ -239,7 +248,7 @@ def write_trace(session: Any, results: dict[str, pd.DataFrame], path: Path, max_
     launches = launch_timeline(session, max_points)
     launches = launches if launches is not None else pd.DataFrame(columns=["pid", "t_ns", "eager_per_ms", "graph_per_ms"])
     inst = results["range_instances"]
-    ranges = shown_ranges(inst, max_ranges)
+    ranges = shown_ranges(inst[[c for c in RANGE_FIELDS if c in inst]], max_ranges)  # (only the columns drawn)
     path = Path(path)
     # whole or not at all: a full disk leaves no truncated trace (nor a file another one had there); a device or
     # a pipe (/dev/full, a FIFO) is written in place, never renamed over

@@ -4,8 +4,7 @@ for a torchrun job of 4 ranks x ~860,000 ranges and 150 s of samples at ~1.7 kHz
 
 The recording is made by bench/long_run.py's synthesiser; its events are written back as binary trace files (one per
 process, as the injection library writes them) and its samples as the samplers' stream, so every step reads
-what it reads after a real run (the save and the Perfetto trace beside it, on two threads, as attach writes
-them). Each step's wall and CPU seconds and the resident memory after it are printed,
+what it reads after a real run. Each step's wall and CPU seconds and the resident memory after it are printed,
 with the peak.
 
     python3 bench/attach_end.py                                  # 4 GPUs, 1.02e6 samples, 3.44e6 ranges
@@ -21,7 +20,6 @@ import os
 import resource
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -112,12 +110,11 @@ def steps(folder: Path) -> None:
     def analysis() -> None:
         state["results"] = analyze(session)
 
-    def save() -> None:  # (the Perfetto trace written on a thread beside the save, as attach does)
-        out.mkdir(parents=True, exist_ok=True)
-        beside = threading.Thread(target=write_trace, args=(session, state["results"], out / "trace.json"))
-        beside.start()
+    def save() -> None:
         session.save(out, saved_tables(state["results"]))
-        beside.join()
+
+    def perfetto() -> None:
+        write_trace(session, state["results"], out / "trace.json")
 
     def report() -> None:
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
@@ -125,7 +122,8 @@ def steps(folder: Path) -> None:
 
     total_wall = total_cpu = 0.0
     print(f"  {'step':9s} {'wall s':>7} {'CPU s':>7} {'RSS GB after':>13} {'peak GB so far':>15}")
-    for name, step in (("collect", collect), ("analyze", analysis), ("save", save), ("report", report)):
+    for name, step in (("collect", collect), ("analyze", analysis), ("save", save), ("perfetto", perfetto),
+                       ("report", report)):
         w, c = time.perf_counter(), _cpu_s()
         step()
         w, c = time.perf_counter() - w, _cpu_s() - c

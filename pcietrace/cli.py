@@ -321,13 +321,14 @@ def build_parser() -> argparse.ArgumentParser:
                                     "every key.",
                         epilog="example:\n  pcietrace attach -- python train.py --steps 10")
     at.add_argument("--gpu", default="all", help="CUDA device numbers whose counters to sample, e.g. 0,1, or 'all'")
-    at.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=2.0,
+    at.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=0.5,
                     help="counter sampling interval while an NVTX range is open (0 = as fast as NVML answers; see "
                          "--idle-sample-interval-ms for the time between). A GPU is read at most once per interval "
                          "however many ranges open and close meanwhile, so nested or per-op ranges add no reads. A "
                          "range's edges fall between two samples, which bound how far its bytes can be off (its ± "
-                         f"error). {READ_COST}: at 0.5 a range holds 4x more of them, and its bytes rest 4x more on "
-                         "the floor's cost per read, which strays with the program's state (docs/method.md)")
+                         f"error). {READ_COST}. Per-op ranges (emit_nvtx): 2 puts 4x fewer reads in each range, whose "
+                         "bytes then rest less on the floor's cost per read; it widens the edges of short busy ranges "
+                         "(docs/method.md)")
     # 20 ms: collectors.sampler.MAX_IDLE_INTERVAL_NS (not imported: the parser loads no numpy)
     at.add_argument("--idle-sample-interval-ms", type=_number(0, 20, low_open=False), default=5.0, metavar="MS",
                     help="while no NVTX range is open in any traced process, read the counters only this often "

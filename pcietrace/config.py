@@ -220,7 +220,7 @@ class AttachConfig(Saved):
 
     command: tuple[str, ...] = ()
     gpu: GpuSpec = "all"
-    sample_interval_ms: float = 2.0
+    sample_interval_ms: float = 0.5
     idle_sample_interval_ms: float = 5.0
     slow_domains: str = "NCCL"
     sampler_duty: float = 1.0

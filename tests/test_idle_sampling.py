@@ -629,7 +629,7 @@ for _ in range(3):
 
 def test_attach_end_to_end_reads_fast_in_ranges_slowly_between_and_keeps_the_floor(tmp_path) -> None:
     """`pcietrace attach` with stand-ins for the GPU (tests/apps/attach_fake_gpu.py: every counter read is
-    1,000 B of traffic and there is no other), sampling at 0.5 ms: reads ~0.5 ms apart inside the ranges and in the idle windows
+    1,000 B of traffic and there is no other): reads ~0.5 ms apart inside the ranges and in the idle windows
     (held fast), ~5 ms apart between ranges; the per-read floor is
     fitted as 1,000 B and takes every range's bytes to ~0 although its read rate differs from the windows'."""
     pytest.importorskip("nvtx")
@@ -652,7 +652,7 @@ def test_attach_end_to_end_reads_fast_in_ranges_slowly_between_and_keeps_the_flo
         out = tmp_path / f"rec{next(attempt)}"
         proc = subprocess.run([sys.executable, str(root / "tests" / "apps" / "attach_fake_gpu.py"), "attach",
                                "--gpu", "0", "--no-calibrate", "--no-count-launches", "--idle-s", "0.1", "-o", str(out),
-                               "--sample-interval-ms", "0.5", "--json", "--", sys.executable, str(app)],
+                               "--json", "--", sys.executable, str(app)],
                               cwd=root, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
                                   filter(None, [str(root), os.environ.get("PYTHONPATH")]))), capture_output=True, text=True,
                               timeout=60)

@@ -359,7 +359,7 @@ def _run_between_idle_windows(session: Any, rec: Recording, windows: list[dict[s
 class _AttachEnd(SaveSteps):
     """What attach does around its save, with signals held, and what it says after (its
     :class:`~pcietrace.record.guard.SaveSteps`): the samplers stopped and the traces read before, the Perfetto
-    trace beside the save."""
+    trace after."""
 
     def __init__(self, rec: Recording, stack: contextlib.ExitStack,
                  write_trace: Callable[[Any, Any, Path], None]) -> None:
@@ -367,7 +367,6 @@ class _AttachEnd(SaveSteps):
         self.windows: list[dict[str, Any]] = []
         self.trace_failed = False
         self.trace_info: Any = None  # what write_trace says of the file it wrote
-        self.trace_error: Exception | None = None  # why it could not be written
         self.journal: Callable[..., None] = lambda **more: None
 
     def before(self, saving: Saving) -> None:
@@ -381,29 +380,23 @@ class _AttachEnd(SaveSteps):
             meta.update(kind="attach-failed", status="interrupted before the program ran")
         self.journal(whole=True)  # (killed while analysing or saving a long run: recovered whole)
 
-    def beside(self, saving: Saving, results: Any, staging: Path) -> None:
-        """The Perfetto trace, written into the run's staging folder while the run is saved (published with it)."""
-        if saving.session.meta["kind"] != "attach":
-            return
-        try:
-            self.trace_info = self.write_trace(saving.session, results, staging / "trace.json")
-        except Exception as exc:  # (disk full, out of memory) said once the run is saved, which it stays, whole
-            (staging / "trace.json").unlink(missing_ok=True)
-            self.trace_error = exc
-
     def after(self, saving: Saving) -> None:
-        """A Perfetto trace that could not be written beside the saved attach run: said, the run saved whole."""
+        """The Perfetto trace beside a saved attach run; one that cannot be written leaves the run saved, whole."""
         from pcietrace.errors import one_line
         from pcietrace.record.guard import say
 
         out_dir = saving.out_dir
-        if out_dir is not None and saving.session.meta["kind"] == "attach" and self.trace_error is not None:
-            exc = self.trace_error
-            say(f"pcietrace: error: could not write the Perfetto trace into {out_dir} "
-                f"({one_line(exc) or type(exc).__name__}); the run is saved there and "
-                f"`pcietrace report {out_dir} --perfetto FILE` writes it later")
-        if out_dir is not None and saving.session.meta["kind"] == "attach" and self.trace_info is None:
-            self.trace_failed = True  # (not written, or the analysis failed: no figures to draw)
+        if out_dir is not None and saving.session.meta["kind"] == "attach" and saving.results is not None:
+            try:
+                self.trace_info = self.write_trace(saving.session, saving.results, out_dir / "trace.json")
+            except Exception as exc:  # (disk full, out of memory) the run itself is saved: say so, keep it whole
+                (out_dir / "trace.json").unlink(missing_ok=True)
+                say(f"pcietrace: error: could not write the Perfetto trace into {out_dir} "
+                    f"({one_line(exc) or type(exc).__name__}); the run is saved there and "
+                    f"`pcietrace report {out_dir} --perfetto FILE` writes it later")
+                self.trace_failed = True
+        elif out_dir is not None and saving.session.meta["kind"] == "attach":
+            self.trace_failed = True  # (the analysis failed: no figures to draw)
         self.stack.close()  # the edge page and trace folder go while signals still wait
 
     def saved_line(self, saving: Saving) -> str:

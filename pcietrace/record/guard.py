@@ -13,7 +13,6 @@ record/ imports neither (tests/test_layers.py).
 from __future__ import annotations
 
 import sys
-import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,11 +24,9 @@ from pcietrace.text import clean
 
 
 def finish(session: Any, folder: RunFolder | None, analyze: Callable[[], Any], to_jsonable: Callable[[Any], Any],
-           say: Callable[[str], None], beside: Callable[[Any, Path], None] | None = None) -> tuple[Any, Path | None]:
+           say: Callable[[str], None]) -> tuple[Any, Path | None]:
     """Run ``analyze`` (None: nothing to analyse), save ``session`` with the results into ``folder``'s
-    staging folder, then publish it; ``beside(results, staging folder)``, where given, runs on a thread of its
-    own while the session is saved (its files published with the run). Returns ``(results, saved path or None)``.
-    If ``analyze`` fails the
+    staging folder, then publish it. Returns ``(results, saved path or None)``. If ``analyze`` fails the
     raw data are saved and published before its error propagates; a save that fails is one line through
     ``say`` and the results are returned all the same; nothing half-written is left behind, but for a streamed
     recording whose save a signal cut short: it stays to be recovered (``folder.left``)."""
@@ -41,7 +38,7 @@ def finish(session: Any, folder: RunFolder | None, analyze: Callable[[], Any], t
             short = True
         finally:
             if folder is not None:
-                where = _save(session, folder, results, to_jsonable, say, beside if results is not None else None)
+                where = _save(session, folder, results, to_jsonable, say)
     except KeyboardInterrupt:
         cut = True
         raise
@@ -59,19 +56,9 @@ def finish(session: Any, folder: RunFolder | None, analyze: Callable[[], Any], t
 
 
 def _save(session: Any, folder: RunFolder, results: Any, to_jsonable: Callable[[Any], Any],
-          say: Callable[[str], None], beside: Callable[[Any, Path], None] | None = None) -> Path | None:
+          say: Callable[[str], None]) -> Path | None:
     try:
-        folder.staging.mkdir(parents=True, exist_ok=True)
-        # (a long run's Perfetto trace is mostly Arrow's work and its save mostly Parquet's: both release the GIL)
-        worker = threading.Thread(target=beside, args=(results, folder.staging), name="pcietrace-beside-save") \
-            if beside is not None else None
-        if worker is not None:
-            worker.start()
-        try:
-            session.save(folder.staging, to_jsonable(results) if results is not None else None)
-        finally:
-            if worker is not None:
-                worker.join()
+        session.save(folder.staging, to_jsonable(results) if results is not None else None)
         return folder.publish(replace=session.meta.get("status") == "complete")
     except Exception as exc:  # disk full, folder removed under us...: say so, the results still print
         say(f"pcietrace: error: could not save the run to {folder.target}: {one_line(exc)}")
@@ -108,10 +95,6 @@ class SaveSteps:
 
     def before(self, saving: "Saving") -> None:
         """Before the analysis and the save, with signals held."""
-
-    def beside(self, saving: "Saving", results: Any, staging: Path) -> None:
-        """While the save runs, on another thread, into the run's ``staging`` folder (published with it); never
-        raises (what fails is said in :meth:`after`)."""
 
     def after(self, saving: "Saving") -> None:
         """After the save, with signals held."""
@@ -197,7 +180,7 @@ class Saving:
             with self._intr.finishing():
                 self.steps.before(self)
                 self.results, self.out_dir = finish(self.session, self.folder, analyze or (lambda: None),
-                                                    self.to_jsonable, self._say, self._beside())
+                                                    self.to_jsonable, self._say)
                 self.steps.after(self)
         except KeyboardInterrupt as exc:  # a signal held while saving comes out here, once the run is saved
             self.interrupted = self.interrupted or exc
@@ -205,12 +188,6 @@ class Saving:
             self.out_dir = self.folder.published
         if self.out_dir is not None and self.interrupted is None:
             self.tell(self.steps.saved_line(self))
-
-    def _beside(self) -> Callable[[Any, Path], None] | None:
-        """The steps' work beside the save, where they have any."""
-        if type(self.steps).beside is SaveSteps.beside:
-            return None
-        return lambda results, staging: self.steps.beside(self, results, staging)
 
     def _say(self, line: str) -> None:
         self.save_error = line

@@ -116,7 +116,7 @@ def _counts(values: Any, n: int) -> "pa.Array":
 
 
 def _range_lines(ranges: pd.DataFrame, t0: int) -> bytes:
-    """:func:`_events`' range events of ``ranges`` as JSON text, one event a line, the lines joined by ",\n" (as
+    """:func:`_events`' range events of ``ranges`` as JSON text, one event a line, joined by commas (as
     the trace's other events are) and made column by column in Arrow, the text never a Python string per event
     (the same fields and values as ``json.dumps`` of each event's dict; times to the nanosecond, bytes rounded
     half to even)."""

@@ -252,16 +252,11 @@ def _read_binary(f: Path) -> tuple[dict[str, np.ndarray], int]:
         del commit, start, lengths, ends, order, idx, keep
         cols = _binary_strings(mm, str_at, {c: view[c][rows] for c in ("str_at", "event_bytes", "domain_bytes",
                                                                         "message_bytes")})
-        for c in EVENT_COLUMNS:  # (each in 32 bits where this file's values fit: a long run's files held at half)
+        for c in EVENT_COLUMNS:
             if c not in cols:
-                cols[c] = _narrowed(view[c][rows], np.dtype(np.uint64 if c == "devmask" else np.int64))
+                cols[c] = view[c][rows].astype(np.uint64 if c == "devmask" else np.int64)
         del view
     return {c: cols[c] for c in EVENT_COLUMNS}, bad
-
-
-def _narrowed(v: np.ndarray, wide: np.dtype) -> np.ndarray:
-    """A copy of ``v`` (a record field) as ``wide``, or in 32 bits where its values fit (:func:`narrow_int`)."""
-    return v.astype(narrow_int(wide, v.min(), v.max()) if v.size else wide)
 
 
 def _binary_strings(mm: mmap.mmap, str_at: int, rec: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -79,9 +79,14 @@ def _to_parquet(df: pd.DataFrame, path: Path, **options: Any) -> None:
     schema = pa.Schema.from_pandas(df, preserve_index=False)
     row_bytes = df.memory_usage(index=False).sum() / max(len(df), 1)
     rows = int(min(ROWS_PER_GROUP, max(1 << 16, GROUP_BYTES // max(row_bytes, 1))))
-    with pq.ParquetWriter(path, schema, **options) as writer:
-        for at in range(0, max(len(df), 1), rows):
-            writer.write_table(pa.Table.from_pandas(df.iloc[at:at + rows], schema=schema, preserve_index=False))
+    partial = path.with_name(path.name + ".partial")  # (a save cut short leaves no file that reads as whole)
+    try:
+        with pq.ParquetWriter(partial, schema, **options) as writer:
+            for at in range(0, max(len(df), 1), rows):
+                writer.write_table(pa.Table.from_pandas(df.iloc[at:at + rows], schema=schema, preserve_index=False))
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _bools(col: pd.Series) -> bool:

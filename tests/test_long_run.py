@@ -117,3 +117,33 @@ def test_the_sampler_processes_spill_as_they_go() -> None:
     res = json.loads(proc.stdout)
     assert res["gpus"] == [0, 1] and res["in_order"]
     assert res["files"] >= 1 and res["held"] < res["samples"]  # (how many: the machine's load decides)
+
+
+def test_parquet_is_written_a_row_group_at_a_time_and_a_write_cut_short_leaves_no_file(data_dir, tmp_path,
+                                                                                        monkeypatch) -> None:
+    """Samples, events and range instances go to Parquet a row group at a time (never all in Arrow at once): a
+    real recording's events read back the same; a write cut short (here: at its second group) leaves neither the
+    file nor a partial one behind."""
+    import pyarrow.parquet as pq
+
+    from pcietrace import session
+    from pcietrace.session import Session
+
+    events = Session.load(data_dir / "attach_h100_python").events
+    monkeypatch.setattr(session, "ROWS_PER_GROUP", max(len(events) // 3, 1))
+    session.write_parquet(events, tmp_path / "events.parquet")
+    assert pq.ParquetFile(tmp_path / "events.parquet").metadata.num_row_groups >= 3
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "events.parquet"), events, check_dtype=False,
+                                  check_categorical=False)
+
+    class CutShort(pq.ParquetWriter):
+        def write_table(self, table, *args, **kwargs):
+            if getattr(self, "_written", 0):
+                raise KeyboardInterrupt
+            self._written = 1
+            return super().write_table(table, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "ParquetWriter", CutShort)
+    with pytest.raises(KeyboardInterrupt):
+        session.write_parquet(events, tmp_path / "cut.parquet")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["events.parquet"]

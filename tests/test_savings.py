@@ -254,3 +254,17 @@ def test_savings_table_fits_80_columns_and_prints_range_names_as_written(copy, m
     assert "…" not in out and max(map(len, out.splitlines())) <= 80
     names = ["loss[/total]", "batch_4", "batch_16", "batch_64"]
     assert all(n in out for n in names) and "predicted" in out and "bound" in out
+
+
+def test_predictions_of_instances_filtered_or_reordered_read_their_own_nesting(data_dir) -> None:
+    """predict_ms takes each instance's parent from the saved row positions only while they still name its parent
+    in the frame given: on instances filtered or reordered it finds the nesting again, with the same predictions
+    as a frame without the positions (a real 8-GPU torchrun recording, nested ranges)."""
+    s = Session.load(data_dir / "attach_h200x8_torchrun")
+    inst, costs = analyze(s)["range_instances"], s.meta["launch_costs"]
+    assert (inst["parent"] >= 0).any()  # (nested: the positions are in use)
+    for part in (inst, inst[inst["depth"] > 0], inst.iloc[::-1], inst.iloc[::3]):
+        got = predict_ms(part, costs)
+        want = predict_ms(part.drop(columns="parent"), costs)
+        pd.testing.assert_series_equal(got["predicted_ms"], want["predicted_ms"])
+        pd.testing.assert_series_equal(got["parent"], want["parent"])

@@ -86,17 +86,29 @@ def graphed_saving_ms(range_ms: float, gpu_busy_ms: float, gpu_short_ms: float) 
 
 
 def _parent_labels(instances: pd.DataFrame) -> pd.Series:
-    """Each instance's parent's index label (NaN: none): from its ``parent`` row position where it has one
-    (:func:`pcietrace.analysis.attribution.attribute` made it: the same nesting, not searched again), else
-    :func:`pcietrace.analysis.nesting.parents`."""
+    """Each instance's parent's index label (NaN: none): from its ``parent`` row positions where they still
+    name, in this frame, each push range's enclosing push range one level up on its thread
+    (:func:`pcietrace.analysis.attribution.attribute` made them: the same nesting, not searched again), else
+    (instances filtered or reordered since) :func:`pcietrace.analysis.nesting.parents`."""
     pos = instances["parent"] if "parent" in instances else None
-    if pos is None or pos.dtype.kind not in "iu" or not len(instances):
+    if pos is None or pos.dtype.kind not in "iu" or not len(instances) or pos.isna().any():
         return nesting.parents(instances)
     at = pos.to_numpy(np.int64)
+    n = len(at)
     has = at >= 0
-    labels = np.full(len(at), np.nan, float if instances.index.dtype.kind in "iu" else object)
-    labels[has] = instances.index.to_numpy()[at[has]]
-    return pd.Series(labels, index=instances.index)
+    push = (instances["kind"] == "push").to_numpy()
+    if (at >= n).any() or (at < -1).any() or (has & ~push).any():
+        return nesting.parents(instances)
+    up = at[has]
+    col = {c: instances[c].to_numpy() for c in ("pid", "tid", "depth", "t_start_ns", "t_end_ns")}
+    holds = (push[up] & (col["pid"][up] == col["pid"][has]) & (col["tid"][up] == col["tid"][has])
+             & (col["depth"][up].astype(np.int64) == col["depth"][has].astype(np.int64) - 1)
+             & (col["t_start_ns"][up] <= col["t_start_ns"][has]) & (col["t_end_ns"][up] >= col["t_end_ns"][has]))
+    if not holds.all():
+        return nesting.parents(instances)
+    labels = np.full(n, np.nan, float if instances.index.dtype.kind in "iu" else object)
+    labels[has] = instances.index.to_numpy()[up]
+    return pd.Series(labels, index=instances.index, dtype=labels.dtype)
 
 
 def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:

@@ -53,6 +53,8 @@ def shown_ranges(ranges: pd.DataFrame, max_ranges: int = MAX_RANGES) -> pd.DataF
     of the level that does not fit its longest; in their own order."""
     if len(ranges) <= max_ranges:
         return ranges
+    if max_ranges <= 0:
+        return ranges.iloc[:0]
     depth = ranges["depth"].to_numpy()
     # (whole levels first, by depth: only the last level shown in part is ordered by duration)
     cut = np.sort(depth)[max_ranges - 1]

@@ -21,7 +21,7 @@ from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_
 from pcietrace.analysis.counters import median as median_of
 from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
 from pcietrace.analysis.launch import DIRECTIONS
-from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS
+from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS, by_object
 
 RANGE_COLUMNS = ["pid", "tid", "domain", "name", "kind", "t_start_ns", "t_end_ns", "depth", "eager_launches",
                  "graph_launches", "eager_launches_process", "graph_launches_process", "captured_launches",
@@ -425,7 +425,6 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame | None, floor: pd.DataFram
     out = ranges.copy(deep=False)
     out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
     parent = nesting.parents(out)  # (first: its search's keys let go before the sums per range are made)
-    n = len(out)
     sums = sums if sums is not None else gpu_sums(ranges, cum, floor, counters, gaps)
     acc, status = sums["acc"], sums["status"]
     status = np.where(sums["holds"](None, sums["sampled"]), 2, status)  # a GPU with no samples at all
@@ -450,11 +449,7 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame | None, floor: pd.DataFram
     for excl, c in own.items():
         out[excl] = out[c].to_numpy(float) - children[c].to_numpy()
     del children
-    up = parent.to_numpy()
-    has = ~pd.isna(up)
-    pos = np.full(n, -1, np.int64)  # (the parent's row position: its index label looked up)
-    pos[has] = out.index.get_indexer(up[has].astype(out.index.dtype) if out.index.dtype.kind in "iu" else up[has])
-    out["parent"] = _narrow(pos)
+    out["parent"] = _narrow(nesting.parent_rows(out.index, parent))
     return out[list(dict.fromkeys([*ranges.columns, *ATTRIBUTED_COLUMNS]))]  # (ranges attributed again keep their order)
 
 
@@ -520,15 +515,12 @@ def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
 def _gpu_sets(gpus: pd.Series) -> Any:
     """``holds(idx)``: per range, whether its ``gpus`` list holds GPU ``idx``; ``holds(None, known)``: whether it
     holds one not in ``known``. Ranges share their lists (:func:`range_gpus`), so each distinct list is read once."""
-    lists = gpus.to_numpy(object)
-    code, distinct = pd.factorize(np.fromiter(map(id, lists), np.int64, len(lists)))
-    first = np.full(len(distinct), len(lists), np.int64)  # (each distinct list's first range)
-    np.minimum.at(first, code, np.arange(len(lists), dtype=np.int64))
-    sets = [set(lists[i]) for i in first]
+    code, distinct = by_object(gpus.to_numpy(object))
+    sets = [set(x) for x in distinct]
 
     def holds(idx: int | None, known: set[int] | None = None) -> np.ndarray:
         one = np.array([not s <= known if idx is None else idx in s for s in sets], bool)
-        return one[code] if len(sets) else np.zeros(len(lists), bool)
+        return one[code] if len(sets) else np.zeros(len(code), bool)
     return holds
 
 
@@ -714,15 +706,12 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
             total = np.where((measured if bytes_ok else g[col].count().to_numpy()) < calls, np.nan, total)
         out[name] = total / 1e6 if name == "gpu_busy_ms" else total
     # each group's GPUs, a sorted list as each instance's (instances share their lists: each distinct one read once)
-    lists = at["gpus"].to_numpy(object)
-    which, distinct = pd.factorize(np.fromiter(map(id, lists), np.int64, len(lists)))
-    first = np.empty(len(distinct), np.int64)
-    first[which[::-1]] = np.arange(len(lists))[::-1]  # (each distinct list's first row)
+    which, distinct = by_object(at["gpus"].to_numpy(object))
     pairs = pd.unique(g.ngroup().to_numpy() * len(distinct) + which)  # (each (group, list) once)
     gpus: list[set[int]] = [set() for _ in range(len(out))]
     for k, j in zip(*np.divmod(pairs, len(distinct))):
         if k >= 0:  # (-1: a range of no group, e.g. no domain)
-            gpus[k].update(int(i) for i in lists[first[j]])
+            gpus[k].update(int(i) for i in distinct[j])
     out["gpus"] = [sorted(s) for s in gpus]
     for c in ("domain", "group"):  # (a small table: plain strings again)
         if isinstance(out[c].dtype, pd.CategoricalDtype):

@@ -103,6 +103,15 @@ def parents(instances: pd.DataFrame) -> pd.Series:
     return out
 
 
+def parent_rows(index: pd.Index, parent: pd.Series) -> np.ndarray:
+    """Each instance's parent's row position (-1 for none) from :func:`parents`' labels, looked up in ``index``."""
+    up = parent.to_numpy()
+    has = ~pd.isna(up)
+    out = np.full(len(up), -1, np.int64)
+    out[has] = index.get_indexer(up[has].astype(index.dtype) if index.dtype.kind in "iu" else up[has])
+    return out
+
+
 def _opening_order(thread: np.ndarray, a: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """``np.lexsort((depth, a, thread))``: by thread, start, depth, then row; one packed key where it fits 63 bits."""
     packed = _packed((thread, a, depth))

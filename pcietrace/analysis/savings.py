@@ -159,11 +159,7 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     del n, launched, own_ns, graphed, timed, per_us, bound, waited  # (a long run's per-instance arrays, read)
     # children first: a parent adds its children's (those one level below it, summed in row order)
     depth = out["depth"].to_numpy()
-    has = parent.notna().to_numpy()
-    parent_at = np.full(len(out), -1, np.int64)  # (the parent's row position)
-    parent_at[has] = out.index.get_indexer(parent.to_numpy()[has].astype(out.index.dtype) if out.index.dtype.kind in "iu"
-                                           else parent.to_numpy()[has])
-    del has
+    parent_at = nesting.parent_rows(out.index, parent)
     for d in sorted(pd.unique(depth), reverse=True):
         kids = np.flatnonzero((depth == d + 1) & (parent_at >= 0))
         if not kids.size:
@@ -229,11 +225,10 @@ def outermost_capturable(instances: pd.DataFrame, parent: pd.Series) -> pd.Serie
     nested in NCCL's set-up counts where its set-up range does not). One step per nesting level."""
     ok = capturable(instances)
     okay = ok.to_numpy(bool)
-    has = parent.notna().to_numpy()
-    parent_at = np.full(len(parent), -1, np.int64)  # (the parent's row position, -1 for none)
-    parent_at[has] = instances.index.get_indexer(parent.to_numpy()[has].astype(np.int64))
+    parent_at = nesting.parent_rows(instances.index, parent)
     above = np.zeros(len(instances), bool)
-    rows, up = np.flatnonzero(has), parent_at[has]
+    rows = np.flatnonzero(parent_at >= 0)
+    up = parent_at[rows]
     while rows.size:  # (one step up per level, for the rows with a range above them still)
         above[rows] |= okay[up]
         up = parent_at[up]

@@ -64,6 +64,14 @@ MAX_REST_NS = 5_000_000
 #: 10 ms reads by -1...+14 %. attach's default idle interval is 5 ms (`--idle-sample-interval-ms`); the longest
 #: allowed stays far below a counter wrap (~67 ms at 64 GB/s for 32 bits; `analysis.counters.could_hide_wrap`).
 MAX_IDLE_INTERVAL_NS = 20_000_000
+#: While a range is open but the counters moved slower than :data:`BUSY_BPS` over the last interval (launches,
+#: small copies), a GPU is read every ``quiet_interval_ns`` (attach's default 2 ms,
+#: `--quiet-sample-interval-ms`); a bulk copy brings back ``interval_ns`` from the read that sees it. Each read
+#: moves ~35 kB itself, so at 0.5 ms the reads outweigh a launch stream's own bytes and a few % of error in a
+#: read's cost in the program's state (which no quiet interval shows) decides the range. Measured on 4x H200
+#: (per-op ranges of a 1.5 MB forward, 2026-11-27): 0.5 ms, H2D -6.7 ... +1.6 % (34 of 40 directions within
+#: their stated error); 2 ms, -1.0 ... +0.1 % (40 of 40); but 2 ms throughout put back-to-back 64 MiB copy
+#: ranges of 2.4 ms 20 % off (12 of 28 within the goal, 28 of 28 at 0.5 ms), hence a pace by the link's rate.
 #: While no range is open, a GPU whose counters moved faster than this over the last interval (both directions,
 #: B/s) is still read at the fast rate: a copy outside any range would otherwise put up to one idle interval
 #: of its bytes into the edge of a range opening right after it (2x H200: the first idle call
@@ -88,9 +96,11 @@ def _busy(mode: str, bits: int, before: tuple[int, int, int] | None, after: tupl
 
 
 def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str | None, max_duty: float,
-                out: "mp.Queue[Any]", stop: Any, pause: Any, idle_interval_ns: int = 0) -> None:
+                out: "mp.Queue[Any]", stop: Any, pause: Any, idle_interval_ns: int = 0,
+                quiet_interval_ns: int = 0) -> None:
     """One GPU's sampling loop (runs in its own process). ``idle_interval_ns`` (0 = off): the least time
-    between reads while no range is open (needs ``edge_file``; never shorter than ``interval_ns``)."""
+    between reads while no range is open; ``quiet_interval_ns`` (0 = off): while a range is open and the link
+    is not busy (:data:`BUSY_BPS`); both need ``edge_file`` and are never shorter than ``interval_ns``."""
     from pcietrace import signals
 
     signals.leave_to_parent()  # (the samples after a Ctrl-C, the last read and the "done" message are not lost)
@@ -110,6 +120,7 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
 
     quiet = 1 / max_duty - 1  # after a read of d ns, stay out of NVML for quiet x d
     idle_ns = max(int(idle_interval_ns), interval_ns) if idle_interval_ns > 0 and waiter.mapped else 0
+    quiet_ns = max(int(quiet_interval_ns), interval_ns) if quiet_interval_ns > 0 and waiter.mapped else interval_ns
 
     last: list[Any] = [None, False]  # the last good read (t_ns, tx, rx), and whether the link moved > BUSY_BPS since
 
@@ -155,9 +166,13 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
         # seen) shares the next read, and nested ranges share their parents'.
         waiter.sleep_until(max(t0 + interval_ns, rest))
         # the rate is chosen after that: an edge since the read began changed seq, so an idle wait ends at once
-        fast = not idle_ns or waiter.open_ranges > 0 or waiter.force_fast or not waiter.counting or last[1]
-        if not fast:
-            waiter.wait_until(t0 + idle_ns, seen)
+        # (fast: a copy, pcietrace's idle windows, or no library that counts open ranges)
+        if not (last[1] or waiter.force_fast or not waiter.counting):
+            if waiter.open_ranges > 0:
+                # nested edges do not cut this sleep short (the reads stay bounded by time at any density)
+                waiter.sleep_until(t0 + quiet_ns)
+            elif idle_ns:
+                waiter.wait_until(t0 + idle_ns, seen)
         if now() >= next_send:
             if os.getppid() != parent:  # the recording process died (SIGKILL, crash): stop reading NVML
                 return
@@ -312,6 +327,8 @@ class CounterSampler:
     ``max_duty``: the largest share of time one GPU's sampler spends in NVML reads (:data:`DEFAULT_MAX_DUTY`).
     ``idle_interval_ns``: with ``edge_file``, the least time between reads while no range is open (0 = off:
     always ``interval_ns``; at most :data:`MAX_IDLE_INTERVAL_NS`; never shorter than ``interval_ns``).
+    ``quiet_interval_ns``: with ``edge_file``, the least time between reads while a range is open but the link
+    is not busy (:data:`BUSY_BPS`; 0 = off: ``interval_ns``; same bounds as the idle interval).
     ``spill_dir``: a folder the samples stream to as they arrive (:class:`SampleStream`), every :data:`FLUSH_S`
     or :data:`SPILL_ROWS` samples, whichever comes first: this process holds at most that many however long the
     run, and a crash of it loses at most the last :data:`FLUSH_S`; None: all kept in memory. :meth:`frame` reads
@@ -320,13 +337,14 @@ class CounterSampler:
 
     def __init__(self, nvml_indices: list[int], force_throughput: bool = False, interval_ns: int = 0,
                  edge_file: str | None = None, max_duty: float = DEFAULT_MAX_DUTY, idle_interval_ns: int = 0,
-                 spill_dir: str | Path | None = None) -> None:
+                 spill_dir: str | Path | None = None, quiet_interval_ns: int = 0) -> None:
         if not 0 < max_duty <= 1:
             raise NvmlError(f"sampler duty must be in (0, 1], not {max_duty}")
-        if not 0 <= idle_interval_ns <= MAX_IDLE_INTERVAL_NS:
-            raise UsageError(f"idle sampling interval must be 0 (off) or in (0, {MAX_IDLE_INTERVAL_NS / 1e6:g}] ms, "
-                             f"not {idle_interval_ns / 1e6:g} ms")
-        self.idle_interval_ns = int(idle_interval_ns)
+        for what, ns in (("idle", idle_interval_ns), ("quiet", quiet_interval_ns)):
+            if not 0 <= ns <= MAX_IDLE_INTERVAL_NS:
+                raise UsageError(f"{what} sampling interval must be 0 (off) or in (0, {MAX_IDLE_INTERVAL_NS / 1e6:g}] "
+                                 f"ms, not {ns / 1e6:g} ms")
+        self.idle_interval_ns, self.quiet_interval_ns = int(idle_interval_ns), int(quiet_interval_ns)
         self.max_duty = max_duty
         self.indices = list(nvml_indices)
         self.mode = "throughput" if force_throughput else None
@@ -356,7 +374,8 @@ class CounterSampler:
             self._page = EdgeWaiter(self.edge_file)
         self._procs = [ctx.Process(target=_child_main, daemon=True, name=f"pcietrace-sampler-{i}",
                                    args=(i, self.mode, self.interval_ns, self.edge_file, self.max_duty, self._q,
-                                         self._stop, self._pause, self.idle_interval_ns)) for i in self.indices]
+                                         self._stop, self._pause, self.idle_interval_ns, self.quiet_interval_ns))
+                       for i in self.indices]
         try:  # a failure or a signal while starting leaves no sampler process behind
             for p in self._procs:
                 p.start()

@@ -322,14 +322,18 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog="example:\n  pcietrace attach -- python train.py --steps 10")
     at.add_argument("--gpu", default="all", help="CUDA device numbers whose counters to sample, e.g. 0,1, or 'all'")
     at.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=0.5,
-                    help="counter sampling interval while an NVTX range is open (0 = as fast as NVML answers; see "
-                         "--idle-sample-interval-ms for the time between). A GPU is read at most once per interval "
-                         "however many ranges open and close meanwhile, so nested or per-op ranges add no reads. A "
-                         "range's edges fall between two samples, which bound how far its bytes can be off (its ± "
-                         f"error). {READ_COST}. Per-op ranges (emit_nvtx): 2 puts 4x fewer reads in each range, whose "
-                         "bytes then rest less on the floor's cost per read; it widens the edges of short busy ranges "
-                         "(docs/method.md)")
+                    help="counter sampling interval while an NVTX range is open and the GPU's counters moved > 2 GB/s "
+                         "over the last interval (a copy; 0 = as fast as NVML answers; see --quiet-sample-interval-ms "
+                         "and --idle-sample-interval-ms for the rest). A GPU is read at most once per interval however "
+                         "many ranges open and close meanwhile, so nested or per-op ranges add no reads. A range's "
+                         "edges fall between two samples, which bound how far its bytes can be off (its ± error). "
+                         f"{READ_COST}")
     # 20 ms: collectors.sampler.MAX_IDLE_INTERVAL_NS (not imported: the parser loads no numpy)
+    at.add_argument("--quiet-sample-interval-ms", type=_number(0, 20, low_open=False), default=2.0, metavar="MS",
+                    help="while an NVTX range is open but the GPU's counters moved < 2 GB/s over the last interval "
+                         "(kernel launches, small copies), read them only this often (0 = off: always "
+                         "--sample-interval-ms). Each read moves ~35 kB itself: at 0.5 ms the reads outweigh a launch "
+                         "stream's own bytes, and a range's figure rests on their cost (docs/method.md)")
     at.add_argument("--idle-sample-interval-ms", type=_number(0, 20, low_open=False), default=5.0, metavar="MS",
                     help="while no NVTX range is open in any traced process, read the counters only this often "
                          "(0 = off: always --sample-interval-ms). A range opening wakes the samplers at once, "

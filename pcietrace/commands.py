@@ -236,7 +236,8 @@ def attach_config(args: argparse.Namespace) -> AttachConfig:
 
     return AttachConfig(command=tuple(args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd), gpu=args.gpu,
                         sample_interval_ms=args.sample_interval_ms,
-                        idle_sample_interval_ms=args.idle_sample_interval_ms, slow_domains=args.slow_domains,
+                        idle_sample_interval_ms=args.idle_sample_interval_ms,
+                        quiet_sample_interval_ms=args.quiet_sample_interval_ms, slow_domains=args.slow_domains,
                         sampler_duty=args.sampler_duty, idle_s=args.idle_s, calibrate=not args.no_calibrate,
                         baseline=args.baseline,
                         launch_counter=NO_LAUNCH_COUNTER if args.no_count_launches else args.launch_counter,

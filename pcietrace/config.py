@@ -209,8 +209,9 @@ class GraphsConfig(Saved):
 class AttachConfig(Saved):
     """``pcietrace attach``: run ``command`` while the counters of ``gpu`` are sampled.
 
-    ``sample_interval_ms`` while an NVTX range is open, ``idle_sample_interval_ms`` between (0: always the
-    first); ``slow_domains``: comma-separated NVTX domains whose ranges do not hold the fast rate;
+    ``sample_interval_ms`` while an NVTX range is open and the link is busy (a copy), ``quiet_sample_interval_ms``
+    while one is open and it is not (launches), ``idle_sample_interval_ms`` while none is (0: always the first);
+    ``slow_domains``: comma-separated NVTX domains whose ranges do not hold the fast rate;
     ``sampler_duty``: the largest share of time a sampler spends in reads; ``idle_s``: idle time sampled
     before and after the program; ``calibrate``: measure per-launch costs (from ``baseline``, a saved run,
     where given); ``launch_counter``: interpose, cupti or none; ``exact_edges``: the injection library reads
@@ -222,6 +223,7 @@ class AttachConfig(Saved):
     gpu: GpuSpec = "all"
     sample_interval_ms: float = 0.5
     idle_sample_interval_ms: float = 5.0
+    quiet_sample_interval_ms: float = 2.0
     slow_domains: str = "NCCL"
     sampler_duty: float = 1.0
     idle_s: float = 0.5
@@ -244,6 +246,7 @@ class AttachConfig(Saved):
         parse(self.gpu)
         _number(self, "sample_interval_ms", 0, MAX_INTERVAL_MS)
         _number(self, "idle_sample_interval_ms", 0, MAX_IDLE_INTERVAL_MS)
+        _number(self, "quiet_sample_interval_ms", 0, MAX_IDLE_INTERVAL_MS)
         _number(self, "sampler_duty", 0, 1, low_open=True)
         _number(self, "idle_s", 0, 3600, low_open=True)
         if self.launch_counter not in LAUNCH_COUNTERS:

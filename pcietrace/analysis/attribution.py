@@ -363,15 +363,16 @@ def open_ranges_at(ranges: pd.DataFrame, t_ns: np.ndarray) -> np.ndarray:
 
 
 def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None = None, idle_ns: int = 0,
-                  ranges: pd.DataFrame | None = None) -> dict[int, dict[str, Any]]:
+                  ranges: pd.DataFrame | None = None, quiet_ns: int = 0) -> dict[int, dict[str, Any]]:
     """Per GPU: sample times ``t``; per gap between consecutive samples whether it is a ``stall`` (longer
     than 4 counter updates and twice the median in-range gap) or a ``wrap`` risk (long enough for a
     saturated link to wrap the counter unseen, or holding a counter jump: :func:`counters.jumps`); and
     ``median_ns``, the median gap the sampler keeps while a range is open. With idle-aware sampling
     (``idle_ns`` > 0, the sampler's idle interval, and the recording's ``ranges``) a gap that starts while no
     range is open was meant to last up to ``idle_ns``: it is a stall only beyond twice that, and it does not
-    count towards the median. ``counters``: each GPU's record (:attr:`pcietrace.session.Session.counters`:
-    its counter width and link, :func:`could_hide_wrap`)."""
+    count towards the median; one while a range is open is a stall only beyond twice ``quiet_ns`` (the
+    sampler's interval there while the link is not busy: 0, none). ``counters``: each GPU's record
+    (:attr:`pcietrace.session.Session.counters`: its counter width and link, :func:`could_hide_wrap`)."""
     out = {}
     if idle_ns > 0 and ranges is not None:  # (sorted once for every GPU: each GPU's search then runs in order)
         starts, ends = (_ascending(ranges[c].to_numpy(np.int64)) for c in ("t_start_ns", "t_end_ns"))
@@ -388,7 +389,7 @@ def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None 
         fast = gap[~idle] if (~idle).any() else gap
         median = median_of(fast) if fast.size else 0.0
         del fast
-        limit = max(4 * COUNTER_UPDATE_NS, 2 * median) if gap.size else 0
+        limit = max(4 * COUNTER_UPDATE_NS, 2 * median, 2 * quiet_ns) if gap.size else 0
         stall = gap > limit
         stall[idle] = gap[idle] > max(limit, 2 * idle_ns)  # (a gap meant to last up to the idle interval)
         out[int(idx)] = {"t": t, "stall": stall, "median_ns": median,

@@ -42,6 +42,13 @@ def launch_timeline(session: Session, max_bins: int = MAX_TIMELINE_BINS) -> pd.D
     return attribution.launch_rate(events, timeline_bin_ns(session.meta, span, max_bins))
 
 
+def quiet_interval_ns(meta: dict[str, Any]) -> int:
+    """The sampler's interval while a range was open but the link was not busy (0 = none, also for recordings
+    made before it): never shorter than the sampling interval, as in the sampler."""
+    quiet = float(meta.get("quiet_sample_interval_ms") or 0.0)
+    return int(max(quiet, float(meta.get("sample_interval_ms") or 0.0)) * 1e6) if quiet > 0 else 0
+
+
 def idle_interval_ns(meta: dict[str, Any]) -> int:
     """The sampler's interval while no range was open (attach's idle-aware sampling; 0 = off, also for
     recordings made before it): never shorter than the sampling interval, as in the sampler."""

@@ -201,7 +201,7 @@ class Recording:
     a temporary folder."""
 
     def __init__(self, nvml_indices: list[int], interval_ns: int, max_duty: float, idle_interval_ns: int,
-                 scratch: Path | None = None) -> None:
+                 scratch: Path | None = None, quiet_interval_ns: int = 0) -> None:
         from pcietrace.collectors import CounterSampler, edges
 
         if scratch is None:
@@ -218,7 +218,7 @@ class Recording:
             self.edge_file = edges.create()
             self.sampler = CounterSampler(nvml_indices, interval_ns=interval_ns, edge_file=self.edge_file,
                                           max_duty=max_duty, idle_interval_ns=idle_interval_ns,
-                                          spill_dir=spill)  # (flat memory over a long run)
+                                          quiet_interval_ns=quiet_interval_ns, spill_dir=spill)  # (flat memory over a long run)
         except BaseException:
             self._remove()
             raise
@@ -304,7 +304,8 @@ def record_attach(session: Any, folder: RunFolder | None, idle_s: float, program
             with signals.deferred():  # made and owned in one step: a signal between would leave them behind
                 rec = Recording([g["nvml_index"] for g in meta["gpus"]], int(meta["sample_interval_ms"] * 1e6),
                                 meta["sampler_duty"], int(meta["idle_sample_interval_ms"] * 1e6),
-                                scratch=folder.scratch if folder is not None else None)
+                                scratch=folder.scratch if folder is not None else None,
+                                quiet_interval_ns=int(meta.get("quiet_sample_interval_ms", 0.0) * 1e6))
                 stack.push(rec)
             rec.start()
         for g in meta["gpus"]:

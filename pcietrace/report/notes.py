@@ -32,6 +32,8 @@ SENTENCES: dict[str, str] = {
                              "range is charged all sampled GPUs",
     "idle_sampling": "idle-aware sampling: counters read every {idle_ms:g} ms while no range was open; median gap "
                      "while one was: {gap_ms:.2f} ms (the sampling table mixes both)",
+    "quiet_sampling": "while a range was open and the link moved < 2 GB/s (launches, small copies), the counters were "
+                      "read every {quiet_ms:g} ms, during copies every {fast_ms:g} ms",
     "trace_full": "process {pid}: its trace file filled up ({mib:,.0f} MiB) at t = {t_s:,.3f} s; later events were "
                   "lost (ranges still open are closed there, later launches uncounted): set PCIETRACE_TRACE_BYTES "
                   "higher",

@@ -15,7 +15,7 @@ from pcietrace.analysis import attribution, counters, floor, gpu_time, names, sa
 from pcietrace.analysis.kinds import shared
 from pcietrace.analysis.notes import Note
 from pcietrace.analysis.results import AttachResult
-from pcietrace.analysis.timelines import idle_interval_ns, span_ns, timeline_bin_ns
+from pcietrace.analysis.timelines import idle_interval_ns, quiet_interval_ns, span_ns, timeline_bin_ns
 from pcietrace.schema import NO_LAUNCH_COUNTER, SECOND_COPY, TRACE_FULL
 from pcietrace.session import Session
 
@@ -87,7 +87,8 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
         t = cum["t_ns"].to_numpy()
         kept = [min(kept[0], int(t[0])), max(kept[1], int(t[-1]))]
         sampling.append(counters.sample_gaps(samples, s.counters, cum))
-        gaps.update(attribution.sampling_gaps(cum, s.counters, idle_interval_ns(s.meta), in_range))
+        gaps.update(attribution.sampling_gaps(cum, s.counters, idle_interval_ns(s.meta), in_range,
+                                              quiet_interval_ns(s.meta)))
         mine = [idx] if idx in sampled else []  # (the session's GPUs have floors; a GPU only sampled has none)
         rows[idx] = floor.floor_rows(cum, s.windows, mine, spans)
         whole_rows[idx] = floor.floor_rows(cum, s.windows, mine, windows_only=True)
@@ -165,6 +166,9 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, o
         notes.append(Note("no_device_information"))
     if idle_interval_ns(s.meta) and len(gaps):
         notes.append(Note("idle_sampling", idle_ms=idle_interval_ns(s.meta) / 1e6, gap_ms=gap_ns / 1e6))
+    if quiet_interval_ns(s.meta) > float(s.meta.get("sample_interval_ms") or 0.0) * 1e6:
+        notes.append(Note("quiet_sampling", quiet_ms=quiet_interval_ns(s.meta) / 1e6,
+                          fast_ms=float(s.meta["sample_interval_ms"])))
     fl = found.floor
     inst = attribution.attribute(ranges, None, fl, s.counters, sums=found.take("sums")) if len(ranges) else \
         pd.DataFrame(columns=attribution.INSTANCE_COLUMNS)

@@ -1,10 +1,11 @@
 """Range edges as a wake-up signal shared between the traced program and the samplers.
 
-A one-page file (normally under /dev/shm) holds four 32-bit words. The injection library maps it
-(``PCIETRACE_EDGE_FILE``), increments the sequence number (word 0) at every NVTX push/pop/start/end and wakes
-every waiter with a shared futex where the edge can change a sampler's pace (a range opening while none is
-open; see ``edge_signal`` in pt_inject_edges.c); an idle sampler waits on that futex instead of sleeping, so a range
-is read right after it opens without the program ever waiting for a read. Word 1 is
+A one-page file (normally under /dev/shm) holds five 32-bit words. The injection library maps it
+(``PCIETRACE_EDGE_FILE``), increments the sequence number (word 0) at every NVTX push/pop/start/end and, where
+the edge can change a sampler's pace (a range opening while none is open; see ``edge_signal`` in
+pt_inject_edges.c), word 4 too, waking every waiter on it (a shared futex); an idle sampler, or one at its quiet
+pace inside a range, waits on that futex instead of sleeping, so a range is read right after it opens without
+the program ever waiting for a read, and nested edges wake nobody. Word 1 is
 how many threads have a push range open, plus the start ranges open, right now over every traced process
 (kept by the injection library, never below 0: a thread counts once however deep its ranges nest), so a
 sampler can read fast only while a range is open; the library sets word 3 when it maps
@@ -26,7 +27,7 @@ from typing import Any
 PAGE = 4096  # (pt_abi.h: PT_EDGE_PAGE_BYTES)
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1  # shared (not FUTEX_PRIVATE_FLAG): waker and waiters live in different processes
-SEQ, OPEN_RANGES, FORCE_FAST, COUNTING = 0, 1, 2, 3  # 32-bit word indices in the page (pt_abi.h: PT_EDGE_*)
+SEQ, OPEN_RANGES, FORCE_FAST, COUNTING, WAKES = 0, 1, 2, 3, 4  # 32-bit words of the page (pt_abi.h: PT_EDGE_*)
 _SHORT_SLEEP_NS = 2_000_000  # below this a plain sleep: an Event's wait costs more than the sleep's precision
 
 
@@ -55,7 +56,7 @@ class EdgeWaiter:
         if path and _SYS_FUTEX is not None:
             with open(path, "r+b") as f:
                 self._mm = mmap.mmap(f.fileno(), PAGE)
-            self._words = (ctypes.c_uint32 * 4).from_buffer(self._mm)
+            self._words = (ctypes.c_uint32 * 5).from_buffer(self._mm)
             self._word = ctypes.c_uint32.from_buffer(self._mm)
             self._libc = ctypes.CDLL(None, use_errno=True)
 
@@ -68,6 +69,11 @@ class EdgeWaiter:
     def seq(self) -> int:
         """Edges signalled so far (modulo 2**32)."""
         return self._word.value if self._word is not None else 0
+
+    @property
+    def wakes(self) -> int:
+        """Edges that woke the samplers so far (modulo 2**32; 0 without a file)."""
+        return self._words[WAKES] if self._words is not None else 0
 
     @property
     def open_ranges(self) -> int:
@@ -96,10 +102,11 @@ class EdgeWaiter:
         """Wake every waiter now, as a range edge would (pcietrace's own wake-ups: rate change, pause, stop).
         Not atomic against the injection library's increments (Python has no atomics): at worst an edge at
         the same instant swallows this wake-up and the waiter wakes at its own deadline instead."""
-        if self._word is None:
+        if self._words is None:
             return
-        self._word.value = (self._word.value + 1) & 0xFFFFFFFF
-        self._libc.syscall(_SYS_FUTEX, ctypes.byref(self._word), _FUTEX_WAKE, 2**31 - 1, None, None, 0)
+        for w in (SEQ, WAKES):
+            self._words[w] = (self._words[w] + 1) & 0xFFFFFFFF
+        self._libc.syscall(_SYS_FUTEX, ctypes.byref(self._words, 4 * WAKES), _FUTEX_WAKE, 2**31 - 1, None, None, 0)
 
     def sleep_until(self, deadline_ns: int) -> None:
         """Return at ``deadline_ns`` (CLOCK_MONOTONIC) whatever the edges; a stop still cuts a long sleep short."""
@@ -111,23 +118,28 @@ class EdgeWaiter:
         else:
             time.sleep(left / 1e9)
 
-    def wait_until(self, deadline_ns: int, seen: int) -> None:
-        """Return at ``deadline_ns`` (CLOCK_MONOTONIC) or as soon as the sequence differs from ``seen``."""
+    def wait_until(self, deadline_ns: int, seen: int | None = None, woken: int | None = None) -> None:
+        """Return at ``deadline_ns`` (CLOCK_MONOTONIC), at an edge that wakes the samplers, or at once where the
+        sequence differs from ``seen`` (any edge since) or :attr:`wakes` from ``woken`` (a waking edge since)."""
+        if woken is None and self._words is not None:
+            woken = self._words[WAKES]
         while True:
             left = deadline_ns - time.monotonic_ns()
             if left <= 0:
                 return
-            if self._word is None:
+            if self._words is None:
                 if self._stop is not None:
                     self._stop.wait(left / 1e9)
                 else:
                     time.sleep(left / 1e9)
                 return
-            if self._word.value != seen:
+            wakes = self._words[WAKES]
+            if wakes != woken or (seen is not None and self._words[SEQ] != seen):
                 return
             ts = _Timespec(left // 1_000_000_000, left % 1_000_000_000)
-            self._libc.syscall(_SYS_FUTEX, ctypes.byref(self._word), _FUTEX_WAIT, ctypes.c_uint32(seen),
-                               ctypes.byref(ts), None, 0)
+            # (a waking edge after ``wakes`` was read: the call returns at once, and the loop sees it)
+            self._libc.syscall(_SYS_FUTEX, ctypes.byref(self._words, 4 * WAKES), _FUTEX_WAIT,
+                               ctypes.c_uint32(wakes), ctypes.byref(ts), None, 0)
 
     def close(self) -> None:
         self._word = self._words = None  # release the buffer exports before closing the map

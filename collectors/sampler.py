@@ -156,7 +156,7 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
         if pause.is_set():
             time.sleep(0.0005)
             continue
-        seen = waiter.seq
+        seen, woken = waiter.seq, waiter.wakes
         t0, t1 = sample()
         # the rest never outgrows MAX_REST_NS: a gap long enough to hide a counter wrap (~67 ms at 64 GB/s)
         # would cost every range over it its figure
@@ -169,8 +169,9 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
         # (fast: a copy, pcietrace's idle windows, or no library that counts open ranges)
         if not (last[1] or waiter.force_fast or not waiter.counting):
             if waiter.open_ranges > 0:
-                # nested edges do not cut this sleep short (the reads stay bounded by time at any density)
-                waiter.sleep_until(t0 + quiet_ns)
+                # only a waking edge (a range opening as the last one closed, pcietrace's own) cuts this wait
+                # short: nested edges do not (the reads stay bounded by time at any density)
+                waiter.wait_until(t0 + quiet_ns, woken=woken)
             elif idle_ns:
                 waiter.wait_until(t0 + idle_ns, seen)
         if now() >= next_send:

@@ -151,7 +151,7 @@ import nvtx
 from pcietrace.collectors.edges import EdgeWaiter
 w = EdgeWaiter(sys.argv[1])
 nvtx.push_range("outer")
-seen = w.seq
+seen, woken = w.seq, w.wakes
 def edges():
     time.sleep(0.2)
     for _ in range(1000):
@@ -159,7 +159,8 @@ def edges():
 threading.Thread(target=edges).start()
 t = time.monotonic()
 w.wait_until(time.monotonic_ns() + 1_000_000_000, seen)
-print(json.dumps({"waited_s": time.monotonic() - t, "edges": (w.seq - seen) % 2**32}))
+print(json.dumps({"waited_s": time.monotonic() - t, "edges": (w.seq - seen) % 2**32,
+                  "wakes": (w.wakes - woken) % 2**32, "outer_woke": woken}))
 nvtx.pop_range()
 """
 
@@ -171,6 +172,7 @@ def test_only_a_range_opening_with_none_open_wakes_the_samplers(tmp_path) -> Non
     assert proc.returncode == 0, proc.stderr
     nested = json.loads(proc.stdout)
     assert nested["edges"] == 2000 and nested["waited_s"] >= 0.9, nested
+    assert nested["outer_woke"] == 1 and nested["wakes"] == 0, nested  # the outer push woke, no inner edge did
 
 
 @pytest.mark.skipif(edges._SYS_FUTEX is None, reason="futex syscall number unknown on this machine")
@@ -226,12 +228,15 @@ def _sample_in_this_process(monkeypatch, page: str, interval_ms: float, idle_ms:
     stop, pause = threading.Event(), threading.Event()
     with open(page, "r+b") as f:
         mm = mmap.mmap(f.fileno(), edges.PAGE)
-    words = (ctypes.c_uint32 * 4).from_buffer(mm)
+    words = (ctypes.c_uint32 * 5).from_buffer(mm)
     libc = ctypes.CDLL(None)
 
-    def edge() -> None:  # what the injection library does at an edge: bump the sequence, wake the waiters
-        words[edges.SEQ] += 1
-        libc.syscall(edges._SYS_FUTEX, ctypes.byref(words, 0), edges._FUTEX_WAKE, 2**31 - 1, None, None, 0)
+    def edge(wake: bool = True) -> None:  # what the injection library does at an edge: bump the sequence and,
+        words[edges.SEQ] += 1              # where it can change a sampler's pace, wake the waiters
+        if wake:
+            words[edges.WAKES] += 1
+            libc.syscall(edges._SYS_FUTEX, ctypes.byref(words, 4 * edges.WAKES), edges._FUTEX_WAKE, 2**31 - 1,
+                         None, None, 0)
 
     def run_app() -> None:
         try:
@@ -379,8 +384,8 @@ def _quiet_in_ranges(monkeypatch) -> dict[str, bool]:
         edge()
         marks["open"] = time.monotonic_ns()
         end = marks["open"] + 150_000_000
-        while time.monotonic_ns() < end:                   # launches only, an edge every ~50 us: the quiet pace
-            edge()
+        while time.monotonic_ns() < end:                   # launches only, a nested edge every ~50 us: quiet
+            edge(wake=False)
             time.sleep(50e-6)
         CopyingReader.copying = True
         marks["copy"] = time.monotonic_ns()
@@ -388,6 +393,12 @@ def _quiet_in_ranges(monkeypatch) -> dict[str, bool]:
         CopyingReader.copying = False
         marks["done"] = time.monotonic_ns()
         time.sleep(0.1)                                     # launches only again: quiet
+        words[edges.OPEN_RANGES] -= 1
+        edge(wake=False)
+        words[edges.OPEN_RANGES] += 1
+        edge()                                              # the next range opening as the last one closed
+        marks["reopen"] = time.monotonic_ns()
+        time.sleep(0.03)
         words[edges.OPEN_RANGES] -= 1
 
     try:
@@ -400,8 +411,9 @@ def _quiet_in_ranges(monkeypatch) -> dict[str, bool]:
     quiet = (start > marks["open"]) & (start < marks["copy"] - 5e6)
     seen = t[np.searchsorted(t, marks["copy"])]
     copying = (start > seen) & (start < marks["done"])
-    after = (start > marks["done"] + 10e6) & (start < t[-1] - 5e6)
-    return {"quiet ~5 ms in the range": quiet.sum() > 15 and 4.5e6 < np.median(gap[quiet]) < 8e6,
+    after = (start > marks["done"] + 10e6) & (start < marks["reopen"] - 5e6)
+    return {"a range opening as the last one closed wakes": t[np.searchsorted(t, marks["reopen"])] - marks["reopen"] < 2e6,
+            "quiet ~5 ms in the range": quiet.sum() > 15 and 4.5e6 < np.median(gap[quiet]) < 8e6,
             "no quiet gap under the interval": np.percentile(gap[quiet], 5) >= 4.5e6,
             "fast while copying": copying.sum() > 30 and np.median(gap[copying]) < 3e6,
             "quiet again after": after.sum() > 8 and 4.5e6 < np.median(gap[after]) < 8e6}
@@ -571,10 +583,12 @@ def test_sampler_processes_follow_the_page_and_the_held_fast_rate() -> None:
 
 @pytest.mark.gpu
 def test_real_sampler_processes_follow_open_ranges_and_the_held_fast_rate() -> None:
-    """On a GPU (NVML): the sampler child processes read GPU 0 every ~10 ms with no range open, fast while
-    the page says a range is open or pcietrace holds the fast rate (as in attach's idle windows)."""
+    """On a GPU (NVML): the sampler child processes read GPU 0 every ~10 ms with no range open, every ~3 ms (the
+    quiet pace: only the reads' own traffic) while the page says a range is open, fast while pcietrace holds
+    the fast rate (as in attach's idle windows)."""
     page = edges.create()
-    s = CounterSampler([0], interval_ns=500_000, edge_file=page, idle_interval_ns=10_000_000)
+    s = CounterSampler([0], interval_ns=500_000, edge_file=page, idle_interval_ns=10_000_000,
+                       quiet_interval_ns=3_000_000)
     with open(page, "r+b") as f:
         mm = mmap.mmap(f.fileno(), edges.PAGE)
     words = (ctypes.c_uint32 * 4).from_buffer(mm)
@@ -603,7 +617,7 @@ def test_real_sampler_processes_follow_open_ranges_and_the_held_fast_rate() -> N
                for (phase, a), (_, b) in zip(marks, ends)]
     print("median gap between reads, ms:", medians)
     for phase, ms in medians:
-        assert (8 < ms < 15) if phase == "idle" else (ms < 3), medians
+        assert {"idle": 8 < ms < 15, "open": 2.5 < ms < 4.5, "held": ms < 1.5}[phase], medians
 
 
 def _thin_like_idle_aware(s, idle_ns: int) -> int:

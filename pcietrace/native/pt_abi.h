@@ -16,10 +16,11 @@
 
 /* The edge page (PCIETRACE_EDGE_FILE, one page shared by the program and the samplers): 32-bit words, by index
  * (collectors/edges.py: SEQ, OPEN_RANGES, FORCE_FAST, COUNTING, PAGE). */
-#define PT_EDGE_SEQ 0          /* range edges so far (modulo 2**32); the futex the samplers wait on */
+#define PT_EDGE_SEQ 0          /* range edges so far (modulo 2**32) */
 #define PT_EDGE_OPEN_RANGES 1  /* threads with a push range open, plus start ranges open, now; never below 0 */
 #define PT_EDGE_FORCE_FAST 2   /* pcietrace's own: the recording process wants the fast rate with no range open */
 #define PT_EDGE_COUNTING 3     /* set by a library that keeps word 1 when it maps the page */
+#define PT_EDGE_WAKES 4        /* edges that woke the samplers so far (modulo 2**32); the futex they wait on */
 #define PT_EDGE_PAGE_BYTES 4096
 
 /* Each trace file (PCIETRACE_TRACE_DIR/trace-<pid>.bin) is a sparse file of three parts, written through one

@@ -38,7 +38,11 @@ void edge_signal(int wake)
     edges_open();
     if (!g_edge_seq) return;
     atomic_fetch_add(&g_edge_seq[PT_EDGE_SEQ], 1);
-    if (wake && g_edge_wake) syscall(SYS_futex, (void *)&g_edge_seq[PT_EDGE_SEQ], FUTEX_WAKE, INT_MAX, NULL, NULL, 0);  /* shared: no FUTEX_PRIVATE_FLAG */
+    if (!wake || !g_edge_wake) return;
+    /* a word of its own: a sampler reading at its quiet pace inside a range sleeps until a waking edge, which
+     * the nested edges (bumping PT_EDGE_SEQ) would otherwise cut short at every try */
+    atomic_fetch_add(&g_edge_seq[PT_EDGE_WAKES], 1);
+    syscall(SYS_futex, (void *)&g_edge_seq[PT_EDGE_WAKES], FUTEX_WAKE, INT_MAX, NULL, NULL, 0);  /* shared: no FUTEX_PRIVATE_FLAG */
 }
 
 /* ---- ranges open now (PT_EDGE_OPEN_RANGES of the edge page) ----

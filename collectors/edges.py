@@ -2,7 +2,7 @@
 
 A one-page file (normally under /dev/shm) holds five 32-bit words. The injection library maps it
 (``PCIETRACE_EDGE_FILE``), increments the sequence number (word 0) at every NVTX push/pop/start/end and, where
-the edge can change a sampler's pace (a range opening while none is open; see ``edge_signal`` in
+a sampler should read (a range opening in a process with none open in it; see ``edge_signal`` in
 pt_inject_edges.c), word 4 too, waking every waiter on it (a shared futex); an idle sampler, or one at its quiet
 pace inside a range, waits on that futex instead of sleeping, so a range is read right after it opens without
 the program ever waiting for a read, and nested edges wake nobody. Word 1 is

@@ -121,6 +121,8 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
     quiet = 1 / max_duty - 1  # after a read of d ns, stay out of NVML for quiet x d
     idle_ns = max(int(idle_interval_ns), interval_ns) if idle_interval_ns > 0 and waiter.mapped else 0
     quiet_ns = max(int(quiet_interval_ns), interval_ns) if quiet_interval_ns > 0 and waiter.mapped else interval_ns
+    hold_ns = int(float(os.environ.get("PCIETRACE_FAST_HOLD_MS", "0")) * 1e6)  # EXPERIMENT
+    busy_at = [-(2**62)]
 
     last: list[Any] = [None, False]  # the last good read (t_ns, tx, rx), and whether the link moved > BUSY_BPS since
 
@@ -167,7 +169,9 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
         waiter.sleep_until(max(t0 + interval_ns, rest))
         # the rate is chosen after that: an edge since the read began changed seq, so an idle wait ends at once
         # (fast: a copy, pcietrace's idle windows, or no library that counts open ranges)
-        if not (last[1] or waiter.force_fast or not waiter.counting):
+        if last[1]:
+            busy_at[0] = t1
+        if not (last[1] or waiter.force_fast or not waiter.counting or t1 - busy_at[0] < hold_ns):
             if waiter.open_ranges > 0:
                 # only a waking edge (a range opening as the last one closed, pcietrace's own) cuts this wait
                 # short: nested edges do not (the reads stay bounded by time at any density)

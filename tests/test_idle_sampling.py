@@ -146,33 +146,49 @@ def test_edges_wake_the_samplers_unless_told_not_to(tmp_path) -> None:
 
 
 NESTED_WAKE_SCRIPT = """
-import json, sys, threading, time
+import json, subprocess, sys, threading, time
 import nvtx
 from pcietrace.collectors.edges import EdgeWaiter
 w = EdgeWaiter(sys.argv[1])
 nvtx.push_range("outer")
 seen, woken = w.seq, w.wakes
 def edges():
-    time.sleep(0.2)
+    time.sleep(0.1)
+    nvtx.push_range("thread outer")
     for _ in range(1000):
         nvtx.push_range("inner"); nvtx.pop_range()
-threading.Thread(target=edges).start()
+    nvtx.pop_range()
+    for _ in range(1000):
+        nvtx.push_range("inner"); nvtx.pop_range()
+th = threading.Thread(target=edges)
+th.start()
 t = time.monotonic()
-w.wait_until(time.monotonic_ns() + 1_000_000_000, seen)
-print(json.dumps({"waited_s": time.monotonic() - t, "edges": (w.seq - seen) % 2**32,
-                  "wakes": (w.wakes - woken) % 2**32, "outer_woke": woken}))
+w.wait_until(time.monotonic_ns() + 600_000_000, woken=woken)
+out = {"thread_waited_s": time.monotonic() - t, "outer_woke": woken}
+th.join()
+out.update(edges=(w.seq - seen) % 2**32, thread_wakes=(w.wakes - woken) % 2**32)
+woken = w.wakes
+t = time.monotonic()
+other = subprocess.Popen([sys.executable, "-c", "import nvtx, time; time.sleep(0.3); nvtx.push_range('r'); nvtx.pop_range()"])
+w.wait_until(time.monotonic_ns() + 20_000_000_000, woken=woken)
+out.update(process_waited_s=time.monotonic() - t, process_wakes=(w.wakes - woken) % 2**32)
+other.wait()
+print(json.dumps(out))
 nvtx.pop_range()
 """
 
 
-def test_only_a_range_opening_with_none_open_wakes_the_samplers(tmp_path) -> None:
-    # nested edges (emit_nvtx density: thousands per step) bump the sequence but make no system call: a
-    # sampler at the fast rate reads on its own pace, so only the first range to open needs to wake it
+def test_only_a_range_opening_in_a_process_with_none_open_wakes_the_samplers(tmp_path) -> None:
+    # nested edges (emit_nvtx density: thousands per step) and ranges of a second thread (PyTorch's autograd
+    # thread) while the process has one open wake nobody: a sampler inside a range reads at its own pace. A
+    # range opening in another process (another rank) wakes them although this one has a range open
     proc, _ = _under_the_library(tmp_path, NESTED_WAKE_SCRIPT)
     assert proc.returncode == 0, proc.stderr
     nested = json.loads(proc.stdout)
-    assert nested["edges"] == 2000 and nested["waited_s"] >= 0.9, nested
-    assert nested["outer_woke"] == 1 and nested["wakes"] == 0, nested  # the outer push woke, no inner edge did
+    # (nested pairs touch no shared word: the thread's outer push and pop and its 1,000 outermost pairs do)
+    assert nested["outer_woke"] == 1 and nested["edges"] == 2002 and nested["thread_wakes"] == 0, nested
+    assert nested["thread_waited_s"] >= 0.55, nested
+    assert nested["process_wakes"] == 1 and nested["process_waited_s"] < 15, nested
 
 
 @pytest.mark.skipif(edges._SYS_FUTEX is None, reason="futex syscall number unknown on this machine")

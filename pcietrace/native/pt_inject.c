@@ -30,13 +30,13 @@
  * TSC where the kernel's clocksource is it, turned into ns at each event); other modes write -1 (not timed).
  *
  * Range edges (pt_inject_edges.c; the page's words are named in pt_abi.h): with PCIETRACE_EDGE_FILE, every
- * push/pop/start/end bumps a shared 32-bit sequence number (PT_EDGE_SEQ); a range that opens while none is open
- * (and any edge of a domain that does not hold the fast rate) also bumps PT_EDGE_WAKES and wakes the sampler
- * processes waiting on that word (a shared futex), so they read the counters right after it; nested and closing
- * edges wake nobody (see edge_signal). PT_EDGE_OPEN_RANGES counts the threads with a push range open and the start ranges open, right now
- * over every traced process (raised at push/start, lowered at pop/end, before the wake-up; a nested push or pop
- * touches no shared word), so the samplers read fast only while one is
- * open; PT_EDGE_COUNTING says this library keeps that count (set when it maps the page), so that an older
+ * push/pop/start/end bumps a shared 32-bit sequence number (PT_EDGE_SEQ); a range that opens in a process with
+ * none open in it (and any edge of a domain that does not hold the fast rate) also bumps PT_EDGE_WAKES and wakes
+ * the sampler processes waiting on that word (a shared futex), so they read the counters right after it; nested
+ * and closing edges wake nobody (see edge_signal). PT_EDGE_OPEN_RANGES counts the threads with a push range open
+ * and the start ranges open, right now over every traced process (raised at push/start, lowered at pop/end,
+ * before the wake-up; a nested push or pop touches no shared word), so the samplers read often only while one
+ * is open; PT_EDGE_COUNTING says this library keeps that count (set when it maps the page), so that an older
  * library, which does not, never makes the samplers slow down inside ranges.
  * With PCIETRACE_EXACT_EDGES=1 the library also reads the counters itself through NVML at every edge (a "ctr"
  * event: id = NVML index, message = "read_ns tx rx"), before a push and after a pop.

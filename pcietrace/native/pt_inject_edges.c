@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 
+enum { WAKE_GAP_NS = 100000 };  /* below a counter read's own time (0.25-0.9 ms): see edge_signal */
 static atomic_uint *g_edge_seq;  /* the edge page's words (set once, in edges_map, before edges_open returns) */
 static int g_edge_wake = 1;  /* PCIETRACE_EDGE_WAKE=0: count edges but leave the samplers to their own pace */
 static pthread_once_t g_edges_once = PTHREAD_ONCE_INIT;
@@ -28,11 +29,11 @@ static void edges_map(void)
 /* once, and every thread waits for it: a flag set before the mapping let a second thread skip its edge */
 void edges_open(void) { pthread_once(&g_edges_once, edges_map); }
 
-/* Every edge bumps the sequence; only an edge that can change a sampler's pace also wakes it (a system call
- * each): a range opening while none was open, an edge of a domain that does not hold the fast rate, the
- * process leaving. Nested edges and closing ones wake nobody: while a range is open the samplers read at
- * their own fixed pace, so at emit_nvtx density (thousands of nested edges per step) the edges cost no
- * system call and no extra read. */
+/* Every edge bumps the sequence; only an edge where a sampler should read also wakes it (PT_EDGE_WAKES, and a
+ * system call at most every WAKE_GAP_NS): a range opening in a process with none open in it, an edge of a domain
+ * that does not hold the fast rate, the process leaving. Nested edges and closing ones wake nobody: inside a
+ * range the samplers read at their own pace, so at emit_nvtx density (thousands of nested edges per step) the
+ * edges cost no system call and no extra read. */
 void edge_signal(int wake)
 {
     edges_open();
@@ -42,6 +43,13 @@ void edge_signal(int wake)
     /* a word of its own: a sampler reading at its quiet pace inside a range sleeps until a waking edge, which
      * the nested edges (bumping PT_EDGE_SEQ) would otherwise cut short at every try */
     atomic_fetch_add(&g_edge_seq[PT_EDGE_WAKES], 1);
+    /* At most one system call per WAKE_GAP_NS per process (a range per op with no enclosing range wakes at every
+     * op): a sampler woken less than that ago is still reading or resting, and it looks at the word before it
+     * waits again, so it sees this bump then */
+    static _Atomic unsigned long long last_ns;
+    unsigned long long now = mono_ns(), last = atomic_load_explicit(&last_ns, memory_order_relaxed);
+    if (last && now - last < WAKE_GAP_NS) return;
+    atomic_store_explicit(&last_ns, now, memory_order_relaxed);
     syscall(SYS_futex, (void *)&g_edge_seq[PT_EDGE_WAKES], FUTEX_WAKE, INT_MAX, NULL, NULL, 0);  /* shared: no FUTEX_PRIVATE_FLAG */
 }
 
@@ -66,13 +74,17 @@ static void open_ranges_forget(void)
     for (int i = 0; i < OPEN_IDS; ++i) atomic_store(&g_open_ids[i], 0);
 }
 
-/* returns whether no range was open before (the samplers may be idle: this edge wakes them) */
+/* returns whether this process had no range open (the samplers, idle or at their quiet pace, are woken):
+ * whatever other processes have open (under torchrun another rank nearly always has one: a copy right after a
+ * launch-only range was then read in one 2 ms interval with both ranges' edges), but not where another thread
+ * of this process has one (PyTorch's autograd thread opens each backward op's range on its own, inside the
+ * main thread's step) */
 static int open_ranges_add(void)
 {
     edges_open();
     if (!g_edge_seq) return 0;
-    atomic_fetch_add(&g_counted, 1);
-    return atomic_fetch_add(&g_edge_seq[PT_EDGE_OPEN_RANGES], 1) == 0;
+    atomic_fetch_add(&g_edge_seq[PT_EDGE_OPEN_RANGES], 1);
+    return atomic_fetch_add(&g_counted, 1) == 0;
 }
 
 static void open_ranges_sub_n(unsigned k)

@@ -56,8 +56,9 @@ _CHUNK_NS = 20_000_000  # send samples to the parent every 20 ms
 DEFAULT_MAX_DUTY = 1.0
 MAX_REST_NS = 5_000_000
 #: Idle-aware sampling (attach): with an edge file, a GPU is read every ``interval_ns`` only while a range is
-#: open (or pcietrace holds the fast rate, as in attach's idle windows, or no injection library that counts
-#: open ranges has mapped the page yet), else every ``idle_interval_ns``; a range that opens wakes the sampler,
+#: open (at most, see ``quiet_interval_ns`` below; or pcietrace holds the fast rate, as in attach's idle
+#: windows, or no injection library that counts open ranges has mapped the page yet), else every
+#: ``idle_interval_ns``; a range that opens in a process with none open wakes the sampler,
 #: which reads right after its push, though never sooner than ``interval_ns`` after its last read (so a GPU is
 #: read at most every ``interval_ns`` whatever the range density). Measured on 4x
 #: H200 under torchrun (2026-11-22): 0.5 ms reads slowed NCCL's collectives outside the ranges by 40-48 %,
@@ -72,6 +73,13 @@ MAX_IDLE_INTERVAL_NS = 20_000_000
 #: (per-op ranges of a 1.5 MB forward, 2026-11-27): 0.5 ms, H2D -6.7 ... +1.6 % (34 of 40 directions within
 #: their stated error); 2 ms, -1.0 ... +0.1 % (40 of 40); but 2 ms throughout put back-to-back 64 MiB copy
 #: ranges of 2.4 ms 20 % off (12 of 28 within the goal, 28 of 28 at 0.5 ms), hence a pace by the link's rate.
+#: A range opening in a process with none open ends a quiet wait at once (otherwise a copy range right after a
+#: launch-only one, both inside one 2 ms interval, split its bytes with it: 15 of 28), nested edges never.
+#: The fast pace holds this long after the last read that saw the link busy: copies a few hundred us apart (an
+#: app's syncs and small reads between its copy ranges) stay read fast throughout. Measured on 4x H200, the
+#: two-node torchrun job's copy ranges (bench/multinode_torchrun.sh): 27 of 28 within the goal without it, 28 of
+#: 28 with 5 ms.
+FAST_HOLD_NS = 5_000_000
 #: While no range is open, a GPU whose counters moved faster than this over the last interval (both directions,
 #: B/s) is still read at the fast rate: a copy outside any range would otherwise put up to one idle interval
 #: of its bytes into the edge of a range opening right after it (2x H200: the first idle call
@@ -121,8 +129,7 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
     quiet = 1 / max_duty - 1  # after a read of d ns, stay out of NVML for quiet x d
     idle_ns = max(int(idle_interval_ns), interval_ns) if idle_interval_ns > 0 and waiter.mapped else 0
     quiet_ns = max(int(quiet_interval_ns), interval_ns) if quiet_interval_ns > 0 and waiter.mapped else interval_ns
-    hold_ns = int(float(os.environ.get("PCIETRACE_FAST_HOLD_MS", "0")) * 1e6)  # EXPERIMENT
-    busy_at = [-(2**62)]
+    busy_at = -(2**62)  # when a read last saw the link busy
 
     last: list[Any] = [None, False]  # the last good read (t_ns, tx, rx), and whether the link moved > BUSY_BPS since
 
@@ -168,10 +175,10 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
         # seen) shares the next read, and nested ranges share their parents'.
         waiter.sleep_until(max(t0 + interval_ns, rest))
         # the rate is chosen after that: an edge since the read began changed seq, so an idle wait ends at once
-        # (fast: a copy, pcietrace's idle windows, or no library that counts open ranges)
+        # (fast: a copy lately, pcietrace's idle windows, or no library that counts open ranges)
         if last[1]:
-            busy_at[0] = t1
-        if not (last[1] or waiter.force_fast or not waiter.counting or t1 - busy_at[0] < hold_ns):
+            busy_at = t1
+        if not (t1 - busy_at < FAST_HOLD_NS or waiter.force_fast or not waiter.counting):
             if waiter.open_ranges > 0:
                 # only a waking edge (a range opening as the last one closed, pcietrace's own) cuts this wait
                 # short: nested edges do not (the reads stay bounded by time at any density)

@@ -81,8 +81,16 @@ def write_json(doc: Any, out: Any, default: Callable[[Any], Any] = str, allow_na
         doc = counts_as_ints(doc)
         out.write("[\n")
         seen: dict[Any, Any] = {}  # (each category's text made once for the whole table, not once a chunk)
+        raw = getattr(out, "buffer", None)  # (a text file's bytes: the rows' UTF-8 goes there as Arrow made it)
         for i in range(0, len(doc), JSON_CHUNK_ROWS):
-            out.write((",\n" if i else "") + json_lines(doc.iloc[i:i + JSON_CHUNK_ROWS], sep=",\n", categories=seen))
+            text = json_bytes(doc.iloc[i:i + JSON_CHUNK_ROWS], sep=",\n", categories=seen)
+            if i:
+                out.write(",\n")
+            if raw is None:
+                out.write(bytes(text).decode())
+            else:
+                out.flush()
+                raw.write(text)
         out.write("\n]")
     elif isinstance(doc, dict) and _holds_table(doc):
         out.write("{")
@@ -100,6 +108,25 @@ def json_lines(df: pd.DataFrame, sep: str | None = None, categories: dict[Any, A
     numbers as numbers (floats keep a decimal point), null for NaN, NA and infinities, and any other value
     (strings, lists, bools among NaN) as ``json.dumps`` writes it, each distinct value encoded once.
     ``categories``: where a categorical column's categories' text is kept between calls on parts of one table."""
+    if sep is None:
+        return _row_texts(df, None, categories).to_pylist() if len(df) else []
+    return bytes(json_bytes(df, sep, categories)).decode()
+
+
+def json_bytes(df: pd.DataFrame, sep: str, categories: dict[Any, Any] | None = None) -> memoryview:
+    """:func:`json_lines` joined by ``sep``, as the UTF-8 bytes Arrow made (no Python string per row or for
+    the whole: a long run's range instances are gigabytes of text)."""
+    if not len(df):
+        return memoryview(b"")
+    rows = _row_texts(df, sep, categories)
+    # the rows' text lies back to back in the array's data
+    at = np.frombuffer(rows.buffers()[1], np.int64)[rows.offset:rows.offset + len(rows) + 1]
+    return memoryview(rows.buffers()[2])[int(at[0]):int(at[-1]) - len(sep.encode())]
+
+
+def _row_texts(df: pd.DataFrame, sep: str | None, categories: dict[Any, Any] | None) -> Any:
+    """Each row's JSON text (ending in ``sep`` where given) as an Arrow large_string array (see
+    :func:`json_lines`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -162,18 +189,11 @@ def json_lines(df: pd.DataFrame, sep: str | None = None, categories: dict[Any, A
                                 json.dumps(u.item() if isinstance(u, np.generic) else u, default=_plain)) for u in values]
                         + [key + "null"], pa.large_string())
 
-    if not len(df):
-        return [] if sep is None else ""
     parts: list[Any] = []
     for k, c in enumerate(df.columns):
         parts += column(df[c], ("{" if not k else ",") + json.dumps(str(c)) + ":")
     parts.append(lit("}" if sep is None else "}" + sep))
-    rows = pc.binary_join_element_wise(*parts, lit(""))
-    if sep is None:
-        return rows.to_pylist()
-    # joined: the rows' text lies back to back in the array's data (no Python string per row)
-    at = np.frombuffer(rows.buffers()[1], np.int64)[rows.offset:rows.offset + len(rows) + 1]
-    return bytes(memoryview(rows.buffers()[2])[int(at[0]):int(at[-1]) - len(sep.encode())]).decode()
+    return pc.binary_join_element_wise(*parts, lit(""))
 
 
 def by_object(values: np.ndarray) -> tuple[np.ndarray, list[Any]]:

@@ -142,7 +142,7 @@ def _row_texts(df: pd.DataFrame, sep: str | None, categories: dict[Any, Any] | N
         if kind in "iu" or isinstance(col.dtype, pd.Int64Dtype):
             return [lit(key), pc.fill_null(pc.cast(pa.array(col, from_pandas=True), pa.large_string()), lit("null"))]
         if kind == "f":
-            return [lit(key), floats(col.to_numpy(np.float64))]
+            return [lit(key), *floats(col.to_numpy(np.float64))]
         if isinstance(col.dtype, pd.CategoricalDtype):  # (its categories encoded once, their codes taken)
             cache = categories if categories is not None else {}
             if (col.dtype, key) not in cache:
@@ -158,14 +158,17 @@ def _row_texts(df: pd.DataFrame, sep: str | None, categories: dict[Any, Any] | N
         text = encoded(uniques, key)
         return [text.take(np.where(codes < 0, len(text) - 1, codes))]
 
-    def floats(v: np.ndarray) -> Any:
-        """Each value's shortest text, a whole number's with ".0" (Arrow writes 3.0 as "3"), null where not finite."""
+    def floats(v: np.ndarray) -> list[Any]:
+        """Each value's shortest text, a whole number's with ".0" (Arrow writes 3.0 as "3"), null where not finite
+        (the parts of the row text: where every value is whole, ".0" is a part of its own)."""
         def dotted(text: Any) -> Any:
             return pc.binary_join_element_wise(text, lit(".0"), lit(""))
 
         finite = np.isfinite(v)
         # whole numbers below 1e10 (from there on Arrow writes an exponent) cast as integers, which is quicker
         whole = finite & (np.abs(v) < 1e10) & (v == np.trunc(v)) & ~((v == 0) & np.signbit(v))
+        if whole.all():
+            return [pc.cast(pa.array(v.astype(np.int64)), pa.large_string()), lit(".0")]
         texts, at = [], np.full(v.size, -1, np.int64)
         for rows in (whole, finite & ~whole):
             if not rows.any():
@@ -180,9 +183,9 @@ def _row_texts(df: pd.DataFrame, sep: str | None, categories: dict[Any, Any] | N
             at[rows] = sum(map(len, texts)) + np.arange(len(text))
             texts.append(text)
         if len(texts) == 1 and finite.all():
-            return texts[0]
+            return texts[:1]
         texts.append(pa.array(["null"], pa.large_string()))
-        return pa.concat_arrays(texts).take(np.where(at < 0, sum(map(len, texts)) - 1, at))
+        return [pa.concat_arrays(texts).take(np.where(at < 0, sum(map(len, texts)) - 1, at))]
 
     def encoded(values: list[Any], key: str) -> Any:  # each value's text after ``key``, and "null" last (for the missing)
         return pa.array([key + ("null" if isinstance(u, float) and not math.isfinite(u) else

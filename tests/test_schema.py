@@ -131,3 +131,33 @@ def test_json_lines_are_the_records_pandas_writes_with_floats_kept_floats() -> N
     assert isinstance(mine[0]["eager_launches"], int) and mine[1]["eager_launches"] is None
     assert json_lines(df, sep=",\n") == ",\n".join(json_lines(df))
     assert json_lines(df.iloc[:0]) == [] and json_lines(df.iloc[:0], sep=",") == ""
+
+
+def test_a_table_written_to_a_file_is_the_text_written_to_a_string(tmp_path, monkeypatch) -> None:
+    """write_json hands a text file's bytes the rows as Arrow made them (a long run's instances: gigabytes of
+    text), a string buffer the decoded text; both read back as the same document, whole floats among fractional
+    ones and all-whole float columns keeping their decimal point, across chunks."""
+    import io
+    import json
+
+    import numpy as np
+    import pandas as pd
+
+    from pcietrace import schema
+
+    monkeypatch.setattr(schema, "JSON_CHUNK_ROWS", 3)  # (several chunks from a small table)
+    n = 10
+    df = pd.DataFrame({"pid": np.arange(n), "whole_ns": np.arange(n) * 2.0, "h2d_bytes": np.arange(n) / 3,
+                       "name": pd.Categorical(["é"] * n), "closed": np.arange(n) % 2 == 0})
+    doc = {"head": {"x": 1}, "range_instances": df}
+    text = io.StringIO()
+    schema.write_json(doc, text)
+    path = tmp_path / "doc.json"
+    with open(path, "w") as f:
+        f.write("{\"before\": 1, \"doc\": ")  # (text written before the rows: flushed ahead of them)
+        schema.write_json(doc, f)
+        f.write("}")
+    assert path.read_text(encoding="utf-8") == "{\"before\": 1, \"doc\": " + text.getvalue() + "}"
+    rows = json.loads(text.getvalue())["range_instances"]
+    assert [r["whole_ns"] for r in rows] == [2.0 * i for i in range(n)] and isinstance(rows[1]["whole_ns"], float)
+    assert '"whole_ns":2.0' in text.getvalue() and rows[4]["name"] == "é"

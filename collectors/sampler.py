@@ -66,19 +66,13 @@ MAX_REST_NS = 5_000_000
 #: allowed stays far below a counter wrap (~67 ms at 64 GB/s for 32 bits; `analysis.counters.could_hide_wrap`).
 MAX_IDLE_INTERVAL_NS = 20_000_000
 #: While a range is open but the counters moved slower than :data:`BUSY_BPS` over the last interval (launches,
-#: small copies), a GPU is read every ``quiet_interval_ns`` (attach's default 2 ms,
-#: `--quiet-sample-interval-ms`); a bulk copy brings back ``interval_ns`` from the read that sees it. Each read
-#: moves ~35 kB itself, so at 0.5 ms the reads outweigh a launch stream's own bytes and a few % of error in a
-#: read's cost in the program's state (which no quiet interval shows) decides the range. Measured on 4x H200
-#: (per-op ranges of a 1.5 MB forward, 2026-11-27): 0.5 ms, H2D -6.7 ... +1.6 % (34 of 40 directions within
-#: their stated error); 2 ms, -1.0 ... +0.1 % (40 of 40); but 2 ms throughout put back-to-back 64 MiB copy
-#: ranges of 2.4 ms 20 % off (12 of 28 within the goal, 28 of 28 at 0.5 ms), hence a pace by the link's rate.
-#: A range opening in a process with none open ends a quiet wait at once (otherwise a copy range right after a
-#: launch-only one, both inside one 2 ms interval, split its bytes with it: 15 of 28), nested edges never.
-#: The fast pace holds this long after the last read that saw the link busy: copies a few hundred us apart (an
-#: app's syncs and small reads between its copy ranges) stay read fast throughout. Measured on 4x H200, the
-#: two-node torchrun job's copy ranges (bench/multinode_torchrun.sh): 27 of 28 within the goal without it, 28 of
-#: 28 with 5 ms.
+#: small copies), a GPU is read every ``quiet_interval_ns`` (attach: 2 ms, `--quiet-sample-interval-ms`): each
+#: read moves tens of kB itself, so at 0.5 ms the reads outweigh a launch stream's own bytes and the floor's cost
+#: per read decides the range; read every 2 ms throughout, copy ranges of a few ms right after each other lose
+#: their edges (docs/method.md, "Dense NVTX ranges", has both measured). So a bulk copy brings back
+#: ``interval_ns`` from the read that sees it until ``FAST_HOLD_NS`` past the last such read (copies a few
+#: hundred us apart stay read fast throughout), and a range opening in a process with none open ends a quiet
+#: wait at once (a copy range may follow a launch-only one), nested edges never.
 FAST_HOLD_NS = 5_000_000
 #: While no range is open, a GPU whose counters moved faster than this over the last interval (both directions,
 #: B/s) is still read at the fast rate: a copy outside any range would otherwise put up to one idle interval

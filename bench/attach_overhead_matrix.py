@@ -5,11 +5,13 @@ app's timed loop and of each range's duration per configuration.
     python3 bench/attach_overhead_matrix.py SCENARIO [--pairs N] [--reps R]
 ``--reps R``: the app's repetitions of its ranges (default the app's 5: a ~0.25 s loop, whose wall time
 varied by up to +-9 % between plain torchrun runs on 2x H200; more repetitions average that out).
-Configurations: alone; attach (defaults, --no-calibrate: idle-aware sampling, 0.5 ms in ranges, 5 ms outside);
-attach-idle0 (--idle-sample-interval-ms 0: 0.5 ms throughout, the default before idle-aware sampling); attach with
+Configurations: alone; attach (defaults, --no-calibrate: idle-aware sampling, 2 ms in launch-only ranges, 0.5 ms
+during copies, 5 ms outside ranges); attach-idle0 (--idle-sample-interval-ms 0 --quiet-sample-interval-ms 0: 0.5 ms
+throughout, the default before idle-aware sampling); attach with
 the sampler's duty cap at 0.5 and 1 (off); attach-nowake (PCIETRACE_EDGE_WAKE=0: range edges do not wake the
 samplers, which read at their own pace, so no read starts right after a push beside the range's first driver
-call); attach-1ms and attach-10ms (--sample-interval-ms 1 / 10: inside ranges); attach-nocount
+call); attach-1ms and attach-10ms (--sample-interval-ms 1 / 10 with --quiet-sample-interval-ms 0: inside ranges,
+copies or not); attach-nocount
 (--no-count-launches: no launch trampolines, no per-launch device lookup) and
 attach-nocount-10ms (both), which tell the injection's per-launch cost from the reads'; inject (the injection library
 as attach sets it up, trampolines in the launch path, but no sampler and no counter read at all) and sampler (a
@@ -49,11 +51,13 @@ from _stats import median_ci  # noqa: E402
 from attach_truth import command, truth_rows  # noqa: E402
 from pcietrace.record.attach import injection_env  # noqa: E402
 
-CONFIGS = {"alone": None, "attach": [], "attach-idle0": ["--idle-sample-interval-ms", "0"],
+ONE_PACE = ["--quiet-sample-interval-ms", "0"]  # (inside ranges, copies or not: --sample-interval-ms)
+CONFIGS = {"alone": None, "attach": [], "attach-idle0": ["--idle-sample-interval-ms", "0", *ONE_PACE],
            "attach-duty0.5": ["--sampler-duty", "0.5"],
-           "attach-duty1": ["--sampler-duty", "1"], "attach-1ms": ["--sample-interval-ms", "1"],
-           "attach-10ms": ["--sample-interval-ms", "10"], "attach-nocount": ["--no-count-launches"],
-           "attach-nocount-10ms": ["--no-count-launches", "--sample-interval-ms", "10"], "attach-nowake": [],
+           "attach-duty1": ["--sampler-duty", "1"], "attach-1ms": ["--sample-interval-ms", "1", *ONE_PACE],
+           "attach-10ms": ["--sample-interval-ms", "10", *ONE_PACE], "attach-nocount": ["--no-count-launches"],
+           "attach-nocount-10ms": ["--no-count-launches", "--sample-interval-ms", "10", *ONE_PACE],
+           "attach-nowake": [],
            "inject": None, "sampler": None, "inject-sampler": None}
 HALVES = ("inject", "sampler", "inject-sampler")  # run only when named
 

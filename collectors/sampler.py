@@ -174,8 +174,9 @@ def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str |
             busy_at = t1
         if not (t1 - busy_at < FAST_HOLD_NS or waiter.force_fast or not waiter.counting):
             if waiter.open_ranges > 0:
-                # only a waking edge (a range opening in a process with none open, pcietrace's own) cuts this
-                # wait short: nested edges do not (the reads stay bounded by time at any density)
+                # only a waking edge (a range opening in a process with none open, an edge of a --slow-domains
+                # range, pcietrace's own) cuts this wait short: nested edges do not (the reads stay bounded by
+                # time at any density)
                 waiter.wait_until(t0 + quiet_ns, woken=woken)
             elif idle_ns:
                 waiter.wait_until(t0 + idle_ns, seen)

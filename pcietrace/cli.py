@@ -336,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "launch stream's own bytes, and a range's figure rests on their cost (docs/method.md)")
     at.add_argument("--idle-sample-interval-ms", type=_number(0, 20, low_open=False), default=5.0, metavar="MS",
                     help="while no NVTX range is open in any traced process, read the counters only this often "
-                         "(0 = off: always --sample-interval-ms). A range opening wakes the samplers at once, "
+                         "(0 = off: never slower than while one is). A range opening wakes the samplers at once, "
                          "and a GPU whose counters moved > 2 GB/s over its last interval (a copy) is read fast. "
                          "Reads are firmware calls that queue with the program's own driver work (NCCL's "
                          "communicator set-up slows at fast rates)")

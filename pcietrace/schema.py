@@ -5,6 +5,7 @@ the file too. Unknown extra keys are allowed (a later schema-1 writer may add so
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import re
@@ -81,7 +82,7 @@ def write_json(doc: Any, out: Any, default: Callable[[Any], Any] = str, allow_na
         doc = counts_as_ints(doc)
         out.write("[\n")
         seen: dict[Any, Any] = {}  # (each category's text made once for the whole table, not once a chunk)
-        raw = getattr(out, "buffer", None)  # (a text file's bytes: the rows' UTF-8 goes there as Arrow made it)
+        raw = _utf8_bytes_of(out)  # (a text file's bytes: the rows' UTF-8 goes there as Arrow made it)
         for i in range(0, len(doc), JSON_CHUNK_ROWS):
             text = json_bytes(doc.iloc[i:i + JSON_CHUNK_ROWS], sep=",\n", categories=seen)
             if i:
@@ -100,6 +101,16 @@ def write_json(doc: Any, out: Any, default: Callable[[Any], Any] = str, allow_na
         out.write("\n}")
     else:
         out.write(json.dumps(doc, indent=1, default=default, allow_nan=allow_nan))
+
+
+def _utf8_bytes_of(out: Any) -> Any:
+    """The binary file under text stream ``out`` where it encodes as UTF-8 (or ASCII, of which the rows' text is:
+    json.dumps escapes the rest), else None (a string buffer, UTF-16...: the rows are written as text)."""
+    raw, encoding = getattr(out, "buffer", None), getattr(out, "encoding", None)
+    try:
+        return raw if raw is not None and encoding and codecs.lookup(encoding).name in ("utf-8", "ascii") else None
+    except LookupError:
+        return None
 
 
 def json_lines(df: pd.DataFrame, sep: str | None = None, categories: dict[Any, Any] | None = None) -> Any:

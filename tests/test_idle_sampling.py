@@ -552,6 +552,23 @@ def test_idle_gaps_are_not_stalls_but_a_stall_inside_a_range_still_is() -> None:
     assert 20_000_000 < t[0] < 30_000_000
 
 
+def test_a_gap_is_a_stall_by_the_pace_the_sampler_kept_there() -> None:
+    """CONSTRUCTED (not measured): reads every 0.5 ms with one 3 ms hole, inside a range. Launches only (the
+    link far below BUSY_BPS): the sampler's quiet pace (2 ms) allows up to twice that, no stall. During a copy
+    (10 GB/s) it was meant to read every 0.5 ms: the hole is a stall."""
+    from pcietrace.analysis import attribution
+
+    t = np.r_[np.arange(0, 10_000_000, 500_000), np.arange(13_000_000, 20_000_000, 500_000)].astype(np.int64)
+    ranges = pd.DataFrame({"t_start_ns": [0], "t_end_ns": [20_000_000]})
+    for bps, stalls in ((10e9, 1), (1e7, 0)):
+        y = t * bps / 1e9
+        cum = pd.DataFrame({"nvml_index": 0, "t_ns": t, "tx_bytes": y, "rx_bytes": y, "read_ns": 300_000,
+                            "jump": False})
+        gp = attribution.sampling_gaps(cum, idle_ns=5_000_000, ranges=ranges, quiet_ns=2_000_000)[0]
+        assert gp["stall"].sum() == stalls, bps
+        assert attribution.sampling_gaps(cum, idle_ns=5_000_000, ranges=ranges)[0]["stall"].sum() == 1  # one pace
+
+
 def test_floor_counts_reads_where_the_read_rate_varies() -> None:
     """Per-read floor under idle-aware sampling: each range is charged the reads it holds, so a range read
     every 0.5 ms carries ten times the per-read bytes of the same time read every 5 ms."""

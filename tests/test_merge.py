@@ -288,3 +288,13 @@ def test_a_two_node_torchrun_job_on_4_gpus_is_merged_within_its_truth(tmp_path) 
     done = subprocess.run(["bash", str(root / "bench" / "multinode_torchrun.sh"), str(tmp_path)], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.rstrip().endswith("PASS"), done.stdout[-4000:]
+
+
+def test_a_merged_report_of_older_recordings_leaves_out_what_they_did_not_record(merged) -> None:
+    """Nodes recorded before a meta key existed (here quiet_sample_interval_ms) leave it out of the merged meta,
+    never null (which the schema refuses for a setting); the settings they did record are the first node's."""
+    meta = json.loads((merged / "report.json").read_text())["meta"]
+    first = json.loads((TORCHRUN / "report.json").read_text())["meta"]
+    assert "quiet_sample_interval_ms" not in first and "quiet_sample_interval_ms" not in meta
+    for key in ("sample_interval_ms", "idle_sample_interval_ms", "launch_counter", "slow_domains"):
+        assert meta[key] == first[key] is not None

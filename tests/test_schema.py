@@ -158,6 +158,10 @@ def test_a_table_written_to_a_file_is_the_text_written_to_a_string(tmp_path, mon
         schema.write_json(doc, f)
         f.write("}")
     assert path.read_text(encoding="utf-8") == "{\"before\": 1, \"doc\": " + text.getvalue() + "}"
+    wide = tmp_path / "utf16.json"  # (a stream that is not UTF-8 gets the rows as text)
+    with open(wide, "w", encoding="utf-16") as f:
+        schema.write_json(doc, f)
+    assert wide.read_text(encoding="utf-16") == text.getvalue()
     rows = json.loads(text.getvalue())["range_instances"]
     assert [r["whole_ns"] for r in rows] == [2.0 * i for i in range(n)] and isinstance(rows[1]["whole_ns"], float)
     assert '"whole_ns":2.0' in text.getvalue() and rows[4]["name"] == "é"

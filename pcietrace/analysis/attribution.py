@@ -21,6 +21,7 @@ from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_
 from pcietrace.analysis.counters import median as median_of
 from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
 from pcietrace.analysis.launch import DIRECTIONS
+from pcietrace.collectors.sampler import BUSY_BPS, FAST_HOLD_NS
 from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS, by_object
 
 RANGE_COLUMNS = ["pid", "tid", "domain", "name", "kind", "t_start_ns", "t_end_ns", "depth", "eager_launches",
@@ -371,7 +372,9 @@ def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None 
     (``idle_ns`` > 0, the sampler's idle interval, and the recording's ``ranges``) a gap that starts while no
     range is open was meant to last up to ``idle_ns``: it is a stall only beyond twice that, and it does not
     count towards the median; one while a range is open is a stall only beyond twice ``quiet_ns`` (the
-    sampler's interval there while the link is not busy: 0, none). ``counters``: each GPU's record
+    sampler's interval there while the link is not busy: 0, none), unless the link moved faster than
+    ``BUSY_BPS`` over an interval that ended less than ``FAST_HOLD_NS`` before it (the sampler was then meant
+    to read fast, as the sampler decides it). ``counters``: each GPU's record
     (:attr:`pcietrace.session.Session.counters`: its counter width and link, :func:`could_hide_wrap`)."""
     out = {}
     if idle_ns > 0 and ranges is not None:  # (sorted once for every GPU: each GPU's search then runs in order)
@@ -389,8 +392,16 @@ def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None 
         fast = gap[~idle] if (~idle).any() else gap
         median = median_of(fast) if fast.size else 0.0
         del fast
-        limit = max(4 * COUNTER_UPDATE_NS, 2 * median, 2 * quiet_ns) if gap.size else 0
+        limit = max(4 * COUNTER_UPDATE_NS, 2 * median) if gap.size else 0
         stall = gap > limit
+        if quiet_ns > 0 and gap.size:  # (a gap meant to last up to the quiet interval: no copy lately)
+            moved = np.diff(g["tx_bytes"].to_numpy(np.float64)) + np.diff(g["rx_bytes"].to_numpy(np.float64))
+            busy_end = np.where(moved > BUSY_BPS * (np.maximum(gap, 1) / 1e9), t[1:], np.iinfo(np.int64).min // 2)
+            last_busy = np.maximum.accumulate(busy_end)  # (the end of the latest busy interval up to each gap)
+            quiet = np.ones(gap.size, bool)
+            quiet[1:] = t[1:-1] - last_busy[:-1] >= FAST_HOLD_NS
+            stall[quiet] = gap[quiet] > max(limit, 2 * quiet_ns)
+            del moved, busy_end, last_busy, quiet
         stall[idle] = gap[idle] > max(limit, 2 * idle_ns)  # (a gap meant to last up to the idle interval)
         out[int(idx)] = {"t": t, "stall": stall, "median_ns": median,
                          "wrap": could_hide_wrap(t, read_ns_of(g), (counters or {}).get(int(idx))) | jumps(g)}

@@ -40,14 +40,15 @@ void edge_signal(int wake)
     if (!g_edge_seq) return;
     atomic_fetch_add(&g_edge_seq[PT_EDGE_SEQ], 1);
     if (!wake || !g_edge_wake) return;
+    /* At most one system call per WAKE_GAP_NS per process (a range per op with no enclosing range wakes at every
+     * op): a sampler woken less than that ago is still reading or resting, and it looks at the word before it
+     * waits again, so it sees this bump then. The time is taken before the bump: a call made late (this thread
+     * preempted between the two) still counts from before any sampler could have seen the bump. */
+    static _Atomic unsigned long long last_ns;
+    unsigned long long now = mono_ns(), last = atomic_load_explicit(&last_ns, memory_order_relaxed);
     /* a word of its own: a sampler reading at its quiet pace inside a range sleeps until a waking edge, which
      * the nested edges (bumping PT_EDGE_SEQ) would otherwise cut short at every try */
     atomic_fetch_add(&g_edge_seq[PT_EDGE_WAKES], 1);
-    /* At most one system call per WAKE_GAP_NS per process (a range per op with no enclosing range wakes at every
-     * op): a sampler woken less than that ago is still reading or resting, and it looks at the word before it
-     * waits again, so it sees this bump then */
-    static _Atomic unsigned long long last_ns;
-    unsigned long long now = mono_ns(), last = atomic_load_explicit(&last_ns, memory_order_relaxed);
     if (last && now - last < WAKE_GAP_NS) return;
     atomic_store_explicit(&last_ns, now, memory_order_relaxed);
     syscall(SYS_futex, (void *)&g_edge_seq[PT_EDGE_WAKES], FUTEX_WAKE, INT_MAX, NULL, NULL, 0);  /* shared: no FUTEX_PRIVATE_FLAG */

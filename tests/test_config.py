@@ -49,6 +49,7 @@ CONFIGS = {"run": RunConfig, "latency": LatencyConfig, "graphs": GraphsConfig, "
     (lambda: AttachConfig(command="python train.py"), "command"),
     (lambda: AttachConfig(command=("true",), sampler_duty=0), "sampler_duty"),
     (lambda: AttachConfig(command=("true",), idle_sample_interval_ms=21), "idle_sample_interval_ms"),
+    (lambda: AttachConfig(command=("true",), quiet_sample_interval_ms=-1), "quiet_sample_interval_ms"),
     (lambda: AttachConfig(command=("true",), idle_s=0), "idle_s"),
     (lambda: AttachConfig(command=("true",), launch_counter="nvtx"), "launch_counter"),
     (lambda: AttachConfig(command=("true",), group_by="op_id"), "group_by"),

@@ -332,8 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--quiet-sample-interval-ms", type=_number(0, 20, low_open=False), default=2.0, metavar="MS",
                     help="while an NVTX range is open but the GPU's counters moved < 2 GB/s over the last interval "
                          "(kernel launches, small copies), read them only this often (0 = off: always "
-                         "--sample-interval-ms). Each read moves tens of kB itself: at 0.5 ms the reads outweigh a "
-                         "launch stream's own bytes, and a range's figure rests on their cost (docs/method.md)")
+                         "--sample-interval-ms); a copy brings back --sample-interval-ms until 5 ms after it, and a "
+                         "range opening in a process with none open is read at once. Each read moves tens of kB "
+                         "itself: at 0.5 ms the reads outweigh a launch stream's own bytes, and a range's figure "
+                         "rests on their cost (docs/method.md)")
     at.add_argument("--idle-sample-interval-ms", type=_number(0, 20, low_open=False), default=5.0, metavar="MS",
                     help="while no NVTX range is open in any traced process, read the counters only this often "
                          "(0 = off: never slower than while one is). A range opening wakes the samplers at once, "

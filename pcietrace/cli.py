@@ -321,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "every key.",
                         epilog="example:\n  pcietrace attach -- python train.py --steps 10")
     at.add_argument("--gpu", default="all", help="CUDA device numbers whose counters to sample, e.g. 0,1, or 'all'")
-    at.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=0.5,
+    at.add_argument("--sample-interval-ms", type=_number(0, 60_000, low_open=False), default=0.5, metavar="MS",
                     help="counter sampling interval while an NVTX range is open and the GPU's counters moved > 2 GB/s "
                          "over the last interval (a copy; 0 = as fast as NVML answers; see --quiet-sample-interval-ms "
                          "and --idle-sample-interval-ms for the rest). A GPU is read at most once per interval however "

@@ -277,6 +277,28 @@ def _sample_in_this_process(monkeypatch, page: str, interval_ms: float, idle_ms:
     return np.concatenate([m[2] for m in msgs if m[0] == "chunk"])
 
 
+BACK_TO_BACK_SCRIPT = """
+import json, sys
+import nvtx
+from pcietrace.collectors.edges import EdgeWaiter
+w = EdgeWaiter(sys.argv[1])
+nvtx.push_range("first"); nvtx.pop_range()
+woken = w.wakes
+for _ in range(1000):
+    nvtx.push_range("op"); nvtx.pop_range()
+print(json.dumps({"wakes": (w.wakes - woken) % 2**32}))
+"""
+
+
+def test_every_waking_edge_bumps_the_word_though_system_calls_are_spaced(tmp_path) -> None:
+    # ranges back to back with none enclosing them (a range per op, no step range): each push wakes, the library
+    # makes at most one system call per 0.1 ms, and a sampler that was not woken by the call sees the word moved
+    # before it waits again
+    proc, _ = _under_the_library(tmp_path, BACK_TO_BACK_SCRIPT)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["wakes"] == 1000
+
+
 @pytest.mark.skipif(edges._SYS_FUTEX is None, reason="futex syscall number unknown on this machine")
 def test_sampler_reads_fast_only_while_a_range_is_open_and_wakes_at_an_edge(monkeypatch) -> None:
     _best_of(lambda: _fast_only_in_ranges(monkeypatch))

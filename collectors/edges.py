@@ -50,25 +50,24 @@ class EdgeWaiter:
     ``stop`` (a threading/multiprocessing Event) if given, else sleeps, so a stop still cuts a wait short."""
 
     def __init__(self, path: str | None, stop: Any = None) -> None:
-        self._mm = self._word = self._words = None
+        self._mm = self._words = None
         self._libc = None
         self._stop = stop
         if path and _SYS_FUTEX is not None:
             with open(path, "r+b") as f:
                 self._mm = mmap.mmap(f.fileno(), PAGE)
             self._words = (ctypes.c_uint32 * 5).from_buffer(self._mm)
-            self._word = ctypes.c_uint32.from_buffer(self._mm)
             self._libc = ctypes.CDLL(None, use_errno=True)
 
     @property
     def mapped(self) -> bool:
         """Whether an edge file is mapped (without one there are no edges and no open-range count)."""
-        return self._word is not None
+        return self._words is not None
 
     @property
     def seq(self) -> int:
         """Edges signalled so far (modulo 2**32)."""
-        return self._word.value if self._word is not None else 0
+        return self._words[SEQ] if self._words is not None else 0
 
     @property
     def wakes(self) -> int:
@@ -142,7 +141,7 @@ class EdgeWaiter:
                                ctypes.c_uint32(wakes), ctypes.byref(ts), None, 0)
 
     def close(self) -> None:
-        self._word = self._words = None  # release the buffer exports before closing the map
+        self._words = None  # release the buffer export before closing the map
         if self._mm is not None:
             self._mm.close()
             self._mm = None

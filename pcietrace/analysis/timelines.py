@@ -45,12 +45,16 @@ def launch_timeline(session: Session, max_bins: int = MAX_TIMELINE_BINS) -> pd.D
 def quiet_interval_ns(meta: dict[str, Any]) -> int:
     """The sampler's interval while a range was open but the link was not busy (0 = none, also for recordings
     made before it): never shorter than the sampling interval, as in the sampler."""
-    quiet = float(meta.get("quiet_sample_interval_ms") or 0.0)
-    return int(max(quiet, float(meta.get("sample_interval_ms") or 0.0)) * 1e6) if quiet > 0 else 0
+    return _slower_interval_ns(meta, "quiet_sample_interval_ms")
 
 
 def idle_interval_ns(meta: dict[str, Any]) -> int:
     """The sampler's interval while no range was open (attach's idle-aware sampling; 0 = off, also for
     recordings made before it): never shorter than the sampling interval, as in the sampler."""
-    idle = float(meta.get("idle_sample_interval_ms") or 0.0)
-    return int(max(idle, float(meta.get("sample_interval_ms") or 0.0)) * 1e6) if idle > 0 else 0
+    return _slower_interval_ns(meta, "idle_sample_interval_ms")
+
+
+def _slower_interval_ns(meta: dict[str, Any], key: str) -> int:
+    """The interval ``meta[key]`` (ms) in ns, at least ``sample_interval_ms``; 0 where it is 0 or absent."""
+    ms = float(meta.get(key) or 0.0)
+    return int(max(ms, float(meta.get("sample_interval_ms") or 0.0)) * 1e6) if ms > 0 else 0

@@ -94,7 +94,13 @@ def _busy(mode: str, bits: int, before: tuple[int, int, int] | None, after: tupl
     if before is None or after[0] <= before[0]:
         return False
     moved = ((after[1] - before[1]) % (1 << bits)) + ((after[2] - before[2]) % (1 << bits))
-    return moved / ((after[0] - before[0]) / 1e9) > BUSY_BPS
+    return bool(faster_than_busy(moved, after[0] - before[0]))
+
+
+def faster_than_busy(moved_bytes: Any, dt_ns: Any) -> Any:
+    """Whether ``moved_bytes`` (both directions together) over ``dt_ns`` (> 0) is faster than :data:`BUSY_BPS`:
+    the sampler's rule for the fast pace (numbers or arrays)."""
+    return moved_bytes * 1e9 > BUSY_BPS * dt_ns
 
 
 def _child_main(index: int, mode: str | None, interval_ns: int, edge_file: str | None, max_duty: float,

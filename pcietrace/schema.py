@@ -83,15 +83,15 @@ def write_json(doc: Any, out: Any, default: Callable[[Any], Any] = str, allow_na
         out.write("[\n")
         seen: dict[Any, Any] = {}  # (each category's text made once for the whole table, not once a chunk)
         raw = _utf8_bytes_of(out)  # (a text file's bytes: the rows' UTF-8 goes there as Arrow made it)
+        if raw is not None:
+            out.flush()  # (the text written so far, ahead of the rows)
         for i in range(0, len(doc), JSON_CHUNK_ROWS):
-            text = json_bytes(doc.iloc[i:i + JSON_CHUNK_ROWS], sep=",\n", categories=seen)
-            if i:
-                out.write(",\n")
+            chunk = doc.iloc[i:i + JSON_CHUNK_ROWS]
             if raw is None:
-                out.write(bytes(text).decode())
+                out.write((",\n" if i else "") + json_lines(chunk, sep=",\n", categories=seen))
             else:
-                out.flush()
-                raw.write(text)
+                raw.write(b",\n" if i else b"")
+                raw.write(json_bytes(chunk, sep=",\n", categories=seen))
         out.write("\n]")
     elif isinstance(doc, dict) and _holds_table(doc):
         out.write("{")

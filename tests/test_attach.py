@@ -921,6 +921,65 @@ def test_launches_of_threads_without_ranges_are_said_not_silently_dropped(data_d
     assert not [n for n in notes_text(analyze(Session.load(data_dir / "attach_h200x2_threads"))) if "no NVTX range" in n]
 
 
+def test_the_report_is_shown_before_the_perfetto_trace_is_written(attach_stand_ins, monkeypatch, tmp_path,
+                                                                  capsys) -> None:
+    """After a long job the user waits for the report, not for the trace (seconds at millions of ranges): the
+    report is rendered first, then trace.json is written and named on its own line. SIMULATED stand-in GPU and
+    samplers."""
+    from pcietrace import commands
+    from pcietrace.cli import main
+    from pcietrace.report import perfetto
+
+    order: list[str] = []
+    emit, write_trace = commands._emit, perfetto.write_trace
+    monkeypatch.setattr(commands, "_emit", lambda *a: (order.append("report"), emit(*a))[1])
+    monkeypatch.setattr(perfetto, "write_trace", lambda *a: (order.append("trace"), write_trace(*a))[1])
+    out = tmp_path / "rec"
+    assert main(_attach_argv(out)) == 0
+    err = capsys.readouterr().err
+    assert order == ["report", "trace"]
+    assert f"saved to {out}\n" in err and f"Perfetto trace: {out / 'trace.json'}" in err.splitlines()[-1]
+    assert json.loads((out / "trace.json").read_text())["traceEvents"]
+
+
+def test_a_report_piped_to_a_closed_reader_still_leaves_the_perfetto_trace(attach_stand_ins, monkeypatch,
+                                                                            tmp_path) -> None:
+    """`pcietrace attach ... | head`: the pipe closes while the report is printed; the trace, written after the
+    report, is written all the same (exit 1, as for any broken pipe). SIMULATED stand-in GPU and samplers."""
+    from pcietrace import commands
+    from pcietrace.cli import main
+
+    def closed(*args) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(commands, "_emit", closed)
+    out = tmp_path / "rec"
+    assert main(_attach_argv(out)) == 1
+    assert json.loads((out / "trace.json").read_text())["traceEvents"]
+
+
+def test_a_signal_while_the_perfetto_trace_is_written_leaves_the_run_saved_and_no_partial_trace(
+        attach_stand_ins, monkeypatch, tmp_path, capsys) -> None:
+    """Ctrl-C once the report is shown, while trace.json is being written: no partial trace.json, one line
+    saying the run is saved and how to write the trace, exit 130. SIMULATED stand-in GPU and samplers."""
+    from pcietrace.cli import main
+    from pcietrace.report import perfetto
+    from pcietrace.session import Session
+
+    def cut_short(session, results, path) -> None:
+        path.write_text("{")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(perfetto, "write_trace", cut_short)
+    out = tmp_path / "rec"
+    assert main(_attach_argv(out)) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (f"pcietrace: interrupted: the Perfetto trace was not written into {out}; "
+                                            f"the run is saved there and `pcietrace report {out} --perfetto FILE` "
+                                            "writes it later")
+    assert not (out / "trace.json").exists() and Session.load(out).meta["status"] == "complete"
+
+
 def test_a_perfetto_trace_out_of_memory_is_one_line_and_the_run_stays_saved(attach_stand_ins, monkeypatch, tmp_path,
                                                                             capsys) -> None:
     """A trace that runs out of memory (a long run) ends attach in one line, not a traceback; the run is saved

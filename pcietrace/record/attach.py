@@ -360,14 +360,12 @@ def _run_between_idle_windows(session: Any, rec: Recording, windows: list[dict[s
 class _AttachEnd(SaveSteps):
     """What attach does around its save, with signals held, and what it says after (its
     :class:`~pcietrace.record.guard.SaveSteps`): the samplers stopped and the traces read before, the Perfetto
-    trace after."""
+    trace once the report is shown (a long run's trace takes seconds the user need not wait on)."""
 
     def __init__(self, rec: Recording, stack: contextlib.ExitStack,
                  write_trace: Callable[[Any, Any, Path], None]) -> None:
         self.rec, self.stack, self.write_trace = rec, stack, write_trace
         self.windows: list[dict[str, Any]] = []
-        self.trace_failed = False
-        self.trace_info: Any = None  # what write_trace says of the file it wrote
         self.journal: Callable[..., None] = lambda **more: None
 
     def before(self, saving: Saving) -> None:
@@ -382,28 +380,31 @@ class _AttachEnd(SaveSteps):
         self.journal(whole=True)  # (killed while analysing or saving a long run: recovered whole)
 
     def after(self, saving: Saving) -> None:
-        """The Perfetto trace beside a saved attach run; one that cannot be written leaves the run saved, whole."""
+        self.stack.close()  # the edge page and trace folder go while signals still wait
+
+    def later(self, saving: Saving) -> None:
+        """The Perfetto trace beside a saved attach run; one that cannot be written (or is cut short by a signal)
+        leaves the run saved, whole, and no partial trace.json."""
         from pcietrace.errors import one_line
         from pcietrace.record.guard import say
 
         out_dir = saving.out_dir
-        if out_dir is not None and saving.session.meta["kind"] == "attach" and saving.results is not None:
-            try:
-                self.trace_info = self.write_trace(saving.session, saving.results, out_dir / "trace.json")
-            except Exception as exc:  # (disk full, out of memory) the run itself is saved: say so, keep it whole
-                (out_dir / "trace.json").unlink(missing_ok=True)
-                say(f"pcietrace: error: could not write the Perfetto trace into {out_dir} "
-                    f"({one_line(exc) or type(exc).__name__}); the run is saved there and "
-                    f"`pcietrace report {out_dir} --perfetto FILE` writes it later")
-                self.trace_failed = True
-        elif out_dir is not None and saving.session.meta["kind"] == "attach":
-            self.trace_failed = True  # (the analysis failed: no figures to draw)
-        self.stack.close()  # the edge page and trace folder go while signals still wait
-
-    def saved_line(self, saving: Saving) -> str:
-        written = saving.session.meta["kind"] == "attach" and not self.trace_failed
-        return f"saved to {saving.out_dir}" + (f" (Perfetto trace: {saving.out_dir / 'trace.json'}{trace_size(self.trace_info)})"
-                                               if written else "")
+        if out_dir is None or saving.session.meta["kind"] != "attach" or saving.results is None:
+            return
+        path = out_dir / "trace.json"
+        later = f"the run is saved there and `pcietrace report {out_dir} --perfetto FILE` writes it later"
+        try:
+            info = self.write_trace(saving.session, saving.results, path)
+        except KeyboardInterrupt:
+            path.unlink(missing_ok=True)
+            say(f"pcietrace: interrupted: the Perfetto trace was not written into {out_dir}; {later}")
+            raise
+        except Exception as exc:  # (disk full, out of memory) the run itself is saved: say so, keep it whole
+            path.unlink(missing_ok=True)
+            say(f"pcietrace: error: could not write the Perfetto trace into {out_dir} "
+                f"({one_line(exc) or type(exc).__name__}); {later}")
+            return
+        saving.tell(f"Perfetto trace: {path}{trace_size(info)}")
 
     def what(self, saving: Saving) -> str:
         """What an attach run interrupted by a signal saved."""

@@ -91,13 +91,16 @@ def run_saved(complete: bool) -> str:
 
 class SaveSteps:
     """What a recorder does around its save, as methods a recorder overrides (attach: the samplers stopped and
-    the traces read before, the Perfetto trace after). Each is called with the :class:`Saving`."""
+    the traces read before, the Perfetto trace once the report is shown). Each is called with the :class:`Saving`."""
 
     def before(self, saving: "Saving") -> None:
         """Before the analysis and the save, with signals held."""
 
     def after(self, saving: "Saving") -> None:
         """After the save, with signals held."""
+
+    def later(self, saving: "Saving") -> None:
+        """Once the results are shown (what the user need not wait for); a signal meanwhile stops it."""
 
     def saved_line(self, saving: "Saving") -> str:
         """The line said once the run is saved."""
@@ -135,7 +138,7 @@ class Saving:
     (``analyze()``, save, publish: ``results``, ``out_dir``) and ``steps.after``; a signal held meanwhile is
     kept in ``interrupted`` once the run is saved; ``steps.saved_line`` is said unless interrupted.
     Any other error still propagates after the save. Then :meth:`end` says the one interrupted line or
-    renders, and gives the exit code::
+    renders and runs :meth:`later`, and gives the exit code::
 
         saving = Saving(session, folder, lambda: analyze(session), to_jsonable=to_jsonable, tell=tell)
         with saving:
@@ -159,6 +162,7 @@ class Saving:
         self.interrupted: KeyboardInterrupt | None = None
         self.save_error: str | None = None  # the line said when the save failed
         self._intr = Interrupts()
+        self._later_done = False
 
     def __enter__(self) -> "Saving":
         self._intr.__enter__()  # active until the save ends (a second signal waits for it)
@@ -193,11 +197,33 @@ class Saving:
         self.save_error = line
         say(line)
 
+    def later(self) -> None:
+        """``steps.later`` once (not after a signal): a signal meanwhile stops it and is kept in ``interrupted``
+        (the step says what it left)."""
+        if self.interrupted is not None or self._later_done:
+            return
+        self._later_done = True
+        try:
+            with Interrupts():
+                self.steps.later(self)
+        except KeyboardInterrupt as exc:
+            self.interrupted = exc
+
     def end(self, render: Callable[[Any], None], rc: int = 0) -> int:
         """Interrupted: the one line saying what was saved and where, and 128 + the signal. Else
-        ``render(results)`` and ``rc`` (the recording's own exit code), but never 0 when the save failed."""
+        ``render(results)``, :meth:`later` (128 + a signal that stopped it), and ``rc`` (the recording's own exit
+        code), but never 0 when the save failed."""
         if self.interrupted is not None:
             say(interrupted_line(self.folder, self.out_dir, self.steps.what(self)))
             return exit_code(self.interrupted)
-        render(self.results)
+        try:
+            render(self.results)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # (stdout gone: `attach ... | head`) the later steps are still the run's
+            self.later()
+            raise
+        self.later()
+        if self.interrupted is not None:
+            return exit_code(self.interrupted)
         return rc if self.folder is None or self.out_dir is not None else rc or 2  # a failed save never reads as success

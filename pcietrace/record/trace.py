@@ -191,6 +191,7 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
         out = pa.table(data).to_pandas(split_blocks=True, self_destruct=True)
         del data
         pa.default_memory_pool().release_unused()  # (Arrow's pool keeps the files' strings and takes: hand them back)
+        _release_freed()
     if parts and "devmask" in out.columns and out["devmask"].dtype.kind == "i":  # (a text trace's parser: int64)
         out["devmask"] = out["devmask"].astype(np.uint64)
     out.attrs.update(bad_lines=bad_lines, bad_files=bad_files)

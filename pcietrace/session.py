@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,14 +143,19 @@ class Session:
         as records) to ``directory``."""
         directory.mkdir(parents=True, exist_ok=True)
         inst = (results or {}).get("range_instances")
-        if isinstance(inst, pd.DataFrame) and len(inst) > INLINE_INSTANCES:  # (a long run: its own file)
-            results = {**results, "range_instances": write_instances(inst, directory / INSTANCES_FILE)}
+        big = isinstance(inst, pd.DataFrame) and len(inst) > INLINE_INSTANCES  # (a long run: its own file)
+        # the Parquet files written at once: pyarrow converts and encodes them with the GIL released
+        with ThreadPoolExecutor(3) as pool:
+            written = [pool.submit(write_instances, inst, directory / INSTANCES_FILE)] if big else []
+            written.append(pool.submit(write_parquet, self.samples, directory / SAMPLES_FILE))
+            if len(self.events):
+                written.append(pool.submit(write_parquet, self.events, directory / EVENTS_FILE))
+            done = [w.result() for w in written]  # (an error raised here: report.json is never written)
+        if big:
+            results = {**results, "range_instances": done[0]}
             results["range_instances"].attrs["parquet"] = INSTANCES_FILE  # (named relative to report.json)
         doc = {"schema": SCHEMA, "meta": self.meta,
                "tables": {t: _records(getattr(self, t)) for t in TABLES}, "results": results or {}}
-        write_parquet(self.samples, directory / SAMPLES_FILE)
-        if len(self.events):
-            write_parquet(self.events, directory / EVENTS_FILE)
         tmp = directory / (REPORT_FILE + ".tmp")
         with open(tmp, "w") as f:  # (results may hold tables: written a chunk of rows at a time)
             schema.write_json(doc, f, _json_default, allow_nan=True)

@@ -147,3 +147,30 @@ def test_parquet_is_written_a_row_group_at_a_time_and_a_write_cut_short_leaves_n
     with pytest.raises(KeyboardInterrupt):
         session.write_parquet(events, tmp_path / "cut.parquet")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["events.parquet"]
+
+
+@pytest.mark.parametrize("failing", ["range_instances.parquet", "samples.parquet", "events.parquet"])
+def test_a_save_whose_writer_fails_raises_its_error_and_writes_no_report(data_dir, tmp_path, monkeypatch,
+                                                                         failing) -> None:
+    """The Parquet files are written at once (threads): an error in any one of them is the save's, and no
+    report.json or partial file is left (the run is never published as whole)."""
+    from pcietrace import session as session_module
+    from pcietrace.analysis import analyze
+    from pcietrace.report.saved import saved_tables
+    from pcietrace.session import Session
+
+    s = Session.load(data_dir / "attach_h100_blind")
+    res = analyze(s)
+    monkeypatch.setattr(session_module, "INLINE_INSTANCES", len(res["range_instances"]) - 1)
+    real = session_module._to_parquet
+
+    def to_parquet(df, path, **options):
+        if path.name == failing:
+            raise OSError(28, "No space left on device")
+        return real(df, path, **options)
+
+    monkeypatch.setattr(session_module, "_to_parquet", to_parquet)
+    with pytest.raises(OSError, match="No space left"):
+        s.save(tmp_path / "run", saved_tables(res))
+    left = sorted(p.name for p in (tmp_path / "run").iterdir())
+    assert "report.json" not in left and failing not in left and not [n for n in left if "partial" in n or "tmp" in n]

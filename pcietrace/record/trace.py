@@ -10,7 +10,9 @@ from __future__ import annotations
 import io
 import mmap
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -153,23 +155,16 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
     UTF-8 (a name the library cut inside a character) is decoded with U+FFFD; a CR stays inside its field."""
     parts, bad_lines, bad_files = [], 0, []
     files = sorted([*Path(trace_dir).glob("trace-*.bin"), *Path(trace_dir).glob("trace-*.tsv")])
-    for f in files:
-        pid = f.stem[len("trace-"):]
-        try:
-            if not (pid.isdecimal() and f.is_file() and not f.is_symlink()):
-                raise OSError("not a trace file")
-            if f.suffix == ".bin":
-                cols, bad = _read_binary(f)
-            else:
-                df, bad = _parse_trace(_trace_lines(f))
-                cols = {c: df[c].to_numpy() for c in df.columns}
-        except OSError:
-            bad_files.append(f.name)
-            continue
-        bad_lines += bad
-        n = len(next(iter(cols.values()), ()))
-        if n:
-            parts.append({**cols, "pid": np.full(n, int(pid), np.int64)})
+    # the files read at once (one per process under torchrun): their gathers, casts and string work run in numpy
+    # and pyarrow, which release the GIL
+    with ThreadPoolExecutor(max(min(len(files), os.cpu_count() or 1, 8), 1)) as pool:
+        for f, (cols, bad) in zip(files, pool.map(_read_file, files)):
+            if cols is None:
+                bad_files.append(f.name)
+                continue
+            bad_lines += bad
+            if cols:
+                parts.append(cols)
     if not parts:
         out = pd.DataFrame(columns=EVENT_COLUMNS + ["pid"])
     elif any(list(c) != list(parts[0]) for c in parts):  # traces of several versions: their columns differ
@@ -189,16 +184,47 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
                 v = np.concatenate(chunks)[order]
                 data[name] = v.astype(narrow_int(v.dtype, v.min(), v.max()), copy=False) if v.size else v
             del chunks
+            _release_freed()
         # columns as they are, none copied into a block of all (pandas' own constructor stacked every integer
         # column into one 2-D block: a second copy of the events at the peak); held as Session.load holds them
         # (integers in 32 bits where they fit, names as categories)
         out = pa.table(data).to_pandas(split_blocks=True, self_destruct=True)
         del data
         pa.default_memory_pool().release_unused()  # (Arrow's pool keeps the files' strings and takes: hand them back)
+        _release_freed()
     if parts and "devmask" in out.columns and out["devmask"].dtype.kind == "i":  # (a text trace's parser: int64)
         out["devmask"] = out["devmask"].astype(np.uint64)
     out.attrs.update(bad_lines=bad_lines, bad_files=bad_files)
     return out
+
+
+def _read_file(f: Path) -> tuple[dict[str, Any] | None, int]:
+    """One trace file's columns with its ``pid`` (none where it holds no event; None where it is left out whole)
+    and the number of its lines left out (see :func:`read_traces`)."""
+    pid = f.stem[len("trace-"):]
+    try:
+        if not (pid.isdecimal() and f.is_file() and not f.is_symlink()):
+            raise OSError("not a trace file")
+        if f.suffix == ".bin":
+            cols, bad = _read_binary(f)
+        else:
+            df, bad = _parse_trace(_trace_lines(f))
+            cols = {c: df[c].to_numpy() for c in df.columns}
+    except OSError:
+        return None, 0
+    n = len(next(iter(cols.values()), ()))
+    return ({**cols, "pid": np.full(n, int(pid), np.int64)} if n else {}), bad
+
+
+def _release_freed() -> None:
+    """Hand the C heap's free memory back to the system (glibc's malloc_trim; elsewhere nothing). The files' columns
+    were made on the reading threads, in their own malloc arenas, where this thread cannot reuse what it frees: the
+    merge held a long run's events almost twice over without it."""
+    import ctypes
+
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def _strings_in_order(chunks: list, order: np.ndarray) -> "pa.Array":
@@ -214,11 +240,17 @@ def _strings_in_order(chunks: list, order: np.ndarray) -> "pa.Array":
                              pa.array(x, pa.large_string()) for x in chunks]).take(order)
 
 
+#: Records gathered from a mapped binary trace at a time: each batch's pages are let go once read, so a file being
+#: read keeps a few MB of its mapping resident, not all of it (files
+#: read at once would each hold theirs whole).
+GATHER_RECORDS = 1 << 16
+
+
 def _read_binary(f: Path) -> tuple[dict[str, np.ndarray], int]:
     """A binary trace (version 5) as its columns (:data:`EVENT_COLUMNS`), and the number of records left out:
     records taken but never committed (a process killed while writing one) or whose strings lie outside the
     strings taken. Raises OSError for a file that is not one (too short, another version: nothing read as if it
-    were this one). Columns are gathered from the mapped file one at a time (no copy of whole records)."""
+    were this one). Records are read from the mapped file a batch at a time (:func:`_gather`)."""
     with open(f, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         if len(mm) < HEADER_DTYPE.itemsize:
             raise OSError("not a trace file")
@@ -236,27 +268,41 @@ def _read_binary(f: Path) -> tuple[dict[str, np.ndarray], int]:
         idx = np.arange(n, dtype=np.int64)
         if view["commit"][slots - 1] == 1:
             idx = np.append(idx, slots - 1)
-        commit, start = view["commit"][idx], view["str_at"][idx].astype(np.int64)
-        lengths = (view["event_bytes"][idx].astype(np.int64) + view["domain_bytes"][idx] + view["message_bytes"][idx])
+        rec = _gather(mm, ev_at, view, idx)
+        del view
+        start = rec["str_at"].astype(np.int64)
+        lengths = rec["event_bytes"].astype(np.int64) + rec["domain_bytes"] + rec["message_bytes"]
         used = min(int(h["strings_taken"]), str_cap - TRACE_RESERVE_BYTES)
         in_reserve = (start >= str_cap - TRACE_RESERVE_BYTES) & (start + lengths <= str_cap)
-        ok = (commit == 1) & (((start >= 0) & (start + lengths <= used)) | in_reserve)
+        ok = (rec["commit"] == 1) & (((start >= 0) & (start + lengths <= used)) | in_reserve)
         order = np.argsort(np.where(ok, start, np.iinfo(np.int64).max), kind="stable")[:int(ok.sum())]
         ends = (start + lengths)[order]  # strings of two records never overlap; where they do, the later is left out
         overlap = np.zeros(len(order), bool)
         overlap[1:] = start[order][1:] < np.maximum.accumulate(ends)[:-1]
-        keep = idx[np.sort(order[~overlap])]  # the records kept, in file order
+        keep = np.sort(order[~overlap])  # the records kept (their places in idx), in file order
         bad = len(idx) - len(keep)
-        # (every record whole and no "tracefull" event, the usual case: a slice, not a gather)
-        rows = slice(0, len(keep)) if len(keep) == n and (not n or keep[-1] == n - 1) else keep
-        del commit, start, lengths, ends, order, idx, keep
-        cols = _binary_strings(mm, str_at, {c: view[c][rows] for c in ("str_at", "event_bytes", "domain_bytes",
-                                                                        "message_bytes")})
-        for c in EVENT_COLUMNS:
-            if c not in cols:
-                cols[c] = view[c][rows].astype(np.uint64 if c == "devmask" else np.int64)
-        del view
-    return {c: cols[c] for c in EVENT_COLUMNS}, bad
+        del start, lengths, ends, order, idx
+        if bad:
+            rec = {c: v[keep] for c, v in rec.items()}
+        del keep
+        cols = _binary_strings(mm, str_at, rec)
+    return {c: cols[c] if c in cols else rec[c] for c in EVENT_COLUMNS}, bad
+
+
+def _gather(mm: mmap.mmap, at: int, view: np.ndarray, idx: np.ndarray) -> dict[str, np.ndarray]:
+    """The fields of records ``idx`` (ascending) of ``view``, mapped from ``mm`` at byte ``at``: the event columns
+    as int64 (``devmask`` uint64), the others as stored. :data:`GATHER_RECORDS` at a time, each batch's pages let
+    go once read (they stay in the page cache)."""
+    out = {c: np.empty(len(idx), np.uint64 if c == "devmask" else np.int64 if c in EVENT_COLUMNS else view.dtype[c])
+           for c in view.dtype.names if c != "reserved"}
+    size = view.dtype.itemsize
+    for lo in range(0, len(idx), GATHER_RECORDS):
+        part = view[idx[lo:lo + GATHER_RECORDS]]
+        for c, v in out.items():
+            v[lo:lo + len(part)] = part[c]
+        begin = (at + int(idx[lo]) * size) // mmap.PAGESIZE * mmap.PAGESIZE
+        mm.madvise(mmap.MADV_DONTNEED, begin, at + (int(idx[lo + len(part) - 1]) + 1) * size - begin)
+    return out
 
 
 def _binary_strings(mm: mmap.mmap, str_at: int, rec: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -269,17 +315,17 @@ def _binary_strings(mm: mmap.mmap, str_at: int, rec: dict[str, np.ndarray]) -> d
     n = len(rec["str_at"])
     if not n:
         return {c: pa.array([], pa.large_string()).dictionary_encode() for c in TEXT_COLUMNS}
-    start = rec["str_at"].astype(np.int64)
-    order = np.argsort(start, kind="stable")
-    s, el, dl, ml = (start[order], rec["event_bytes"][order].astype(np.int64), rec["domain_bytes"][order].astype(np.int64),
-                     rec["message_bytes"][order].astype(np.int64))
-    offsets = np.empty(4 * n + 1, np.int64)
-    offsets[0:4 * n:4], offsets[1::4], offsets[2::4], offsets[3::4] = s, s + el, s + el + dl, s + el + dl + ml
+    order = np.argsort(rec["str_at"], kind="stable")
+    offsets = np.empty(4 * n + 1, np.int64)  # (each record's event, domain and message end where the next begins)
+    offsets[0:4 * n:4] = rec["str_at"][order]
+    for k, c in enumerate(("event_bytes", "domain_bytes", "message_bytes")):
+        offsets[k + 1:4 * n:4] = offsets[k:4 * n:4] + rec[c][order]
     offsets[4 * n] = offsets[4 * n - 1]
     data = pa.py_buffer(memoryview(mm)[str_at:str_at + int(offsets[4 * n])])
     whole = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 4 * n, [None, pa.py_buffer(offsets), data])
     rank = np.empty(n, np.int64)
     rank[order] = np.arange(n)
+    del order
     out = {}
     for k, c in enumerate(TEXT_COLUMNS):  # (event, domain, message: their order in the strings part)
         # each distinct string decoded and cleaned once (a training loop's million ranges hold a few dozen names)

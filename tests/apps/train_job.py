@@ -25,7 +25,8 @@ def main() -> int:
     ap.add_argument("--out", default="train_job", help="output file prefix (default train_job)")
     a = ap.parse_args()
     rank = int(os.environ.get("RANK", "0"))
-    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    # (more ranks than GPUs share them in turn: a 4-process job's post-job load on a 2-GPU machine)
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     torch.cuda.set_device(dev)
     nvtx = torch.cuda.nvtx
     layers = torch.nn.ModuleList(torch.nn.Linear(256, 256) for _ in range(LAYERS)).to(dev)

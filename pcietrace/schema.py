@@ -6,9 +6,12 @@ the file too. Unknown extra keys are allowed (a later schema-1 writer may add so
 from __future__ import annotations
 
 import codecs
+import collections
 import json
 import math
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import numpy as np
@@ -66,6 +69,8 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 #: Rows of a table converted to JSON at a time by :func:`write_json` (bounds its memory).
 JSON_CHUNK_ROWS = 20_000
+#: Chunks of rows made at once (on threads) for a file's bytes.
+JSON_THREADS = 4
 
 
 def write_json(doc: Any, out: Any, default: Callable[[Any], Any] = str, allow_nan: bool = False) -> None:
@@ -85,13 +90,22 @@ def write_json(doc: Any, out: Any, default: Callable[[Any], Any] = str, allow_na
         raw = _utf8_bytes_of(out)  # (a text file's bytes: the rows' UTF-8 goes there as Arrow made it)
         if raw is not None:
             out.flush()  # (the text written so far, ahead of the rows)
-        for i in range(0, len(doc), JSON_CHUNK_ROWS):
-            chunk = doc.iloc[i:i + JSON_CHUNK_ROWS]
-            if raw is None:
-                out.write((",\n" if i else "") + json_lines(chunk, sep=",\n", categories=seen))
-            else:
-                raw.write(b",\n" if i else b"")
-                raw.write(json_bytes(chunk, sep=",\n", categories=seen))
+        starts = range(0, len(doc), JSON_CHUNK_ROWS)
+        if raw is None:
+            for i in starts:
+                out.write((",\n" if i else "") + json_lines(doc.iloc[i:i + JSON_CHUNK_ROWS], sep=",\n", categories=seen))
+        else:
+            # chunks made on threads, a few ahead, and written in order: Arrow's casts and joins, most of the
+            # time, run with Python's lock released
+            ahead, raw_rows = max(1, min(os.cpu_count() or 1, JSON_THREADS)), False
+            with ThreadPoolExecutor(ahead) as pool:
+                made: collections.deque[Any] = collections.deque()
+                for n, i in enumerate(starts):
+                    made.append(pool.submit(json_bytes, doc.iloc[i:i + JSON_CHUNK_ROWS], ",\n", seen))
+                    while len(made) > (ahead if n < len(starts) - 1 else 0):
+                        raw.write(b",\n" if raw_rows else b"")
+                        raw.write(made.popleft().result())
+                        raw_rows = True
         out.write("\n]")
     elif isinstance(doc, dict) and _holds_table(doc):
         out.write("{")

@@ -136,7 +136,8 @@ def test_json_lines_are_the_records_pandas_writes_with_floats_kept_floats() -> N
 def test_a_table_written_to_a_file_is_the_text_written_to_a_string(tmp_path, monkeypatch) -> None:
     """write_json hands a text file's bytes the rows as Arrow made them (a long run's instances: gigabytes of
     text), a string buffer the decoded text; both read back as the same document, whole floats among fractional
-    ones and all-whole float columns keeping their decimal point, across chunks."""
+    ones and all-whole float columns keeping their decimal point, across chunks (a file's made on threads, more
+    of them than threads, written in order)."""
     import io
     import json
 
@@ -146,7 +147,7 @@ def test_a_table_written_to_a_file_is_the_text_written_to_a_string(tmp_path, mon
     from pcietrace import schema
 
     monkeypatch.setattr(schema, "JSON_CHUNK_ROWS", 3)  # (several chunks from a small table)
-    n = 10
+    n = 40
     df = pd.DataFrame({"pid": np.arange(n), "whole_ns": np.arange(n) * 2.0, "h2d_bytes": np.arange(n) / 3,
                        "name": pd.Categorical(["é"] * n), "closed": np.arange(n) % 2 == 0})
     doc = {"head": {"x": 1}, "range_instances": df}

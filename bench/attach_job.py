@@ -5,10 +5,11 @@ Runs tests/apps/train_job.py (a range per step, per layer, around backward and t
 ~2.5 ms step) for ``--seconds``, alone (1 GPU) or under ``torchrun --nproc_per_node N``, under `pcietrace attach`.
 Every ``--every-s`` it logs the resident memory of pcietrace's own process and of each sampler process. At the end
 it prints: how long after the job's last rank ended attach had shown its report (the last line before the one
-naming the Perfetto trace, which attach writes after the report) and exited (both CLOCK_MONOTONIC), pcietrace's peak resident
-memory (VmHWM), when the program exited and each saved file was written, its memory's spread and slope while the job ran (a line fitted after the first minute), and the
-head of attach's report. Goals: the report within 30 s of the job's end in < 2 GB (4 GPUs, >= 150 s); the recorder
-flat within 50 MB over >= 10 minutes.
+naming the Perfetto trace, which attach writes after the report) and exited (both CLOCK_MONOTONIC), pcietrace's
+peak resident memory (VmHWM), when the program exited and each saved file was written, its memory's spread and
+slope while the job ran (a line fitted after the first minute), and the head of attach's report. Goals: the
+report within 30 s of the job's end in < 2 GB (4 GPUs, >= 150 s); the recorder flat within 50 MB over >= 10
+minutes. ``--gpus N`` on a machine with fewer GPUs runs N ranks sharing them in turn.
 
     python3 bench/attach_job.py --gpus 4 --seconds 150 --out DIR
     python3 bench/attach_job.py --gpus 1 --seconds 630 --every-s 15 --out DIR

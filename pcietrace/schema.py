@@ -93,7 +93,8 @@ def write_json(doc: Any, out: Any, default: Callable[[Any], Any] = str, allow_na
         starts = range(0, len(doc), JSON_CHUNK_ROWS)
         if raw is None:
             for i in starts:
-                out.write((",\n" if i else "") + json_lines(doc.iloc[i:i + JSON_CHUNK_ROWS], sep=",\n", categories=seen))
+                rows = json_lines(doc.iloc[i:i + JSON_CHUNK_ROWS], sep=",\n", categories=seen)
+                out.write((",\n" if i else "") + rows)
         else:
             # chunks made on threads, a few ahead, and written in order: Arrow's casts and joins, most of the
             # time, run with Python's lock released

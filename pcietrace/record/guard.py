@@ -218,9 +218,7 @@ class Saving:
             return exit_code(self.interrupted)
         try:
             render(self.results)
-        except KeyboardInterrupt:
-            raise
-        except BaseException:  # (stdout gone: `attach ... | head`) the later steps are still the run's
+        except Exception:  # (stdout gone: `attach ... | head`) the later steps are still the run's; not after a signal
             self.later()
             raise
         self.later()

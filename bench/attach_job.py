@@ -80,7 +80,8 @@ def main() -> int:
     def copy_lines(pipe, report) -> None:
         for line in pipe:
             report.write(line)
-            if line.startswith(b"Perfetto trace:"):
+            if line.startswith((b"Perfetto trace:", b"pcietrace: error: could not write the Perfetto",
+                                b"pcietrace: interrupted: the Perfetto")):
                 shown["trace"] = 1
             elif "trace" not in shown:
                 shown["report"] = time.monotonic_ns()

@@ -820,10 +820,12 @@ def test_a_signal_in_an_idle_window_before_or_after_the_program_ends_with_one_li
     err = capsys.readouterr().err
     what = ("what was recorded before the program ran" if which == 1 else
             "the run (the program had ended, exit code 0)")
+    left = "" if which == 1 else f"; no Perfetto trace (`pcietrace report {out} --perfetto FILE` writes it)"
     assert err.strip().splitlines()[-1] == (f"pcietrace: interrupted: saved {what} to {out}; "
-                                            f"`pcietrace report {out}` shows it"), err
+                                            f"`pcietrace report {out}` shows it{left}"), err
     assert "saved to" not in err and err.count("interrupted") == 1 and "Traceback" not in err
     assert Session.load(out).meta["kind"] == ("attach-failed" if which == 1 else "attach")
+    assert not (out / "trace.json").exists()
     assert S.stopped == 1 and list(tmp_path.iterdir()) == [out] and not any(_leftovers(made[0]))
 
 
@@ -978,6 +980,48 @@ def test_a_signal_while_the_perfetto_trace_is_written_leaves_the_run_saved_and_n
                                             f"the run is saved there and `pcietrace report {out} --perfetto FILE` "
                                             "writes it later")
     assert not (out / "trace.json").exists() and Session.load(out).meta["status"] == "complete"
+    assert sorted(p.name for p in out.iterdir() if "trace" in p.name) == []
+
+
+def test_a_second_signal_in_the_traces_clean_up_leaves_no_temporary_file(attach_stand_ins, monkeypatch, tmp_path,
+                                                                          capsys) -> None:
+    """A second Ctrl-C lands while the trace's writer removes its temporary file (its own clean-up cut short):
+    attach removes it, and says its one line. SIMULATED stand-in GPU and samplers."""
+    import os
+
+    from pcietrace.cli import main
+    from pcietrace.report import perfetto
+
+    def cut_twice(session, results, path) -> None:
+        (path.parent / f".{path.name}.{os.getpid()}.tmp").write_text("{")  # (left by the second signal)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(perfetto, "write_trace", cut_twice)
+    out = tmp_path / "rec"
+    assert main(_attach_argv(out)) == 130
+    assert "the Perfetto trace was not written" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert sorted(p.name for p in out.iterdir() if "trace" in p.name) == []
+
+
+def test_a_signal_while_the_report_is_shown_says_the_run_is_saved_and_the_trace_is_not(attach_stand_ins, monkeypatch,
+                                                                                       tmp_path, capsys) -> None:
+    """Ctrl-C while the report prints (a long table, --plot): the run is saved; one line says so and that the
+    Perfetto trace, which comes after the report, was not written and how to write it; exit 130. SIMULATED
+    stand-in GPU and samplers."""
+    from pcietrace import commands
+    from pcietrace.cli import main
+
+    def interrupted(*args) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commands, "_emit", interrupted)
+    out = tmp_path / "rec"
+    assert main(_attach_argv(out)) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (
+        f"pcietrace: interrupted: saved the run (the program had ended, exit code 0) to {out}; `pcietrace report "
+        f"{out}` shows it; no Perfetto trace (`pcietrace report {out} --perfetto FILE` writes it)"), err
+    assert err.count("interrupted") == 1 and not (out / "trace.json").exists()
 
 
 def test_a_perfetto_trace_out_of_memory_is_one_line_and_the_run_stays_saved(attach_stand_ins, monkeypatch, tmp_path,

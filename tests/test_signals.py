@@ -215,7 +215,8 @@ def test_a_signal_as_attach_stops_its_samplers_or_saves_keeps_the_run(where, tmp
     assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert lines[-1] == (f"pcietrace: interrupted: saved the run (the program had ended, exit code 0) to {out}; "
-                         f"`pcietrace report {out}` shows it"), proc.stderr[-2000:]
+                         f"`pcietrace report {out}` shows it; no Perfetto trace (`pcietrace report {out} --perfetto "
+                         "FILE` writes it)"), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and not any(line.startswith("saved to") for line in lines)
     s = Session.load(out)
     assert s.meta["status"] == "complete" and s.meta["exit_code"] == 0 and len(s.samples)

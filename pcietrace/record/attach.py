@@ -388,16 +388,20 @@ class _AttachEnd(SaveSteps):
         from pcietrace.errors import one_line
         from pcietrace.record.guard import say
 
-        out_dir = saving.out_dir
-        if out_dir is None or saving.session.meta["kind"] != "attach" or saving.results is None:
+        from pcietrace import signals
+
+        out_dir = _trace_dir(saving)
+        if out_dir is None:
             return
         path = out_dir / "trace.json"
         later = f"the run is saved there and `pcietrace report {out_dir} --perfetto FILE` writes it later"
         try:
             info = self.write_trace(saving.session, saving.results, path)
         except KeyboardInterrupt:
-            path.unlink(missing_ok=True)
-            say(f"pcietrace: interrupted: the Perfetto trace was not written into {out_dir}; {later}")
+            with signals.deferred():  # (a second signal must not cut the clean-up short)
+                for f in (path, *out_dir.glob(f".{path.name}.*.tmp")):  # (and write_trace's own temporary file)
+                    f.unlink(missing_ok=True)
+                say(f"pcietrace: interrupted: the Perfetto trace was not written into {out_dir}; {later}")
             raise
         except Exception as exc:  # (disk full, out of memory) the run itself is saved: say so, keep it whole
             path.unlink(missing_ok=True)
@@ -406,11 +410,21 @@ class _AttachEnd(SaveSteps):
             return
         saving.tell(f"Perfetto trace: {path}{trace_size(info)}")
 
+    def left(self, saving: Saving) -> str:
+        out_dir = _trace_dir(saving)
+        return "" if out_dir is None else f"; no Perfetto trace (`pcietrace report {out_dir} --perfetto FILE` writes it)"
+
     def what(self, saving: Saving) -> str:
         """What an attach run interrupted by a signal saved."""
         meta = saving.session.meta
         return (f"the run (the program had ended, exit code {exit_code(meta)})" if meta["kind"] == "attach"
                 else "what was recorded before the program ran")
+
+
+def _trace_dir(saving: Saving) -> Path | None:
+    """Where attach writes its Perfetto trace: a saved and analysed attach run's folder (None: no trace)."""
+    drawn = saving.session.meta["kind"] == "attach" and saving.results is not None
+    return saving.out_dir if drawn else None
 
 
 def trace_size(info: Any) -> str:

@@ -102,6 +102,10 @@ class SaveSteps:
     def later(self, saving: "Saving") -> None:
         """Once the results are shown (what the user need not wait for); a signal meanwhile stops it."""
 
+    def left(self, saving: "Saving") -> str:
+        """What a signal before :meth:`later` left undone, said after the interrupted line ("" where nothing)."""
+        return ""
+
     def saved_line(self, saving: "Saving") -> str:
         """The line said once the run is saved."""
         return f"saved to {saving.out_dir}"
@@ -210,18 +214,21 @@ class Saving:
             self.interrupted = exc
 
     def end(self, render: Callable[[Any], None], rc: int = 0) -> int:
-        """Interrupted: the one line saying what was saved and where, and 128 + the signal. Else
-        ``render(results)``, :meth:`later` (128 + a signal that stopped it), and ``rc`` (the recording's own exit
-        code), but never 0 when the save failed."""
-        if self.interrupted is not None:
-            say(interrupted_line(self.folder, self.out_dir, self.steps.what(self)))
-            return exit_code(self.interrupted)
-        try:
-            render(self.results)
-        except Exception:  # (stdout gone: `attach ... | head`) the later steps are still the run's; not after a signal
-            self.later()
-            raise
-        self.later()
-        if self.interrupted is not None:
-            return exit_code(self.interrupted)
-        return rc if self.folder is None or self.out_dir is not None else rc or 2  # a failed save never reads as success
+        """Interrupted (before, or while the results are shown): the one line saying what was saved and where,
+        and 128 + the signal. Else ``render(results)``, :meth:`later` (128 + a signal that stopped it), and ``rc``
+        (the recording's own exit code), but never 0 when the save failed."""
+        if self.interrupted is None:
+            try:
+                render(self.results)
+            except KeyboardInterrupt as exc:  # (while the results are shown: the later steps are not run)
+                self.interrupted = exc
+            except Exception:  # (stdout gone: `attach ... | head`) the later steps are still the run's
+                self.later()
+                raise
+            else:
+                self.later()
+                if self.interrupted is not None:  # (stopped in the later steps, which said what they left)
+                    return exit_code(self.interrupted)
+                return rc if self.folder is None or self.out_dir is not None else rc or 2  # a failed save never reads as success
+        say(interrupted_line(self.folder, self.out_dir, self.steps.what(self)) + self.steps.left(self))
+        return exit_code(self.interrupted)

@@ -385,10 +385,9 @@ class _AttachEnd(SaveSteps):
     def later(self, saving: Saving) -> None:
         """The Perfetto trace beside a saved attach run; one that cannot be written (or is cut short by a signal)
         leaves the run saved, whole, and no partial trace.json."""
+        from pcietrace import signals
         from pcietrace.errors import one_line
         from pcietrace.record.guard import say
-
-        from pcietrace import signals
 
         out_dir = _trace_dir(saving)
         if out_dir is None:

@@ -241,8 +241,7 @@ def _strings_in_order(chunks: list, order: np.ndarray) -> "pa.Array":
 
 
 #: Records gathered from a mapped binary trace at a time: each batch's pages are let go once read, so a file being
-#: read keeps a few MB of its mapping resident, not all of it (files
-#: read at once would each hold theirs whole).
+#: read keeps a few MB of its mapping resident, not all of it (files read at once would each hold theirs whole).
 GATHER_RECORDS = 1 << 16
 
 

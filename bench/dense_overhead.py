@@ -33,10 +33,12 @@ ROUND_S = 0.05  # one round of fwd_emit with its truth windows' sleeps, as measu
 LIBRARY = "@library"  # --configs: the injection library alone (the edges' and launches' cost, no reads)
 
 
-def loop_s(attach: list[str] | None, calls: int, out: Path, timeout_s: float, cpus: str = "") -> tuple[float, float]:
+def loop_s(attach: list[str] | None, calls: int, out: Path, timeout_s: float,
+           cpus: str = "") -> tuple[float, float, float | None]:
     """One run's loop wall time and its phases' own time (s): the app alone (``attach`` None), under attach with
     those options, or (``attach`` == [LIBRARY]) with the injection library set up as attach does but no sampler and
-    no counter read; ``cpus``: the app held to these CPUs (taskset) either way."""
+    no counter read; ``cpus``: the app held to these CPUs (taskset) either way. Third: under attach, what its
+    report says the app's range edges cost it (s, its processes' ``edges_ms``; None: not said)."""
     jsonl = out.with_suffix(".jsonl")
     env = {**os.environ, "BLIND_OUT": str(jsonl), "BLIND_CALLS": str(calls), "BLIND_TRUTH": "0",
            "DENSE_PHASES": "fwd_emit"}
@@ -52,7 +54,12 @@ def loop_s(attach: list[str] | None, calls: int, out: Path, timeout_s: float, cp
         sys.exit(f"dense_overhead: {shlex.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
     end = next(r for r in rows if r["kind"] == "end")
-    return end["loop_wall_ns"] / 1e9, sum(r["duration_ns"] for r in rows if r["kind"] == "range") / 1e9
+    said = None
+    if (out / "report.json").is_file():
+        procs = json.loads((out / "report.json").read_text())["meta"].get("processes", [])
+        if any("edges_ms" in q for q in procs):
+            said = sum(q.get("edges_ms", 0.0) for q in procs) / 1e3
+    return end["loop_wall_ns"] / 1e9, sum(r["duration_ns"] for r in rows if r["kind"] == "range") / 1e9, said
 
 
 def interval(ratios: list[float]) -> str:
@@ -82,7 +89,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="dense-overhead-"))
     if a.configs:
         return matrix(a, calls, tmp)
-    ratios, phase_ratios = [], []
+    ratios, phase_ratios, said = [], [], []
     for p in range(a.pairs):
         order = ("plain", "attach") if p % 2 == 0 else ("attach", "plain")
         t = {k: loop_s(None if k == "plain" else a.attach_args, calls, tmp / f"{p}-{k}", a.timeout_s, a.cpus) for k in order}
@@ -91,8 +98,17 @@ def main() -> int:
         print(f"pair {p} ({'-'.join(order)}): loop {t['plain'][0]:.3f} s plain, {t['attach'][0]:.3f} s attached: "
               f"{ratios[-1] - 1:+.2%}; the phases alone {t['plain'][1]:.3f} s, {t['attach'][1]:.3f} s: "
               f"{phase_ratios[-1] - 1:+.2%}", flush=True)
+        if t["attach"][2] is not None:  # the report's own figure against the slowdown measured around it
+            said.append((t["attach"][2], t["attach"][1] - t["plain"][1]))
+            print(f"  attach says the app's range edges cost it {said[-1][0]:.3f} s; the phases ran "
+                  f"{said[-1][1]:+.3f} s longer", flush=True)
     print(f"RATIO attached / plain at emit_nvtx density ({a.pairs} pairs of a {calls}-round loop; goal < 1 %):\n"
           f"  the app's loop: {interval(ratios)}\n  the annotated phases alone: {interval(phase_ratios)}")
+    if said:
+        told, slower = np.array(said).T
+        print(f"EDGES attach's own figure for its range edges: median {np.median(told):.3f} s; the phases' slowdown "
+              f"measured around it: median {np.median(slower):+.3f} s ({len(said)} pairs; figure / slowdown "
+              f"{np.median(told / slower):.2f})")
     return 0
 
 
@@ -104,7 +120,7 @@ def matrix(a: argparse.Namespace, calls: int, tmp: Path) -> int:
         name, _, opts = item.partition("=")
         configs[name.strip()] = shlex.split(opts) if opts.strip() != LIBRARY else [LIBRARY]
     names = list(configs)
-    runs: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+    runs: dict[str, list[tuple[float, float, float | None]]] = {n: [] for n in names}
     for r in range(a.pairs):
         for n in names[r % len(names):] + names[:r % len(names)]:
             runs[n].append(loop_s(configs[n], calls, tmp / f"{r}-{n}", a.timeout_s, a.cpus))

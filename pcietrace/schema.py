@@ -353,7 +353,8 @@ TOPOLOGY = obj({"gpus": list_of(obj({"bdf": STR, "host_bridge": STR, "hops": lis
                 "nvlinks": list_of(list_of(INT)), "notes": list_of(STR)})
 LAUNCH_COSTS = obj({"host_us_per_eager_launch": NUM, "host_us_per_graph_launch": NUM, "wall_us_per_kernel_eager": NUM,
                     "wall_us_per_kernel_graph": NUM, "source": STR})
-PROCESS = obj({"pid": INT, "nvtx": BOOL, "cupti": STR, "ranges": INT}, {"devices": list_of(STR)})
+PROCESS = obj({"pid": INT, "nvtx": BOOL, "cupti": STR, "ranges": INT},
+              {"devices": list_of(STR), "edges": INT, "edge_ns": FINITE, "edges_ms": FINITE})
 META = obj({"gpus": list_of(GPU)},
            {"simulated": BOOL, "status": STR, "kind": STR, "topology": opt(TOPOLOGY), "launch_costs": opt(LAUNCH_COSTS),
             "t_app_start_ns": INT, "t_app_end_ns": INT, "exit_code": opt(EXIT_CODE), "processes": list_of(PROCESS),

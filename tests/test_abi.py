@@ -36,6 +36,7 @@ def test_the_header_and_the_python_side_agree() -> None:
     assert d["PT_TRACE_MAGIC"].strip('"').encode() == trace.TRACE_MAGIC
     assert int(d["PT_TRACE_VERSION"]) == trace.TRACE_VERSION == max(trace.TRACE_COLUMNS)
     assert int(d["PT_TRACE_RESERVE"]) == trace.TRACE_RESERVE_BYTES
+    assert int(d["PT_EDGE_TIMED_EVERY"]) == trace.EDGE_TIMED_EVERY
 
 
 def test_the_trace_records_are_laid_out_as_python_reads_them(tmp_path) -> None:

@@ -198,3 +198,25 @@ def test_attach_range_names_stay_whole_at_80_columns(data_dir, monkeypatch, caps
             # (beside the ± error, which has the row's second line too)
             assert lines[rows[0] + 1].split("   ")[0].strip() == f"({', '.join(marks)})", (r.name, lines[rows[0] + 1])
     assert "(1 stall)" in "".join(lines)  # cross_thread's one
+
+
+@pytest.mark.parametrize("rec", ["attach_h200x2_torchrun_outside", "attach_h100_python"])
+def test_what_each_process_s_range_edges_cost_it_is_shown_where_its_library_timed_them(rec: str) -> None:
+    # a real recording of a library before edges were timed, given the fields a newer one's processes carry:
+    # the process table (several processes) or line (one) says them, and readable at 80 columns
+    s = Session.load(DATA / rec)
+    for k, p in enumerate(s.meta["processes"]):
+        if p["nvtx"]:
+            p.update(edges=2 * p["ranges"], edge_ns=301.4 + k, edges_ms=2 * p["ranges"] * (301.4 + k) / 1e6 + 1234)
+    res = analyze(s)
+    parts = console.parts(s.meta, res, summarize(s.meta, res), detail=True)
+    assert_readable(parts, 80)
+    text = " ".join(as_text(parts, 200).split())
+    timed = [p for p in s.meta["processes"] if p["nvtx"]]
+    if len(s.meta["processes"]) > 1:
+        assert "edges cost" in text and "one edge in 61 timed" in text
+        assert all(f"{p['edges_ms']:,.1f}" in text for p in timed)
+    else:
+        p, = timed
+        assert f"its {p['edges']:,} range edges took {p['edges_ms']:,.1f} ms of its threads" in text
+        assert f"({p['edge_ns']:,.0f} ns each)" in text

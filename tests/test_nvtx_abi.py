@@ -85,3 +85,54 @@ def test_wide_names_keep_their_characters_whatever_the_program_s_locale(tmp_path
                                  args=[str(NATIVE)])
     assert sorted(events.loc[events["event"] == "push", "message"]) == sorted(names)
     assert events.loc[events["event"] == "mark", "message"].tolist() == names[:1]
+
+
+#: Nested pushes and pops from two threads, and start/end ranges (argv[2]: the folder of nvtx_loader.py, argv[3]:
+#: ranges per thread).
+TIMED_SIDE = r"""
+import ctypes as C, json, sys, threading
+sys.path.insert(0, sys.argv[2])
+from nvtx_loader import fn
+push_a, pop = fn(1, 9, C.c_int, C.c_char_p), fn(1, 11, C.c_int)
+start_a, end = fn(1, 5, C.c_uint64, C.c_char_p), fn(1, 7, None, C.c_uint64)
+n = int(sys.argv[3])
+def work():
+    push_a(b"outer")
+    for i in range(n):
+        push_a(b"aten::linear, seq = %d" % i); pop()
+    pop()
+    for i in range(n // 10):
+        end(start_a(b"async"))
+threads = [threading.Thread(target=work) for _ in range(2)]
+[t.start() for t in threads]; [t.join() for t in threads]
+json.dump([], open(sys.argv[1], "w"))
+"""
+
+
+def test_the_library_times_one_range_edge_in_61_of_each_thread_and_attach_says_what_they_cost(tmp_path) -> None:
+    """The trace's header holds the edges the library timed (one in EDGE_TIMED_EVERY of each thread's, whatever
+    the kind) and the ns they took; attach's process record turns that into ns per edge and ms in all."""
+    from pcietrace.record.attach import processes
+    from pcietrace.record.trace import EDGE_TIMED_EVERY
+
+    per_thread = 3000
+    events, _ = run_injected(tmp_path, TIMED_SIDE, args=[str(NATIVE), str(per_thread)])
+    edges_per_thread = 2 + 2 * per_thread + 2 * (per_thread // 10)
+    (pid, (timed, ns)), = events.attrs["edge_timing"].items()
+    assert timed == 2 * (edges_per_thread // EDGE_TIMED_EVERY)
+    assert 0 < ns / timed < 1e6  # (each edge well under a millisecond, and not nothing)
+    proc, = processes(events, "none")
+    assert proc["pid"] == pid and proc["edges"] == 2 * edges_per_thread
+    assert proc["edge_ns"] == ns / timed
+    assert proc["edges_ms"] == proc["edges"] * ns / timed / 1e6
+
+
+def test_a_trace_whose_library_timed_no_edge_says_nothing_of_their_cost(tmp_path) -> None:
+    """Threads of fewer than 61 edges each: none timed, and no cost made up for their process (as for an older
+    library's trace, whose header's timing words are 0)."""
+    from pcietrace.record.attach import processes
+
+    events, _ = run_injected(tmp_path, TIMED_SIDE, args=[str(NATIVE), "10"])  # (fewer than 61 edges a thread)
+    assert events.attrs["edge_timing"] == {}
+    proc, = processes(events, "none")
+    assert not {"edges", "edge_ns", "edges_ms"} & set(proc)

@@ -9,7 +9,7 @@
 /* The library's interface version, exported as ``pcietrace_inject_abi`` (an unsigned int) and as the string
  * PT_ABI_TAG; pcietrace.record.trace.INJECT_ABI is the version the Python side expects, and attach refuses a
  * library built from other sources. Raise it whenever anything below changes meaning. */
-#define PT_ABI_VERSION 2
+#define PT_ABI_VERSION 3
 #define PT_ABI_STR_(x) #x
 #define PT_ABI_STR(x) PT_ABI_STR_(x)
 #define PT_ABI_TAG "pcietrace-inject-abi " PT_ABI_STR(PT_ABI_VERSION)
@@ -45,7 +45,13 @@ struct pt_trace_header {
     uint64_t strings_cap;       /* its bytes; its last PT_TRACE_RESERVE are kept for the "tracefull" event */
     uint64_t events_taken;      /* bytes of the events part taken so far (may pass events_cap once it is full) */
     uint64_t strings_taken;     /* the same for the strings part */
+    uint64_t timed_edges;       /* range edges (push, pop, start, end) the library timed itself: one in
+                                   PT_EDGE_TIMED_EVERY of each thread's */
+    uint64_t timed_ns;          /* the ns those spent in the library, in the program's threads */
 };
+/* One range edge in this many of each thread's is timed (odd: a thread whose edges alternate push and pop has
+ * both timed). */
+#define PT_EDGE_TIMED_EVERY 61
 
 struct pt_event {
     uint64_t t_ns;              /* CLOCK_MONOTONIC */

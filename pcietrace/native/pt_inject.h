@@ -45,6 +45,7 @@ extern __thread unsigned long t_eager, t_graph, t_captured;      /* this thread'
 extern __thread unsigned long long t_call_ticks, t_wait_ticks;
 extern atomic_ullong g_call_ticks, g_wait_ticks;
 extern __thread int t_depth;                 /* this thread's push/pop depth */
+extern __thread unsigned t_untimed;          /* this thread's range edges since its last timed one */
 extern __thread uint64_t t_devmask;          /* ordinals launched on since this thread's previous event */
 extern atomic_ullong g_announced;            /* ordinals already named by a "cudevice" event */
 extern _Atomic int g_ticks_tsc;              /* call ticks are TSC ticks */
@@ -52,6 +53,10 @@ extern pthread_once_t g_call_clock_once;
 unsigned long long mono_ns(void);
 void call_clock_init(void);                  /* (through pthread_once(&g_call_clock_once, ...)) */
 void emit(const char *event, const char *domain, unsigned long long id, const char *message);
+/* A range edge timed by the library (pt_abi.h: timed_edges, timed_ns): its start, by the call clock (ticks or ns) */
+struct edge_clock { unsigned long long at; int tsc; };
+struct edge_clock edge_clock_start(void);
+void edge_timed(struct edge_clock started);  /* adds the edge's time to its trace's header */
 void emit_line(unsigned long long t_ns, const char *event, const char *domain, unsigned long long id,
                const char *message, int dev);
 

@@ -51,7 +51,7 @@ static const char *message_of(const EventAttributes *a, char *tmp, size_t tmpsiz
 }
 
 /* A push or pop nested in the thread's own counted range changes nothing the samplers look at: no shared word */
-static int push_(const char *domain, const char *msg)
+static int push_edge(const char *domain, const char *msg)
 {
     edge_read();
     emit("push", domain, 0, msg);
@@ -59,7 +59,7 @@ static int push_(const char *domain, const char *msg)
     if (!(fast && nested_push())) edge_signal(fast ? open_push() : 1);
     return t_depth++;
 }
-static int pop_(const char *domain)
+static int pop_edge(const char *domain)
 {
     if (t_depth > 0) --t_depth;
     emit("pop", domain, 0, "");
@@ -69,8 +69,47 @@ static int pop_(const char *domain)
     edge_close_range(!fast);
     return t_depth;
 }
-static uint64_t start_(const char *domain, const char *msg) { unsigned long long id = atomic_fetch_add(&g_range_id, 1) + 1; edge_read(); emit("start", domain, id, msg); edge_signal(holds_fast(domain) ? open_start(id) : 1); return id; }
-static void end_(const char *domain, uint64_t id) { emit("end", domain, id, ""); close_end(id); edge_close_range(!holds_fast(domain)); }
+static uint64_t start_edge(const char *domain, const char *msg) { unsigned long long id = atomic_fetch_add(&g_range_id, 1) + 1; edge_read(); emit("start", domain, id, msg); edge_signal(holds_fast(domain) ? open_start(id) : 1); return id; }
+static void end_edge(const char *domain, uint64_t id) { emit("end", domain, id, ""); close_end(id); edge_close_range(!holds_fast(domain)); }
+
+/* Whether this edge is one of the thread's timed ones (edge_timed) */
+static inline int timed_now(void)
+{
+    if (__builtin_expect(++t_untimed < PT_EDGE_TIMED_EVERY, 1)) return 0;
+    t_untimed = 0;
+    return 1;
+}
+static int push_(const char *domain, const char *msg)
+{
+    if (!timed_now()) return push_edge(domain, msg);
+    struct edge_clock c = edge_clock_start();
+    int depth = push_edge(domain, msg);
+    edge_timed(c);
+    return depth;
+}
+static int pop_(const char *domain)
+{
+    if (!timed_now()) return pop_edge(domain);
+    struct edge_clock c = edge_clock_start();
+    int depth = pop_edge(domain);
+    edge_timed(c);
+    return depth;
+}
+static uint64_t start_(const char *domain, const char *msg)
+{
+    if (!timed_now()) return start_edge(domain, msg);
+    struct edge_clock c = edge_clock_start();
+    uint64_t id = start_edge(domain, msg);
+    edge_timed(c);
+    return id;
+}
+static void end_(const char *domain, uint64_t id)
+{
+    if (!timed_now()) { end_edge(domain, id); return; }
+    struct edge_clock c = edge_clock_start();
+    end_edge(domain, id);
+    edge_timed(c);
+}
 
 static int RangePushA(const char *m) { return push_(NULL, m); }
 static int RangePushEx(const EventAttributes *a) { char t[1024]; return push_(NULL, message_of(a, t, sizeof t)); }

@@ -173,11 +173,15 @@ def idle_windows(sampler: Any, nvml_indices: list[int], seconds: float, windows:
 
 def processes(events: pd.DataFrame, launch_counter: str = "interpose") -> list[dict[str, Any]]:
     """Per process seen: pid, whether NVTX initialised, how its launches were counted (``launch_counter``
-    "none": not at all), its ranges, the PCI bus ids of the CUDA devices it used, and whether its trace file
-    filled up (later events lost)."""
+    "none": not at all), its ranges, the PCI bus ids of the CUDA devices it used, whether its trace file
+    filled up (later events lost), and where its library timed them (``events.attrs["edge_timing"]``,
+    :func:`read_traces`) its range edges (``edges``: pushes, pops, starts and ends) and what they cost its
+    threads: ``edge_ns`` each on average, ``edges_ms`` in all."""
     out = []
     kind = events["event"]
     ranges = events.loc[kind.isin(["push", "start"]), "pid"].value_counts()
+    edges = events.loc[kind.isin(["push", "pop", "start", "end"]), "pid"].value_counts()
+    timing = events.attrs.get("edge_timing", {})
     # (the few rows these need, not a copy of each process's events: a long run's are gigabytes)
     said = events.loc[kind.isin(["cupti", "interpose", "nvtx", "cudevice", TRACE_FULL]), ["pid", "event", "message"]]
     for pid in sorted(events["pid"].unique()):
@@ -188,6 +192,10 @@ def processes(events: pd.DataFrame, launch_counter: str = "interpose") -> list[d
         out.append({"pid": int(pid), "nvtx": bool((g["event"] == "nvtx").any()), "cupti": how,
                     "ranges": int(ranges.get(pid, 0)), "devices": sorted(set(g.loc[g["event"] == "cudevice", "message"])),
                     "trace_full": bool((g["event"] == TRACE_FULL).any())})
+        if int(pid) in timing:
+            timed, ns = timing[int(pid)]
+            n = int(edges.get(pid, 0))
+            out[-1].update(edges=n, edge_ns=ns / timed, edges_ms=n * ns / timed / 1e6)
     return out
 
 

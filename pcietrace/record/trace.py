@@ -22,7 +22,7 @@ from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS, narrow_int
 
 #: The injection library's interface version this pcietrace expects (pt_abi.h: PT_ABI_VERSION); the library
 #: carries it as the string :data:`INJECT_ABI_TAG`, so it is checked without loading the library.
-INJECT_ABI = 2
+INJECT_ABI = 3
 INJECT_ABI_TAG = b"pcietrace-inject-abi %d\0" % INJECT_ABI
 #: A trace file's first line: ``TRACE_MAGIC VERSION`` (pt_abi.h: PT_TRACE_MAGIC, PT_TRACE_VERSION).
 TRACE_MAGIC = b"#pcietrace-trace"
@@ -42,7 +42,10 @@ TRACE_COLUMNS = {1: EVENT_COLUMNS_V1, 2: EVENT_COLUMNS_V2, 3: EVENT_COLUMNS_V3, 
 TRACE_VERSION = 5
 #: A binary trace's header (pt_abi.h: struct pt_trace_header, PT_TRACE_HEADER_BYTES).
 HEADER_DTYPE = np.dtype([("line", "S64")] + [(n, "<u8") for n in (
-    "events_at", "events_cap", "strings_at", "strings_cap", "events_taken", "strings_taken")])
+    "events_at", "events_cap", "strings_at", "strings_cap", "events_taken", "strings_taken", "timed_edges",
+    "timed_ns")])
+#: One range edge in this many of each thread's is timed by the library (pt_abi.h: PT_EDGE_TIMED_EVERY).
+EDGE_TIMED_EVERY = 61
 #: One event record (pt_abi.h: struct pt_event).
 EVENT_DTYPE = np.dtype(
     [(n, "<u8") for n in ("t_ns", "id", "eager_thread", "graph_thread", "eager_process", "graph_process", "devmask",
@@ -152,17 +155,21 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
     Never fails on what a file holds: a line that is not a trace line (wrong field count, a number that is not
     one, a file that is not a trace: another name, not a regular file, unreadable) is left out and counted in
     ``attrs["bad_lines"]`` (``attrs["bad_files"]``: the files left out whole), the rest kept. Text that is not
-    UTF-8 (a name the library cut inside a character) is decoded with U+FFFD; a CR stays inside its field."""
-    parts, bad_lines, bad_files = [], 0, []
+    UTF-8 (a name the library cut inside a character) is decoded with U+FFFD; a CR stays inside its field.
+    ``attrs["edge_timing"]``: per pid, the range edges its library timed and the ns they took
+    (:data:`EDGE_TIMED_EVERY`; binary traces of a library that times them only)."""
+    parts, bad_lines, bad_files, timing = [], 0, [], {}
     files = sorted([*Path(trace_dir).glob("trace-*.bin"), *Path(trace_dir).glob("trace-*.tsv")])
     # the files read at once (one per process under torchrun): their gathers, casts and string work run in numpy
     # and pyarrow, which release the GIL
     with ThreadPoolExecutor(max(min(len(files), os.cpu_count() or 1, 8), 1)) as pool:
-        for f, (cols, bad) in zip(files, pool.map(_read_file, files)):
+        for f, (cols, bad, timed) in zip(files, pool.map(_read_file, files)):
             if cols is None:
                 bad_files.append(f.name)
                 continue
             bad_lines += bad
+            if timed is not None and timed[0]:
+                timing[int(f.stem[len("trace-"):])] = timed
             if cols:
                 parts.append(cols)
     if not parts:
@@ -194,26 +201,28 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
         _release_freed()
     if parts and "devmask" in out.columns and out["devmask"].dtype.kind == "i":  # (a text trace's parser: int64)
         out["devmask"] = out["devmask"].astype(np.uint64)
-    out.attrs.update(bad_lines=bad_lines, bad_files=bad_files)
+    out.attrs.update(bad_lines=bad_lines, bad_files=bad_files, edge_timing=timing)
     return out
 
 
-def _read_file(f: Path) -> tuple[dict[str, Any] | None, int]:
-    """One trace file's columns with its ``pid`` (none where it holds no event; None where it is left out whole)
-    and the number of its lines left out (see :func:`read_traces`)."""
+def _read_file(f: Path) -> tuple[dict[str, Any] | None, int, tuple[int, int] | None]:
+    """One trace file's columns with its ``pid`` (none where it holds no event; None where it is left out whole),
+    the number of its lines left out and its edges' timing (:func:`_read_binary`; None: a text trace; see
+    :func:`read_traces`)."""
+    timed = None
     pid = f.stem[len("trace-"):]
     try:
         if not (pid.isdecimal() and f.is_file() and not f.is_symlink()):
             raise OSError("not a trace file")
         if f.suffix == ".bin":
-            cols, bad = _read_binary(f)
+            cols, bad, timed = _read_binary(f)
         else:
             df, bad = _parse_trace(_trace_lines(f))
             cols = {c: df[c].to_numpy() for c in df.columns}
     except OSError:
-        return None, 0
+        return None, 0, None
     n = len(next(iter(cols.values()), ()))
-    return ({**cols, "pid": np.full(n, int(pid), np.int64)} if n else {}), bad
+    return ({**cols, "pid": np.full(n, int(pid), np.int64)} if n else {}), bad, timed
 
 
 def _release_freed() -> None:
@@ -245,10 +254,11 @@ def _strings_in_order(chunks: list, order: np.ndarray) -> "pa.Array":
 GATHER_RECORDS = 1 << 16
 
 
-def _read_binary(f: Path) -> tuple[dict[str, np.ndarray], int]:
-    """A binary trace (version 5) as its columns (:data:`EVENT_COLUMNS`), and the number of records left out:
-    records taken but never committed (a process killed while writing one) or whose strings lie outside the
-    strings taken. Raises OSError for a file that is not one (too short, another version: nothing read as if it
+def _read_binary(f: Path) -> tuple[dict[str, np.ndarray], int, tuple[int, int]]:
+    """A binary trace (version 5) as its columns (:data:`EVENT_COLUMNS`), the number of records left out
+    (records taken but never committed: a process killed while writing one; or whose strings lie outside the
+    strings taken), and the range edges its library timed with the ns they took (0, 0: none, or an older
+    library's trace). Raises OSError for a file that is not one (too short, another version: nothing read as if it
     were this one). Records are read from the mapped file a batch at a time (:func:`_gather`)."""
     with open(f, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         if len(mm) < HEADER_DTYPE.itemsize:
@@ -285,7 +295,8 @@ def _read_binary(f: Path) -> tuple[dict[str, np.ndarray], int]:
             rec = {c: v[keep] for c, v in rec.items()}
         del keep
         cols = _binary_strings(mm, str_at, rec)
-    return {c: cols[c] if c in cols else rec[c] for c in EVENT_COLUMNS}, bad
+    timed = int(h["timed_edges"]), int(h["timed_ns"])
+    return {c: cols[c] if c in cols else rec[c] for c in EVENT_COLUMNS}, bad, timed
 
 
 def _gather(mm: mmap.mmap, at: int, view: np.ndarray, idx: np.ndarray) -> dict[str, np.ndarray]:

@@ -175,22 +175,35 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
     plain = len(procs) == 1 and procs[0]["nvtx"] and not procs[0].get("trace_full") and "node" not in procs[0]
     if plain:  # one process that used NVTX: a line, not a table
         p = procs[0]
-        parts.append(Text(f"process followed: pid {p['pid']}, {p['ranges']:,} ranges, {p['cupti']}",
+        parts.append(Text(f"process followed: pid {p['pid']}, {p['ranges']:,} ranges, {p['cupti']}{edge_cost(p)}",
                           style="dim"))
     elif procs:
         nodes = any("node" in p for p in procs)  # (a merged report: several nodes' processes)
+        timed = any("edges_ms" in p for p in procs)  # (recordings of a library that timed its edges)
         t = new_table("Processes followed", [("node", "left")] * nodes + [("pid", "right"), ("NVTX", "left"),
-                                                                          ("launch counting", "left"), ("ranges", "right")],
-                      caption="processes that cleared their environment, or never called NVTX or CUDA, do not appear")
+                                                                          ("launch counting", "left"), ("ranges", "right")]
+                      + [("edges cost\nms", "right")] * timed,
+                      caption="processes that cleared their environment, or never called NVTX or CUDA, do not appear"
+                              + "; edges cost: the time attach's library took in the process's threads at its NVTX "
+                                "range edges (one edge in 61 timed)" * timed)
         for p in procs:
             t.add_row(*[esc(p.get("node"))] * nodes, str(p["pid"]), "yes" if p["nvtx"] else "no", esc(p["cupti"]),
-                      str(p["ranges"]))
+                      str(p["ranges"]), *[num(p.get("edges_ms"), ",.1f")] * timed)
         parts.append(t)
     if not len(rg):
         parts.append(Text("no NVTX ranges were seen: whole-run totals only. Wrap the phases you care about in "
                           "nvtx.annotate(...) / torch.cuda.nvtx.range(...) / nvtxRangePush(...) to see them per range.",
                           style="yellow"))
     return parts
+
+
+def edge_cost(process: dict[str, Any]) -> str:
+    """What a process's NVTX range edges cost its threads (:func:`pcietrace.record.attach.processes`), as a
+    clause of the process line ("" where its library did not time them)."""
+    if process.get("edges_ms") is None:
+        return ""
+    return (f"; its {process['edges']:,} range edges took {process['edges_ms']:,.1f} ms of its threads in attach's "
+            f"library ({process['edge_ns']:,.0f} ns each)")
 
 
 def ranges_by_host_table(rh: pd.DataFrame) -> Table:

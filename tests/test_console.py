@@ -218,5 +218,5 @@ def test_what_each_process_s_range_edges_cost_it_is_shown_where_its_library_time
         assert all(f"{p['edges_ms']:,.1f}" in text for p in timed)
     else:
         p, = timed
-        assert f"its {p['edges']:,} range edges took {p['edges_ms']:,.1f} ms of its threads" in text
-        assert f"({p['edge_ns']:,.0f} ns each)" in text
+        assert f"its {p['edges']:,} range edges took at least {p['edges_ms']:,.1f} ms of its threads" in text
+        assert f"({p['edge_ns']:,.0f} ns each inside attach's library" in text

@@ -184,8 +184,9 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
                                                                           ("launch counting", "left"), ("ranges", "right")]
                       + [("edges cost\nms", "right")] * timed,
                       caption="processes that cleared their environment, or never called NVTX or CUDA, do not appear"
-                              + "; edges cost: the time attach's library took in the process's threads at its NVTX "
-                                "range edges (one edge in 61 timed)" * timed)
+                              + "; edges cost: at least, the time attach's library took in the process's threads at "
+                                "its NVTX range edges (one edge in 61 timed; its stores' cost to the caches after is "
+                                "not in it)" * timed)
         for p in procs:
             t.add_row(*[esc(p.get("node"))] * nodes, str(p["pid"]), "yes" if p["nvtx"] else "no", esc(p["cupti"]),
                       str(p["ranges"]), *[num(p.get("edges_ms"), ",.1f")] * timed)
@@ -202,8 +203,9 @@ def edge_cost(process: dict[str, Any]) -> str:
     clause of the process line ("" where its library did not time them)."""
     if process.get("edges_ms") is None:
         return ""
-    return (f"; its {process['edges']:,} range edges took {process['edges_ms']:,.1f} ms of its threads in attach's "
-            f"library ({process['edge_ns']:,.0f} ns each)")
+    return (f"; its {process['edges']:,} range edges took at least {process['edges_ms']:,.1f} ms of its threads "
+            f"({process['edge_ns']:,.0f} ns each inside attach's library; what its stores cost the program's caches "
+            f"after is not in it)")
 
 
 def ranges_by_host_table(rh: pd.DataFrame) -> Table:

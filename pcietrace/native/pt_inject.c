@@ -417,8 +417,8 @@ void emit(const char *event, const char *domain, unsigned long long id, const ch
 /* ---- what the edges cost the program ----
  * One range edge in PT_EDGE_TIMED_EVERY of each thread's is timed from the handler's entry to its return, and the
  * time added to the trace's header (atomically: threads add at once), where attach reads it, after a crash too.
- * Two clock reads and two atomic adds on one edge in 61: ~1 ns an edge. The time inside the library is what an edge costs the
- * program, less what it costs the program's own code after (caches the library's stores took). */
+ * Two clock reads and two atomic adds on one edge in 61: ~1 ns an edge. The time inside the library is what an
+ * edge costs the program less what the program's own code loses after it (the caches the library took). */
 struct edge_clock edge_clock_start(void)
 {
     int tsc = atomic_load_explicit(&g_ticks_tsc, memory_order_acquire);

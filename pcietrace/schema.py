@@ -50,11 +50,22 @@ def counts_as_ints(df: pd.DataFrame) -> pd.DataFrame:
     return df.astype(whole) if whole else df
 
 
-def narrow_int(dtype: Any, lo: Any, hi: Any) -> np.dtype:
-    """``dtype``, or its 32-bit kind where a 64-bit integer column's values (``lo`` ... ``hi``) all fit it: a long
-    recording's samples and events held in half the memory, their values unchanged (analysis widens what it
-    computes with)."""
+#: Event columns of small counts and indices, never offset by a constant: held in 8 or 16 bits where their values
+#: allow (:func:`narrow_int`).
+SMALL_INTS = ("depth", "dev", "captured_thread", "captured_process")
+
+
+def narrow_int(dtype: Any, lo: Any, hi: Any, small: bool = False) -> np.dtype:
+    """``dtype``, or a narrower kind where a 64-bit integer column's values (``lo`` ... ``hi``) all fit it: signed
+    ones in 32 bits, unsigned ones in 32 bits; a ``small`` one (:data:`SMALL_INTS`) in 8 or 16 bits where they lie
+    within a quarter of its range (two of them still add or subtract within it). A long recording's samples and
+    events held in less memory, their values unchanged (analysis widens what it computes with)."""
     dtype = np.dtype(dtype)
+    if dtype == np.int64 and small:
+        for narrow in (np.int8, np.int16):
+            quarter = 2 ** (np.iinfo(narrow).bits - 2)
+            if -quarter <= lo and hi < quarter:
+                return np.dtype(narrow)
     if dtype == np.int64 and -2**31 <= lo and hi < 2**31:
         return np.dtype(np.int32)
     if dtype == np.uint64 and hi < 2**32:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace import schema
-from pcietrace.schema import narrow_int
+from pcietrace.schema import SMALL_INTS, narrow_int
 from pcietrace.errors import ReportError, one_line
 
 SCHEMA = schema.SCHEMA
@@ -223,8 +223,9 @@ def _parquet(file: Path, meta: dict[str, Any], required: bool) -> pd.DataFrame:
 def _read_parquet(f: Any) -> pd.DataFrame:
     """A Parquet table read a row group at a time: its numeric columns copied into arrays of their full length as
     each group is decoded, so a long recording's samples are held once (not as Arrow's buffers and pandas' too);
-    64-bit integers that fit 32 bits held in 32 (:func:`pcietrace.schema.narrow_int`), strings as categories (millions of events
-    repeat a few kinds, domains and range names)."""
+    64-bit integers that fit 32 bits held in 32, the events' small counts and indices in 8 or 16
+    (:func:`pcietrace.schema.narrow_int`), strings as categories (millions of events repeat a few kinds, domains and
+    range names)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -237,7 +238,7 @@ def _read_parquet(f: Any) -> pd.DataFrame:
         for c in df.columns:
             if df[c].dtype in (np.int64, np.uint64) and len(df):
                 v = df[c].to_numpy()
-                df[c] = v.astype(narrow_int(v.dtype, v.min(), v.max()), copy=False)
+                df[c] = v.astype(narrow_int(v.dtype, v.min(), v.max(), c in SMALL_INTS), copy=False)
         return df
     pf = pq.ParquetFile(f, read_dictionary=strings)
     schema = pf.schema_arrow
@@ -252,7 +253,8 @@ def _read_parquet(f: Any) -> pd.DataFrame:
         stats = [meta.row_group(i).column(j).statistics for i in range(meta.num_row_groups)]
         if dtype.kind not in "iu" or not all(st.has_min_max for st in stats):
             return dtype
-        return narrow_int(dtype, min(st.min for st in stats), max(st.max for st in stats))
+        return narrow_int(dtype, min(st.min for st in stats), max(st.max for st in stats),
+                          schema.field(j).name in SMALL_INTS)
 
     numbers = {schema.field(j).name for j in range(len(schema)) if fixed(j)}
     column = {name: j for j, name in enumerate(schema.names)}

@@ -174,3 +174,26 @@ def test_a_save_whose_writer_fails_raises_its_error_and_writes_no_report(data_di
         s.save(tmp_path / "run", saved_tables(res))
     left = sorted(p.name for p in (tmp_path / "run").iterdir())
     assert "report.json" not in left and failing not in left and not [n for n in left if "partial" in n or "tmp" in n]
+
+
+def test_events_hold_their_small_counts_in_8_or_16_bits_and_their_identifiers_in_32(tmp_path) -> None:
+    """A real recording's events as loaded: depths, device ordinals and captured counts in 8 or 16 bits (within a
+    quarter of its range), pids, thread and range ids never below 32 bits (code adds offsets to them), every value
+    the same as read whole."""
+    import pyarrow.parquet as pq
+
+    from pcietrace.schema import SMALL_INTS
+    from pcietrace.session import Session
+
+    from conftest import DATA
+
+    rec = DATA / "attach_h100_emit_nvtx"
+    events = Session.load(rec).events
+    whole = pq.read_table(rec / "events.parquet").to_pandas()
+    for c in SMALL_INTS:
+        v = whole[c].to_numpy()
+        quarter = 2 ** (events[c].dtype.itemsize * 8 - 2)
+        assert events[c].dtype.itemsize <= 2 and -quarter <= v.min() and v.max() < quarter
+        assert (events[c].to_numpy() == v).all()
+    for c in ("pid", "tid", "id"):
+        assert events[c].dtype.itemsize >= 4 and (events[c].to_numpy() == whole[c].to_numpy()).all()

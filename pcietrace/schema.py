@@ -56,10 +56,10 @@ SMALL_INTS = ("depth", "dev", "captured_thread", "captured_process")
 
 
 def narrow_int(dtype: Any, lo: Any, hi: Any, small: bool = False) -> np.dtype:
-    """``dtype``, or a narrower kind where a 64-bit integer column's values (``lo`` ... ``hi``) all fit it: signed
-    ones in 32 bits, unsigned ones in 32 bits; a ``small`` one (:data:`SMALL_INTS`) in 8 or 16 bits where they lie
-    within a quarter of its range (two of them still add or subtract within it). A long recording's samples and
-    events held in less memory, their values unchanged (analysis widens what it computes with)."""
+    """``dtype``, or a narrower kind where a 64-bit integer column's values (``lo`` ... ``hi``) all fit it: 32 bits,
+    or for a ``small`` one (:data:`SMALL_INTS`) 8 or 16 bits where they lie within a quarter of that range (two of
+    them still add or subtract within it). A long recording's samples and events held in less memory, their values
+    unchanged (analysis widens what it computes with)."""
     dtype = np.dtype(dtype)
     if dtype == np.int64 and small:
         for narrow in (np.int8, np.int16):

@@ -184,9 +184,8 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
                                                                           ("launch counting", "left"), ("ranges", "right")]
                       + [("edges cost\nms", "right")] * timed,
                       caption="processes that cleared their environment, or never called NVTX or CUDA, do not appear"
-                              + "; edges cost: at least, the time attach's library took in the process's threads at "
-                                "its NVTX range edges (one edge in 61 timed; its stores' cost to the caches after is "
-                                "not in it)" * timed)
+                              + "; edges cost: the least the process's NVTX range edges cost its threads (the time "
+                                "inside attach's library, one edge in 61 timed)" * timed)
         for p in procs:
             t.add_row(*[esc(p.get("node"))] * nodes, str(p["pid"]), "yes" if p["nvtx"] else "no", esc(p["cupti"]),
                       str(p["ranges"]), *[num(p.get("edges_ms"), ",.1f")] * timed)
@@ -204,8 +203,7 @@ def edge_cost(process: dict[str, Any]) -> str:
     if process.get("edges_ms") is None:
         return ""
     return (f"; its {process['edges']:,} range edges took at least {process['edges_ms']:,.1f} ms of its threads "
-            f"({process['edge_ns']:,.0f} ns each inside attach's library; what its stores cost the program's caches "
-            f"after is not in it)")
+            f"({process['edge_ns']:,.0f} ns each inside attach's library)")
 
 
 def ranges_by_host_table(rh: pd.DataFrame) -> Table:

@@ -132,11 +132,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     if is_merged(args.path):
         return _report_merged(args)
     session = Session.load(args.path)
+    sizes = f"{len(session.samples):,} counter samples, {len(session.events):,} events"
     try:
-        results = analyze(session, args.us_per_level, args.group_by)
+        # (the events let go once the ranges are made, unless the Perfetto trace reads them again)
+        results = analyze(session, args.us_per_level, args.group_by, release_events=args.perfetto is None)
     except MemoryError:
-        raise OutOfMemory(f"out of memory analysing {args.path} ({len(session.samples):,} counter samples, "
-                          f"{len(session.events):,} events): report it on a machine with more memory") from None
+        raise OutOfMemory(f"out of memory analysing {args.path} ({sizes}): report it on a machine with more "
+                          f"memory") from None
     if args.instances is not None:
         from pcietrace.session import write_instances
 

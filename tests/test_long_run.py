@@ -197,3 +197,24 @@ def test_events_hold_their_small_counts_in_8_or_16_bits_and_their_identifiers_in
         assert (events[c].to_numpy() == v).all()
     for c in ("pid", "tid", "id"):
         assert events[c].dtype.itemsize >= 4 and (events[c].to_numpy() == whole[c].to_numpy()).all()
+
+
+@pytest.mark.parametrize("folder", ["attach_h100_emit_nvtx", "attach_h200x8_torchrun", "attach_h100_blind_graphs"])
+def test_an_analysis_that_releases_the_events_gives_the_same_result(folder) -> None:
+    """`report` without a Perfetto trace lets the events go once the ranges are made (a long run's events are not
+    held beside its instances): every result table the same as an analysis that keeps them, and the session's
+    events left empty with their columns."""
+    from pcietrace.analysis import analyze
+    from pcietrace.session import Session
+
+    from conftest import DATA
+
+    kept, released = Session.load(DATA / folder), Session.load(DATA / folder)
+    a, b = analyze(kept), analyze(released, release_events=True)
+    assert len(kept.events) and not len(released.events)
+    assert list(released.events.columns) == list(kept.events.columns)
+    for name, table in a.items():
+        if isinstance(table, pd.DataFrame):
+            pd.testing.assert_frame_equal(table, b[name], check_exact=True)
+        else:
+            assert table == b[name]

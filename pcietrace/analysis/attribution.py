@@ -287,6 +287,22 @@ def _bits_between(bits: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarra
     return out
 
 
+def _group_codes(pid: np.ndarray, q_pid: np.ndarray, tid: np.ndarray | None = None,
+                 q_tid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A code per event for its process (and thread, with ``tid``), and the same codes for the queries' ``q_pid``
+    (``q_tid``); a query whose group no event has gets -1. One 64-bit key per row (pid above, tid below), not the
+    events and queries stacked: a long run's events are tens of millions."""
+    def key(p: np.ndarray, th: np.ndarray | None) -> np.ndarray:
+        k = p.astype(np.int64)
+        if th is not None:
+            k <<= 32
+            k |= th.astype(np.int64) & 0xFFFFFFFF
+        return k
+
+    codes, uniques = pd.factorize(key(pid, tid))
+    return codes.astype(np.int64, copy=False), pd.Index(uniques).get_indexer(key(q_pid, q_tid)).astype(np.int64, copy=False)
+
+
 def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.DataFrame:
     """Adds ``gpus`` (sorted NVML indices whose bytes the range holds) and ``gpus_rule`` ("thread",
     "process" or "all sampled"). ``gpus``: the session's GPU records (``nvml_index``, ``bus_id``)."""
@@ -303,16 +319,15 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
     push = (out["kind"] == "push").to_numpy()
     # devmask counts launches since the thread's previous event, so (start, end] holds the range's own: a
     # push/pop range reads its thread's events, a start/end one its process's
-    m = len(events)
     t = events["t_ns"].to_numpy(np.int64)
     a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
     own = np.zeros(len(out), np.uint64)
-    pids = np.r_[e_pid, r_pid]
     for these, by_thread in ((push, True), (~push, False)):
         if these.any():  # (push/pop ranges by thread, start/end ones by process: each an OR over its group's events)
-            group = nesting.codes(pids, np.r_[e_tid, r_tid]) if by_thread else nesting.codes(pids)
-            own[these] = _or_between(group[:m], t, bits, group[m:][these], a[these], b[these])
-            del group
+            group, q_group = _group_codes(e_pid, r_pid[these], e_tid if by_thread else None,
+                                          r_tid[these] if by_thread else None)
+            own[these] = _or_between(group, t, bits, q_group, a[these], b[these])
+            del group, q_group
     p_code, p_ids = pd.factorize(e_pid)
     process = np.zeros(len(p_ids), np.uint64)  # (each process's devices: the OR of its events')
     np.bitwise_or.at(process, p_code, bits)

@@ -4,6 +4,7 @@ figures leave out."""
 
 from __future__ import annotations
 
+import gc
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,7 @@ def analyze(s: Session, options: shared.Options) -> AttachResult:
     """An attach session's result; one whose program never ran ("attach-failed") or that has no samples has
     none of the attribution tables."""
     if s.meta.get("kind") == "attach" and len(s.samples):
-        out = {**shared.host_costs(s), **attribute(s, options.group_by)}  # ("sampling" among them)
+        out = {**shared.host_costs(s), **attribute(s, options.group_by, options.release_events)}  # ("sampling" among them)
     else:
         out = {**shared.sampling(s, counters.cumulative_bytes(s.samples, s.counters)), **shared.host_costs(s)}
     out.update(shared.round_trips(s, out.get("gpu_time"), options.us_per_level))
@@ -142,10 +143,11 @@ def _untraced_launches(events: pd.DataFrame) -> list[Note]:
                  processes=len(u))]
 
 
-def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, object]:
+def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY, release_events: bool = False) -> dict[str, object]:
     """Attribution for an attach session with samples: idle windows before/after the program give each GPU's
     floor (per counter read + background); each range is charged to its own GPUs. Its GPUs' samples are read
-    one at a time (:func:`_by_gpu`); the sampler's figures (``sampling``) are among the tables."""
+    one at a time (:func:`_by_gpu`); the sampler's figures (``sampling``) are among the tables.
+    ``release_events``: ``s.events`` emptied once what is read from them is made (:func:`pcietrace.analysis.analyze`)."""
     events = gpu_time.host_events(s.events)
     # (the untraced launches and the run's launches per GPU read every event: first, so that their working arrays
     # never lie beside a long run's range instances)
@@ -157,13 +159,24 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, o
     in_range = pd.DataFrame({c: np.sort(fast[c].to_numpy(np.int64)) for c in ("t_start_ns", "t_end_ns")})
     del fast
     ranges = attribution.range_gpus(ranges, events, s.meta.get("gpus", []))
+    # (what else is read from the events, before they may go)
+    notes = [Note("no_device_information")] if len(ranges) and "devmask" not in events.columns else []
+    pids = gpu_time.recording_pids(s.events)
+    kernels = gpu_time.kernels(s.events) if pids else None
+    gpu_notes = gpu_time.notes(s.events) if pids else []
+    said = []  # (the notes the events make, in their place below)
+    for r in events[events["event"] == TRACE_FULL].itertuples() if len(events) else []:
+        said.append(Note("trace_full", pid=r.pid, mib=int(r.id) / 2**20, t_s=(r.t_ns - s.meta["t_app_start_ns"]) / 1e9))
+    for r in events[events["event"] == SECOND_COPY].itertuples() if len(events) else []:
+        said.append(Note("second_copy", pid=r.pid, library=r.message))
+    del events
+    if release_events:
+        s.events = s.events.iloc[:0].copy()  # (a copy: an empty slice would keep the columns it views alive)
+        gc.collect()  # (a frame lies in reference cycles of its own: freed now, not at the next full collection)
     found = _by_gpu(s, ranges, in_range)
     del in_range
     gaps = found.median_gap_ns
     gap_ns = max(gaps.values(), default=0.0)  # the in-range gap: what edges rest on
-    notes = []
-    if len(ranges) and "devmask" not in events.columns:
-        notes.append(Note("no_device_information"))
     if idle_interval_ns(s.meta) and len(gaps):
         notes.append(Note("idle_sampling", idle_ms=idle_interval_ns(s.meta) / 1e6, gap_ms=gap_ns / 1e6))
     if quiet_interval_ns(s.meta) > float(s.meta.get("sample_interval_ms") or 0.0) * 1e6:
@@ -174,14 +187,11 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY) -> dict[str, o
         pd.DataFrame(columns=attribution.INSTANCE_COLUMNS)
     inst["group"] = names.group_names(inst["name"], group_by)
     costs = s.meta.get("launch_costs")
-    pids = gpu_time.recording_pids(s.events)
     if pids and len(inst):  # attach --gpu-time: the GPU's busy time per range
-        inst = gpu_time.busy(inst, gpu_time.kernels(s.events), pids, (costs or {}).get("wall_us_per_kernel_graph", 0.0) * 1e3)
-        notes += gpu_time.notes(s.events)
-    for r in events[events["event"] == TRACE_FULL].itertuples() if len(events) else []:
-        notes.append(Note("trace_full", pid=r.pid, mib=int(r.id) / 2**20, t_s=(r.t_ns - s.meta["t_app_start_ns"]) / 1e9))
-    for r in events[events["event"] == SECOND_COPY].itertuples() if len(events) else []:
-        notes.append(Note("second_copy", pid=r.pid, library=r.message))
+        inst = gpu_time.busy(inst, kernels, pids, (costs or {}).get("wall_us_per_kernel_graph", 0.0) * 1e3)
+        notes += gpu_notes
+    notes += said
+    del kernels
     never = int((~inst["closed"].astype(bool)).sum()) if len(inst) and "closed" in inst else 0
     if never:  # (attribution.ranges_from_events closes them at their process's last event)
         notes.append(Note("ranges_never_popped", ranges=never))

@@ -948,11 +948,9 @@ def launch_rate(events: pd.DataFrame, bin_ns: int = 1_000_000) -> pd.DataFrame:
     """Launches per ms per process over time (for timelines): ``pid``, ``t_ns`` (bin start), ``eager_per_ms``,
     ``graph_per_ms`` (from the process-wide launch counters carried by every event, interpolated at bin edges)."""
     parts = []
-    codes, pids = pd.factorize(events["pid"].to_numpy() if len(events) else np.zeros(0, np.int64), sort=True)
-    order = np.argsort(codes, kind="stable")  # (each process's events, in their own order)
-    ends = np.cumsum(np.bincount(codes, minlength=len(pids)))
-    for k, pid in enumerate(pids):  # (one process's columns gathered at a time: never a copy of every event's)
-        mine = order[ends[k - 1] if k else 0:ends[k]]
+    pid_of = events["pid"].to_numpy() if len(events) else np.zeros(0, np.int64)
+    for pid in np.unique(pid_of):  # (one process's rows at a time, in their own order: no order of every event's)
+        mine = np.flatnonzero(pid_of == pid)
         t = events["t_ns"].to_numpy()[mine].astype(np.int64, copy=False)
         if t.size < 2 or t[-1] - t[0] < bin_ns:
             continue

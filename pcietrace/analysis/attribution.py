@@ -287,20 +287,20 @@ def _bits_between(bits: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarra
     return out
 
 
-def _group_codes(pid: np.ndarray, q_pid: np.ndarray, tid: np.ndarray | None = None,
-                 q_tid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """A code per event for its process (and thread, with ``tid``), and the same codes for the queries' ``q_pid``
-    (``q_tid``); a query whose group no event has gets -1. One 64-bit key per row (pid above, tid below), not the
-    events and queries stacked: a long run's events are tens of millions."""
-    def key(p: np.ndarray, th: np.ndarray | None) -> np.ndarray:
+def _thread_codes(pid: np.ndarray, tid: np.ndarray, q_pid: np.ndarray,
+                  q_tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A code per event for its thread (``pid``, ``tid``), and the same codes for the queries' ``q_pid``, ``q_tid``
+    (-1: a thread no event has). One 64-bit key per row (pid above, tid below), not the events and queries
+    stacked: a long run's events are tens of millions."""
+    def key(p: np.ndarray, th: np.ndarray) -> np.ndarray:
         k = p.astype(np.int64)
-        if th is not None:
-            k <<= 32
-            k |= th.astype(np.int64) & 0xFFFFFFFF
+        k <<= 32
+        k |= th.astype(np.int64) & 0xFFFFFFFF
         return k
 
     codes, uniques = pd.factorize(key(pid, tid))
-    return codes.astype(np.int64, copy=False), pd.Index(uniques).get_indexer(key(q_pid, q_tid)).astype(np.int64, copy=False)
+    q_codes = pd.Index(uniques).get_indexer(key(q_pid, q_tid))
+    return codes.astype(np.int64, copy=False), q_codes.astype(np.int64, copy=False)
 
 
 def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.DataFrame:
@@ -322,16 +322,19 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
     t = events["t_ns"].to_numpy(np.int64)
     a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
     own = np.zeros(len(out), np.uint64)
-    for these, by_thread in ((push, True), (~push, False)):
-        if these.any():  # (push/pop ranges by thread, start/end ones by process: each an OR over its group's events)
-            group, q_group = _group_codes(e_pid, r_pid[these], e_tid if by_thread else None,
-                                          r_tid[these] if by_thread else None)
-            own[these] = _or_between(group, t, bits, q_group, a[these], b[these])
-            del group, q_group
-    p_code, p_ids = pd.factorize(e_pid)
+    p_code, p_ids = pd.factorize(e_pid)  # (each event's process: read for start/end ranges and the processes' devices)
     process = np.zeros(len(p_ids), np.uint64)  # (each process's devices: the OR of its events')
     np.bitwise_or.at(process, p_code, bits)
+    starts = ~push
+    if starts.any():  # start/end ranges: an OR over their process's events
+        own[starts] = _or_between(p_code.astype(np.int64, copy=False), t, bits,
+                                  pd.Index(p_ids).get_indexer(r_pid[starts]).astype(np.int64, copy=False),
+                                  a[starts], b[starts])
     del p_code
+    if push.any():  # push/pop ranges: an OR over their thread's events
+        group, q_group = _thread_codes(e_pid, e_tid, r_pid[push], r_tid[push])
+        own[push] = _or_between(group, t, bits, q_group, a[push], b[push])
+        del group, q_group
     whole = pd.Series(process, index=p_ids).reindex(r_pid, fill_value=0).to_numpy(np.uint64)
     code = nesting.codes(r_pid, own, whole, push)
     first = np.full(int(code.max()) + 1 if code.size else 0, code.size, np.int64)  # (each combination's first range)

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace import schema
-from pcietrace.schema import SMALL_INTS, narrow_int
+from pcietrace.schema import narrow_int
 from pcietrace.errors import ReportError, one_line
 
 SCHEMA = schema.SCHEMA
@@ -238,7 +238,7 @@ def _read_parquet(f: Any) -> pd.DataFrame:
         for c in df.columns:
             if df[c].dtype in (np.int64, np.uint64) and len(df):
                 v = df[c].to_numpy()
-                df[c] = v.astype(narrow_int(v.dtype, v.min(), v.max(), c in SMALL_INTS), copy=False)
+                df[c] = v.astype(narrow_int(v.dtype, v.min(), v.max(), c), copy=False)
         return df
     pf = pq.ParquetFile(f, read_dictionary=strings)
     schema = pf.schema_arrow
@@ -253,8 +253,7 @@ def _read_parquet(f: Any) -> pd.DataFrame:
         stats = [meta.row_group(i).column(j).statistics for i in range(meta.num_row_groups)]
         if dtype.kind not in "iu" or not all(st.has_min_max for st in stats):
             return dtype
-        return narrow_int(dtype, min(st.min for st in stats), max(st.max for st in stats),
-                          schema.field(j).name in SMALL_INTS)
+        return narrow_int(dtype, min(st.min for st in stats), max(st.max for st in stats), schema.field(j).name)
 
     numbers = {schema.field(j).name for j in range(len(schema)) if fixed(j)}
     column = {name: j for j, name in enumerate(schema.names)}

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.errors import UsageError
-from pcietrace.schema import CAPTURED_COLUMNS, SMALL_INTS, TIMING_COLUMNS, narrow_int
+from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS, narrow_int
 
 #: The injection library's interface version this pcietrace expects (pt_abi.h: PT_ABI_VERSION); the library
 #: carries it as the string :data:`INJECT_ABI_TAG`, so it is checked without loading the library.
@@ -189,8 +189,7 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
                 data[name] = _strings_in_order(chunks, order)
             else:
                 v = np.concatenate(chunks)[order]
-                data[name] = v.astype(narrow_int(v.dtype, v.min(), v.max(), name in SMALL_INTS),
-                                      copy=False) if v.size else v
+                data[name] = v.astype(narrow_int(v.dtype, v.min(), v.max(), name), copy=False) if v.size else v
             del chunks
             _release_freed()
         # columns as they are, none copied into a block of all (pandas' own constructor stacked every integer

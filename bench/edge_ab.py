@@ -29,12 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 NATIVE = ROOT / "pcietrace" / "native"
 WARM_UP = 5  # recorded calls before the pairs (kernels loaded, allocator warm)
 #: The handlers' entry points as pt_inject_nvtx.c writes them, and the same with the switch in front.
-SWITCHES = {"static int push_(const char *domain, const char *msg)\n{\n":
-            "EXPORT volatile int pcietrace_edges_off;\nstatic int push_(const char *domain, const char *msg)\n{\n"
-            "    if (pcietrace_edges_off) return t_depth++;\n",
-            "static int pop_(const char *domain)\n{\n":
-            "static int pop_(const char *domain)\n{\n"
-            "    if (pcietrace_edges_off) { if (t_depth > 0) --t_depth; return t_depth; }\n"}
+SWITCHES = {"static int push_(const char *d, const char *m) { ":
+            "EXPORT volatile int pcietrace_edges_off;\nstatic int push_(const char *d, const char *m) { "
+            "if (pcietrace_edges_off) return t_depth++; ",
+            "static int pop_(const char *d) { ":
+            "static int pop_(const char *d) { if (pcietrace_edges_off) { if (t_depth > 0) --t_depth; return t_depth; } "}
 
 
 def build(out: Path) -> Path:

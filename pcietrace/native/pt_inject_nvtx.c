@@ -72,44 +72,21 @@ static int pop_edge(const char *domain)
 static uint64_t start_edge(const char *domain, const char *msg) { unsigned long long id = atomic_fetch_add(&g_range_id, 1) + 1; edge_read(); emit("start", domain, id, msg); edge_signal(holds_fast(domain) ? open_start(id) : 1); return id; }
 static void end_edge(const char *domain, uint64_t id) { emit("end", domain, id, ""); close_end(id); edge_close_range(!holds_fast(domain)); }
 
-/* Whether this edge is one of the thread's timed ones (edge_timed) */
-static inline int timed_now(void)
+/* An edge's timing: one in PT_EDGE_TIMED_EVERY of each thread's edges is timed (edge_timed); the others read no
+ * clock (``on`` 0) */
+struct timing { int on; struct edge_clock clock; };
+static inline struct timing timing_start(void)
 {
-    if (__builtin_expect(++t_untimed < PT_EDGE_TIMED_EVERY, 1)) return 0;
+    if (__builtin_expect(++t_untimed < PT_EDGE_TIMED_EVERY, 1)) return (struct timing){0};
     t_untimed = 0;
-    return 1;
+    return (struct timing){1, edge_clock_start()};
 }
-static int push_(const char *domain, const char *msg)
-{
-    if (!timed_now()) return push_edge(domain, msg);
-    struct edge_clock c = edge_clock_start();
-    int depth = push_edge(domain, msg);
-    edge_timed(c);
-    return depth;
-}
-static int pop_(const char *domain)
-{
-    if (!timed_now()) return pop_edge(domain);
-    struct edge_clock c = edge_clock_start();
-    int depth = pop_edge(domain);
-    edge_timed(c);
-    return depth;
-}
-static uint64_t start_(const char *domain, const char *msg)
-{
-    if (!timed_now()) return start_edge(domain, msg);
-    struct edge_clock c = edge_clock_start();
-    uint64_t id = start_edge(domain, msg);
-    edge_timed(c);
-    return id;
-}
-static void end_(const char *domain, uint64_t id)
-{
-    if (!timed_now()) { end_edge(domain, id); return; }
-    struct edge_clock c = edge_clock_start();
-    end_edge(domain, id);
-    edge_timed(c);
-}
+static inline void timing_end(struct timing t) { if (__builtin_expect(t.on, 0)) edge_timed(t.clock); }
+
+static int push_(const char *d, const char *m) { struct timing t = timing_start(); int r = push_edge(d, m); timing_end(t); return r; }
+static int pop_(const char *d) { struct timing t = timing_start(); int r = pop_edge(d); timing_end(t); return r; }
+static uint64_t start_(const char *d, const char *m) { struct timing t = timing_start(); uint64_t r = start_edge(d, m); timing_end(t); return r; }
+static void end_(const char *d, uint64_t id) { struct timing t = timing_start(); end_edge(d, id); timing_end(t); }
 
 static int RangePushA(const char *m) { return push_(NULL, m); }
 static int RangePushEx(const EventAttributes *a) { char t[1024]; return push_(NULL, message_of(a, t, sizeof t)); }

@@ -92,7 +92,7 @@ def steps(folder: Path) -> None:
     from pcietrace.record.trace import edge_samples, read_traces
     from pcietrace.report.output import emit
     from pcietrace.report.perfetto import write_trace
-    from pcietrace.session import Session
+    from pcietrace.session import EVENTS_FILE, Session
 
     doc = json.loads((folder / "meta.json").read_text())
     import pandas as pd
@@ -107,8 +107,10 @@ def steps(folder: Path) -> None:
         session.windows = pd.DataFrame(doc["windows"])
         session.meta["processes"] = processes(session.events, session.meta["launch_counter"])
 
-    def analysis() -> None:
-        state["results"] = analyze(session)
+    def analysis() -> None:  # (as attach does: the events written into the run's folder and let go once read)
+        out.mkdir(exist_ok=True)
+        session.events_file = out / EVENTS_FILE
+        state["results"] = analyze(session, release_events=True)
 
     def save() -> None:
         session.save(out, saved_tables(state["results"]))

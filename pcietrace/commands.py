@@ -134,8 +134,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     session = Session.load(args.path)
     sizes = f"{len(session.samples):,} counter samples, {len(session.events):,} events"
     try:
-        # (the events let go once the ranges are made, unless the Perfetto trace reads them again)
-        results = analyze(session, args.us_per_level, args.group_by, release_events=args.perfetto is None)
+        # (the events let go once the ranges are made: nothing after the analysis reads them)
+        results = analyze(session, args.us_per_level, args.group_by, release_events=True)
     except MemoryError:
         raise OutOfMemory(f"out of memory analysing {args.path} ({sizes}): report it on a machine with more "
                           f"memory") from None

@@ -85,7 +85,7 @@ def analyze_node(path: str, node_dir: str, info: dict[str, Any]) -> tuple[dict[s
     """One node, in a worker: its recording loaded and analysed; its meta and (wall-clock) timelines and range
     instances written into ``node_dir`` for :func:`trace_part`. Returns its
     :data:`~pcietrace.analysis.merge.NODE_TABLES` and its first time (None: nothing sampled)."""
-    from pcietrace.analysis import analyze, launch_timeline
+    from pcietrace.analysis import analyze
     from pcietrace.report.notes import with_sentences
 
     session = Session.load(Path(path))
@@ -98,8 +98,8 @@ def analyze_node(path: str, node_dir: str, info: dict[str, Any]) -> tuple[dict[s
     instances = combine_nodes.tag(results["range_instances"], info)
     rates.to_parquet(folder / RATES_FILE, index=False)
     instances.to_parquet(folder / INSTANCES_FILE, index=False)
-    launches = launch_timeline(session)
-    if launches is not None and len(launches):
+    launches = results["launch_rates"]
+    if len(launches):
         combine_nodes.tag(launches, info).to_parquet(folder / LAUNCHES_FILE, index=False)
     (folder / "meta.json").write_text(json.dumps(session.meta, indent=1, default=_json_default) + "\n")
     firsts = [int(df[c].min()) for df, c in ((rates, "t_ns"), (instances, "t_start_ns")) if len(df)]

@@ -57,11 +57,11 @@ SMALL_INTS = ("depth", "dev", "captured_thread", "captured_process")
 
 def narrow_int(dtype: Any, lo: Any, hi: Any, column: str = "") -> np.dtype:
     """``dtype``, or a narrower kind where a 64-bit integer ``column``'s values (``lo`` ... ``hi``) all fit it: 32
-    bits, or for one of :data:`SMALL_INTS` 8 or 16 bits where they lie within a quarter of that range (two of them
-    still add or subtract within it). A long recording's samples and events held in less memory, their values
+    bits, or for one of :data:`SMALL_INTS` (64 or 32 bits) 8 or 16 bits where they lie within a quarter of that
+    range (two of them still add or subtract within it). A long recording's samples and events held in less memory, their values
     unchanged (analysis widens what it computes with)."""
     dtype = np.dtype(dtype)
-    if dtype == np.int64 and column in SMALL_INTS:
+    if dtype in (np.int64, np.int32) and column in SMALL_INTS:
         for narrow in (np.int8, np.int16):
             quarter = 2 ** (np.iinfo(narrow).bits - 2)
             if -quarter <= lo and hi < quarter:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +130,9 @@ class Session:
     latency: pd.DataFrame = field(default_factory=_empty)
     events: pd.DataFrame = field(default_factory=_empty)
     graphs: pd.DataFrame = field(default_factory=_empty)  # `pcietrace graphs`: one row per iteration
+    #: Where :meth:`release_events` writes the events before letting them go (attach: its staging folder's
+    #: events.parquet), for :meth:`save` to keep from there; None: they are let go unwritten.
+    events_file: Path | None = None
 
     @property
     def counters(self) -> dict[int, dict[str, Any]]:
@@ -150,6 +154,8 @@ class Session:
             written.append(pool.submit(write_parquet, self.samples, directory / SAMPLES_FILE))
             if len(self.events):
                 written.append(pool.submit(write_parquet, self.events, directory / EVENTS_FILE))
+            elif self.events_file is not None and self.events_file.is_file() and self.events_file != directory / EVENTS_FILE:
+                written.append(pool.submit(shutil.copyfile, self.events_file, directory / EVENTS_FILE))
             done = [w.result() for w in written]  # (an error raised here: report.json is never written)
         if big:
             results = {**results, "range_instances": done[0]}
@@ -162,6 +168,14 @@ class Session:
             f.write("\n")
         os.replace(tmp, directory / REPORT_FILE)  # never leave a half-written report
         return directory / REPORT_FILE
+
+    def release_events(self) -> None:
+        """Let ``events`` go (an analysis that has read what it needs of them; their columns are kept), written
+        first to :attr:`events_file` where one is set: a long run's events (~90 B each, two a range) are not held
+        beside its range instances."""
+        if self.events_file is not None and len(self.events):
+            write_parquet(self.events, self.events_file)
+        self.events = self.events.iloc[:0].copy()  # (a copy: an empty slice would keep the columns it views alive)
 
     @classmethod
     def load(cls, path: Path) -> "Session":
@@ -236,7 +250,7 @@ def _read_parquet(f: Any) -> pd.DataFrame:
         df = pd.read_parquet(f, read_dictionary=strings)
         pa.default_memory_pool().release_unused()
         for c in df.columns:
-            if df[c].dtype in (np.int64, np.uint64) and len(df):
+            if df[c].dtype in (np.int64, np.uint64, np.int32) and len(df):
                 v = df[c].to_numpy()
                 df[c] = v.astype(narrow_int(v.dtype, v.min(), v.max(), c), copy=False)
         return df

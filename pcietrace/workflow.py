@@ -272,7 +272,7 @@ def record_attach(config: AttachConfig, feedback: Feedback = Feedback(), program
     from pcietrace.record.node import expand_output, node_meta
     from pcietrace.record.run import RunPlan, base_meta
     from pcietrace.report.perfetto import write_trace
-    from pcietrace.session import Session
+    from pcietrace.session import EVENTS_FILE, Session
 
     cmd = list(config.command)
     if shutil.which(cmd[0]) is None:  # before anything is measured or saved
@@ -294,8 +294,11 @@ def record_attach(config: AttachConfig, feedback: Feedback = Feedback(), program
     folder = _run_folder(config, session.meta, _ordinals(gpus), suffix)  # checked before anything is measured
     with guard.discard_on_error(folder), feedback.busy("measuring per-launch costs on this GPU"):
         session.meta["launch_costs"] = _launch_costs(config, gpus[0].cuda_ordinal)
+    # (the events written into the staging folder and let go once the ranges are made: the save keeps that file)
+    session.events_file = folder.staging / EVENTS_FILE if folder is not None else None
     saving = record(session, folder, config.idle_s, program_stdout,
-                    lambda: analyze(session, group_by=config.group_by), write_trace, to_jsonable=saved_tables,
+                    lambda: analyze(session, group_by=config.group_by, release_events=True), write_trace,
+                    to_jsonable=saved_tables,
                     tell=feedback.tell)
     return Recorded(saving, lambda: exit_code(session.meta))
 

@@ -218,3 +218,52 @@ def test_an_analysis_that_releases_the_events_gives_the_same_result(folder) -> N
             pd.testing.assert_frame_equal(table, b[name], check_exact=True)
         else:
             assert table == b[name]
+
+
+@pytest.mark.parametrize("folder", ["attach_h200x8_torchrun", "attach_h200x2_torchrun_outside",
+                                    "attach_h200x4_quiet_split"])
+@pytest.mark.parametrize("interleaved", [False, True], ids=["by_process", "interleaved"])
+def test_ranges_made_a_process_at_a_time_are_the_same(folder, interleaved) -> None:
+    """:func:`process_ranges` (one process's events at a time, and taking the events apart as it goes) gives the
+    rows, columns, types and categories of :func:`ranges_from_events` and :func:`range_gpus` over every event at
+    once; with each process's events together in the frame and with them interleaved in time."""
+    from pcietrace.analysis import attribution, gpu_time
+    from pcietrace.session import Session
+
+    from conftest import DATA
+
+    s = Session.load(DATA / folder)
+    events = gpu_time.host_events(s.events)
+    order = np.argsort(events["t_ns"].to_numpy(), kind="stable") if interleaved else \
+        np.argsort(pd.factorize(events["pid"])[0], kind="stable")
+    events = events.iloc[order].reset_index(drop=True)
+    assert events["pid"].nunique() > 1
+    gpus = s.meta["gpus"]
+    whole = attribution.range_gpus(attribution.ranges_from_events(events), events, gpus)
+    pd.testing.assert_frame_equal(attribution.process_ranges(events, gpus), whole, check_exact=True)
+    taken = events.copy()
+    pd.testing.assert_frame_equal(attribution.process_ranges(taken, gpus, consume=True), whole, check_exact=True)
+    assert not len(taken.columns)  # (taken apart)
+
+
+def test_events_let_go_before_the_save_are_saved_from_their_file(copy, tmp_path) -> None:
+    """attach writes the events into its staging folder and lets them go once the ranges are made: the run saved
+    there, or anywhere else, holds them whole, and loads to the same results."""
+    from pcietrace.analysis import analyze
+    from pcietrace.report.saved import saved_tables
+    from pcietrace.session import EVENTS_FILE, Session
+
+    folder = copy("attach_h200x8_torchrun")
+    s = Session.load(folder)
+    events = s.events.copy()
+    (tmp_path / "run").mkdir()
+    s.events_file = tmp_path / "run" / EVENTS_FILE
+    results = analyze(s, release_events=True)
+    assert not len(s.events) and s.events_file.is_file()
+    for where in (tmp_path / "run", tmp_path / "elsewhere"):
+        s.save(where, saved_tables(results))
+        back = Session.load(where)
+        pd.testing.assert_frame_equal(back.events, events, check_exact=True)
+        assert back.meta == Session.load(folder).meta
+    again = analyze(Session.load(tmp_path / "elsewhere"))
+    pd.testing.assert_frame_equal(again["range_instances"], results["range_instances"], check_exact=True)

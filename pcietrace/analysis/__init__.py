@@ -30,10 +30,9 @@ def analyze(session: Session, us_per_level: float = DEFAULT_US_PER_LEVEL,
     inputs are missing come back empty, with their :func:`declared_columns`).
     ``us_per_level``: round trip added per PCIe switch level, for the topology model; ``group_by``: how attach's
     ``ranges`` table groups range names (:data:`names.GROUP_BY`; ``range_instances`` keeps every full name);
-    ``release_events``: for a caller with no further use for ``session.events`` (`pcietrace report` without a
-    Perfetto trace): an attach session's events are let go once its ranges are made (``session.events`` is left
-    empty, its columns kept), so a long run's events (~90 B each, two a range) are not held beside its range
-    instances. A session that breaks an invariant the figures rely on raises :class:`~pcietrace.errors.DataError`
+    ``release_events``: for a caller with no further use for ``session.events`` (`pcietrace report`; attach, which
+    saves them from ``session.events_file``): an attach session's events are let go once what is read from them
+    is made (:meth:`~pcietrace.session.Session.release_events`). A session that breaks an invariant the figures rely on raises :class:`~pcietrace.errors.DataError`
     first."""
     if group_by not in names.GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(names.GROUP_BY)}, not {group_by!r}")

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from pcietrace.analysis import nesting
 from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, counted_by, gaps_overlapping,
@@ -207,6 +208,62 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     out["closed"] = closed
     # (the columns as they are: a frame built from them copied every integer column into one block)
     return pd.DataFrame({c: out[c] for c in RANGE_COLUMNS}, copy=False)
+
+
+def process_ranges(events: pd.DataFrame, gpus: list[dict[str, Any]], consume: bool = False) -> pd.DataFrame:
+    """:func:`ranges_from_events` with :func:`range_gpus`, one process's events at a time: ranges pair and read
+    their devices within their process, so a long run's working arrays are one process's, not every event's.
+    The same rows, columns and categories as the two run over all the events at once.
+    ``consume``: ``events`` taken apart (its columns deleted) into a copy per process, each let go once its
+    ranges are made: a long run's events and ranges are never held whole together."""
+    if not len(events):
+        return range_gpus(pd.DataFrame(columns=RANGE_COLUMNS), events, gpus)
+    code = pd.factorize(events["pid"].to_numpy())[0]  # (processes in order of their first event, as the rows are)
+    if code.size and int(code.max()) == 0:
+        return range_gpus(ranges_from_events(events), events, gpus)
+    together = code.size < 2 or bool((code[1:] >= code[:-1]).all())  # (each process's events in one block)
+    order = None if together else nesting.stable_order(code)
+    bounds = np.searchsorted(code if together else code[order], np.arange(int(code.max()) + 2))
+    del code
+    # (names as categories of the whole run's, in its order: each process's ranges name a part of them)
+    whole = {}
+    for col, source in (("domain", "domain"), ("name", "message")):
+        c = events[source]
+        whole[col] = c.cat.categories if isinstance(c.dtype, pd.CategoricalDtype) else pd.factorize(c.to_numpy(object))[1]
+    spans = list(zip(bounds[:-1], bounds[1:]))
+    parts: list[Any] = [None] * len(spans)
+    if consume:  # (copied out a column at a time, each of the whole's columns let go once copied)
+        columns: list[dict[str, Any]] = [{} for _ in spans]
+        for c in list(events.columns):
+            v = events[c].array
+            for k, (lo, hi) in enumerate(spans):
+                columns[k][c] = v[lo:hi].copy() if order is None else v.take(order[lo:hi])
+            del events[c], v
+        parts = [pd.DataFrame(c, copy=False) for c in columns]
+        del columns
+    found = []
+    for k, (lo, hi) in enumerate(spans):  # (one process's events at a time: a slice, a copy, or its own part)
+        part = parts[k] if consume else events.iloc[lo:hi] if order is None else events.take(order[lo:hi])
+        parts[k] = None
+        r = ranges_from_events(part)
+        if len(r):
+            found.append(range_gpus(r, part, gpus))
+        del part, r
+    del order
+    if not found:
+        return range_gpus(pd.DataFrame(columns=RANGE_COLUMNS), events, gpus)
+    out = {}
+    for col in found[0].columns:
+        cols = [f[col] for f in found]
+        if col in whole:
+            out[col] = union_categoricals(cols, ignore_order=True).set_categories(whole[col]).remove_unused_categories()
+        elif isinstance(cols[0].dtype, pd.CategoricalDtype):
+            out[col] = union_categoricals(cols, sort_categories=True)
+        else:
+            out[col] = np.concatenate([c.to_numpy() for c in cols])
+        for f in found:  # (each part's column let go as it is joined)
+            del f[col]
+    return pd.DataFrame(out, copy=False)
 
 
 def _narrow(v: np.ndarray) -> np.ndarray:
@@ -947,6 +1004,10 @@ def whole_run_bounds(cum: pd.DataFrame, t0: int, t1: int, floor: pd.DataFrame,
     return pd.DataFrame(rows, columns=WHOLE_RUN_BOUND_COLUMNS)
 
 
+#: Columns of :func:`launch_rate`'s table (the attach result ``launch_rates``).
+LAUNCH_RATE_COLUMNS = ["pid", "t_ns", "eager_per_ms", "graph_per_ms"]
+
+
 def launch_rate(events: pd.DataFrame, bin_ns: int = 1_000_000) -> pd.DataFrame:
     """Launches per ms per process over time (for timelines): ``pid``, ``t_ns`` (bin start), ``eager_per_ms``,
     ``graph_per_ms`` (from the process-wide launch counters carried by every event, interpolated at bin edges)."""
@@ -963,4 +1024,4 @@ def launch_rate(events: pd.DataFrame, bin_ns: int = 1_000_000) -> pd.DataFrame:
             y = np.interp(edges, t, events[f"{mode}_process"].to_numpy()[mine].astype(float))
             part[f"{mode}_per_ms"] = np.diff(y) / (bin_ns / 1e6)
         parts.append(pd.DataFrame(part))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["pid", "t_ns", "eager_per_ms", "graph_per_ms"])
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=LAUNCH_RATE_COLUMNS)

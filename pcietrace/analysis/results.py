@@ -23,7 +23,8 @@ from pcietrace.schema import TABLE_COLUMNS, empty_table
 #: Result tables in display order; each is a DataFrame documented in its producing function.
 RESULT_TABLES = ("sampling", "per_gpu", "floor", "calibration", "per_launch", "per_node", "by_duration",
                  "cpu_cost", "host_cost_by_language", "gpu_time", "speedup", "latency", "topology_model", "ranges",
-                 "range_instances", "whole_run", "whole_run_bounds", "notes", "graphs", "fit_windows", "rates")
+                 "range_instances", "whole_run", "whole_run_bounds", "notes", "graphs", "fit_windows", "rates",
+                 "launch_rates")
 
 #: Column groups ``range_instances`` has all of or none of, beside :data:`attribution.INSTANCE_COLUMNS`, in this
 #: order: ``gpu_time`` where the GPU's busy time was recorded (``attach --gpu-time``), ``savings`` where launch costs
@@ -60,7 +61,8 @@ class AnalysisResult(Mapping[str, pd.DataFrame]):
                 "ranges": attribution.SUMMARY_COLUMNS, "range_instances": attribution.INSTANCE_COLUMNS,
                 "whole_run": attribution.WHOLE_RUN_COLUMNS, "whole_run_bounds": attribution.WHOLE_RUN_BOUND_COLUMNS,
                 "notes": NOTES_COLUMNS, "graphs": graphs_analysis.SUMMARY_COLUMNS,
-                "fit_windows": launch.FIT_WINDOW_COLUMNS, "rates": counters.RATES_COLUMNS}
+                "fit_windows": launch.FIT_WINDOW_COLUMNS, "rates": counters.RATES_COLUMNS,
+                "launch_rates": attribution.LAUNCH_RATE_COLUMNS}
 
     @classmethod
     def empty_tables(cls) -> dict[str, pd.DataFrame]:
@@ -135,7 +137,8 @@ class LatencyResult(RunResult):
 @dataclass(frozen=True, eq=False)
 class AttachResult(AnalysisResult, _HostCosts):
     """``pcietrace attach``: the floor model per GPU, the PCIe bytes and launches of every NVTX range
-    (``range_instances``) and name (``ranges``), the whole run, the PCIe rates over time, and :class:`Note` s."""
+    (``range_instances``) and name (``ranges``), the whole run, the PCIe rates and each process's launch rates over
+    time, and :class:`Note` s."""
 
     kind: ClassVar[str] = "attach"
     floor_columns: ClassVar[list[str]] = floor.FLOOR_COLUMNS
@@ -146,6 +149,7 @@ class AttachResult(AnalysisResult, _HostCosts):
     whole_run: pd.DataFrame
     whole_run_bounds: pd.DataFrame
     rates: pd.DataFrame
+    launch_rates: pd.DataFrame
     notes: tuple[Note, ...] = ()
 
 

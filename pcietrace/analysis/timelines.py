@@ -12,7 +12,7 @@ from pcietrace.schema import NO_LAUNCH_COUNTER
 from pcietrace.session import Session
 
 #: Result tables that are timelines (left out of the saved report and of ``--json``).
-TIMELINES = ("rates",)
+TIMELINES = ("rates", "launch_rates")
 
 #: The most bins a timeline has per GPU (or process): a longer run gets longer bins (whole ms), so an hour on
 #: 8 GPUs is 8 x 100,000 rows, not 8 x 3.6 million.
@@ -31,12 +31,12 @@ def span_ns(t: pd.Series) -> int:
     return int(t.max() - t.min()) if len(t) else 0
 
 
-def launch_timeline(session: Session, max_bins: int = MAX_TIMELINE_BINS) -> pd.DataFrame | None:
+def launch_timeline(session: Session, max_bins: int = MAX_TIMELINE_BINS) -> pd.DataFrame:
     """An attach run's launches per ms per process over time (:func:`attribution.launch_rate`, binned by
-    :func:`timeline_bin_ns`: at most ``max_bins`` bins per process), or None where launches were not counted
+    :func:`timeline_bin_ns`: at most ``max_bins`` bins per process); no rows where launches were not counted
     (``--no-count-launches``: no launch track rather than a flat 0)."""
     if session.meta.get("launch_counter") == NO_LAUNCH_COUNTER:
-        return None
+        return pd.DataFrame(columns=attribution.LAUNCH_RATE_COLUMNS)
     events = gpu_time.host_events(session.events)
     span = span_ns(events["t_ns"]) if len(events) else 0
     return attribution.launch_rate(events, timeline_bin_ns(session.meta, span, max_bins))

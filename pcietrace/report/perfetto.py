@@ -33,19 +33,20 @@ def _count(x: float) -> int | None:
     return None if pd.isna(x) else int(x)
 
 
-def coarser(rates: pd.DataFrame, max_points: int = MAX_POINTS) -> pd.DataFrame:
-    """``rates`` (:func:`pcietrace.analysis.counters.rates`, equal bins per GPU) with at most ``max_points`` bins
-    per GPU: each run of k consecutive bins becomes one, its rates their mean (NaN bins left out of it)."""
+def coarser(rates: pd.DataFrame, max_points: int = MAX_POINTS, track: str = "nvml_index") -> pd.DataFrame:
+    """``rates`` (a timeline of equal bins per ``track``: a GPU's PCIe rates, :func:`pcietrace.analysis.counters.rates`,
+    or a process's launch rates) with at most ``max_points`` bins per track: each run of k consecutive bins
+    becomes one, its rates their mean (NaN bins left out of it)."""
     if not len(rates):
         return rates
-    per_gpu = rates.groupby("nvml_index")["t_ns"].transform("size").to_numpy()
-    k = -(-per_gpu // max_points)
+    per_track = rates.groupby(track)["t_ns"].transform("size").to_numpy()
+    k = -(-per_track // max_points)
     if (k <= 1).all():
         return rates
-    slot = rates.groupby("nvml_index").cumcount().to_numpy() // k
-    g = rates.assign(slot=slot).groupby(["nvml_index", "slot"], sort=False)
-    return g.agg(t_ns=("t_ns", "min"), rx_Bps=("rx_Bps", "mean"), tx_Bps=("tx_Bps", "mean")).reset_index()[
-        list(rates.columns)]
+    slot = rates.groupby(track).cumcount().to_numpy() // k
+    g = rates.assign(slot=slot).groupby([track, "slot"], sort=False)
+    means = {c: (c, "mean") for c in rates.columns if c not in (track, "t_ns")}
+    return g.agg(t_ns=("t_ns", "min"), **means).reset_index()[list(rates.columns)]
 
 
 def shown_ranges(ranges: pd.DataFrame, max_ranges: int = MAX_RANGES) -> pd.DataFrame:
@@ -243,12 +244,9 @@ def write_trace(session: Any, results: dict[str, pd.DataFrame], path: Path, max_
                 max_ranges: int = MAX_RANGES) -> dict[str, int]:
     """An attach run's Perfetto trace written to ``path`` as it is made: ``results`` from
     :func:`pcietrace.analysis.analyze` (its ``rates`` made :func:`coarser`, its ``range_instances``
-    :func:`shown_ranges`), the launch track from :func:`pcietrace.analysis.launch_timeline` (as many points).
+    :func:`shown_ranges`), its ``launch_rates`` as the launch tracks (as many points).
     Returns the file's ``bytes``, ``ranges_shown`` and ``ranges_recorded``."""
-    from pcietrace.analysis import launch_timeline
-
-    launches = launch_timeline(session, max_points)
-    launches = launches if launches is not None else pd.DataFrame(columns=["pid", "t_ns", "eager_per_ms", "graph_per_ms"])
+    launches = coarser(results["launch_rates"], max_points, "pid")
     inst = results["range_instances"]
     ranges = shown_ranges(inst[[c for c in RANGE_FIELDS if c in inst]], max_ranges)  # (only the columns drawn)
     path = Path(path)

@@ -57,7 +57,7 @@ class JsonRenderer(Renderer):
 
 class PerfettoRenderer(Renderer):
     """An attach run's Perfetto trace (:func:`pcietrace.report.perfetto.write_trace`); options: ``session`` (the
-    recording, for its launch track), and optionally ``max_points`` and ``max_ranges``. Returns what
+    recording, for its meta), and optionally ``max_points`` and ``max_ranges``. Returns what
     ``write_trace`` says of the file."""
 
     name = "perfetto"

@@ -16,7 +16,7 @@ from pcietrace.analysis import attribution, counters, floor, gpu_time, names, sa
 from pcietrace.analysis.kinds import shared
 from pcietrace.analysis.notes import Note
 from pcietrace.analysis.results import AttachResult
-from pcietrace.analysis.timelines import idle_interval_ns, quiet_interval_ns, span_ns, timeline_bin_ns
+from pcietrace.analysis.timelines import idle_interval_ns, launch_timeline, quiet_interval_ns, span_ns, timeline_bin_ns
 from pcietrace.schema import NO_LAUNCH_COUNTER, SECOND_COPY, TRACE_FULL
 from pcietrace.session import Session
 
@@ -149,18 +149,11 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY, release_events
     one at a time (:func:`_by_gpu`); the sampler's figures (``sampling``) are among the tables.
     ``release_events``: ``s.events`` emptied once what is read from them is made (:func:`pcietrace.analysis.analyze`)."""
     events = gpu_time.host_events(s.events)
-    # (the untraced launches and the run's launches per GPU read every event: first, so that their working arrays
-    # never lie beside a long run's range instances)
+    # (what is read from every event first: the untraced launches, the run's launches per GPU, the launch rates,
+    # the GPU's kernels and the notes the events make; then the ranges, which may take the events apart as they go)
     untraced = _untraced_launches(events) if s.meta.get("launch_counter") != NO_LAUNCH_COUNTER else []
     launches = attribution.run_launches(events, s.meta.get("gpus", []))
-    ranges = attribution.ranges_from_events(events) if len(events) else pd.DataFrame(columns=attribution.RANGE_COLUMNS)
-    slow = [d for d in str(s.meta.get("slow_domains") or "").split(",") if d]  # ranges that did not hold the fast rate
-    fast = ranges[~ranges["domain"].isin(slow)] if slow else ranges  # (only their edges count: sorted once for all GPUs)
-    in_range = pd.DataFrame({c: np.sort(fast[c].to_numpy(np.int64)) for c in ("t_start_ns", "t_end_ns")})
-    del fast
-    ranges = attribution.range_gpus(ranges, events, s.meta.get("gpus", []))
-    # (what else is read from the events, before they may go)
-    notes = [Note("no_device_information")] if len(ranges) and "devmask" not in events.columns else []
+    launch_rates = launch_timeline(s)
     pids = gpu_time.recording_pids(s.events)
     kernels = gpu_time.kernels(s.events) if pids else None
     gpu_notes = gpu_time.notes(s.events) if pids else []
@@ -169,10 +162,18 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY, release_events
         said.append(Note("trace_full", pid=r.pid, mib=int(r.id) / 2**20, t_s=(r.t_ns - s.meta["t_app_start_ns"]) / 1e9))
     for r in events[events["event"] == SECOND_COPY].itertuples() if len(events) else []:
         said.append(Note("second_copy", pid=r.pid, library=r.message))
+    devices_known = "devmask" in events.columns
+    if release_events:
+        s.release_events()
+    ranges = attribution.process_ranges(events, s.meta.get("gpus", []), consume=release_events)
     del events
     if release_events:
-        s.events = s.events.iloc[:0].copy()  # (a copy: an empty slice would keep the columns it views alive)
         gc.collect()  # (a frame lies in reference cycles of its own: freed now, not at the next full collection)
+    notes = [Note("no_device_information")] if len(ranges) and not devices_known else []
+    slow = [d for d in str(s.meta.get("slow_domains") or "").split(",") if d]  # ranges that did not hold the fast rate
+    fast = ranges[~ranges["domain"].isin(slow)] if slow else ranges  # (only their edges count: sorted once for all GPUs)
+    in_range = pd.DataFrame({c: np.sort(fast[c].to_numpy(np.int64)) for c in ("t_start_ns", "t_end_ns")})
+    del fast
     found = _by_gpu(s, ranges, in_range)
     del in_range
     gaps = found.median_gap_ns
@@ -235,6 +236,7 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY, release_events
         ranges_table = ranges_table.drop(columns=["parent_domain", "parent_name", "level"]).merge(tree, on=["domain", "name"], how="left")
     bounds = found.bounds
     return {"sampling": found.sampling, "floor": fl, "range_instances": inst, "rates": found.rates,
+            "launch_rates": launch_rates,
             "ranges": ranges_table, "whole_run": whole,
             "whole_run_bounds": bounds[bounds["nvml_index"].isin(whole.loc[whole["status"] == "wrap risk", "nvml_index"])],
             "notes": tuple(notes)}

@@ -13,6 +13,7 @@ from rich.text import Text
 from pcietrace.analysis.launch import LANGUAGES
 from pcietrace.analysis.compare import RUN_TO_RUN_PCT
 from pcietrace.analysis.summary import DETAIL_GPUS, gpu_label
+from pcietrace.analysis.timelines import TIMELINES
 from pcietrace.report.console.cells import (DIR_LABEL, dedicated_or_generic, esc, generic_table, new_table, num, pm)
 from pcietrace.report.console.system import head, system_table, topology_tables
 from pcietrace.report.labels import LATENCY_LABELS
@@ -183,10 +184,10 @@ RENDERERS: list[tuple[str, Callable[[pd.DataFrame], Table]]] = [
 ]
 
 
-#: Tables rendered elsewhere in :func:`render` or not meant for the console (per-instance rows: JSON/CSV).
+#: Tables rendered elsewhere in :func:`render` or not meant for the console (per-instance rows: JSON/CSV; timelines:
+#: plots and Perfetto).
 HANDLED = {"sampling", "gpu_time", "speedup", "latency", "topology_model", "ranges", "range_instances", "whole_run",
-           "whole_run_bounds",
-           "fit_windows", "rates", "notes", "graphs", "per_gpu", "ranges_by_host"}
+           "whole_run_bounds", "fit_windows", "notes", "graphs", "per_gpu", "ranges_by_host", *TIMELINES}
 
 
 def tables(results: dict[str, pd.DataFrame], skip: tuple[str, ...] = ()) -> list[Any]:

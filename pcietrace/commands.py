@@ -131,11 +131,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         _check_perfetto_target(args.instances, args.path, "--instances")
     if is_merged(args.path):
         return _report_merged(args)
-    session = Session.load(args.path)
-    sizes = f"{len(session.samples):,} counter samples, {len(session.events):,} events"
+    session = Session.load(args.path, samples_on_disk=True)  # (an attach run's: read a GPU at a time)
+    samples = sum(n for _, n in session.sample_file.gpus.values()) if session.sample_file else len(session.samples)
+    sizes = f"{samples:,} counter samples, {len(session.events):,} events"
     try:
-        # (the events let go once the ranges are made: nothing after the analysis reads them)
-        results = analyze(session, args.us_per_level, args.group_by, release_events=True)
+        # (the events let go once the ranges are made, the samples once read: nothing after the analysis reads them)
+        results = analyze(session, args.us_per_level, args.group_by, release_events=True, release_samples=True)
     except MemoryError:
         raise OutOfMemory(f"out of memory analysing {args.path} ({sizes}): report it on a machine with more "
                           f"memory") from None

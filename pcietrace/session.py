@@ -133,6 +133,9 @@ class Session:
     #: Where :meth:`release_events` writes the events before letting them go (attach: its staging folder's
     #: events.parquet), for :meth:`save` to keep from there; None: they are let go unwritten.
     events_file: Path | None = None
+    #: An attach run's samples left on disk, read a GPU at a time by the analysis (``samples`` then holds none):
+    #: :meth:`load` with ``samples_on_disk``.
+    sample_file: SampleFile | None = None
 
     @property
     def counters(self) -> dict[int, dict[str, Any]]:
@@ -177,11 +180,17 @@ class Session:
             write_parquet(self.events, self.events_file)
         self.events = self.events.iloc[:0].copy()  # (a copy: an empty slice would keep the columns it views alive)
 
+    def release_samples(self) -> None:
+        """Let ``samples`` go (an analysis that has read them; their columns are kept): an 8-GPU hour's are ~1 GB."""
+        self.samples = self.samples.iloc[:0].copy()
+
     @classmethod
-    def load(cls, path: Path) -> "Session":
+    def load(cls, path: Path, samples_on_disk: bool = False) -> "Session":
         """Load a saved session from its folder or its ``report.json``, checked against
         :mod:`pcietrace.schema`. Anything damaged, missing or from a newer schema raises
-        :class:`~pcietrace.errors.ReportError` naming the file and the field."""
+        :class:`~pcietrace.errors.ReportError` naming the file and the field. ``samples_on_disk``: an attach
+        run's samples stay in their file (:attr:`sample_file`), read a GPU at a time by the analysis, where the
+        file holds them by GPU (as saved)."""
         path = Path(path)
         try:
             report, samples_file, events_file = recording_files(path)
@@ -206,11 +215,17 @@ class Session:
         except schema.Invalid as exc:
             raise ReportError(f"{report}: {exc}") from None
         tables = {t: _table(report, t, pd.DataFrame.from_records(doc["tables"].get(t, [])), doc["meta"]) for t in TABLES}
-        samples = _gpu_bytes(_parquet(samples_file, doc["meta"], required=True))
+        on_disk = _sample_file(samples_file) if samples_on_disk and doc["meta"].get("kind") == "attach" else None
+        if on_disk is None:
+            samples = _gpu_bytes(_parquet(samples_file, doc["meta"], required=True))
+            counts = samples["nvml_index"].value_counts() if len(samples) else pd.Series(dtype=int)
+        else:
+            samples = _table(samples_file, "samples", pd.DataFrame(), doc["meta"])
+            counts = pd.Series({g: n for g, (_, n) in on_disk.gpus.items()}, dtype=int)
         events = _parquet(events_file, doc["meta"], required=False)
         _check_ranges(events_file, doc["meta"], events)
-        _check_samples(samples_file, doc["meta"], samples, tables["windows"])
-        return cls(meta=doc["meta"], samples=samples, events=events, **tables)
+        _check_samples(samples_file, doc["meta"], counts, tables["windows"])
+        return cls(meta=doc["meta"], samples=samples, events=events, sample_file=on_disk, **tables)
 
 
 def _table(file: Path, name: str, df: pd.DataFrame, meta: dict[str, Any]) -> pd.DataFrame:
@@ -249,11 +264,7 @@ def _read_parquet(f: Any) -> pd.DataFrame:
     if meta.num_row_groups <= 1:
         df = pd.read_parquet(f, read_dictionary=strings)
         pa.default_memory_pool().release_unused()
-        for c in df.columns:
-            if df[c].dtype in (np.int64, np.uint64, np.int32) and len(df):
-                v = df[c].to_numpy()
-                df[c] = v.astype(narrow_int(v.dtype, v.min(), v.max(), c), copy=False)
-        return df
+        return _narrowed(df)
     pf = pq.ParquetFile(f, read_dictionary=strings)
     schema = pf.schema_arrow
 
@@ -297,6 +308,69 @@ def _read_parquet(f: Any) -> pd.DataFrame:
     return pd.DataFrame(cols, copy=False)
 
 
+def _narrowed(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each integer column in the narrowest kind its values fit (:func:`pcietrace.schema.narrow_int`)."""
+    for c in df.columns:
+        if df[c].dtype in (np.int64, np.uint64, np.int32) and len(df):
+            v = df[c].to_numpy()
+            df[c] = v.astype(narrow_int(v.dtype, v.min(), v.max(), c), copy=False)
+    return df
+
+
+@dataclass
+class SampleFile:
+    """A saved attach run's counter samples left in their Parquet file (rows by GPU, as saved) and read a GPU at a
+    time (:meth:`read`): an 8-GPU hour's are ~1 GB held, one GPU's an eighth. ``gpus``: how many samples each GPU
+    has, in GPU order, with the row its samples start at; ``t_min_ns``, ``t_max_ns``: the first and last sample's
+    times (the file's statistics)."""
+
+    path: Path
+    gpus: dict[int, tuple[int, int]]
+    t_min_ns: int
+    t_max_ns: int
+
+    @classmethod
+    def open(cls, path: Path) -> "SampleFile | None":
+        """The file's GPUs and span, or None where its rows are not by GPU (then it is read whole)."""
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(path)
+        meta, names = pf.metadata, pf.schema_arrow.names
+        if "nvml_index" not in names or "t_ns" not in names or not meta.num_rows:
+            return None
+        gpu_col, t_col = names.index("nvml_index"), names.index("t_ns")
+        counts: dict[int, int] = {}
+        last = -1
+        for i in range(meta.num_row_groups):  # (a group's GPU column alone: a few MB)
+            idx = pf.read_row_group(i, columns=["nvml_index"]).column(0).to_numpy()
+            if idx.size and (idx[0] < last or (idx[1:] < idx[:-1]).any()):
+                return None
+            last = int(idx[-1]) if idx.size else last
+            for g, n in zip(*np.unique(idx, return_counts=True)):
+                counts[int(g)] = counts.get(int(g), 0) + int(n)
+        stats = [meta.row_group(i).column(t_col).statistics for i in range(meta.num_row_groups)]
+        if not all(st is not None and st.has_min_max for st in stats) or \
+                not all(meta.row_group(i).column(gpu_col).statistics is not None for i in range(meta.num_row_groups)):
+            return None
+        starts = np.r_[0, np.cumsum(list(counts.values()))[:-1]]
+        return cls(Path(path), {g: (int(a), n) for (g, n), a in zip(counts.items(), starts)},
+                   int(min(st.min for st in stats)), int(max(st.max for st in stats)))
+
+    def read(self, gpu: int) -> pd.DataFrame:
+        """GPU ``gpu``'s samples, as :meth:`Session.load` holds samples, indexed by their rows in the file (the row
+        groups that hold none of them are not read)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        start, n = self.gpus[int(gpu)]
+        table = pq.read_table(self.path, filters=[("nvml_index", "=", int(gpu))])
+        df = table.to_pandas(split_blocks=True, self_destruct=True)
+        del table
+        pa.default_memory_pool().release_unused()  # (Arrow's pool keeps the decoded groups: hand them back)
+        df.index = pd.RangeIndex(start, start + n)
+        return _gpu_bytes(_narrowed(df))
+
+
 def _gpu_bytes(samples: pd.DataFrame) -> pd.DataFrame:
     """``samples`` with their GPU column in 8 bits where every index fits (an index per counter sample: 3 bytes a
     sample less than 32 bits, the same values)."""
@@ -319,16 +393,26 @@ def _check_ranges(file: Path, meta: dict[str, Any], events: pd.DataFrame) -> Non
         raise ReportError(f"{file} {what}: the attach run's NVTX ranges and launches are needed to analyse it")
 
 
-def _check_samples(file: Path, meta: dict[str, Any], samples: pd.DataFrame, windows: pd.DataFrame) -> None:
+def _sample_file(file: Path) -> SampleFile | None:
+    """``file``'s samples to be read a GPU at a time (None: missing, not by GPU, or read whole)."""
+    if not file.is_file():
+        return None
+    try:
+        return SampleFile.open(file)
+    except Exception:  # (a damaged file: read whole, which says how)
+        return None
+
+
+def _check_samples(file: Path, meta: dict[str, Any], counts: pd.Series, windows: pd.DataFrame) -> None:
     """Refuse a run with fewer than two counter samples of a GPU whose counter windows (or, in a finished
     attach run, whose ranges) were sampled: byte figures are differences of two readings, so with 0 or 1
     every one of them would be left out without a word. The sampler runs before the first window and reads
-    its edges, so such a file was emptied or cut. `latency` runs sample nothing and have no windows."""
+    its edges, so such a file was emptied or cut. `latency` runs sample nothing and have no windows. ``counts``:
+    samples per GPU."""
     attach = meta.get("kind") == "attach" and meta.get("status") == "complete"
     sampled = set(windows["nvml_index"]) if len(windows) else set()
     if attach:
         sampled |= {g["nvml_index"] for g in meta.get("gpus", [])}
-    counts = samples["nvml_index"].value_counts() if len(samples) else pd.Series(dtype=int)
     for gpu in sorted(sampled):
         n = int(counts.get(gpu, 0))
         if n < 2:

@@ -201,18 +201,19 @@ def test_events_hold_their_small_counts_in_8_or_16_bits_and_their_identifiers_in
 
 @pytest.mark.parametrize("folder", ["attach_h100_emit_nvtx", "attach_h200x8_torchrun", "attach_h100_blind_graphs"])
 def test_an_analysis_that_releases_the_events_gives_the_same_result(folder) -> None:
-    """`report` without a Perfetto trace lets the events go once the ranges are made (a long run's events are not
-    held beside its instances): every result table the same as an analysis that keeps them, and the session's
-    events left empty with their columns."""
+    """`report` lets the events go once the ranges are made and the samples once read (a long run's events and
+    samples are not held beside its instances): every result table the same as an analysis that keeps them, and
+    the session's events and samples left empty with their columns."""
     from pcietrace.analysis import analyze
     from pcietrace.session import Session
 
     from conftest import DATA
 
     kept, released = Session.load(DATA / folder), Session.load(DATA / folder)
-    a, b = analyze(kept), analyze(released, release_events=True)
-    assert len(kept.events) and not len(released.events)
-    assert list(released.events.columns) == list(kept.events.columns)
+    a, b = analyze(kept), analyze(released, release_events=True, release_samples=True)
+    for raw in ("events", "samples"):
+        assert len(getattr(kept, raw)) and not len(getattr(released, raw))
+        assert list(getattr(released, raw).columns) == list(getattr(kept, raw).columns)
     for name, table in a.items():
         if isinstance(table, pd.DataFrame):
             pd.testing.assert_frame_equal(table, b[name], check_exact=True)
@@ -267,3 +268,81 @@ def test_events_let_go_before_the_save_are_saved_from_their_file(copy, tmp_path)
         assert back.meta == Session.load(folder).meta
     again = analyze(Session.load(tmp_path / "elsewhere"))
     pd.testing.assert_frame_equal(again["range_instances"], results["range_instances"], check_exact=True)
+
+
+@pytest.mark.parametrize("folder", ["attach_h100_decode/decode-eager-gputime", "attach_h100_slowed/cpp-slowed-eager",
+                                    "attach_h200x8_torchrun"])
+def test_savings_worked_out_a_chunk_at_a_time_are_the_same(folder, monkeypatch) -> None:
+    """:func:`savings.predict_ms` works out a long run's instances a chunk at a time: chunks of a few rows give the
+    same predictions and launch-boundness as one chunk (with and without the GPU's busy time)."""
+    from pcietrace.analysis import analyze, savings
+    from pcietrace.session import Session
+
+    from conftest import DATA
+
+    inst = analyze(Session.load(DATA / folder))["range_instances"]
+    costs = Session.load(DATA / folder).meta["launch_costs"]
+    whole = savings.predict_ms(inst, costs)
+    monkeypatch.setattr(savings, "PREDICT_CHUNK", 7)
+    pd.testing.assert_frame_equal(savings.predict_ms(inst, costs), whole, check_exact=True)
+
+
+@pytest.mark.parametrize("folder", ["attach_h200x8_torchrun", "attach_h200x2_threads", "attach_h100_python"])
+def test_samples_read_a_gpu_at_a_time_give_the_same_result(folder) -> None:
+    """`report` leaves an attach run's samples in their file and reads them a GPU at a time: every result table
+    the same as with the samples held."""
+    from pcietrace.analysis import analyze
+    from pcietrace.session import Session
+
+    from conftest import DATA
+
+    held, on_disk = Session.load(DATA / folder), Session.load(DATA / folder, samples_on_disk=True)
+    assert on_disk.sample_file is not None and not len(on_disk.samples)
+    assert {g: n for g, (_, n) in on_disk.sample_file.gpus.items()} == held.samples["nvml_index"].value_counts().to_dict()
+    a, b = analyze(held), analyze(on_disk)
+    for name, table in a.items():
+        if isinstance(table, pd.DataFrame):
+            pd.testing.assert_frame_equal(table, b[name], check_exact=True)
+        else:
+            assert table == b[name]
+
+
+@pytest.mark.parametrize("change", [
+    lambda s, at: s.assign(tx_raw=s["tx_raw"].astype(float).where(s.index != at + 7)),
+    lambda s, at: s.assign(rx_raw=s["rx_raw"].astype(np.int64).where(s.index != at + 9, -5)),
+    lambda s, at: s.assign(rx_raw=s["rx_raw"].astype(np.uint64).where(s.index != at + 3, np.uint64(2**33))),
+    lambda s, at: s.assign(t_ns=s["t_ns"].where(s.index != at + 11, s["t_ns"].iloc[at])),
+], ids=["nan", "negative", "beyond", "back_in_time"])
+def test_broken_samples_read_a_gpu_at_a_time_are_refused_alike(copy, change) -> None:
+    """A broken sample of the second GPU is refused with the same words (row, column, GPU) whether the samples
+    are held or read from their file a GPU at a time."""
+    from pcietrace.analysis import analyze
+    from pcietrace.errors import DataError
+    from pcietrace.session import Session
+
+    from conftest import edit_samples
+
+    run = copy("attach_h200x2_threads")
+    at = int((Session.load(run).samples["nvml_index"] == 0).sum())  # (GPU 1's first row)
+    edit_samples(run, lambda s: change(s, at))
+    said = []
+    for on_disk in (False, True):
+        s = Session.load(run, samples_on_disk=on_disk)
+        assert (s.sample_file is not None) == on_disk
+        with pytest.raises(DataError) as err:
+            analyze(s)
+        said.append(str(err.value))
+    assert said[0] == said[1], said
+    assert "GPU 1" in said[0] or any(f"row {at + k}" in said[0] for k in (3, 7, 9)), said
+
+
+def test_samples_not_by_gpu_are_held(copy) -> None:
+    """A samples file whose rows are not by GPU (not as pcietrace saves them) is read whole."""
+    from pcietrace.session import Session
+
+    from conftest import edit_samples
+
+    run = copy("attach_h200x2_threads")
+    edit_samples(run, lambda s: s.sort_values("t_ns", kind="stable"))
+    s = Session.load(run, samples_on_disk=True)
+    assert s.sample_file is None and len(s.samples)

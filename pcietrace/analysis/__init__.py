@@ -25,16 +25,18 @@ __all__ = ["INSTANCE_EXTRAS", "MAX_TIMELINE_BINS", "NOTES_COLUMNS", "RESULT_TABL
 
 
 def analyze(session: Session, us_per_level: float = DEFAULT_US_PER_LEVEL,
-            group_by: str = names.DEFAULT_GROUP_BY, release_events: bool = False) -> AnalysisResult:
+            group_by: str = names.DEFAULT_GROUP_BY, release_events: bool = False,
+            release_samples: bool = False) -> AnalysisResult:
     """The session's result, of its kind's type (:data:`RESULT_TYPES`): every result table by name (those whose
     inputs are missing come back empty, with their :func:`declared_columns`).
     ``us_per_level``: round trip added per PCIe switch level, for the topology model; ``group_by``: how attach's
     ``ranges`` table groups range names (:data:`names.GROUP_BY`; ``range_instances`` keeps every full name);
     ``release_events``: for a caller with no further use for ``session.events`` (`pcietrace report`; attach, which
     saves them from ``session.events_file``): an attach session's events are let go once what is read from them
-    is made (:meth:`~pcietrace.session.Session.release_events`). A session that breaks an invariant the figures rely on raises :class:`~pcietrace.errors.DataError`
-    first."""
+    is made (:meth:`~pcietrace.session.Session.release_events`); ``release_samples``: for a caller with no further
+    use for ``session.samples`` (`pcietrace report`): an attach session's samples are let go once read. A session
+    that breaks an invariant the figures rely on raises :class:`~pcietrace.errors.DataError` first."""
     if group_by not in names.GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(names.GROUP_BY)}, not {group_by!r}")
     validate.check(session)
-    return analyzer(session.meta.get("kind"))(session, Options(us_per_level, group_by, release_events))
+    return analyzer(session.meta.get("kind"))(session, Options(us_per_level, group_by, release_events, release_samples))

@@ -490,7 +490,8 @@ def _ascending(x: np.ndarray) -> np.ndarray:
 
 def attribute(ranges: pd.DataFrame, cum: pd.DataFrame | None, floor: pd.DataFrame,
               counters: dict[int, dict[str, Any]] | None = None,
-              gaps: dict[int, dict[str, Any]] | None = None, sums: dict[str, Any] | None = None) -> pd.DataFrame:
+              gaps: dict[int, dict[str, Any]] | None = None, sums: dict[str, Any] | None = None,
+              parent: pd.Series | None = None) -> pd.DataFrame:
     """Adds ``duration_ns``; per direction ``{d}_raw_bytes`` (counter change over the range, interpolated
     between samples, summed over the range's ``gpus``), ``{d}_bytes`` (raw minus the floor model; NaN unless
     ``status`` is "ok"), ``{d}_edge_bytes`` (how far the counter values at the two edges can be off, from
@@ -508,10 +509,11 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame | None, floor: pd.DataFram
     :func:`sampling_gaps` where the sampler's rate varied (idle-aware sampling; default: computed with one rate).
     The floor counts the reads inside each range, so a read rate that changes between ranges, idle time and
     the floor's calibration windows is accounted for read by read. ``sums``: :func:`gpu_sums` made already,
-    a GPU's samples at a time (``cum`` then unused: None)."""
+    a GPU's samples at a time (``cum`` then unused: None); ``parent``: :func:`nesting.parents` of ``ranges``
+    made already (before the sums, so that its working arrays never lie beside them)."""
     out = ranges.copy(deep=False)
     out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
-    parent = nesting.parents(out)  # (first: its search's keys let go before the sums per range are made)
+    parent = parent if parent is not None else nesting.parents(out)  # (first: its keys let go before the sums)
     sums = sums if sums is not None else gpu_sums(ranges, cum, floor, counters, gaps)
     acc, status = sums["acc"], sums["status"]
     status = np.where(sums["holds"](None, sums["sampled"]), 2, status)  # a GPU with no samples at all

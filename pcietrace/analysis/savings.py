@@ -111,6 +111,10 @@ def _parent_labels(instances: pd.DataFrame) -> pd.Series:
     return pd.Series(labels, index=instances.index, dtype=labels.dtype)
 
 
+#: Range instances whose savings :func:`predict_ms` works out at a time (its working arrays: ~100 B an instance).
+PREDICT_CHUNK = 1_000_000
+
+
 def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     """Per range instance (attach's ``range_instances``): ``parent`` (:func:`_parent_labels`),
     ``own_eager_launches`` (minus direct children's),
@@ -139,24 +143,28 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     waited = (out["sync_wait_ns"].astype(float) - children["sync_wait_ns"]).to_numpy() \
         if "sync_wait_ns" in out else np.full(len(out), np.nan)  # NaN where not timed (and in recordings made before)
     del children
-    n = out["own_eager_launches"].to_numpy(float)
-    launched = n > 0  # (NaN: unknown stays unknown; none: nothing to save)
-    own_ns = out["own_ns"].to_numpy(float)
-    graphed = launched & (out["own_busy_ns"].notna().to_numpy() if busy else False)
-    timed = launched & ~graphed
-    with np.errstate(invalid="ignore", divide="ignore"):
-        per_us, bound = per_launch_saving_us_array(own_ns / 1e3 / n, costs, waited / 1e3 / n)
-    own = np.where(np.isnan(n), np.nan, 0.0)
-    own = np.where(timed, n * per_us / 1e3, own)
-    if busy:
-        own = np.where(graphed, _at_least_0(own_ns / 1e6 - out["own_busy_ns"].to_numpy(float) / 1e6
-                                            - out["own_short_ns"].to_numpy(float) / 1e6), own)
-    if timed.any():
+    n_all, ns_all = out["own_eager_launches"].to_numpy(float), out["own_ns"].to_numpy(float)
+    busy_all = (out["own_busy_ns"].to_numpy(float), out["own_short_ns"].to_numpy(float)) if busy else None
+    own = np.empty(len(out))
+    timed_all, bound_all = np.zeros(len(out), bool), np.zeros(len(out), bool)
+    for lo in range(0, len(out), PREDICT_CHUNK):  # (a long run's per-instance working arrays a chunk at a time)
+        at = slice(lo, lo + PREDICT_CHUNK)
+        n, own_ns = n_all[at], ns_all[at]
+        launched = n > 0  # (NaN: unknown stays unknown; none: nothing to save)
+        graphed = launched & (~np.isnan(busy_all[0][at]) if busy_all is not None else False)
+        timed = launched & ~graphed
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_us, bound = per_launch_saving_us_array(own_ns / 1e3 / n, costs, waited[at] / 1e3 / n)
+        part = np.where(timed, n * per_us / 1e3, np.where(np.isnan(n), np.nan, 0.0))
+        if busy_all is not None:
+            part = np.where(graphed, _at_least_0(own_ns / 1e6 - busy_all[0][at] / 1e6 - busy_all[1][at] / 1e6), part)
+        own[at], timed_all[at], bound_all[at] = part, timed, bound
+    if timed_all.any():
         lb = out["launch_bound"].to_numpy(object, copy=True)  # (False, or NaN where unknown)
-        lb[timed] = bound[timed].astype(bool).astype(object)  # (Python bools)
+        lb[timed_all] = bound_all[timed_all].astype(object)  # (Python bools)
         out["launch_bound"] = lb if unknown.any() else lb.astype(bool)
         del lb
-    del n, launched, own_ns, graphed, timed, per_us, bound, waited  # (a long run's per-instance arrays, read)
+    del n_all, ns_all, busy_all, timed_all, bound_all, waited  # (a long run's per-instance arrays, read)
     # children first: a parent adds its children's (those one level below it, summed in row order)
     depth = out["depth"].to_numpy()
     parent_at = nesting.parent_rows(out.index, parent)

@@ -37,7 +37,7 @@ def check(session: Any) -> None:
     counters = s.counters
     _magnitudes(s)
     _gpus(s)
-    if len(s.samples):
+    if len(s.samples):  # (samples left on disk are checked as each GPU's are read: gpu_samples)
         _samples(s.samples, counters)
     if len(s.windows):
         _finite(s.windows, "windows", ("t_start_ns", "t_end_ns"))
@@ -123,7 +123,14 @@ def _gpus(s: Any) -> None:
                 raise DataError(f"{name}: rows of GPU {extra[0]}, which meta.gpus does not describe "
                                 f"(it describes {', '.join(map(str, sorted(named))) or 'none'})")
             held |= idx
-    recorded = any(len(getattr(s, t)) for t in ("samples", "windows", "latency", "bursts", "e2e", "calibration"))
+    on_disk = set(s.sample_file.gpus) if getattr(s, "sample_file", None) is not None else set()
+    if on_disk - named:
+        extra = sorted(on_disk - named)
+        raise DataError(f"samples: rows of GPU {extra[0]}, which meta.gpus does not describe "
+                        f"(it describes {', '.join(map(str, sorted(named))) or 'none'})")
+    held |= on_disk
+    recorded = bool(on_disk) or any(len(getattr(s, t)) for t in ("samples", "windows", "latency", "bursts", "e2e",
+                                                                 "calibration"))
     missing = sorted(named - held)
     if recorded and missing and s.meta.get("status", "complete") == "complete" and s.meta.get("kind") != "graphs":
         raise DataError(f"meta.gpus: GPU {missing[0]} is described but no table holds a row of it")
@@ -189,34 +196,46 @@ def _graphs(graphs: pd.DataFrame) -> None:
 def _samples(samples: pd.DataFrame, counters: dict[int, dict[str, Any]]) -> None:
     _non_negative(samples, "samples", ("t_ns", "read_ns", "tx_raw", "rx_raw"))
     for idx, g in counters_analysis.per_gpu(samples):
-        c = counters.get(int(idx), {"mode": "fields", "bits": 32})
-        if c.get("mode") not in COUNTER_MODES:
-            raise DataError(f"meta.gpus: GPU {idx} has samples but an unknown counter mode {c.get('mode')!r} "
-                            f"(known: {', '.join(COUNTER_MODES)})")
-        t = g["t_ns"].to_numpy(np.int64 if g["t_ns"].dtype.kind == "i" else np.float64)
-        step = np.diff(t)
-        back = np.flatnonzero(step < 0)
-        if back.size:
-            i = g.index[back[0] + 1]
-            raise DataError(f"samples: GPU {idx}'s samples are not in time order (row {i} goes back in time)")
-        same = np.flatnonzero(step == 0)
-        if same.size:  # (a sample is one read at one time: two at one time are a row written twice)
-            raise DataError(f"samples: GPU {idx} has {same.size} sample(s) at the time of the one before "
-                            f"(row {g.index[same[0] + 1]}): duplicated rows")
-        if c["mode"] == "throughput":  # KB/s no link could move: raw counter values under a throughput meta
-            top = 2 * counters_analysis.link_bps(c) / 1e3
-            for col in ("tx_raw", "rx_raw"):
-                if (g[col].to_numpy(np.float64) > top).any():
-                    raise DataError(f"samples.{col}: GPU {idx}'s throughput values exceed what its link can move "
-                                    f"(> {top:,.0f} KB/s): raw counter values under a throughput-mode meta?")
-        if c["mode"] == "fields":
-            bits = c.get("bits")
-            if not isinstance(bits, int) or not 1 <= bits <= 64:
-                raise DataError(f"meta.gpus: GPU {idx}'s counter width {bits!r} is not 1..64 bits")
-            for col in ("tx_raw", "rx_raw"):
-                whole = g[col].dtype.kind in "iu" and bits <= 53  # (as integers: the same answer, no float copy)
-                if ((g[col].to_numpy() >= 2 ** bits) if whole else (g[col].to_numpy(np.float64) >= 2.0 ** bits)).any():
-                    raise DataError(f"samples.{col}: GPU {idx} has values beyond its {bits}-bit counter")
+        _gpu_samples(idx, g, counters)
+
+
+def gpu_samples(idx: int, samples: pd.DataFrame, counters: dict[int, dict[str, Any]]) -> pd.DataFrame:
+    """One GPU's samples read from a file a GPU at a time (:class:`pcietrace.session.SampleFile`), checked as
+    :func:`check` checks samples held; raises :class:`DataError`."""
+    _non_negative(samples, "samples", ("t_ns", "read_ns", "tx_raw", "rx_raw"))
+    _gpu_samples(idx, samples, counters)
+    return samples
+
+
+def _gpu_samples(idx: int, g: pd.DataFrame, counters: dict[int, dict[str, Any]]) -> None:
+    c = counters.get(int(idx), {"mode": "fields", "bits": 32})
+    if c.get("mode") not in COUNTER_MODES:
+        raise DataError(f"meta.gpus: GPU {idx} has samples but an unknown counter mode {c.get('mode')!r} "
+                        f"(known: {', '.join(COUNTER_MODES)})")
+    t = g["t_ns"].to_numpy(np.int64 if g["t_ns"].dtype.kind == "i" else np.float64)
+    step = np.diff(t)
+    back = np.flatnonzero(step < 0)
+    if back.size:
+        i = g.index[back[0] + 1]
+        raise DataError(f"samples: GPU {idx}'s samples are not in time order (row {i} goes back in time)")
+    same = np.flatnonzero(step == 0)
+    if same.size:  # (a sample is one read at one time: two at one time are a row written twice)
+        raise DataError(f"samples: GPU {idx} has {same.size} sample(s) at the time of the one before "
+                        f"(row {g.index[same[0] + 1]}): duplicated rows")
+    if c["mode"] == "throughput":  # KB/s no link could move: raw counter values under a throughput meta
+        top = 2 * counters_analysis.link_bps(c) / 1e3
+        for col in ("tx_raw", "rx_raw"):
+            if (g[col].to_numpy(np.float64) > top).any():
+                raise DataError(f"samples.{col}: GPU {idx}'s throughput values exceed what its link can move "
+                                f"(> {top:,.0f} KB/s): raw counter values under a throughput-mode meta?")
+    if c["mode"] == "fields":
+        bits = c.get("bits")
+        if not isinstance(bits, int) or not 1 <= bits <= 64:
+            raise DataError(f"meta.gpus: GPU {idx}'s counter width {bits!r} is not 1..64 bits")
+        for col in ("tx_raw", "rx_raw"):
+            whole = g[col].dtype.kind in "iu" and bits <= 53  # (as integers: the same answer, no float copy)
+            if ((g[col].to_numpy() >= 2 ** bits) if whole else (g[col].to_numpy(np.float64) >= 2.0 ** bits)).any():
+                raise DataError(f"samples.{col}: GPU {idx} has values beyond its {bits}-bit counter")
 
 
 def _finite(df: pd.DataFrame, table: str, columns: Any) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pcietrace.analysis import attribution, counters, floor, gpu_time, names, savings
+from pcietrace.analysis import attribution, counters, floor, gpu_time, names, nesting, savings, validate
 from pcietrace.analysis.kinds import shared
 from pcietrace.analysis.notes import Note
 from pcietrace.analysis.results import AttachResult
@@ -31,8 +31,8 @@ WHOLE_RUN_LAUNCHES = ("eager_launches", "graph_launches", "program_eager_launche
 def analyze(s: Session, options: shared.Options) -> AttachResult:
     """An attach session's result; one whose program never ran ("attach-failed") or that has no samples has
     none of the attribution tables."""
-    if s.meta.get("kind") == "attach" and len(s.samples):
-        out = {**shared.host_costs(s), **attribute(s, options.group_by, options.release_events)}  # ("sampling" among them)
+    if s.meta.get("kind") == "attach" and (len(s.samples) or s.sample_file is not None):
+        out = {**shared.host_costs(s), **attribute(s, options)}  # ("sampling" among them)
     else:
         out = {**shared.sampling(s, counters.cumulative_bytes(s.samples, s.counters)), **shared.host_costs(s)}
     out.update(shared.round_trips(s, out.get("gpu_time"), options.us_per_level))
@@ -73,16 +73,23 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
     sampled = [int(g["nvml_index"]) for g in s.meta.get("gpus", [])]
     t0, t1 = s.meta["t_app_start_ns"], s.meta["t_app_end_ns"]
     spans = floor.spans_by_gpu(ranges)
-    have = [int(i) for i, _ in counters.per_gpu(s.samples)]
+    on_disk = s.sample_file if not len(s.samples) else None
+
+    def by_gpu() -> Any:  # (each GPU's samples: held, or read from the file and checked)
+        if on_disk is None:
+            return counters.per_gpu(s.samples)
+        return ((i, validate.gpu_samples(i, on_disk.read(i), s.counters)) for i in on_disk.gpus)
+    have = list(on_disk.gpus) if on_disk is not None else [int(i) for i, _ in counters.per_gpu(s.samples)]
     whole_spans = attribution.run_spans(have, t0, t1)
-    bin_ns = timeline_bin_ns(s.meta, span_ns(s.samples["t_ns"]))  # (checked below against the samples kept)
+    span = on_disk.t_max_ns - on_disk.t_min_ns if on_disk is not None else span_ns(s.samples["t_ns"])
+    bin_ns = timeline_bin_ns(s.meta, span)  # (checked below against the samples kept)
     sampling, resets, wraps, bounds, rates = [], [], [], [], []
     gaps: dict[int, dict[str, Any]] = {}
     rows: dict[int, list[dict[str, Any]]] = {}
     whole_rows: dict[int, list[dict[str, Any]]] = {}
     sums = whole_sums = None
     kept = [math.inf, -math.inf]  # (the earliest and latest sample kept: the timeline's span)
-    for idx, samples in counters.per_gpu(s.samples):
+    for idx, samples in by_gpu():
         idx = int(idx)
         cum = counters.cumulative_bytes(samples, s.counters)
         t = cum["t_ns"].to_numpy()
@@ -106,7 +113,7 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
     if timeline_bin_ns(s.meta, kept[1] - kept[0]) != bin_ns:  # (samples left out moved the span: binned again)
         bin_ns = timeline_bin_ns(s.meta, kept[1] - kept[0])
         rates = [counters.rates(counters.cumulative_bytes(samples, s.counters), bin_ns)
-                 for _, samples in counters.per_gpu(s.samples)]
+                 for _, samples in by_gpu()]
     none = counters.cumulative_bytes(s.samples.iloc[:0], s.counters)  # (a session's GPU with no samples: no floor)
     fl, whole_fl = (pd.DataFrame([row for i in sampled for row in (r[i] if i in r else floor.floor_rows(
         none, s.windows, [i], windows_only=whole))], columns=floor.FLOOR_COLUMNS)
@@ -143,11 +150,13 @@ def _untraced_launches(events: pd.DataFrame) -> list[Note]:
                  processes=len(u))]
 
 
-def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY, release_events: bool = False) -> dict[str, object]:
+def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[str, object]:
     """Attribution for an attach session with samples: idle windows before/after the program give each GPU's
     floor (per counter read + background); each range is charged to its own GPUs. Its GPUs' samples are read
     one at a time (:func:`_by_gpu`); the sampler's figures (``sampling``) are among the tables.
-    ``release_events``: ``s.events`` emptied once what is read from them is made (:func:`pcietrace.analysis.analyze`)."""
+    ``options.release_events``, ``options.release_samples``: ``s.events`` emptied once what is read from them is
+    made, ``s.samples`` once read (:func:`pcietrace.analysis.analyze`)."""
+    release_events = options.release_events
     events = gpu_time.host_events(s.events)
     # (what is read from every event first: the untraced launches, the run's launches per GPU, the launch rates,
     # the GPU's kernels and the notes the events make; then the ranges, which may take the events apart as they go)
@@ -174,8 +183,11 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY, release_events
     fast = ranges[~ranges["domain"].isin(slow)] if slow else ranges  # (only their edges count: sorted once for all GPUs)
     in_range = pd.DataFrame({c: np.sort(fast[c].to_numpy(np.int64)) for c in ("t_start_ns", "t_end_ns")})
     del fast
+    parent = nesting.parents(ranges)  # (before the samples are read: its working arrays never lie beside the sums)
     found = _by_gpu(s, ranges, in_range)
     del in_range
+    if options.release_samples:
+        s.release_samples()
     gaps = found.median_gap_ns
     gap_ns = max(gaps.values(), default=0.0)  # the in-range gap: what edges rest on
     if idle_interval_ns(s.meta) and len(gaps):
@@ -184,9 +196,10 @@ def attribute(s: Session, group_by: str = names.DEFAULT_GROUP_BY, release_events
         notes.append(Note("quiet_sampling", quiet_ms=quiet_interval_ns(s.meta) / 1e6,
                           fast_ms=float(s.meta["sample_interval_ms"])))
     fl = found.floor
-    inst = attribution.attribute(ranges, None, fl, s.counters, sums=found.take("sums")) if len(ranges) else \
-        pd.DataFrame(columns=attribution.INSTANCE_COLUMNS)
-    inst["group"] = names.group_names(inst["name"], group_by)
+    inst = attribution.attribute(ranges, None, fl, s.counters, sums=found.take("sums"), parent=parent) \
+        if len(ranges) else pd.DataFrame(columns=attribution.INSTANCE_COLUMNS)
+    del parent
+    inst["group"] = names.group_names(inst["name"], options.group_by)
     costs = s.meta.get("launch_costs")
     if pids and len(inst):  # attach --gpu-time: the GPU's busy time per range
         inst = gpu_time.busy(inst, kernels, pids, (costs or {}).get("wall_us_per_kernel_graph", 0.0) * 1e3)

@@ -14,12 +14,14 @@ from pcietrace.session import Session
 @dataclass(frozen=True)
 class Options:
     """``us_per_level``: round trip added per PCIe switch level, for the topology model; ``group_by``: how
-    attach's ``ranges`` table groups range names (:data:`names.GROUP_BY`); ``release_events``: attach's analysis
-    may let go of the session's events once its ranges are made (:func:`pcietrace.analysis.analyze`)."""
+    attach's ``ranges`` table groups range names (:data:`names.GROUP_BY`); ``release_events``,
+    ``release_samples``: attach's analysis may let go of the session's events once its ranges are made, and of
+    its samples once read (:func:`pcietrace.analysis.analyze`)."""
 
     us_per_level: float = latency_analysis.DEFAULT_US_PER_LEVEL
     group_by: str = names.DEFAULT_GROUP_BY
     release_events: bool = False
+    release_samples: bool = False
 
 
 def sampling(s: Session, cum: pd.DataFrame) -> dict[str, pd.DataFrame]:

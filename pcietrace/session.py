@@ -363,7 +363,12 @@ class SampleFile:
         import pyarrow.parquet as pq
 
         start, n = self.gpus[int(gpu)]
-        table = pq.read_table(self.path, filters=[("nvml_index", "=", int(gpu))])
+        try:
+            table = pq.read_table(self.path, filters=[("nvml_index", "=", int(gpu))])
+        except Exception as exc:  # pyarrow raises its own types for a damaged group; all mean "damaged"
+            raise ReportError(f"{self.path} is not a readable Parquet table ({one_line(exc)})") from None
+        if table.num_rows != n:  # (changed since it was opened)
+            raise ReportError(f"{self.path} changed while it was read (GPU {gpu}: {table.num_rows} samples, not {n})")
         df = table.to_pandas(split_blocks=True, self_destruct=True)
         del table
         pa.default_memory_pool().release_unused()  # (Arrow's pool keeps the decoded groups: hand them back)

@@ -346,3 +346,18 @@ def test_samples_not_by_gpu_are_held(copy) -> None:
     edit_samples(run, lambda s: s.sort_values("t_ns", kind="stable"))
     s = Session.load(run, samples_on_disk=True)
     assert s.sample_file is None and len(s.samples)
+
+
+def test_a_sample_file_damaged_after_it_was_opened_is_one_line(copy, capsys) -> None:
+    """A samples file that breaks after `report` opened it (a GPU's row groups unreadable or changed) is said in
+    one line naming the file, not a traceback."""
+    from pcietrace.analysis import analyze
+    from pcietrace.errors import ReportError
+    from pcietrace.session import Session
+
+    run = copy("attach_h200x2_threads")
+    s = Session.load(run, samples_on_disk=True)
+    data = (run / "samples.parquet").read_bytes()
+    (run / "samples.parquet").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ReportError, match="samples.parquet"):
+        analyze(s)

@@ -132,7 +132,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if is_merged(args.path):
         return _report_merged(args)
     session = Session.load(args.path, samples_on_disk=True)  # (an attach run's: read a GPU at a time)
-    samples = sum(n for _, n in session.sample_file.gpus.values()) if session.sample_file else len(session.samples)
+    samples = session.sample_file.rows if session.sample_file else len(session.samples)
     sizes = f"{samples:,} counter samples, {len(session.events):,} events"
     try:
         # (the events let go once the ranges are made, the samples once read: nothing after the analysis reads them)

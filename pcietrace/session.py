@@ -329,6 +329,11 @@ class SampleFile:
     t_min_ns: int
     t_max_ns: int
 
+    @property
+    def rows(self) -> int:
+        """Samples in the file, of every GPU."""
+        return sum(n for _, n in self.gpus.values())
+
     @classmethod
     def open(cls, path: Path) -> "SampleFile | None":
         """The file's GPUs and span, or None where its rows are not by GPU (then it is read whole)."""

@@ -75,7 +75,7 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
     spans = floor.spans_by_gpu(ranges)
     on_disk = s.sample_file if not len(s.samples) else None
 
-    def by_gpu() -> Any:  # (each GPU's samples: held, or read from the file and checked)
+    def gpu_samples() -> Any:  # (each GPU's samples: held, or read from the file and checked)
         if on_disk is None:
             return counters.per_gpu(s.samples)
         return ((i, validate.gpu_samples(i, on_disk.read(i), s.counters)) for i in on_disk.gpus)
@@ -89,7 +89,7 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
     whole_rows: dict[int, list[dict[str, Any]]] = {}
     sums = whole_sums = None
     kept = [math.inf, -math.inf]  # (the earliest and latest sample kept: the timeline's span)
-    for idx, samples in by_gpu():
+    for idx, samples in gpu_samples():
         idx = int(idx)
         cum = counters.cumulative_bytes(samples, s.counters)
         t = cum["t_ns"].to_numpy()
@@ -113,7 +113,7 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
     if timeline_bin_ns(s.meta, kept[1] - kept[0]) != bin_ns:  # (samples left out moved the span: binned again)
         bin_ns = timeline_bin_ns(s.meta, kept[1] - kept[0])
         rates = [counters.rates(counters.cumulative_bytes(samples, s.counters), bin_ns)
-                 for _, samples in by_gpu()]
+                 for _, samples in gpu_samples()]
     none = counters.cumulative_bytes(s.samples.iloc[:0], s.counters)  # (a session's GPU with no samples: no floor)
     fl, whole_fl = (pd.DataFrame([row for i in sampled for row in (r[i] if i in r else floor.floor_rows(
         none, s.windows, [i], windows_only=whole))], columns=floor.FLOOR_COLUMNS)

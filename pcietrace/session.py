@@ -362,21 +362,58 @@ class SampleFile:
                    int(min(st.min for st in stats)), int(max(st.max for st in stats)))
 
     def read(self, gpu: int) -> pd.DataFrame:
-        """GPU ``gpu``'s samples, as :meth:`Session.load` holds samples, indexed by their rows in the file (the row
-        groups that hold none of them are not read)."""
+        """GPU ``gpu``'s samples, as :meth:`Session.load` holds samples, indexed by their rows in the file. Only the
+        row groups that hold them are read, a group at a time, each column copied into an array of the GPU's length
+        (integers as narrow as the groups' statistics allow): one GPU's samples are never held twice."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         start, n = self.gpus[int(gpu)]
         try:
-            table = pq.read_table(self.path, filters=[("nvml_index", "=", int(gpu))])
+            pf = pq.ParquetFile(self.path)
+            meta, names = pf.metadata, pf.schema_arrow.names
+            gpu_col = names.index("nvml_index")
+            groups = [i for i in range(meta.num_row_groups)
+                      if (st := meta.row_group(i).column(gpu_col).statistics).min <= gpu <= st.max]
+            stats = [[meta.row_group(i).column(j).statistics for i in groups] for j in range(len(names))]
+            if not all(st is not None and st.has_min_max and st.has_null_count and not st.null_count
+                       for col in stats for st in col):  # (nulls: read as Arrow reads them, whole)
+                return self._read_filtered(gpu, start, n)
+            out: dict[str, np.ndarray] = {}
+            at = 0
+            for i in groups:
+                part = pf.read_row_group(i)
+                mine = part.column(gpu_col).to_numpy() == gpu
+                k = int(mine.sum())
+                for j, name in enumerate(names):
+                    v = part.column(j).to_numpy()[mine]
+                    if name not in out:
+                        kind = v.dtype if v.dtype.kind not in "iu" else narrow_int(
+                            v.dtype, min(st.min for st in stats[j]), max(st.max for st in stats[j]), name)
+                        out[name] = np.empty(n, kind)
+                    out[name][at:at + k] = v  # (within the statistics: fits)
+                at += k
+                del part
+            pa.default_memory_pool().release_unused()  # (Arrow's pool keeps the decoded groups: hand them back)
+        except ReportError:
+            raise
         except Exception as exc:  # pyarrow raises its own types for a damaged group; all mean "damaged"
             raise ReportError(f"{self.path} is not a readable Parquet table ({one_line(exc)})") from None
+        if at != n:  # (changed since it was opened)
+            raise ReportError(f"{self.path} changed while it was read (GPU {gpu}: {at} samples, not {n})")
+        return _gpu_bytes(pd.DataFrame(out, index=pd.RangeIndex(start, start + n), copy=False))
+
+    def _read_filtered(self, gpu: int, start: int, n: int) -> pd.DataFrame:
+        """:meth:`read` of a file whose groups hold nulls: the GPU's rows as Arrow reads them."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(self.path, filters=[("nvml_index", "=", int(gpu))])
         if table.num_rows != n:  # (changed since it was opened)
             raise ReportError(f"{self.path} changed while it was read (GPU {gpu}: {table.num_rows} samples, not {n})")
         df = table.to_pandas(split_blocks=True, self_destruct=True)
         del table
-        pa.default_memory_pool().release_unused()  # (Arrow's pool keeps the decoded groups: hand them back)
+        pa.default_memory_pool().release_unused()
         df.index = pd.RangeIndex(start, start + n)
         return _gpu_bytes(_narrowed(df))
 

@@ -219,7 +219,7 @@ def process_ranges(events: pd.DataFrame, gpus: list[dict[str, Any]], consume: bo
     if not len(events):
         return range_gpus(pd.DataFrame(columns=RANGE_COLUMNS), events, gpus)
     code = pd.factorize(events["pid"].to_numpy())[0]  # (processes in order of their first event, as the rows are)
-    if code.size and int(code.max()) == 0:
+    if int(code.max()) == 0:  # (one process: its events read in place)
         return range_gpus(ranges_from_events(events), events, gpus)
     together = code.size < 2 or bool((code[1:] >= code[:-1]).all())  # (each process's events in one block)
     order = None if together else nesting.stable_order(code)

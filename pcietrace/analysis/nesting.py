@@ -131,14 +131,9 @@ def children_sums(instances: pd.DataFrame, parent: pd.Series, columns: list[str]
     has = parent.notna().to_numpy()
     if rows is not None:
         has = has & rows
-    by = pd.factorize(parent.to_numpy()[has].astype(np.int64), sort=False)  # (the children grouped once)
-    at = instances.index.get_indexer(by[1])  # (each parent's row)
-    out = {}
-    for c in columns:  # (a column at a time: a long run's children never copied four columns at once)
-        g = pd.Series(instances[c].to_numpy(float)[has]).groupby(by[0], sort=False)
-        summed = g.sum()
-        total = summed.to_numpy(copy=True)
-        total[g.count().to_numpy() < g.size().to_numpy()] = np.nan  # (a child's value unknown)
-        out[c] = np.zeros(len(instances))
-        out[c][at[summed.index.to_numpy()]] = total
-    return pd.DataFrame(out, index=instances.index)
+    cols = instances.loc[has, columns].astype(float)
+    by = parent.to_numpy()[has].astype(np.int64)
+    g = cols.groupby(by, sort=False)
+    total = g.sum()
+    total = total.mask(g.count().to_numpy() < g.size().to_numpy()[:, None])  # (a child's value unknown)
+    return total.reindex(instances.index, fill_value=0.0)

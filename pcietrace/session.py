@@ -249,33 +249,41 @@ def _parquet(file: Path, meta: dict[str, Any], required: bool) -> pd.DataFrame:
     return _table(file, file.stem, df, meta)
 
 
-def _read_parquet(f: Any) -> pd.DataFrame:
+def _read_parquet(f: Any, only: tuple[str, int, int] | None = None) -> pd.DataFrame:
     """A Parquet table read a row group at a time: its numeric columns copied into arrays of their full length as
     each group is decoded, so a long recording's samples are held once (not as Arrow's buffers and pandas' too);
     64-bit integers that fit 32 bits held in 32, the events' small counts and indices in 8 or 16
     (:func:`pcietrace.schema.narrow_int`), strings as categories (millions of events repeat a few kinds, domains and
-    range names)."""
+    range names). ``only``: (column, value, rows): just the ``rows`` rows whose ``column`` holds ``value``, from
+    the groups whose statistics may hold it (:meth:`SampleFile.read`: one GPU's samples)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(f)
     strings = [c.name for c in pf.schema_arrow if pa.types.is_string(c.type) or pa.types.is_large_string(c.type)]
     meta = pf.metadata
-    if meta.num_row_groups <= 1:
+    if meta.num_row_groups <= 1 and only is None:
         df = pd.read_parquet(f, read_dictionary=strings)
         pa.default_memory_pool().release_unused()
         return _narrowed(df)
     pf = pq.ParquetFile(f, read_dictionary=strings)
     schema = pf.schema_arrow
+    groups, rows = list(range(meta.num_row_groups)), meta.num_rows
+    if only is not None:
+        key = schema.names.index(only[0])
+        groups = [i for i in groups if (st := meta.row_group(i).column(key).statistics) is None or not st.has_min_max
+                  or st.min <= only[1] <= st.max]
+        rows = only[2]
 
     def fixed(j: int) -> bool:  # (numbers with no nulls in any group: the same array as pandas reads)
         t = schema.field(j).type
-        stats = [meta.row_group(i).column(j).statistics for i in range(meta.num_row_groups)]
+        stats = [meta.row_group(i).column(j).statistics for i in groups]
         return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)) and \
             all(st is not None and st.has_null_count and st.null_count == 0 for st in stats)
 
     def held(j: int, dtype: np.dtype) -> np.dtype:  # (what the groups' statistics say each column's values fit)
-        stats = [meta.row_group(i).column(j).statistics for i in range(meta.num_row_groups)]
+        stats = [meta.row_group(i).column(j).statistics for i in groups]
         if dtype.kind not in "iu" or not all(st.has_min_max for st in stats):
             return dtype
         return narrow_int(dtype, min(st.min for st in stats), max(st.max for st in stats), schema.field(j).name)
@@ -285,14 +293,18 @@ def _read_parquet(f: Any) -> pd.DataFrame:
     arrays: dict[str, np.ndarray] = {}
     chunks: dict[str, list[Any]] = {name: [] for name in schema.names if name not in numbers}
     at = 0
-    for i in range(meta.num_row_groups):
+    for i in groups:
         table = pf.read_row_group(i)
+        if only is not None:
+            table = table.filter(pc.equal(table.column(only[0]), only[1]))
+            if at + table.num_rows > rows:
+                raise ValueError(f"more rows of {only[0]} {only[1]} than {rows}: changed since it was opened")
         for name in schema.names:
             col = table.column(name)
             if name in numbers:
                 v = col.to_numpy()
                 if name not in arrays:
-                    arrays[name] = np.empty(meta.num_rows, held(column[name], v.dtype))
+                    arrays[name] = np.empty(rows, held(column[name], v.dtype))
                 a = arrays[name]
                 fits = np.iinfo(a.dtype) if a.dtype != v.dtype and v.size else None
                 if fits is not None and not (fits.min <= v.min() and v.max() <= fits.max):
@@ -302,7 +314,7 @@ def _read_parquet(f: Any) -> pd.DataFrame:
                 chunks[name].extend(col.chunks)
         at += table.num_rows
         del table
-    cols = {name: arrays[name] if name in numbers else pa.chunked_array(chunks.pop(name), schema.field(name).type)
+    cols = {name: arrays[name][:at] if name in numbers else pa.chunked_array(chunks.pop(name), schema.field(name).type)
             .to_pandas() for name in schema.names}
     pa.default_memory_pool().release_unused()  # (Arrow's pool keeps the groups' decoded buffers: hand them back)
     return pd.DataFrame(cols, copy=False)
@@ -362,60 +374,18 @@ class SampleFile:
                    int(min(st.min for st in stats)), int(max(st.max for st in stats)))
 
     def read(self, gpu: int) -> pd.DataFrame:
-        """GPU ``gpu``'s samples, as :meth:`Session.load` holds samples, indexed by their rows in the file. Only the
-        row groups that hold them are read, a group at a time, each column copied into an array of the GPU's length
-        (integers as narrow as the groups' statistics allow): one GPU's samples are never held twice."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
+        """GPU ``gpu``'s samples, as :meth:`Session.load` holds samples, indexed by their rows in the file: only the
+        row groups that hold them are read (:func:`_read_parquet`), so one GPU's samples are never held twice."""
         start, n = self.gpus[int(gpu)]
         try:
-            pf = pq.ParquetFile(self.path)
-            meta, names = pf.metadata, pf.schema_arrow.names
-            gpu_col = names.index("nvml_index")
-            groups = [i for i in range(meta.num_row_groups)
-                      if (st := meta.row_group(i).column(gpu_col).statistics).min <= gpu <= st.max]
-            stats = [[meta.row_group(i).column(j).statistics for i in groups] for j in range(len(names))]
-            if not all(st is not None and st.has_min_max and st.has_null_count and not st.null_count
-                       for col in stats for st in col):  # (nulls: read as Arrow reads them, whole)
-                return self._read_filtered(gpu, start, n)
-            out: dict[str, np.ndarray] = {}
-            at = 0
-            for i in groups:
-                part = pf.read_row_group(i)
-                mine = part.column(gpu_col).to_numpy() == gpu
-                k = int(mine.sum())
-                for j, name in enumerate(names):
-                    v = part.column(j).to_numpy()[mine]
-                    if name not in out:
-                        kind = v.dtype if v.dtype.kind not in "iu" else narrow_int(
-                            v.dtype, min(st.min for st in stats[j]), max(st.max for st in stats[j]), name)
-                        out[name] = np.empty(n, kind)
-                    out[name][at:at + k] = v  # (within the statistics: fits)
-                at += k
-                del part
-            pa.default_memory_pool().release_unused()  # (Arrow's pool keeps the decoded groups: hand them back)
-        except ReportError:
-            raise
+            with open(self.path, "rb") as f:
+                df = _read_parquet(f, only=("nvml_index", int(gpu), n))
         except Exception as exc:  # pyarrow raises its own types for a damaged group; all mean "damaged"
             raise ReportError(f"{self.path} is not a readable Parquet table ({one_line(exc)})") from None
-        if at != n:  # (changed since it was opened)
-            raise ReportError(f"{self.path} changed while it was read (GPU {gpu}: {at} samples, not {n})")
-        return _gpu_bytes(pd.DataFrame(out, index=pd.RangeIndex(start, start + n), copy=False))
-
-    def _read_filtered(self, gpu: int, start: int, n: int) -> pd.DataFrame:
-        """:meth:`read` of a file whose groups hold nulls: the GPU's rows as Arrow reads them."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(self.path, filters=[("nvml_index", "=", int(gpu))])
-        if table.num_rows != n:  # (changed since it was opened)
-            raise ReportError(f"{self.path} changed while it was read (GPU {gpu}: {table.num_rows} samples, not {n})")
-        df = table.to_pandas(split_blocks=True, self_destruct=True)
-        del table
-        pa.default_memory_pool().release_unused()
+        if len(df) != n:  # (changed since it was opened)
+            raise ReportError(f"{self.path} changed while it was read (GPU {gpu}: {len(df)} samples, not {n})")
         df.index = pd.RangeIndex(start, start + n)
-        return _gpu_bytes(_narrowed(df))
+        return _gpu_bytes(df)
 
 
 def _gpu_bytes(samples: pd.DataFrame) -> pd.DataFrame:

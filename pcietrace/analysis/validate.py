@@ -114,23 +114,19 @@ def _gpus(s: Any) -> None:
     otherwise its figures would be printed under another GPU's name, or dropped without a word."""
     named = {int(g["nvml_index"]) for g in s.meta.get("gpus", [])}
     held: set[int] = set()
+    on_disk = getattr(s, "sample_file", None)  # (samples left in their file: its GPUs)
     for name in schema.TABLE_COLUMNS:
         df = getattr(s, name)
-        if len(df) and "nvml_index" in df:
-            idx = set(pd.unique(df["nvml_index"]).tolist())
-            extra = sorted(idx - named)
-            if extra:
-                raise DataError(f"{name}: rows of GPU {extra[0]}, which meta.gpus does not describe "
-                                f"(it describes {', '.join(map(str, sorted(named))) or 'none'})")
-            held |= idx
-    on_disk = set(s.sample_file.gpus) if getattr(s, "sample_file", None) is not None else set()
-    if on_disk - named:
-        extra = sorted(on_disk - named)
-        raise DataError(f"samples: rows of GPU {extra[0]}, which meta.gpus does not describe "
-                        f"(it describes {', '.join(map(str, sorted(named))) or 'none'})")
-    held |= on_disk
-    recorded = bool(on_disk) or any(len(getattr(s, t)) for t in ("samples", "windows", "latency", "bursts", "e2e",
-                                                                 "calibration"))
+        idx = set(pd.unique(df["nvml_index"]).tolist()) if len(df) and "nvml_index" in df else set()
+        if name == "samples" and on_disk is not None:
+            idx |= set(on_disk.gpus)
+        extra = sorted(idx - named)
+        if extra:
+            raise DataError(f"{name}: rows of GPU {extra[0]}, which meta.gpus does not describe "
+                            f"(it describes {', '.join(map(str, sorted(named))) or 'none'})")
+        held |= idx
+    recorded = on_disk is not None or any(len(getattr(s, t)) for t in ("samples", "windows", "latency", "bursts",
+                                                                       "e2e", "calibration"))
     missing = sorted(named - held)
     if recorded and missing and s.meta.get("status", "complete") == "complete" and s.meta.get("kind") != "graphs":
         raise DataError(f"meta.gpus: GPU {missing[0]} is described but no table holds a row of it")

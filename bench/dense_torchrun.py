@@ -63,7 +63,7 @@ def main() -> int:
                          capture_output=True, text=True, cwd=ROOT, check=True)
     inst = pd.DataFrame(json.loads(rep.stdout)["results"]["range_instances"])
     truth, seen = ranks(alone), ranks(attached)
-    rows, fails = [], 0
+    rows, details, fails = [], [], 0
     for rank, (meta, df) in sorted(truth.items()):
         pid, gpu = seen[rank][0]["pid"], seen[rank][0]["nvml_index"]
         mine = inst[inst["pid"] == pid]
@@ -77,6 +77,13 @@ def main() -> int:
                 ok = own and abs(got - t[f"{d}_bytes"]) <= bound and (
                     t[f"{d}_bytes"] < 1e6 or abs(got / t[f"{d}_bytes"] - 1) <= 0.02)
                 fails += not ok
+                if not ok:  # (each call of a direction that failed, against the truth's calls: where it went wrong)
+                    lo, hi = df.loc[df["name"] == name, f"{d}_bytes"].agg(["min", "max"])
+                    for i, c in enumerate(calls.sort_values("t_start_ns").itertuples()):
+                        bound_c = getattr(c, f"{d}_edge_bytes") + getattr(c, f"{d}_floor_err_bytes")
+                        details.append(f"  rank {rank} {name} {d.upper()} call {i}: attach {getattr(c, f'{d}_bytes'):,.0f} "
+                                       f"± {bound_c:,.0f}, truth {lo:,.0f} ... {hi:,.0f}, {c.duration_ns / 1e6:.2f} ms, "
+                                       f"stalls {c.stalls}, {c.status}")
                 rows.append({"rank": rank, "GPU": gpu, "own GPU": own, "range": name, "dir": d.upper(),
                              "truth": round(t[f"{d}_bytes"]), "attach": round(got), "err %": 100 * (got / t[f"{d}_bytes"] - 1),
                              "± bound": round(bound), "ok": ok, "launches": int(calls["eager_launches"].mean())})
@@ -84,6 +91,8 @@ def main() -> int:
     print(table.to_string(index=False, float_format=lambda x: f"{x:+.2f}"))
     print(f"\n{len(table) - fails}/{len(table)} directions within their stated error (>= 1 MB: within 2 %), every rank "
           f"on its own GPU: {bool(table['own GPU'].all())}")
+    if details:
+        print("\nthe calls of each direction that failed:", *details, sep="\n")
     table.to_csv(a.out / "comparison.csv", index=False)
     return 1 if fails else 0
 

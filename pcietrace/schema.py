@@ -238,11 +238,11 @@ def _row_texts(df: pd.DataFrame, sep: str | None, categories: dict[Any, Any] | N
 
 def by_object(values: np.ndarray) -> tuple[np.ndarray, list[Any]]:
     """``values`` (unhashable ones: lists) factorized by identity: each one's code, and one value per distinct
-    object, in first-seen order (the instances of one range share their ``gpus`` list: a few distinct lists)."""
+    object, in first-seen order (the instances of one range share their ``gpus`` list: a few distinct lists). The
+    codes are of the narrowest signed type that also holds their count."""
     codes, ids = pd.factorize(np.fromiter(map(id, values), np.int64, len(values)))
-    first = np.empty(len(ids), np.int64)
-    first[codes[::-1]] = np.arange(len(values))[::-1]
-    return codes, [values[i] for i in first]
+    first = np.flatnonzero(~pd.Series(codes, copy=False).duplicated().to_numpy())  # (codes count up as first seen)
+    return codes.astype(np.min_scalar_type(-len(ids) - 1)), [values[i] for i in first]
 
 
 def _plain(value: Any) -> Any:

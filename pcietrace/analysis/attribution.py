@@ -515,11 +515,12 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame | None, floor: pd.DataFram
     out["duration_ns"] = out["t_end_ns"] - out["t_start_ns"]
     parent = parent if parent is not None else nesting.parents(out)  # (first: its keys let go before the sums)
     sums = sums if sums is not None else gpu_sums(ranges, cum, floor, counters, gaps)
-    acc, status = sums["acc"], sums["status"]
+    acc, status, stalls = sums["acc"], sums["status"], sums["stalls"]
     status = np.where(sums["holds"](None, sums["sampled"]), 2, status)  # a GPU with no samples at all
     del sums
     out["status"] = pd.Categorical.from_codes(status, STATUSES)
-    out["stalls"] = _narrow(acc.pop("stalls").astype(np.int64))
+    out["stalls"] = _narrow(stalls)
+    del stalls
     unknown = status != 0
     del status
     for d in DIRECTIONS:  # (each sum let go once in its column: a long run's ranges hold no spare copies)
@@ -534,10 +535,8 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame | None, floor: pd.DataFram
         del net, err
     del acc, unknown
     own = {"excl_ns": "duration_ns", "excl_h2d_bytes": "h2d_bytes", "excl_d2h_bytes": "d2h_bytes"}
-    children = nesting.children_sums(out, parent, list(own.values()))
-    for excl, c in own.items():
-        out[excl] = out[c].to_numpy(float) - children[c].to_numpy()
-    del children
+    for excl, c in own.items():  # (one column's children's sums held at a time)
+        out[excl] = out[c].to_numpy(float) - nesting.children_sum(out, parent, c).to_numpy()
     out["parent"] = _narrow(nesting.parent_rows(out.index, parent))
     return out[list(dict.fromkeys([*ranges.columns, *ATTRIBUTED_COLUMNS]))]  # (ranges attributed again keep their order)
 
@@ -552,9 +551,9 @@ def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     a, b = ranges["t_start_ns"].to_numpy(np.int64), ranges["t_end_ns"].to_numpy(np.int64)
     if sums is None:
         sums = {"acc": {k: np.zeros(a.size) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor",
-                                                        "d2h_floor", "h2d_floor_var", "d2h_floor_var", "stalls")},
-                "status": np.zeros(a.size, np.int64),  # index into STATUSES; the worst over the range's GPUs wins
-                "holds": _gpu_sets(ranges["gpus"]), "sampled": set()}
+                                                        "d2h_floor", "h2d_floor_var", "d2h_floor_var")},
+                "status": np.zeros(a.size, np.int8),  # index into STATUSES; the worst over the range's GPUs wins
+                "stalls": np.zeros(a.size, np.int32), "holds": _gpu_sets(ranges["gpus"]), "sampled": set()}
     acc, status, holds = sums["acc"], sums["status"], sums["holds"]
     gaps = gaps if gaps is not None else sampling_gaps(cum, counters)
     models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
@@ -573,7 +572,7 @@ def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
         reads = after - first
         st = np.where(~covered, 2, np.where(wrap, 3, 1 if no_floor else 0))
         status[k] = np.maximum(status[k], st)
-        acc["stalls"][k] += gaps_overlapping(t, gp["stall"], ak, bk)
+        sums["stalls"][k] += gaps_overlapping(t, gp["stall"], ak, bk)
         model = None if no_floor else models.loc[int(idx)]
         # their reads' summed time (us): a range whose reads sat apart in read time states it in its floor error
         # (a floor with a read-time term reads it: :func:`pcietrace.analysis.floor.read_us_apart`)
@@ -637,6 +636,10 @@ def read_windows(cum: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return early, late
 
 
+#: Edges :func:`edge_values` works out at a time.
+EDGE_CHUNK = 1 << 18
+
+
 def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early: np.ndarray | None = None,
                 late: np.ndarray | None = None, floor_bytes_per_read: float = 0.0,
                 floor_bytes_per_ns: float = 0.0, max_bps: float = MAX_LINK_BPS,
@@ -664,6 +667,13 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
         return np.full(edge.shape, y[0] if y.size else 0.0), np.zeros(edge.shape)
     early = t - COUNTER_UPDATE_NS if early is None else early
     late = t + COUNTER_UPDATE_NS if late is None else late
+    if edge.size > EDGE_CHUNK:  # (a long run's edges a chunk at a time: a score of working arrays per edge)
+        est, err = np.empty(edge.shape), np.empty(edge.shape)
+        for lo in range(0, edge.size, EDGE_CHUNK):
+            at = slice(lo, lo + EDGE_CHUNK)
+            est[at], err[at] = edge_values(t, y, edge[at], side, early, late, floor_bytes_per_read, floor_bytes_per_ns,
+                                           max_bps, None if after is None else after[at])
+        return est, err
     n = t.size
     i = np.clip((np.searchsorted(t, edge, side="right") if after is None else after) - 1, 0, n - 2)
     t0, t1, y0, y1 = t[i], t[i + 1], y[i], y[i + 1]

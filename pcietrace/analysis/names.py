@@ -66,18 +66,28 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     from pcietrace.analysis.nesting import codes as row_codes
 
-    # each instance's (domain, group) as a number, in order of first appearance: no string per instance
-    domain, group = (pd.factorize(instances[c].to_numpy(object) if instances[c].dtype == object else instances[c])[0]
+    # each instance's (domain, group) as a number, in order of first appearance: no string per instance (a long
+    # run's per-instance arrays as narrow as they can be)
+    domain, group = (instances[c].cat.codes.to_numpy() if isinstance(instances[c].dtype, pd.CategoricalDtype)
+                     else pd.factorize(instances[c].to_numpy(object) if instances[c].dtype == object else instances[c])[0]
                      for c in ("domain", "group"))
-    key = row_codes(domain, group)
+    key = row_codes(domain, group).astype(np.int32)
+    del domain, group
     n_keys = int(key.max()) + 1
-    first = np.empty(n_keys, np.int64)
-    first[key[::-1]] = np.arange(key.size)[::-1]  # (each key's first instance)
-    parent = instances["parent"].to_numpy(np.int64)
+    first = np.flatnonzero(~pd.Series(key, copy=False).duplicated().to_numpy())  # (each key's first instance)
+    parent = instances["parent"].to_numpy()
+    parent = parent if parent.dtype.kind in "iu" else parent.astype(np.int64)
     up = np.where(parent >= 0, key[np.clip(parent, 0, None)], -1)  # (-1: at the top)
     # the group each key's instances most often sit in (ties: the one seen first), itself left out
     width = n_keys + 1  # (each (key, up) pair as one number, up from -1; pairs in order of first appearance)
-    pair, pairs = pd.factorize((key * width + (up + 1))[key != up])
+    apart = key != up
+    joined = key[apart].astype(np.int64)
+    joined *= width
+    joined += up[apart]
+    joined += 1
+    del apart, up
+    pair, pairs = pd.factorize(joined)
+    del joined
     counted = pd.DataFrame({"key": pairs // width, "up": pairs % width - 1, "n": np.bincount(pair, minlength=len(pairs)),
                             "seen": np.arange(len(pairs))})
     del pair

@@ -106,6 +106,10 @@ def parents(instances: pd.DataFrame) -> pd.Series:
 def parent_rows(index: pd.Index, parent: pd.Series) -> np.ndarray:
     """Each instance's parent's row position (-1 for none) from :func:`parents`' labels, looked up in ``index``."""
     up = parent.to_numpy()
+    if isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1 and up.dtype.kind == "f":
+        out = np.where(np.isnan(up), -1.0, up).astype(np.int64)  # (labels are the positions: nothing to look up)
+        out[(out < 0) | (out >= len(index))] = -1
+        return out
     has = ~pd.isna(up)
     out = np.full(len(up), -1, np.int64)
     out[has] = index.get_indexer(up[has].astype(index.dtype) if index.dtype.kind in "iu" else up[has])
@@ -119,21 +123,10 @@ def _opening_order(thread: np.ndarray, a: np.ndarray, depth: np.ndarray) -> np.n
 
 
 def children_sum(instances: pd.DataFrame, parent: pd.Series, column: str) -> pd.Series:
-    """Per instance, the sum of ``column`` over its direct children: 0 without children, NaN where a child's
-    value is NaN (unknown stays unknown)."""
-    return children_sums(instances, parent, [column])[column]
-
-
-def children_sums(instances: pd.DataFrame, parent: pd.Series, columns: list[str],
-                  rows: np.ndarray | None = None) -> pd.DataFrame:
-    """:func:`children_sum` of several ``columns`` (one grouping of the children by parent); ``rows``: a bool per
-    instance, the children to count (default: all)."""
-    has = parent.notna().to_numpy()
-    if rows is not None:
-        has = has & rows
-    cols = instances.loc[has, columns].astype(float)
-    by = parent.to_numpy()[has].astype(np.int64)
-    g = cols.groupby(by, sort=False)
-    total = g.sum()
-    total = total.mask(g.count().to_numpy() < g.size().to_numpy()[:, None])  # (a child's value unknown)
-    return total.reindex(instances.index, fill_value=0.0)
+    """Per instance, the sum of ``column`` over its direct children (:func:`parents`' labels in ``parent``): 0
+    without children, NaN where a child's value is NaN (unknown stays unknown). The children are added in row
+    order into their parents' rows: a count per row, no grouping."""
+    at = parent_rows(instances.index, parent)
+    has = at >= 0
+    values = instances[column].to_numpy(float, na_value=np.nan)[has]
+    return pd.Series(np.bincount(at[has], weights=values, minlength=len(at)), index=instances.index, name=column)

@@ -129,20 +129,19 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     out = instances.copy(deep=False)  # (copy-on-write: the columns added are its own)
     out["parent"] = parent = _parent_labels(out)
     busy = "gpu_busy_ns" in out.columns
-    summed = [c for c in ("eager_launches", "gpu_busy_ns", "gpu_short_ns", "sync_wait_ns") if c in out.columns]
-    children = nesting.children_sums(out, parent, summed)  # (one grouping of the children for every column)
-    out["own_eager_launches"] = out["eager_launches"].astype(float) - children["eager_launches"]
+
+    def less_children(column: str) -> np.ndarray:  # (one column's children's sums held at a time)
+        return out[column].to_numpy(float, na_value=np.nan) - nesting.children_sum(out, parent, column).to_numpy()
+    out["own_eager_launches"] = less_children("eager_launches")
     out["own_ns"] = out["excl_ns"].astype(float)
     unknown = out["own_eager_launches"].isna()
     out["launch_bound"] = (pd.Series(False, index=out.index, dtype=object).mask(unknown, math.nan)
                            if unknown.any() else False)
-    out["predicted_ms"] = 0.0
     if busy:  # children are disjoint in time, so busy time and shortfall add up
-        out["own_busy_ns"] = out["gpu_busy_ns"] - children["gpu_busy_ns"]
-        out["own_short_ns"] = out["gpu_short_ns"] - children["gpu_short_ns"]
-    waited = (out["sync_wait_ns"].astype(float) - children["sync_wait_ns"]).to_numpy() \
-        if "sync_wait_ns" in out else np.full(len(out), np.nan)  # NaN where not timed (and in recordings made before)
-    del children
+        out["own_busy_ns"] = less_children("gpu_busy_ns")
+        out["own_short_ns"] = less_children("gpu_short_ns")
+    # NaN where not timed (and in recordings made before)
+    waited = less_children("sync_wait_ns") if "sync_wait_ns" in out else np.full(len(out), np.nan)
     n_all, ns_all = out["own_eager_launches"].to_numpy(float), out["own_ns"].to_numpy(float)
     busy_all = (out["own_busy_ns"].to_numpy(float), out["own_short_ns"].to_numpy(float)) if busy else None
     own = np.empty(len(out))
@@ -172,13 +171,14 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
         kids = np.flatnonzero((depth == d + 1) & (parent_at >= 0))
         if not kids.size:
             continue
-        g = pd.Series(own[kids]).groupby(parent_at[kids], sort=False)  # (summed in row order, as children_sum)
-        below = g.sum()
-        total = np.where(g.count().to_numpy() < g.size().to_numpy(), np.nan, below.to_numpy())  # (a child unknown)
-        at = below.index.to_numpy()
-        mine = depth[at] == d
-        own[at[mine]] += total[mine]
-        del kids, g, below, total, at, mine
+        up = parent_at[kids]
+        # (summed in row order, as children_sum; a child unknown, NaN, makes the sum unknown)
+        below = np.bincount(up, weights=own[kids], minlength=own.size)
+        parents = np.zeros(own.size, bool)
+        parents[up] = True
+        at = np.flatnonzero(parents & (depth == d))
+        own[at] += below[at]
+        del kids, up, below, parents, at
     out["predicted_ms"] = own
     return out
 

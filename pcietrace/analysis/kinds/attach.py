@@ -92,9 +92,10 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
     for idx, samples in gpu_samples():
         idx = int(idx)
         cum = counters.cumulative_bytes(samples, s.counters)
+        sampling.append(counters.sample_gaps(samples, s.counters, cum))
+        del samples  # (its raw counter columns: not beside the sums below)
         t = cum["t_ns"].to_numpy()
         kept = [min(kept[0], int(t[0])), max(kept[1], int(t[-1]))]
-        sampling.append(counters.sample_gaps(samples, s.counters, cum))
         gaps.update(attribution.sampling_gaps(cum, s.counters, idle_interval_ns(s.meta), in_range,
                                               quiet_interval_ns(s.meta)))
         mine = [idx] if idx in sampled else []  # (the session's GPUs have floors; a GPU only sampled has none)

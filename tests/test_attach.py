@@ -140,6 +140,28 @@ def test_edge_values_put_a_range_s_burst_inside_it() -> None:
     assert err_start[0] == pytest.approx(102.0 - 1.2) and err_end[0] == pytest.approx(101.8 - 1.0)
 
 
+def test_edge_values_bound_reaches_past_a_read_in_flight_at_the_edge() -> None:
+    # CONSTRUCTED on the shape of a 4x H100 call (dense_torchrun, emit_train): reads every 2 ms, 0.8 ms long; a
+    # range pushes 0.1 ms after the midpoint of a read, whose value is taken at its end, after the range's 16 MiB
+    # copy (0.3 ms at 55 GB/s). The estimate puts that read before the push (its midpoint is); its value holds
+    # the copy, so the range reads none of it. The bound must reach the read before (the truth: 40 kB there).
+    t = np.array([0, 2_000_000, 4_000_000, 6_000_000], np.int64)
+    half = 400_000
+    early, late = t - half - attribution.COUNTER_UPDATE_NS, t + half
+    copy = 16 * 2**20
+    y = np.array([0.0, 40e3, 80e3 + copy, 120e3 + copy])
+    push = np.array([2_100_000])
+    est, err = attribution.edge_values(t, y, push, "start", early, late)
+    truth = 40e3 + 5e3  # (the read before, and 0.1 ms of 20 B/us after it)
+    assert est[0] >= y[1]  # the estimate: the read's value, copy and all, before the push
+    assert abs(est[0] - truth) <= err[0]
+    # what the link moves in the read's 0.3 ms past the push bounds it too: of 32 MiB more before it, no more
+    # than 19.2 MB can be after the push
+    y2 = y + np.array([0, 2 * copy, 2 * copy, 2 * copy])
+    est2, err2 = attribution.edge_values(t, y2, push, "start", early, late)
+    assert est2[0] - err2[0] == pytest.approx(y2[1] - attribution.MAX_LINK_BPS * 300e-6)
+
+
 def test_edge_values_run_the_previous_range_s_copy_on_to_the_edge() -> None:
     # CONSTRUCTED: a copy at 10 B/ns until t=15 (the previous range's), then quiet; the next range starts at 15
     t = np.array([0, 10, 20, 30])

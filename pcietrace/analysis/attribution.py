@@ -657,16 +657,16 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
     traffic outside any range abuts an edge (an app's warm-up copy just before its first range) this charges it to
     the range, no more than the link (``max_bps``, B/s) moves between the edge and the latest time the next sample's
     value can apply (nor between the earliest time the previous one's can and the edge; ``early``/``late``: the earliest
-    and latest, ns, ascending, :func:`value_curve`; default one counter update either side). The error is the worst
-    case within those bounds, given that the samples around an edge applied on its sides: where the later one's read
-    started less than a counter update before the edge (or the earlier one's ended after it), its value may have
-    applied on the other side, and the bound leaves that out. Edges outside the samples are clamped (and flagged "no
-    data" by :func:`attribute`). ``after``: how many samples lie at or before each edge
+    and latest, ns, ascending, :func:`value_curve`; by default from one counter update before each sample's time to
+    it). The error is the worst case within those bounds. A read in flight at the edge (begun before it, ended after
+    it) may have taken its value on either side, so the bound reaches past it to the reads either side of it. Left
+    out: a read begun after the edge whose value was up to one counter update old (taken before the edge). Edges
+    outside the samples are clamped (and flagged "no data" by :func:`attribute`). ``after``: how many samples lie at or before each edge
     (``np.searchsorted(t, edge, "right")``), where the caller has it (both directions share it)."""
     if t.size < 2:
         return np.full(edge.shape, y[0] if y.size else 0.0), np.zeros(edge.shape)
     early = t - COUNTER_UPDATE_NS if early is None else early
-    late = t + COUNTER_UPDATE_NS if late is None else late
+    late = t if late is None else late
     if edge.size > EDGE_CHUNK:  # (a long run's edges a chunk at a time: a score of working arrays per edge)
         est, err = np.empty(edge.shape), np.empty(edge.shape)
         for lo in range(0, edge.size, EDGE_CHUNK):
@@ -691,10 +691,25 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
         j = np.minimum(i + 2, n - 1)
         nxt = np.where(i + 2 < n, (y[j] - y1) / np.maximum(t[j] - t1, 1), 0.0)
         est = y1 - rate * (t1 - e) - np.clip((nxt - rate) * (t1 - e), 0, np.maximum(above, 0))
+    # The reads that surely took their values on their own side of the edge: the samples around it, unless one
+    # was in flight at the edge (begun before it, ended after it). Its value may be either side's (4x H100: the
+    # read before a push ended after it and held the range's 16 MiB copy; the range read 2 % of its bytes), so
+    # the bound reaches to the read before it or after it. Each value also bounds the edge by what the link
+    # moves between it and the edge. (The estimate is left as it is: which side is as likely as not.)
+    before = np.searchsorted(late, edge, side="right") - 1  # the last read that ended by the edge
+    before = np.where((before < i) & (t0 <= edge), before, i)  # (an edge before the first sample is clamped)
+    after = np.searchsorted(early, edge - COUNTER_UPDATE_NS, side="left")  # the first that began after it
+    after = np.where((after > i + 1) & (t1 > edge), after, i + 1)
+    y_before = np.where(before >= 0, y[np.maximum(before, 0)], -np.inf)
+    y_after = np.where(after < n, y[np.minimum(after, n - 1)], np.inf)
     cap = max_bps / 1e9  # bytes per ns
-    lo = np.maximum(y0, y1 - cap * np.maximum(late[i + 1] - edge, 0))
-    hi = np.minimum(y1, y0 + cap * np.maximum(edge - early[i], 0))
-    lo, hi = np.where(lo <= hi, lo, y0), np.where(lo <= hi, hi, y1)
+    lo = np.maximum(np.maximum(y_before, y1 - cap * np.maximum(late[i + 1] - edge, 0)),
+                    y0 - cap * np.maximum(late[i] - edge, 0))
+    hi = np.minimum(np.minimum(y_after, y0 + cap * np.maximum(edge - early[i], 0)),
+                    y1 + cap * np.maximum(edge - early[i + 1], 0))
+    ok = lo <= hi  # (else more bytes than the link moves: throughput-mode counters, a faster link)
+    lo = np.where(ok, lo, np.where(before >= 0, y_before, y0))
+    hi = np.where(ok, hi, np.where(after < n, y_after, y1))
     est = np.clip(est, lo, hi)
     return est, np.maximum(est - lo, hi - est)
 

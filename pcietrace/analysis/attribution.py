@@ -699,7 +699,7 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
     before = np.searchsorted(late, edge, side="right") - 1  # the last read that ended by the edge
     before = np.where((before < i) & (t0 <= edge), before, i)  # (an edge before the first sample is clamped)
     after = np.searchsorted(early, edge - COUNTER_UPDATE_NS, side="left")  # the first that began after it
-    after = np.where((after > i + 1) & (t1 > edge), after, i + 1)
+    after = np.where((after > i + 1) & (t1 >= edge), after, i + 1)  # (and one after the last)
     y_before = np.where(before >= 0, y[np.maximum(before, 0)], -np.inf)
     y_after = np.where(after < n, y[np.minimum(after, n - 1)], np.inf)
     cap = max_bps / 1e9  # bytes per ns

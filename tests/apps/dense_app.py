@@ -15,7 +15,8 @@ it (outside the range, 6 ms away, less an empty reference window of the same rou
 Rows: blind_app.py's JSON lines (``kind`` meta/ref/range/end), so `bench/blind_attach.py --app dense` compares
 them with attach. ``DENSE_PHASES`` (comma-separated) picks phases; ``BLIND_CALLS`` rounds; ``BLIND_TRUTH=0``
 skips the NVML reads (runtime pairs); under torchrun each rank uses cuda:$LOCAL_RANK and writes its own file
-(``.rankN.jsonl``). The forward phases launch the same kernels, so attach's launch count per call must be the
+(``.rankN.jsonl``); ``DENSE_EPOCH=1`` puts every round inside one range, ``all_rounds`` (a second or more long,
+its own truth read around it: the floor of hundreds of reads in one range). The forward phases launch the same kernels, so attach's launch count per call must be the
 same whatever the annotation (800 a call: 20 steps of 8 blocks of 5 kernels); the rows give no expected count.
 
     BLIND_OUT=dense.jsonl python3 tests/apps/dense_app.py
@@ -136,14 +137,23 @@ def main() -> int:
 
     counters = Counters(bus_id_of(dev.index)) if truth_on else None
     lines: list[dict] = []
+
+    def rounds() -> None:
+        for rnd in range(calls):
+            ref, _ = window(dev, counters, lambda: None)
+            lines.append(ref_row(rnd, ref))
+            for name in phases:
+                raw, ns = window(dev, counters, bodies[name])
+                nbytes, direction = payload.get(name, (0, None))
+                lines.append(range_row(name, rnd, raw, ref, ns, nbytes, direction, None))
+
     t_loop0 = time.perf_counter_ns()
-    for rnd in range(calls):
-        ref, _ = window(dev, counters, lambda: None)
-        lines.append(ref_row(rnd, ref))
-        for name in phases:
-            raw, ns = window(dev, counters, bodies[name])
-            nbytes, direction = payload.get(name, (0, None))
-            lines.append(range_row(name, rnd, raw, ref, ns, nbytes, direction, None))
+    if os.environ.get("DENSE_EPOCH") == "1":  # every round inside one long range, as an epoch's range holds its steps
+        raw, ns = window(dev, counters, pushed("all_rounds", rounds))
+        ref = (lines[0]["h2d_bytes"], lines[0]["d2h_bytes"]) if raw else None
+        lines.append(range_row("all_rounds", 0, raw, ref, ns, 0, None, None))
+    else:
+        rounds()
     loop_ns = time.perf_counter_ns() - t_loop0
 
     meta = {"kind": "meta", "pid": os.getpid(), "device": str(dev), "truth": truth_on, "calls": calls,

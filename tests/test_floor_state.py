@@ -128,7 +128,7 @@ def test_the_state_spread_is_a_lasting_state_not_read_to_read_jitter(data_dir, m
             raw = floor._run_spread(resid - resid.mean(), floor.STATE_RUN)
             below = max(_windows_cost(m, d), one[f"{d}_bytes_per_read"]) - m[f"{d}_bytes_per_read_program"]
             lasting = floor.state_bytes_per_read(resid)
-            least = floor.STATE_MIN_SHARE * m[f"{d}_bytes_per_read_program"]  # (busy reads' cost, which no interval shows)
+            least = floor.STATE_MIN_SHARE * m[f"{d}_bytes_per_read_program"]  # (busy reads: no interval shows them)
             assert m[f"{d}_state_bytes_per_read"] == pytest.approx(max(max(below, 0.0) + lasting, least), rel=1e-9)
             shuffled = floor.state_bytes_per_read(np.random.default_rng(1).permutation(resid))
             assert shuffled <= abs(resid.mean()) + 0.25 * raw, (name, d)  # no lasting state left in it

@@ -661,8 +661,9 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
     it). The error is the worst case within those bounds. A read in flight at the edge (begun before it, ended after
     it) may have taken its value on either side, so the bound reaches past it to the reads either side of it. Left
     out: a read begun after the edge whose value was up to one counter update old (taken before the edge). Edges
-    outside the samples are clamped (and flagged "no data" by :func:`attribute`). ``after``: how many samples lie at or before each edge
-    (``np.searchsorted(t, edge, "right")``), where the caller has it (both directions share it)."""
+    outside the samples are clamped (and flagged "no data" by :func:`attribute`). ``after``: how many samples lie
+    at or before each edge (``np.searchsorted(t, edge, "right")``), where the caller has it (both directions
+    share it)."""
     if t.size < 2:
         return np.full(edge.shape, y[0] if y.size else 0.0), np.zeros(edge.shape)
     early = t - COUNTER_UPDATE_NS if early is None else early

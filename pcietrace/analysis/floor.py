@@ -38,8 +38,8 @@ from pcietrace.analysis.spread import t975
 #: one cost per read fitted without the read-time term; without quiet intervals the first.
 #: ``{d}_state_bytes_per_read``: how far (bytes per read, 95 %) the quiet intervals strayed from it for as long
 #: as a state lasts (the GPU's state moves a read's cost; see :func:`state_bytes_per_read`), plus how far the
-#: windows' cost lies above the quiet mean where that is charged, at least :data:`STATE_MIN_SHARE` of the cost; charged
-#: x each range's reads in its floor error. ``quiet_intervals``: how many there were. ``reads_per_s_program``: the
+#: windows' cost lies above the quiet mean where that is charged, at least :data:`STATE_MIN_SHARE` of the cost;
+#: charged x each range's reads in its floor error. ``quiet_intervals``: how many there were. ``reads_per_s_program``: the
 #: sampler's reads per second of this GPU while any of its ranges was open (what the floor charges there;
 #: bounded by the sampling interval however dense the ranges; NaN where no range spans a sample). ``{d}_*_se``: the terms'
 #: standard errors from the windows' scatter; ``{d}_floor_corr`` (per read, background),
@@ -254,9 +254,10 @@ def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | 
         # either: the gap is in the state spread, as the quiet mean's offset is where it lies above them (2x H200,
         # a 1 s range of 731 reads: D2H 22,884 B a read by the windows, 21,880 quiet; the range read +490 kB
         # against its truth with ±448 kB stated)
-        below = max(windows - row[f"{d}_bytes_per_read_program"], 0.0) if quiet_per_read > 0 else 0.0
-        row[f"{d}_state_bytes_per_read"] = max(below + state_bytes_per_read(quiet[d] - row[f"{d}_bytes_per_read_program"]),
-                                               STATE_MIN_SHARE * abs(row[f"{d}_bytes_per_read_program"]))
+        charged = row[f"{d}_bytes_per_read_program"]
+        below = max(windows - charged, 0.0) if quiet_per_read > 0 else 0.0
+        row[f"{d}_state_bytes_per_read"] = max(below + state_bytes_per_read(quiet[d] - charged),
+                                               STATE_MIN_SHARE * abs(charged))
 
 
 def union_ns(spans_ns: np.ndarray) -> int:

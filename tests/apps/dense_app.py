@@ -16,8 +16,9 @@ Rows: blind_app.py's JSON lines (``kind`` meta/ref/range/end), so `bench/blind_a
 them with attach. ``DENSE_PHASES`` (comma-separated) picks phases; ``BLIND_CALLS`` rounds; ``BLIND_TRUTH=0``
 skips the NVML reads (runtime pairs); under torchrun each rank uses cuda:$LOCAL_RANK and writes its own file
 (``.rankN.jsonl``); ``DENSE_EPOCH=1`` puts every round inside one range, ``all_rounds`` (a second or more long,
-its own truth read around it: the floor of hundreds of reads in one range). The forward phases launch the same kernels, so attach's launch count per call must be the
-same whatever the annotation (800 a call: 20 steps of 8 blocks of 5 kernels); the rows give no expected count.
+its own truth read around it: the floor of hundreds of reads in one range). The forward phases launch the same
+kernels, so attach's launch count per call must be the same whatever the annotation (800 a call: 20 steps of 8
+blocks of 5 kernels); the rows give no expected count.
 
     BLIND_OUT=dense.jsonl python3 tests/apps/dense_app.py
 """

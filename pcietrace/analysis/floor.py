@@ -81,7 +81,7 @@ RANGE_READ_TIME_SPREAD = 0.15
 #: streams, copies) cost other than in its quiet ones and in the windows, and no interval of the recording shows
 #: them alone. Measured on 2x H200 (2026-11-28, one range around a whole run, 690-2,000 reads at two read rates,
 #: a read's cost from the difference): 15.9-16.1 kB H2D and 21.7-22.0 kB D2H a read, against 15.7-17.0 kB and
-#: 21.6-22.3 kB charged, per run up to 5.5 % (H2D) and 3.1 % (D2H) off.
+#: 21.6-22.3 kB charged, per run up to 5.7 % (H2D) and 3.1 % (D2H) off.
 STATE_MIN_SHARE = 0.06
 
 #: Orders of the quiet intervals, shuffled with a fixed seed, over which :func:`state_bytes_per_read` finds how

@@ -74,7 +74,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
         one_domain = len(domains) == 1
 
         def name(r: Any, marked: bool = True) -> str:  # the marks on a line of their own, so they never break the name
-            marks = ([f"{r.short_calls} short"] if r.short_calls else []) \
+            marks = ([f"{r.short_calls:,} short"] if r.short_calls else []) \
                 + ([f"{r.stalls} stall{'s' * (r.stalls != 1)}"] if getattr(r, "stalls", 0) else []) \
                 + ([f"{r.unknown_calls:,} {r.status}"] if partly(r) else [])
             pad = " " * INDENT * min(int(getattr(r, "indent", 0) or 0), MAX_INDENT)
@@ -92,8 +92,14 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
             v = getattr(r, f"{d}_bytes") / 1e6
             return pm_lines(v, stated_err(r, d) / 1e6, ",.3f") if edge else num(v, ",.3f")  # narrow: ± below
 
-        one_gpu = len(meta.get("gpus", [])) == 1  # (its label in the title: a column of one value costs the names room)
-        where = [f"domain {domains[0]}"] * one_domain + [f"GPU{meta['gpus'][0].get('nvml_index', 0)}"] * one_gpu
+        # one GPU list on every row (one GPU, or each range on every rank's GPU): its label in the title, where a
+        # column of one value would cost the names room (a deeply nested emit_nvtx name split at 80 columns)
+        lists = {tuple(g) if isinstance(g, (list, tuple)) or hasattr(g, "tolist") else (g,) for g in rg["gpus"]} \
+            if "gpus" in rg else set()
+        one_gpu = len(meta.get("gpus", [])) == 1 or (len(lists) == 1 and len(next(iter(lists))) > 0)
+        label = f"GPU{meta['gpus'][0].get('nvml_index', 0)}" if len(meta.get("gpus", [])) == 1 else \
+            (f"GPUs {gpu_list(list(next(iter(lists))))}" if one_gpu else "")
+        where = [f"domain {domains[0]}"] * one_domain + [label] * one_gpu
         t = new_table("PCIe bytes per NVTX range" + (esc(f" ({', '.join(where)})") if where else ""),
                       [("range", "left")] + [("GPUs", "left")] * (not one_gpu) + [("calls", "right"), ("incl\nms", "right"),
                        ("excl\nms", "right"), ("H2D MB\n± error", "right"), ("D2H\nMB", "right")],

@@ -697,10 +697,12 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
     # read before a push ended after it and held the range's 16 MiB copy; the range read 2 % of its bytes), so
     # the bound reaches to the read before it or after it. Each value also bounds the edge by what the link
     # moves between it and the edge. (The estimate is left as it is: which side is as likely as not.)
-    before = np.searchsorted(late, edge, side="right") - 1  # the last read that ended by the edge
-    before = np.where((before < i) & (t0 <= edge), before, i)  # (an edge before the first sample is clamped)
-    after = np.searchsorted(early, edge - COUNTER_UPDATE_NS, side="left")  # the first that began after it
-    after = np.where((after > i + 1) & (t1 >= edge), after, i + 1)  # (and one after the last)
+    # (the searches only where a read was in flight: late[i] after the edge, early[i + 1] an update before it)
+    before, after = i.copy(), i + 1
+    k = np.flatnonzero((late[i] > edge) & (t0 <= edge))  # (an edge before the first sample is clamped)
+    before[k] = np.searchsorted(late, edge[k], side="right") - 1  # the last read that ended by the edge
+    k = np.flatnonzero((early[i + 1] < edge - COUNTER_UPDATE_NS) & (t1 >= edge))  # (and one after the last)
+    after[k] = np.searchsorted(early, edge[k] - COUNTER_UPDATE_NS, side="left")  # the first that began after it
     y_before = np.where(before >= 0, y[np.maximum(before, 0)], -np.inf)
     y_after = np.where(after < n, y[np.minimum(after, n - 1)], np.inf)
     cap = max_bps / 1e9  # bytes per ns

@@ -98,7 +98,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
             if "gpus" in rg else set()
         one_gpu = len(meta.get("gpus", [])) == 1 or (len(lists) == 1 and len(next(iter(lists))) > 0)
         label = f"GPU{meta['gpus'][0].get('nvml_index', 0)}" if len(meta.get("gpus", [])) == 1 else \
-            (f"GPUs {gpu_list(list(next(iter(lists))))}" if one_gpu else "")
+            (f"GPUs {gpu_list(rg['gpus'].iloc[0])}" if one_gpu else "")
         where = [f"domain {domains[0]}"] * one_domain + [label] * one_gpu
         t = new_table("PCIe bytes per NVTX range" + (esc(f" ({', '.join(where)})") if where else ""),
                       [("range", "left")] + [("GPUs", "left")] * (not one_gpu) + [("calls", "right"), ("incl\nms", "right"),

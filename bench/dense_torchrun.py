@@ -79,10 +79,14 @@ def main() -> int:
                 fails += not ok
                 if not ok:  # (each call of a direction that failed, against the truth's calls: where it went wrong)
                     lo, hi = df.loc[df["name"] == name, f"{d}_bytes"].agg(["min", "max"])
+                    # the attached app's own reads around each call: they hold attach's reads too, but a call that
+                    # moved more in this run than alone shows there (2x H200: one call +270 kB D2H in both)
+                    own_reads = seen[rank][1].loc[seen[rank][1]["name"] == name, f"{d}_bytes"].tolist()
                     for i, c in enumerate(calls.sort_values("t_start_ns").itertuples()):
                         bound_c = getattr(c, f"{d}_edge_bytes") + getattr(c, f"{d}_floor_err_bytes")
+                        app = f", the app's own reads attached {own_reads[i]:,.0f}" if i < len(own_reads) else ""
                         details.append(f"  rank {rank} {name} {d.upper()} call {i}: attach {getattr(c, f'{d}_bytes'):,.0f} "
-                                       f"± {bound_c:,.0f}, truth {lo:,.0f} ... {hi:,.0f}, {c.duration_ns / 1e6:.2f} ms, "
+                                       f"± {bound_c:,.0f}, truth {lo:,.0f} ... {hi:,.0f}{app}, {c.duration_ns / 1e6:.2f} ms, "
                                        f"stalls {c.stalls}, {c.status}")
                 rows.append({"rank": rank, "GPU": gpu, "own GPU": own, "range": name, "dir": d.upper(),
                              "truth": round(t[f"{d}_bytes"]), "attach": round(got), "err %": 100 * (got / t[f"{d}_bytes"] - 1),

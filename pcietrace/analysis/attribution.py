@@ -698,21 +698,21 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
     # the bound reaches to the read before it or after it. Each value also bounds the edge by what the link
     # moves between it and the edge. (The estimate is left as it is: which side is as likely as not.)
     # (the searches only where a read was in flight: late[i] after the edge, early[i + 1] an update before it)
-    before, after = i.copy(), i + 1
+    ended, began = i.copy(), i + 1  # (rows of those reads; not ``after``, the count of samples by each edge)
     k = np.flatnonzero((late[i] > edge) & (t0 <= edge))  # (an edge before the first sample is clamped)
-    before[k] = np.searchsorted(late, edge[k], side="right") - 1  # the last read that ended by the edge
+    ended[k] = np.searchsorted(late, edge[k], side="right") - 1  # the last read that ended by the edge
     k = np.flatnonzero((early[i + 1] < edge - COUNTER_UPDATE_NS) & (t1 >= edge))  # (and one after the last)
-    after[k] = np.searchsorted(early, edge[k] - COUNTER_UPDATE_NS, side="left")  # the first that began after it
-    y_before = np.where(before >= 0, y[np.maximum(before, 0)], -np.inf)
-    y_after = np.where(after < n, y[np.minimum(after, n - 1)], np.inf)
+    began[k] = np.searchsorted(early, edge[k] - COUNTER_UPDATE_NS, side="left")  # the first that began after it
+    y_before = np.where(ended >= 0, y[np.maximum(ended, 0)], -np.inf)
+    y_after = np.where(began < n, y[np.minimum(began, n - 1)], np.inf)
     cap = max_bps / 1e9  # bytes per ns
     lo = np.maximum(np.maximum(y_before, y1 - cap * np.maximum(late[i + 1] - edge, 0)),
                     y0 - cap * np.maximum(late[i] - edge, 0))
     hi = np.minimum(np.minimum(y_after, y0 + cap * np.maximum(edge - early[i], 0)),
                     y1 + cap * np.maximum(edge - early[i + 1], 0))
     ok = lo <= hi  # (else more bytes than the link moves: throughput-mode counters, a faster link)
-    lo = np.where(ok, lo, np.where(before >= 0, y_before, y0))
-    hi = np.where(ok, hi, np.where(after < n, y_after, y1))
+    lo = np.where(ok, lo, np.where(ended >= 0, y_before, y0))
+    hi = np.where(ok, hi, np.where(began < n, y_after, y1))
     est = np.clip(est, lo, hi)
     return est, np.maximum(est - lo, hi - est)
 

@@ -94,11 +94,12 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
 
         # one GPU list on every row (one GPU, or each range on every rank's GPU): its label in the title, where a
         # column of one value would cost the names room (a deeply nested emit_nvtx name split at 80 columns)
-        lists = {tuple(g) if isinstance(g, (list, tuple)) or hasattr(g, "tolist") else (g,) for g in rg["gpus"]} \
-            if "gpus" in rg else set()
-        one_gpu = len(meta.get("gpus", [])) == 1 or (len(lists) == 1 and len(next(iter(lists))) > 0)
-        label = f"GPU{meta['gpus'][0].get('nvml_index', 0)}" if len(meta.get("gpus", [])) == 1 else \
-            (f"GPUs {gpu_list(rg['gpus'].iloc[0])}" if one_gpu else "")
+        shown_gpus = set(rg["gpus"].map(gpu_list)) if "gpus" in rg else set()
+        if len(meta.get("gpus", [])) == 1:
+            label = f"GPU{meta['gpus'][0].get('nvml_index', 0)}"
+        else:
+            label = f"GPUs {next(iter(shown_gpus))}" if len(shown_gpus) == 1 and "" not in shown_gpus else ""
+        one_gpu = bool(label)
         where = [f"domain {domains[0]}"] * one_domain + [label] * one_gpu
         t = new_table("PCIe bytes per NVTX range" + (esc(f" ({', '.join(where)})") if where else ""),
                       [("range", "left")] + [("GPUs", "left")] * (not one_gpu) + [("calls", "right"), ("incl\nms", "right"),

@@ -535,9 +535,11 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame | None, floor: pd.DataFram
         del net, err
     del acc, unknown
     own = {"excl_ns": "duration_ns", "excl_h2d_bytes": "h2d_bytes", "excl_d2h_bytes": "d2h_bytes"}
+    parent_at = nesting.parent_rows(out.index, parent)
     for excl, c in own.items():  # (one column's children's sums held at a time)
-        out[excl] = out[c].to_numpy(float) - nesting.children_sum(out, parent, c).to_numpy()
-    out["parent"] = _narrow(nesting.parent_rows(out.index, parent))
+        values = out[c].to_numpy(float)
+        out[excl] = values - nesting.children_sum(parent_at, values)
+    out["parent"] = _narrow(parent_at)
     return out[list(dict.fromkeys([*ranges.columns, *ATTRIBUTED_COLUMNS]))]  # (ranges attributed again keep their order)
 
 
@@ -796,12 +798,19 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     if "group" not in at:
         at["group"] = at["name"]
     g = at.groupby(["domain", "group"], sort=False, observed=True)
-    out = g.agg(calls=("name", "size"), names=("name", "nunique"), incl_ms=("duration_ns", "sum"), excl_ms=("excl_ns", "sum"),
+    out = g.agg(calls=("name", "size"), incl_ms=("duration_ns", "sum"), excl_ms=("excl_ns", "sum"),
                 h2d_raw_bytes=("h2d_raw_bytes", "sum"), d2h_raw_bytes=("d2h_raw_bytes", "sum"),
                 h2d_edge_bytes=("h2d_edge_bytes", "sum"), d2h_edge_bytes=("d2h_edge_bytes", "sum"),
                 status_rank=("status_rank", "max"), stalls=("stalls", "sum"),
                 short_calls=("short", "sum")).reset_index()
     out["short_calls"] = out["short_calls"].astype(np.int64)
+    ids = g.ngroup().to_numpy()  # (each instance's group, -1 for none: pandas' nunique sorts every instance)
+    known = ids >= 0
+    name_codes, distinct_names = pd.factorize(at["name"])
+    named = known & (name_codes >= 0)
+    pairs = pd.unique(ids[named] * len(distinct_names) + name_codes[named])  # (each (group, name) once)
+    out.insert(1 + list(out.columns).index("calls"), "names", np.bincount(pairs // len(distinct_names), minlength=len(out)))
+    del name_codes, named, pairs
     calls = out["calls"].to_numpy()
     measured = g["h2d_bytes"].count().to_numpy()  # ("ok" calls: each has both directions' figures)
     out["unknown_calls"] = calls - measured
@@ -824,11 +833,11 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
         out[name] = total / 1e6 if name == "gpu_busy_ms" else total
     # each group's GPUs, a sorted list as each instance's (instances share their lists: each distinct one read once)
     which, distinct = by_object(at["gpus"].to_numpy(object))
-    pairs = pd.unique(g.ngroup().to_numpy() * len(distinct) + which)  # (each (group, list) once)
+    pairs = pd.unique(ids[known] * len(distinct) + which[known])  # (each (group, list) once)
+    del ids, known, which
     gpus: list[set[int]] = [set() for _ in range(len(out))]
     for k, j in zip(*np.divmod(pairs, len(distinct))):
-        if k >= 0:  # (-1: a range of no group, e.g. no domain)
-            gpus[k].update(int(i) for i in distinct[j])
+        gpus[k].update(int(i) for i in distinct[j])
     out["gpus"] = [sorted(s) for s in gpus]
     for c in ("domain", "group"):  # (a small table: plain strings again)
         if isinstance(out[c].dtype, pd.CategoricalDtype):

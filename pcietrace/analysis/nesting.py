@@ -51,6 +51,8 @@ def _packed(columns: tuple[np.ndarray, ...]) -> np.ndarray | None:
 def stable_order(key: np.ndarray) -> np.ndarray:
     """``np.argsort(key, kind="stable")`` of non-negative integers, by 16-bit digits where they are below 2**32
     (NumPy radix-sorts 16-bit keys in one pass; wider ones take a comparison sort)."""
+    if key.dtype.kind == "u" and key.dtype.itemsize <= 2:  # (a narrow key: one radix pass as it is)
+        return np.argsort(key, kind="stable")
     top = int(key.max()) if key.size else 0
     if top >= 2**32 or (key.size and int(key.min()) < 0):
         return np.argsort(key, kind="stable")
@@ -122,11 +124,10 @@ def _opening_order(thread: np.ndarray, a: np.ndarray, depth: np.ndarray) -> np.n
     return np.argsort(packed, kind="stable") if packed is not None else np.lexsort((depth, a, thread))
 
 
-def children_sum(instances: pd.DataFrame, parent: pd.Series, column: str) -> pd.Series:
-    """Per instance, the sum of ``column`` over its direct children (:func:`parents`' labels in ``parent``): 0
-    without children, NaN where a child's value is NaN (unknown stays unknown). The children are added in row
-    order into their parents' rows: a count per row, no grouping."""
-    at = parent_rows(instances.index, parent)
-    has = at >= 0
-    values = instances[column].to_numpy(float, na_value=np.nan)[has]
-    return pd.Series(np.bincount(at[has], weights=values, minlength=len(at)), index=instances.index, name=column)
+def children_sum(parent_at: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per instance, the sum of ``values`` over its direct children (``parent_at``: each one's parent's row
+    position, -1 for none, as :func:`parent_rows` gives them): 0 without children, NaN where a child's value is
+    NaN (unknown stays unknown). The children are added in row order into their parents' rows: a count per row,
+    no grouping."""
+    has = parent_at >= 0
+    return np.bincount(parent_at[has], weights=values[has], minlength=len(parent_at))

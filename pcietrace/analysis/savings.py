@@ -85,6 +85,11 @@ def graphed_saving_ms(range_ms: float, gpu_busy_ms: float, gpu_short_ms: float) 
     return max(0.0, range_ms - gpu_busy_ms - gpu_short_ms)
 
 
+#: Range instances that :func:`predict_ms` works out, and whose parents :func:`_parent_labels` checks, at a time
+#: (their working arrays: ~100 B an instance).
+PREDICT_CHUNK = 1_000_000
+
+
 def _parent_labels(instances: pd.DataFrame) -> pd.Series:
     """Each instance's parent's index label (NaN: none): from its ``parent`` row positions where they still
     name, in this frame, each push range's enclosing push range one level up on its thread
@@ -99,20 +104,19 @@ def _parent_labels(instances: pd.DataFrame) -> pd.Series:
     push = (instances["kind"] == "push").to_numpy()
     if (at >= n).any() or (at < -1).any() or (has & ~push).any():
         return nesting.parents(instances)
-    up = at[has]
     col = {c: instances[c].to_numpy() for c in ("pid", "tid", "depth", "t_start_ns", "t_end_ns")}
-    holds = (push[up] & (col["pid"][up] == col["pid"][has]) & (col["tid"][up] == col["tid"][has])
-             & (col["depth"][up].astype(np.int64) == col["depth"][has].astype(np.int64) - 1)
-             & (col["t_start_ns"][up] <= col["t_start_ns"][has]) & (col["t_end_ns"][up] >= col["t_end_ns"][has]))
-    if not holds.all():
-        return nesting.parents(instances)
+    for lo in range(0, n, PREDICT_CHUNK):  # (a long run's gathered columns a chunk at a time)
+        rows = lo + np.flatnonzero(has[lo:lo + PREDICT_CHUNK])
+        up = at[rows]
+        if not (push[up] & (col["pid"][up] == col["pid"][rows]) & (col["tid"][up] == col["tid"][rows])
+                & (col["depth"][up].astype(np.int64) == col["depth"][rows].astype(np.int64) - 1)
+                & (col["t_start_ns"][up] <= col["t_start_ns"][rows])
+                & (col["t_end_ns"][up] >= col["t_end_ns"][rows])).all():
+            return nesting.parents(instances)
     labels = np.full(n, np.nan, float if instances.index.dtype.kind in "iu" else object)
-    labels[has] = instances.index.to_numpy()[up]
-    return pd.Series(labels, index=instances.index, dtype=labels.dtype)
+    labels[has] = instances.index.to_numpy()[at[has]]
+    return pd.Series(labels, index=instances.index, copy=False)
 
-
-#: Range instances whose savings :func:`predict_ms` works out at a time (its working arrays: ~100 B an instance).
-PREDICT_CHUNK = 1_000_000
 
 
 def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
@@ -128,24 +132,24 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     ranges that already launch graphs."""
     out = instances.copy(deep=False)  # (copy-on-write: the columns added are its own)
     out["parent"] = parent = _parent_labels(out)
+    parent_at = nesting.parent_rows(out.index, parent)  # (once: a long run's instances hold millions of rows)
     busy = "gpu_busy_ns" in out.columns
 
     def less_children(column: str) -> np.ndarray:  # (one column's children's sums held at a time)
-        return out[column].to_numpy(float, na_value=np.nan) - nesting.children_sum(out, parent, column).to_numpy()
-    out["own_eager_launches"] = less_children("eager_launches")
-    out["own_ns"] = out["excl_ns"].astype(float)
-    unknown = out["own_eager_launches"].isna()
-    out["launch_bound"] = (pd.Series(False, index=out.index, dtype=object).mask(unknown, math.nan)
-                           if unknown.any() else False)
-    if busy:  # children are disjoint in time, so busy time and shortfall add up
-        out["own_busy_ns"] = less_children("gpu_busy_ns")
-        out["own_short_ns"] = less_children("gpu_short_ns")
+        values = out[column].to_numpy(float, na_value=np.nan)
+        return values - nesting.children_sum(parent_at, values)
+
+    def put(column: str, values: np.ndarray) -> None:  # (as it is: pandas copies an array it is given)
+        out[column] = pd.Series(values, index=out.index, copy=False)
+    put("own_eager_launches", n_all := less_children("eager_launches"))
+    ns_all = out["excl_ns"].to_numpy(float)
+    # children are disjoint in time, so busy time and shortfall add up
+    busy_all = (less_children("gpu_busy_ns"), less_children("gpu_short_ns")) if busy else None
     # NaN where not timed (and in recordings made before)
-    waited = less_children("sync_wait_ns") if "sync_wait_ns" in out else np.full(len(out), np.nan)
-    n_all, ns_all = out["own_eager_launches"].to_numpy(float), out["own_ns"].to_numpy(float)
-    busy_all = (out["own_busy_ns"].to_numpy(float), out["own_short_ns"].to_numpy(float)) if busy else None
+    waited = less_children("sync_wait_ns") if "sync_wait_ns" in out else np.broadcast_to(np.nan, len(out))
     own = np.empty(len(out))
-    timed_all, bound_all = np.zeros(len(out), bool), np.zeros(len(out), bool)
+    # launch-bound: False, NaN where the launches are unknown, and each timed instance's answer (Python bools)
+    bound_all = np.full(len(out), False, object)
     for lo in range(0, len(out), PREDICT_CHUNK):  # (a long run's per-instance working arrays a chunk at a time)
         at = slice(lo, lo + PREDICT_CHUNK)
         n, own_ns = n_all[at], ns_all[at]
@@ -157,16 +161,14 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
         part = np.where(timed, n * per_us / 1e3, np.where(np.isnan(n), np.nan, 0.0))
         if busy_all is not None:
             part = np.where(graphed, _at_least_0(own_ns / 1e6 - busy_all[0][at] / 1e6 - busy_all[1][at] / 1e6), part)
-        own[at], timed_all[at], bound_all[at] = part, timed, bound
-    if timed_all.any():
-        lb = out["launch_bound"].to_numpy(object, copy=True)  # (False, or NaN where unknown)
-        lb[timed_all] = bound_all[timed_all].astype(object)  # (Python bools)
-        out["launch_bound"] = lb if unknown.any() else lb.astype(bool)
-        del lb
-    del n_all, ns_all, busy_all, timed_all, bound_all, waited  # (a long run's per-instance arrays, read)
+        own[at] = part
+        chunk = bound_all[at]
+        chunk[np.isnan(n)] = math.nan
+        chunk[timed] = bound[timed].astype(object)
+    put("launch_bound", bound_all if np.isnan(n_all).any() else bound_all.astype(bool))
+    del n_all, ns_all, busy_all, bound_all, waited  # (a long run's per-instance arrays, read)
     # children first: a parent adds its children's (those one level below it, summed in row order)
     depth = out["depth"].to_numpy()
-    parent_at = nesting.parent_rows(out.index, parent)
     for d in sorted(pd.unique(depth), reverse=True):
         kids = np.flatnonzero((depth == d + 1) & (parent_at >= 0))
         if not kids.size:
@@ -179,7 +181,7 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
         at = np.flatnonzero(parents & (depth == d))
         own[at] += below[at]
         del kids, up, below, parents, at
-    out["predicted_ms"] = own
+    put("predicted_ms", own)
     return out
 
 

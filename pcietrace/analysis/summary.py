@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 
@@ -212,9 +213,9 @@ def _left_out(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list[st
     out = ~capturable(inst)
     if not out.any():
         return []
-    parent = nesting.parents(inst)
-    own = {m: (inst[f"{m}_launches"] - nesting.children_sum(inst, parent, f"{m}_launches"))[out].sum()
-           for m in ("eager", "graph")}
+    parent_at = nesting.parent_rows(inst.index, nesting.parents(inst))
+    launches = {m: inst[f"{m}_launches"].to_numpy(float, na_value=np.nan) for m in ("eager", "graph")}
+    own = {m: np.nansum((v - nesting.children_sum(parent_at, v))[out.to_numpy(bool)]) for m, v in launches.items()}
     if own["eager"] + own["graph"] <= 0:
         return []
     costs = meta.get("launch_costs")

@@ -152,18 +152,24 @@ def _events(host: pd.DataFrame) -> None:
     if not cols or not len(host):
         return
     # (CUPTI's "gputime" lines carry no launch counts; stable: each thread's events stay in time order; row
-    # positions sorted, not a sorted copy of every column)
-    rows = np.flatnonzero((host["event"] != "gputime").to_numpy())
-    pid, tid = host["pid"].to_numpy()[rows], host["tid"].to_numpy()[rows]
+    # positions sorted, not a sorted copy of every column; a long run's events are tens of millions of rows)
+    counted = (host["event"] != "gputime").to_numpy()
+    rows = None if counted.all() else np.flatnonzero(counted)
+    pid, tid = (host[c].to_numpy() if rows is None else host[c].to_numpy()[rows] for c in ("pid", "tid"))
     # (whether any thread counts backwards: its events put together by a radix sort of thread codes; only then
     # the (pid, tid) order, which names the first such thread)
     thread = nesting.codes(pid, tid)
+    thread = thread.astype(np.min_scalar_type(int(thread.max())))
     order = nesting.stable_order(thread)
     thread = thread[order]
     same = thread[1:] == thread[:-1]
     del thread
-    if not any((same & (np.diff(host[col].to_numpy()[rows[order]].astype(np.int64)) < 0)).any() for col in cols):
+    if rows is not None:
+        order = rows[order]
+    # (compared, not subtracted: no wider copy of a column)
+    if not any((same & (v[1:] < v[:-1])).any() for v in (host[col].to_numpy()[order] for col in cols)):
         return
+    rows = np.arange(len(host)) if rows is None else rows
     del same
     order = np.lexsort((tid, pid))
     rows, pid, tid = rows[order], pid[order], tid[order]

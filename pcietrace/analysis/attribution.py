@@ -809,7 +809,8 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     name_codes, distinct_names = pd.factorize(at["name"])
     named = known & (name_codes >= 0)
     pairs = pd.unique(ids[named] * len(distinct_names) + name_codes[named])  # (each (group, name) once)
-    out.insert(1 + list(out.columns).index("calls"), "names", np.bincount(pairs // len(distinct_names), minlength=len(out)))
+    out.insert(1 + list(out.columns).index("calls"), "names",
+               np.bincount(pairs // len(distinct_names), minlength=len(out)))
     del name_codes, named, pairs
     calls = out["calls"].to_numpy()
     measured = g["h2d_bytes"].count().to_numpy()  # ("ok" calls: each has both directions' figures)

@@ -118,7 +118,6 @@ def _parent_labels(instances: pd.DataFrame) -> pd.Series:
     return pd.Series(labels, index=instances.index, copy=False)
 
 
-
 def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     """Per range instance (attach's ``range_instances``): ``parent`` (:func:`_parent_labels`),
     ``own_eager_launches`` (minus direct children's),

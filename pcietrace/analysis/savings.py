@@ -85,12 +85,12 @@ def graphed_saving_ms(range_ms: float, gpu_busy_ms: float, gpu_short_ms: float) 
     return max(0.0, range_ms - gpu_busy_ms - gpu_short_ms)
 
 
-#: Range instances that :func:`predict_ms` works out, and whose parents :func:`_parent_labels` checks, at a time
+#: Range instances that :func:`predict_ms` works out, and whose parents :func:`parent_labels` checks, at a time
 #: (their working arrays: ~100 B an instance).
 PREDICT_CHUNK = 1_000_000
 
 
-def _parent_labels(instances: pd.DataFrame) -> pd.Series:
+def parent_labels(instances: pd.DataFrame) -> pd.Series:
     """Each instance's parent's index label (NaN: none): from its ``parent`` row positions where they still
     name, in this frame, each push range's enclosing push range one level up on its thread
     (:func:`pcietrace.analysis.attribution.attribute` made them: the same nesting, not searched again), else
@@ -119,7 +119,7 @@ def _parent_labels(instances: pd.DataFrame) -> pd.Series:
 
 
 def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
-    """Per range instance (attach's ``range_instances``): ``parent`` (:func:`_parent_labels`),
+    """Per range instance (attach's ``range_instances``): ``parent`` (:func:`parent_labels`),
     ``own_eager_launches`` (minus direct children's),
     ``launch_bound`` and ``predicted_ms`` (own launches x :func:`per_launch_saving_us` at the instance's own
     time per launch, plus its direct children's predictions). Children are the push/pop ranges one level
@@ -130,7 +130,7 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     kernel records alone cannot tell a graph's kernels from eager ones, so they would predict savings for
     ranges that already launch graphs."""
     out = instances.copy(deep=False)  # (copy-on-write: the columns added are its own)
-    out["parent"] = parent = _parent_labels(out)
+    out["parent"] = parent = parent_labels(out)
     parent_at = nesting.parent_rows(out.index, parent)  # (once: a long run's instances hold millions of rows)
     busy = "gpu_busy_ns" in out.columns
 

@@ -205,7 +205,7 @@ def _left_out(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list[st
     """What the headline leaves out: ranges whose launches no graph captures (NCCL's communicator set-up), with
     their own launches (those of the ranges nested in them are not theirs) and what those cost the host."""
     from pcietrace.analysis import nesting
-    from pcietrace.analysis.savings import capturable
+    from pcietrace.analysis.savings import capturable, parent_labels
 
     inst = results.get("range_instances", pd.DataFrame())
     if not len(inst) or inst["eager_launches"].isna().all():
@@ -213,7 +213,7 @@ def _left_out(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list[st
     out = ~capturable(inst)
     if not out.any():
         return []
-    parent_at = nesting.parent_rows(inst.index, nesting.parents(inst))
+    parent_at = nesting.parent_rows(inst.index, parent_labels(inst))  # (the stored positions, not a new search)
     launches = {m: inst[f"{m}_launches"].to_numpy(float, na_value=np.nan) for m in ("eager", "graph")}
     own = {m: np.nansum((v - nesting.children_sum(parent_at, v))[out.to_numpy(bool)]) for m, v in launches.items()}
     if own["eager"] + own["graph"] <= 0:

@@ -198,31 +198,20 @@ def _row_texts(df: pd.DataFrame, sep: str | None, categories: dict[Any, Any] | N
     def floats(v: np.ndarray) -> list[Any]:
         """Each value's shortest text, a whole number's with ".0" (Arrow writes 3.0 as "3"), null where not finite
         (the parts of the row text: where every value is whole, ".0" is a part of its own)."""
-        def dotted(text: Any) -> Any:
-            return pc.binary_join_element_wise(text, lit(".0"), lit(""))
-
         finite = np.isfinite(v)
         # whole numbers below 1e10 (from there on Arrow writes an exponent) cast as integers, which is quicker
         whole = finite & (np.abs(v) < 1e10) & (v == np.trunc(v)) & ~((v == 0) & np.signbit(v))
         if whole.all():
             return [pc.cast(pa.array(v.astype(np.int64)), pa.large_string()), lit(".0")]
-        texts, at = [], np.full(v.size, -1, np.int64)
-        for rows in (whole, finite & ~whole):
-            if not rows.any():
-                continue
-            x = v[rows]
-            if rows is whole:
-                text = dotted(pc.cast(pa.array(x.astype(np.int64)), pa.large_string()))
-            else:
-                text = pc.cast(pa.array(x), pa.large_string())
-                if (x == np.trunc(x)).any():  # (-0.0, or whole from 1e10: ".0" where it has no point nor exponent)
-                    text = pc.if_else(pc.match_substring_regex(text, "[.eE]"), text, dotted(text))
-            at[rows] = sum(map(len, texts)) + np.arange(len(text))
-            texts.append(text)
-        if len(texts) == 1 and finite.all():
-            return texts[:1]
-        texts.append(pa.array(["null"], pa.large_string()))
-        return [pa.concat_arrays(texts).take(np.where(at < 0, sum(map(len, texts)) - 1, at))]
+        every = bool(finite.all())
+        text = pc.cast(pa.array(v, mask=None if every else ~finite), pa.large_string())  # (null: not finite)
+        fix = finite & (v == np.trunc(v))  # (whole: ".0" where Arrow wrote no point nor exponent; -0.0 too)
+        if fix.any():  # (the few rows that need it, made apart and put back in one pass)
+            some = text.filter(pa.array(fix))
+            dotted = pc.binary_join_element_wise(some, lit(".0"), lit(""))
+            some = dotted if whole[fix].all() else pc.if_else(pc.match_substring_regex(some, "[.eE]"), some, dotted)
+            text = pc.replace_with_mask(text, pa.array(fix), some)
+        return [text if every else pc.fill_null(text, lit("null"))]
 
     def encoded(values: list[Any], key: str) -> Any:  # each value's text after ``key``, and "null" last (for the missing)
         return pa.array([key + ("null" if isinstance(u, float) and not math.isfinite(u) else

@@ -50,6 +50,7 @@ def render(session, results, out: Path, path: Path | None) -> None:
     """One session's every rendering into folder ``out``."""
     from pcietrace.report.saved import to_jsonable
     from pcietrace.analysis.summary import summarize
+    from pcietrace.errors import UsageError
     from pcietrace.report.output import emit
 
     out.mkdir(parents=True)
@@ -60,7 +61,10 @@ def render(session, results, out: Path, path: Path | None) -> None:
         (out / f"table{'-detail' if detail else ''}.txt").write_text(buf.getvalue())
     for fmt in FORMATS:
         buf = io.StringIO()
-        emit(session.meta, results, summary, fmt, out=buf)
+        try:
+            emit(session.meta, results, summary, fmt, out=buf)
+        except UsageError as exc:  # (a format a kind has no figures for, e.g. prometheus of `graphs`: its line)
+            buf = io.StringIO(f"refused: {exc}\n")
         (out / f"report.{fmt}").write_text(buf.getvalue())
     with tempfile.TemporaryDirectory() as tmp:
         saved = session.save(Path(tmp) / "run", to_jsonable(results))

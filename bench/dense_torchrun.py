@@ -7,6 +7,7 @@ direction: the truth (median call), attach's mean call, the error and attach's s
 must be charged its own GPU only, every direction within its bound, those of >= 1 MB within 2 %. Exit 1 if not.
 
     python3 bench/dense_torchrun.py --gpus 2 --calls 4 --out DIR [--attach-args='--sample-interval-ms 2']
+    python3 bench/dense_torchrun.py --out DIR --again     # the comparison again, from DIR's runs (no GPU)
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +51,22 @@ def ranks(folder: Path) -> dict[int, tuple[dict, pd.DataFrame]]:
     return out
 
 
+def sample_counter(folder: Path) -> Any:
+    """``reads(gpu, t0, t1)``: how many of the recording's counter samples of GPU ``gpu`` lie inside (t0, t1)."""
+    from pcietrace.session import Session
+
+    s = Session.load(folder)
+    if len(s.samples):  # (held: a recording made before samples were saved a GPU at a time)
+        times = {int(i): g["t_ns"].to_numpy() for i, g in s.samples.groupby("nvml_index")}
+    else:
+        times = {int(i): s.sample_file.read(i)["t_ns"].to_numpy() for i in s.sample_file.gpus}
+
+    def reads(gpu: int, t0: int, t1: int) -> int:
+        t = times[int(gpu)]
+        return int(np.searchsorted(t, t1, "left") - np.searchsorted(t, t0, "right"))
+    return reads
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=2, help="ranks, one per GPU (default 2)")
@@ -56,12 +75,17 @@ def main() -> int:
     ap.add_argument("--timeout-s", type=float, default=500)
     ap.add_argument("--attach-args", default="", type=shlex.split,
                     help="extra `pcietrace attach` options, one string, e.g. --attach-args='--sample-interval-ms 2'")
+    ap.add_argument("--again", action="store_true", help="compare the runs already in --out again (no GPU)")
     a = ap.parse_args()
     a.out = a.out.resolve()
-    alone, attached = job(a, "alone", False), job(a, "attached", True)
+    alone, attached = (a.out / "alone", a.out / "attached") if a.again else \
+        (job(a, "alone", False), job(a, "attached", True))
     rep = subprocess.run([sys.executable, "-m", "pcietrace", "report", str(attached / "attach"), "--format", "json"],
                          capture_output=True, text=True, cwd=ROOT, check=True)
-    inst = pd.DataFrame(json.loads(rep.stdout)["results"]["range_instances"])
+    results = json.loads(rep.stdout)["results"]
+    inst = pd.DataFrame(results["range_instances"])
+    floor = pd.DataFrame(results["floor"]).set_index("nvml_index")
+    reads_in = sample_counter(attached / "attach")
     truth, seen = ranks(alone), ranks(attached)
     rows, details, fails = [], [], 0
     for rank, (meta, df) in sorted(truth.items()):
@@ -85,6 +109,13 @@ def main() -> int:
                     for i, c in enumerate(calls.sort_values("t_start_ns").itertuples()):
                         bound_c = getattr(c, f"{d}_edge_bytes") + getattr(c, f"{d}_floor_err_bytes")
                         app = f", the app's own reads attached {own_reads[i]:,.0f}" if i < len(own_reads) else ""
+                        # what a counter read cost inside the call, had the truth been exact, against what the
+                        # floor charged one (a read's cost moves with the GPU's state: docs/method.md)
+                        n = reads_in(gpu, c.t_start_ns, c.t_end_ns)
+                        bg = floor[f"{d}_background_Bps"].get(gpu, np.nan) * c.duration_ns / 1e9
+                        cost = (getattr(c, f"{d}_raw_bytes") - t[f"{d}_bytes"] - bg) / n if n else np.nan
+                        app += (f", a read {cost:,.0f} B implied ({n} reads), "
+                                f"{floor[f'{d}_bytes_per_read_program'].get(gpu, np.nan):,.0f} B charged")
                         details.append(f"  rank {rank} {name} {d.upper()} call {i}: attach {getattr(c, f'{d}_bytes'):,.0f} "
                                        f"± {bound_c:,.0f}, truth {lo:,.0f} ... {hi:,.0f}{app}, {c.duration_ns / 1e6:.2f} ms, "
                                        f"stalls {c.stalls}, {c.status}")

@@ -206,6 +206,33 @@ def floor_rows(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int]
     return rows
 
 
+def windows_elsewhere(row: dict[str, Any], g: pd.DataFrame, windows: pd.DataFrame,
+                      spans_ns: np.ndarray | None) -> dict[str, float] | None:
+    """Where a GPU's fitted floor ``row`` (:func:`floor_rows`) has no read-time term and every one of its reading
+    windows read slower than its ranges did (each window's mean read time above the median inside ``spans_ns``
+    by more than :data:`READ_TIME_SPREAD`): its windows saw it only in a state its ranges were not in, and the
+    cost per read they give is that state's. Measured on 4x H200 (2026-11-28): a torchrun rank that ended first
+    left its GPU without a CUDA context for 2-3.4 s before the windows after the job (reads of 516-637 us against
+    329-357 us in its ranges); charged 17.7-17.9 kB H2D and 22.3-22.5 kB D2H a read, a read in its forward ranges
+    cost 14.8-15.2 and 19.9-20.5 kB (docs/method.md). ``g``: that GPU's samples. Returns the windows' lowest and
+    highest mean read time and the ranges' median (us), and what the row charges a read (``h2d_per_read``,
+    ``d2h_per_read``, B); else None."""
+    if row.get("status") != "per read" or row.get("read_time_term") or "read_ns" not in g:
+        return None
+    aw = aligned_windows(g, windows)
+    on = aw[(aw["nvml_index"] == row["nvml_index"]) & (aw["sampling"] == "on") & (aw["reads"] > 0)]
+    inside = inside_spans(g["t_ns"].to_numpy(np.int64), spans_ns)
+    if not len(on) or not inside.any():
+        return None
+    per_window = on["read_us"].to_numpy() / on["reads"].to_numpy()
+    ranges_us = median(read_ns_of(g)[inside]) / 1e3
+    if not per_window.min() > (1 + READ_TIME_SPREAD) * ranges_us:
+        return None
+    return {"windows_us_min": float(per_window.min()), "windows_us_max": float(per_window.max()),
+            "ranges_us": float(ranges_us), **{f"{d}_per_read": float(row[f"{d}_bytes_per_read_program"])
+                                              for d in DIRECTIONS}}
+
+
 def spans_by_gpu(ranges: pd.DataFrame) -> dict[int, np.ndarray]:
     """Each GPU's ranges' ``t_start_ns``/``t_end_ns`` (shape (n, 2), ns) by NVML index, from ``ranges``
     carrying ``gpus`` (:func:`pcietrace.analysis.attribution.range_gpus`), for :func:`floor_model`."""

@@ -45,7 +45,8 @@ class _ByGpu:
     ``median_gap_ns`` (per GPU, :func:`attribution.sampling_gaps`' ``median_ns``), ``floor`` and ``whole_floor``
     (:func:`floor.floor_model`, of the ranges' state and of the windows only), ``sums`` and ``whole_sums``
     (:func:`attribution.gpu_sums` of the ranges and of :func:`attribution.run_spans`), ``resets``, ``wrap_gaps``,
-    ``bounds`` (:func:`attribution.whole_run_bounds`) and ``rates``."""
+    ``bounds`` (:func:`attribution.whole_run_bounds`), ``rates`` and ``elsewhere`` (per GPU whose idle windows saw
+    it only in another state than its ranges: :func:`floor.windows_elsewhere`, with its index)."""
 
     sampling: pd.DataFrame
     median_gap_ns: dict[int, float]
@@ -57,6 +58,7 @@ class _ByGpu:
     wrap_gaps: pd.DataFrame
     bounds: pd.DataFrame
     rates: pd.DataFrame
+    elsewhere: list[dict[str, float]]
 
     def take(self, name: str) -> Any:
         """Field ``name``, no longer held here (the sums per range: what reads them lets each go as it is used)."""
@@ -83,7 +85,7 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
     whole_spans = attribution.run_spans(have, t0, t1)
     span = on_disk.t_max_ns - on_disk.t_min_ns if on_disk is not None else span_ns(s.samples["t_ns"])
     bin_ns = timeline_bin_ns(s.meta, span)  # (checked below against the samples kept)
-    sampling, resets, wraps, bounds, rates = [], [], [], [], []
+    sampling, resets, wraps, bounds, rates, elsewhere = [], [], [], [], [], []
     gaps: dict[int, dict[str, Any]] = {}
     rows: dict[int, list[dict[str, Any]]] = {}
     whole_rows: dict[int, list[dict[str, Any]]] = {}
@@ -100,6 +102,9 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
                                               quiet_interval_ns(s.meta)))
         mine = [idx] if idx in sampled else []  # (the session's GPUs have floors; a GPU only sampled has none)
         rows[idx] = floor.floor_rows(cum, s.windows, mine, spans)
+        apart = floor.windows_elsewhere(rows[idx][0], cum, s.windows, spans.get(idx)) if mine else None
+        if apart:
+            elsewhere.append({"gpu": idx, **apart})
         whole_rows[idx] = floor.floor_rows(cum, s.windows, mine, windows_only=True)
         fl, whole_fl = (pd.DataFrame(r[idx], columns=floor.FLOOR_COLUMNS) for r in (rows, whole_rows))
         if len(ranges):
@@ -121,7 +126,7 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
         for r, whole in ((rows, False), (whole_rows, True)))
     return _ByGpu(sampling=_joined(sampling), median_gap_ns={i: g["median_ns"] for i, g in gaps.items()}, floor=fl,
                   whole_floor=whole_fl, sums=sums, whole_sums=whole_sums, resets=pd.concat(resets),
-                  wrap_gaps=_joined(wraps), bounds=_joined(bounds), rates=_joined(rates))
+                  wrap_gaps=_joined(wraps), bounds=_joined(bounds), rates=_joined(rates), elsewhere=elsewhere)
 
 
 def _joined(parts: list[pd.DataFrame]) -> pd.DataFrame:
@@ -226,6 +231,10 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
         notes.append(Note("no_floor", gpu=r.nvml_index))
     for r in fl[(fl["status"] != "no floor") & (fl["dof"] == 0)].itertuples():
         notes.append(Note("floor_without_error", gpu=r.nvml_index, windows=r.windows))
+    for e in found.elsewhere:
+        notes.append(Note("floor_windows_elsewhere", gpu=e["gpu"], windows_us_min=e["windows_us_min"],
+                          windows_us_max=e["windows_us_max"], ranges_us=e["ranges_us"], h2d_per_read=e["h2d_per_read"],
+                          d2h_per_read=e["d2h_per_read"]))
     whole = attribution.whole_run(None, launches, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], found.whole_floor,
                                   s.counters, sums=found.take("whole_sums"))
     if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0

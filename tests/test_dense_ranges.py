@@ -157,34 +157,44 @@ def test_a_whole_run_range_is_within_its_stated_error(data_dir, monkeypatch) -> 
     assert off(analyze(s))[1, "h2d"] > 0
 
 
-def test_a_gpu_whose_windows_saw_it_only_cold_is_named_and_every_range_keeps_within_its_error(data_dir) -> None:
+def test_a_gpu_whose_windows_saw_it_only_cold_is_charged_what_its_peers_reads_cost(data_dir, monkeypatch) -> None:
     """4x H200 (2026-11-28): ``python3 bench/dense_torchrun.py --gpus 4 --calls 4``, a rank per GPU, each rank's
     truth read by itself alone (``truth_alone.rankN.jsonl``). Rank 2 ended 3.4 s before the job, so GPU 2's idle
     windows after it, like those before, found a GPU without a CUDA context: its reads there took 516-616 us,
-    in its ranges 357 us, and no read-time term could be fitted. Its reads are charged the windows' cost
-    (17.7 kB H2D against ~15.2 kB in its forward ranges), so its 1.5 MB forward phases read 1.6-2.6 % low (mean call):
-    the report names that GPU, and only it, and every direction of every phase on every GPU stays within its
-    stated error (the mean call against the truth's median call, as the bench compares them)."""
+    in its ranges 357 us, too close together for a read-time term of its own. Charged the windows' cost (17.7 kB
+    H2D a read against ~15.2 kB measured in its forward ranges), its 1.5 MB forward phases read 1.6-2.6 % low
+    (mean call); charged what a read of its ranges' read time cost GPUs 0, 1 and 3 (15.2 kB), within 0.6 %.
+    Either way the report names GPU 2, and only it, and every direction of every phase on every GPU lies within
+    its stated error (the mean call against the truth's median call, as the bench compares them)."""
+    from pcietrace.analysis import floor
+
     rec = data_dir / "attach_h200x4_dense"
-    res = analyze(Session.load(rec))
-    said = [n for n in res.notes if n.code == "floor_windows_elsewhere"]
-    assert [n.params["gpu"] for n in said] == [2]
-    apart = said[0].params
-    assert apart["windows_us_min"] > 1.25 * apart["ranges_us"] and apart["h2d_per_read"] > 17_000
-    inst = res["range_instances"]
-    checked, low = 0, []
+    truth = {}
     for f in sorted(rec.glob("truth_alone.rank*.jsonl")):
         rows = [json.loads(x) for x in f.read_text().splitlines()]
-        gpu = rows[0]["nvml_index"]
-        truth = pd.DataFrame([r for r in rows if r.get("kind") == "range"]).groupby("name")[["h2d_bytes", "d2h_bytes"]].median()
-        mine = inst[inst["gpus"].map(lambda g: list(g) == [gpu])]
-        for name, t in truth.iterrows():
-            calls = mine[mine["name"] == name]
-            assert len(calls) == 4
-            for d in ("h2d", "d2h"):
-                err = calls[f"{d}_bytes"].mean() - t[f"{d}_bytes"]
-                assert abs(err) <= (calls[f"{d}_edge_bytes"] + calls[f"{d}_floor_err_bytes"]).mean(), (gpu, name, d)
-                checked += 1
-                if gpu == 2 and name.startswith("fwd_") and d == "h2d":
-                    low.append(err / t[f"{d}_bytes"])
-    assert checked == 40 and len(low) == 3 and all(-0.04 < x < -0.01 for x in low)
+        truth[rows[0]["nvml_index"]] = pd.DataFrame([r for r in rows if r.get("kind") == "range"]) \
+            .groupby("name")[["h2d_bytes", "d2h_bytes"]].median()
+
+    def check(code: str) -> list[float]:  # GPU 2's forward phases' H2D errors (fractions), every bound checked
+        res = analyze(Session.load(rec))
+        said = [n.params for n in res.notes if n.code.startswith("floor_")]
+        assert [n["gpu"] for n in said] == [2] and [n.code for n in res.notes if n.code.startswith("floor_")] == [code]
+        assert said[0]["windows_us_min"] > 1.25 * said[0]["ranges_us"]
+        inst, checked, low = res["range_instances"], 0, []
+        for gpu, med in truth.items():
+            mine = inst[inst["gpus"].map(lambda g: list(g) == [gpu])]
+            for name, t in med.iterrows():
+                calls = mine[mine["name"] == name]
+                assert len(calls) == 4
+                for d in ("h2d", "d2h"):
+                    err = calls[f"{d}_bytes"].mean() - t[f"{d}_bytes"]
+                    assert abs(err) <= (calls[f"{d}_edge_bytes"] + calls[f"{d}_floor_err_bytes"]).mean(), (gpu, name, d)
+                    checked += 1
+                    if gpu == 2 and name.startswith("fwd_") and d == "h2d":
+                        low.append(err / t[f"{d}_bytes"])
+        assert checked == 40 and len(low) == 3
+        return low
+
+    assert all(abs(x) < 0.01 for x in check("floor_read_time_borrowed"))
+    monkeypatch.setattr(floor, "peer_read_cost", lambda peers, read_us: None)
+    assert all(-0.03 < x < -0.015 for x in check("floor_windows_elsewhere"))

@@ -35,7 +35,9 @@ from pcietrace.analysis.spread import t975
 #: ``{d}_bytes_per_read_quiet``: the mean bytes of the ranges' quiet sample intervals (one read each, less
 #: the background; NaN with fewer than :data:`STATE_RUN`). ``{d}_bytes_per_read_program``, what each read in
 #: a range is charged: the quiet mean, never above the higher of per read + per us x ``read_us_program`` and
-#: one cost per read fitted without the read-time term; without quiet intervals the first.
+#: one cost per read fitted without the read-time term; without quiet intervals the first. Where the windows saw
+#: the GPU only in another state than its ranges, ``{d}_bytes_per_read`` is what other GPUs of its model measured
+#: a read at its ranges' read time (``floor_rows``' ``borrow``), and the quiet mean is kept at most that.
 #: ``{d}_state_bytes_per_read``: how far (bytes per read, 95 %) the quiet intervals strayed from it for as long
 #: as a state lasts (the GPU's state moves a read's cost; see :func:`state_bytes_per_read`), plus how far the
 #: windows' cost lies above the quiet mean where that is charged, at least :data:`STATE_MIN_SHARE` of the cost;
@@ -141,9 +143,12 @@ def floor_model(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int
 
 def floor_rows(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int],
                spans_ns: np.ndarray | dict[int, np.ndarray] | None = None,
-               windows_only: bool = False) -> list[dict[str, Any]]:
+               windows_only: bool = False, borrow: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """:func:`floor_model`'s rows, one per index of ``nvml_indices`` (arguments as there): a long run's GPUs'
-    rows made one GPU's samples at a time, then put in one table."""
+    rows made one GPU's samples at a time, then put in one table. ``borrow``: per direction the cost of a read and
+    its standard error at the GPUs' ranges' read time as other GPUs of the same model measured it
+    (:func:`peer_read_cost`), for GPUs whose windows saw them only in another state than their ranges
+    (:func:`windows_elsewhere`): charged per read instead of their windows' (whose fit still gives the background)."""
     aw = aligned_windows(cum, windows)
     rows = []
     samples_of = dict(per_gpu(cum)) if not windows_only else {}  # (each GPU's rows: slices, not copies)
@@ -162,6 +167,7 @@ def floor_rows(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int]
         three_terms = bool(not windows_only and two_terms and len(g) >= 4 and on.sum() >= 2 and mean_read_us.min() > 0
                            and np.ptp(mean_read_us) > READ_TIME_SPREAD * mean_read_us.min())
         row["status"] = "per read" if two_terms else "rate only"
+        borrowed = borrow if borrow is not None and two_terms and not three_terms and not windows_only else None
         row["read_time_term"] = three_terms
         used = [0, 1, 2] if three_terms else [0, 2] if two_terms else [2]
         row["dof"] = max(len(g) - len(used), 0)
@@ -184,6 +190,11 @@ def floor_rows(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int]
                 resid = yw - x @ coef
                 cov3 = np.zeros((3, 3))  # terms not fitted: exactly 0
                 cov3[np.ix_(used, used)] = (resid @ resid / row["dof"]) * np.linalg.inv(x.T @ x)
+            if borrowed is not None:  # (the windows' own cost is another state's: nothing above it to cap at)
+                coef3[0], one_cost[d] = borrowed[d][0], -np.inf
+                if row["dof"]:
+                    cov3[0, :] = cov3[:, 0] = 0.0
+                    cov3[0, 0] = borrowed[d][1] ** 2
             se = np.sqrt(np.diag(cov3))
             for k, term in enumerate(TERMS):
                 row[f"{d}_{term}"], row[f"{d}_{term}_se"] = float(coef3[k]), float(se[k])
@@ -231,6 +242,44 @@ def windows_elsewhere(row: dict[str, Any], g: pd.DataFrame, windows: pd.DataFram
     return {"windows_us_min": float(per_window.min()), "windows_us_max": float(per_window.max()),
             "ranges_us": float(ranges_us), **{f"{d}_per_read": float(row[f"{d}_bytes_per_read_program"])
                                               for d in DIRECTIONS}}
+
+
+def windows_read_us(g: pd.DataFrame, windows: pd.DataFrame, idx: int) -> float:
+    """The mean time (us) a read took in GPU ``idx``'s reading idle windows (``g``: its samples); NaN without one."""
+    aw = aligned_windows(g, windows)
+    on = aw[(aw["nvml_index"] == idx) & (aw["sampling"] == "on")]
+    return float(on["read_us"].sum() / on["reads"].sum()) if len(on) and on["reads"].sum() else np.nan
+
+
+def peer_read_cost(peers: list[tuple[dict[str, Any], float]], read_us: float) -> dict[str, Any] | None:
+    """What a read taking ``read_us`` costs (per direction: the median over ``peers`` and its standard error, their
+    own in quadrature with their spread; and their ``nvml_indices``), from other GPUs of one model in one run:
+    ``peers``, each a fitted floor row (:func:`floor_rows`) with its reading windows' mean read time
+    (:func:`windows_read_us`). A peer tells it where its read-time term spans ``read_us`` (its cost there), or
+    where its windows read within :data:`READ_TIME_SPREAD` of it (its cost per read); None where none does.
+    Measured on 4x H200 (2026-11-28): at 336-354 us a read moved 14.9-15.0 kB H2D on three GPUs, at 579-616 us
+    17.4-18.5 kB on all four."""
+    costs: dict[str, list[tuple[float, float]]] = {d: [] for d in DIRECTIONS}
+    used = []
+    for row, window_us in peers:
+        if row.get("status") != "per read" or not np.isfinite(read_us):
+            continue
+        lo, hi = row.get("read_us_min", np.nan), row.get("read_us_max", np.nan)
+        spans = bool(row.get("read_time_term")) and lo * (1 - READ_TIME_SPREAD) <= read_us <= hi * (1 + READ_TIME_SPREAD)
+        if not spans and not abs(window_us - read_us) <= READ_TIME_SPREAD * read_us:
+            continue
+        used.append(int(row["nvml_index"]))
+        r = float(np.clip(read_us, lo, hi)) if spans else 0.0
+        for d in DIRECTIONS:
+            costs[d].append((row[f"{d}_bytes_per_read"] + row[f"{d}_bytes_per_read_us"] * r,
+                             float(np.nan_to_num(row.get(f"{d}_bytes_per_read_se", 0.0)))))
+    if not used:
+        return None
+    out: dict[str, Any] = {"nvml_indices": used}
+    for d, c in costs.items():
+        cost, se = np.array(c).T
+        out[d] = (float(np.median(cost)), float(np.sqrt(np.median(se ** 2) + np.var(cost))))
+    return out
 
 
 def spans_by_gpu(ranges: pd.DataFrame) -> dict[int, np.ndarray]:

@@ -60,6 +60,12 @@ SENTENCES: dict[str, str] = {
                                "cost ({h2d_per_read:,.0f} B H2D, {d2h_per_read:,.0f} B D2H), which on the lent H200s "
                                "was 9-21 % above a read's in busy ranges: their bytes may read low by that much of "
                                "their reads'",
+    "floor_read_time_borrowed": "GPU{gpu}: its idle windows found it only in another state than its ranges did "
+                                "(counter reads of {windows_us_min:,.0f}-{windows_us_max:,.0f} us there, "
+                                "{ranges_us:,.0f} us in its ranges: a GPU without a CUDA context, as when its "
+                                "processes end before the others'), so each read in its ranges is charged what a read "
+                                "of that time cost GPU(s) {peers} (the same model): {h2d_per_read:,.0f} B H2D, "
+                                "{d2h_per_read:,.0f} B D2H, their spread in its error",
     "floor_without_error": "GPU{gpu}: its floor rests on {windows} idle window(s), too few to estimate its error: "
                            "its ± covers the edges only",
     "launches_not_counted": "launches were not counted (--no-count-launches): no launch overhead or graph-savings "

@@ -16,7 +16,9 @@ Rows: blind_app.py's JSON lines (``kind`` meta/ref/range/end), so `bench/blind_a
 them with attach. ``DENSE_PHASES`` (comma-separated) picks phases; ``BLIND_CALLS`` rounds; ``BLIND_TRUTH=0``
 skips the NVML reads (runtime pairs); under torchrun each rank uses cuda:$LOCAL_RANK and writes its own file
 (``.rankN.jsonl``); ``DENSE_EPOCH=1`` puts every round inside one range, ``all_rounds`` (a second or more long,
-its own truth read around it: the floor of hundreds of reads in one range). The forward phases launch the same
+its own truth read around it: the floor of hundreds of reads in one range); ``DENSE_LINGER_S=4``: rank 0 stays 4 s
+after its rounds, so the others' GPUs are left without a context before attach's idle windows after the job (a
+rank that ends first). The forward phases launch the same
 kernels, so attach's launch count per call must be the same whatever the annotation (800 a call: 20 steps of 8
 blocks of 5 kernels); the rows give no expected count.
 
@@ -161,6 +163,8 @@ def main() -> int:
             "gap_s": GAP_S, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev),
             "nvml_index": counters.nvml_index if counters else None, "order": phases}
     write_rows(out_path, meta, lines, loop_ns, calls)
+    if os.environ.get("LOCAL_RANK", "0") == "0":  # DENSE_LINGER_S: rank 0 (its context alive) outlives the others
+        time.sleep(float(os.environ.get("DENSE_LINGER_S") or 0))
     return 0
 
 

@@ -77,15 +77,17 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
     spans = floor.spans_by_gpu(ranges)
     on_disk = s.sample_file if not len(s.samples) else None
 
-    def gpu_samples() -> Any:  # (each GPU's samples: held, or read from the file and checked)
+    def gpu_samples(only: set[int] | None = None) -> Any:  # (each GPU's samples: held, or read and checked)
         if on_disk is None:
-            return counters.per_gpu(s.samples)
-        return ((i, validate.gpu_samples(i, on_disk.read(i), s.counters)) for i in on_disk.gpus)
+            return ((i, g) for i, g in counters.per_gpu(s.samples) if only is None or int(i) in only)
+        return ((i, validate.gpu_samples(i, on_disk.read(i), s.counters)) for i in on_disk.gpus
+                if only is None or int(i) in only)
     have = list(on_disk.gpus) if on_disk is not None else [int(i) for i, _ in counters.per_gpu(s.samples)]
     whole_spans = attribution.run_spans(have, t0, t1)
     span = on_disk.t_max_ns - on_disk.t_min_ns if on_disk is not None else span_ns(s.samples["t_ns"])
     bin_ns = timeline_bin_ns(s.meta, span)  # (checked below against the samples kept)
     sampling, resets, wraps, bounds, rates, elsewhere = [], [], [], [], [], []
+    window_us: dict[int, float] = {}  # (each GPU's reading windows' mean read time: what its cost per read is at)
     gaps: dict[int, dict[str, Any]] = {}
     rows: dict[int, list[dict[str, Any]]] = {}
     whole_rows: dict[int, list[dict[str, Any]]] = {}
@@ -102,12 +104,13 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
                                               quiet_interval_ns(s.meta)))
         mine = [idx] if idx in sampled else []  # (the session's GPUs have floors; a GPU only sampled has none)
         rows[idx] = floor.floor_rows(cum, s.windows, mine, spans)
-        apart = floor.windows_elsewhere(rows[idx][0], cum, s.windows, spans.get(idx)) if mine else None
-        if apart:
+        window_us[idx] = floor.windows_read_us(cum, s.windows, idx)
+        apart = floor.windows_elsewhere(rows[idx][0], cum, s.windows, spans.get(idx)) if mine and len(ranges) else None
+        if apart:  # (its ranges' sums wait for the other GPUs' floors: their read-time term may serve it)
             elsewhere.append({"gpu": idx, **apart})
         whole_rows[idx] = floor.floor_rows(cum, s.windows, mine, windows_only=True)
         fl, whole_fl = (pd.DataFrame(r[idx], columns=floor.FLOOR_COLUMNS) for r in (rows, whole_rows))
-        if len(ranges):
+        if len(ranges) and not apart:
             sums = attribution.gpu_sums(ranges, cum, fl, s.counters, gaps, sums)
         whole_sums = attribution.gpu_sums(whole_spans, cum, whole_fl, s.counters, gaps, whole_sums)
         gaps[idx] = {"median_ns": gaps[idx]["median_ns"]}  # (its flags read: let go)
@@ -116,6 +119,26 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
         bounds.append(attribution.whole_run_bounds(cum, t0, t1, whole_fl, s.counters))
         rates.append(counters.rates(cum, bin_ns))
         del cum, t
+    model = {int(g["nvml_index"]): g.get("name") for g in s.meta.get("gpus", [])}
+    waited = {e["gpu"] for e in elsewhere}
+    for e in elsewhere:  # (read again: a GPU's samples are never held beside another's)
+        idx = e["gpu"]
+        peers = [(rows[i][0], window_us[i]) for i in sorted(rows)
+                 if i not in waited and rows[i] and model.get(idx) is not None and model.get(i) == model.get(idx)]
+        borrow = floor.peer_read_cost(peers, e["ranges_us"])
+        for _, samples in gpu_samples({idx}):
+            cum = counters.cumulative_bytes(samples, s.counters)
+            del samples
+            if borrow is not None:  # (the note says which GPUs' term, and the cost per read it gives)
+                rows[idx] = floor.floor_rows(cum, s.windows, [idx], spans, borrow=borrow)
+                e.update(peers=", ".join(map(str, borrow["nvml_indices"])),
+                         **{f"{d}_per_read": rows[idx][0][f"{d}_bytes_per_read_program"] for d in ("h2d", "d2h")})
+            gaps.update(attribution.sampling_gaps(cum, s.counters, idle_interval_ns(s.meta), in_range,
+                                                  quiet_interval_ns(s.meta)))
+            fl = pd.DataFrame(rows[idx], columns=floor.FLOOR_COLUMNS)
+            sums = attribution.gpu_sums(ranges, cum, fl, s.counters, gaps, sums)
+            gaps[idx] = {"median_ns": gaps[idx]["median_ns"]}
+            del cum
     if timeline_bin_ns(s.meta, kept[1] - kept[0]) != bin_ns:  # (samples left out moved the span: binned again)
         bin_ns = timeline_bin_ns(s.meta, kept[1] - kept[0])
         rates = [counters.rates(counters.cumulative_bytes(samples, s.counters), bin_ns)
@@ -232,9 +255,14 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     for r in fl[(fl["status"] != "no floor") & (fl["dof"] == 0)].itertuples():
         notes.append(Note("floor_without_error", gpu=r.nvml_index, windows=r.windows))
     for e in found.elsewhere:
-        notes.append(Note("floor_windows_elsewhere", gpu=e["gpu"], windows_us_min=e["windows_us_min"],
-                          windows_us_max=e["windows_us_max"], ranges_us=e["ranges_us"], h2d_per_read=e["h2d_per_read"],
-                          d2h_per_read=e["d2h_per_read"]))
+        if "peers" in e:
+            notes.append(Note("floor_read_time_borrowed", gpu=e["gpu"], windows_us_min=e["windows_us_min"],
+                              windows_us_max=e["windows_us_max"], ranges_us=e["ranges_us"], peers=e["peers"],
+                              h2d_per_read=e["h2d_per_read"], d2h_per_read=e["d2h_per_read"]))
+        else:
+            notes.append(Note("floor_windows_elsewhere", gpu=e["gpu"], windows_us_min=e["windows_us_min"],
+                              windows_us_max=e["windows_us_max"], ranges_us=e["ranges_us"],
+                              h2d_per_read=e["h2d_per_read"], d2h_per_read=e["d2h_per_read"]))
     whole = attribution.whole_run(None, launches, s.meta["t_app_start_ns"], s.meta["t_app_end_ns"], found.whole_floor,
                                   s.counters, sums=found.take("whole_sums"))
     if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER:  # --no-count-launches: the counts are unknown, not 0

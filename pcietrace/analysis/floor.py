@@ -265,11 +265,12 @@ def peer_read_cost(peers: list[tuple[dict[str, Any], float]], read_us: float) ->
         if row.get("status") != "per read" or not np.isfinite(read_us):
             continue
         lo, hi = row.get("read_us_min", np.nan), row.get("read_us_max", np.nan)
-        spans = bool(row.get("read_time_term")) and lo * (1 - READ_TIME_SPREAD) <= read_us <= hi * (1 + READ_TIME_SPREAD)
-        if not spans and not abs(window_us - read_us) <= READ_TIME_SPREAD * read_us:
+        covers = bool(row.get("read_time_term")) and \
+            lo * (1 - READ_TIME_SPREAD) <= read_us <= hi * (1 + READ_TIME_SPREAD)
+        if not covers and not abs(window_us - read_us) <= READ_TIME_SPREAD * read_us:
             continue
         used.append(int(row["nvml_index"]))
-        r = float(np.clip(read_us, lo, hi)) if spans else 0.0
+        r = float(np.clip(read_us, lo, hi)) if covers else window_us  # (no term: its per-us part is 0)
         for d in DIRECTIONS:
             costs[d].append((row[f"{d}_bytes_per_read"] + row[f"{d}_bytes_per_read_us"] * r,
                              float(np.nan_to_num(row.get(f"{d}_bytes_per_read_se", 0.0)))))

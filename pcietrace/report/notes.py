@@ -58,7 +58,7 @@ SENTENCES: dict[str, str] = {
                                "{ranges_us:,.0f} us in its ranges: a GPU without a CUDA context, as when its "
                                "processes end before the others'); each read in its ranges is charged the windows' "
                                "cost ({h2d_per_read:,.0f} B H2D, {d2h_per_read:,.0f} B D2H), which on the lent H200s "
-                               "was 9-21 % above a read's in busy ranges: their bytes may read low by that much of "
+                               "was 9-27 % above a read's in busy ranges: their bytes may read low by that much of "
                                "their reads'",
     "floor_read_time_borrowed": "GPU{gpu}: its idle windows found it only in another state than its ranges did "
                                 "(counter reads of {windows_us_min:,.0f}-{windows_us_max:,.0f} us there, "

@@ -46,7 +46,8 @@ class _ByGpu:
     (:func:`floor.floor_model`, of the ranges' state and of the windows only), ``sums`` and ``whole_sums``
     (:func:`attribution.gpu_sums` of the ranges and of :func:`attribution.run_spans`), ``resets``, ``wrap_gaps``,
     ``bounds`` (:func:`attribution.whole_run_bounds`), ``rates`` and ``elsewhere`` (per GPU whose idle windows saw
-    it only in another state than its ranges: :func:`floor.windows_elsewhere`, with its index)."""
+    it only in another state than its ranges: :func:`floor.windows_elsewhere`, with its index; where other GPUs
+    measured its ranges' read time, which (``peers``) and the cost per read charged: :func:`floor.peer_read_cost`)."""
 
     sampling: pd.DataFrame
     median_gap_ns: dict[int, float]
@@ -106,7 +107,7 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
         rows[idx] = floor.floor_rows(cum, s.windows, mine, spans)
         window_us[idx] = floor.windows_read_us(cum, s.windows, idx)
         apart = floor.windows_elsewhere(rows[idx][0], cum, s.windows, spans.get(idx)) if mine and len(ranges) else None
-        if apart:  # (its ranges' sums wait for the other GPUs' floors: their read-time term may serve it)
+        if apart:  # (its ranges' sums wait for the other GPUs' floors: what their reads cost may serve it)
             elsewhere.append({"gpu": idx, **apart})
         whole_rows[idx] = floor.floor_rows(cum, s.windows, mine, windows_only=True)
         fl, whole_fl = (pd.DataFrame(r[idx], columns=floor.FLOOR_COLUMNS) for r in (rows, whole_rows))
@@ -129,7 +130,7 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
         for _, samples in gpu_samples({idx}):
             cum = counters.cumulative_bytes(samples, s.counters)
             del samples
-            if borrow is not None:  # (the note says which GPUs' term, and the cost per read it gives)
+            if borrow is not None:  # (the note says which GPUs, and the cost per read charged)
                 rows[idx] = floor.floor_rows(cum, s.windows, [idx], spans, borrow=borrow)
                 e.update(peers=", ".join(map(str, borrow["nvml_indices"])),
                          **{f"{d}_per_read": rows[idx][0][f"{d}_bytes_per_read_program"] for d in ("h2d", "d2h")})

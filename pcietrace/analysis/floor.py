@@ -217,45 +217,44 @@ def floor_rows(cum: pd.DataFrame, windows: pd.DataFrame, nvml_indices: list[int]
     return rows
 
 
-def windows_elsewhere(row: dict[str, Any], g: pd.DataFrame, windows: pd.DataFrame,
+def reading_windows_us(g: pd.DataFrame, windows: pd.DataFrame, idx: int) -> tuple[np.ndarray, float]:
+    """GPU ``idx``'s reading idle windows (``g``: its samples): each one's mean read time, and their mean over all
+    their reads (us; NaN without one)."""
+    aw = aligned_windows(g, windows)
+    on = aw[(aw["nvml_index"] == idx) & (aw["sampling"] == "on") & (aw["reads"] > 0)]
+    read_us, reads = on["read_us"].to_numpy(), on["reads"].to_numpy()
+    return read_us / reads, float(read_us.sum() / reads.sum()) if len(on) else np.nan
+
+
+def windows_elsewhere(row: dict[str, Any], g: pd.DataFrame, per_window_us: np.ndarray,
                       spans_ns: np.ndarray | None) -> dict[str, float] | None:
     """Where a GPU's fitted floor ``row`` (:func:`floor_rows`) has no read-time term and every one of its reading
-    windows read slower than its ranges did (each window's mean read time above the median inside ``spans_ns``
-    by more than :data:`READ_TIME_SPREAD`): its windows saw it only in a state its ranges were not in, and the
-    cost per read they give is that state's. Measured on 4x H200 (2026-11-28): a torchrun rank that ended first
-    left its GPU without a CUDA context for 2-3.4 s before the windows after the job (reads of 516-637 us against
-    329-357 us in its ranges); charged 17.7-17.9 kB H2D and 22.3-22.5 kB D2H a read, a read in its forward ranges
-    cost 14.8-15.2 and 19.9-20.5 kB (docs/method.md). ``g``: that GPU's samples. Returns the windows' lowest and
-    highest mean read time and the ranges' median (us), and what the row charges a read (``h2d_per_read``,
-    ``d2h_per_read``, B); else None."""
-    if row.get("status") != "per read" or row.get("read_time_term") or "read_ns" not in g:
+    windows read slower than its ranges did (each window's mean read time, ``per_window_us``
+    (:func:`reading_windows_us`), above the median inside ``spans_ns`` by more than :data:`READ_TIME_SPREAD`): its
+    windows saw it only in a state its ranges were not in, and the cost per read they give is that state's.
+    Measured on 4x H200 (2026-11-28): a torchrun rank that ended first left its GPU without a CUDA context for
+    2-3.4 s before the windows after the job (reads of 516-637 us against 329-357 us in its ranges); charged
+    17.7-17.9 kB H2D and 22.3-22.5 kB D2H a read, a read in its forward ranges cost 14.8-15.2 and 19.9-20.5 kB
+    (docs/method.md). ``g``: that GPU's samples. Returns the windows' lowest and highest mean read time and the
+    ranges' median (us), and what the row charges a read (``h2d_per_read``, ``d2h_per_read``, B); else None."""
+    if row.get("status") != "per read" or row.get("read_time_term") or "read_ns" not in g or not per_window_us.size:
         return None
-    aw = aligned_windows(g, windows)
-    on = aw[(aw["nvml_index"] == row["nvml_index"]) & (aw["sampling"] == "on") & (aw["reads"] > 0)]
     inside = inside_spans(g["t_ns"].to_numpy(np.int64), spans_ns)
-    if not len(on) or not inside.any():
+    if not inside.any():
         return None
-    per_window = on["read_us"].to_numpy() / on["reads"].to_numpy()
     ranges_us = median(read_ns_of(g)[inside]) / 1e3
-    if not per_window.min() > (1 + READ_TIME_SPREAD) * ranges_us:
+    if not per_window_us.min() > (1 + READ_TIME_SPREAD) * ranges_us:
         return None
-    return {"windows_us_min": float(per_window.min()), "windows_us_max": float(per_window.max()),
+    return {"windows_us_min": float(per_window_us.min()), "windows_us_max": float(per_window_us.max()),
             "ranges_us": float(ranges_us), **{f"{d}_per_read": float(row[f"{d}_bytes_per_read_program"])
                                               for d in DIRECTIONS}}
-
-
-def windows_read_us(g: pd.DataFrame, windows: pd.DataFrame, idx: int) -> float:
-    """The mean time (us) a read took in GPU ``idx``'s reading idle windows (``g``: its samples); NaN without one."""
-    aw = aligned_windows(g, windows)
-    on = aw[(aw["nvml_index"] == idx) & (aw["sampling"] == "on")]
-    return float(on["read_us"].sum() / on["reads"].sum()) if len(on) and on["reads"].sum() else np.nan
 
 
 def peer_read_cost(peers: list[tuple[dict[str, Any], float]], read_us: float) -> dict[str, Any] | None:
     """What a read taking ``read_us`` costs (per direction: the median over ``peers`` and its standard error, their
     own in quadrature with their spread; and their ``nvml_indices``), from other GPUs of one model in one run:
     ``peers``, each a fitted floor row (:func:`floor_rows`) with its reading windows' mean read time
-    (:func:`windows_read_us`). A peer tells it where its read-time term spans ``read_us`` (its cost there), or
+    (:func:`reading_windows_us`). A peer tells it where its read-time term spans ``read_us`` (its cost there), or
     where its windows read within :data:`READ_TIME_SPREAD` of it (its cost per read); None where none does.
     Measured on 4x H200 (2026-11-28): at 336-354 us a read moved 14.9-15.0 kB H2D on three GPUs, at 579-616 us
     17.4-18.5 kB on all four."""

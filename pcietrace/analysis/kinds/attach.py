@@ -105,16 +105,18 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
                                               quiet_interval_ns(s.meta)))
         mine = [idx] if idx in sampled else []  # (the session's GPUs have floors; a GPU only sampled has none)
         rows[idx] = floor.floor_rows(cum, s.windows, mine, spans)
-        window_us[idx] = floor.windows_read_us(cum, s.windows, idx)
-        apart = floor.windows_elsewhere(rows[idx][0], cum, s.windows, spans.get(idx)) if mine and len(ranges) else None
-        if apart:  # (its ranges' sums wait for the other GPUs' floors: what their reads cost may serve it)
+        per_window, window_us[idx] = floor.reading_windows_us(cum, s.windows, idx)
+        apart = floor.windows_elsewhere(rows[idx][0], cum, per_window, spans.get(idx)) if mine and len(ranges) \
+            else None
+        if apart:  # (its ranges' sums, and its gaps' flags, wait for the other GPUs' floors: their reads may serve)
             elsewhere.append({"gpu": idx, **apart})
         whole_rows[idx] = floor.floor_rows(cum, s.windows, mine, windows_only=True)
         fl, whole_fl = (pd.DataFrame(r[idx], columns=floor.FLOOR_COLUMNS) for r in (rows, whole_rows))
         if len(ranges) and not apart:
             sums = attribution.gpu_sums(ranges, cum, fl, s.counters, gaps, sums)
         whole_sums = attribution.gpu_sums(whole_spans, cum, whole_fl, s.counters, gaps, whole_sums)
-        gaps[idx] = {"median_ns": gaps[idx]["median_ns"]}  # (its flags read: let go)
+        if not apart:
+            gaps[idx] = {"median_ns": gaps[idx]["median_ns"]}  # (its flags read: let go)
         resets.append(counters.resets(cum))
         wraps.append(counters.wrap_gaps(cum, s.counters, t0, t1))
         bounds.append(attribution.whole_run_bounds(cum, t0, t1, whole_fl, s.counters))
@@ -134,8 +136,6 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
                 rows[idx] = floor.floor_rows(cum, s.windows, [idx], spans, borrow=borrow)
                 e.update(peers=", ".join(map(str, borrow["nvml_indices"])),
                          **{f"{d}_per_read": rows[idx][0][f"{d}_bytes_per_read_program"] for d in ("h2d", "d2h")})
-            gaps.update(attribution.sampling_gaps(cum, s.counters, idle_interval_ns(s.meta), in_range,
-                                                  quiet_interval_ns(s.meta)))
             fl = pd.DataFrame(rows[idx], columns=floor.FLOOR_COLUMNS)
             sums = attribution.gpu_sums(ranges, cum, fl, s.counters, gaps, sums)
             gaps[idx] = {"median_ns": gaps[idx]["median_ns"]}

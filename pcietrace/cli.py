@@ -4,7 +4,6 @@ failures print one line and exit 2."""
 from __future__ import annotations
 
 import argparse
-import ctypes
 import math
 import os
 import shutil
@@ -13,7 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Callable, NoReturn, Sequence
 
-from pcietrace import __version__, signals
+from pcietrace import __version__, memory, signals
 from pcietrace.config import MAX_US, MIN_US
 from pcietrace.errors import ConfigError, PcietraceError, one_line
 from pcietrace.text import clean
@@ -474,24 +473,11 @@ def flag(field: str) -> str:
     return FLAGS.get(field, "--" + field.replace("_", "-"))
 
 
-def _keep_freed_memory() -> None:
-    """glibc's malloc told to serve large arrays from its heap and keep what is freed there for the next one: an
-    analysis makes and drops arrays of a GPU's samples or of every range many times, and each fresh mapping cost
-    the kernel a page fault per 4 kB (3-8 s of system time in a 4e6-range report) at the same peak. Elsewhere
-    (no glibc) nothing changes."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(-4, 0)  # M_MMAP_MAX: no allocation mapped on its own
-    mallopt(-1, 2**31 - 1)  # M_TRIM_THRESHOLD: freed memory at the heap's top kept
-
-
 def main(argv: list[str] | None = None) -> int:
     # the command's name, known before parsing (an interrupt may come during it); no top-level option takes a value
     command = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
     if command != "attach":  # (attach's end is held to a memory bound: memory kept freed raised its peak ~4 %)
-        _keep_freed_memory()
+        memory.keep_freed()
     try:
         with signals.caught():  # SIGTERM/SIGHUP during the imports and set-up: one line, not a silent end
             return _main(argv, command)

@@ -225,13 +225,28 @@ def _row_texts(df: pd.DataFrame, sep: str | None, categories: dict[Any, Any] | N
     return pc.binary_join_element_wise(*parts, lit(""))
 
 
+#: Values :func:`by_object` looks up at a time (its working arrays: ~30 B a value).
+BY_OBJECT_CHUNK = 1_000_000
+
+
 def by_object(values: np.ndarray) -> tuple[np.ndarray, list[Any]]:
     """``values`` (unhashable ones: lists) factorized by identity: each one's code, and one value per distinct
     object, in first-seen order (the instances of one range share their ``gpus`` list: a few distinct lists). The
-    codes are of the narrowest signed type that also holds their count."""
-    codes, ids = pd.factorize(np.fromiter(map(id, values), np.int64, len(values)))
-    first = np.flatnonzero(~pd.Series(codes, copy=False).duplicated().to_numpy())  # (codes count up as first seen)
-    return codes.astype(np.min_scalar_type(-len(ids) - 1)), [values[i] for i in first]
+    codes are of the narrowest signed type that also holds their count. A chunk of values at a time: a long run's
+    instances hold millions."""
+    codes = np.empty(len(values), np.int64 if len(values) > 2**31 - 2 else np.int32)
+    code_of: dict[int, int] = {}  # (each distinct object's id -> its code)
+    distinct: list[Any] = []
+    for lo in range(0, len(values), BY_OBJECT_CHUNK):
+        part = values[lo:lo + BY_OBJECT_CHUNK]
+        local, ids = pd.factorize(np.fromiter(map(id, part), np.int64, len(part)))
+        first = np.flatnonzero(~pd.Series(local, copy=False).duplicated().to_numpy())  # (codes count up as first seen)
+        for i, at in zip(ids.tolist(), first.tolist()):
+            if i not in code_of:
+                code_of[i] = len(distinct)
+                distinct.append(part[at])
+        codes[lo:lo + len(part)] = np.array([code_of[i] for i in ids.tolist()], codes.dtype)[local]
+    return codes.astype(np.min_scalar_type(-len(distinct) - 1), copy=False), distinct
 
 
 def _plain(value: Any) -> Any:

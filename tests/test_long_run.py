@@ -361,3 +361,26 @@ def test_a_sample_file_damaged_after_it_was_opened_is_one_line(copy, capsys) -> 
     (run / "samples.parquet").write_bytes(data[: len(data) // 2])
     with pytest.raises(ReportError, match="samples.parquet"):
         analyze(s)
+
+
+@pytest.mark.parametrize("folder", ["attach_h200x8_torchrun", "attach_h200x4_dense"])
+def test_objects_factorized_a_chunk_at_a_time_are_the_same(folder, monkeypatch) -> None:
+    """:func:`pcietrace.schema.by_object` reads a long run's ``gpus`` lists a chunk at a time: chunks of a few rows
+    give the codes and distinct lists of one chunk, in first-seen order, and the console cleans them alike."""
+    from pcietrace import schema
+    from pcietrace.analysis import analyze
+    from pcietrace.report.text import clean_frame
+    from pcietrace.session import Session
+
+    from conftest import DATA
+
+    inst = analyze(Session.load(DATA / folder))["range_instances"]
+    values = inst["gpus"].to_numpy(object)
+    codes, distinct = schema.by_object(values)
+    monkeypatch.setattr(schema, "BY_OBJECT_CHUNK", 3)
+    small_codes, small_distinct = schema.by_object(values)
+    np.testing.assert_array_equal(small_codes, codes)
+    assert small_codes.dtype == codes.dtype and [id(v) for v in small_distinct] == [id(v) for v in distinct]
+    assert len(distinct) > 1  # (several GPUs' lists)
+    assert [values[i] is distinct[codes[i]] for i in range(len(values))] == [True] * len(values)
+    pd.testing.assert_frame_equal(clean_frame(inst), inst, check_exact=True)

@@ -101,7 +101,7 @@ def parents(instances: pd.DataFrame) -> pd.Series:
     me = np.flatnonzero(hit)
     b = instances["t_end_ns"].to_numpy(np.int64)[at]
     holds = (a[up] <= a[me]) & (b[me] <= b[up])
-    out.iloc[at[me[holds]]] = instances.index.to_numpy()[at[up[holds]]]
+    out.iloc[at[me[holds]]] = instances.index.take(at[up[holds]]).to_numpy()  # (take: a RangeIndex keeps no copy of itself)
     return out
 
 

@@ -114,7 +114,7 @@ def parent_labels(instances: pd.DataFrame) -> pd.Series:
                 & (col["t_end_ns"][up] >= col["t_end_ns"][rows])).all():
             return nesting.parents(instances)
     labels = np.full(n, np.nan, float if instances.index.dtype.kind in "iu" else object)
-    labels[has] = instances.index.to_numpy()[at[has]]
+    labels[has] = instances.index.take(at[has]).to_numpy()  # (take: a RangeIndex keeps no copy of itself)
     return pd.Series(labels, index=instances.index, copy=False)
 
 
@@ -135,8 +135,9 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     busy = "gpu_busy_ns" in out.columns
 
     def less_children(column: str) -> np.ndarray:  # (one column's children's sums held at a time)
-        values = out[column].to_numpy(float, na_value=np.nan)
-        return values - nesting.children_sum(parent_at, values)
+        values = out[column].to_numpy(float, na_value=np.nan, copy=True)
+        values -= nesting.children_sum(parent_at, values)  # (in place: one array of every instance the fewer)
+        return values
 
     def put(column: str, values: np.ndarray) -> None:  # (as it is: pandas copies an array it is given)
         out[column] = pd.Series(values, index=out.index, copy=False)
@@ -147,8 +148,8 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     # NaN where not timed (and in recordings made before)
     waited = less_children("sync_wait_ns") if "sync_wait_ns" in out else np.broadcast_to(np.nan, len(out))
     own = np.empty(len(out))
-    # launch-bound: False, NaN where the launches are unknown, and each timed instance's answer (Python bools)
-    bound_all = np.full(len(out), False, object)
+    # launch-bound: 0 (no), 1 (yes), -1 where the launches are unknown (NaN in the column); a byte each, not an object
+    bound_all = np.zeros(len(out), np.int8)
     for lo in range(0, len(out), PREDICT_CHUNK):  # (a long run's per-instance working arrays a chunk at a time)
         at = slice(lo, lo + PREDICT_CHUNK)
         n, own_ns = n_all[at], ns_all[at]
@@ -162,9 +163,16 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
             part = np.where(graphed, _at_least_0(own_ns / 1e6 - busy_all[0][at] / 1e6 - busy_all[1][at] / 1e6), part)
         own[at] = part
         chunk = bound_all[at]
-        chunk[np.isnan(n)] = math.nan
-        chunk[timed] = bound[timed].astype(object)
-    put("launch_bound", bound_all if np.isnan(n_all).any() else bound_all.astype(bool))
+        chunk[np.isnan(n)] = -1
+        chunk[timed] = bound[timed]
+    unknown = bound_all < 0
+    if unknown.any():  # (Python bools and NaN, as the per-instance rule gives them)
+        flags = bound_all.astype(bool).astype(object)
+        flags[unknown] = math.nan
+        put("launch_bound", flags)
+    else:
+        put("launch_bound", bound_all.astype(bool))
+    del unknown
     del n_all, ns_all, busy_all, bound_all, waited  # (a long run's per-instance arrays, read)
     # children first: a parent adds its children's (those one level below it, summed in row order)
     depth = out["depth"].to_numpy()

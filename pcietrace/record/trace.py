@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace.errors import UsageError
+from pcietrace.memory import release_freed
 from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS, narrow_int
 
 #: The injection library's interface version this pcietrace expects (pt_abi.h: PT_ABI_VERSION); the library
@@ -191,14 +192,15 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
                 v = np.concatenate(chunks)[order]
                 data[name] = v.astype(narrow_int(v.dtype, v.min(), v.max(), name), copy=False) if v.size else v
             del chunks
-            _release_freed()
+            release_freed()  # (the files' columns came from the reading threads' own malloc arenas, which this
+            # thread cannot reuse: kept, the merge held a long run's events almost twice over)
         # columns as they are, none copied into a block of all (pandas' own constructor stacked every integer
         # column into one 2-D block: a second copy of the events at the peak); held as Session.load holds them
         # (integers in 32 bits where they fit, names as categories)
         out = pa.table(data).to_pandas(split_blocks=True, self_destruct=True)
         del data
         pa.default_memory_pool().release_unused()  # (Arrow's pool keeps the files' strings and takes: hand them back)
-        _release_freed()
+        release_freed()
     if parts and "devmask" in out.columns and out["devmask"].dtype.kind == "i":  # (a text trace's parser: int64)
         out["devmask"] = out["devmask"].astype(np.uint64)
     out.attrs.update(bad_lines=bad_lines, bad_files=bad_files, edge_timing=timing)
@@ -223,17 +225,6 @@ def _read_file(f: Path) -> tuple[dict[str, Any] | None, int, tuple[int, int] | N
         return None, 0, None
     n = len(next(iter(cols.values()), ()))
     return ({**cols, "pid": np.full(n, int(pid), np.int64)} if n else {}), bad, timed
-
-
-def _release_freed() -> None:
-    """Hand the C heap's free memory back to the system (glibc's malloc_trim; elsewhere nothing). The files' columns
-    were made on the reading threads, in their own malloc arenas, where this thread cannot reuse what it frees: the
-    merge held a long run's events almost twice over without it."""
-    import ctypes
-
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    if trim is not None:
-        trim(0)
 
 
 def _strings_in_order(chunks: list, order: np.ndarray) -> "pa.Array":

@@ -24,8 +24,9 @@ __all__ = ["UNSAFE", "clean", "clean_all", "clean_frame"]
 
 def clean_frame(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with its text cells and column names cleaned (a copy only where something changed)."""
-    import numpy as np
     import pandas as pd
+
+    from pcietrace.schema import by_object
     out = df
     for c in df.columns:
         col = df[c]
@@ -36,11 +37,7 @@ def clean_frame(df: pd.DataFrame) -> pd.DataFrame:
         elif isinstance(col.dtype, pd.StringDtype):
             distinct = pd.unique(col.dropna()).astype(object)
         elif col.dtype == object:
-            values = col.to_numpy(object)
-            which, ids = pd.factorize(np.fromiter(map(id, values), np.int64, len(values)))
-            first = np.empty(len(ids), np.int64)
-            first[which[::-1]] = np.arange(len(values))[::-1]
-            distinct = values[first]
+            distinct = by_object(col.to_numpy(object))[1]
         else:
             continue
         if any(isinstance(v, str) and UNSAFE.search(v) is not None for v in distinct):

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pcietrace import memory
 from pcietrace.analysis import attribution, counters, floor, gpu_time, names, nesting, savings, validate
 from pcietrace.analysis.kinds import shared
 from pcietrace.analysis.notes import Note
@@ -214,10 +215,12 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     in_range = pd.DataFrame({c: np.sort(fast[c].to_numpy(np.int64)) for c in ("t_start_ns", "t_end_ns")})
     del fast
     parent = nesting.parents(ranges)  # (before the samples are read: its working arrays never lie beside the sums)
+    memory.release_freed()  # (the events' and the nesting's arrays: their holes fit the sums badly)
     found = _by_gpu(s, ranges, in_range)
     del in_range
     if options.release_samples:
         s.release_samples()
+    memory.release_freed()  # (each GPU's samples in turn: their holes fit the instances' columns badly)
     gaps = found.median_gap_ns
     gap_ns = max(gaps.values(), default=0.0)  # the in-range gap: what edges rest on
     if idle_interval_ns(s.meta) and len(gaps):
@@ -282,6 +285,7 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
         inst = inst.assign(graph_savings_ms=p["predicted_ms"], launch_bound=p["launch_bound"])
         whole["program_graph_savings_ms"] = savings.outermost_ms(p)
         del p  # (its own figures per instance: not kept beside the instances)
+        memory.release_freed()  # (the prediction's working arrays, gone before the summary's)
     tree = names.group_tree(inst).rename(columns={"group": "name"})
     ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns)
     if len(ranges_table):

@@ -176,18 +176,23 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     del n_all, ns_all, busy_all, bound_all, waited  # (a long run's per-instance arrays, read)
     # children first: a parent adds its children's (those one level below it, summed in row order)
     depth = out["depth"].to_numpy()
+    # (each level's children summed into their parents' rows in row order, as children_sum, a chunk of rows at a
+    # time into one array kept for every level; a child unknown, NaN, makes the sum unknown)
+    below, parents = np.zeros(own.size), np.zeros(own.size, bool)
     for d in sorted(pd.unique(depth), reverse=True):
-        kids = np.flatnonzero((depth == d + 1) & (parent_at >= 0))
-        if not kids.size:
-            continue
-        up = parent_at[kids]
-        # (summed in row order, as children_sum; a child unknown, NaN, makes the sum unknown)
-        below = np.bincount(up, weights=own[kids], minlength=own.size)
-        parents = np.zeros(own.size, bool)
-        parents[up] = True
+        for lo in range(0, own.size, PREDICT_CHUNK):
+            at = slice(lo, lo + PREDICT_CHUNK)
+            kids = lo + np.flatnonzero((depth[at] == d + 1) & (parent_at[at] >= 0))
+            up = parent_at[kids]
+            np.add.at(below, up, own[kids])
+            parents[up] = True
+            del kids, up
         at = np.flatnonzero(parents & (depth == d))
         own[at] += below[at]
-        del kids, up, below, parents, at
+        below[parents] = 0.0
+        parents[:] = False
+        del at
+    del below, parents
     put("predicted_ms", own)
     return out
 

@@ -1,9 +1,11 @@
 /* What the injection library's NVTX push and pop handlers cost, called directly (no CUDA, no NVTX library, any
  * machine): ns per push+pop pair nested in an outer range, with ~150-byte names as emit_nvtx makes, best of 5
  * rounds. PRESSURE_KB > 0 touches that much of a buffer between pairs (its time left out), as a large program's
- * own work does to the caches between its edges. Not a test.
+ * own work does to the caches between its edges. With ``cuda`` (a GPU machine), GPU 0's primary context is made
+ * current first, so that each edge asks the driver for the current device as it does in a CUDA program (without
+ * it, no driver is loaded and the library skips that call). Not a test.
  *   cc -O2 -o /tmp/edge_handler bench/edge_handler.c -ldl
- *   mkdir -p /tmp/tr && PCIETRACE_TRACE_DIR=/tmp/tr /tmp/edge_handler pcietrace/_pt_inject*.so PAIRS [PRESSURE_KB] */
+ *   mkdir -p /tmp/tr && PCIETRACE_TRACE_DIR=/tmp/tr /tmp/edge_handler pcietrace/_pt_inject*.so PAIRS [PRESSURE_KB [cuda]] */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,15 @@ int main(int argc, char **argv) {
     if (argc < 3) { fprintf(stderr, "usage: %s LIBRARY PAIRS [PRESSURE_KB]\n", argv[0]); return 2; }
     const char *lib = argv[1]; long n = atol(argv[2]); long kb = argc > 3 ? atol(argv[3]) : 0;
     if (n <= 0 || kb < 0) { fprintf(stderr, "PAIRS must be > 0 and PRESSURE_KB >= 0\n"); return 2; }
+    if (argc > 4 && !strcmp(argv[4], "cuda")) {  /* (the driver's entry points by name: no CUDA headers needed) */
+        void *cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+        int (*cuInit)(unsigned) = cu ? (int (*)(unsigned))dlsym(cu, "cuInit") : NULL;
+        int (*get)(int *, int) = cu ? (int (*)(int *, int))dlsym(cu, "cuDeviceGet") : NULL;
+        int (*retain)(void **, int) = cu ? (int (*)(void **, int))dlsym(cu, "cuDevicePrimaryCtxRetain") : NULL;
+        int (*set)(void *) = cu ? (int (*)(void *))dlsym(cu, "cuCtxSetCurrent") : NULL;
+        int dev = 0; void *ctx = NULL;
+        if (!set || cuInit(0) || get(&dev, 0) || retain(&ctx, dev) || set(ctx)) { fprintf(stderr, "no CUDA context\n"); return 1; }
+    }
     void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (!h) { fprintf(stderr, "%s\n", dlerror()); return 1; }
     int (*init)(const void *(*)(uint32_t)) = (int (*)(const void *(*)(uint32_t)))dlsym(h, "InitializeInjectionNvtx2");

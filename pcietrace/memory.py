@@ -5,9 +5,10 @@ work ends (:func:`release_freed`)."""
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
 
-def _libc_function(name: str):  # (None: no such function, as on a libc other than glibc)
+def _libc_function(name: str) -> Any:  # (None: no such function, as on a libc other than glibc)
     try:
         return getattr(ctypes.CDLL(None), name, None)
     except OSError:

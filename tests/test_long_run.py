@@ -273,9 +273,10 @@ def test_events_let_go_before_the_save_are_saved_from_their_file(copy, tmp_path)
 @pytest.mark.parametrize("folder", ["attach_h100_decode/decode-eager-gputime", "attach_h100_slowed/cpp-slowed-eager",
                                     "attach_h200x8_torchrun"])
 def test_savings_worked_out_a_chunk_at_a_time_are_the_same(folder, monkeypatch) -> None:
-    """:func:`savings.predict_ms` works out a long run's instances a chunk at a time: chunks of a few rows give the
-    same predictions and launch-boundness as one chunk (with and without the GPU's busy time)."""
-    from pcietrace.analysis import analyze, savings
+    """:func:`savings.predict_ms` works out a long run's instances a chunk at a time, and children's sums are added
+    a chunk at a time (:func:`nesting.children_sum`): chunks of a few rows give the same predictions and
+    launch-boundness as one chunk (with and without the GPU's busy time)."""
+    from pcietrace.analysis import analyze, nesting, savings
     from pcietrace.session import Session
 
     from conftest import DATA
@@ -284,6 +285,7 @@ def test_savings_worked_out_a_chunk_at_a_time_are_the_same(folder, monkeypatch) 
     costs = Session.load(DATA / folder).meta["launch_costs"]
     whole = savings.predict_ms(inst, costs)
     monkeypatch.setattr(savings, "PREDICT_CHUNK", 7)
+    monkeypatch.setattr(nesting, "CHUNK", 5)
     pd.testing.assert_frame_equal(savings.predict_ms(inst, costs), whole, check_exact=True)
 
 

@@ -174,10 +174,10 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
         put("launch_bound", bound_all.astype(bool))
     del unknown
     del n_all, ns_all, busy_all, bound_all, waited  # (a long run's per-instance arrays, read)
-    # children first: a parent adds its children's (those one level below it, summed in row order)
+    # children first: a parent adds its children's (those one level below it, summed in row order as
+    # children_sum does, a chunk of rows at a time into one array kept for every level; a child unknown, NaN,
+    # makes the sum unknown)
     depth = out["depth"].to_numpy()
-    # (each level's children summed into their parents' rows in row order, as children_sum, a chunk of rows at a
-    # time into one array kept for every level; a child unknown, NaN, makes the sum unknown)
     below, parents = np.zeros(own.size), np.zeros(own.size, bool)
     for d in sorted(pd.unique(depth), reverse=True):
         for lo in range(0, own.size, PREDICT_CHUNK):

@@ -15,6 +15,7 @@ import pandas as pd
 from pcietrace import memory
 from pcietrace.analysis import attribution, counters, floor, gpu_time, names, nesting, savings, validate
 from pcietrace.analysis.kinds import shared
+from pcietrace.analysis.launch import DIRECTIONS
 from pcietrace.analysis.notes import Note
 from pcietrace.analysis.results import AttachResult
 from pcietrace.analysis.timelines import idle_interval_ns, launch_timeline, quiet_interval_ns, span_ns, timeline_bin_ns
@@ -136,7 +137,7 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
             if borrow is not None:  # (the note says which GPUs, and the cost per read charged)
                 rows[idx] = floor.floor_rows(cum, s.windows, [idx], spans, borrow=borrow)
                 e.update(peers=", ".join(map(str, borrow["nvml_indices"])),
-                         **{f"{d}_per_read": rows[idx][0][f"{d}_bytes_per_read_program"] for d in ("h2d", "d2h")})
+                         **{f"{d}_per_read": rows[idx][0][f"{d}_bytes_per_read_program"] for d in DIRECTIONS})
             fl = pd.DataFrame(rows[idx], columns=floor.FLOOR_COLUMNS)
             sums = attribution.gpu_sums(ranges, cum, fl, s.counters, gaps, sums)
             gaps[idx] = {"median_ns": gaps[idx]["median_ns"]}

@@ -12,7 +12,7 @@ import math
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -97,15 +97,15 @@ def write_json(doc: Any, out: Any, default: Callable[[Any], Any] = str, allow_na
             return
         doc = counts_as_ints(doc)
         out.write("[\n")
-        seen: dict[Any, Any] = {}  # (each category's text made once for the whole table, not once a chunk)
+        rows = RowTexts(doc, ",\n")  # (how a row's text is made: planned once for the whole table)
         raw = _utf8_bytes_of(out)  # (a text file's bytes: the rows' UTF-8 goes there as Arrow made it)
         if raw is not None:
             out.flush()  # (the text written so far, ahead of the rows)
         starts = range(0, len(doc), JSON_CHUNK_ROWS)
         if raw is None:
             for i in starts:
-                rows = json_lines(doc.iloc[i:i + JSON_CHUNK_ROWS], sep=",\n", categories=seen)
-                out.write((",\n" if i else "") + rows)
+                text = bytes(rows.joined(i, min(i + JSON_CHUNK_ROWS, len(doc)))).decode()
+                out.write((",\n" if i else "") + text)
         else:
             # chunks made on threads, a few ahead, and written in order: Arrow's casts and joins, most of the
             # time, run with Python's lock released
@@ -113,7 +113,7 @@ def write_json(doc: Any, out: Any, default: Callable[[Any], Any] = str, allow_na
             with ThreadPoolExecutor(ahead) as pool:
                 made: collections.deque[Any] = collections.deque()
                 for n, i in enumerate(starts):
-                    made.append(pool.submit(json_bytes, doc.iloc[i:i + JSON_CHUNK_ROWS], ",\n", seen))
+                    made.append(pool.submit(rows.joined, i, min(i + JSON_CHUNK_ROWS, len(doc))))
                     while len(made) > (ahead if n < len(starts) - 1 else 0):
                         raw.write(b",\n" if raw_rows else b"")
                         raw.write(made.popleft().result())
@@ -139,90 +139,225 @@ def _utf8_bytes_of(out: Any) -> Any:
         return None
 
 
-def json_lines(df: pd.DataFrame, sep: str | None = None, categories: dict[Any, Any] | None = None) -> Any:
+def json_lines(df: pd.DataFrame, sep: str | None = None) -> Any:
     """Each row of ``df`` as one JSON object's text (a list of str; with ``sep``, one str of them joined by it),
     keys in column order, made a column at a time in Arrow (a long run's range instances: millions of rows):
     numbers as numbers (floats keep a decimal point), null for NaN, NA and infinities, and any other value
-    (strings, lists, bools among NaN) as ``json.dumps`` writes it, each distinct value encoded once.
-    ``categories``: where a categorical column's categories' text is kept between calls on parts of one table."""
-    if sep is None:
-        return _row_texts(df, None, categories).to_pylist() if len(df) else []
-    return bytes(json_bytes(df, sep, categories)).decode()
-
-
-def json_bytes(df: pd.DataFrame, sep: str, categories: dict[Any, Any] | None = None) -> memoryview:
-    """:func:`json_lines` joined by ``sep``, as the UTF-8 bytes Arrow made (no Python string per row or for
-    the whole: a long run's range instances are gigabytes of text)."""
+    (strings, lists, bools among NaN) as ``json.dumps`` writes it, each distinct value encoded once."""
     if not len(df):
-        return memoryview(b"")
-    rows = _row_texts(df, sep, categories)
-    # the rows' text lies back to back in the array's data
-    at = np.frombuffer(rows.buffers()[1], np.int64)[rows.offset:rows.offset + len(rows) + 1]
-    return memoryview(rows.buffers()[2])[int(at[0]):int(at[-1]) - len(sep.encode())]
+        return [] if sep is None else ""
+    rows = RowTexts(df, sep)
+    return rows.texts(0, len(df)).to_pylist() if sep is None else bytes(rows.joined(0, len(df))).decode()
 
 
-def _row_texts(df: pd.DataFrame, sep: str | None, categories: dict[Any, Any] | None) -> Any:
-    """Each row's JSON text (ending in ``sep`` where given) as an Arrow large_string array (see
-    :func:`json_lines`)."""
+#: Adjacent columns of few values are written as one part of each row's text, the text of each combination of
+#: their values made once (a long run's instances: 18 of their 35 columns): at most this many combinations a
+#: part. Arrow joins a row's parts at ~10 ns each, and takes a made text quicker than it casts a number.
+JSON_COMBINATIONS = 1 << 16
+#: An integer column whose values lie within this many of each other is written by value, each value's text made
+#: once, instead of cast.
+JSON_INT_SPAN = 1024
+
+
+class _Run(NamedTuple):
+    """Adjacent columns of few values, one part of each row's text: the text of each combination of their values
+    (keys and the text around them folded in), and the codes of rows lo..hi into each column's values."""
+    texts: Any  # (an Arrow large_string array)
+    codes: list[Callable[[int, int], np.ndarray]]
+    sizes: list[int]
+
+    def taken(self, lo: int, hi: int) -> Any:
+        at = self.codes[0](lo, hi) if len(self.codes) == 1 else \
+            np.ravel_multi_index([c(lo, hi) for c in self.codes], self.sizes)
+        return self.texts.take(at)
+
+
+#: A float column is written from an earlier one's text where at least this share of their values are the same
+#: (a range's exclusive bytes are its bytes where it has no children: most of a dense recording's ranges).
+JSON_LIKE_SHARE = 0.25
+
+
+class _Floats(NamedTuple):
+    """A float column, one part of each row's text (:func:`_float_texts`); ``like``: the part of an earlier float
+    column of mostly the same values, whose text those rows take, only the others cast."""
+    values: np.ndarray
+    like: int | None
+
+
+class RowTexts:
+    """A table's rows as JSON text (:func:`json_lines`), made a chunk of rows at a time (on threads: nothing
+    changes after ``__init__``) from a plan made once for the whole table. Each part of a row's text is text
+    between values, a column of integers cast (:func:`_cast`), a column of :class:`_Floats`, or a :class:`_Run`
+    of columns of few values (:func:`_coder`)."""
+
+    def __init__(self, df: pd.DataFrame, sep: str | None) -> None:
+        import pyarrow as pa
+
+        self.sep_bytes = len((sep or "").encode())
+        limit = min(JSON_COMBINATIONS, max(len(df), 16))  # (a few rows: no more combinations made than rows)
+        # each part: text, a column cast, or a run's coders (a list: adjacent columns while their combinations
+        # stay within the limit)
+        plan: list[Any] = []
+        for k, c in enumerate(df.columns):
+            key = ("{" if not k else ",") + json.dumps(str(c)) + ":"
+            if df[c].dtype.kind == "f":
+                plan += [key, _Floats(df[c].to_numpy(np.float64), None)]
+                continue
+            coder = _coder(df[c], key)
+            if coder is None:
+                plan += [key, _cast(df[c])]
+            elif plan and isinstance(plan[-1], list) and \
+                    math.prod(len(texts) for texts, _ in plan[-1]) * len(coder[0]) <= limit:
+                plan[-1].append(coder)
+            else:
+                plan.append([coder])
+        plan.append(("}" if len(df.columns) else "{}") + ("" if sep is None else sep))
+        self.parts: list[str | _Run | _Floats | Callable[[int, int], list[Any]]] = []
+        for i, part in enumerate(plan):
+            if isinstance(part, list):  # the text of each combination, the text after the run folded in
+                sizes = [len(texts) for texts, _ in part]
+                grid = np.indices(sizes).reshape(len(sizes), -1)  # (the first column's code varies slowest)
+                each = [pa.array(texts, pa.large_string()).take(g) for (texts, _), g in zip(part, grid)]
+                after = plan[i + 1] if isinstance(plan[i + 1], str) else ""
+                plan[i + 1] = None if after else plan[i + 1]
+                texts = each[0] if len(each) == 1 and not after else _join(each + [after])
+                self.parts.append(_Run(texts, [codes for _, codes in part], sizes))
+            elif isinstance(part, _Floats):
+                self.parts.append(part._replace(like=self._like(part.values)))
+            elif part is not None:
+                self.parts.append(part)
+
+    def _like(self, values: np.ndarray) -> int | None:
+        """The earlier float part with the most values the same as ``values`` (bit for bit: -0.0 is not 0.0), if
+        at least :data:`JSON_LIKE_SHARE` of them, on ~10,000 rows across the table."""
+        step = max(1, len(values) // 10_000)
+        mine, best, like = values[::step].view(np.int64), JSON_LIKE_SHARE, None
+        for i, part in enumerate(self.parts):
+            if isinstance(part, _Floats) and len(mine):
+                share = float(np.mean(mine == part.values[::step].view(np.int64)))
+                like, best = (i, share) if share >= best else (like, best)
+        return like
+
+    def texts(self, lo: int, hi: int) -> Any:
+        """Rows ``lo``..``hi``'s text, each ending in ``sep``, as an Arrow large_string array."""
+        made: list[Any] = []
+        floats: dict[int, list[Any]] = {}  # (each float part's text, for the float parts like it)
+        for i, part in enumerate(self.parts):
+            if isinstance(part, _Floats):
+                pieces = floats[i] = self._float_text(part, lo, hi, floats)
+            else:
+                pieces = [part] if isinstance(part, str) else [part.taken(lo, hi)] if isinstance(part, _Run) \
+                    else part(lo, hi)
+            for piece in pieces:  # (text next to text: one part)
+                if isinstance(piece, str) and made and isinstance(made[-1], str):
+                    made[-1] += piece
+                else:
+                    made.append(piece)
+        return made[0] if len(made) == 1 else _join(made)
+
+    def _float_text(self, part: _Floats, lo: int, hi: int, floats: dict[int, list[Any]]) -> list[Any]:
+        """A float part's text for rows lo..hi: :func:`_float_texts`, or the text of the part it is like where
+        their values are the same."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        v = part.values[lo:hi]
+        if part.like is None:
+            return _float_texts(v)
+        other = self.parts[part.like]
+        assert isinstance(other, _Floats)
+        same = v.view(np.int64) == other.values[lo:hi].view(np.int64)
+        if same.all():
+            return floats[part.like]
+        if not same.any():
+            return _float_texts(v)
+        theirs, mine = (_join(x) if len(x) > 1 else x[0] for x in (floats[part.like], _float_texts(v[~same])))
+        return [pc.replace_with_mask(theirs, pa.array(~same), mine)]
+
+    def joined(self, lo: int, hi: int) -> memoryview:
+        """:meth:`texts` back to back, as the UTF-8 bytes Arrow made (no Python string per row or for the
+        whole: a long run's range instances are gigabytes of text), less the last row's ``sep``."""
+        rows = self.texts(lo, hi)
+        at = np.frombuffer(rows.buffers()[1], np.int64)[rows.offset:rows.offset + len(rows) + 1]
+        return memoryview(rows.buffers()[2])[int(at[0]):int(at[-1]) - self.sep_bytes]
+
+
+def _lit(text: str) -> Any:
+    import pyarrow as pa
+
+    return pa.scalar(text, pa.large_string())
+
+
+def _join(parts: list[Any]) -> Any:
+    """Arrow arrays of text and str, each row's parts joined."""
+    import pyarrow.compute as pc
+
+    return pc.binary_join_element_wise(*(_lit(p) if isinstance(p, str) else p for p in parts), _lit(""))
+
+
+def _coder(col: pd.Series, key: str) -> tuple[list[str], Callable[[int, int], np.ndarray]] | None:
+    """A column of few values' (or of anything but numbers) text: each value's text after ``key`` and the codes
+    of rows lo..hi into them, the missing last; None for a column of integers cast a chunk at a time."""
+    numpy = isinstance(col.dtype, np.dtype)  # (not pandas' nullable types: NA among the values)
+    if numpy and col.dtype == bool:
+        flags = col.to_numpy()
+        return [key + "false", key + "true"], lambda lo, hi: flags[lo:hi].view(np.int8)
+    if col.dtype.kind in "iu" and not numpy:
+        return None
+    if col.dtype.kind in "iu":
+        values = col.to_numpy()
+        least, most = (int(values.min()), int(values.max())) if len(values) else (0, -1)
+        if most - least >= JSON_INT_SPAN:
+            return None
+        return [key + str(v) for v in range(least, most + 1)], lambda lo, hi: values[lo:hi].astype(np.int64) - least
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        uniques, codes = list(col.cat.categories), col.cat.codes.to_numpy()
+    else:  # by value (strings, bools among NaN: NaN and None are -1)
+        try:
+            codes, found = pd.factorize(col)
+            uniques = list(found)
+        except TypeError:  # lists
+            codes, uniques = by_object(col.to_numpy(object))
+    texts = [key + ("null" if isinstance(u, float) and not math.isfinite(u) else
+                    json.dumps(u.item() if isinstance(u, np.generic) else u, default=_plain)) for u in uniques]
+    if len(codes) and codes.min() < 0:  # (the missing: "null", last)
+        codes = np.where(codes < 0, len(texts), codes).astype(np.min_scalar_type(len(texts)), copy=False)
+        texts.append(key + "null")
+    return texts, lambda lo, hi: codes[lo:hi]
+
+
+def _cast(col: pd.Series) -> Callable[[int, int], list[Any]]:
+    """A column of integers' text for rows lo..hi, null where missing."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    def lit(text: str) -> Any:
-        return pa.scalar(text, pa.large_string())
+    if isinstance(col.dtype, np.dtype):
+        numbers = col.to_numpy()
+        return lambda lo, hi: [pc.cast(pa.array(numbers[lo:hi]), pa.large_string())]
+    return lambda lo, hi: [pc.fill_null(pc.cast(pa.array(col.iloc[lo:hi], from_pandas=True), pa.large_string()),
+                                        _lit("null"))]
 
-    def column(col: pd.Series, key: str) -> list[Any]:
-        """The column's parts of each row's text: its ``key`` and its values' text (one part where a few
-        distinct values are encoded once: the key written into each)."""
-        kind = col.dtype.kind
-        if kind == "b":
-            return [pa.array([key + "false", key + "true"], pa.large_string()).take(col.to_numpy().view(np.int8))]
-        if kind in "iu" or isinstance(col.dtype, pd.Int64Dtype):
-            return [lit(key), pc.fill_null(pc.cast(pa.array(col, from_pandas=True), pa.large_string()), lit("null"))]
-        if kind == "f":
-            return [lit(key), *floats(col.to_numpy(np.float64))]
-        if isinstance(col.dtype, pd.CategoricalDtype):  # (its categories encoded once, their codes taken)
-            cache = categories if categories is not None else {}
-            if (col.dtype, key) not in cache:
-                cache[col.dtype, key] = encoded(list(col.cat.categories), key)
-            kept = cache[col.dtype, key]
-            codes = col.cat.codes.to_numpy()
-            return [kept.take(np.where(codes < 0, len(kept) - 1, codes))]
-        try:  # by value (strings, bools among NaN: NaN and None are -1)
-            codes, uniques = pd.factorize(col)
-            uniques = list(uniques)
-        except TypeError:  # lists
-            codes, uniques = by_object(col.to_numpy(object))
-        text = encoded(uniques, key)
-        return [text.take(np.where(codes < 0, len(text) - 1, codes))]
 
-    def floats(v: np.ndarray) -> list[Any]:
-        """Each value's shortest text, a whole number's with ".0" (Arrow writes 3.0 as "3"), null where not finite
-        (the parts of the row text: where every value is whole, ".0" is a part of its own)."""
-        finite = np.isfinite(v)
-        # whole numbers below 1e10 (from there on Arrow writes an exponent) cast as integers, which is quicker
-        whole = finite & (np.abs(v) < 1e10) & (v == np.trunc(v)) & ~((v == 0) & np.signbit(v))
-        if whole.all():
-            return [pc.cast(pa.array(v.astype(np.int64)), pa.large_string()), lit(".0")]
-        every = bool(finite.all())
-        text = pc.cast(pa.array(v, mask=None if every else ~finite), pa.large_string())  # (null: not finite)
-        fix = finite & (v == np.trunc(v))  # (whole: ".0" where Arrow wrote no point nor exponent; -0.0 too)
-        if fix.any():  # (the few rows that need it, made apart and put back in one pass)
-            some = text.filter(pa.array(fix))
-            dotted = pc.binary_join_element_wise(some, lit(".0"), lit(""))
-            some = dotted if whole[fix].all() else pc.if_else(pc.match_substring_regex(some, "[.eE]"), some, dotted)
-            text = pc.replace_with_mask(text, pa.array(fix), some)
-        return [text if every else pc.fill_null(text, lit("null"))]
+def _float_texts(v: np.ndarray) -> list[Any]:
+    """Each value's shortest text, a whole number's with ".0" (Arrow writes 3.0 as "3"), null where not finite
+    (the parts of the row text: where every value is whole, ".0" is a part of its own)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    def encoded(values: list[Any], key: str) -> Any:  # each value's text after ``key``, and "null" last (for the missing)
-        return pa.array([key + ("null" if isinstance(u, float) and not math.isfinite(u) else
-                                json.dumps(u.item() if isinstance(u, np.generic) else u, default=_plain)) for u in values]
-                        + [key + "null"], pa.large_string())
-
-    parts: list[Any] = []
-    for k, c in enumerate(df.columns):
-        parts += column(df[c], ("{" if not k else ",") + json.dumps(str(c)) + ":")
-    parts.append(lit("}" if sep is None else "}" + sep))
-    return pc.binary_join_element_wise(*parts, lit(""))
+    finite = np.isfinite(v)
+    # whole numbers below 1e10 (from there on Arrow writes an exponent) cast as integers, which is quicker
+    whole = finite & (np.abs(v) < 1e10) & (v == np.trunc(v)) & ~((v == 0) & np.signbit(v))
+    if whole.all():
+        return [pc.cast(pa.array(v.astype(np.int64)), pa.large_string()), ".0"]
+    every = bool(finite.all())
+    text = pc.cast(pa.array(v, mask=None if every else ~finite), pa.large_string())  # (null: not finite)
+    fix = finite & (v == np.trunc(v))  # (whole: ".0" where Arrow wrote no point nor exponent; -0.0 too)
+    if fix.any():  # (the few rows that need it, made apart and put back in one pass)
+        some = text.filter(pa.array(fix))
+        dotted = pc.binary_join_element_wise(some, _lit(".0"), _lit(""))
+        some = dotted if whole[fix].all() else pc.if_else(pc.match_substring_regex(some, "[.eE]"), some, dotted)
+        text = pc.replace_with_mask(text, pa.array(fix), some)
+    return [text if every else pc.fill_null(text, _lit("null"))]
 
 
 #: Values :func:`by_object` looks up at a time (its working arrays: ~30 B a value).

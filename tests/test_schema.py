@@ -12,7 +12,7 @@ import pytest
 from pcietrace.errors import ReportError, UsageError
 from pcietrace.session import Session
 
-from conftest import edit_report, one_line_exit_2
+from conftest import DATA, edit_report, one_line_exit_2
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
@@ -166,3 +166,43 @@ def test_a_table_written_to_a_file_is_the_text_written_to_a_string(tmp_path, mon
     rows = json.loads(text.getvalue())["range_instances"]
     assert [r["whole_ns"] for r in rows] == [2.0 * i for i in range(n)] and isinstance(rows[1]["whole_ns"], float)
     assert '"whole_ns":2.0' in text.getvalue() and rows[4]["name"] == "é"
+
+
+def test_columns_of_few_values_written_together_are_the_text_of_each_column_alone(monkeypatch) -> None:
+    """Adjacent columns of few values are written from the text of each combination of their values, made once
+    for the table (runs split where the combinations pass the limit), with the keys around them folded in, and a
+    float column from an earlier one's text where their values are the same (exclusive bytes: the bytes of a range
+    with no children): the same text as every column written on its own, in every chunk of rows, on a real
+    recording's instances with NaN, NA, a missing category and a column of mostly whole numbers added."""
+    import numpy as np
+    import pandas as pd
+
+    from pcietrace import api, schema
+
+    inst = api.load(DATA / "attach_h100_emit_nvtx").range_instances
+    inst = schema.counts_as_ints(inst.iloc[:300].copy())
+    inst["depth"] = inst["depth"] - 3  # (negative values among the few)
+    inst.loc[inst.index[::7], "h2d_bytes"] = np.nan
+    inst["eager_launches"] = pd.array(inst["eager_launches"].where(inst.index % 11 > 0), "Int64")
+    inst["group"] = inst["group"].cat.add_categories(["never seen"]).where(inst.index % 13 > 0)
+    inst["excl_again_ns"] = inst["excl_ns"].where(inst.index % 5 > 0, 0.5)  # (like a column of whole numbers)
+    runs = schema.RowTexts(inst, ",\n")
+    assert any(isinstance(p, schema._Run) and len(p.sizes) > 2 for p in runs.parts)  # (columns written together)
+    floats = [p for p in runs.parts if isinstance(p, schema._Floats)]
+
+    def like(column: str) -> np.ndarray:  # (the values of the column whose text it takes)
+        part = next(p for p in floats if np.array_equal(p.values, inst[column], equal_nan=True))
+        return runs.parts[part.like].values if part.like is not None else None
+
+    assert np.array_equal(like("excl_h2d_bytes"), inst["h2d_bytes"], equal_nan=True)
+    assert np.array_equal(like("excl_again_ns"), inst["excl_ns"])
+    lines = schema.json_lines(inst)
+    chunks = [bytes(runs.joined(lo, min(lo + 64, len(inst)))).decode() for lo in range(0, len(inst), 64)]
+    monkeypatch.setattr(schema, "JSON_COMBINATIONS", 1)  # (each column on its own)
+    monkeypatch.setattr(schema, "JSON_INT_SPAN", 0)  # (every integer cast)
+    monkeypatch.setattr(schema, "JSON_LIKE_SHARE", 2.0)  # (every float cast)
+    alone = schema.json_lines(inst)
+    assert lines == alone and ",\n".join(chunks) == ",\n".join(alone)
+    assert all(len(p.sizes) == 1 for p in schema.RowTexts(inst, None).parts if isinstance(p, schema._Run))
+    monkeypatch.setattr(schema, "JSON_COMBINATIONS", 12)  # (runs split where their combinations pass 12)
+    assert schema.json_lines(inst) == alone

@@ -309,7 +309,11 @@ def _coder(col: pd.Series, key: str) -> tuple[list[str], Callable[[int, int], np
         least, most = (int(values.min()), int(values.max())) if len(values) else (0, -1)
         if most - least >= JSON_INT_SPAN:
             return None
-        return [key + str(v) for v in range(least, most + 1)], lambda lo, hi: values[lo:hi].astype(np.int64) - least
+        texts = [key + str(v) for v in range(least, most + 1)]
+        if values.dtype.kind == "u":  # (subtracted in its own type: it may pass int64's range, and never goes below 0)
+            base = values.dtype.type(least)
+            return texts, lambda lo, hi: (values[lo:hi] - base).astype(np.intp)
+        return texts, lambda lo, hi: values[lo:hi].astype(np.int64) - least
     if isinstance(col.dtype, pd.CategoricalDtype):
         uniques, codes = list(col.cat.categories), col.cat.codes.to_numpy()
     else:  # by value (strings, bools among NaN: NaN and None are -1)

@@ -122,7 +122,8 @@ def test_json_lines_are_the_records_pandas_writes_with_floats_kept_floats() -> N
         "h2d_bytes": [2.0, np.nan, np.inf, 1234567.8912345678], "incl_ms": [-0.0, 1e20, 1e-7, 0.1],
         "closed": [True, False, True, True], "name": ['a "q"\n', "é", "x\\y", "a \"q\"\n"],
         "gpus": [shared, shared, [np.int64(2)], []], "launch_bound": [True, np.nan, False, None],
-        "group": pd.Categorical(["s", "t", "s", None]), "level": pd.array([0, None, 2, 3], "Int64")})
+        "group": pd.Categorical(["s", "t", "s", None]), "level": pd.array([0, None, 2, 3], "Int64"),
+        "small": np.array([-120, 120, 0, 5], np.int8), "big": np.array([2**63, 2**63 + 2, 2**63, 2**63], np.uint64)})
     df = counts_as_ints(df)
     mine = [json.loads(line) for line in json_lines(df)]
     theirs = json.loads(df.to_json(orient="records"))

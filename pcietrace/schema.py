@@ -9,6 +9,7 @@ import codecs
 import collections
 import json
 import math
+import numbers
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -152,29 +153,32 @@ def json_lines(df: pd.DataFrame, sep: str | None = None) -> Any:
 
 #: Adjacent columns of few values are written as one part of each row's text, the text of each combination of
 #: their values made once (a long run's instances: 18 of their 35 columns): at most this many combinations a
-#: part. Arrow joins a row's parts at ~10 ns each, and takes a made text quicker than it casts a number.
+#: part, and this many bytes of their text. Arrow joins a row's parts at ~10 ns each, and takes a made text
+#: quicker than it casts a number.
 JSON_COMBINATIONS = 1 << 16
+JSON_COMBINATION_BYTES = 1 << 23
 #: An integer column whose values lie within this many of each other is written by value, each value's text made
 #: once, instead of cast.
 JSON_INT_SPAN = 1024
+#: A float column is written from an earlier one's text where at least this share of their values are the same
+#: (a range's exclusive bytes are its bytes where it has no children: most of a dense recording's ranges).
+JSON_LIKE_SHARE = 0.25
+
+#: The codes of rows lo..hi into a column's values' texts.
+Codes = Callable[[int, int], np.ndarray]
 
 
 class _Run(NamedTuple):
     """Adjacent columns of few values, one part of each row's text: the text of each combination of their values
-    (keys and the text around them folded in), and the codes of rows lo..hi into each column's values."""
+    (the keys, and the text after the run, folded in), and each column's codes of rows lo..hi."""
     texts: Any  # (an Arrow large_string array)
-    codes: list[Callable[[int, int], np.ndarray]]
+    coders: list[Codes]
     sizes: list[int]
 
     def taken(self, lo: int, hi: int) -> Any:
-        at = self.codes[0](lo, hi) if len(self.codes) == 1 else \
-            np.ravel_multi_index([c(lo, hi) for c in self.codes], self.sizes)
+        at = self.coders[0](lo, hi) if len(self.coders) == 1 else \
+            np.ravel_multi_index([codes(lo, hi) for codes in self.coders], self.sizes)
         return self.texts.take(at)
-
-
-#: A float column is written from an earlier one's text where at least this share of their values are the same
-#: (a range's exclusive bytes are its bytes where it has no children: most of a dense recording's ranges).
-JSON_LIKE_SHARE = 0.25
 
 
 class _Floats(NamedTuple):
@@ -191,68 +195,70 @@ class RowTexts:
     of columns of few values (:func:`_coder`)."""
 
     def __init__(self, df: pd.DataFrame, sep: str | None) -> None:
-        import pyarrow as pa
-
         self.sep_bytes = len((sep or "").encode())
-        limit = min(JSON_COMBINATIONS, max(len(df), 16))  # (a few rows: no more combinations made than rows)
-        # each part: text, a column cast, or a run's coders (a list: adjacent columns while their combinations
-        # stay within the limit)
-        plan: list[Any] = []
+        few = max(len(df), 16)  # (a few rows: no more texts made for a column or a run than rows)
+        runs: list[list[tuple[list[str], Codes]]] = []  # (each run's columns: their values' texts and codes)
+        plan: list[str | list[tuple[list[str], Codes]] | _Floats | Callable[[int, int], list[Any]]] = []
         for k, c in enumerate(df.columns):
             key = ("{" if not k else ",") + json.dumps(str(c)) + ":"
             if df[c].dtype.kind == "f":
-                plan += [key, _Floats(df[c].to_numpy(np.float64), None)]
+                plan += [key, _Floats(df[c].to_numpy(), None)]
                 continue
-            coder = _coder(df[c], key)
+            coder = _coder(df[c], key, min(JSON_INT_SPAN, few))
             if coder is None:
                 plan += [key, _cast(df[c])]
-            elif plan and isinstance(plan[-1], list) and \
-                    math.prod(len(texts) for texts, _ in plan[-1]) * len(coder[0]) <= limit:
-                plan[-1].append(coder)
+            elif runs and plan[-1] is runs[-1] and _fits(runs[-1] + [coder], min(JSON_COMBINATIONS, few)):
+                runs[-1].append(coder)
             else:
-                plan.append([coder])
+                runs.append([coder])
+                plan.append(runs[-1])
         plan.append(("}" if len(df.columns) else "{}") + ("" if sep is None else sep))
         self.parts: list[str | _Run | _Floats | Callable[[int, int], list[Any]]] = []
-        for i, part in enumerate(plan):
-            if isinstance(part, list):  # the text of each combination, the text after the run folded in
-                sizes = [len(texts) for texts, _ in part]
-                grid = np.indices(sizes).reshape(len(sizes), -1)  # (the first column's code varies slowest)
-                each = [pa.array(texts, pa.large_string()).take(g) for (texts, _), g in zip(part, grid)]
-                after = plan[i + 1] if isinstance(plan[i + 1], str) else ""
-                plan[i + 1] = None if after else plan[i + 1]
-                texts = each[0] if len(each) == 1 and not after else _join(each + [after])
-                self.parts.append(_Run(texts, [codes for _, codes in part], sizes))
+        for part in plan:
+            if isinstance(part, str) and self.parts and isinstance(self.parts[-1], _Run):  # (folded into the run)
+                run = self.parts[-1]
+                self.parts[-1] = run._replace(texts=_join([run.texts, part]))
+            elif isinstance(part, list):
+                self.parts.append(_combined(part))
             elif isinstance(part, _Floats):
                 self.parts.append(part._replace(like=self._like(part.values)))
-            elif part is not None:
+            else:
                 self.parts.append(part)
 
     def _like(self, values: np.ndarray) -> int | None:
         """The earlier float part with the most values the same as ``values`` (bit for bit: -0.0 is not 0.0), if
-        at least :data:`JSON_LIKE_SHARE` of them, on ~10,000 rows across the table."""
-        step = max(1, len(values) // 10_000)
-        mine, best, like = values[::step].view(np.int64), JSON_LIKE_SHARE, None
+        at least :data:`JSON_LIKE_SHARE` of them, on 10,000 rows drawn across the table."""
+        rows = np.random.default_rng(0).integers(0, len(values), min(len(values), 10_000))
+        mine, best, like = _float64(values[rows]).view(np.int64), JSON_LIKE_SHARE, None
         for i, part in enumerate(self.parts):
-            if isinstance(part, _Floats) and len(mine):
-                share = float(np.mean(mine == part.values[::step].view(np.int64)))
-                like, best = (i, share) if share >= best else (like, best)
+            if isinstance(part, _Floats) and len(rows):
+                share = float(np.mean(mine == _float64(part.values[rows]).view(np.int64)))
+                if share >= best:
+                    like, best = i, share
         return like
 
     def texts(self, lo: int, hi: int) -> Any:
         """Rows ``lo``..``hi``'s text, each ending in ``sep``, as an Arrow large_string array."""
+        import pyarrow as pa
+
         made: list[Any] = []
         floats: dict[int, list[Any]] = {}  # (each float part's text, for the float parts like it)
         for i, part in enumerate(self.parts):
-            if isinstance(part, _Floats):
+            if isinstance(part, str):
+                pieces: list[Any] = [part]
+            elif isinstance(part, _Run):
+                pieces = [part.taken(lo, hi)]
+            elif isinstance(part, _Floats):
                 pieces = floats[i] = self._float_text(part, lo, hi, floats)
             else:
-                pieces = [part] if isinstance(part, str) else [part.taken(lo, hi)] if isinstance(part, _Run) \
-                    else part(lo, hi)
+                pieces = part(lo, hi)
             for piece in pieces:  # (text next to text: one part)
                 if isinstance(piece, str) and made and isinstance(made[-1], str):
                     made[-1] += piece
                 else:
                     made.append(piece)
+        if len(made) == 1 and isinstance(made[0], str):  # (a table of no columns)
+            return pa.array([made[0]] * (hi - lo), pa.large_string())
         return made[0] if len(made) == 1 else _join(made)
 
     def _float_text(self, part: _Floats, lo: int, hi: int, floats: dict[int, list[Any]]) -> list[Any]:
@@ -261,18 +267,20 @@ class RowTexts:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        v = part.values[lo:hi]
+        v = _float64(part.values[lo:hi])
         if part.like is None:
             return _float_texts(v)
         other = self.parts[part.like]
         assert isinstance(other, _Floats)
-        same = v.view(np.int64) == other.values[lo:hi].view(np.int64)
+        same = v.view(np.int64) == _float64(other.values[lo:hi]).view(np.int64)
         if same.all():
             return floats[part.like]
         if not same.any():
             return _float_texts(v)
-        theirs, mine = (_join(x) if len(x) > 1 else x[0] for x in (floats[part.like], _float_texts(v[~same])))
-        return [pc.replace_with_mask(theirs, pa.array(~same), mine)]
+        theirs = floats[part.like]
+        mine = _float_texts(v[~same])
+        return [pc.replace_with_mask(_join(theirs) if len(theirs) > 1 else theirs[0], pa.array(~same),
+                                     _join(mine) if len(mine) > 1 else mine[0])]
 
     def joined(self, lo: int, hi: int) -> memoryview:
         """:meth:`texts` back to back, as the UTF-8 bytes Arrow made (no Python string per row or for the
@@ -280,6 +288,28 @@ class RowTexts:
         rows = self.texts(lo, hi)
         at = np.frombuffer(rows.buffers()[1], np.int64)[rows.offset:rows.offset + len(rows) + 1]
         return memoryview(rows.buffers()[2])[int(at[0]):int(at[-1]) - self.sep_bytes]
+
+
+def _float64(v: np.ndarray) -> np.ndarray:  # (a float32 column widened a chunk at a time, not whole)
+    return v if v.dtype == np.float64 else v.astype(np.float64)
+
+
+def _fits(columns: list[tuple[list[str], Codes]], most: int) -> bool:
+    """Whether these columns' combinations of values are at most ``most``, and their text at most
+    :data:`JSON_COMBINATION_BYTES` (a long text among few values is in many of them)."""
+    count = math.prod(len(texts) for texts, _ in columns)
+    return count <= most and \
+        sum(sum(map(len, texts)) * (count // len(texts)) for texts, _ in columns) <= JSON_COMBINATION_BYTES
+
+
+def _combined(columns: list[tuple[list[str], Codes]]) -> _Run:
+    """A run of columns: the text of each combination of their values, the first column's code varying slowest."""
+    import pyarrow as pa
+
+    sizes = [len(texts) for texts, _ in columns]
+    grid = np.indices(sizes).reshape(len(sizes), -1)
+    each = [pa.array(texts, pa.large_string()).take(g) for (texts, _), g in zip(columns, grid)]
+    return _Run(each[0] if len(each) == 1 else _join(each), [codes for _, codes in columns], sizes)
 
 
 def _lit(text: str) -> Any:
@@ -295,19 +325,18 @@ def _join(parts: list[Any]) -> Any:
     return pc.binary_join_element_wise(*(_lit(p) if isinstance(p, str) else p for p in parts), _lit(""))
 
 
-def _coder(col: pd.Series, key: str) -> tuple[list[str], Callable[[int, int], np.ndarray]] | None:
-    """A column of few values' (or of anything but numbers) text: each value's text after ``key`` and the codes
-    of rows lo..hi into them, the missing last; None for a column of integers cast a chunk at a time."""
-    numpy = isinstance(col.dtype, np.dtype)  # (not pandas' nullable types: NA among the values)
-    if numpy and col.dtype == bool:
+def _coder(col: pd.Series, key: str, span: int) -> tuple[list[str], Codes] | None:
+    """Each distinct value's text after ``key`` (the missing last, "null"), and the codes of rows lo..hi into
+    them: for a column of anything but numbers, or of integers within ``span`` of each other; None for a column
+    of integers to cast a chunk at a time."""
+    plain = isinstance(col.dtype, np.dtype)  # (not pandas' nullable types: NA among the values)
+    if plain and col.dtype == bool:
         flags = col.to_numpy()
         return [key + "false", key + "true"], lambda lo, hi: flags[lo:hi].view(np.int8)
-    if col.dtype.kind in "iu" and not numpy:
-        return None
     if col.dtype.kind in "iu":
-        values = col.to_numpy()
-        least, most = (int(values.min()), int(values.max())) if len(values) else (0, -1)
-        if most - least >= JSON_INT_SPAN:
+        values = col.to_numpy() if plain else None
+        least, most = (int(values.min()), int(values.max())) if values is not None and len(values) else (0, 0)
+        if values is None or most - least >= span:
             return None
         texts = [key + str(v) for v in range(least, most + 1)]
         if values.dtype.kind == "u":  # (subtracted in its own type: it may pass int64's range, and never goes below 0)
@@ -322,24 +351,37 @@ def _coder(col: pd.Series, key: str) -> tuple[list[str], Callable[[int, int], np
             uniques = list(found)
         except TypeError:  # lists
             codes, uniques = by_object(col.to_numpy(object))
+        if _merged_by_factorize(uniques):  # (then by type and value: each keeps its own text)
+            values = col.to_numpy(object)
+            codes, _ = pd.factorize(np.array([f"{type(v).__name__}:{v!r}" for v in values], object))
+            uniques = [values[i] for i in np.unique(codes, return_index=True)[1]]
+            codes = np.where(pd.isna(values), -1, codes)
     texts = [key + ("null" if isinstance(u, float) and not math.isfinite(u) else
                     json.dumps(u.item() if isinstance(u, np.generic) else u, default=_plain)) for u in uniques]
     if len(codes) and codes.min() < 0:  # (the missing: "null", last)
-        codes = np.where(codes < 0, len(texts), codes).astype(np.min_scalar_type(len(texts)), copy=False)
+        codes = np.where(codes < 0, len(texts), codes)
         texts.append(key + "null")
+    codes = codes.astype(np.min_scalar_type(len(texts)), copy=False)
     return texts, lambda lo, hi: codes[lo:hi]
 
 
+def _merged_by_factorize(uniques: list[Any]) -> bool:
+    """Whether ``pd.factorize`` may have made one value of several that JSON writes apart: True, 1 and 1.0, or
+    0.0 and -0.0."""
+    numeric = [u for u in uniques if isinstance(u, (bool, np.bool_, numbers.Number)) and not pd.isna(u)]
+    return len({type(u) for u in numeric}) > 1 or any(u == 0 and isinstance(u, (float, np.floating)) for u in numeric)
+
+
 def _cast(col: pd.Series) -> Callable[[int, int], list[Any]]:
-    """A column of integers' text for rows lo..hi, null where missing."""
+    """A column of integers' text for rows lo..hi, null where missing (converted to Arrow once: no pandas on
+    the threads)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if isinstance(col.dtype, np.dtype):
-        numbers = col.to_numpy()
-        return lambda lo, hi: [pc.cast(pa.array(numbers[lo:hi]), pa.large_string())]
-    return lambda lo, hi: [pc.fill_null(pc.cast(pa.array(col.iloc[lo:hi], from_pandas=True), pa.large_string()),
-                                        _lit("null"))]
+    numbers = pa.array(col, from_pandas=True)
+    if not numbers.null_count:
+        return lambda lo, hi: [pc.cast(numbers.slice(lo, hi - lo), pa.large_string())]
+    return lambda lo, hi: [pc.fill_null(pc.cast(numbers.slice(lo, hi - lo), pa.large_string()), _lit("null"))]
 
 
 def _float_texts(v: np.ndarray) -> list[Any]:

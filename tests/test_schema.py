@@ -123,7 +123,8 @@ def test_json_lines_are_the_records_pandas_writes_with_floats_kept_floats() -> N
         "closed": [True, False, True, True], "name": ['a "q"\n', "é", "x\\y", "a \"q\"\n"],
         "gpus": [shared, shared, [np.int64(2)], []], "launch_bound": [True, np.nan, False, None],
         "group": pd.Categorical(["s", "t", "s", None]), "level": pd.array([0, None, 2, 3], "Int64"),
-        "small": np.array([-120, 120, 0, 5], np.int8), "big": np.array([2**63, 2**63 + 2, 2**63, 2**63], np.uint64)})
+        "small": np.array([-120, 120, 0, 5], np.int8), "big": np.array([2**63, 2**63 + 2, 2**63, 2**63], np.uint64),
+        "mixed": np.array([True, 1, 1.0, -0.0], object), "flag": pd.array([True, None, False, True], "boolean")})
     df = counts_as_ints(df)
     mine = [json.loads(line) for line in json_lines(df)]
     theirs = json.loads(df.to_json(orient="records"))
@@ -132,6 +133,10 @@ def test_json_lines_are_the_records_pandas_writes_with_floats_kept_floats() -> N
     assert isinstance(mine[0]["eager_launches"], int) and mine[1]["eager_launches"] is None
     assert json_lines(df, sep=",\n") == ",\n".join(json_lines(df))
     assert json_lines(df.iloc[:0]) == [] and json_lines(df.iloc[:0], sep=",") == ""
+    # values pandas takes for one (True, 1 and 1.0; 0.0 and -0.0) each keep their own text
+    assert [json.loads(line)["mixed"] for line in json_lines(df)] == [True, 1, 1.0, -0.0]
+    assert [line.split('"mixed":')[1].split(",")[0] for line in json_lines(df)] == ["true", "1", "1.0", "-0.0"]
+    assert json_lines(df[[]]) == ["{}"] * 4 and json_lines(df[[]], sep=",") == ",".join(["{}"] * 4)
 
 
 def test_a_table_written_to_a_file_is_the_text_written_to_a_string(tmp_path, monkeypatch) -> None:
@@ -191,7 +196,7 @@ def test_columns_of_few_values_written_together_are_the_text_of_each_column_alon
     assert any(isinstance(p, schema._Run) and len(p.sizes) > 2 for p in runs.parts)  # (columns written together)
     floats = [p for p in runs.parts if isinstance(p, schema._Floats)]
 
-    def like(column: str) -> np.ndarray:  # (the values of the column whose text it takes)
+    def like(column: str) -> np.ndarray | None:  # (the values of the column whose text it takes)
         part = next(p for p in floats if np.array_equal(p.values, inst[column], equal_nan=True))
         return runs.parts[part.like].values if part.like is not None else None
 
@@ -207,3 +212,12 @@ def test_columns_of_few_values_written_together_are_the_text_of_each_column_alon
     assert all(len(p.sizes) == 1 for p in schema.RowTexts(inst, None).parts if isinstance(p, schema._Run))
     monkeypatch.setattr(schema, "JSON_COMBINATIONS", 12)  # (runs split where their combinations pass 12)
     assert schema.json_lines(inst) == alone
+    monkeypatch.setattr(schema, "JSON_COMBINATIONS", 1 << 16)
+    monkeypatch.setattr(schema, "JSON_COMBINATION_BYTES", 1 << 16)  # (a long text among few values: not in many)
+    inst.insert(inst.columns.get_loc("depth"), "long", pd.Categorical(np.where(inst.index % 2, "x" * 50_000, "y")))
+    made = schema.RowTexts(inst, None)
+    runs = [p for p in made.parts if isinstance(p, schema._Run)]
+    assert [2] in [p.sizes for p in runs] and all(p.texts.nbytes < 1 << 16 for p in runs if len(p.sizes) > 1)
+    monkeypatch.setattr(schema, "JSON_COMBINATION_BYTES", 1 << 40)
+    assert schema.json_lines(inst) == [r.as_py() for r in made.texts(0, len(inst))]
+    assert max(p.texts.nbytes for p in schema.RowTexts(inst, None).parts if isinstance(p, schema._Run)) > 1 << 20

@@ -168,6 +168,37 @@ JSON_LIKE_SHARE = 0.25
 Codes = Callable[[int, int], np.ndarray]
 
 
+class RowText:
+    """How :class:`RowTexts` writes a row: JSON objects (this class), or another text format of one row a line
+    (a subclass: :class:`pcietrace.report.csv.CsvRow`)."""
+
+    #: A missing value's text (NaN, NA, None).
+    missing = "null"
+    #: False's and True's.
+    bools = ("false", "true")
+
+    def key(self, k: int, column: Any) -> str:
+        """The text before column ``k``'s value."""
+        return ("{" if not k else ",") + json.dumps(str(column)) + ":"
+
+    def end(self, columns: int) -> str:
+        """The text after a row's last value (before the line's separator)."""
+        return "}" if columns else "{}"
+
+    def value(self, u: Any) -> str:
+        """A value's text (one of a column's distinct values: not missing, not a float column's)."""
+        if isinstance(u, float) and not math.isfinite(u):
+            return self.missing
+        return json.dumps(u.item() if isinstance(u, np.generic) else u, default=_plain)
+
+    def floats(self, v: np.ndarray) -> list[Any]:
+        """A float column's text for some rows (one or two parts: :func:`_float_texts`)."""
+        return _float_texts(v, self.missing)
+
+
+JSON_ROWS = RowText()
+
+
 class _Run(NamedTuple):
     """Adjacent columns of few values, one part of each row's text: the text of each combination of their values
     (the keys, and the text after the run, folded in), and each column's codes of rows lo..hi."""
@@ -194,25 +225,27 @@ class RowTexts:
     between values, a column of integers cast (:func:`_cast`), a column of :class:`_Floats`, or a :class:`_Run`
     of columns of few values (:func:`_coder`)."""
 
-    def __init__(self, df: pd.DataFrame, sep: str | None) -> None:
-        self.sep_bytes = len((sep or "").encode())
+    def __init__(self, df: pd.DataFrame, sep: str | None, row: RowText = JSON_ROWS) -> None:
+        self.sep_bytes, self.row = len((sep or "").encode()), row
         few = max(len(df), 16)  # (a few rows: no more texts made for a column or a run than rows)
         runs: list[list[tuple[list[str], Codes]]] = []  # (each run's columns: their values' texts and codes)
         plan: list[str | list[tuple[list[str], Codes]] | _Floats | Callable[[int, int], list[Any]]] = []
         for k, c in enumerate(df.columns):
-            key = ("{" if not k else ",") + json.dumps(str(c)) + ":"
+            key = row.key(k, c)
             if df[c].dtype.kind == "f":
-                plan += [key, _Floats(df[c].to_numpy(), None)]
+                plain = isinstance(df[c].dtype, np.dtype)  # (else pandas' nullable floats: NA as NaN)
+                plan += [key, _Floats(df[c].to_numpy() if plain else df[c].to_numpy(np.float64, na_value=np.nan),
+                                      None)]
                 continue
-            coder = _coder(df[c], key, min(JSON_INT_SPAN, few))
+            coder = _coder(df[c], key, min(JSON_INT_SPAN, few), row)
             if coder is None:
-                plan += [key, _cast(df[c])]
+                plan += [key, _cast(df[c], row.missing)]
             elif runs and plan[-1] is runs[-1] and _fits(runs[-1] + [coder], min(JSON_COMBINATIONS, few)):
                 runs[-1].append(coder)
             else:
                 runs.append([coder])
                 plan.append(runs[-1])
-        plan.append(("}" if len(df.columns) else "{}") + ("" if sep is None else sep))
+        plan.append(row.end(len(df.columns)) + ("" if sep is None else sep))
         self.parts: list[str | _Run | _Floats | Callable[[int, int], list[Any]]] = []
         for part in plan:
             if isinstance(part, str) and self.parts and isinstance(self.parts[-1], _Run):  # (folded into the run)
@@ -269,16 +302,16 @@ class RowTexts:
 
         v = _float64(part.values[lo:hi])
         if part.like is None:
-            return _float_texts(v)
+            return self.row.floats(v)
         other = self.parts[part.like]
         assert isinstance(other, _Floats)
         same = v.view(np.int64) == _float64(other.values[lo:hi]).view(np.int64)
         if same.all():
             return floats[part.like]
         if not same.any():
-            return _float_texts(v)
+            return self.row.floats(v)
         theirs = floats[part.like]
-        mine = _float_texts(v[~same])
+        mine = self.row.floats(v[~same])
         return [pc.replace_with_mask(_join(theirs) if len(theirs) > 1 else theirs[0], pa.array(~same),
                                      _join(mine) if len(mine) > 1 else mine[0])]
 
@@ -325,14 +358,14 @@ def _join(parts: list[Any]) -> Any:
     return pc.binary_join_element_wise(*(_lit(p) if isinstance(p, str) else p for p in parts), _lit(""))
 
 
-def _coder(col: pd.Series, key: str, span: int) -> tuple[list[str], Codes] | None:
+def _coder(col: pd.Series, key: str, span: int, row: RowText) -> tuple[list[str], Codes] | None:
     """Each distinct value's text after ``key`` (the missing last, "null"), and the codes of rows lo..hi into
     them: for a column of anything but numbers, or of integers within ``span`` of each other; None for a column
     of integers to cast a chunk at a time."""
     plain = isinstance(col.dtype, np.dtype)  # (not pandas' nullable types: NA among the values)
     if plain and col.dtype == bool:
         flags = col.to_numpy()
-        return [key + "false", key + "true"], lambda lo, hi: flags[lo:hi].view(np.int8)
+        return [key + row.bools[0], key + row.bools[1]], lambda lo, hi: flags[lo:hi].view(np.int8)
     if col.dtype.kind in "iu":
         values = col.to_numpy() if plain else None
         least, most = (int(values.min()), int(values.max())) if values is not None and len(values) else (0, 0)
@@ -351,42 +384,41 @@ def _coder(col: pd.Series, key: str, span: int) -> tuple[list[str], Codes] | Non
             uniques = list(found)
         except TypeError:  # lists
             codes, uniques = by_object(col.to_numpy(object))
-        if _merged_by_factorize(uniques):  # (then by type and value: each keeps its own text)
+        if _numeric(uniques):  # (then by type and value: each keeps its own text)
             values = col.to_numpy(object)
             codes, _ = pd.factorize(np.array([f"{type(v).__name__}:{v!r}" for v in values], object))
             uniques = [values[i] for i in np.unique(codes, return_index=True)[1]]
             codes = np.where(pd.isna(values), -1, codes)
-    texts = [key + ("null" if isinstance(u, float) and not math.isfinite(u) else
-                    json.dumps(u.item() if isinstance(u, np.generic) else u, default=_plain)) for u in uniques]
+    texts = [key + row.value(u) for u in uniques]
     if len(codes) and codes.min() < 0:  # (the missing: "null", last)
         codes = np.where(codes < 0, len(texts), codes)
-        texts.append(key + "null")
+        texts.append(key + row.missing)
     codes = codes.astype(np.min_scalar_type(len(texts)), copy=False)
     return texts, lambda lo, hi: codes[lo:hi]
 
 
-def _merged_by_factorize(uniques: list[Any]) -> bool:
-    """Whether ``pd.factorize`` may have made one value of several that JSON writes apart: True, 1 and 1.0, or
-    0.0 and -0.0."""
-    numeric = [u for u in uniques if isinstance(u, (bool, np.bool_, numbers.Number)) and not pd.isna(u)]
-    return len({type(u) for u in numeric}) > 1 or any(u == 0 and isinstance(u, (float, np.floating)) for u in numeric)
+def _numeric(uniques: list[Any]) -> bool:
+    """Whether an object column's distinct values hold numbers or bools, which ``pd.factorize`` may have taken
+    as one where their text differs (True, 1 and 1.0; 0.0 and -0.0): rare, and then worked out a value at a
+    time."""
+    return any(isinstance(u, (bool, np.bool_, numbers.Number)) and not pd.isna(u) for u in uniques)
 
 
-def _cast(col: pd.Series) -> Callable[[int, int], list[Any]]:
-    """A column of integers' text for rows lo..hi, null where missing (converted to Arrow once: no pandas on
-    the threads)."""
+def _cast(col: pd.Series, missing: str) -> Callable[[int, int], list[Any]]:
+    """A column of integers' text for rows lo..hi, ``missing`` where missing (converted to Arrow once: no pandas
+    on the threads)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     numbers = pa.array(col, from_pandas=True)
     if not numbers.null_count:
         return lambda lo, hi: [pc.cast(numbers.slice(lo, hi - lo), pa.large_string())]
-    return lambda lo, hi: [pc.fill_null(pc.cast(numbers.slice(lo, hi - lo), pa.large_string()), _lit("null"))]
+    return lambda lo, hi: [pc.fill_null(pc.cast(numbers.slice(lo, hi - lo), pa.large_string()), _lit(missing))]
 
 
-def _float_texts(v: np.ndarray) -> list[Any]:
-    """Each value's shortest text, a whole number's with ".0" (Arrow writes 3.0 as "3"), null where not finite
-    (the parts of the row text: where every value is whole, ".0" is a part of its own)."""
+def _float_texts(v: np.ndarray, missing: str = "null") -> list[Any]:
+    """Each value's shortest text, a whole number's with ".0" (Arrow writes 3.0 as "3"), ``missing`` where not
+    finite (the parts of the row text: where every value is whole, ".0" is a part of its own)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -403,7 +435,7 @@ def _float_texts(v: np.ndarray) -> list[Any]:
         dotted = pc.binary_join_element_wise(some, _lit(".0"), _lit(""))
         some = dotted if whole[fix].all() else pc.if_else(pc.match_substring_regex(some, "[.eE]"), some, dotted)
         text = pc.replace_with_mask(text, pa.array(fix), some)
-    return [text if every else pc.fill_null(text, _lit("null"))]
+    return [text if every else pc.fill_null(text, _lit(missing))]
 
 
 #: Values :func:`by_object` looks up at a time (its working arrays: ~30 B a value).

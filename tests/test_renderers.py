@@ -141,6 +141,34 @@ def test_csv_blocks_read_back_as_the_result_tables(loaded, capsys) -> None:
     assert text.startswith("# summary: One eager launch")
 
 
+def test_csv_rows_made_in_arrow_are_the_text_pandas_writes(monkeypatch) -> None:
+    """A table's CSV rows are made a column at a time in Arrow (:class:`pcietrace.report.csv.CsvRow`: pandas takes
+    ~16 us a row, a long run's instances are millions) and are the text pandas' ``to_csv`` writes, byte for byte,
+    in every chunk: on a real recording's range instances with NaN, NA, infinities, values whose shortest text
+    Arrow writes apart from Python (1e-7, 1e10 on), quoted text and the values pandas takes as one added."""
+    import numpy as np
+
+    from pcietrace import api
+    from pcietrace.report import csv as csv_format
+
+    inst = api.load(DATA / "attach_h100_emit_nvtx").range_instances.iloc[:400].copy()
+    inst.loc[inst.index[::7], "h2d_bytes"] = np.nan
+    inst.loc[inst.index[::9], "d2h_bytes"] = np.inf
+    inst.loc[inst.index[::11], "excl_h2d_bytes"] = 1.5e-7
+    inst.loc[inst.index[::13], "excl_d2h_bytes"] = 123456789012.5
+    inst["eager_launches"] = pd.array(inst["eager_launches"].where(inst.index % 5 > 0), "Int64")
+    inst["group"] = inst["group"].cat.rename_categories(lambda c: c + ', "q"' if c.startswith("aten::a") else c)
+    inst["mixed"] = np.array([True, 1, 1.0, -0.0, None] * 80, object)
+    monkeypatch.setattr(csv_format, "CHUNK_ROWS", 64)
+    assert csv_format._by_rows(inst, csv_format._quoting(inst))
+    out = io.StringIO()
+    csv_format.write({}, {"range_instances": inst}, {}, out)
+    want = "".join(inst.iloc[i:i + 64].to_csv(index=False, header=not i, lineterminator="\n")
+                    for i in range(0, len(inst), 64))
+    assert out.getvalue() == "\n# table: range_instances\n" + want
+    assert ',1.5e-07,' in want and ',inf,' in want and '"q""' in want  # (the cases were there)
+
+
 def test_markdown_has_one_pipe_table_per_result_table(loaded, capsys) -> None:
     assert main(["report", str(REPORTS[5]), "--format", "md"]) == 0
     text = capsys.readouterr().out

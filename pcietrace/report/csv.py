@@ -1,5 +1,6 @@
 """CSV: one block per non-empty result table, each under a ``# table: NAME`` line, after the summary as
-``# summary:`` lines (read a block back with ``pandas.read_csv(..., comment="#")``).
+``# summary:`` lines (read a block back with ``pandas.read_csv(..., comment="#")``; ``float_precision="round_trip"``
+for the floats bit for bit).
 
 Text arrives cleaned (:mod:`pcietrace.report.text`: no newline can start a line of its own); a table whose first
 column holds text starting with ``#`` is written with every field quoted, so that no row reads as a comment or a

@@ -220,10 +220,10 @@ class _Floats(NamedTuple):
 
 
 class RowTexts:
-    """A table's rows as JSON text (:func:`json_lines`), made a chunk of rows at a time (on threads: nothing
-    changes after ``__init__``) from a plan made once for the whole table. Each part of a row's text is text
-    between values, a column of integers cast (:func:`_cast`), a column of :class:`_Floats`, or a :class:`_Run`
-    of columns of few values (:func:`_coder`)."""
+    """A table's rows as text, JSON objects (:func:`json_lines`) or another row format (:class:`RowText`), made a
+    chunk of rows at a time (on threads: nothing changes after ``__init__``) from a plan made once for the whole
+    table. Each part of a row's text is text between values, a column of integers cast (:func:`_cast`), a column
+    of :class:`_Floats`, or a :class:`_Run` of columns of few values (:func:`_coder`)."""
 
     def __init__(self, df: pd.DataFrame, sep: str | None, row: RowText = JSON_ROWS) -> None:
         self.sep_bytes, self.row = len((sep or "").encode()), row

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping
 from typing import Any, TextIO
@@ -22,22 +23,43 @@ def _cell(x: Any) -> str:
     return str(x).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
+#: Rows turned into a table's lines at a time (a long run's range instances never become one string).
+CHUNK_ROWS = 50_000
+
+
+def write_table(df: pd.DataFrame, out: TextIO) -> None:
+    """``df`` as a GitHub-flavoured pipe table, into ``out`` :data:`CHUNK_ROWS` rows at a time."""
+    cols = [_cell(str(c)) for c in df.columns]
+    out.write("| " + " | ".join(cols) + " |\n|" + "|".join("---:" if pd.api.types.is_numeric_dtype(df[c]) else "---"
+                                                            for c in df.columns) + "|\n")
+    for i in range(0, len(df), CHUNK_ROWS):
+        out.write("".join("| " + " | ".join(_cell(x) for x in rec) + " |\n"
+                          for rec in df.iloc[i:i + CHUNK_ROWS].itertuples(index=False)))
+
+
 def table(df: pd.DataFrame) -> str:
     """``df`` as a GitHub-flavoured pipe table."""
-    cols = [_cell(str(c)) for c in df.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(df[c]) else "---"
-                                                       for c in df.columns) + "|"]
-    lines += ["| " + " | ".join(_cell(x) for x in rec) + " |" for rec in df.itertuples(index=False)]
-    return "\n".join(lines) + "\n"
+    out = io.StringIO()
+    write_table(df, out)
+    return out.getvalue()
 
 
-def render(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[str, Any]) -> str:
+def write(meta: dict[str, Any], results: Mapping[str, pd.DataFrame], summary: dict[str, Any], out: TextIO) -> None:
+    """The title, the summary as a list, then one pipe table per non-empty result table, into ``out`` as they are
+    made."""
     title = "pcietrace " + str(meta.get("kind", "run")) + (" (SIMULATED)" if meta.get("simulated") else "")
-    parts = [f"# {title}\n\n"] + [f"- {_cell(line)}\n" for line in summary.get("lines", [])]
+    out.write(f"# {title}\n\n" + "".join(f"- {_cell(line)}\n" for line in summary.get("lines", [])))
     for name, df in results.items():
         if len(df):
-            parts.append(f"\n## {name}\n\n{table(df)}")
-    return "".join(parts)
+            out.write(f"\n## {name}\n\n")
+            write_table(df, out)
+
+
+def render(meta: dict[str, Any], results: Mapping[str, pd.DataFrame], summary: dict[str, Any]) -> str:
+    """:func:`write`'s text as one string (small reports)."""
+    out = io.StringIO()
+    write(meta, results, summary, out)
+    return out.getvalue()
 
 
 class MarkdownRenderer(Renderer):
@@ -47,4 +69,4 @@ class MarkdownRenderer(Renderer):
 
     def render(self, meta: dict[str, Any], results: Mapping[str, pd.DataFrame], summary: dict[str, Any],
                out: TextIO) -> None:
-        out.write(render(meta, without_timelines(results), summary))
+        write(meta, without_timelines(results), summary, out)

@@ -175,3 +175,14 @@ def test_markdown_has_one_pipe_table_per_result_table(loaded, capsys) -> None:
     _, res = loaded["attach_h100_python"]
     section = text.split("## ranges\n\n")[1].split("\n\n")[0].splitlines()
     assert len(section) == 2 + len(res["ranges"]) and section[0].startswith("| domain | name |")
+
+
+def test_markdown_tables_written_a_chunk_of_rows_at_a_time_are_the_whole_table(loaded, capsys, monkeypatch) -> None:
+    """A long run's range instances are written a chunk of rows at a time, never one string: the same text."""
+    from pcietrace.report import markdown
+
+    assert main(["report", str(REPORTS[5]), "--format", "md"]) == 0
+    whole = capsys.readouterr().out
+    monkeypatch.setattr(markdown, "CHUNK_ROWS", 3)
+    assert main(["report", str(REPORTS[5]), "--format", "md"]) == 0
+    assert capsys.readouterr().out == whole and "## range_instances" in whole

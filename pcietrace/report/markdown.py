@@ -37,13 +37,6 @@ def write_table(df: pd.DataFrame, out: TextIO) -> None:
                           for rec in df.iloc[i:i + CHUNK_ROWS].itertuples(index=False)))
 
 
-def table(df: pd.DataFrame) -> str:
-    """``df`` as a GitHub-flavoured pipe table."""
-    out = io.StringIO()
-    write_table(df, out)
-    return out.getvalue()
-
-
 def write(meta: dict[str, Any], results: Mapping[str, pd.DataFrame], summary: dict[str, Any], out: TextIO) -> None:
     """The title, the summary as a list, then one pipe table per non-empty result table, into ``out`` as they are
     made."""

@@ -1,12 +1,16 @@
 """`pcietrace attach` against a blind oracle: an app whose traffic is known (run on a GPU).
 
-Three apps, each written from the user's side by someone who did not read attach's code, with the same output:
+Apps, each written from the user's side by someone who did not read attach's code, with the same output:
 ``--app torch`` (default) is tests/apps/blind_app.py (PyTorch: torch.cuda.nvtx, pinned, pageable, zero-copy);
 ``--app cpp`` is tests/apps/blind_app.cu (CUDA runtime + NVTX3 C++ in a named domain, unified memory,
 registered host memory, 2D copies, cooperative / Ex / per-thread-stream launches, graph replays, 4 threads),
 built here with nvcc; ``--app graphs`` is tests/apps/blind_graphs_app.py (PyTorch: copies inside replayed CUDA
 graphs, a side stream's copy beside compute, a capture with no replay, a start/end range ended on another
-thread, 50 short ranges inside one).
+thread, 50 short ranges inside one); ``--app dense`` is tests/apps/dense_app.py (a range per layer, emit_nvtx,
+Megatron-style nesting); ``--app loader`` is tests/apps/loader_app.py (a training epoch fed by a DataLoader with
+forked workers and pinned memory, fp16 autocast with GradScaler, an evaluation pass, a checkpoint to memory);
+``--app compile`` is tests/apps/compile_app.py (the same inference loop eager, under torch.compile's Triton
+kernels and under its CUDA graphs, launches counted by torch.profiler).
 
 Written as an outside reviewer would, from what a user has: the README, `pcietrace attach --help` and the
 JSON that `pcietrace report RUN --format json` prints. Steps:
@@ -46,7 +50,8 @@ ROOT = Path(__file__).resolve().parent.parent
 APPS = ROOT / "tests" / "apps"
 NVCC = ["nvcc", "-O2", "-std=c++17", "-ldl", "-lpthread"]
 DIRS = ("h2d", "d2h")
-TORCH_APPS = {"torch": "blind_app.py", "graphs": "blind_graphs_app.py", "dense": "dense_app.py"}  # --app: the PyTorch apps' files
+TORCH_APPS = {"torch": "blind_app.py", "graphs": "blind_graphs_app.py", "dense": "dense_app.py",
+              "loader": "loader_app.py", "compile": "compile_app.py"}  # --app: the PyTorch apps' files
 
 
 def run(cmd: list[str], log: Path, env: dict[str, str], timeout_s: float) -> tuple[int, float]:
@@ -215,8 +220,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True, help="folder for everything (new or empty)")
     ap.add_argument("--calls", type=int, default=8, help="rounds of the app: calls of each range (default 8)")
     ap.add_argument("--app", choices=tuple(TORCH_APPS) + ("cpp",), default="torch",
-                    help="torch: tests/apps/blind_app.py; graphs: tests/apps/blind_graphs_app.py; cpp: "
-                         "tests/apps/blind_app.cu, built with nvcc (default torch)")
+                    help="torch: tests/apps/blind_app.py; cpp: tests/apps/blind_app.cu, built with nvcc; the others: "
+                         "tests/apps/<name>_app.py (blind_graphs_app.py for graphs; default torch)")
     ap.add_argument("--pairs", type=int, default=3, help="alone/attached runtime pairs, ABBA (0 = skip; default 3)")
     ap.add_argument("--python", default=sys.executable,
                     help="interpreter with torch, pynvml and pcietrace for the app and attach (default: this one)")

@@ -676,12 +676,15 @@ def test_a_range_whose_reads_sat_apart_in_read_time_states_that_in_its_error(dat
     assert (off(eager(analyze(s)), "d2h")[slow] > off(calls, "d2h")[slow] + 10e3).all()
 
 
-@pytest.mark.parametrize("recording, big_directions", [
-    ("attach_h100_blind", 11),      # PyTorch: every copy's payload direction, and four >1 MB reverse directions
-    ("attach_h100_blind_cpp", 13),  # C++: eight copies' payload directions, five >1 MB reverse directions
-    ("attach_h100_blind_graphs", 10),  # graphs, streams, threads: six copies' payload directions, four reverse
+@pytest.mark.parametrize("recording, big_directions, past_2_percent", [
+    ("attach_h100_blind", 11, ()),      # PyTorch: every copy's payload direction, and four >1 MB reverse directions
+    ("attach_h100_blind_cpp", 13, ()),  # C++: eight copies' payload directions, five >1 MB reverse directions
+    ("attach_h100_blind_graphs", 10, ()),  # graphs, streams, threads: six copies' payload directions, four reverse
+    ("attach_h200_loader", 5, (("epoch", "d2h"),)),  # a DataLoader's epoch, an eval pass, a checkpoint
+    ("attach_h200_compile", 0, ()),  # eager, torch.compile, its CUDA graphs: < 1 MB a call, launches counted
 ])
-def test_the_blind_oracles_copies_are_read_within_2_percent(data_dir, recording: str, big_directions: int) -> None:
+def test_the_blind_oracles_copies_are_read_within_2_percent(data_dir, recording: str, big_directions: int,
+                                                            past_2_percent: tuple[tuple[str, str], ...]) -> None:
     """`bench/blind_attach.py` on the lent H100: apps written from the README alone, their truth read 6 ms
     outside each range (minus an empty window's). The PyTorch one (twelfth session; `--app torch`): its copies
     of 0.2-1.3 ms follow idle time, and attach's edge rule before that session read them -35 ... -94 % (within
@@ -690,8 +693,14 @@ def test_the_blind_oracles_copies_are_read_within_2_percent(data_dir, recording:
     cooperative, Ex, per-thread-stream and graph launches, 4 threads. The third (twenty-third session; `--app
     graphs`): copies inside replayed CUDA graphs, a side stream's copy beside compute, a pageable .cpu(), a
     capture with no replay (torch's own 2 fill_ kernels at capture begin are its eager launches), a start/end
-    range ended on a worker thread, 50 short ranges inside one. Every direction moving > 1 MB is within
-    2 %, every direction within attach's stated bound, and every launch count exact (eager and graph)."""
+    range ended on a worker thread, 50 short ranges inside one. Two more on the lent H200 (sixteenth session):
+    `--app loader` (an epoch of 12 steps fed by a DataLoader with 2 forked workers and pinned memory, fp16 with
+    GradScaler, `loss.item()` each step; an eval pass; `torch.save` of the model and AdamW state) and `--app
+    compile` (the same loop eager, under torch.compile's Triton kernels and under its CUDA graphs; kernels counted by
+    torch.profiler). Every direction within attach's stated bound, every launch count the app knows exact (eager
+    and graph), and every direction moving > 1 MB within 2 % but those listed: the loader's epoch D2H (2.2 MB a
+    call, +2.7 %, within its stated +-118 kB) holds ~60 sampler reads a call, 1.4 MB of floor, so 2 % of the
+    range is 3 % of one read's cost."""
     rows = [json.loads(x) for x in (data_dir / recording / "truth_alone.jsonl").read_text().splitlines()]
     every = pd.DataFrame([r for r in rows if r.get("kind") == "range"])  # inner and worker-thread ranges too
     every["domain"] = every["domain"].fillna("default") if "domain" in every else "default"
@@ -709,12 +718,15 @@ def test_the_blind_oracles_copies_are_read_within_2_percent(data_dir, recording:
             want, got = t[f"{d}_bytes"], ours.loc[key, f"{d}_bytes"]
             assert abs(got - want) <= ours.loc[key, f"{d}_edge_bytes"] + ours.loc[key, f"{d}_floor_err_bytes"], (key, d)
             if want > 1e6:
-                assert got == pytest.approx(want, rel=0.02), (key, d)
+                within = got == pytest.approx(want, rel=0.02)
+                assert within != ((key[1], d) in past_2_percent), (key, d, got / want - 1)  # (a miss fixed: unlist it)
                 big += 1
     assert big == big_directions
     for key, want in launches.iterrows():
         mine = inst[(inst["domain"] == key[0]) & (inst["name"] == key[1])]
         assert len(mine) == (every["name"] == key[1]).sum(), key  # every call seen, worker threads' included
+        if pd.isna(want["launches_expected"]):  # (the app could not count them)
+            continue
         assert (mine["eager_launches"] == want["launches_expected"] - want["graph"]).all(), key
         assert (mine["graph_launches"] == want["graph"]).all(), key
         if pd.notna(want.get("captured")):  # the graphs app's capture with no replay: captured, in neither count

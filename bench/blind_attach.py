@@ -51,7 +51,8 @@ APPS = ROOT / "tests" / "apps"
 NVCC = ["nvcc", "-O2", "-std=c++17", "-ldl", "-lpthread"]
 DIRS = ("h2d", "d2h")
 TORCH_APPS = {"torch": "blind_app.py", "graphs": "blind_graphs_app.py", "dense": "dense_app.py",
-              "loader": "loader_app.py", "compile": "compile_app.py"}  # --app: the PyTorch apps' files
+              "loader": "loader_app.py", "compile": "compile_app.py",
+              "pipeline": "pipeline_app.py"}  # --app: the PyTorch apps' files
 
 
 def run(cmd: list[str], log: Path, env: dict[str, str], timeout_s: float) -> tuple[int, float]:

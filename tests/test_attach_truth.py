@@ -456,6 +456,39 @@ def test_launches_per_gpu_from_the_injection_library_with_threads_and_fork(tmp_p
     assert sum(got.values()) == ev.groupby("pid").tail(1)["eager_process"].sum()
 
 
+#: One thread on ordinal 0 throughout but for its copies, each made with ordinal 1 current (as PyTorch's
+#: ``x.to("cuda:1")`` sets it for the copy alone): a range of launches, a range of a copy to ordinal 1, and one of
+#: both; the copies' arguments forwarded whole (the fake records the size).
+COPY_SCRIPT = FAKE_LAUNCHER + r"""
+fetched = {}
+for name in (b"cuMemcpyHtoDAsync", b"cuMemcpyDtoHAsync"):
+    assert cuda.cuGetProcAddress_v2(name, ctypes.byref(fn), 12000, ctypes.c_ulonglong(0), None) == 0
+    fetched[name] = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)(fn.value)
+def copy(name, nbytes, dev):
+    device.value = dev
+    assert fetched[name](0x1000, None, nbytes, None) == 0
+    assert ctypes.c_size_t.in_dll(cuda, "fake_last_nbytes").value == nbytes
+    device.value = 0
+nvtx.push_range("launches"); run(2, 0); nvtx.pop_range()
+nvtx.push_range("to_gpu1"); copy(b"cuMemcpyHtoDAsync", 1 << 20, 1); nvtx.pop_range()
+nvtx.push_range("both"); run(1, 0); copy(b"cuMemcpyDtoHAsync", 3 << 20, 1); nvtx.pop_range()
+"""
+
+
+def test_a_range_is_charged_the_gpu_its_copy_ran_on(tmp_path) -> None:
+    """The real library over a fake driver (no GPU): a copy names the device current when it was made, as a
+    launch does, so a range whose only work is a copy to another GPU than the one current at its edges is
+    charged that GPU (on 2x H200, PyTorch's ``.to("cuda:1")`` from a thread on cuda:0 read 72 MB H2D as 0 B on
+    GPU 0). The launches per GPU still count launches only."""
+    ev = _over_fake_driver(tmp_path, COPY_SCRIPT)
+    ranges = attribution.range_gpus(attribution.ranges_from_events(ev), ev, FAKE_GPUS).set_index("name")
+    assert ranges.loc["launches", "gpus"] == [0]
+    assert ranges.loc["to_gpu1", "gpus"] == [0, 1]  # (0: current at its edges)
+    assert ranges.loc["both", "gpus"] == [0, 1]
+    assert (ranges["gpus_rule"] == "thread").all()
+    assert attribution.launches_by_gpu(ev, FAKE_GPUS).set_index("nvml_index")["eager_launches"].to_dict() == {0: 2, 1: 0}
+
+
 #: A STAND-IN libcupti with the activity API (no GPU): cuptiActivityFlushAll hands the injection library one
 #: kernel record (CUpti_ActivityKernel layout: kind at 0, start at 16, end at 24, deviceId at 40) of device
 #: ``fake_kernel_device`` per ``fake_pending``, on the calling thread, as CUPTI does on a forced flush.

@@ -374,8 +374,8 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
     e_pid, e_tid = events["pid"].to_numpy(), events["tid"].to_numpy()  # (as loaded)
     r_pid, r_tid = out["pid"].to_numpy(np.int64), out["tid"].to_numpy(np.int64)
     push = (out["kind"] == "push").to_numpy()
-    # devmask counts launches since the thread's previous event, so (start, end] holds the range's own: a
-    # push/pop range reads its thread's events, a start/end one its process's
+    # devmask names the devices launched or copied on since the thread's previous event, so (start, end] holds the
+    # range's own: a push/pop range reads its thread's events, a start/end one its process's
     t = events["t_ns"].to_numpy(np.int64)
     a, b = out["t_start_ns"].to_numpy(np.int64), out["t_end_ns"].to_numpy(np.int64)
     own = np.zeros(len(out), np.uint64)
@@ -421,8 +421,8 @@ def _bus(message: Any) -> str:
 
 
 def _device_bits(events: pd.DataFrame) -> np.ndarray:
-    """Per event: the devices it names as a bit set (launches since the thread's previous event, and the
-    device current at a range edge)."""
+    """Per event: the devices it names as a bit set (launches and copies since the thread's previous event, and
+    the device current at a range edge)."""
     bits = events["devmask"].to_numpy(np.uint64, copy=True)
     dev = events["dev"].to_numpy()
     edge = events["event"].isin(RANGE_EVENTS).to_numpy() & (dev >= 0) & (dev < 64)

@@ -57,7 +57,7 @@ struct pt_event {
     uint64_t t_ns;              /* CLOCK_MONOTONIC */
     uint64_t id;
     uint64_t eager_thread, graph_thread, eager_process, graph_process;
-    uint64_t devmask;
+    uint64_t devmask;           /* CUDA ordinals the thread launched or copied on since its previous event */
     uint64_t captured_thread, captured_process;
     int64_t call_ns_thread, call_ns_process, wait_ns_thread, wait_ns_process;  /* -1: not timed */
     uint64_t str_at;            /* its strings' offset in the strings part */

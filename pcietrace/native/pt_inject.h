@@ -46,7 +46,7 @@ extern __thread unsigned long long t_call_ticks, t_wait_ticks;
 extern atomic_ullong g_call_ticks, g_wait_ticks;
 extern __thread int t_depth;                 /* this thread's push/pop depth */
 extern __thread unsigned t_untimed;          /* this thread's range edges since its last timed one */
-extern __thread uint64_t t_devmask;          /* ordinals launched on since this thread's previous event */
+extern __thread uint64_t t_devmask;          /* ordinals launched or copied on since the thread's previous event */
 extern atomic_ullong g_announced;            /* ordinals already named by a "cudevice" event */
 extern _Atomic int g_ticks_tsc;              /* call ticks are TSC ticks */
 extern pthread_once_t g_call_clock_once;
@@ -108,5 +108,7 @@ int captured(void *stream, int per_thread);
 void count_eager(void);
 void count_graph(void);
 void count_captured(void);
+void note_copy_device(void);                  /* a copy's device, in the thread's device mask */
+int copy_entry(const char *s);
 
 #pragma GCC visibility pop

@@ -30,6 +30,8 @@ static void on_driver_api(void *userdata, int domain, uint32_t cbid, const void 
         if (params && captured(launch_config_stream(params[0]), pt)) count_captured(); else count_eager();
     } else if (!strncmp(name, "cuLaunchKernel", 14) || cooperative(name)) {
         if (params && captured(*(void *const *)((const char *)params + 40), pt)) count_captured(); else count_eager();
+    } else if (copy_entry(name)) {
+        note_copy_device();
     }
 }
 
@@ -121,7 +123,8 @@ EXPORT int InitializeInjection(void)
     if (rc) { char m[64]; snprintf(m, sizeof m, "cuptiSubscribe failed (%d)", rc); emit("cupti", NULL, 0, m); return 1; }
     if (!enable) { emit("cupti", NULL, 0, "cuptiEnableCallback missing: launches not counted"); return 1; }
     /* Enable every driver callback named cuLaunchKernel*, cuGraphLaunch* or cuLaunchCooperativeKernel(_ptsz) (ids differ between CUPTI
-       versions); fall back to the known ids where CUPTI cannot name its callbacks. */
+       versions), and the copies' (their devices: note_copy_device); fall back to the known launch ids where CUPTI
+       cannot name its callbacks. */
     int (*name_of)(int, uint32_t, const char **) = (int (*)(int, uint32_t, const char **))real_dlsym_fn(lib, "cuptiGetCallbackName");
     int enabled = 0;
     for (uint32_t id = 1; name_of && id < 4096; ++id) {
@@ -129,6 +132,8 @@ EXPORT int InitializeInjection(void)
         if (name_of(CUPTI_CB_DOMAIN_DRIVER_API, id, &name) || !name) continue;
         if (!strncmp(name, "cuLaunchKernel", 14) || !strncmp(name, "cuGraphLaunch", 13) || cooperative(name))
             enabled += enable(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, id) == 0;
+        else if (copy_entry(name))
+            enable(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, id);
     }
     for (size_t i = 0; !enabled && i < sizeof LAUNCH_CBIDS / sizeof LAUNCH_CBIDS[0]; ++i)
         enable(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, LAUNCH_CBIDS[i]);

@@ -65,6 +65,11 @@ static inline void note_launch_device(void)
     }
 }
 
+/* A copy (cuMemcpy*) names the device current on its thread as a launch does, so that a range whose copy ran on
+ * another GPU than the one current at its edges is charged that GPU too: PyTorch's ``x.to("cuda:1")`` on a
+ * thread whose device is cuda:0 sets cuda:1 for the copy alone (2x H200: a 72 MB H2D range read as 0 B of GPU 0). */
+void note_copy_device(void) { note_launch_device(); }
+
 /* ---- launch counting by interposition (PCIETRACE_COUNT=interpose, library in LD_PRELOAD) ----
  * The CUDA runtime and cuda.bindings look up the driver's cuGetProcAddress with dlsym and fetch every
  * entry point through it. Our dlsym hands out wrappers of cuGetProcAddress(_v2) that return counting
@@ -203,6 +208,14 @@ typedef CUres (*begin_fn)(void *, void *, void *, void *, void *, void *);
 static void *real_begin[BEGIN_SLOTS];
 #define BEGIN_SLOT(i) static CUres begin_##i(void *a, void *b, void *c, void *d, void *e, void *f) \
     { capture_begins(); return ((begin_fn)real_begin[i])(a, b, c, d, e, f); }
+/* copies: every cuMemcpy* entry point but the batched ones (cudaMemcpyBatchAsync's takes 8 or 9 arguments), with
+ * six pointer-sized arguments forwarded as the begin trampolines do (every other one takes 1-6 integer or pointer
+ * arguments); x86-64 and AArch64 only (CAPTURE_GATE). The runtime fetches each variant it may call (sync, async,
+ * 2D, 3D, peer, arrays; legacy and per-thread streams) once, at start-up. */
+#define COPY_SLOTS 96
+static void *real_copy[COPY_SLOTS];
+#define COPY_SLOT(i) static CUres copy_##i(void *a, void *b, void *c, void *d, void *e, void *f) \
+    { note_copy_device(); return ((begin_fn)real_copy[i])(a, b, c, d, e, f); }
 LAUNCH_SLOT(0) LAUNCH_SLOT(1) LAUNCH_SLOT(2) LAUNCH_SLOT(3)
 LAUNCHEX_SLOT(0) LAUNCHEX_SLOT(1) LAUNCHEX_SLOT(2) LAUNCHEX_SLOT(3)
 COOP_SLOT(0) COOP_SLOT(1) COOP_SLOT(2) COOP_SLOT(3)
@@ -215,6 +228,35 @@ BEGIN_SLOT(6) BEGIN_SLOT(7) BEGIN_SLOT(8) BEGIN_SLOT(9) BEGIN_SLOT(10) BEGIN_SLO
 static void *const begin_slots[BEGIN_SLOTS] = {(void *)begin_0, (void *)begin_1, (void *)begin_2, (void *)begin_3,
     (void *)begin_4, (void *)begin_5, (void *)begin_6, (void *)begin_7, (void *)begin_8, (void *)begin_9,
     (void *)begin_10, (void *)begin_11};
+COPY_SLOT(0) COPY_SLOT(1) COPY_SLOT(2) COPY_SLOT(3) COPY_SLOT(4) COPY_SLOT(5) COPY_SLOT(6) COPY_SLOT(7) COPY_SLOT(8)
+COPY_SLOT(9) COPY_SLOT(10) COPY_SLOT(11) COPY_SLOT(12) COPY_SLOT(13) COPY_SLOT(14) COPY_SLOT(15) COPY_SLOT(16)
+COPY_SLOT(17) COPY_SLOT(18) COPY_SLOT(19) COPY_SLOT(20) COPY_SLOT(21) COPY_SLOT(22) COPY_SLOT(23) COPY_SLOT(24)
+COPY_SLOT(25) COPY_SLOT(26) COPY_SLOT(27) COPY_SLOT(28) COPY_SLOT(29) COPY_SLOT(30) COPY_SLOT(31) COPY_SLOT(32)
+COPY_SLOT(33) COPY_SLOT(34) COPY_SLOT(35) COPY_SLOT(36) COPY_SLOT(37) COPY_SLOT(38) COPY_SLOT(39) COPY_SLOT(40)
+COPY_SLOT(41) COPY_SLOT(42) COPY_SLOT(43) COPY_SLOT(44) COPY_SLOT(45) COPY_SLOT(46) COPY_SLOT(47) COPY_SLOT(48)
+COPY_SLOT(49) COPY_SLOT(50) COPY_SLOT(51) COPY_SLOT(52) COPY_SLOT(53) COPY_SLOT(54) COPY_SLOT(55) COPY_SLOT(56)
+COPY_SLOT(57) COPY_SLOT(58) COPY_SLOT(59) COPY_SLOT(60) COPY_SLOT(61) COPY_SLOT(62) COPY_SLOT(63) COPY_SLOT(64)
+COPY_SLOT(65) COPY_SLOT(66) COPY_SLOT(67) COPY_SLOT(68) COPY_SLOT(69) COPY_SLOT(70) COPY_SLOT(71) COPY_SLOT(72)
+COPY_SLOT(73) COPY_SLOT(74) COPY_SLOT(75) COPY_SLOT(76) COPY_SLOT(77) COPY_SLOT(78) COPY_SLOT(79) COPY_SLOT(80)
+COPY_SLOT(81) COPY_SLOT(82) COPY_SLOT(83) COPY_SLOT(84) COPY_SLOT(85) COPY_SLOT(86) COPY_SLOT(87) COPY_SLOT(88)
+COPY_SLOT(89) COPY_SLOT(90) COPY_SLOT(91) COPY_SLOT(92) COPY_SLOT(93) COPY_SLOT(94) COPY_SLOT(95)
+static void *const copy_slots[COPY_SLOTS] = {(void *)copy_0, (void *)copy_1, (void *)copy_2, (void *)copy_3,
+    (void *)copy_4, (void *)copy_5, (void *)copy_6, (void *)copy_7, (void *)copy_8, (void *)copy_9, (void *)copy_10,
+    (void *)copy_11, (void *)copy_12, (void *)copy_13, (void *)copy_14, (void *)copy_15, (void *)copy_16,
+    (void *)copy_17, (void *)copy_18, (void *)copy_19, (void *)copy_20, (void *)copy_21, (void *)copy_22,
+    (void *)copy_23, (void *)copy_24, (void *)copy_25, (void *)copy_26, (void *)copy_27, (void *)copy_28,
+    (void *)copy_29, (void *)copy_30, (void *)copy_31, (void *)copy_32, (void *)copy_33, (void *)copy_34,
+    (void *)copy_35, (void *)copy_36, (void *)copy_37, (void *)copy_38, (void *)copy_39, (void *)copy_40,
+    (void *)copy_41, (void *)copy_42, (void *)copy_43, (void *)copy_44, (void *)copy_45, (void *)copy_46,
+    (void *)copy_47, (void *)copy_48, (void *)copy_49, (void *)copy_50, (void *)copy_51, (void *)copy_52,
+    (void *)copy_53, (void *)copy_54, (void *)copy_55, (void *)copy_56, (void *)copy_57, (void *)copy_58,
+    (void *)copy_59, (void *)copy_60, (void *)copy_61, (void *)copy_62, (void *)copy_63, (void *)copy_64,
+    (void *)copy_65, (void *)copy_66, (void *)copy_67, (void *)copy_68, (void *)copy_69, (void *)copy_70,
+    (void *)copy_71, (void *)copy_72, (void *)copy_73, (void *)copy_74, (void *)copy_75, (void *)copy_76,
+    (void *)copy_77, (void *)copy_78, (void *)copy_79, (void *)copy_80, (void *)copy_81, (void *)copy_82,
+    (void *)copy_83, (void *)copy_84, (void *)copy_85, (void *)copy_86, (void *)copy_87, (void *)copy_88,
+    (void *)copy_89, (void *)copy_90, (void *)copy_91, (void *)copy_92, (void *)copy_93, (void *)copy_94,
+    (void *)copy_95};
 #endif
 static void *const launch_slots[SLOTS] = {(void *)launch_0, (void *)launch_1, (void *)launch_2, (void *)launch_3};
 static void *const launchex_slots[SLOTS] = {(void *)launchex_0, (void *)launchex_1, (void *)launchex_2, (void *)launchex_3};
@@ -242,6 +284,8 @@ static void *slot_for(void **reals, int *ptsz, void *const *slots, int n, void *
     if (out == real && reals == real_begin) {  /* a begin not seen: query every launch from now on */
         capture_begins();
         emit("interpose", NULL, 0, "more capture-begin entry points than slots: every launch's capture queried");
+    } else if (out == real && reals == real_copy) {
+        emit("interpose", NULL, 0, "more copy entry points than slots: some copies' devices not noted");
     } else if (out == real) {
         emit("interpose", NULL, 0, "more driver entry points than slots: some launches uncounted or calls untimed");
     }
@@ -258,6 +302,8 @@ int suffix(const char *s, const char *x) { size_t n = strlen(s), m = strlen(x); 
 /* cuLaunchCooperativeKernel and its _ptsz variant only: cuLaunchCooperativeKernelMultiDevice (deprecated) takes
  * a list of launches, not a stream, so it is left alone (uncounted) rather than read with the wrong layout. */
 int cooperative(const char *s) { return !strcmp(s, "cuLaunchCooperativeKernel") || !strcmp(s, "cuLaunchCooperativeKernel_ptsz"); }
+/* The copies whose device a range is charged (note_copy_device): cuMemcpy*, not the batched ones. */
+int copy_entry(const char *s) { return prefix(s, "cuMemcpy") && !strstr(s, "Batch"); }
 /* The synchronize calls that take one handle, by exact name (cuCtxSynchronize_v2 takes the context). */
 static int one_arg_sync(const char *s)
 {
@@ -287,6 +333,7 @@ static void *wrap_entry(const char *sym, void *real, unsigned long long flags, i
     if (one_arg_sync(sym)) return slot_for(real_sync1, NULL, sync1_slots, SLOTS, real, pt);
 #if CAPTURE_GATE
     if (prefix(sym, "cuStreamBeginCapture")) return slot_for(real_begin, NULL, begin_slots, BEGIN_SLOTS, real, pt);
+    if (copy_entry(sym)) return slot_for(real_copy, NULL, copy_slots, COPY_SLOTS, real, pt);
 #endif
     return real;
 }

@@ -1,0 +1,142 @@
+"""A PyTorch model split over two GPUs in one process and one thread (pipeline / model parallel as users first
+write it), for `pcietrace attach` on a machine with two GPUs or more.
+
+Stage 0 (4 blocks) runs on cuda:0 and stage 1 (4 blocks and the loss) on cuda:1; the activations move between
+them with ``.to("cuda:1")``; each step copies a pinned batch H2D to cuda:0 and reads the loss back from cuda:1.
+Each phase is one enclosing range whose truth the app reads itself with NVML around it, on BOTH GPUs (their
+bytes added: attach charges a range the GPUs it ran on), outside the range, 6 ms away, less an empty reference
+window of the same round (blind_app.py's method):
+
+- ``train``: ``STEPS`` training steps, each ``step`` > ``stage0`` / ``transfer`` / ``stage1`` / ``backward`` /
+  ``optimizer``;
+- ``to_gpu1``: a 64 MiB pinned batch copied H2D straight to cuda:1 (the current device stays cuda:0);
+- ``from_gpu1``: a 64 MiB tensor of cuda:1 copied back into pinned memory, inside ``torch.cuda.device(1)``.
+
+Rows: blind_app.py's JSON lines, so `bench/blind_attach.py --app pipeline` compares them with attach.
+``BLIND_CALLS`` rounds; ``BLIND_TRUTH=0`` skips the NVML reads.
+
+    BLIND_OUT=pipeline.jsonl python3 tests/apps/pipeline_app.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+
+from blind_app import GAP_S, Counters, bus_id_of, delta, range_row, ref_row, write_rows
+
+MiB = 1 << 20
+DIM, BATCH, STEPS, COPY_BYTES = 1024, 256, 8, 64 * MiB
+
+
+class BothGpus:
+    """The two GPUs' counters, their bytes added: (h2d, d2h) as blind_app.Counters reads one GPU's."""
+
+    def __init__(self) -> None:
+        self.gpus = [Counters(bus_id_of(i)) for i in (0, 1)]
+        self.nvml_index = ",".join(str(c.nvml_index) for c in self.gpus)
+
+    def read(self) -> list[tuple[int, int]]:
+        return [c.read() for c in self.gpus]
+
+
+def window(counters: BothGpus | None, body) -> tuple[tuple[int, int] | None, int]:
+    """blind_app.window for both GPUs: both synchronized, each read GAP_S away from ``body``, their bytes added."""
+    for i in (0, 1):
+        torch.cuda.synchronize(i)
+    before = counters.read() if counters else None
+    time.sleep(GAP_S)
+    t0 = time.perf_counter_ns()
+    body()
+    t1 = time.perf_counter_ns()
+    time.sleep(GAP_S)
+    if not counters:
+        return None, t1 - t0
+    moved = [delta(a, b) for a, b in zip(counters.read(), before)]
+    return (sum(m[0] for m in moved), sum(m[1] for m in moved)), t1 - t0
+
+
+def stage() -> torch.nn.Sequential:
+    return torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(DIM, DIM), torch.nn.GELU())])
+
+
+def main() -> int:
+    if torch.cuda.device_count() < 2:
+        sys.exit("pipeline_app: needs two GPUs")
+    truth_on = os.environ.get("BLIND_TRUTH", "1") != "0"
+    calls = int(os.environ.get("BLIND_CALLS", "4"))
+    out_path = os.environ.get("BLIND_OUT", "pipeline_app.jsonl")
+    gpu0, gpu1 = torch.device("cuda", 0), torch.device("cuda", 1)
+    torch.cuda.set_device(gpu0)
+    nvtx = torch.cuda.nvtx
+
+    first, second = stage().to(gpu0), stage().to(gpu1)
+    opt = torch.optim.SGD([*first.parameters(), *second.parameters()], lr=1e-3)
+    batch = torch.randn(BATCH, DIM).pin_memory()
+    target = torch.randn(BATCH, DIM, device=gpu1)
+    big_host = torch.ones(COPY_BYTES, dtype=torch.uint8).pin_memory()
+    big_back = torch.empty(COPY_BYTES, dtype=torch.uint8).pin_memory()
+    big_gpu1 = torch.full((COPY_BYTES,), 3, dtype=torch.uint8, device=gpu1)
+    losses: list[float] = []
+
+    def train() -> None:
+        for _ in range(STEPS):
+            with nvtx.range("step"):
+                with nvtx.range("stage0"):
+                    h = first(batch.to(gpu0, non_blocking=True))
+                with nvtx.range("transfer"):
+                    h = h.to(gpu1)
+                with nvtx.range("stage1"):
+                    loss = torch.nn.functional.mse_loss(second(h), target)
+                with nvtx.range("backward"):
+                    loss.backward()
+                with nvtx.range("optimizer"):
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                losses.append(loss.item())
+
+    def to_gpu1() -> None:
+        big_host.to(gpu1, non_blocking=True)
+        torch.cuda.synchronize(gpu1)
+
+    def from_gpu1() -> None:
+        with torch.cuda.device(1):
+            big_back.copy_(big_gpu1, non_blocking=True)
+            torch.cuda.synchronize()
+
+    def ranged(name, body):
+        def run():
+            with nvtx.range(name):
+                body()
+        return run
+
+    bodies = {"train": ranged("train", train), "to_gpu1": ranged("to_gpu1", to_gpu1),
+              "from_gpu1": ranged("from_gpu1", from_gpu1)}
+    payload = {"train": (STEPS * BATCH * DIM * 4, "h2d"), "to_gpu1": (COPY_BYTES, "h2d"),
+               "from_gpu1": (COPY_BYTES, "d2h")}
+    train(), to_gpu1(), from_gpu1()  # warm-up outside any range
+    counters = BothGpus() if truth_on else None
+    lines: list[dict] = []
+    t_loop0 = time.perf_counter_ns()
+    for rnd in range(calls):
+        ref, _ = window(counters, lambda: None)
+        lines.append(ref_row(rnd, ref))
+        for name, body in bodies.items():
+            raw, ns = window(counters, body)
+            nbytes, direction = payload[name]
+            lines.append(range_row(name, rnd, raw, ref, ns, nbytes, direction, None))
+    loop_ns = time.perf_counter_ns() - t_loop0
+
+    meta = {"kind": "meta", "pid": os.getpid(), "device": "cuda:0+cuda:1", "truth": truth_on, "calls": calls,
+            "gap_s": GAP_S, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
+            "nvml_index": counters.nvml_index if counters else None, "order": list(bodies),
+            "final_loss": losses[-1]}
+    write_rows(out_path, meta, lines, loop_ns, calls)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

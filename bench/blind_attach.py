@@ -283,8 +283,9 @@ def main() -> int:
         print(f"ranges attach saw that the app did not make: {len(extra)}, e.g. {extra[:5]}")
     wr = rep["results"].get("whole_run", [])
     if wr:
-        print("whole run per GPU:", "; ".join(f"GPU{w['nvml_index']}: {w['h2d_bytes'] / 1e6:,.1f} MB H2D, "
-                                              f"{w['d2h_bytes'] / 1e6:,.1f} MB D2H, {w['eager_launches']:g} eager, "
+        mb = lambda v: "–" if v is None else f"{v / 1e6:,.1f}"  # (None: a wrap risk, no figure)
+        print("whole run per GPU:", "; ".join(f"GPU{w['nvml_index']}: {mb(w['h2d_bytes'])} MB H2D, "
+                                              f"{mb(w['d2h_bytes'])} MB D2H, {w['eager_launches']:g} eager, "
                                               f"status {w['status']}" for w in wr))
 
     summary = {"app": a.app, "calls": a.calls, "python": a.python, "attach_args": a.attach_args, "app_meta_alone": meta,

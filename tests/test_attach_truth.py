@@ -715,6 +715,7 @@ def test_a_range_whose_reads_sat_apart_in_read_time_states_that_in_its_error(dat
     ("attach_h100_blind_graphs", 10, ()),  # graphs, streams, threads: six copies' payload directions, four reverse
     ("attach_h200_loader", 5, (("epoch", "d2h"),)),  # a DataLoader's epoch, an eval pass, a checkpoint
     ("attach_h200_compile", 0, ()),  # eager, torch.compile, its CUDA graphs: < 1 MB a call, launches counted
+    ("attach_h200x2_pipeline", 4, ()),  # one thread, two GPUs: copies made with the other GPU current
 ])
 def test_the_blind_oracles_copies_are_read_within_2_percent(data_dir, recording: str, big_directions: int,
                                                             past_2_percent: tuple[tuple[str, str], ...]) -> None:
@@ -730,7 +731,9 @@ def test_the_blind_oracles_copies_are_read_within_2_percent(data_dir, recording:
     `--app loader` (an epoch of 12 steps fed by a DataLoader with 2 forked workers and pinned memory, fp16 with
     GradScaler, `loss.item()` each step; an eval pass; `torch.save` of the model and AdamW state) and `--app
     compile` (the same loop eager, under torch.compile's Triton kernels and under its CUDA graphs; kernels counted by
-    torch.profiler). Every direction within attach's stated bound, every launch count the app knows exact (eager
+    torch.profiler). And `--app pipeline` on the lent 2x H200: a model split over two GPUs in one thread, a 64 MiB
+    copy to and from cuda:1 made from a thread on cuda:0 (its truth both GPUs' bytes; before copies named their GPU
+    those ranges were charged GPU 0 alone: 72 MB H2D read as 0 B). Every direction within attach's stated bound, every launch count the app knows exact (eager
     and graph), and every direction moving > 1 MB within 2 % but those listed: the loader's epoch D2H (2.2 MB a
     call, +2.7 %, within its stated +-118 kB) holds ~60 sampler reads a call, 1.4 MB of floor, so 2 % of the
     range is 3 % of one read's cost."""

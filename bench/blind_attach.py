@@ -10,7 +10,9 @@ thread, 50 short ranges inside one); ``--app dense`` is tests/apps/dense_app.py 
 Megatron-style nesting); ``--app loader`` is tests/apps/loader_app.py (a training epoch fed by a DataLoader with
 forked workers and pinned memory, fp16 autocast with GradScaler, an evaluation pass, a checkpoint to memory);
 ``--app compile`` is tests/apps/compile_app.py (the same inference loop eager, under torch.compile's Triton
-kernels and under its CUDA graphs, launches counted by torch.profiler).
+kernels and under its CUDA graphs, launches counted by torch.profiler); ``--app pipeline`` is
+tests/apps/pipeline_app.py (two GPUs, one thread: a model split over them, copies to and from cuda:1 made
+from a thread on cuda:0; its truth both GPUs' bytes).
 
 Written as an outside reviewer would, from what a user has: the README, `pcietrace attach --help` and the
 JSON that `pcietrace report RUN --format json` prints. Steps:

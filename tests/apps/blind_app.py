@@ -100,10 +100,11 @@ class _DeviceView:
                                          "strides": None, "version": 3}
 
 
-def window(dev: torch.device, counters: Counters | None, body) -> tuple[tuple[int, int] | None, int]:
+def window(dev, counters: Counters | None, body) -> tuple[tuple[int, int] | None, int]:
     """Run ``body`` between truth reads GAP_S away from it (none without ``counters``): ((h2d, d2h) bytes or
-    None, body's ns)."""
-    torch.cuda.synchronize(dev)
+    None, body's ns). ``dev``: the device, or a tuple of them, synchronized first."""
+    for d in dev if isinstance(dev, tuple) else (dev,):
+        torch.cuda.synchronize(d)
     before = counters.read() if counters else None
     time.sleep(GAP_S)
     t0 = time.perf_counter_ns()
@@ -128,6 +129,29 @@ def range_row(name: str, rnd: int, raw: tuple[int, int] | None, ref: tuple[int, 
             "raw_h2d_bytes": raw[0] if raw else None, "raw_d2h_bytes": raw[1] if raw else None,
             "duration_ns": ns, "payload_bytes": payload_bytes, "direction": direction,
             "launches_expected": launches}
+
+
+def ranged(name: str, body):
+    """``body`` inside an NVTX push/pop range ``name``."""
+    def run():
+        with torch.cuda.nvtx.range(name):
+            body()
+    return run
+
+
+def rounds(dev, counters: Counters | None, calls: int, phases: dict) -> tuple[list[dict], int]:
+    """``calls`` rounds, each an empty reference window then every phase in its own (:func:`window`); ``phases``:
+    name -> (body, payload bytes, direction, launches expected). The rows (:func:`ref_row`, :func:`range_row`)
+    and the loop's ns."""
+    lines: list[dict] = []
+    t0 = time.perf_counter_ns()
+    for rnd in range(calls):
+        ref, _ = window(dev, counters, lambda: None)
+        lines.append(ref_row(rnd, ref))
+        for name, (body, nbytes, direction, launches) in phases.items():
+            raw, ns = window(dev, counters, body)
+            lines.append(range_row(name, rnd, raw, ref, ns, nbytes, direction, launches))
+    return lines, time.perf_counter_ns() - t0
 
 
 def write_rows(path: str, meta: dict, lines: list[dict], loop_ns: int, rounds: int) -> None:

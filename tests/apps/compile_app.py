@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import torch
 
-from blind_app import GAP_S, Counters, bus_id_of, range_row, ref_row, window, write_rows
+from blind_app import GAP_S, Counters, bus_id_of, ranged, rounds, write_rows
 
 BATCH, DIM, LAYERS, STEPS = 64, 1024, 6, 10
 
@@ -60,7 +59,7 @@ def main() -> int:
     batch_host = torch.randn(BATCH, DIM).pin_memory()
     logits_host = torch.empty(BATCH, DIM).pin_memory()
 
-    def phase(name: str, fn):
+    def steps(fn):
         def body() -> None:
             with torch.no_grad():
                 x = batch_host.to(dev, non_blocking=True)
@@ -69,30 +68,19 @@ def main() -> int:
                         x = fn(x).clone()  # (a graphed step's output is overwritten by its next replay)
                 logits_host.copy_(x, non_blocking=True)
                 torch.cuda.synchronize(dev)
+        return body
 
-        def ranged() -> None:
-            with nvtx.range(name):
-                body()
-        return body, ranged
-
-    bodies = {name: phase(name, fn) for name, fn in ways.items()}
-    for body, _ in bodies.values():  # warm-up outside any range: compiled, graphs recorded
+    bodies = {name: steps(fn) for name, fn in ways.items()}
+    for body in bodies.values():  # warm-up outside any range: compiled, graphs recorded
         for _ in range(3):
             body()
-    kernels = {name: kernels_run(dev, body) for name, (body, _) in bodies.items()}
+    kernels = {name: kernels_run(dev, body) for name, body in bodies.items()}
     payload = BATCH * DIM * 4
+    phases = {name: (ranged(name, body), 2 * payload, "h2d+d2h", None if name == "graphed" else kernels[name])
+              for name, body in bodies.items()}
 
     counters = Counters(bus_id_of(dev.index)) if truth_on else None
-    lines: list[dict] = []
-    t_loop0 = time.perf_counter_ns()
-    for rnd in range(calls):
-        ref, _ = window(dev, counters, lambda: None)
-        lines.append(ref_row(rnd, ref))
-        for name, (_, ranged) in bodies.items():
-            raw, ns = window(dev, counters, ranged)
-            lines.append(range_row(name, rnd, raw, ref, ns, 2 * payload, "h2d+d2h",
-                                   None if name == "graphed" else kernels[name]))
-    loop_ns = time.perf_counter_ns() - t_loop0
+    lines, loop_ns = rounds(dev, counters, calls, phases)
 
     meta = {"kind": "meta", "pid": os.getpid(), "device": str(dev), "truth": truth_on, "calls": calls,
             "gap_s": GAP_S, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev),

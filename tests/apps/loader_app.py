@@ -21,11 +21,10 @@ from __future__ import annotations
 import io
 import os
 import sys
-import time
 
 import torch
 
-from blind_app import GAP_S, Counters, bus_id_of, range_row, ref_row, window, write_rows
+from blind_app import GAP_S, Counters, bus_id_of, ranged, rounds, write_rows
 
 IMAGE = (3, 64, 64)
 BATCH, STEPS, CLASSES, WORKERS = 32, 12, 100, 2
@@ -92,37 +91,21 @@ def main() -> int:
     def checkpoint() -> None:
         torch.save({"model": net.state_dict(), "optimizer": opt.state_dict()}, io.BytesIO())
 
-    def ranged(name, body):
-        def run():
-            with nvtx.range(name):
-                body()
-        return run
-
-    bodies = {"epoch": ranged("epoch", epoch), "eval": ranged("eval", evaluate),
-              "checkpoint": ranged("checkpoint", checkpoint)}
     epoch(), evaluate(), checkpoint()  # warm-up outside any range: kernels loaded, optimizer state made
     torch.cuda.synchronize(dev)
     state_bytes = sum(t.numel() * t.element_size() for t in net.state_dict().values()) + sum(
         t.numel() * t.element_size() for s in opt.state_dict()["state"].values() for t in s.values()
         if torch.is_tensor(t) and t.is_cuda)
-    payload = {"epoch": (STEPS * BATCH * (4 * IMAGE[0] * IMAGE[1] * IMAGE[2] + 8), "h2d"),
-               "eval": (held_out.numel() * 4, "h2d"), "checkpoint": (state_bytes, "d2h")}
+    phases = {"epoch": (ranged("epoch", epoch), STEPS * BATCH * (4 * IMAGE[0] * IMAGE[1] * IMAGE[2] + 8), "h2d", None),
+              "eval": (ranged("eval", evaluate), held_out.numel() * 4, "h2d", None),
+              "checkpoint": (ranged("checkpoint", checkpoint), state_bytes, "d2h", None)}
 
     counters = Counters(bus_id_of(dev.index)) if truth_on else None
-    lines: list[dict] = []
-    t_loop0 = time.perf_counter_ns()
-    for rnd in range(calls):
-        ref, _ = window(dev, counters, lambda: None)
-        lines.append(ref_row(rnd, ref))
-        for name, body in bodies.items():
-            raw, ns = window(dev, counters, body)
-            nbytes, direction = payload[name]
-            lines.append(range_row(name, rnd, raw, ref, ns, nbytes, direction, None))
-    loop_ns = time.perf_counter_ns() - t_loop0
+    lines, loop_ns = rounds(dev, counters, calls, phases)
 
     meta = {"kind": "meta", "pid": os.getpid(), "device": str(dev), "truth": truth_on, "calls": calls,
             "gap_s": GAP_S, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev),
-            "nvml_index": counters.nvml_index if counters else None, "order": list(bodies),
+            "nvml_index": counters.nvml_index if counters else None, "order": list(phases),
             "final_loss": losses[-1]}
     write_rows(out_path, meta, lines, loop_ns, calls)
     return 0

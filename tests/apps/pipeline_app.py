@@ -22,41 +22,26 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import torch
 
-from blind_app import GAP_S, Counters, bus_id_of, delta, range_row, ref_row, write_rows
+from blind_app import GAP_S, WRAP, Counters, bus_id_of, ranged, rounds, write_rows
 
 MiB = 1 << 20
 DIM, BATCH, STEPS, COPY_BYTES = 1024, 256, 8, 64 * MiB
 
 
 class BothGpus:
-    """The two GPUs' counters, their bytes added: (h2d, d2h) as blind_app.Counters reads one GPU's."""
+    """The two GPUs' counters read as one: (rx, tx) each the sum of theirs mod 2**32, so that blind_app's windows
+    give their bytes added."""
 
     def __init__(self) -> None:
         self.gpus = [Counters(bus_id_of(i)) for i in (0, 1)]
         self.nvml_index = ",".join(str(c.nvml_index) for c in self.gpus)
 
-    def read(self) -> list[tuple[int, int]]:
-        return [c.read() for c in self.gpus]
-
-
-def window(counters: BothGpus | None, body) -> tuple[tuple[int, int] | None, int]:
-    """blind_app.window for both GPUs: both synchronized, each read GAP_S away from ``body``, their bytes added."""
-    for i in (0, 1):
-        torch.cuda.synchronize(i)
-    before = counters.read() if counters else None
-    time.sleep(GAP_S)
-    t0 = time.perf_counter_ns()
-    body()
-    t1 = time.perf_counter_ns()
-    time.sleep(GAP_S)
-    if not counters:
-        return None, t1 - t0
-    moved = [delta(a, b) for a, b in zip(counters.read(), before)]
-    return (sum(m[0] for m in moved), sum(m[1] for m in moved)), t1 - t0
+    def read(self) -> tuple[int, int]:
+        reads = [c.read() for c in self.gpus]
+        return sum(r[0] for r in reads) % WRAP, sum(r[1] for r in reads) % WRAP
 
 
 def stage() -> torch.nn.Sequential:
@@ -107,32 +92,16 @@ def main() -> int:
             big_back.copy_(big_gpu1, non_blocking=True)
             torch.cuda.synchronize()
 
-    def ranged(name, body):
-        def run():
-            with nvtx.range(name):
-                body()
-        return run
-
-    bodies = {"train": ranged("train", train), "to_gpu1": ranged("to_gpu1", to_gpu1),
-              "from_gpu1": ranged("from_gpu1", from_gpu1)}
-    payload = {"train": (STEPS * BATCH * DIM * 4, "h2d"), "to_gpu1": (COPY_BYTES, "h2d"),
-               "from_gpu1": (COPY_BYTES, "d2h")}
+    phases = {"train": (ranged("train", train), STEPS * BATCH * DIM * 4, "h2d", None),
+              "to_gpu1": (ranged("to_gpu1", to_gpu1), COPY_BYTES, "h2d", None),
+              "from_gpu1": (ranged("from_gpu1", from_gpu1), COPY_BYTES, "d2h", None)}
     train(), to_gpu1(), from_gpu1()  # warm-up outside any range
     counters = BothGpus() if truth_on else None
-    lines: list[dict] = []
-    t_loop0 = time.perf_counter_ns()
-    for rnd in range(calls):
-        ref, _ = window(counters, lambda: None)
-        lines.append(ref_row(rnd, ref))
-        for name, body in bodies.items():
-            raw, ns = window(counters, body)
-            nbytes, direction = payload[name]
-            lines.append(range_row(name, rnd, raw, ref, ns, nbytes, direction, None))
-    loop_ns = time.perf_counter_ns() - t_loop0
+    lines, loop_ns = rounds((gpu0, gpu1), counters, calls, phases)
 
     meta = {"kind": "meta", "pid": os.getpid(), "device": "cuda:0+cuda:1", "truth": truth_on, "calls": calls,
             "gap_s": GAP_S, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
-            "nvml_index": counters.nvml_index if counters else None, "order": list(bodies),
+            "nvml_index": counters.nvml_index if counters else None, "order": list(phases),
             "final_loss": losses[-1]}
     write_rows(out_path, meta, lines, loop_ns, calls)
     return 0

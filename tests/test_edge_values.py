@@ -141,6 +141,42 @@ def test_a_pop_and_the_next_push_in_one_interval_do_not_both_take_its_bytes() ->
     assert ya2[0] == ya[0] and yb2[1] == yb[1] and ea2[0] == ea[0] and eb2[1] == eb[1]
 
 
+def _back_to_back_calls(disputed: int) -> tuple[np.ndarray, ...]:
+    """CONSTRUCTED: 4 calls of range A (100 kB each, name 0) then range B (a 5 MB copy, name 1); in ``disputed``
+    of them (the last ones) A's end and B's start share a sample interval holding B's copy, and each edge's
+    estimate claims the copy (A's end: the next interval is quiet; B's start: the previous one is)."""
+    a, b, ya, yb = [], [], [], []
+    y = 0.0
+    for c in range(4):
+        t0, split = c * 10_000_000, c >= 4 - disputed
+        a += [t0, t0 + (3_100_000 if split else 5_000_000)]
+        b += [t0 + 3_000_000, t0 + 6_000_000]
+        ya += [y, y + 1e5]
+        yb += [y + 1e5 + (5e6 if split else 0.0), y + 1e5 + 5e6]
+        y += 1e5 + 5e6
+    return (np.array(a, np.int64), np.array(b, np.int64), np.array(ya), np.array(yb), np.zeros(8), np.zeros(8),
+            np.ones(8, bool), np.array([0, 1] * 4))
+
+
+def test_a_disputed_interval_goes_as_the_ranges_other_calls_have_it() -> None:
+    a, b, ya, yb, ea, eb, mine, names = _back_to_back_calls(disputed=1)
+    (ya2, ea2), (yb2, eb2) = attribution.growing_edges(a, b, ya, yb, ea, eb, mine, names)
+    got = yb2 - ya2
+    assert got[6] == pytest.approx(1e5) and got[7] == pytest.approx(5e6)  # as their undisputed calls: the copy B's
+    assert got[6] + got[7] == pytest.approx(yb[7] - ya[6])  # together: the whole span, as before
+    assert eb2[6] == pytest.approx(5e6) and ea2[7] == 0  # the bound grew by the shift: it holds either way
+    (ya3, _), (yb3, _) = attribution.growing_edges(a, b, ya, yb, ea, eb, mine)  # without names: halfway
+    assert (yb3 - ya3)[6] == pytest.approx(1e5 + 2.5e6)
+    assert np.array_equal(np.delete(got, [6, 7]), np.delete(yb - ya, [6, 7]))  # undisputed calls as they were
+
+
+def test_a_dispute_no_call_settles_meets_halfway() -> None:
+    """Every call disputed: no undisputed call says how the bytes go, so each dispute meets halfway."""
+    a, b, ya, yb, ea, eb, mine, names = _back_to_back_calls(disputed=4)
+    (ya2, _), (yb2, _) = attribution.growing_edges(a, b, ya, yb, ea, eb, mine, names)
+    assert np.allclose((yb2 - ya2)[0::2], 1e5 + 2.5e6) and np.allclose((yb2 - ya2)[1::2], 2.5e6)
+
+
 @pytest.mark.parametrize("name", ["attach_h100_blind", "attach_h100_idle_zero", "attach_h100_idle_state"])
 def test_real_back_to_back_ranges_count_no_byte_twice(data_dir, name) -> None:
     """Real H100 recordings (one GPU): two ranges of a thread at one depth, one after the other, together

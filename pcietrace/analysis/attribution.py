@@ -557,6 +557,7 @@ def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
                 "status": np.zeros(a.size, np.int8),  # index into STATUSES; the worst over the range's GPUs wins
                 "stalls": np.zeros(a.size, np.int32), "holds": _gpu_sets(ranges["gpus"]), "sampled": set()}
     acc, status, holds = sums["acc"], sums["status"], sums["holds"]
+    names = pd.factorize(ranges["name"], use_na_sentinel=False)[0] if "name" in ranges else None  # (the calls of a range: growing_edges)
     gaps = gaps if gaps is not None else sampling_gaps(cum, counters)
     models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
     for idx, g in per_gpu(cum):
@@ -593,7 +594,8 @@ def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             (ya, ea), (yb, eb) = (edge_values(t, y, x, side, early, late, float(per_read), float(per_ns),
                                               link_bps((counters or {}).get(int(idx), {})), at)
                                   for x, side, at in ((ak, "start", first), (bk, "end", after)))
-            (ya, ea), (yb, eb) = growing_edges(ak, bk, ya, yb, ea, eb, np.ones(k.size, bool))
+            (ya, ea), (yb, eb) = growing_edges(ak, bk, ya, yb, ea, eb, np.ones(k.size, bool),
+                                               None if names is None else names[k])
             acc[f"{d}_raw"][k] += yb - ya
             acc[f"{d}_edge"][k] += ea + eb
             if not no_floor:
@@ -720,25 +722,79 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
 
 
 def growing_edges(a: np.ndarray, b: np.ndarray, ya: np.ndarray, yb: np.ndarray, ea: np.ndarray, eb: np.ndarray,
-                  mine: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+                  mine: np.ndarray, names: np.ndarray | None = None
+                  ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """One GPU's counter estimates at its ranges' starts ``a`` and ends ``b`` (ns; ``ya``/``yb``, bytes, with
     errors ``ea``/``eb``; only where ``mine``), made to grow with time as the counter does. A pop and the next
     push in one sample interval can each take that interval's traffic by :func:`edge_values`' rule (the range
     that ends holds it if the next interval is quiet, the one that starts if the previous one is): both
-    ranges would count the same bytes. There the estimates meet halfway (the mean of the running maximum
-    and the reversed running minimum: unchanged where they grow already), and each error grows by its
-    shift. At equal times an end comes before a start."""
+    ranges would count the same bytes. There the estimates meet (between the running maximum and the reversed
+    running minimum: unchanged where they grow already), and each error grows by its shift. They meet halfway,
+    but where one range's end and the next one's start are the only edges in dispute and ``names`` (a code per
+    range: its calls share it) says what the two ranges' other calls, undisputed, moved: there the bytes in
+    dispute are split so that the two come nearest to that (:func:`_dispute_shares`). At equal times an end
+    comes before a start."""
     k = np.flatnonzero(mine)
     t, y = np.concatenate([a[k], b[k]]), np.concatenate([ya[k], yb[k]])
     order = np.lexsort((np.repeat([1, 0], k.size), t))  # by time, ends first
     v = y[order]
+    hi, lo = np.maximum.accumulate(v), np.minimum.accumulate(v[::-1])[::-1]
+    met = (hi + lo) / 2
+    if names is not None:
+        at, share = _dispute_shares(order, hi, lo, y, names[k])
+        met[at] = lo[at] + share * (hi[at] - lo[at])
     fixed = np.empty_like(y)
-    fixed[order] = (np.maximum.accumulate(v) + np.minimum.accumulate(v[::-1])[::-1]) / 2
+    fixed[order] = met
     ya, yb, ea, eb = ya.copy(), yb.copy(), ea.copy(), eb.copy()
     shift = np.abs(fixed - y)
     ya[k], yb[k] = fixed[:k.size], fixed[k.size:]
     ea[k], eb[k] = ea[k] + shift[:k.size], eb[k] + shift[k.size:]
     return (ya, ea), (yb, eb)
+
+
+#: Bytes below which a range's typical bytes are not taken as its scale (a few counter reads' own traffic).
+TYPICAL_MIN_BYTES = 100e3
+
+
+def _dispute_shares(order: np.ndarray, hi: np.ndarray, lo: np.ndarray, y: np.ndarray,
+                    names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`growing_edges`' disputes of exactly two edges, one range's end and then another's start (``order``:
+    the edges' time order, rows of ``y``: the n starts' estimates, then the n ends'; ``hi``/``lo``: the running
+    maximum and reversed minimum in that order): the positions in that order and the share of the bytes in
+    dispute (0: all the starting range's, 1: all the ending one's) that brings each of the two ranges nearest, in
+    proportion to its size, to the median of its name's calls in no dispute (a side whose name has fewer than two
+    such calls is left out; where neither has them, the pair is left to meet halfway). Counters alone cannot tell
+    which side of the two edges the interval's bytes moved on; a 64 MiB copy right after a launch-only range,
+    both inside one 2.5 ms interval, was otherwise read half in each (4x H200, the two-node torchrun job)."""
+    n = y.size // 2
+    disputed = hi > lo
+    edge_in = np.zeros(y.size, bool)  # (by row of y: an edge in dispute)
+    edge_in[order[disputed]] = True
+    clean = ~(edge_in[:n] | edge_in[n:])  # ranges neither of whose edges is in dispute
+    run = np.flatnonzero(disputed[:-1] & disputed[1:])  # pairs of neighbours in dispute
+    edge = disputed.astype(np.int8)
+    run = run[((np.r_[0, edge][run] == 0) & (np.r_[edge, 0][run + 2] == 0))]  # the pair alone: nothing either side
+    first, second = order[run], order[run + 1]
+    pair = (first >= n) & (second < n) & (first - n != second)  # an end, then another range's start
+    run, end_of, start_of = run[pair], first[pair] - n, second[pair]
+    if not run.size:
+        return np.zeros(0, np.int64), np.zeros(0)
+    raw = y[n:] - y[:n]
+    calls = pd.Series(raw[clean]).groupby(names[clean])
+    typical = calls.median().where(calls.size() >= 2).reindex(range(int(names.max()) + 1))
+    t_end, t_start = typical.to_numpy()[names[end_of]], typical.to_numpy()[names[start_of]]
+    p, q = run, run + 1
+    d_end, d_start = hi[p] - lo[p], hi[q] - lo[q]
+    # the ending range's bytes are a0 + s * d_end, the starting one's b0 - s * d_start (s: the share)
+    a0 = lo[p] - y[end_of]
+    b0 = y[n + start_of] - lo[q]
+    w_end = np.where(np.isnan(t_end), 0.0, 1 / np.maximum(np.abs(np.nan_to_num(t_end)), TYPICAL_MIN_BYTES) ** 2)
+    w_start = np.where(np.isnan(t_start), 0.0, 1 / np.maximum(np.abs(np.nan_to_num(t_start)), TYPICAL_MIN_BYTES) ** 2)
+    num = w_end * (np.nan_to_num(t_end) - a0) * d_end + w_start * (b0 - np.nan_to_num(t_start)) * d_start
+    den = w_end * d_end ** 2 + w_start * d_start ** 2
+    known = den > 0
+    share = np.clip(num[known] / den[known], 0.0, 1.0)
+    return np.concatenate([p[known], q[known]]), np.concatenate([share, share])
 
 
 def launches_by_untraced_threads(events: pd.DataFrame) -> pd.DataFrame:

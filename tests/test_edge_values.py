@@ -170,6 +170,20 @@ def test_a_disputed_interval_goes_as_the_ranges_other_calls_have_it() -> None:
     assert np.array_equal(np.delete(got, [6, 7]), np.delete(yb - ya, [6, 7]))  # undisputed calls as they were
 
 
+def test_a_dispute_beside_a_small_one_is_settled_with_it() -> None:
+    """The disputed call's copy range also ends 10 kB past the next call's start (a read in flight there): one
+    run of three edges in dispute, settled together (a 4x H200 run's 64 MiB copy, left halfway when only a pop
+    and a push alone were settled)."""
+    a, b, ya, yb, ea, eb, mine, names = _back_to_back_calls(disputed=1)
+    a, b, ya, yb, ea, eb, mine, names = (np.r_[x, x[:2]] for x in (a, b, ya, yb, ea, eb, mine, names))
+    a[8:], b[8:] = a[8:] + 40_000_000, b[8:] + 40_000_000  # a fifth call, undisputed
+    ya[8:], yb[8:] = ya[8:] + 4 * (1e5 + 5e6), yb[8:] + 4 * (1e5 + 5e6)
+    ya[8] -= 1e4  # its start estimate 10 kB before the last copy's end
+    (ya2, _), (yb2, _) = attribution.growing_edges(a, b, ya, yb, ea, eb, mine, names)
+    got = yb2 - ya2
+    assert got[6] == pytest.approx(1e5, abs=2e4) and got[7] == pytest.approx(5e6, abs=2e4)
+
+
 def test_a_dispute_no_call_settles_meets_halfway() -> None:
     """Every call disputed: no undisputed call says how the bytes go, so each dispute meets halfway."""
     a, b, ya, yb, ea, eb, mine, names = _back_to_back_calls(disputed=4)

@@ -730,10 +730,8 @@ def growing_edges(a: np.ndarray, b: np.ndarray, ya: np.ndarray, yb: np.ndarray, 
     that ends holds it if the next interval is quiet, the one that starts if the previous one is): both
     ranges would count the same bytes. There the estimates meet (between the running maximum and the reversed
     running minimum: unchanged where they grow already), and each error grows by its shift. They meet halfway,
-    but where one range's end and the next one's start are the only edges in dispute and ``names`` (a code per
-    range: its calls share it) says what the two ranges' other calls, undisputed, moved: there the bytes in
-    dispute are split so that the two come nearest to that (:func:`_dispute_shares`). At equal times an end
-    comes before a start."""
+    or, with ``names`` (a code per range: its calls share it), where the ranges' other calls say how their bytes
+    go (:func:`_dispute_shares`). At equal times an end comes before a start."""
     k = np.flatnonzero(mine)
     t, y = np.concatenate([a[k], b[k]]), np.concatenate([ya[k], yb[k]])
     order = np.lexsort((np.repeat([1, 0], k.size), t))  # by time, ends first
@@ -754,47 +752,55 @@ def growing_edges(a: np.ndarray, b: np.ndarray, ya: np.ndarray, yb: np.ndarray, 
 
 #: Bytes below which a range's typical bytes are not taken as its scale (a few counter reads' own traffic).
 TYPICAL_MIN_BYTES = 100e3
+#: A call whose edges are in dispute by no more than this many bytes each still says what its range moves.
+SETTLED_BYTES = 100e3
 
 
 def _dispute_shares(order: np.ndarray, hi: np.ndarray, lo: np.ndarray, y: np.ndarray,
                     names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`growing_edges`' disputes of exactly two edges, one range's end and then another's start (``order``:
-    the edges' time order, rows of ``y``: the n starts' estimates, then the n ends'; ``hi``/``lo``: the running
-    maximum and reversed minimum in that order): the positions in that order and the share of the bytes in
-    dispute (0: all the starting range's, 1: all the ending one's) that brings each of the two ranges nearest, in
-    proportion to its size, to the median of its name's calls in no dispute (a side whose name has fewer than two
-    such calls is left out; where neither has them, the pair is left to meet halfway). Counters alone cannot tell
-    which side of the two edges the interval's bytes moved on; a 64 MiB copy right after a launch-only range,
-    both inside one 2.5 ms interval, was otherwise read half in each (4x H200, the two-node torchrun job)."""
+    """:func:`growing_edges`' disputes settled by the ranges' other calls: per run of edges in dispute (in time
+    order, ``order``: rows of ``y``, the n starts' estimates then the n ends'; ``hi``/``lo``: the running maximum
+    and reversed minimum in that order), one share of the bytes in dispute (each edge at ``lo + share * (hi -
+    lo)``: 0 gives them to the ranges that start, 1 to those that end, and the edges stay in time order) that
+    brings the run's ranges nearest, each in proportion to its size, to the median of its name's calls whose
+    edges are in dispute by at most :data:`SETTLED_BYTES` (least squares; a name with fewer than two such calls
+    is left out, and a run none of whose ranges has them keeps meeting halfway). Returns the positions in
+    ``order`` and their shares. Counters alone cannot tell on which side of the edges an interval's bytes moved;
+    a 64 MiB copy right after a launch-only range, both inside one 2.5 ms interval, was otherwise read half in
+    each (4x H200, the two-node torchrun job)."""
     n = y.size // 2
-    disputed = hi > lo
-    edge_in = np.zeros(y.size, bool)  # (by row of y: an edge in dispute)
-    edge_in[order[disputed]] = True
-    clean = ~(edge_in[:n] | edge_in[n:])  # ranges neither of whose edges is in dispute
-    run = np.flatnonzero(disputed[:-1] & disputed[1:])  # pairs of neighbours in dispute
-    edge = disputed.astype(np.int8)
-    run = run[((np.r_[0, edge][run] == 0) & (np.r_[edge, 0][run + 2] == 0))]  # the pair alone: nothing either side
-    first, second = order[run], order[run + 1]
-    pair = (first >= n) & (second < n) & (first - n != second)  # an end, then another range's start
-    run, end_of, start_of = run[pair], first[pair] - n, second[pair]
-    if not run.size:
-        return np.zeros(0, np.int64), np.zeros(0)
+    gap = hi - lo
+    pos = np.flatnonzero(gap > 0)
+    if not pos.size:
+        return pos, np.zeros(0)
+    run = np.cumsum(np.r_[True, pos[1:] != pos[:-1] + 1]) - 1  # each disputed position's run
+    row = order[pos]
+    gap_row, run_row = np.zeros(y.size), np.full(y.size, -1, np.int64)
+    gap_row[row], run_row[row] = gap[pos], run
+    lo_row, mid_row = y.copy(), y.copy()  # (an edge in no dispute keeps its estimate)
+    lo_row[row], mid_row[row] = lo[pos], (hi[pos] + lo[pos]) / 2
     raw = y[n:] - y[:n]
-    calls = pd.Series(raw[clean]).groupby(names[clean])
-    typical = calls.median().where(calls.size() >= 2).reindex(range(int(names.max()) + 1))
-    t_end, t_start = typical.to_numpy()[names[end_of]], typical.to_numpy()[names[start_of]]
-    p, q = run, run + 1
-    d_end, d_start = hi[p] - lo[p], hi[q] - lo[q]
-    # the ending range's bytes are a0 + s * d_end, the starting one's b0 - s * d_start (s: the share)
-    a0 = lo[p] - y[end_of]
-    b0 = y[n + start_of] - lo[q]
-    w_end = np.where(np.isnan(t_end), 0.0, 1 / np.maximum(np.abs(np.nan_to_num(t_end)), TYPICAL_MIN_BYTES) ** 2)
-    w_start = np.where(np.isnan(t_start), 0.0, 1 / np.maximum(np.abs(np.nan_to_num(t_start)), TYPICAL_MIN_BYTES) ** 2)
-    num = w_end * (np.nan_to_num(t_end) - a0) * d_end + w_start * (b0 - np.nan_to_num(t_start)) * d_start
-    den = w_end * d_end ** 2 + w_start * d_start ** 2
-    known = den > 0
-    share = np.clip(num[known] / den[known], 0.0, 1.0)
-    return np.concatenate([p[known], q[known]]), np.concatenate([share, share])
+    settled = (gap_row[:n] <= SETTLED_BYTES) & (gap_row[n:] <= SETTLED_BYTES)
+    settled &= np.isin(names, names[row % n])  # (only the names in dispute)
+    calls = pd.Series(raw[settled]).groupby(names[settled])
+    typical = calls.median().where(calls.size() >= 2).reindex(range(int(names.max()) + 1)).to_numpy()
+    # each (run, range) with an edge in the run: the range's bytes are base + share * slope there (its other
+    # edge, in another run, taken halfway)
+    pair = np.unique(run * n + row % n)
+    r_run, r = pair // n, pair % n
+    want = typical[names[r]]
+    known = ~np.isnan(want)
+    r_run, r, want = r_run[known], r[known], want[known]
+    end_in, start_in = run_row[n + r] == r_run, run_row[r] == r_run
+    base = np.where(end_in, lo_row[n + r], mid_row[n + r]) - np.where(start_in, lo_row[r], mid_row[r])
+    slope = np.where(end_in, gap_row[n + r], 0.0) - np.where(start_in, gap_row[r], 0.0)
+    weight = 1 / np.maximum(np.abs(want), TYPICAL_MIN_BYTES) ** 2
+    runs = int(run[-1]) + 1
+    num = np.bincount(r_run, weight * slope * (want - base), runs)
+    den = np.bincount(r_run, weight * slope ** 2, runs)
+    settle = den[run] > 0
+    share = np.clip(num[run[settle]] / den[run[settle]], 0.0, 1.0)
+    return pos[settle], share
 
 
 def launches_by_untraced_threads(events: pd.DataFrame) -> pd.DataFrame:

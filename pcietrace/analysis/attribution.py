@@ -557,7 +557,7 @@ def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
                 "status": np.zeros(a.size, np.int8),  # index into STATUSES; the worst over the range's GPUs wins
                 "stalls": np.zeros(a.size, np.int32), "holds": _gpu_sets(ranges["gpus"]), "sampled": set()}
     acc, status, holds = sums["acc"], sums["status"], sums["holds"]
-    names = pd.factorize(ranges["name"], use_na_sentinel=False)[0] if "name" in ranges else None  # (the calls of a range: growing_edges)
+    names = _name_codes(ranges["name"]) if "name" in ranges else None  # (growing_edges: a range's other calls)
     gaps = gaps if gaps is not None else sampling_gaps(cum, counters)
     models = floor.set_index("nvml_index") if len(floor) else pd.DataFrame()
     for idx, g in per_gpu(cum):
@@ -602,6 +602,15 @@ def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
                 acc[f"{d}_floor"][k] += floor_bytes(model, d, reads, bk - ak)
                 acc[f"{d}_floor_var"][k] += floor_err_bytes(model, d, reads, bk - ak, read_us) ** 2
     return sums
+
+
+def _name_codes(names: pd.Series) -> np.ndarray:
+    """A code per range for its name: a categorical column's own codes (a long run's ranges: no copy, no
+    hashing of 1e7 names), a missing name a code of its own."""
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        return pd.factorize(names, use_na_sentinel=False)[0]
+    codes = names.cat.codes.to_numpy()
+    return np.where(codes < 0, len(names.cat.categories), codes) if (codes < 0).any() else codes
 
 
 def _gpu_sets(gpus: pd.Series) -> Any:
@@ -735,14 +744,17 @@ def growing_edges(a: np.ndarray, b: np.ndarray, ya: np.ndarray, yb: np.ndarray, 
     k = np.flatnonzero(mine)
     t, y = np.concatenate([a[k], b[k]]), np.concatenate([ya[k], yb[k]])
     order = np.lexsort((np.repeat([1, 0], k.size), t))  # by time, ends first
-    v = y[order]
-    hi, lo = np.maximum.accumulate(v), np.minimum.accumulate(v[::-1])[::-1]
-    met = (hi + lo) / 2
+    hi = np.maximum.accumulate(y[order])
+    lo = np.minimum.accumulate(y[order][::-1])[::-1]
+    met = hi + lo
+    met /= 2
     if names is not None:
         at, share = _dispute_shares(order, hi, lo, y, names[k])
-        met[at] = lo[at] + share * (hi[at] - lo[at])
+        met[at] = np.clip((1 - share) * lo[at] + share * hi[at], lo[at], hi[at])  # (in order, to the last bit)
+    del hi, lo
     fixed = np.empty_like(y)
     fixed[order] = met
+    del met
     ya, yb, ea, eb = ya.copy(), yb.copy(), ea.copy(), eb.copy()
     shift = np.abs(fixed - y)
     ya[k], yb[k] = fixed[:k.size], fixed[k.size:]
@@ -764,25 +776,34 @@ def _dispute_shares(order: np.ndarray, hi: np.ndarray, lo: np.ndarray, y: np.nda
     lo)``: 0 gives them to the ranges that start, 1 to those that end, and the edges stay in time order) that
     brings the run's ranges nearest, each in proportion to its size, to the median of its name's calls whose
     edges are in dispute by at most :data:`SETTLED_BYTES` (least squares; a name with fewer than two such calls
-    is left out, and a run none of whose ranges has them keeps meeting halfway). Returns the positions in
+    is left out, and a run whose ranges' names say nothing of its share keeps meeting halfway). Calls share a
+    name whatever their domain or process. Returns the positions in
     ``order`` and their shares. Counters alone cannot tell on which side of the edges an interval's bytes moved;
     a 64 MiB copy right after a launch-only range, both inside one 2.5 ms interval, was otherwise read half in
     each (4x H200, the two-node torchrun job)."""
     n = y.size // 2
-    gap = hi - lo
-    pos = np.flatnonzero(gap > 0)
+    pos = np.flatnonzero(hi > lo)
     if not pos.size:
         return pos, np.zeros(0)
+    gap = hi[pos] - lo[pos]  # (the disputes' bytes, by position in dispute: a long run's edges are tens of millions)
     run = np.cumsum(np.r_[True, pos[1:] != pos[:-1] + 1]) - 1  # each disputed position's run
     row = order[pos]
-    gap_row, run_row = np.zeros(y.size), np.full(y.size, -1, np.int64)
-    gap_row[row], run_row[row] = gap[pos], run
-    lo_row, mid_row = y.copy(), y.copy()  # (an edge in no dispute keeps its estimate)
-    lo_row[row], mid_row[row] = lo[pos], (hi[pos] + lo[pos]) / 2
-    raw = y[n:] - y[:n]
-    settled = (gap_row[:n] <= SETTLED_BYTES) & (gap_row[n:] <= SETTLED_BYTES)
-    settled &= np.isin(names, names[row % n])  # (only the names in dispute)
-    calls = pd.Series(raw[settled]).groupby(names[settled])
+    by_row = np.argsort(row)  # (the disputed edges by row, searched)
+    rows, gaps, runs_of, lows = row[by_row], gap[by_row], run[by_row], lo[pos][by_row]
+
+    def edge(r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Rows ``r``' dispute: its bytes, run (-1: none), and the edge at share 0 and halfway."""
+        i = np.minimum(np.searchsorted(rows, r), rows.size - 1)
+        hit = rows[i] == r
+        g = np.where(hit, gaps[i], 0.0)
+        low = np.where(hit, lows[i], y[r])
+        return g, np.where(hit, runs_of[i], -1), low, low + g / 2
+
+    settled = np.isin(names, names[row % n])  # calls of the names in dispute...
+    settled[row[gap > SETTLED_BYTES] % n] = False  # ...whose edges are in dispute by little or nothing
+    mine = np.flatnonzero(settled)
+    del settled
+    calls = pd.Series(y[n + mine] - y[mine]).groupby(names[mine])
     typical = calls.median().where(calls.size() >= 2).reindex(range(int(names.max()) + 1)).to_numpy()
     # each (run, range) with an edge in the run: the range's bytes are base + share * slope there (its other
     # edge, in another run, taken halfway)
@@ -791,9 +812,10 @@ def _dispute_shares(order: np.ndarray, hi: np.ndarray, lo: np.ndarray, y: np.nda
     want = typical[names[r]]
     known = ~np.isnan(want)
     r_run, r, want = r_run[known], r[known], want[known]
-    end_in, start_in = run_row[n + r] == r_run, run_row[r] == r_run
-    base = np.where(end_in, lo_row[n + r], mid_row[n + r]) - np.where(start_in, lo_row[r], mid_row[r])
-    slope = np.where(end_in, gap_row[n + r], 0.0) - np.where(start_in, gap_row[r], 0.0)
+    (g_end, run_end, lo_end, mid_end), (g_start, run_start, lo_start, mid_start) = edge(n + r), edge(r)
+    end_in, start_in = run_end == r_run, run_start == r_run
+    base = np.where(end_in, lo_end, mid_end) - np.where(start_in, lo_start, mid_start)
+    slope = np.where(end_in, g_end, 0.0) - np.where(start_in, g_start, 0.0)
     weight = 1 / np.maximum(np.abs(want), TYPICAL_MIN_BYTES) ** 2
     runs = int(run[-1]) + 1
     num = np.bincount(r_run, weight * slope * (want - base), runs)

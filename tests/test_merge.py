@@ -277,7 +277,7 @@ def test_the_multinode_check_passes_a_good_job_and_fails_a_wrong_gpu_or_wrong_by
 
 def test_a_two_node_job_whose_copies_follow_a_launch_only_range_meets_its_goal(tmp_path, capsys) -> None:
     """tests/data/attach_h200x4_adjacent: bench/multinode_torchrun.sh's job as it failed its GPU test on a lent 4x
-    H200 (5 of 11 runs passed, 2026-11-28). Its 64 MiB copy range starts 39 us after the launch-only `eager_3000`
+    H200 (2 of 6 runs passed, 2026-11-28). Its 64 MiB copy range starts 39 us after the launch-only `eager_3000`
     ends, and once a read of 2.4 ms in flight made one sample interval hold both edges and the whole copy (71 MB),
     which each edge's rule gave its own range. Split halfway, eager_3000 read 12.4 MB against 5.5 and the copy
     65.3 against 72.4 MB, within their stated errors (+-24 and +-35 MB) but past the goal: 26 of 28 ranges. Split

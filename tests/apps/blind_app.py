@@ -154,6 +154,23 @@ def rounds(dev, counters: Counters | None, calls: int, phases: dict) -> tuple[li
     return lines, time.perf_counter_ns() - t0
 
 
+def settings(out: str, calls: int) -> tuple[bool, int, str]:
+    """An app's environment: whether it reads its truth (``BLIND_TRUTH``, on unless "0"), its rounds
+    (``BLIND_CALLS``, default ``calls``) and its output file (``BLIND_OUT``, default ``out``)."""
+    return (os.environ.get("BLIND_TRUTH", "1") != "0", int(os.environ.get("BLIND_CALLS", str(calls))),
+            os.environ.get("BLIND_OUT", out))
+
+
+def run_meta(dev, truth_on: bool, calls: int, counters: Counters | None, order: list[str], **extra) -> dict:
+    """The meta line an app writes first: its process, its device (``dev``: one, or a tuple of devices whose
+    counters are read as one), its truth settings, torch, the GPU's model, the NVML index read and the order of
+    its ranges; ``extra``: the app's own keys."""
+    devs = dev if isinstance(dev, tuple) else (dev,)
+    return {"kind": "meta", "pid": os.getpid(), "device": "+".join(map(str, devs)), "truth": truth_on,
+            "calls": calls, "gap_s": GAP_S, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(devs[0]),
+            "nvml_index": counters.nvml_index if counters else None, "order": order, **extra}
+
+
 def write_rows(path: str, meta: dict, lines: list[dict], loop_ns: int, rounds: int) -> None:
     """The app's output: its meta line, one line per range call and reference window, and the end line."""
     with open(path, "w") as f:
@@ -201,9 +218,7 @@ def zero_copy_view(dev: torch.device, nbytes: int) -> tuple[torch.Tensor | None,
 
 
 def main() -> int:
-    truth_on = os.environ.get("BLIND_TRUTH", "1") != "0"
-    calls = int(os.environ.get("BLIND_CALLS", "8"))
-    out_path = os.environ.get("BLIND_OUT", "blind_app.jsonl")
+    truth_on, calls, out_path = settings("blind_app.jsonl", 8)
     dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     torch.cuda.set_device(dev)
     nvtx = torch.cuda.nvtx
@@ -333,10 +348,7 @@ def main() -> int:
                                   "launches_expected": il})
     loop_ns = time.perf_counter_ns() - t_loop0
 
-    meta = {"kind": "meta", "pid": os.getpid(), "device": str(dev), "truth": truth_on, "calls": calls,
-            "gap_s": GAP_S, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev),
-            "nvml_index": counters.nvml_index if counters else None,
-            "zero_copy": zc_info, "order": order}
+    meta = run_meta(dev, truth_on, calls, counters, order, zero_copy=zc_info)
     write_rows(out_path, meta, lines, loop_ns, calls)
     if zc is None:
         print(f"blind_app: zero_copy_read skipped: {zc_info['skipped']}", file=sys.stderr)

@@ -49,7 +49,7 @@ from typing import Callable
 import torch
 
 # the truth as blind_app.py takes it: its NVML reader, its windows 6 ms away, its rows (this folder is on sys.path as a script)
-from blind_app import GAP_S, Counters, bus_id_of, range_row, ref_row, window, write_rows
+from blind_app import Counters, bus_id_of, range_row, ref_row, run_meta, settings, window, write_rows
 
 MiB = 1 << 20
 GRAPH_MIB, REPLAYS = 16, 8   # 8 replays, not 4: 128 MiB keeps the range >= 2 ms on a Gen5 x16 link
@@ -96,9 +96,7 @@ def count_kernels(fn: Callable[[], None]) -> dict:
 
 
 def main() -> int:
-    truth_on = os.environ.get("BLIND_TRUTH", "1") != "0"
-    calls = int(os.environ.get("BLIND_CALLS", "8"))
-    out_path = os.environ.get("BLIND_OUT", "blind_graphs_app.jsonl")
+    truth_on, calls, out_path = settings("blind_graphs_app.jsonl", 8)
     dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     torch.cuda.set_device(dev)
     nvtx = torch.cuda.nvtx
@@ -285,11 +283,9 @@ def main() -> int:
         return {**{k: c.get(k) for k in ("eager_kernels", "captured_ops", "unknown", "error")},
                 "eager_ops": sorted({op for op, capturing in c["ops"] if not capturing})}
 
-    meta = {"kind": "meta", "pid": os.getpid(), "device": str(dev), "truth": truth_on, "calls": calls,
-            "gap_s": GAP_S, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev),
-            "nvml_index": counters.nvml_index if counters else None, "order": [k[0] for k in kinds],
-            "torch_eager_kernels": {"replay_h2d": summary(rep_h2d), "replay_d2h": summary(rep_d2h),
-                                    "capture": summary(cap)}}
+    meta = run_meta(dev, truth_on, calls, counters, [k[0] for k in kinds],
+                    torch_eager_kernels={"replay_h2d": summary(rep_h2d), "replay_d2h": summary(rep_d2h),
+                                         "capture": summary(cap)})
     unknown = [k[0] for k in kinds if k[4] is None]
     if unknown:
         meta["launches_unknown"] = unknown

@@ -18,12 +18,11 @@ Rows: blind_app.py's JSON lines, so `bench/blind_attach.py --app compile` compar
 
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
 
-from blind_app import GAP_S, Counters, bus_id_of, ranged, rounds, write_rows
+from blind_app import Counters, bus_id_of, ranged, rounds, run_meta, settings, write_rows
 
 BATCH, DIM, LAYERS, STEPS = 64, 1024, 6, 10
 
@@ -47,9 +46,7 @@ def kernels_run(dev: torch.device, body) -> int:
 
 
 def main() -> int:
-    truth_on = os.environ.get("BLIND_TRUTH", "1") != "0"
-    calls = int(os.environ.get("BLIND_CALLS", "4"))
-    out_path = os.environ.get("BLIND_OUT", "compile_app.jsonl")
+    truth_on, calls, out_path = settings("compile_app.jsonl", 4)
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
     nvtx = torch.cuda.nvtx
@@ -82,10 +79,7 @@ def main() -> int:
     counters = Counters(bus_id_of(dev.index)) if truth_on else None
     lines, loop_ns = rounds(dev, counters, calls, phases)
 
-    meta = {"kind": "meta", "pid": os.getpid(), "device": str(dev), "truth": truth_on, "calls": calls,
-            "gap_s": GAP_S, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev),
-            "nvml_index": counters.nvml_index if counters else None, "order": list(bodies),
-            "graph_kernels": kernels["graphed"], "kernels": kernels}
+    meta = run_meta(dev, truth_on, calls, counters, list(bodies), graph_kernels=kernels["graphed"], kernels=kernels)
     write_rows(out_path, meta, lines, loop_ns, calls)
     return 0
 

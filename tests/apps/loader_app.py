@@ -19,12 +19,11 @@ Rows: blind_app.py's JSON lines, so `bench/blind_attach.py --app loader` compare
 from __future__ import annotations
 
 import io
-import os
 import sys
 
 import torch
 
-from blind_app import GAP_S, Counters, bus_id_of, ranged, rounds, write_rows
+from blind_app import Counters, bus_id_of, ranged, rounds, run_meta, settings, write_rows
 
 IMAGE = (3, 64, 64)
 BATCH, STEPS, CLASSES, WORKERS = 32, 12, 100, 2
@@ -49,9 +48,7 @@ def model() -> torch.nn.Module:
 
 
 def main() -> int:
-    truth_on = os.environ.get("BLIND_TRUTH", "1") != "0"
-    calls = int(os.environ.get("BLIND_CALLS", "4"))
-    out_path = os.environ.get("BLIND_OUT", "loader_app.jsonl")
+    truth_on, calls, out_path = settings("loader_app.jsonl", 4)
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
     nvtx = torch.cuda.nvtx
@@ -103,10 +100,7 @@ def main() -> int:
     counters = Counters(bus_id_of(dev.index)) if truth_on else None
     lines, loop_ns = rounds(dev, counters, calls, phases)
 
-    meta = {"kind": "meta", "pid": os.getpid(), "device": str(dev), "truth": truth_on, "calls": calls,
-            "gap_s": GAP_S, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev),
-            "nvml_index": counters.nvml_index if counters else None, "order": list(phases),
-            "final_loss": losses[-1]}
+    meta = run_meta(dev, truth_on, calls, counters, list(phases), final_loss=losses[-1])
     write_rows(out_path, meta, lines, loop_ns, calls)
     return 0
 

@@ -20,12 +20,11 @@ Rows: blind_app.py's JSON lines, so `bench/blind_attach.py --app pipeline` compa
 
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
 
-from blind_app import GAP_S, WRAP, Counters, bus_id_of, ranged, rounds, write_rows
+from blind_app import WRAP, Counters, bus_id_of, ranged, rounds, run_meta, settings, write_rows
 
 MiB = 1 << 20
 DIM, BATCH, STEPS, COPY_BYTES = 1024, 256, 8, 64 * MiB
@@ -51,9 +50,7 @@ def stage() -> torch.nn.Sequential:
 def main() -> int:
     if torch.cuda.device_count() < 2:
         sys.exit("pipeline_app: needs two GPUs")
-    truth_on = os.environ.get("BLIND_TRUTH", "1") != "0"
-    calls = int(os.environ.get("BLIND_CALLS", "4"))
-    out_path = os.environ.get("BLIND_OUT", "pipeline_app.jsonl")
+    truth_on, calls, out_path = settings("pipeline_app.jsonl", 4)
     gpu0, gpu1 = torch.device("cuda", 0), torch.device("cuda", 1)
     torch.cuda.set_device(gpu0)
     nvtx = torch.cuda.nvtx
@@ -99,10 +96,7 @@ def main() -> int:
     counters = BothGpus() if truth_on else None
     lines, loop_ns = rounds((gpu0, gpu1), counters, calls, phases)
 
-    meta = {"kind": "meta", "pid": os.getpid(), "device": "cuda:0+cuda:1", "truth": truth_on, "calls": calls,
-            "gap_s": GAP_S, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
-            "nvml_index": counters.nvml_index if counters else None, "order": list(phases),
-            "final_loss": losses[-1]}
+    meta = run_meta((gpu0, gpu1), truth_on, calls, counters, list(phases), final_loss=losses[-1])
     write_rows(out_path, meta, lines, loop_ns, calls)
     return 0
 

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Mapping
 from typing import Any, TextIO
@@ -48,15 +47,8 @@ def write(meta: dict[str, Any], results: Mapping[str, pd.DataFrame], summary: di
             write_table(df, out)
 
 
-def render(meta: dict[str, Any], results: Mapping[str, pd.DataFrame], summary: dict[str, Any]) -> str:
-    """:func:`write`'s text as one string (small reports)."""
-    out = io.StringIO()
-    write(meta, results, summary, out)
-    return out.getvalue()
-
-
 class MarkdownRenderer(Renderer):
-    """Markdown (:func:`render`) of the tables the saved report holds."""
+    """Markdown (:func:`write`) of the tables the saved report holds."""
 
     name = "md"
 

@@ -9,7 +9,7 @@ call makes; attach's figure is the library's own (``edge_ns``: :func:`pcietrace.
 trace the recorded calls wrote). Prints both per process and their ratio (the figure is the time inside the
 library: a lower bound, its stores' cost to the program's caches after is not in it).
 
-    python3 bench/edge_ab.py --processes 3 --rounds 30 --per 3 [--cpus 2-9]
+    python3 bench/edge_ab.py --processes 3 --rounds 30 --per 3 [--cpus 2-9] [--native DIR]
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ SWITCHES = {"static int push_(const char *d, const char *m) { ":
             "static int pop_(const char *d) { if (pcietrace_edges_off) { if (t_depth > 0) --t_depth; return t_depth; } "}
 
 
-def build(out: Path) -> Path:
-    """The injection library with the switch, built from pcietrace/native into ``out``."""
+def build(out: Path, native: Path = NATIVE) -> Path:
+    """The injection library with the switch, built from ``native`` (pcietrace/native) into ``out``."""
     src = out / "native"
-    shutil.copytree(NATIVE, src)
+    shutil.copytree(native, src)
     nvtx = src / "pt_inject_nvtx.c"
     text = nvtx.read_text()
     for was, now in SWITCHES.items():
@@ -99,6 +99,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=30, help="rounds of recorded and unrecorded calls (default 30)")
     ap.add_argument("--per", type=int, default=3, help="calls each way a round (default 3)")
     ap.add_argument("--cpus", default="", help="hold the app to these CPUs (taskset list, e.g. 2-9)")
+    ap.add_argument("--native", type=Path, default=NATIVE,
+                    help="the library's sources (default pcietrace/native; another copy to compare two)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -110,7 +112,7 @@ def main() -> int:
     from pcietrace.record.trace import read_traces
 
     with tempfile.TemporaryDirectory(prefix="edge-ab-") as tmp:
-        lib = str(build(Path(tmp)))
+        lib = str(build(Path(tmp), a.native))
         ratios = []
         for k in range(a.processes):
             traces = Path(tmp) / f"traces{k}"

@@ -3,9 +3,13 @@
  * rounds. PRESSURE_KB > 0 touches that much of a buffer between pairs (its time left out), as a large program's
  * own work does to the caches between its edges. With ``cuda`` (a GPU machine), GPU 0's primary context is made
  * current first, so that each edge asks the driver for the current device as it does in a CUDA program (without
- * it, no driver is loaded and the library skips that call). Not a test.
+ * it, no driver is loaded and the library skips that call, but looks for the driver again every 10 ms with a
+ * dlopen of 5-23 us: with PRESSURE_KB that adds ~200 ns to a pair's figure, so compare libraries with it, not
+ * figures). Run with LD_PRELOAD=LIBRARY and PCIETRACE_COUNT=interpose, as attach loads it (the nested edges' device
+ * is then kept: pt_inject_launch.c, edge_device). Not a test.
  *   cc -O2 -o /tmp/edge_handler bench/edge_handler.c -ldl
- *   mkdir -p /tmp/tr && PCIETRACE_TRACE_DIR=/tmp/tr /tmp/edge_handler pcietrace/_pt_inject*.so PAIRS [PRESSURE_KB [cuda]] */
+ *   L=$(ls pcietrace/_pt_inject*.so); mkdir -p /tmp/tr && PCIETRACE_TRACE_DIR=/tmp/tr PCIETRACE_COUNT=interpose \
+ *     LD_PRELOAD=$L /tmp/edge_handler $L PAIRS [PRESSURE_KB [cuda]] */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -489,6 +489,37 @@ def test_a_range_is_charged_the_gpu_its_copy_ran_on(tmp_path) -> None:
     assert attribution.launches_by_gpu(ev, FAKE_GPUS).set_index("nvml_index")["eager_launches"].to_dict() == {0: 2, 1: 0}
 
 
+#: An outer range on ordinal 0 with ranges nested in it that launch nothing: the thread's device set by the driver's
+#: cuCtxSetCurrent between them (as cudaSetDevice and ``torch.cuda.set_device`` do), and once behind the library's
+#: back (the fake's own word), then left alone for 20 ms.
+SET_DEVICE_SCRIPT = FAKE_LAUNCHER + r"""
+import time
+assert cuda.cuGetProcAddress_v2(b"cuCtxSetCurrent", ctypes.byref(fn), 12000, ctypes.c_ulonglong(0), None) == 0
+set_current = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(fn.value)
+def nested(name):
+    nvtx.push_range(name); nvtx.pop_range()
+run(1, 1); run(1, 0)  # (each ordinal named by a launch)
+nvtx.push_range("outer")
+nested("on0")
+set_current(2); nested("on1")
+set_current(1); nested("on0_again")
+device.value = 1; time.sleep(0.02); nested("unseen_switch")
+nvtx.pop_range()
+"""
+
+
+def test_a_nested_range_takes_the_device_its_thread_set_last(tmp_path) -> None:
+    """The real library over a fake driver (no GPU): a range edge inside its thread's counted range takes the
+    device its thread's last asking edge found (asking the driver at every edge was half a nested edge's cost),
+    so a context call that passes through the library (cuCtxSetCurrent: cudaSetDevice) must make the next edge
+    ask again, and a change the library never saw is found within a millisecond."""
+    ev = _over_fake_driver(tmp_path, SET_DEVICE_SCRIPT)
+    pushes = ev[ev["event"] == "push"].set_index("message")
+    assert pushes.loc[["outer", "on0", "on1", "on0_again", "unseen_switch"], "dev"].tolist() == [0, 0, 1, 0, 1]
+    ranges = attribution.range_gpus(attribution.ranges_from_events(ev), ev, FAKE_GPUS).set_index("name")
+    assert ranges.loc["on1", "gpus"] == [1] and ranges.loc["on0", "gpus"] == [0]
+
+
 #: A STAND-IN libcupti with the activity API (no GPU): cuptiActivityFlushAll hands the injection library one
 #: kernel record (CUpti_ActivityKernel layout: kind at 0, start at 16, end at 24, deviceId at 40) of device
 #: ``fake_kernel_device`` per ``fake_pending``, on the calling thread, as CUPTI does on a forced flush.

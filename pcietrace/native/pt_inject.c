@@ -19,7 +19,8 @@
  * Records are copied, not formatted: at emit_nvtx density (a range per PyTorch op) every NVTX push and pop writes
  * one in the program's own thread, and formatting text was most of an edge's cost.
  * t_ns is CLOCK_MONOTONIC, the clock pcietrace's counter sampler uses. ``dev`` is the CUDA ordinal current
- * on the thread at the event (-1: none), ``devmask`` the ordinals the thread launched on since its previous
+ * on the thread at the event (-1: none; at a nested range edge in interpose mode, as its thread last asked the
+ * driver, < 1 ms before and since its last context call: edge_device), ``devmask`` the ordinals the thread launched on since its previous
  * event (bit i = ordinal i); a "cudevice" event (id = ordinal, message = PCI bus id) names each ordinal once.
  * ``captured_*`` count the launches (kernel or graph) made into a stream that was being captured into a graph
  * (cuStreamBeginCapture ... cuStreamEndCapture): they add a node to a graph and run nothing, so they are in
@@ -94,6 +95,7 @@ static void child_after_fork(void)
     pthread_mutex_init(&g_grow_lock, NULL);  /* a parent's thread may have held it at fork() */
     atomic_store(&g_eager, 0); atomic_store(&g_graph, 0); atomic_store(&g_captured, 0); atomic_store(&g_announced, 0);
     edges_after_fork();
+    device_forget();
 }
 
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
@@ -411,7 +413,14 @@ static unsigned long long event_ns(void)
 
 void emit(const char *event, const char *domain, unsigned long long id, const char *message)
 {
-    emit_line(event_ns(), event, domain, id, message, current_device(0));
+    unsigned long long t = event_ns();
+    emit_line(t, event, domain, id, message, edge_device(t, 0));
+}
+
+void emit_nested(const char *event, const char *domain, const char *message)
+{
+    unsigned long long t = event_ns();
+    emit_line(t, event, domain, 0, message, edge_device(t, 1));
 }
 
 /* ---- what the edges cost the program ----

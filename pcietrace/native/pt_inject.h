@@ -53,6 +53,8 @@ extern pthread_once_t g_call_clock_once;
 unsigned long long mono_ns(void);
 void call_clock_init(void);                  /* (through pthread_once(&g_call_clock_once, ...)) */
 void emit(const char *event, const char *domain, unsigned long long id, const char *message);
+/* A push or pop inside its thread's counted range (its device: edge_device's nested case) */
+void emit_nested(const char *event, const char *domain, const char *message);
 /* A range edge timed by the library (pt_abi.h: timed_edges, timed_ns): its start, by the call clock (ticks or ns) */
 struct edge_clock { unsigned long long at; int tsc; };
 struct edge_clock edge_clock_start(void);
@@ -84,21 +86,46 @@ void *first_copy(const char *name);  /* the recording copy's ``name`` (NULL wher
 void edges_open(void);
 void edges_after_fork(void);
 void open_ranges_exit(void);
-int holds_fast(const char *domain);
-int nested_push(void);                        /* inside the thread's counted range: counted here alone */
-int nested_pop(void);
+/* The edges' hot path is inline here: at emit_nvtx density a nested edge paid for every function and global it
+ * touched (each a cold cache line where the program's work between edges evicts the caches). */
+extern __thread int t_counted;                /* this thread's push ranges counted in the shared word */
+extern __thread const char *t_fast_domain;    /* the thread's last domain and whether it holds the fast rate */
+extern __thread int t_fast;
+extern _Atomic int g_exact;                   /* whether the library reads the counters itself (-1: not known yet) */
+int holds_fast_ask(const char *domain);
+/* Whether ranges of ``domain`` hold the samplers at the fast rate (PCIETRACE_SLOW_DOMAINS); asked once per domain
+ * change of the thread */
+static inline int holds_fast(const char *domain)
+{
+    return __builtin_expect(t_fast >= 0 && domain == t_fast_domain, 1) ? t_fast : holds_fast_ask(domain);
+}
+/* A thread's push ranges count once in the shared word, for as long as its outermost counted one is open: the
+ * samplers only ask whether any range is open, and a nested edge (most of them at emit_nvtx density) then costs
+ * no locked instruction on the shared page. */
+static inline int nested_push(void) { if (!t_counted) return 0; ++t_counted; return 1; }
+static inline int nested_pop(void) { if (t_counted < 2) return 0; --t_counted; return 1; }
 int open_push(void);
 void close_pop(void);
 int open_start(unsigned long long id);
 void close_end(unsigned long long id);
 void edge_signal(int wake);
-void edge_read(void);
+void exact_read(void);
+/* The library's own counter read at an edge (exact edges only), before a push and after a pop */
+static inline void edge_read(void)
+{
+    if (__builtin_expect(atomic_load_explicit(&g_exact, memory_order_relaxed) == 0, 1)) return;
+    exact_read();
+}
 void edge_close_range(int wake);
 
 /* ---- pt_inject_launch.c ---- */
 void *real_dlsym_fn(void *handle, const char *name);  /* glibc's own dlsym (NULL if it cannot be found) */
 void *libcuda(void);
 int current_device(int retry_now);
+/* The CUDA ordinal for a range edge at ``t_ns`` (-1: none): ``nested`` (inside the thread's counted range) may
+ * take the thread's last asked one; device_forget drops it (a context call; fork) */
+int edge_device(unsigned long long t_ns, int nested);
+void device_forget(void);
 int device_bus_id(char *bus, int size, int dev);      /* cuDeviceGetPCIBusId where the driver is loaded */
 int interposing(void);
 int suffix(const char *s, const char *x);

@@ -63,7 +63,7 @@ void edge_signal(int wake)
  * inside a range keeps the samplers fast for the rest of the run: the safe direction. */
 #define OPEN_IDS 256
 static _Atomic unsigned long long g_open_ids[OPEN_IDS];
-static __thread int t_counted;               /* this thread's push ranges counted in the shared word */
+__thread int t_counted;                      /* this thread's push ranges counted in the shared word */
 static atomic_int g_counted;                 /* this process's ranges counted in the shared word */
 
 static pthread_mutex_t g_read_lock = PTHREAD_MUTEX_INITIALIZER;  /* the library's own counter reads take turns */
@@ -118,13 +118,14 @@ static const char *g_slow_domains;
 static pthread_once_t g_slow_once = PTHREAD_ONCE_INIT;
 static void slow_domains_read(void) { g_slow_domains = getenv("PCIETRACE_SLOW_DOMAINS"); }
 
-static __thread const char *t_fast_domain;  /* the thread's last domain and its answer (a handle's name does not move) */
-static __thread int t_fast = -1;
+__thread const char *t_fast_domain;  /* the thread's last domain and its answer (a handle's name does not move) */
+__thread int t_fast = -1;
 
 static int holds_fast_(const char *domain);
-int holds_fast(const char *domain)
+int holds_fast_ask(const char *domain)
 {
-    if (t_fast < 0 || domain != t_fast_domain) { t_fast = holds_fast_(domain); t_fast_domain = domain; }
+    t_fast = holds_fast_(domain);
+    t_fast_domain = domain;
     return t_fast;
 }
 
@@ -143,11 +144,7 @@ static int holds_fast_(const char *domain)
     return 1;
 }
 
-/* A thread's push ranges count once in the shared word, for as long as its outermost counted one is open: the
- * samplers only ask whether any range is open, and a nested edge (most of them at emit_nvtx density) then costs
- * no locked instruction on the shared page. */
-int nested_push(void) { if (!t_counted) return 0; ++t_counted; return 1; }
-int nested_pop(void) { if (t_counted < 2) return 0; --t_counted; return 1; }
+/* (nested_push and nested_pop: pt_inject.h) */
 int open_push(void) { return t_counted++ ? 0 : open_ranges_add(); }
 void close_pop(void) { if (t_counted > 0 && !--t_counted) open_ranges_sub(); }
 
@@ -179,7 +176,7 @@ static int (*nvml_fields)(void *, int, NvmlField *);
 static int (*nvml_by_bus)(const char *, void **);
 static int (*nvml_by_index)(unsigned, void **);
 static int (*nvml_index_of)(void *, unsigned *);
-static _Atomic int g_exact = -1;  /* whether the library reads the counters itself (-1: not known yet) */
+_Atomic int g_exact = -1;  /* whether the library reads the counters itself (-1: not known yet) */
 static char g_nvml_indices[256];
 static pthread_once_t g_exact_once = PTHREAD_ONCE_INIT;
 
@@ -234,7 +231,7 @@ static void read_one(void *h)
 }
 
 /* Read the counters of the thread's current GPU, or of every sampled GPU where the thread has none. */
-static void exact_read(void)
+void exact_read(void)
 {
     if (!exact_on()) return;
     int dev = current_device(0);
@@ -253,8 +250,6 @@ static void exact_read(void)
     }
 }
 
-/* The library's own counter read at an edge (exact edges only), before a push and after a pop */
-void edge_read(void) { exact_read(); }
 /* (exact edges: the library's own read first, then the samplers', rather than both at once); a closing edge
  * wakes only where its domain does not hold the fast rate (a sampler at the fast rate reads on its own) */
 void edge_close_range(int wake) { exact_read(); edge_signal(wake); }

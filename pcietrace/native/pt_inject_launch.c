@@ -38,6 +38,29 @@ int current_device(int retry_now)
     return get(&dev) == 0 ? dev : -1;
 }
 
+/* ---- the device at a nested range edge ----
+ * Asking the driver at every edge was about half of what a nested push+pop cost where the program's own work
+ * between edges evicts the caches (bench/edge_handler.c: the driver's code and data cold each time). A nested edge
+ * (inside its thread's counted range) takes the device its thread's last asking edge found, if that was less than
+ * DEVICE_FRESH_NS ago and no context call of the thread (cuCtxSetCurrent & co., whose trampolines below forget
+ * it) came through the library since; other edges ask. Interpose mode on x86-64 and AArch64 only, where those
+ * calls pass through the library; elsewhere every edge asks. */
+enum { DEVICE_FRESH_NS = 1000000 };
+static __thread int t_dev;
+static __thread unsigned long long t_dev_ns;  /* when t_dev was asked (0: not kept) */
+static atomic_int g_ctx_unseen;               /* a context entry point went out unwrapped: nothing is kept */
+static int device_kept(void);
+
+void device_forget(void) { t_dev_ns = 0; }
+
+int edge_device(unsigned long long t_ns, int nested)
+{
+    if (nested && t_dev_ns && t_ns - t_dev_ns < DEVICE_FRESH_NS) return t_dev;
+    int dev = current_device(0);
+    if (device_kept()) { t_dev = dev; t_dev_ns = t_ns | 1; }
+    return dev;
+}
+
 /* cuDeviceGetPCIBusId of the driver current_device found (non-zero where there is none). */
 int device_bus_id(char *bus, int size, int dev)
 {
@@ -216,6 +239,13 @@ static void *real_begin[BEGIN_SLOTS];
 static void *real_copy[COPY_SLOTS];
 #define COPY_SLOT(i) static CUres copy_##i(void *a, void *b, void *c, void *d, void *e, void *f) \
     { note_copy_device(); return ((begin_fn)real_copy[i])(a, b, c, d, e, f); }
+/* context calls: the thread's current context may change (cuCtxSetCurrent, cuCtxPushCurrent*, cuCtxPopCurrent*,
+ * cuCtxCreate*, cuCtxDestroy*, cuCtxAttach, cuCtxDetach, cuDevicePrimaryCtxRelease*, cuDevicePrimaryCtxReset*;
+ * 1-4 arguments, forwarded as six): the device a nested edge takes is asked again */
+#define CTX_SLOTS 32
+static void *real_ctx[CTX_SLOTS];
+#define CTX_SLOT(i) static CUres ctx_##i(void *a, void *b, void *c, void *d, void *e, void *f) \
+    { CUres r = ((begin_fn)real_ctx[i])(a, b, c, d, e, f); device_forget(); return r; }
 LAUNCH_SLOT(0) LAUNCH_SLOT(1) LAUNCH_SLOT(2) LAUNCH_SLOT(3)
 LAUNCHEX_SLOT(0) LAUNCHEX_SLOT(1) LAUNCHEX_SLOT(2) LAUNCHEX_SLOT(3)
 COOP_SLOT(0) COOP_SLOT(1) COOP_SLOT(2) COOP_SLOT(3)
@@ -240,6 +270,15 @@ COPY_SLOT(65) COPY_SLOT(66) COPY_SLOT(67) COPY_SLOT(68) COPY_SLOT(69) COPY_SLOT(
 COPY_SLOT(73) COPY_SLOT(74) COPY_SLOT(75) COPY_SLOT(76) COPY_SLOT(77) COPY_SLOT(78) COPY_SLOT(79) COPY_SLOT(80)
 COPY_SLOT(81) COPY_SLOT(82) COPY_SLOT(83) COPY_SLOT(84) COPY_SLOT(85) COPY_SLOT(86) COPY_SLOT(87) COPY_SLOT(88)
 COPY_SLOT(89) COPY_SLOT(90) COPY_SLOT(91) COPY_SLOT(92) COPY_SLOT(93) COPY_SLOT(94) COPY_SLOT(95)
+CTX_SLOT(0) CTX_SLOT(1) CTX_SLOT(2) CTX_SLOT(3) CTX_SLOT(4) CTX_SLOT(5) CTX_SLOT(6) CTX_SLOT(7) CTX_SLOT(8) CTX_SLOT(9)
+CTX_SLOT(10) CTX_SLOT(11) CTX_SLOT(12) CTX_SLOT(13) CTX_SLOT(14) CTX_SLOT(15) CTX_SLOT(16) CTX_SLOT(17) CTX_SLOT(18)
+CTX_SLOT(19) CTX_SLOT(20) CTX_SLOT(21) CTX_SLOT(22) CTX_SLOT(23) CTX_SLOT(24) CTX_SLOT(25) CTX_SLOT(26) CTX_SLOT(27)
+CTX_SLOT(28) CTX_SLOT(29) CTX_SLOT(30) CTX_SLOT(31)
+static void *const ctx_slots[CTX_SLOTS] = {(void *)ctx_0, (void *)ctx_1, (void *)ctx_2, (void *)ctx_3, (void *)ctx_4,
+    (void *)ctx_5, (void *)ctx_6, (void *)ctx_7, (void *)ctx_8, (void *)ctx_9, (void *)ctx_10, (void *)ctx_11,
+    (void *)ctx_12, (void *)ctx_13, (void *)ctx_14, (void *)ctx_15, (void *)ctx_16, (void *)ctx_17, (void *)ctx_18,
+    (void *)ctx_19, (void *)ctx_20, (void *)ctx_21, (void *)ctx_22, (void *)ctx_23, (void *)ctx_24, (void *)ctx_25,
+    (void *)ctx_26, (void *)ctx_27, (void *)ctx_28, (void *)ctx_29, (void *)ctx_30, (void *)ctx_31};
 static void *const copy_slots[COPY_SLOTS] = {(void *)copy_0, (void *)copy_1, (void *)copy_2, (void *)copy_3,
     (void *)copy_4, (void *)copy_5, (void *)copy_6, (void *)copy_7, (void *)copy_8, (void *)copy_9, (void *)copy_10,
     (void *)copy_11, (void *)copy_12, (void *)copy_13, (void *)copy_14, (void *)copy_15, (void *)copy_16,
@@ -286,6 +325,11 @@ static void *slot_for(void **reals, int *ptsz, void *const *slots, int n, void *
         emit("interpose", NULL, 0, "more capture-begin entry points than slots: every launch's capture queried");
     } else if (out == real && reals == real_copy) {
         emit("interpose", NULL, 0, "more copy entry points than slots: some copies' devices not noted");
+#if CAPTURE_GATE
+    } else if (out == real && reals == real_ctx) {
+        atomic_store(&g_ctx_unseen, 1);
+        emit("interpose", NULL, 0, "more context entry points than slots: every range edge asks its device");
+#endif
     } else if (out == real) {
         emit("interpose", NULL, 0, "more driver entry points than slots: some launches uncounted or calls untimed");
     }
@@ -304,6 +348,15 @@ int suffix(const char *s, const char *x) { size_t n = strlen(s), m = strlen(x); 
 int cooperative(const char *s) { return !strcmp(s, "cuLaunchCooperativeKernel") || !strcmp(s, "cuLaunchCooperativeKernel_ptsz"); }
 /* The copies whose device a range is charged (note_copy_device): cuMemcpy*, not the batched ones. */
 int copy_entry(const char *s) { return prefix(s, "cuMemcpy") && !strstr(s, "Batch"); }
+/* The calls that may change the thread's current context (CTX_SLOT). */
+static int ctx_entry(const char *s)
+{
+    static const char *const names[] = {"cuCtxSetCurrent", "cuCtxPushCurrent", "cuCtxPopCurrent", "cuCtxCreate",
+                                        "cuCtxDestroy", "cuCtxAttach", "cuCtxDetach", "cuDevicePrimaryCtxRelease",
+                                        "cuDevicePrimaryCtxReset"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) if (prefix(s, names[i])) return 1;
+    return 0;
+}
 /* The synchronize calls that take one handle, by exact name (cuCtxSynchronize_v2 takes the context). */
 static int one_arg_sync(const char *s)
 {
@@ -334,6 +387,7 @@ static void *wrap_entry(const char *sym, void *real, unsigned long long flags, i
 #if CAPTURE_GATE
     if (prefix(sym, "cuStreamBeginCapture")) return slot_for(real_begin, NULL, begin_slots, BEGIN_SLOTS, real, pt);
     if (copy_entry(sym)) return slot_for(real_copy, NULL, copy_slots, COPY_SLOTS, real, pt);
+    if (ctx_entry(sym)) return slot_for(real_ctx, NULL, ctx_slots, CTX_SLOTS, real, pt);
 #endif
     return real;
 }
@@ -353,6 +407,12 @@ static CUres getproc1(const char *sym, void **pfn, int ver, unsigned long long f
 static CUres getproc2(const char *sym, void **pfn, int ver, unsigned long long flags, void *status)
 {
     return wrapped(real_getproc2(sym, pfn, ver, flags, status), sym, pfn, flags, ver);
+}
+
+/* Whether a nested edge may take its thread's last asked device (edge_device): context calls pass through here */
+static int device_kept(void)
+{
+    return CAPTURE_GATE && interposing() && !passive() && !atomic_load_explicit(&g_ctx_unseen, memory_order_relaxed);
 }
 
 static _Atomic int g_interposing = -1;  /* racing first callers find the same answer */
@@ -469,6 +529,14 @@ DIRECT_BEGIN(cuStreamBeginCapture) DIRECT_BEGIN(cuStreamBeginCapture_ptsz) DIREC
 DIRECT_BEGIN(cuStreamBeginCapture_v2_ptsz) DIRECT_BEGIN(cuStreamBeginCaptureToGraph)
 DIRECT_BEGIN(cuStreamBeginCaptureToGraph_ptsz) DIRECT_BEGIN(cuStreamBeginCaptureToCig)
 DIRECT_BEGIN(cuStreamBeginCaptureToCig_ptsz)
+#define DIRECT_CTX(sym) EXPORT CUres sym(void *a, void *b, void *c, void *d, void *e, void *f) \
+    { static void *real; begin_fn fn = (begin_fn)next_entry(&real, #sym); if (!fn) return CUDA_ERROR_NOT_FOUND; \
+      CUres r = fn(a, b, c, d, e, f); device_forget(); return r; }
+DIRECT_CTX(cuCtxSetCurrent) DIRECT_CTX(cuCtxPushCurrent) DIRECT_CTX(cuCtxPushCurrent_v2) DIRECT_CTX(cuCtxPopCurrent)
+DIRECT_CTX(cuCtxPopCurrent_v2) DIRECT_CTX(cuCtxCreate) DIRECT_CTX(cuCtxCreate_v2) DIRECT_CTX(cuCtxCreate_v3)
+DIRECT_CTX(cuCtxCreate_v4) DIRECT_CTX(cuCtxDestroy) DIRECT_CTX(cuCtxDestroy_v2) DIRECT_CTX(cuCtxAttach)
+DIRECT_CTX(cuCtxDetach) DIRECT_CTX(cuDevicePrimaryCtxRelease) DIRECT_CTX(cuDevicePrimaryCtxRelease_v2)
+DIRECT_CTX(cuDevicePrimaryCtxReset) DIRECT_CTX(cuDevicePrimaryCtxReset_v2)
 #endif
 /* ... and may fetch entry points with cuGetProcAddress itself, through its PLT: what it gets is wrapped as the
  * runtime's fetches are (counting launches, timing calls, seeing capture begins) */

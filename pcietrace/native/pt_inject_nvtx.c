@@ -53,18 +53,27 @@ static const char *message_of(const EventAttributes *a, char *tmp, size_t tmpsiz
 /* A push or pop nested in the thread's own counted range changes nothing the samplers look at: no shared word */
 static int push_edge(const char *domain, const char *msg)
 {
-    edge_read();
-    emit("push", domain, 0, msg);
     int fast = holds_fast(domain);
-    if (!(fast && nested_push())) edge_signal(fast ? open_push() : 1);
+    edge_read();
+    if (fast && t_counted) {
+        emit_nested("push", domain, msg);
+        nested_push();
+    } else {
+        emit("push", domain, 0, msg);
+        edge_signal(fast ? open_push() : 1);
+    }
     return t_depth++;
 }
 static int pop_edge(const char *domain)
 {
     if (t_depth > 0) --t_depth;
-    emit("pop", domain, 0, "");
     int fast = holds_fast(domain);
-    if (fast && nested_pop()) { edge_read(); return t_depth; }
+    if (fast && nested_pop()) {
+        emit_nested("pop", domain, "");
+        edge_read();
+        return t_depth;
+    }
+    emit("pop", domain, 0, "");
     if (fast) close_pop();
     edge_close_range(!fast);
     return t_depth;

@@ -247,9 +247,11 @@ def test_sigterm_reaches_the_program_and_attach_survives_to_save(tmp_path, as_in
     assert signal.getsignal(signal.SIGTERM) is before
 
 
-def test_a_full_trace_file_is_said_not_silently_cut(tmp_path) -> None:
+@pytest.mark.parametrize("outer", ["", "nvtx.push_range('outer')\n"], ids=["outermost", "nested"])
+def test_a_full_trace_file_is_said_not_silently_cut(tmp_path, outer) -> None:
     # the real injection library with a trace file too small for what the program writes (the nvtx package
-    # drives it through NVTX's injection hook; no GPU needed)
+    # drives it through NVTX's injection hook; no GPU needed); the ranges outermost, or nested in one (a nested
+    # edge writes by a path of its own)
     import os
     import subprocess
     import sys
@@ -261,7 +263,7 @@ def test_a_full_trace_file_is_said_not_silently_cut(tmp_path) -> None:
     pytest.importorskip("nvtx")
     env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path),
                PCIETRACE_TRACE_BYTES="65536")
-    prog = "import nvtx\nfor i in range(2000):\n    nvtx.push_range(f'step{i}')\n    nvtx.pop_range()\n"
+    prog = "import nvtx\n" + outer + "for i in range(2000):\n    nvtx.push_range(f'step{i}')\n    nvtx.pop_range()\n"
     subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
     ev = read_traces(tmp_path)
     full = ev[ev["event"] == TRACE_FULL]

@@ -54,7 +54,7 @@ unsigned long long mono_ns(void);
 void call_clock_init(void);                  /* (through pthread_once(&g_call_clock_once, ...)) */
 void emit(const char *event, const char *domain, unsigned long long id, const char *message);
 /* A push or pop inside its thread's counted range (its device: edge_device's nested case) */
-void emit_nested(const char *event, const char *domain, const char *message);
+void emit_nested(const char *event, size_t event_bytes, const char *domain, const char *message);
 /* A range edge timed by the library (pt_abi.h: timed_edges, timed_ns): its start, by the call clock (ticks or ns) */
 struct edge_clock { unsigned long long at; int tsc; };
 struct edge_clock edge_clock_start(void);

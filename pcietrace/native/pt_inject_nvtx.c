@@ -56,7 +56,7 @@ static int push_edge(const char *domain, const char *msg)
     int fast = holds_fast(domain);
     edge_read();
     if (fast && t_counted) {
-        emit_nested("push", domain, msg);
+        emit_nested("push", 4, domain, msg);
         nested_push();
     } else {
         emit("push", domain, 0, msg);
@@ -69,7 +69,7 @@ static int pop_edge(const char *domain)
     if (t_depth > 0) --t_depth;
     int fast = holds_fast(domain);
     if (fast && nested_pop()) {
-        emit_nested("pop", domain, "");
+        emit_nested("pop", 3, domain, "");
         edge_read();
         return t_depth;
     }

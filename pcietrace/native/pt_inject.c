@@ -20,8 +20,9 @@
  * one in the program's own thread, and formatting text was most of an edge's cost.
  * t_ns is CLOCK_MONOTONIC, the clock pcietrace's counter sampler uses. ``dev`` is the CUDA ordinal current
  * on the thread at the event (-1: none; at a nested range edge in interpose mode, as its thread last asked the
- * driver, < 1 ms before and since its last context call: edge_device), ``devmask`` the ordinals the thread launched on since its previous
- * event (bit i = ordinal i); a "cudevice" event (id = ordinal, message = PCI bus id) names each ordinal once.
+ * driver, < 1 ms before and since its last context call: edge_device), ``devmask`` the ordinals the thread
+ * launched on since its previous event (bit i = ordinal i); a "cudevice" event (id = ordinal, message = PCI bus
+ * id) names each ordinal once.
  * ``captured_*`` count the launches (kernel or graph) made into a stream that was being captured into a graph
  * (cuStreamBeginCapture ... cuStreamEndCapture): they add a node to a graph and run nothing, so they are in
  * neither the eager nor the graph counts.

@@ -39,8 +39,9 @@ int current_device(int retry_now)
 }
 
 /* ---- the device at a nested range edge ----
- * Asking the driver at every edge was about half of what a nested push+pop cost where the program's own work
- * between edges evicts the caches (bench/edge_handler.c: the driver's code and data cold each time). A nested edge
+ * Asking the driver at every edge (cuCtxGetDevice, its code and data cold where the program's own work between
+ * edges evicts the caches) was ~1/5 of a nested edge's time in the library in PyTorch's emit_nvtx app
+ * (bench/edge_ab.py, 2x H200). A nested edge
  * (inside its thread's counted range) takes the device its thread's last asking edge found, if that was less than
  * DEVICE_FRESH_NS ago and no context call of the thread (cuCtxSetCurrent & co., whose trampolines below forget
  * it) came through the library since; other edges ask. Interpose mode on x86-64 and AArch64 only, where those
@@ -241,7 +242,7 @@ static void *real_copy[COPY_SLOTS];
     { note_copy_device(); return ((begin_fn)real_copy[i])(a, b, c, d, e, f); }
 /* context calls: the thread's current context may change (cuCtxSetCurrent, cuCtxPushCurrent*, cuCtxPopCurrent*,
  * cuCtxCreate*, cuCtxDestroy*, cuCtxAttach, cuCtxDetach, cuDevicePrimaryCtxRelease*, cuDevicePrimaryCtxReset*;
- * 1-4 arguments, forwarded as six): the device a nested edge takes is asked again */
+ * 1-5 arguments, forwarded as six): the device a nested edge takes is asked again */
 #define CTX_SLOTS 32
 static void *real_ctx[CTX_SLOTS];
 #define CTX_SLOT(i) static CUres ctx_##i(void *a, void *b, void *c, void *d, void *e, void *f) \

@@ -503,6 +503,9 @@ nvtx.push_range("outer")
 nested("on0")
 set_current(2); nested("on1")
 set_current(1); nested("on0_again")
+by_name = ctypes.CDLL(None).cuCtxSetCurrent  # (the first definition in the program: a C++ program's link to it)
+by_name(ctypes.c_void_p(2)); nested("on1_by_name")
+by_name(ctypes.c_void_p(1)); nested("on0_by_name")
 device.value = 1; time.sleep(0.02); nested("unseen_switch")
 nvtx.pop_range()
 """
@@ -511,11 +514,13 @@ nvtx.pop_range()
 def test_a_nested_range_takes_the_device_its_thread_set_last(tmp_path) -> None:
     """The real library over a fake driver (no GPU): a range edge inside its thread's counted range takes the
     device its thread's last asking edge found (asking the driver at every edge was half a nested edge's cost),
-    so a context call that passes through the library (cuCtxSetCurrent: cudaSetDevice) must make the next edge
-    ask again, and a change the library never saw is found within a millisecond."""
+    so a context call that passes through the library (cuCtxSetCurrent: cudaSetDevice; fetched from the driver
+    or called by name) must make the next edge ask again, and a change the library never saw is found within a
+    millisecond."""
     ev = _over_fake_driver(tmp_path, SET_DEVICE_SCRIPT)
     pushes = ev[ev["event"] == "push"].set_index("message")
-    assert pushes.loc[["outer", "on0", "on1", "on0_again", "unseen_switch"], "dev"].tolist() == [0, 0, 1, 0, 1]
+    names = ["outer", "on0", "on1", "on0_again", "on1_by_name", "on0_by_name", "unseen_switch"]
+    assert pushes.loc[names, "dev"].tolist() == [0, 0, 1, 0, 1, 0, 1]
     ranges = attribution.range_gpus(attribution.ranges_from_events(ev), ev, FAKE_GPUS).set_index("name")
     assert ranges.loc["on1", "gpus"] == [1] and ranges.loc["on0", "gpus"] == [0]
 

@@ -6,7 +6,8 @@
  * fake_fail_code, fake_flag_mode (1: a "kernel" launch stores its value to both flags at once, as pt_flag
  * does; 0: never, to test the timeout), fake_launch_ns (busy time per launch call), fake_device (the ordinal
  * cuCtxGetDevice reports, for the injection library's device tracking; bus id 0000:00:(06 + ordinal).0;
- * cuCtxSetCurrent from cuGetProcAddress sets it to its context handle less 1, as if each ordinal had one context).
+ * cuCtxSetCurrent, from cuGetProcAddress or by name, sets it to its context handle less 1, as if each ordinal had
+ * one context).
  * Stream capture (cuStreamIsCapturing, for the injection library's captured launches): the stream handle
  * fake_capturing_stream is capturing (ACTIVE), fake_invalidated_stream's capture is INVALIDATED, a query of
  * fake_failing_stream fails (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), CU_STREAM_PER_THREAD (0x2) is capturing
@@ -186,6 +187,8 @@ static int h2d(unsigned long long dst, const void *src, size_t n, void *s) { (vo
 static int d2h(void *dst, unsigned long long src, size_t n, void *s) { (void)dst, (void)src, (void)s; ++fake_d2h; fake_last_nbytes = n; return 0; }
 extern int fake_device;
 static int ctx_set_current(void *ctx) { fake_device = (int)(uintptr_t)ctx - 1; return 0; }
+/* the same under its own name, for code linked against libcuda */
+int cuCtxSetCurrent(void *ctx) { return ctx_set_current(ctx); }
 static int error_name(int code, const char **name) { *name = code == 719 ? "CUDA_ERROR_LAUNCH_FAILED" : "CUDA_ERROR_FAKE"; return 0; }
 
 /* set: cuGetProcAddress hands out cuGraphLaunch's exported address (taken through the GOT, as PIC code takes a

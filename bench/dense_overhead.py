@@ -5,9 +5,12 @@ Runs tests/apps/dense_app.py's ``fwd_emit`` phase (a range per op under ``torch.
 (ABBA: plain-attached, attached-plain, ...), with the app's own NVML reads off (BLIND_TRUTH=0), and compares the
 loop's wall time the app measures itself (attach's start-up, idle windows and analysis are outside it), and the
 annotated phase's own time (the loop less its sleeps: the stricter figure). Prints each pair, the median slowdown
-and its 95 % interval (Student t over the pairs' log ratios) for both. Goal: < 1 %.
+and its 95 % interval (Student t over the pairs' log ratios) for both. Goal: < 1 %. Ten pairs of a 10 s loop take
+longer than one 600 s call on a lent machine: ``--save FILE`` appends each pair to FILE as it ends, and
+``--combine FILE ...`` states the ratio over every pair saved, from several calls, without running anything.
 
-    python3 bench/dense_overhead.py --pairs 10 --seconds 10 [--attach-args='--no-calibrate'] [--cpus 2-5]
+    python3 bench/dense_overhead.py --pairs 10 --seconds 10 [--attach-args='--no-calibrate'] [--cpus 2-5] [--save F]
+    python3 bench/dense_overhead.py --combine F1 F2
     python3 bench/dense_overhead.py --pairs 3 --seconds 4 --configs 'library=@library;attach=--no-calibrate;2ms=--no-calibrate --sample-interval-ms 2'
 """
 
@@ -79,10 +82,24 @@ def main() -> int:
     ap.add_argument("--timeout-s", type=float, default=600, help="per run (default 600)")
     ap.add_argument("--cpus", default="", help="hold the app to these CPUs both ways (taskset list, e.g. 2-5): "
                                                  "less run-to-run spread from the scheduler (default: not held)")
+    ap.add_argument("--save", type=Path, help="append each pair to this file (JSON lines) as it ends")
+    ap.add_argument("--combine", type=Path, nargs="+", metavar="FILE",
+                    help="run nothing: the ratio over every pair these --save files hold")
     ap.add_argument("--configs", help="instead of plain/attached pairs: rounds of the plain app and each of these "
                                        "configurations in a rotated order, NAME=ATTACH OPTIONS;... (@library: the "
                                        "injection library alone, no sampler), e.g. 'attach=;2ms=--sample-interval-ms 2'")
     a = ap.parse_args()
+    if a.combine:
+        try:
+            rows = [json.loads(line) for f in a.combine for line in f.read_text().splitlines() if line.strip()]
+            loops, phases = [float(r["loop"]) for r in rows], [float(r["phases"]) for r in rows]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            sys.exit(f"dense_overhead: not a --save file: {e}")
+        if len(rows) < 2:
+            sys.exit(f"dense_overhead: {len(rows)} pair(s) saved; the interval needs at least 2")
+        summary(loops, phases, [tuple(r["said"]) for r in rows if r.get("said")],
+                f"{len(rows)} pairs from {len(a.combine)} file(s)")
+        return 0
     if a.pairs < 2 or a.seconds <= 0:
         ap.error("--pairs must be >= 2 and --seconds > 0")
     calls = max(1, int(a.seconds / ROUND_S))
@@ -90,26 +107,38 @@ def main() -> int:
     if a.configs:
         return matrix(a, calls, tmp)
     ratios, phase_ratios, said = [], [], []
+    # (the ABBA order goes on from the pairs a --save file holds already: calls of an odd number of pairs stay balanced)
+    saved = len(a.save.read_text().splitlines()) if a.save and a.save.is_file() else 0
     for p in range(a.pairs):
-        order = ("plain", "attach") if p % 2 == 0 else ("attach", "plain")
+        order = ("plain", "attach") if (saved + p) % 2 == 0 else ("attach", "plain")
         t = {k: loop_s(None if k == "plain" else a.attach_args, calls, tmp / f"{p}-{k}", a.timeout_s, a.cpus) for k in order}
         ratios.append(t["attach"][0] / t["plain"][0])
         phase_ratios.append(t["attach"][1] / t["plain"][1])
         print(f"pair {p} ({'-'.join(order)}): loop {t['plain'][0]:.3f} s plain, {t['attach'][0]:.3f} s attached: "
               f"{ratios[-1] - 1:+.2%}; the phases alone {t['plain'][1]:.3f} s, {t['attach'][1]:.3f} s: "
               f"{phase_ratios[-1] - 1:+.2%}", flush=True)
+        pair_said = None
         if t["attach"][2] is not None:  # the report's own figure against the slowdown measured around it
-            said.append((t["attach"][2], t["attach"][1] - t["plain"][1]))
+            said.append(pair_said := (t["attach"][2], t["attach"][1] - t["plain"][1]))
             print(f"  attach says the app's range edges cost it {said[-1][0]:.3f} s; the phases ran "
                   f"{said[-1][1]:+.3f} s longer", flush=True)
-    print(f"RATIO attached / plain at emit_nvtx density ({a.pairs} pairs of a {calls}-round loop; goal < 1 %):\n"
+        if a.save:
+            with a.save.open("a") as f:
+                f.write(json.dumps({"loop": ratios[-1], "phases": phase_ratios[-1], "said": pair_said,
+                                    "rounds": calls, "order": "-".join(order)}) + "\n")
+    summary(ratios, phase_ratios, said, f"{a.pairs} pairs of a {calls}-round loop")
+    return 0
+
+
+def summary(ratios: list[float], phase_ratios: list[float], said: list[tuple[float, float]], what: str) -> None:
+    """The ratio lines: the loop's and the phases' slowdown with their intervals, and attach's own figure."""
+    print(f"RATIO attached / plain at emit_nvtx density ({what}; goal < 1 %):\n"
           f"  the app's loop: {interval(ratios)}\n  the annotated phases alone: {interval(phase_ratios)}")
     if said:
         told, slower = np.array(said).T
         print(f"EDGES attach's own figure for its range edges: median {np.median(told):.3f} s; the phases' slowdown "
               f"measured around it: median {np.median(slower):+.3f} s ({len(said)} pairs; figure / slowdown "
               f"{np.median(told / slower):.2f})")
-    return 0
 
 
 def matrix(a: argparse.Namespace, calls: int, tmp: Path) -> int:

@@ -55,9 +55,8 @@ static int push_edge(const char *domain, const char *msg)
 {
     int fast = holds_fast(domain);
     edge_read();
-    if (fast && t_counted) {
+    if (fast && nested_push()) {  /* (counted before its event: only this thread reads the count) */
         emit_nested("push", 4, domain, msg);
-        nested_push();
     } else {
         emit("push", domain, 0, msg);
         edge_signal(fast ? open_push() : 1);

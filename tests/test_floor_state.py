@@ -63,6 +63,45 @@ def test_each_gpu_s_state_comes_from_its_own_ranges(data_dir) -> None:
     assert pooled["h2d_state_bytes_per_read"] != pytest.approx(got0["h2d_state_bytes_per_read"], rel=0.05)
 
 
+def _open_at(t: np.ndarray, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Whether any of ``spans`` is open at each of ``t`` by the two rules the analysis reads: ends included (the
+    floor's state, :func:`floor.inside_spans`), and from its start until its end (the sampler's gaps)."""
+    opened = counters.counted_by(t, spans[:, 0]) - counters.counted_by(t, spans[:, 1])
+    return floor.inside_spans(t, spans), opened > 0
+
+
+@pytest.mark.parametrize("recording", ["attach_h200x4_dense", "attach_h100_emit_nvtx"])
+def test_a_gpu_s_ranges_are_held_as_the_stretches_any_of_them_was_open(data_dir, recording: str) -> None:
+    """A long run's ranges nest (a range per layer, per op): each GPU's are held as the stretches of time any of them
+    was open (:func:`floor.union_spans`), a few per outermost range, not one row per range. At every edge, a ns
+    before and a ns after it, those stretches are open exactly where one of the ranges is, by both rules, and open
+    as long."""
+    inst = analyze(Session.load(data_dir / recording))["range_instances"]
+    spans = floor.spans_by_gpu(inst)
+    assert spans
+    for idx, stretches in spans.items():
+        own = inst[inst["gpus"].map(lambda g: idx in g)][["t_start_ns", "t_end_ns"]].to_numpy(np.int64)
+        assert 0 < len(stretches) < len(own) / 2
+        edges = np.unique(own)
+        t = np.unique(np.concatenate([edges - 1, edges, edges + 1]))
+        for union_rule, own_rule in zip(_open_at(t, stretches), _open_at(t, own)):
+            assert (union_rule == own_rule).all()
+        assert floor.union_ns(stretches) == floor.union_ns(own)
+
+
+def test_touching_empty_and_nested_spans_join_as_they_are_open() -> None:
+    """CONSTRUCTED spans: two that touch (one ends where the next starts), an empty one alone and one on an end,
+    one nested, one apart."""
+    spans = np.array([[0, 10], [10, 20], [25, 25], [30, 40], [33, 36], [40, 40], [50, 60]], np.int64)
+    stretches = floor.union_spans(spans[::-1])  # (in any order)
+    assert stretches.tolist() == [[0, 20], [25, 25], [30, 40], [50, 60]]
+    t = np.arange(-1, 62)
+    for union_rule, own_rule in zip(_open_at(t, stretches), _open_at(t, spans)):
+        assert (union_rule == own_rule).all()
+    assert floor.union_ns(stretches) == floor.union_ns(spans) == 40
+    assert floor.union_spans(np.zeros((0, 2), np.int64)).shape == (0, 2)
+
+
 def test_a_read_time_term_with_no_sample_inside_the_ranges_takes_the_windows_mean_read_time(
         data_dir, monkeypatch) -> None:
     """H100 idle-zero (read-time term fitted): ranges that hold no sample leave the program's read time unknown.

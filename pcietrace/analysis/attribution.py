@@ -839,7 +839,9 @@ def launches_by_untraced_threads(events: pd.DataFrame) -> pd.DataFrame:
 
     def most(codes: np.ndarray, column: str) -> np.ndarray:  # (per code, the column's largest value)
         out = np.full(int(codes.max()) + 1, np.iinfo(np.int64).min, np.int64)
-        np.maximum.at(out, codes, events[column].to_numpy().astype(np.int64))
+        values = events[column].to_numpy()
+        for lo in range(0, len(values), nesting.CHUNK):  # (widened a chunk at a time: no 64-bit copy of every event)
+            np.maximum.at(out, codes[lo:lo + nesting.CHUNK], values[lo:lo + nesting.CHUNK].astype(np.int64))
         return out
 
     total = most(proc, "eager_process") + most(proc, "graph_process")
@@ -890,12 +892,17 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     out["short_calls"] = out["short_calls"].astype(np.int64)
     ids = g.ngroup().to_numpy()  # (each instance's group, -1 for none: pandas' nunique sorts every instance)
     known = ids >= 0
-    name_codes, distinct_names = pd.factorize(at["name"])
+    names = at["name"]  # (a categorical column's own codes: no hashing of every instance's name)
+    name_codes, distinct_names = ((names.cat.codes.to_numpy(), names.cat.categories)
+                                  if isinstance(names.dtype, pd.CategoricalDtype) else pd.factorize(names))
     named = known & (name_codes >= 0)
-    pairs = pd.unique(ids[named] * len(distinct_names) + name_codes[named])  # (each (group, name) once)
+    pairs = ids[named]  # (each (group, name) once: the key made in place, no working copy of every instance)
+    pairs *= max(len(distinct_names), 1)
+    pairs += name_codes[named]
+    pairs = pd.unique(pairs)
     out.insert(1 + list(out.columns).index("calls"), "names",
-               np.bincount(pairs // len(distinct_names), minlength=len(out)))
-    del name_codes, named, pairs
+               np.bincount(pairs // max(len(distinct_names), 1), minlength=len(out)))
+    del names, name_codes, named, pairs
     calls = out["calls"].to_numpy()
     measured = g["h2d_bytes"].count().to_numpy()  # ("ok" calls: each has both directions' figures)
     out["unknown_calls"] = calls - measured
@@ -918,7 +925,10 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
         out[name] = total / 1e6 if name == "gpu_busy_ms" else total
     # each group's GPUs, a sorted list as each instance's (instances share their lists: each distinct one read once)
     which, distinct = by_object(at["gpus"].to_numpy(object))
-    pairs = pd.unique(ids[known] * len(distinct) + which[known])  # (each (group, list) once)
+    pairs = ids[known]  # (each (group, list) once, the key made in place as above)
+    pairs *= len(distinct)
+    pairs += which[known]
+    pairs = pd.unique(pairs)
     del ids, known, which
     gpus: list[set[int]] = [set() for _ in range(len(out))]
     for k, j in zip(*np.divmod(pairs, len(distinct))):
@@ -991,31 +1001,41 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
     thread = thread[order]
     first = np.r_[True, thread[1:] != thread[:-1]] if order.size else np.zeros(0, bool)
     del thread
-    bits = ev["devmask"].to_numpy(np.uint64, copy=True)
-    bits[named] |= announces
-    bits = bits[order]
+    steps = {}
+    for mode in ("eager", "graph"):
+        c = ev[f"{mode}_thread"].to_numpy()[order]  # (gathered as held, the steps widened as they are taken)
+        # (counts held in 32 bits, none negative: their steps fit 32 bits too)
+        narrow = c.dtype == np.int32 and not (c.size and c.min() < 0)
+        d = np.empty(c.size, np.int32 if narrow else np.int64)
+        d[:1] = c[:1]
+        np.subtract(c[1:], c[:-1], out=d[1:], dtype=d.dtype, casting="unsafe")  # (as astype would)
+        # a forked child's thread kept its parent's count (older injection libraries); its process count starts at 0
+        d[first] = np.minimum(c[first], ev[f"{mode}_process"].to_numpy()[order[first]])
+        steps[mode] = d
+        del c, d
+    del first
+    # (only the events after which a count moved are placed: the (process, device set) codes of those alone)
+    moved = np.flatnonzero((steps["eager"] != 0) | (steps["graph"] != 0))
+    steps = {mode: d[moved] for mode, d in steps.items()}
+    rows = order[moved]
+    del order, moved
+    bits = ev["devmask"].to_numpy()[rows].astype(np.uint64)
+    bits[named[rows]] |= announces[np.searchsorted(np.flatnonzero(named), rows[named[rows]])]
     procs = pd.unique(pid)
     last = np.flatnonzero(~pd.Series(pid).duplicated(keep="last").to_numpy())
     last = pd.Series(last, index=pid[last])  # (each process's last event)
     announced = pd.Series(announces).groupby(pid[named]).agg(np.bitwise_or.reduce).reindex(procs, fill_value=0)
-    # (process, device set) of each event, numbered in order of first appearance, and each one's first event
-    pid_by_thread = pid[order]
+    # (process, device set) of each such event, numbered in order of first appearance, and each one's first event
+    pid_by_thread = pid[rows]
+    del rows
     combo = nesting.codes(pid_by_thread, bits)
     at = np.full(int(combo.max()) + 1 if combo.size else 0, combo.size, np.int64)  # (each one's first event)
     np.minimum.at(at, combo, np.arange(combo.size, dtype=np.int64))
     combos = list(zip(pid_by_thread[at].tolist(), bits[at].tolist()))
     del bits, pid_by_thread, at
     for mode in ("eager", "graph"):
-        c = ev[f"{mode}_thread"].to_numpy()[order].astype(np.int64)  # (gathered, then widened)
-        d = np.empty_like(c)
-        d[:1] = c[:1]
-        np.subtract(c[1:], c[:-1], out=d[1:])
-        # a forked child's thread kept its parent's count (older injection libraries); its process count starts at 0
-        d[first] = np.minimum(c[first], ev[f"{mode}_process"].to_numpy()[order[first]])
-        del c
         sums = np.zeros(len(combos), np.int64)
-        np.add.at(sums, combo, d)
-        del d
+        np.add.at(sums, combo, steps.pop(mode).astype(np.int64))  # (the sums' own type: NumPy's fast path)
         placed = dict.fromkeys(procs.tolist(), 0)
         for (p_id, mask), n in zip(combos, sums.tolist()):
             placed[int(p_id)] += place(int(p_id), int(mask), int(n), mode)

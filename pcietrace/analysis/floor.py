@@ -24,6 +24,7 @@ import pandas as pd
 from pcietrace.analysis.counters import counted_by, jumps, median, per_gpu, read_ns_of
 from pcietrace.analysis.launch import DIRECTIONS
 from pcietrace.analysis.spread import t975
+from pcietrace.schema import by_object
 
 #: Columns of :func:`floor_model`. ``status``: "per read" (per-read and background terms fitted), "rate only"
 #: (windows of one read density: one rate, reads not separated), or "no floor" (no idle window covered by
@@ -283,12 +284,20 @@ def peer_read_cost(peers: list[tuple[dict[str, Any], float]], read_us: float) ->
 
 
 def spans_by_gpu(ranges: pd.DataFrame) -> dict[int, np.ndarray]:
-    """Each GPU's ranges' ``t_start_ns``/``t_end_ns`` (shape (n, 2), ns) by NVML index, from ``ranges``
-    carrying ``gpus`` (:func:`pcietrace.analysis.attribution.range_gpus`), for :func:`floor_model`."""
+    """Each GPU's stretches of time (start, end; ns; shape (m, 2), in time order) that any of its ranges was open,
+    by NVML index, from ``ranges`` carrying ``gpus`` (:func:`pcietrace.analysis.attribution.range_gpus`), for
+    :func:`floor_model`: what it reads of them is where they were open (:func:`inside_spans`, :func:`union_ns`), so
+    a long run's nested ranges are held as the few stretches of their outermost ones (:func:`union_spans`)."""
     if not len(ranges):
         return {}
-    per = ranges[["gpus", "t_start_ns", "t_end_ns"]].explode("gpus").dropna(subset=["gpus"])
-    return {int(i): g[["t_start_ns", "t_end_ns"]].to_numpy(np.int64) for i, g in per.groupby("gpus")}
+    code, distinct = by_object(ranges["gpus"].to_numpy(object))  # (instances share their lists: each read once)
+    sets = [{int(i) for i in x} if isinstance(x, (list, tuple, np.ndarray)) else set() for x in distinct]
+    a, b = (ranges[c].to_numpy(np.int64) for c in ("t_start_ns", "t_end_ns"))
+    out = {}
+    for idx in sorted(set().union(*sets)):
+        holds = np.array([idx in g for g in sets], bool)[code]
+        out[idx] = union_spans(np.column_stack([a[holds], b[holds]]))
+    return out
 
 
 def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | None,
@@ -336,14 +345,23 @@ def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | 
                                                STATE_MIN_SHARE * abs(charged))
 
 
-def union_ns(spans_ns: np.ndarray) -> int:
-    """How long (ns) any of ``spans_ns`` (start, end; ns; overlapping and nested ones counted once) was open."""
+def union_spans(spans_ns: np.ndarray) -> np.ndarray:
+    """The stretches (start, end; ns; shape (m, 2), in time order) that any of ``spans_ns`` (start, end; ns;
+    overlapping, nested and touching ones joined) was open: at any time, inside one of them as inside one of
+    ``spans_ns`` (ends included)."""
+    if not len(spans_ns):
+        return np.zeros((0, 2), np.int64)
     order = np.argsort(spans_ns[:, 0], kind="stable")
     a, b = spans_ns[order, 0], spans_ns[order, 1]
     reach = np.maximum.accumulate(b)  # the furthest end so far: a span starting past it opens a new stretch
-    new = np.concatenate([[True], a[1:] > reach[:-1]])
-    starts, ends = a[new], np.maximum.reduceat(reach, np.flatnonzero(new))
-    return int((ends - starts).sum())
+    new = np.flatnonzero(np.concatenate([[True], a[1:] > reach[:-1]]))
+    return np.column_stack([a[new], np.maximum.reduceat(reach, new)])
+
+
+def union_ns(spans_ns: np.ndarray) -> int:
+    """How long (ns) any of ``spans_ns`` (start, end; ns; overlapping and nested ones counted once) was open."""
+    stretches = union_spans(spans_ns)
+    return int((stretches[:, 1] - stretches[:, 0]).sum())
 
 
 def inside_spans(t_ns: np.ndarray, spans_ns: np.ndarray | None) -> np.ndarray:

@@ -109,15 +109,17 @@ def parents(instances: pd.DataFrame) -> pd.Series:
 
 
 def parent_rows(index: pd.Index, parent: pd.Series) -> np.ndarray:
-    """Each instance's parent's row position (-1 for none) from :func:`parents`' labels, looked up in ``index``."""
+    """Each instance's parent's row position (-1 for none) from :func:`parents`' labels, looked up in ``index``;
+    32-bit where the rows' count fits (a long run's instances: half the bytes, and faster to gather by)."""
     up = parent.to_numpy()
+    kind = np.int32 if len(up) < 2**31 else np.int64
     if isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1 and up.dtype.kind == "f":
-        out = np.full(len(up), -1, np.int64)  # (labels are the positions: nothing to look up)
+        out = np.full(len(up), -1, kind)  # (labels are the positions: nothing to look up)
         has = (up >= 0) & (up < len(index))  # (NaN: neither)
         out[has] = up[has]
         return out
     has = ~pd.isna(up)
-    out = np.full(len(up), -1, np.int64)
+    out = np.full(len(up), -1, kind)
     out[has] = index.get_indexer(up[has].astype(index.dtype) if index.dtype.kind in "iu" else up[has])
     return out
 

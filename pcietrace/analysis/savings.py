@@ -249,12 +249,14 @@ def outermost_capturable(instances: pd.DataFrame, parent: pd.Series) -> pd.Serie
     okay = ok.to_numpy(bool)
     parent_at = nesting.parent_rows(instances.index, parent)
     above = np.zeros(len(instances), bool)
-    rows = np.flatnonzero(parent_at >= 0)
-    up = parent_at[rows]
-    while rows.size:  # (one step up per level, for the rows with a range above them still)
-        above[rows] |= okay[up]
-        up = parent_at[up]
-        rows, up = rows[up >= 0], up[up >= 0]
+    for lo in range(0, len(parent_at), PREDICT_CHUNK):  # (a long run's rows a chunk at a time, each chunk up to its tops)
+        rows = lo + np.flatnonzero(parent_at[lo:lo + PREDICT_CHUNK] >= 0)
+        up = parent_at[rows]
+        while rows.size:  # (one step up per level, for the rows with a range above them still)
+            above[rows] |= okay[up]
+            up = parent_at[up]
+            still = up >= 0
+            rows, up = rows[still], up[still]
     return (instances["kind"] == "push") & ok & ~above
 
 

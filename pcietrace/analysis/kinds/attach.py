@@ -73,8 +73,8 @@ class _ByGpu:
 def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
     """Every figure read from the counter samples of an attach session ``s``, one GPU's samples at a time: a long
     run's cumulative counters (16 bytes a sample) are never all held at once. ``ranges``: with their ``gpus``
-    (:func:`attribution.range_gpus`); ``in_range``: the start and end times (``t_start_ns``, ``t_end_ns``, each
-    sorted) of those that held the sampler's fast rate (its median gap)."""
+    (:func:`attribution.range_gpus`); ``in_range``: the stretches of time (``t_start_ns``, ``t_end_ns``, each
+    sorted: :func:`floor.union_spans`) that any of those that held the sampler's fast rate (its median gap) was open."""
     sampled = [int(g["nvml_index"]) for g in s.meta.get("gpus", [])]
     t0, t1 = s.meta["t_app_start_ns"], s.meta["t_app_end_ns"]
     spans = floor.spans_by_gpu(ranges)
@@ -213,8 +213,10 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     notes = [Note("no_device_information")] if len(ranges) and not devices_known else []
     slow = [d for d in str(s.meta.get("slow_domains") or "").split(",") if d]  # ranges that did not hold the fast rate
     fast = ranges[~ranges["domain"].isin(slow)] if slow else ranges  # (only their edges count: sorted once for all GPUs)
-    in_range = pd.DataFrame({c: np.sort(fast[c].to_numpy(np.int64)) for c in ("t_start_ns", "t_end_ns")})
-    del fast
+    # (where any was open: a long run's nested ranges held as the stretches of their outermost ones)
+    spans = np.column_stack([fast[c].to_numpy(np.int64) for c in ("t_start_ns", "t_end_ns")])
+    in_range = pd.DataFrame(floor.union_spans(spans), columns=["t_start_ns", "t_end_ns"])
+    del spans, fast
     parent = nesting.parents(ranges)  # (before the samples are read: its working arrays never lie beside the sums)
     memory.release_freed()  # (the events' and the nesting's arrays: their holes fit the sums badly)
     found = _by_gpu(s, ranges, in_range)

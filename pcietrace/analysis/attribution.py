@@ -20,7 +20,7 @@ from pcietrace.analysis import nesting
 from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, counted_by, gaps_overlapping,
                                          jumps, link_bps, movable_bytes, per_gpu, read_ns_of)
 from pcietrace.analysis.counters import median as median_of
-from pcietrace.analysis.floor import floor_bytes, floor_err_bytes
+from pcietrace.analysis.floor import floor_bytes, floor_err_bytes, gpu_sets
 from pcietrace.analysis.launch import DIRECTIONS
 from pcietrace.collectors.sampler import FAST_HOLD_NS, faster_than_busy
 from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS, by_object
@@ -555,7 +555,7 @@ def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
         sums = {"acc": {k: np.zeros(a.size) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor",
                                                         "d2h_floor", "h2d_floor_var", "d2h_floor_var")},
                 "status": np.zeros(a.size, np.int8),  # index into STATUSES; the worst over the range's GPUs wins
-                "stalls": np.zeros(a.size, np.int32), "holds": _gpu_sets(ranges["gpus"]), "sampled": set()}
+                "stalls": np.zeros(a.size, np.int32), "holds": gpu_sets(ranges["gpus"])[0], "sampled": set()}
     acc, status, holds = sums["acc"], sums["status"], sums["holds"]
     names = _name_codes(ranges["name"]) if "name" in ranges else None  # (growing_edges: a range's other calls)
     gaps = gaps if gaps is not None else sampling_gaps(cum, counters)
@@ -611,18 +611,6 @@ def _name_codes(names: pd.Series) -> np.ndarray:
         return pd.factorize(names, use_na_sentinel=False)[0]
     codes = names.cat.codes.to_numpy()
     return np.where(codes < 0, len(names.cat.categories), codes) if (codes < 0).any() else codes
-
-
-def _gpu_sets(gpus: pd.Series) -> Any:
-    """``holds(idx)``: per range, whether its ``gpus`` list holds GPU ``idx``; ``holds(None, known)``: whether it
-    holds one not in ``known``. Ranges share their lists (:func:`range_gpus`), so each distinct list is read once."""
-    code, distinct = by_object(gpus.to_numpy(object))
-    sets = [set(x) for x in distinct]
-
-    def holds(idx: int | None, known: set[int] | None = None) -> np.ndarray:
-        one = np.array([not s <= known if idx is None else idx in s for s in sets], bool)
-        return one[code] if len(sets) else np.zeros(len(code), bool)
-    return holds
 
 
 def value_curve(cum: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -895,14 +883,16 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     names = at["name"]  # (a categorical column's own codes: no hashing of every instance's name)
     name_codes, distinct_names = ((names.cat.codes.to_numpy(), names.cat.categories)
                                   if isinstance(names.dtype, pd.CategoricalDtype) else pd.factorize(names))
-    named = known & (name_codes >= 0)
-    pairs = ids[named]  # (each (group, name) once: the key made in place, no working copy of every instance)
-    pairs *= max(len(distinct_names), 1)
-    pairs += name_codes[named]
-    pairs = pd.unique(pairs)
-    out.insert(1 + list(out.columns).index("calls"), "names",
-               np.bincount(pairs // max(len(distinct_names), 1), minlength=len(out)))
-    del names, name_codes, named, pairs
+
+    def pairs_of(rows: np.ndarray, codes: np.ndarray, n: int) -> np.ndarray:  # (each (group, code) once, n codes)
+        key = ids[rows]  # (made in place: no working copy of every instance)
+        key *= n
+        key += codes[rows]
+        return pd.unique(key)
+    n_names = max(len(distinct_names), 1)
+    pairs = pairs_of(known & (name_codes >= 0), name_codes, n_names)
+    out.insert(1 + list(out.columns).index("calls"), "names", np.bincount(pairs // n_names, minlength=len(out)))
+    del names, name_codes, pairs
     calls = out["calls"].to_numpy()
     measured = g["h2d_bytes"].count().to_numpy()  # ("ok" calls: each has both directions' figures)
     out["unknown_calls"] = calls - measured
@@ -925,10 +915,7 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
         out[name] = total / 1e6 if name == "gpu_busy_ms" else total
     # each group's GPUs, a sorted list as each instance's (instances share their lists: each distinct one read once)
     which, distinct = by_object(at["gpus"].to_numpy(object))
-    pairs = ids[known]  # (each (group, list) once, the key made in place as above)
-    pairs *= len(distinct)
-    pairs += which[known]
-    pairs = pd.unique(pairs)
+    pairs = pairs_of(known, which, len(distinct))
     del ids, known, which
     gpus: list[set[int]] = [set() for _ in range(len(out))]
     for k, j in zip(*np.divmod(pairs, len(distinct))):
@@ -1020,7 +1007,9 @@ def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.Data
     rows = order[moved]
     del order, moved
     bits = ev["devmask"].to_numpy()[rows].astype(np.uint64)
-    bits[named[rows]] |= announces[np.searchsorted(np.flatnonzero(named), rows[named[rows]])]
+    hit = named[rows]  # (the "cudevice" rows among them: each one's own ordinal added)
+    bits[hit] |= announces[np.searchsorted(np.flatnonzero(named), rows[hit])]
+    del hit
     procs = pd.unique(pid)
     last = np.flatnonzero(~pd.Series(pid).duplicated(keep="last").to_numpy())
     last = pd.Series(last, index=pid[last])  # (each process's last event)

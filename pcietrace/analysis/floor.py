@@ -16,7 +16,7 @@ floor error. Stateless: DataFrames in, DataFrames out.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -283,6 +283,19 @@ def peer_read_cost(peers: list[tuple[dict[str, Any], float]], read_us: float) ->
     return out
 
 
+def gpu_sets(gpus: pd.Series) -> tuple[Callable[..., np.ndarray], list[int]]:
+    """``holds(idx)``: per range, whether its ``gpus`` list holds GPU ``idx``; ``holds(None, known)``: whether it
+    holds one not in ``known``; and every GPU the lists hold, ascending. Ranges share their lists
+    (:func:`pcietrace.analysis.attribution.range_gpus`), so each distinct list is read once."""
+    code, distinct = by_object(gpus.to_numpy(object))
+    sets = [set(x) for x in distinct]
+
+    def holds(idx: int | None, known: set[int] | None = None) -> np.ndarray:
+        one = np.array([not s <= known if idx is None else idx in s for s in sets], bool)
+        return one[code] if len(sets) else np.zeros(len(code), bool)
+    return holds, sorted(int(i) for i in set().union(*sets))
+
+
 def spans_by_gpu(ranges: pd.DataFrame) -> dict[int, np.ndarray]:
     """Each GPU's stretches of time (start, end; ns; shape (m, 2), in time order) that any of its ranges was open,
     by NVML index, from ``ranges`` carrying ``gpus`` (:func:`pcietrace.analysis.attribution.range_gpus`), for
@@ -290,13 +303,12 @@ def spans_by_gpu(ranges: pd.DataFrame) -> dict[int, np.ndarray]:
     a long run's nested ranges are held as the few stretches of their outermost ones (:func:`union_spans`)."""
     if not len(ranges):
         return {}
-    code, distinct = by_object(ranges["gpus"].to_numpy(object))  # (instances share their lists: each read once)
-    sets = [{int(i) for i in x} if isinstance(x, (list, tuple, np.ndarray)) else set() for x in distinct]
+    holds, gpus = gpu_sets(ranges["gpus"])
     a, b = (ranges[c].to_numpy(np.int64) for c in ("t_start_ns", "t_end_ns"))
     out = {}
-    for idx in sorted(set().union(*sets)):
-        holds = np.array([idx in g for g in sets], bool)[code]
-        out[idx] = union_spans(np.column_stack([a[holds], b[holds]]))
+    for idx in gpus:
+        mine = holds(idx)
+        out[idx] = union_spans(np.column_stack([a[mine], b[mine]]))
     return out
 
 

@@ -217,3 +217,65 @@ def test_real_back_to_back_ranges_count_no_byte_twice(data_dir, name) -> None:
     for d in ("h2d", "d2h"):
         raw = at[f"{d}_raw_bytes"].to_numpy()
         assert np.all(raw[:n] + raw[n:2 * n] <= raw[2 * n:] + 1e-6 * np.abs(raw[2 * n:]) + 1), d
+
+
+def _dense_calls(data: st.DataObject) -> tuple[pd.DataFrame, pd.DataFrame, object]:
+    """CONSTRUCTED: a GPU's counter the link could have moved (piecewise linear, bursts at up to the link's rate),
+    read every 0.5 ms, and short calls of two names one after another, several to a sample interval (as
+    emit_nvtx makes them): the ranges, the samples, and the counter."""
+    t = np.arange(0, 12_000_001, 500_000, dtype=np.int64) + 1_000_000
+    knots = np.sort(np.array(data.draw(st.lists(st.integers(0, 14_000_000), min_size=2, max_size=30, unique=True)),
+                             np.int64))
+    share = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.0, 0.001, 0.05, 1.0]), min_size=knots.size - 1,
+                                        max_size=knots.size - 1)))
+    c = np.concatenate([[0.0], np.cumsum(share * CAP * np.diff(knots))])
+    counter = lambda x: np.interp(x, knots, c)  # noqa: E731
+    latch = np.array(data.draw(st.lists(st.floats(0, 1), min_size=t.size, max_size=t.size)))
+    gaps = data.draw(st.lists(st.integers(0, 300_000), min_size=4, max_size=80))
+    lengths = data.draw(st.lists(st.integers(1_000, 400_000), min_size=len(gaps), max_size=len(gaps)))
+    starts = 1_200_000 + np.cumsum(np.array(gaps) + np.r_[0, lengths[:-1]])
+    ends = starts + np.array(lengths)
+    keep = ends < t[-1] - 200_000
+    # a read's value up to one counter update old, but not from before an edge that came before the read
+    # (what edge_values' bound leaves out: _realizable)
+    edges = np.sort(np.r_[starts[keep], ends[keep]])
+    before = np.searchsorted(edges, t, "right") - 1
+    applied = t - latch * COUNTER_UPDATE_NS
+    y = counter(np.where(before >= 0, np.maximum(applied, edges[np.maximum(before, 0)]), applied))
+    n = int(keep.sum())
+    names = np.array(data.draw(st.lists(st.sampled_from(["op", "op", "other"]), min_size=n, max_size=n)), object)
+    ranges = pd.DataFrame({"pid": 1, "tid": 1, "domain": "default", "name": names, "kind": "push",
+                           "t_start_ns": starts[keep], "t_end_ns": ends[keep], "depth": 1, "eager_launches": 0,
+                           "graph_launches": 0, "closed": True})
+    ranges["gpus"] = [[0]] * n
+    samples = pd.DataFrame({"nvml_index": 0, "t_ns": t, "rx_bytes": y, "tx_bytes": y / 2})
+    return ranges, samples, counter
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_a_dense_group_s_total_and_each_call_lie_within_their_stated_errors(data) -> None:
+    """Each call's change lies within its estimate +- its edge error (at least 0, at most what the link moves in
+    its time), and each name's total within its summed estimate +- the total's edge error, which takes what
+    consecutive calls' edges share once (:func:`attribution.shared_edges`): for any traffic the link could move."""
+    ranges, samples, counter = _dense_calls(data)
+    if not len(ranges):
+        return
+    groups = pd.factorize(ranges["name"])[0]
+    sums = attribution.gpu_sums(ranges, samples, pd.DataFrame(), groups=groups)
+    shared = sums.pop("shared")
+    inst = attribution.attribute(ranges, None, pd.DataFrame(), sums=sums)
+    names = pd.unique(ranges["name"])
+    by = pd.DataFrame({"domain": "default", "group": names, **{f"{d}_shared_bytes": shared[d] for d in ("h2d", "d2h")}})
+    summary = attribution.summarize(inst, None, 0, shared=by).set_index("name")
+    truth = counter(ranges["t_end_ns"].to_numpy()) - counter(ranges["t_start_ns"].to_numpy())
+    for d, scale in (("h2d", 1.0), ("d2h", 0.5)):
+        est, err = inst[f"{d}_raw_bytes"].to_numpy(), inst[f"{d}_edge_bytes"].to_numpy()
+        slack = 2 * CAP + 1e-6 * (1 + np.abs(est))  # (edges at whole ns: what the link moves in 2 ns)
+        assert np.all(np.abs(truth * scale - est) <= err + slack), d
+        for name in names:
+            mine = (ranges["name"] == name).to_numpy()
+            s = summary.loc[name]
+            assert s[f"{d}_edge_bytes"] <= err[mine].sum() + 1e-6
+            assert abs(truth[mine].sum() * scale - s[f"{d}_raw_bytes"]) <= s[f"{d}_edge_bytes"] + slack[mine].sum(), \
+                (d, name)

@@ -494,8 +494,9 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame | None, floor: pd.DataFram
               parent: pd.Series | None = None) -> pd.DataFrame:
     """Adds ``duration_ns``; per direction ``{d}_raw_bytes`` (counter change over the range, interpolated
     between samples, summed over the range's ``gpus``), ``{d}_bytes`` (raw minus the floor model; NaN unless
-    ``status`` is "ok"), ``{d}_edge_bytes`` (how far the counter values at the two edges can be off, from
-    :func:`edge_values`, made to grow with time by :func:`growing_edges`) and ``{d}_floor_err_bytes`` (the
+    ``status`` is "ok"), ``{d}_edge_bytes`` (how far the raw change can be off: the counter values' errors at
+    its two edges, from :func:`edge_values`, made to grow with time by :func:`growing_edges`, but the change no
+    further than 0 below and than its link moves in its time above) and ``{d}_floor_err_bytes`` (the
     95 % half-width of the floor subtracted, its GPUs' in quadrature:
     :func:`pcietrace.analysis.floor.floor_err_bytes`; NaN unless "ok"); ``stalls`` (sampling gaps the range
     overlaps that are longer than 4 counter updates);
@@ -545,17 +546,22 @@ def attribute(ranges: pd.DataFrame, cum: pd.DataFrame | None, floor: pd.DataFram
 
 def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
              counters: dict[int, dict[str, Any]] | None = None, gaps: dict[int, dict[str, Any]] | None = None,
-             sums: dict[str, Any] | None = None) -> dict[str, Any]:
+             sums: dict[str, Any] | None = None, groups: np.ndarray | None = None) -> dict[str, Any]:
     """:func:`attribute`'s figures per range from the GPUs whose samples ``cum`` holds, added to ``sums`` (what
     an earlier call made for other GPUs; None: none yet), so that a long run's GPUs can be read one at a time
     (their cumulative counters never all held at once). Arguments as :func:`attribute`'s; ``floor`` needs rows
-    for ``cum``'s GPUs only, ``gaps`` entries for them only."""
+    for ``cum``'s GPUs only, ``gaps`` entries for them only. ``groups``: each range's group in the summary as a
+    code (0 ... n-1, the same in every call); ``sums["shared"]`` then holds per direction and group the bytes its
+    calls' edges share (:func:`shared_edges`), which its total's edge error need not count twice."""
     a, b = ranges["t_start_ns"].to_numpy(np.int64), ranges["t_end_ns"].to_numpy(np.int64)
     if sums is None:
         sums = {"acc": {k: np.zeros(a.size) for k in ("h2d_raw", "d2h_raw", "h2d_edge", "d2h_edge", "h2d_floor",
                                                         "d2h_floor", "h2d_floor_var", "d2h_floor_var")},
                 "status": np.zeros(a.size, np.int8),  # index into STATUSES; the worst over the range's GPUs wins
                 "stalls": np.zeros(a.size, np.int32), "holds": gpu_sets(ranges["gpus"])[0], "sampled": set()}
+        if groups is not None:
+            n = int(groups.max()) + 1 if groups.size else 0
+            sums["shared"] = {d: np.zeros(n) for d in DIRECTIONS}
     acc, status, holds = sums["acc"], sums["status"], sums["holds"]
     names = _name_codes(ranges["name"]) if "name" in ranges else None  # (growing_edges: a range's other calls)
     gaps = gaps if gaps is not None else sampling_gaps(cum, counters)
@@ -586,22 +592,60 @@ def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             read_us = (spent_ns[after] - spent_ns[first]) / 1e3
             del spent_ns
         early, late = read_windows(g)
+        link = link_bps((counters or {}).get(int(idx), {}))
         for d, c in DIRECTIONS.items():
             y = g[f"{c}_bytes"].to_numpy()  # (as held: edge_values reads a few values around each edge)
             # the floor's bytes per read and per ns, which the edges spread evenly (none without a floor)
             per_read, per_ns = (0.0, 0.0) if no_floor else \
                 np.nan_to_num(floor_bytes(model, d, np.array([1, 0]), np.array([0, 1])))
-            (ya, ea), (yb, eb) = (edge_values(t, y, x, side, early, late, float(per_read), float(per_ns),
-                                              link_bps((counters or {}).get(int(idx), {})), at)
+            (ya, ea), (yb, eb) = (edge_values(t, y, x, side, early, late, float(per_read), float(per_ns), link, at)
                                   for x, side, at in ((ak, "start", first), (bk, "end", after)))
             (ya, ea), (yb, eb) = growing_edges(ak, bk, ya, yb, ea, eb, np.ones(k.size, bool),
                                                None if names is None else names[k])
-            acc[f"{d}_raw"][k] += yb - ya
-            acc[f"{d}_edge"][k] += ea + eb
+            raw, edge = yb - ya, ea + eb
+            # the change over a range lies within its edges' errors, at least 0, and at most what the link moves
+            # in its time (a 70 us call beside a 50 MB copy: the copy's interval bounds both its edges)
+            room = link / 1e9 * (bk - ak) - raw
+            acc[f"{d}_raw"][k] += raw
+            acc[f"{d}_edge"][k] += np.maximum(np.maximum(np.minimum(edge, room), np.minimum(edge, raw)), 0.0)
+            if groups is not None:  # (calls whose upper bound is their edges' own: the others' edges not paired)
+                pairs = _consecutive_calls(groups[k], ak, bk, (st <= 1) & (edge <= room))
+                sums["shared"][d] += shared_edges(pairs, ya, yb, ea, eb, sums["shared"][d].size)
+            del raw, edge, room
             if not no_floor:
                 acc[f"{d}_floor"][k] += floor_bytes(model, d, reads, bk - ak)
                 acc[f"{d}_floor_var"][k] += floor_err_bytes(model, d, reads, bk - ak, read_us) ** 2
     return sums
+
+
+def _consecutive_calls(groups: np.ndarray, a: np.ndarray, b: np.ndarray, known: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One GPU's ranges (``groups``: each one's group code; ``a``/``b``: starts and ends, ns) where ``known`` as pairs
+    of calls of one group in a row by start, the first ended by the time the second starts: (first rows, second
+    rows, their group)."""
+    rows = np.flatnonzero(known)
+    order = rows[np.lexsort((a[rows], groups[rows]))]
+    g = groups[order]
+    first, second = order[:-1], order[1:]
+    pair = (g[1:] == g[:-1]) & (g[1:] >= 0) & (b[first] <= a[second])
+    return first[pair], second[pair], g[1:][pair]
+
+
+def shared_edges(pairs: tuple[np.ndarray, np.ndarray, np.ndarray], ya: np.ndarray, yb: np.ndarray, ea: np.ndarray,
+                 eb: np.ndarray, n: int) -> np.ndarray:
+    """Per group (``n`` codes), how much of its calls' summed edge errors it need not state for its total: calls of
+    one group in a row (``pairs``: :func:`_consecutive_calls`) whose end and next start lie close (in one sample
+    interval at emit_nvtx density) each bound the counter there, ``yb + eb`` at the end and ``ya - ea`` at the
+    next start, and the counter never falls between them. A group's total is the sum over its calls of the
+    counter at each end less at each start; taking each end with the next call's start, each pair's part is at
+    most ``min(0, (yb + eb) - (ya - ea))`` (the counter does not fall), where the calls' errors summed allowed
+    ``(yb + eb) - (ya - ea)`` (their estimates grow with time: :func:`growing_edges`). The difference, what the two
+    edges' bounds overlap, is shared: each end and each start is in one pair at most, so the total's upper
+    bound, the calls' summed estimates plus their summed errors less the shared bytes, holds (its lower bound:
+    :func:`summarize`)."""
+    first, second, group = pairs
+    overlap = np.maximum((yb[first] + eb[first]) - (ya[second] - ea[second]), 0.0)
+    return np.bincount(group, weights=overlap, minlength=n)
 
 
 def _name_codes(names: pd.Series) -> np.ndarray:
@@ -840,15 +884,19 @@ def launches_by_untraced_threads(events: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"pid": pids, "launches": total, "untraced": total - by_threads}).astype(int)
 
 
-def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns: float) -> pd.DataFrame:
+def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns: float,
+              shared: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (domain, name), every figure a total over its ``calls`` (none is per call); where ``attributed``
     carries ``group`` (:func:`pcietrace.analysis.names.group_names`) per (domain, group) instead, the group
     in ``name`` and how many distinct names it holds in ``names``; ``gpus`` (sorted NVML
     indices its calls were charged to, a list like each instance's, e.g. [0, 1]),
     ``incl_ms``/``excl_ms`` (summed), ``h2d_bytes``/``d2h_bytes`` (inclusive, summed; NaN if any call has no
     figure), ``excl_h2d_bytes`` (minus direct children's, summed; NaN likewise), ``h2d_raw_bytes``/
-    ``d2h_raw_bytes`` (before the floor is removed, summed) and the worst-case edge errors
-    ``h2d_edge_bytes``/``d2h_edge_bytes`` (summed) and the floor's 95 %
+    ``d2h_raw_bytes`` (before the floor is removed, summed) and the worst-case edge errors of the totals
+    ``h2d_edge_bytes``/``d2h_edge_bytes`` (the calls' summed, less what consecutive calls' edges share:
+    ``shared``, per ``domain`` and ``group``, ``h2d_shared_bytes``/``d2h_shared_bytes``, :func:`shared_edges`;
+    but never less than the total's estimate can lie above its lower bound, each call's counter change at least
+    0) and the floor's 95 %
     half-widths ``h2d_floor_err_bytes``/``d2h_floor_err_bytes`` (summed: one floor serves every call),
     ``status`` (the worst of its calls), ``unknown_calls`` (calls not "ok": their bytes unknown) and
     ``h2d_measured_bytes``/``d2h_measured_bytes`` (summed over the other calls: the least the range moved where
@@ -916,6 +964,14 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     # each group's GPUs, a sorted list as each instance's (instances share their lists: each distinct one read once)
     which, distinct = by_object(at["gpus"].to_numpy(object))
     pairs = pairs_of(known, which, len(distinct))
+    # the totals' edge errors below their estimates: a call's counter change is at least 0, so its estimate lies
+    # at most min(its change, its edge error) above what it could be (NaN changes: the edge error)
+    down = {}
+    for d in DIRECTIONS:
+        above = np.fmin(at[f"{d}_raw_bytes"].to_numpy(float), at[f"{d}_edge_bytes"].to_numpy(float))
+        down[d] = np.bincount(ids[known], above[known], len(out)) if not known.all() else \
+            np.bincount(ids, above, len(out))
+        del above
     del ids, known, which
     gpus: list[set[int]] = [set() for _ in range(len(out))]
     for k, j in zip(*np.divmod(pairs, len(distinct))):
@@ -924,6 +980,11 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     for c in ("domain", "group"):  # (a small table: plain strings again)
         if isinstance(out[c].dtype, pd.CategoricalDtype):
             out[c] = out[c].astype(str)
+    keys = pd.MultiIndex.from_arrays([out["domain"], out["group"]])
+    for d in DIRECTIONS:  # (the edge errors above the estimates less the edges consecutive calls share)
+        less = 0.0 if shared is None else \
+            shared.set_index(["domain", "group"])[f"{d}_shared_bytes"].reindex(keys).fillna(0.0).to_numpy()
+        out[f"{d}_edge_bytes"] = np.maximum(np.maximum(out[f"{d}_edge_bytes"].to_numpy() - less, down[d]), 0.0)
     out = out.rename(columns={"group": "name"})
     out["status"] = out.pop("status_rank").map(dict(enumerate(STATUSES)))
     out["incl_ms"] /= 1e6

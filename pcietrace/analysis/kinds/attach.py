@@ -70,11 +70,12 @@ class _ByGpu:
         return value
 
 
-def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
+def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame, groups: np.ndarray) -> _ByGpu:
     """Every figure read from the counter samples of an attach session ``s``, one GPU's samples at a time: a long
     run's cumulative counters (16 bytes a sample) are never all held at once. ``ranges``: with their ``gpus``
     (:func:`attribution.range_gpus`); ``in_range``: the stretches of time (``t_start_ns``, ``t_end_ns``, each
-    sorted: :func:`floor.union_spans`) that any of those that held the sampler's fast rate (its median gap) was open."""
+    sorted: :func:`floor.union_spans`) that any of those that held the sampler's fast rate (its median gap) was open;
+    ``groups``: each range's group in the summary, a code (:func:`_summary_groups`)."""
     sampled = [int(g["nvml_index"]) for g in s.meta.get("gpus", [])]
     t0, t1 = s.meta["t_app_start_ns"], s.meta["t_app_end_ns"]
     spans = floor.spans_by_gpu(ranges)
@@ -115,7 +116,7 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
         whole_rows[idx] = floor.floor_rows(cum, s.windows, mine, windows_only=True)
         fl, whole_fl = (pd.DataFrame(r[idx], columns=floor.FLOOR_COLUMNS) for r in (rows, whole_rows))
         if len(ranges) and not apart:
-            sums = attribution.gpu_sums(ranges, cum, fl, s.counters, gaps, sums)
+            sums = attribution.gpu_sums(ranges, cum, fl, s.counters, gaps, sums, groups)
         whole_sums = attribution.gpu_sums(whole_spans, cum, whole_fl, s.counters, gaps, whole_sums)
         if not apart:
             gaps[idx] = {"median_ns": gaps[idx]["median_ns"]}  # (its flags read: let go)
@@ -139,7 +140,7 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
                 e.update(peers=", ".join(map(str, borrow["nvml_indices"])),
                          **{f"{d}_per_read": rows[idx][0][f"{d}_bytes_per_read_program"] for d in DIRECTIONS})
             fl = pd.DataFrame(rows[idx], columns=floor.FLOOR_COLUMNS)
-            sums = attribution.gpu_sums(ranges, cum, fl, s.counters, gaps, sums)
+            sums = attribution.gpu_sums(ranges, cum, fl, s.counters, gaps, sums, groups)
             gaps[idx] = {"median_ns": gaps[idx]["median_ns"]}
             del cum
     if timeline_bin_ns(s.meta, kept[1] - kept[0]) != bin_ns:  # (samples left out moved the span: binned again)
@@ -153,6 +154,19 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame) -> _ByGpu:
     return _ByGpu(sampling=_joined(sampling), median_gap_ns={i: g["median_ns"] for i, g in gaps.items()}, floor=fl,
                   whole_floor=whole_fl, sums=sums, whole_sums=whole_sums, resets=pd.concat(resets),
                   wrap_gaps=_joined(wraps), bounds=_joined(bounds), rates=_joined(rates), elsewhere=elsewhere)
+
+
+def _summary_groups(ranges: pd.DataFrame, group: pd.Series) -> tuple[np.ndarray, pd.DataFrame]:
+    """Each range's (``domain``, ``group``) as a code, and per code its ``domain`` and ``group`` (a row each)."""
+    dom = ranges["domain"] if isinstance(ranges["domain"].dtype, pd.CategoricalDtype) else \
+        ranges["domain"].astype("category")
+    n = max(len(group.cat.categories), 1)
+    code = dom.cat.codes.to_numpy().astype(np.int64) * n + group.cat.codes.to_numpy()  # (each < 0: none, only in a
+    code[(dom.cat.codes.to_numpy() < 0) | (group.cat.codes.to_numpy() < 0)] = -1       # group of its own: no pairs)
+    used = np.flatnonzero(np.bincount(code[code >= 0], minlength=1))
+    keys = pd.DataFrame({"domain": dom.cat.categories.astype(str).to_numpy()[used // n],
+                         "group": group.cat.categories.astype(str).to_numpy()[used % n]}, index=used)
+    return code, keys
 
 
 def _joined(parts: list[pd.DataFrame]) -> pd.DataFrame:
@@ -219,8 +233,10 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     del spans, fast
     parent = nesting.parents(ranges)  # (before the samples are read: its working arrays never lie beside the sums)
     memory.release_freed()  # (the events' and the nesting's arrays: their holes fit the sums badly)
-    found = _by_gpu(s, ranges, in_range)
-    del in_range
+    group = names.group_names(ranges["name"], options.group_by)  # (the summary's groups: their calls' edges shared)
+    codes, keys = _summary_groups(ranges, group)
+    found = _by_gpu(s, ranges, in_range, codes)
+    del in_range, codes
     if options.release_samples:
         s.release_samples()
     memory.release_freed()  # (each GPU's samples in turn: their holes fit the instances' columns badly)
@@ -232,10 +248,15 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
         notes.append(Note("quiet_sampling", quiet_ms=quiet_interval_ns(s.meta) / 1e6,
                           fast_ms=float(s.meta["sample_interval_ms"])))
     fl = found.floor
-    inst = attribution.attribute(ranges, None, fl, s.counters, sums=found.take("sums"), parent=parent) \
+    sums = found.take("sums")
+    shared = sums.pop("shared") if sums is not None else None
+    shared_by = keys.assign(**{f"{d}_shared_bytes": shared[d][keys.index] for d in DIRECTIONS}) if shared else None
+    del shared
+    inst = attribution.attribute(ranges, None, fl, s.counters, sums=sums, parent=parent) \
         if len(ranges) else pd.DataFrame(columns=attribution.INSTANCE_COLUMNS)
-    del parent
-    inst["group"] = names.group_names(inst["name"], options.group_by)
+    del parent, sums
+    inst["group"] = group if len(ranges) else names.group_names(inst["name"], options.group_by)
+    del group
     costs = s.meta.get("launch_costs")
     if pids and len(inst):  # attach --gpu-time: the GPU's busy time per range
         inst = gpu_time.busy(inst, kernels, pids, (costs or {}).get("wall_us_per_kernel_graph", 0.0) * 1e3)
@@ -290,7 +311,7 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
         del p  # (its own figures per instance: not kept beside the instances)
         memory.release_freed()  # (the prediction's working arrays, gone before the summary's)
     tree = names.group_tree(inst).rename(columns={"group": "name"})
-    ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns)
+    ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns, shared=shared_by)
     if len(ranges_table):
         ranges_table = ranges_table.drop(columns=["parent_domain", "parent_name", "level"]).merge(tree, on=["domain", "name"], how="left")
     bounds = found.bounds

@@ -593,6 +593,7 @@ def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             del spent_ns
         early, late = read_windows(g)
         link = link_bps((counters or {}).get(int(idx), {}))
+        by_group = None if groups is None else np.lexsort((ak, groups[k]))  # (both directions pair calls in it)
         for d, c in DIRECTIONS.items():
             y = g[f"{c}_bytes"].to_numpy()  # (as held: edge_values reads a few values around each edge)
             # the floor's bytes per read and per ns, which the edges spread evenly (none without a floor)
@@ -609,7 +610,7 @@ def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             acc[f"{d}_raw"][k] += raw
             acc[f"{d}_edge"][k] += np.maximum(np.maximum(np.minimum(edge, room), np.minimum(edge, raw)), 0.0)
             if groups is not None:  # (calls whose upper bound is their edges' own: the others' edges not paired)
-                pairs = _consecutive_calls(groups[k], ak, bk, (st <= 1) & (edge <= room))
+                pairs = _consecutive_calls(by_group, groups[k], ak, bk, (st <= 1) & (edge <= room))
                 sums["shared"][d] += shared_edges(pairs, ya, yb, ea, eb, sums["shared"][d].size)
             del raw, edge, room
             if not no_floor:
@@ -618,13 +619,12 @@ def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
     return sums
 
 
-def _consecutive_calls(groups: np.ndarray, a: np.ndarray, b: np.ndarray, known: np.ndarray
+def _consecutive_calls(by_group: np.ndarray, groups: np.ndarray, a: np.ndarray, b: np.ndarray, known: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One GPU's ranges (``groups``: each one's group code; ``a``/``b``: starts and ends, ns) where ``known`` as pairs
-    of calls of one group in a row by start, the first ended by the time the second starts: (first rows, second
-    rows, their group)."""
-    rows = np.flatnonzero(known)
-    order = rows[np.lexsort((a[rows], groups[rows]))]
+    """One GPU's ranges (``groups``: each one's group code; ``a``/``b``: starts and ends, ns; ``by_group``: their
+    rows by group, then start) where ``known`` as pairs of calls of one group in a row by start, the first ended
+    by the time the second starts: (first rows, second rows, their group)."""
+    order = by_group[known[by_group]]
     g = groups[order]
     first, second = order[:-1], order[1:]
     pair = (g[1:] == g[:-1]) & (g[1:] >= 0) & (b[first] <= a[second])
@@ -980,10 +980,10 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     for c in ("domain", "group"):  # (a small table: plain strings again)
         if isinstance(out[c].dtype, pd.CategoricalDtype):
             out[c] = out[c].astype(str)
-    keys = pd.MultiIndex.from_arrays([out["domain"], out["group"]])
+    shared = None if shared is None else \
+        shared.set_index(["domain", "group"]).reindex(pd.MultiIndex.from_arrays([out["domain"], out["group"]]))
     for d in DIRECTIONS:  # (the edge errors above the estimates less the edges consecutive calls share)
-        less = 0.0 if shared is None else \
-            shared.set_index(["domain", "group"])[f"{d}_shared_bytes"].reindex(keys).fillna(0.0).to_numpy()
+        less = 0.0 if shared is None else shared[f"{d}_shared_bytes"].fillna(0.0).to_numpy()
         out[f"{d}_edge_bytes"] = np.maximum(np.maximum(out[f"{d}_edge_bytes"].to_numpy() - less, down[d]), 0.0)
     out = out.rename(columns={"group": "name"})
     out["status"] = out.pop("status_rank").map(dict(enumerate(STATUSES)))

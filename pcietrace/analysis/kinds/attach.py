@@ -157,15 +157,16 @@ def _by_gpu(s: Session, ranges: pd.DataFrame, in_range: pd.DataFrame, groups: np
 
 
 def _summary_groups(ranges: pd.DataFrame, group: pd.Series) -> tuple[np.ndarray, pd.DataFrame]:
-    """Each range's (``domain``, ``group``) as a code, and per code its ``domain`` and ``group`` (a row each)."""
+    """Each range's (``domain``, ``group``) as a code (:func:`nesting.codes`; -1 where either is missing: no
+    group's call), and per code its ``domain`` and ``group`` (a row each)."""
     dom = ranges["domain"] if isinstance(ranges["domain"].dtype, pd.CategoricalDtype) else \
         ranges["domain"].astype("category")
-    n = max(len(group.cat.categories), 1)
-    code = dom.cat.codes.to_numpy().astype(np.int64) * n + group.cat.codes.to_numpy()  # (each < 0: none, only in a
-    code[(dom.cat.codes.to_numpy() < 0) | (group.cat.codes.to_numpy() < 0)] = -1       # group of its own: no pairs)
-    used = np.flatnonzero(np.bincount(code[code >= 0], minlength=1))
-    keys = pd.DataFrame({"domain": dom.cat.categories.astype(str).to_numpy()[used // n],
-                         "group": group.cat.categories.astype(str).to_numpy()[used % n]}, index=used)
+    dom_codes, group_codes = dom.cat.codes.to_numpy(), group.cat.codes.to_numpy()
+    code = nesting.codes(dom_codes, group_codes)
+    code[(dom_codes < 0) | (group_codes < 0)] = -1
+    first = np.flatnonzero(~pd.Series(code, copy=False).duplicated().to_numpy() & (code >= 0))  # (each code's first)
+    keys = pd.DataFrame({"domain": dom.iloc[first].astype(str).to_numpy(),
+                         "group": group.iloc[first].astype(str).to_numpy()}, index=code[first])
     return code, keys
 
 
@@ -255,7 +256,7 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     inst = attribution.attribute(ranges, None, fl, s.counters, sums=sums, parent=parent) \
         if len(ranges) else pd.DataFrame(columns=attribution.INSTANCE_COLUMNS)
     del parent, sums
-    inst["group"] = group if len(ranges) else names.group_names(inst["name"], options.group_by)
+    inst["group"] = group
     del group
     costs = s.meta.get("launch_costs")
     if pids and len(inst):  # attach --gpu-time: the GPU's busy time per range

@@ -115,6 +115,23 @@ def test_the_console_fits_a_screen_and_says_what_it_left_out(data_dir, monkeypat
     assert len(shown) == 2  # in both range tables
 
 
+def test_a_figure_alike_on_every_row_is_said_once(data_dir, monkeypatch, capsys) -> None:
+    """4 ranks on 4 GPUs: the program's processes, ranges and exit code, and the one way every process counted
+    launches, stand once under their tables, so each GPU's and each process's row is one line at 80 columns."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["report", str(data_dir / "attach_h200x4_dense")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    words = " ".join(" ".join(lines).split())
+    whole = lines[lines.index("Whole run"):]
+    gpu_rows = [line for line in whole[:whole.index("")] if line.startswith(" GPU")]  # (up to its first blank line)
+    assert len(gpu_rows) == 4 and all(line.count(" ± ") == 2 for line in gpu_rows)
+    assert "the program: 5 processes followed, 81,584 ranges, exit code 0" in words
+    procs = lines[lines.index("Processes followed"):]
+    assert "launch counting" not in procs[2] + procs[3]  # (its header)
+    assert "every one: launch counting on (interposed driver entry points)" in words
+    assert sum(1 for line in procs if line.split()[:1] and line.split()[0].isdigit()) == 5
+
+
 def test_view_options(data_dir, emit, monkeypatch, capsys) -> None:
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["report", str(data_dir / REC), "--filter", "^aten::(add|mm)$", "--sort", "calls"]) == 0

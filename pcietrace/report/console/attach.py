@@ -152,14 +152,21 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
     wr = results.get("whole_run", pd.DataFrame())
     if len(wr):
         bounds = results.get("whole_run_bounds", pd.DataFrame())
+        # the program's figures, alike on every GPU's row (one program, or a merge's nodes alike): said once below
+        apart = [c for c in ("processes", "ranges") if c in wr and wr[c].nunique(dropna=False) > 1]
+        n = wr["processes"].iloc[0] if "processes" in wr else None
+        program = [f"{num(n, '.0f')} process{'' if n == 1 else 'es'} followed"] * ("processes" not in apart) \
+            + [f"{num(wr['ranges'].iloc[0], ',.0f')} ranges"] * ("ranges" not in apart) \
+            + [f"exit code {esc(meta.get('exit_code'))}"]
         t = new_table("Whole run", [("GPU", "right"), ("ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
-                                    ("eager", "right"), ("graph", "right"), ("procs", "right"), ("ranges", "right"),
-                                    ("exit", "right")],
+                                    ("eager", "right"), ("graph", "right")]
+                      + [("procs", "right")] * ("processes" in apart) + [("ranges", "right")] * ("ranges" in apart),
                       caption="per sampled GPU: its bytes (± the floor's 95 % interval, which outweighs the edges' over "
                               "a whole run" + ("; ≥: the least it moved, where a sampling gap could hide a counter wrap, "
                                                "see the note" if len(bounds) else "")
-                              + ") and the kernel launches made on it (eager/graph); procs (processes followed) "
-                              "and ranges: the program's totals")
+                              + ") and the kernel launches made on it (eager/graph)"
+                              + "; procs (processes followed) and ranges: the node's" * bool(apart)
+                              + "; the program: " + ", ".join(program))
         seen = bounds.set_index("nvml_index") if len(bounds) else pd.DataFrame()
         for w in wr.to_dict("records"):
             ok = w.get("status", "ok") == "ok"
@@ -168,12 +175,13 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
                 b = seen.loc[w["nvml_index"]]
                 bad = {d: f"[yellow]≥ {num(max(b[f'{d}_seen_bytes'], 0) / 1e6, ',.1f')}[/]" for d in ("h2d", "d2h")}
             t.add_row(node_gpu(w) if "nvml_index" in w else "all", num(w["duration_ms"], ",.1f"),
-                      pm_lines(w["h2d_bytes"] / 1e6, w["h2d_floor_err_bytes"] / 1e6, ",.1f") if ok
+                      pm(w["h2d_bytes"] / 1e6, w["h2d_floor_err_bytes"] / 1e6, ",.1f") if ok
                       else bad["h2d"] if isinstance(bad, dict) else bad,
-                      pm_lines(w["d2h_bytes"] / 1e6, w["d2h_floor_err_bytes"] / 1e6, ",.1f") if ok
+                      pm(w["d2h_bytes"] / 1e6, w["d2h_floor_err_bytes"] / 1e6, ",.1f") if ok
                       else bad["d2h"] if isinstance(bad, dict) else bad,
-                      num(w["eager_launches"], ",.0f"), num(w["graph_launches"], ",.0f"), num(w["processes"], ".0f"),
-                      num(w["ranges"], ",.0f"), esc(meta.get("exit_code")))
+                      num(w["eager_launches"], ",.0f"), num(w["graph_launches"], ",.0f"),
+                      *[num(w["processes"], ".0f")] * ("processes" in apart),
+                      *[num(w["ranges"], ",.0f")] * ("ranges" in apart))
         parts.append(t)
     notes = results.get("notes", pd.DataFrame())
     for note in notes["note"] if "note" in notes else []:  # an attach run with no samples has an empty, column-less table
@@ -187,15 +195,17 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
     elif procs:
         nodes = any("node" in p for p in procs)  # (a merged report: several nodes' processes)
         timed = any("edges_ms" in p for p in procs)  # (recordings of a library that timed its edges)
-        t = new_table("Processes followed", [("node", "left")] * nodes + [("pid", "right"), ("NVTX", "left"),
-                                                                          ("launch counting", "left"), ("ranges", "right")]
+        counting = {p["cupti"] for p in procs}  # (one way for every process: said once, below)
+        t = new_table("Processes followed", [("node", "left")] * nodes + [("pid", "right"), ("NVTX", "left")]
+                      + [("launch counting", "left")] * (len(counting) > 1) + [("ranges", "right")]
                       + [("edges cost\nms", "right")] * timed,
                       caption="processes that cleared their environment, or never called NVTX or CUDA, do not appear"
                               + "; edges cost: the least the process's NVTX range edges cost its threads (the time "
-                                "inside attach's library, one edge in 61 timed)" * timed)
+                                "inside attach's library, one edge in 61 timed)" * timed
+                              + (f"; every one: {esc(next(iter(counting)))}" if len(counting) == 1 else ""))
         for p in procs:
-            t.add_row(*[esc(p.get("node"))] * nodes, str(p["pid"]), "yes" if p["nvtx"] else "no", esc(p["cupti"]),
-                      str(p["ranges"]), *[num(p.get("edges_ms"), ",.1f")] * timed)
+            t.add_row(*[esc(p.get("node"))] * nodes, str(p["pid"]), "yes" if p["nvtx"] else "no",
+                      *[esc(p["cupti"])] * (len(counting) > 1), f"{p['ranges']:,}", *[num(p.get("edges_ms"), ",.1f")] * timed)
         parts.append(t)
     if not len(rg):
         parts.append(Text("no NVTX ranges were seen: whole-run totals only. Wrap the phases you care about in "

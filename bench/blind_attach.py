@@ -12,7 +12,8 @@ forked workers and pinned memory, fp16 autocast with GradScaler, an evaluation p
 ``--app compile`` is tests/apps/compile_app.py (the same inference loop eager, under torch.compile's Triton
 kernels and under its CUDA graphs, launches counted by torch.profiler); ``--app pipeline`` is
 tests/apps/pipeline_app.py (two GPUs, one thread: a model split over them, copies to and from cuda:1 made
-from a thread on cuda:0; its truth both GPUs' bytes).
+from a thread on cuda:0; its truth both GPUs' bytes); ``--app hooks`` is tests/apps/hooks_app.py (a transformer
+annotated by module hooks, bf16 autocast, AdamW, ``.item()`` every step, emit_nvtx with its defaults).
 
 Written as an outside reviewer would, from what a user has: the README, `pcietrace attach --help` and the
 JSON that `pcietrace report RUN --format json` prints. Steps:
@@ -54,7 +55,7 @@ NVCC = ["nvcc", "-O2", "-std=c++17", "-ldl", "-lpthread"]
 DIRS = ("h2d", "d2h")
 TORCH_APPS = {"torch": "blind_app.py", "graphs": "blind_graphs_app.py", "dense": "dense_app.py",
               "loader": "loader_app.py", "compile": "compile_app.py",
-              "pipeline": "pipeline_app.py"}  # --app: the PyTorch apps' files
+              "pipeline": "pipeline_app.py", "hooks": "hooks_app.py"}  # --app: the PyTorch apps' files
 
 
 def run(cmd: list[str], log: Path, env: dict[str, str], timeout_s: float) -> tuple[int, float]:

@@ -504,7 +504,9 @@ def _recordings() -> list[Path]:
 def test_recordings_from_before_read_as_zero_captured_and_keep_their_eager_counts(recording: Path) -> None:
     """Every real attach recording made before captured launches were told apart loads; its ranges have 0
     captured launches (unknown where launches were not counted at all) and the eager/graph counts its saved
-    report.json holds (computed when it was made)."""
+    report.json holds (computed when it was made), or more where its process's other threads launched for it
+    outside ranges of their own (pcietrace/analysis/threads.py: PyTorch's backward pass), never more than its
+    process made while it was open."""
     s = Session.load(recording)
     assert not set(CAPTURED_COLUMNS) & set(s.events.columns)  # (made before: the test's premise)
     saved = json.loads((recording / "report.json").read_text()).get("results", {}).get("ranges", [])
@@ -518,8 +520,13 @@ def test_recordings_from_before_read_as_zero_captured_and_keep_their_eager_count
     if saved and rg["eager_launches"].notna().any():  # (--no-count-launches runs were saved with 0s before NaN)
         old = pd.DataFrame(saved).set_index(["domain", "name"])
         new = rg.set_index(["domain", "name"]).loc[old.index]
+        inst = r["range_instances"]
+        most = inst.groupby([inst["domain"].astype(str), inst["group"].astype(str)])[
+            ["eager_launches_process", "graph_launches_process"]].sum().loc[old.index]
         for c in ("eager_launches", "graph_launches"):
-            assert np.array_equal(new[c].astype(float), old[c].astype(float), equal_nan=True)
+            got, was = new[c].astype(float), old[c].astype(float)
+            same = got.isna() & was.isna()
+            assert (same | ((got >= was) & (got <= most[f"{c}_process"]))).all()
 
 
 @pytest.mark.parametrize("recording, names", [("attach_h200x8_torchrun", EVENT_COLUMNS_V2),

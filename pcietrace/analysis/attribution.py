@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from pcietrace.analysis import nesting
+from pcietrace.analysis import nesting, threads
 from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, counted_by, gaps_overlapping,
                                          jumps, link_bps, movable_bytes, per_gpu, read_ns_of)
 from pcietrace.analysis.counters import median as median_of
@@ -25,6 +25,8 @@ from pcietrace.analysis.launch import DIRECTIONS
 from pcietrace.collectors.sampler import FAST_HOLD_NS, faster_than_busy
 from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS, by_object
 
+#: A range's launch counts (its own thread's, and its process's other threads' where :mod:`threads` adds them).
+LAUNCH_COUNT_COLUMNS = ("eager_launches", "graph_launches", "captured_launches")
 RANGE_COLUMNS = ["pid", "tid", "domain", "name", "kind", "t_start_ns", "t_end_ns", "depth", "eager_launches",
                  "graph_launches", "eager_launches_process", "graph_launches_process", "captured_launches",
                  "captured_launches_process", "launch_call_ns", "sync_wait_ns", "closed"]
@@ -51,10 +53,12 @@ def with_captured(events: pd.DataFrame) -> pd.DataFrame:
 def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
     """Pair push/pop (per thread, by nesting) and start/end (per process, by id) into ranges.
 
-    ``eager_launches``/``graph_launches`` count launches made by the range's own thread while it was
-    open, ``captured_launches`` those it made into a stream being captured into a graph (nodes added, nothing
-    launched: in neither of the other two); the ``_process`` columns count the whole process's.
-    ``launch_call_ns`` and ``sync_wait_ns``: the ns the range's thread (a start/end range: its process) spent
+    ``eager_launches``/``graph_launches`` count launches made while it was open by the range's own thread and by
+    its process's other threads outside their own ranges (:mod:`pcietrace.analysis.threads`: PyTorch's autograd
+    engine launching the backward pass), ``captured_launches`` those made into a stream being captured into a
+    graph (nodes added, nothing launched: in neither of the other two); the ``_process`` columns count the whole
+    process's. ``launch_call_ns`` (the same threads') and ``sync_wait_ns``: the ns the range's thread (a start/end
+    range: its process) spent
     inside eager launch calls and inside synchronize calls (waiting for the GPU), NaN where not timed (traces
     recorded before, or outside interpose mode). Ranges still open when the process ended are closed at its
     last event and marked ``closed=False``. A pop with no range open on its thread is ignored, as is an end
@@ -195,19 +199,50 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
            "kind": pd.Categorical.from_codes(np.where(is_push_range, 0, 1), ["push", "start"]),
            "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": _narrow(events["depth"].to_numpy()[opened])}
     # start/end ranges may cross threads, so their thread-local counts are undefined: use the process's.
+    counted, whole = {}, {}
     for c in ("eager", "graph", "captured"):
         process = grew(f"{c}_process")
-        mine = grew(f"{c}_thread", "push")
         own = process.copy()
-        own[push_rows] = mine
-        del mine
+        own[push_rows] = grew(f"{c}_thread", "push")
         name = "captured_launches" if c == "captured" else f"{c}_launches"
-        out[name], out[f"{name}_process"] = _narrow(own), _narrow(process)
-    out["launch_call_ns"] = by_scope(lambda r: timed("call_ns_thread", r), lambda r: timed("call_ns_process", r))
+        counted[name], whole[name] = own, process
+    counted["launch_call_ns"] = by_scope(lambda r: timed("call_ns_thread", r), lambda r: timed("call_ns_process", r))
+    whole["launch_call_ns"] = timed("call_ns_process", "all")
+    # (a push/pop range's: its own thread's, and its process's other threads' outside their own ranges)
+    helped = _helped(pid[opened[push_rows]], tid[opened[push_rows]], out["t_start_ns"][push_rows],
+                     t_end[push_rows], out["depth"][push_rows], out["name"][push_rows],
+                     {k: v[push_rows] for k, v in counted.items()}, {k: v[push_rows] for k, v in whole.items()})
+    for k, v in helped.items():
+        counted[k][push_rows] = v
+    del helped
+    for name, own in counted.items():
+        out[name] = own if name == "launch_call_ns" else _narrow(own)
+        if name != "launch_call_ns":
+            out[f"{name}_process"] = _narrow(whole[name])
+    del counted, whole
     out["sync_wait_ns"] = by_scope(lambda r: timed("wait_ns_thread", r), lambda r: timed("wait_ns_process", r))
     out["closed"] = closed
     # (the columns as they are: a frame built from them copied every integer column into one block)
     return pd.DataFrame({c: out[c] for c in RANGE_COLUMNS}, copy=False)
+
+
+def _helped(pid: np.ndarray, tid: np.ndarray, t_start: np.ndarray, t_end: np.ndarray, depth: np.ndarray,
+            names: pd.Categorical, own: dict[str, np.ndarray], process: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Push/pop ranges' counts (``own``: their threads'; ``process``: their processes') as
+    :func:`pcietrace.analysis.threads.helped_counts` makes them, a process at a time."""
+    out = {k: v.copy() for k, v in own.items()}
+    engine_named = np.asarray(names.categories.astype(str).str.startswith(threads.ENGINE_PREFIX), bool)
+    engine_named = engine_named[names.codes] & (names.codes >= 0)
+    pids = np.unique(pid)
+    for p in pids:
+        rows = np.flatnonzero(pid == p) if pids.size > 1 else slice(None)
+        engine = threads.engine_threads(tid[rows], depth[rows], engine_named[rows])
+        got = threads.helped_counts(tid[rows], t_start[rows], t_end[rows], depth[rows], engine,
+                                    {k: v[rows] for k, v in own.items()}, {k: v[rows] for k, v in process.items()},
+                                    LAUNCH_COUNT_COLUMNS)
+        for k, v in got.items():
+            out[k][rows] = v
+    return out
 
 
 def process_ranges(events: pd.DataFrame, gpus: list[dict[str, Any]], consume: bool = False) -> pd.DataFrame:
@@ -860,8 +895,8 @@ def _dispute_shares(order: np.ndarray, hi: np.ndarray, lo: np.ndarray, y: np.nda
 def launches_by_untraced_threads(events: pd.DataFrame) -> pd.DataFrame:
     """Per process: its launches (eager + graph, ``launches``) and how many of them no thread with an NVTX event
     saw (``untraced``: made by threads that never opened a range or marked, e.g. PyTorch's autograd threads,
-    which launch the backward pass, or after a thread's last event). No push/pop range counts those (each counts
-    its own thread's); each instance's ``*_launches_process`` does, for the whole process while it was open."""
+    which launch the backward pass, or after a thread's last event). A push/pop range counts those made while it
+    was open (:mod:`pcietrace.analysis.threads`); each instance's ``*_launches_process`` counts every thread's."""
     cols = ["pid", "launches", "untraced"]
     if not len(events) or "eager_process" not in events:
         return pd.DataFrame(columns=cols)

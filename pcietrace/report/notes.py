@@ -76,9 +76,9 @@ SENTENCES: dict[str, str] = {
                          "on a GPU not sampled, or in a process that launched on several GPUs by a thread that "
                          "launched on several between two of its events or had no event after them",
     "launches_untraced": "{untraced:,} of {launches:,} launches ({processes} process(es)) were made by threads with "
-                         "no NVTX range (e.g. PyTorch's autograd threads, which launch the backward pass): a push/pop "
-                         "range counts its own thread's launches only; range_instances' eager_launches_process and "
-                         "graph_launches_process count the whole process's while it was open",
+                         "no NVTX range (e.g. PyTorch's autograd threads, which launch the backward pass): each "
+                         "range counts those made while it was open, unless another thread's own range crossed "
+                         "its start or end (then its own thread's alone)",
     "cupti_launch_counter": CUPTI_NOTE,
     "gpu_time_traffic": GPU_TIME_NOTE,
     # attach --gpu-time (pcietrace.analysis.gpu_time)

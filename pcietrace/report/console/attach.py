@@ -116,7 +116,8 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
                       + ([("captured", "right")] if capt else []) + [
                       ("H2D\nB/launch", "right"), ("launch\nms", "right")] + ([("GPU busy\nms", "right")] if busy else [])
                       + [("graphs\nsave ≤ ms", "right")],
-                      caption="totals over calls, by the range's own thread"
+                      caption="totals over calls, by the range's thread and by its process's threads with no range "
+                              "open then (PyTorch's autograd)"
                               + ("; captured: into a stream being captured (graph nodes: nothing ran)" if capt else "")
                               + "; launch ms = launches x host cost per launch "
                               f"({esc(costs['source']) if costs else 'not measured'}); graphs save: "

@@ -1,0 +1,109 @@
+"""A small PyTorch transformer annotated the way users annotate a model whose code they do not touch, for
+`pcietrace attach`: ranges pushed and popped by module hooks (nested as the modules are), bf16 autocast, AdamW, the
+loss read back with ``.item()`` every step, and ``emit_nvtx`` with its defaults.
+
+Each phase is one enclosing range whose truth the app reads itself with NVML around it (blind_app.py's method):
+
+- ``hooked_fwd``: ``STEPS`` forward steps without grad, a range around every submodule's forward, from hooks;
+- ``amp_train``: ``TRAIN_STEPS`` training steps, each ``step`` > ``data`` (a pinned batch copied H2D,
+  non-blocking) / ``forward`` (autocast bf16, a range per encoder layer from hooks) / ``backward`` /
+  ``optimizer`` (AdamW), the loss read with ``.item()`` (a small D2H copy and a sync) in ``step``;
+- ``emit_train``: the same steps under ``torch.autograd.profiler.emit_nvtx()`` (a range per op, no shapes).
+
+``launches_expected`` (per call): the kernels the GPU ran in one call, counted by torch.profiler (CUPTI) outside
+every range (blind_app.py's rows; copies and memsets left out).
+
+    BLIND_OUT=hooks.jsonl python3 tests/apps/hooks_app.py
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import torch
+
+from blind_app import Counters, bus_id_of, ranged, rounds, run_meta, settings, write_rows
+from compile_app import kernels_run
+
+BATCH, SEQ, DIM, HEADS, LAYERS, STEPS, TRAIN_STEPS = 16, 128, 256, 4, 4, 10, 4
+
+
+def main() -> int:
+    truth_on, calls, out_path = settings("hooks_app.jsonl", 4)
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    nvtx = torch.cuda.nvtx
+
+    layer = torch.nn.TransformerEncoderLayer(DIM, HEADS, 4 * DIM, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False).to(dev).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batch_host = torch.randn(BATCH, SEQ, DIM).pin_memory()  # (2 MiB a step)
+    batch_dev = torch.empty(BATCH, SEQ, DIM, device=dev)
+
+    which = {"on": ()}  # the module kinds whose forward pushes a range now (none: hooks present, silent)
+
+    def hook(name: str, module: torch.nn.Module) -> None:
+        def pre(m, args):
+            if isinstance(m, which["on"]):
+                nvtx.range_push(name)
+
+        def post(m, args, out):
+            if isinstance(m, which["on"]):
+                nvtx.range_pop()
+        module.register_forward_pre_hook(pre)
+        module.register_forward_hook(post)
+
+    for name, m in model.named_modules():
+        if name:
+            hook(name, m)
+
+    def hooked_fwd() -> None:
+        which["on"] = (torch.nn.Module,)
+        with torch.no_grad():
+            for _ in range(STEPS):
+                model(batch_dev)
+        which["on"] = ()
+        torch.cuda.synchronize(dev)
+
+    def train(annotate: bool) -> None:
+        rng = nvtx.range if annotate else (lambda name: contextlib.nullcontext())
+        which["on"] = (torch.nn.TransformerEncoderLayer,) if annotate else ()
+        for _ in range(TRAIN_STEPS):
+            with rng("step"):
+                with rng("data"):
+                    batch_dev.copy_(batch_host, non_blocking=True)
+                with rng("forward"), torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(batch_dev).float().square().mean()
+                with rng("backward"):
+                    loss.backward()
+                with rng("optimizer"):
+                    opt.step()
+                    opt.zero_grad()
+                loss.item()
+        which["on"] = ()
+        torch.cuda.synchronize(dev)
+
+    def emit_train() -> None:
+        with torch.autograd.profiler.emit_nvtx():
+            train(False)
+
+    bodies = {"hooked_fwd": hooked_fwd, "amp_train": lambda: train(True), "emit_train": emit_train}
+    for body in bodies.values():  # warm-up outside any range: kernels loaded, allocator and optimizer state made
+        for _ in range(2):
+            body()
+    kernels = {name: kernels_run(dev, body) for name, body in bodies.items()}
+    payload = BATCH * SEQ * DIM * 4 * TRAIN_STEPS
+    phases = {"hooked_fwd": (ranged("hooked_fwd", hooked_fwd), 0, None, kernels["hooked_fwd"]),
+              "amp_train": (ranged("amp_train", bodies["amp_train"]), payload, "h2d", kernels["amp_train"]),
+              "emit_train": (ranged("emit_train", emit_train), payload, "h2d", kernels["emit_train"])}
+
+    counters = Counters(bus_id_of(dev.index)) if truth_on else None
+    lines, loop_ns = rounds(dev, counters, calls, phases)
+    write_rows(out_path, run_meta(dev, truth_on, calls, counters, list(phases), kernels=kernels), lines, loop_ns,
+               calls)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,7 +20,8 @@ its own truth read around it: the floor of hundreds of reads in one range); ``DE
 after its rounds, so the others' GPUs are left without a context before attach's idle windows after the job (a
 rank that ends first). The forward phases launch the same
 kernels, so attach's launch count per call must be the same whatever the annotation (800 a call: 20 steps of 8
-blocks of 5 kernels); the rows give no expected count.
+blocks of 5 kernels); each row's ``launches_expected`` is its phase's kernels counted by torch.profiler on
+the same work unannotated, outside every range (compile_app.py's count).
 
     BLIND_OUT=dense.jsonl python3 tests/apps/dense_app.py
 """
@@ -36,6 +37,7 @@ import torch
 
 # the truth as blind_app.py takes it (this folder is on sys.path as a script)
 from blind_app import GAP_S, Counters, bus_id_of, range_row, ref_row, window, write_rows
+from compile_app import kernels_run
 
 MiB = 1 << 20
 BLOCKS, DIM, HIDDEN, BATCH, STEPS, TRAIN_STEPS = 8, 256, 1024, 4, 20, 4
@@ -109,14 +111,17 @@ def main() -> int:
         with torch.autograd.profiler.emit_nvtx(record_shapes=True):
             fwd_steps(False)
 
+    def one_step() -> None:
+        batch_dev.copy_(batch_host, non_blocking=True)
+        loss = forward(False).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        torch.cuda.synchronize(dev)
+
     def emit_train() -> None:
         with torch.autograd.profiler.emit_nvtx(record_shapes=True):
-            batch_dev.copy_(batch_host, non_blocking=True)
-            loss = forward(False).square().mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=False)
-            torch.cuda.synchronize(dev)
+            one_step()
 
     def pushed(name, body):
         def run():
@@ -137,6 +142,10 @@ def main() -> int:
         {"fwd_one": lambda: fwd_steps(False), "fwd_layers": lambda: fwd_steps(True), "fwd_emit": fwd_emit,
          "train_step": lambda: train(False), "emit_train": emit_train}[name]()
     torch.cuda.synchronize(dev)
+    # each phase's kernels by torch.profiler, on the same work unannotated (emit_nvtx is the profiler itself)
+    plain = {"fwd_one": lambda: fwd_steps(False), "fwd_layers": lambda: fwd_steps(False),
+             "fwd_emit": lambda: fwd_steps(False), "train_step": lambda: train(False), "emit_train": one_step}
+    kernels = {name: kernels_run(dev, plain[name]) for name in phases}
 
     counters = Counters(bus_id_of(dev.index)) if truth_on else None
     lines: list[dict] = []
@@ -148,7 +157,7 @@ def main() -> int:
             for name in phases:
                 raw, ns = window(dev, counters, bodies[name])
                 nbytes, direction = payload.get(name, (0, None))
-                lines.append(range_row(name, rnd, raw, ref, ns, nbytes, direction, None))
+                lines.append(range_row(name, rnd, raw, ref, ns, nbytes, direction, kernels[name]))
 
     t_loop0 = time.perf_counter_ns()
     if os.environ.get("DENSE_EPOCH") == "1":  # every round inside one long range, as an epoch's range holds its steps

@@ -116,14 +116,13 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
                       + ([("captured", "right")] if capt else []) + [
                       ("H2D\nB/launch", "right"), ("launch\nms", "right")] + ([("GPU busy\nms", "right")] if busy else [])
                       + [("graphs\nsave ≤ ms", "right")],
-                      caption="totals over calls, by the range's thread and by its process's threads with no range "
-                              "open then (PyTorch's autograd)"
+                      caption="totals over calls, by the range's thread and by threads with no range open (autograd)"
                               + ("; captured: into a stream being captured (graph nodes: nothing ran)" if capt else "")
                               + "; launch ms = launches x host cost per launch "
                               f"({esc(costs['source']) if costs else 'not measured'}); graphs save: "
                               + ("its time less its kernels' GPU time in a graph" if busy else
                                  "per eager launch, its time per launch less a graph kernel's")
-                              + " (pcietrace/analysis/savings.py)")
+)
         for r in rg.itertuples():  # (the marks once, in the bytes table above)
             t.add_row(name(r, marked=False), num(r.eager_launches, ",.0f"), num(r.graph_launches, ",.0f"),
                       *([num(r.captured_launches, ",.0f")] if capt else []),

@@ -752,6 +752,8 @@ def test_a_range_whose_reads_sat_apart_in_read_time_states_that_in_its_error(dat
     ("attach_h200_loader", 5, (("epoch", "d2h"),)),  # a DataLoader's epoch, an eval pass, a checkpoint
     ("attach_h200_compile", 0, ()),  # eager, torch.compile, its CUDA graphs: < 1 MB a call, launches counted
     ("attach_h200x2_pipeline", 4, ()),  # one thread, two GPUs: copies made with the other GPU current
+    # module hooks, bf16 autocast, AdamW, emit_nvtx: the backward pass launched by autograd's thread
+    ("attach_h200_hooks", 5, (("amp_train", "d2h"), ("emit_train", "d2h"))),
 ])
 def test_the_blind_oracles_copies_are_read_within_2_percent(data_dir, recording: str, big_directions: int,
                                                             past_2_percent: tuple[tuple[str, str], ...]) -> None:
@@ -769,10 +771,14 @@ def test_the_blind_oracles_copies_are_read_within_2_percent(data_dir, recording:
     compile` (the same loop eager, under torch.compile's Triton kernels and under its CUDA graphs; kernels counted by
     torch.profiler). And `--app pipeline` on the lent 2x H200: a model split over two GPUs in one thread, a 64 MiB
     copy to and from cuda:1 made from a thread on cuda:0 (its truth both GPUs' bytes; before copies named their GPU
-    those ranges were charged GPU 0 alone: 72 MB H2D read as 0 B). Every direction within attach's stated bound, every launch count the app knows exact (eager
-    and graph), and every direction moving > 1 MB within 2 % but those listed: the loader's epoch D2H (2.2 MB a
-    call, +2.7 %, within its stated +-118 kB) holds ~60 sampler reads a call, 1.4 MB of floor, so 2 % of the
-    range is 3 % of one read's cost."""
+    those ranges were charged GPU 0 alone: 72 MB H2D read as 0 B). And `--app hooks` on the lent H200
+    (twenty-first session): a transformer annotated by module hooks, trained with bf16 autocast and AdamW, once
+    plainly and once under emit_nvtx; its launches counted by torch.profiler (before, each training call read
+    the 412 of its 1,068 launches its own thread made). Every direction within attach's stated bound, every
+    launch count the app knows exact (eager and graph), and every direction moving > 1 MB within 2 % but those
+    listed: the loader's epoch D2H (2.2 MB a call, +2.7 %, within its stated +-118 kB) holds ~60 sampler reads a
+    call, 1.4 MB of floor, so 2 % of the range is 3 % of one read's cost; the hooks app's training D2H (1.2 MB a
+    call, +2.8 and +4.5 %, within +-260 and +-95 kB) holds 32-41 reads, ~0.8 MB of floor."""
     rows = [json.loads(x) for x in (data_dir / recording / "truth_alone.jsonl").read_text().splitlines()]
     every = pd.DataFrame([r for r in rows if r.get("kind") == "range"])  # inner and worker-thread ranges too
     every["domain"] = every["domain"].fillna("default") if "domain" in every else "default"

@@ -121,8 +121,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
                               + "; launch ms = launches x host cost per launch "
                               f"({esc(costs['source']) if costs else 'not measured'}); graphs save: "
                               + ("its time less its kernels' GPU time in a graph" if busy else
-                                 "per eager launch, its time per launch less a graph kernel's")
-)
+                                 "per eager launch, its time per launch less a graph kernel's"))
         for r in rg.itertuples():  # (the marks once, in the bytes table above)
             t.add_row(name(r, marked=False), num(r.eager_launches, ",.0f"), num(r.graph_launches, ",.0f"),
                       *([num(r.captured_launches, ",.0f")] if capt else []),

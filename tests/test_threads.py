@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pcietrace.analysis import analyze, attribution
+from pcietrace.analysis import analyze, attribution, threads
 from pcietrace.session import Session
 
 
@@ -87,3 +89,71 @@ def test_a_training_step_counts_its_backward_pass(data_dir, rec) -> None:
         assert len(calls) and (calls["eager_launches"] == calls["eager_launches_process"]).all()
     back = inst[inst["name"] == "backward"]
     assert (back["eager_launches"] > 10).all()  # (the calling thread itself made 1-2 a call)
+
+
+@st.composite
+def _runs(draw) -> list[tuple[int, int, str, str, int]]:
+    """CONSTRUCTED: 2-3 threads of one process, each a random walk of pushes (some named as the autograd
+    engine's), pops and launches, interleaved in time; every range closed."""
+    rows, depth = [(0, 1, "push", "r0", 0)], {1: 1}
+    t = 0
+    for _ in range(draw(st.integers(4, 40))):
+        tid = draw(st.integers(1, 3))
+        t += draw(st.integers(1, 5))
+        kind = draw(st.sampled_from(["push", "pop", "launch", "launch"]))
+        if kind == "pop" and not depth.get(tid):
+            kind = "launch"
+        if kind == "push":
+            depth[tid] = depth.get(tid, 0) + 1
+            engine = tid == 3 and draw(st.booleans())
+            rows.append((t, tid, "push", f"{threads.ENGINE_PREFIX}: x{t}" if engine else f"r{t}", 0))
+        elif kind == "pop":
+            depth[tid] -= 1
+            rows.append((t, tid, "pop", "", 0))
+        else:
+            rows.append((t, tid, "launch", "", draw(st.integers(1, 9))))
+    for tid, d in depth.items():
+        for _ in range(d):
+            t += 1
+            rows.append((t, tid, "pop", "", 0))
+    return rows
+
+
+def _by_hand(rows: list[tuple[int, int, str, str, int]]) -> dict[str, int]:
+    """The rule read literally, range by range: its own thread's launches, plus every other thread's made while
+    it was open outside their outermost ranges that lie inside it, unless another thread's outermost range
+    (not the engine's) overlaps it without lying inside it."""
+    launches = [(t, tid, n) for t, tid, kind, _, n in rows if kind == "launch"]
+    spans, stack, depth = [], {}, {}
+    for t, tid, kind, name, _ in rows:
+        if kind == "push":
+            stack.setdefault(tid, []).append((name, t, depth.get(tid, 0)))
+            depth[tid] = depth.get(tid, 0) + 1
+        elif kind == "pop":
+            name, a, d = stack[tid].pop()
+            depth[tid] -= 1
+            spans.append((name, tid, a, t, d))
+    top = {}
+    for name, tid, a, b, d in spans:
+        if d == 0:
+            top.setdefault(tid, []).append((a, b, name))
+    engine = {tid for tid, r in top.items() if all(n.startswith(threads.ENGINE_PREFIX) for _, _, n in r)}
+    out = {}
+    for name, tid, a, b, _ in spans:
+        own = sum(n for t, who, n in launches if who == tid and a < t < b)
+        others = [(t, who, n) for t, who, n in launches if who != tid and a < t < b]
+        theirs = [(x, y, who) for who, r in top.items() if who != tid and who not in engine for x, y, _ in r]
+        if any(x < b and y > a and not (a <= x and y <= b) for x, y, _ in theirs):
+            out[name] = own
+            continue
+        out[name] = own + sum(n for t, who, n in others
+                              if not any(w == who and x < t < y for x, y, w in theirs))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(_runs())
+def test_the_counts_are_the_rule_read_range_by_range(rows) -> None:
+    """The vectorised counts (each thread's outermost ranges searched once per thread) against the rule applied
+    to each range by hand, on CONSTRUCTED interleavings of threads, nesting and the engine's ranges."""
+    assert _launches(rows) == _by_hand(rows)

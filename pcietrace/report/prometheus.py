@@ -119,9 +119,10 @@ def families(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> Iterator
 
         yield rfam("range_pcie", "PCIe bytes during an NVTX range (floor removed, nested ranges included)", ["direction"],
                    [(r, (d,), getattr(r, f"{d}_bytes")) for r in rg.itertuples() for d in ("h2d", "d2h")], "bytes")
-        yield rfam("range_launches", "kernel launches made in the range by its own thread and its process's threads with no range of their own open (captured: into a stream being "
-                   "captured into a graph)", ["kind"], [(r, (k,), getattr(r, f"{k}_launches", 0)) for r in rg.itertuples()
-                                                         for k in ("eager", "graph", "captured")])
+        yield rfam("range_launches", "kernel launches made in the range by its own thread and by its process's "
+                   "threads with no range of their own open (captured: into a stream being captured into a graph)",
+                   ["kind"], [(r, (k,), getattr(r, f"{k}_launches", 0)) for r in rg.itertuples()
+                              for k in ("eager", "graph", "captured")])
         yield rfam("range_duration", "time inside the NVTX range, summed over its calls", [],
                    [(r, (), r.incl_ms / 1e3) for r in rg.itertuples()], "seconds")
 

@@ -204,7 +204,8 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
                               + (f"; every one: {esc(next(iter(counting)))}" if len(counting) == 1 else ""))
         for p in procs:
             t.add_row(*[esc(p.get("node"))] * nodes, str(p["pid"]), "yes" if p["nvtx"] else "no",
-                      *[esc(p["cupti"])] * (len(counting) > 1), f"{p['ranges']:,}", *[num(p.get("edges_ms"), ",.1f")] * timed)
+                      *[esc(p["cupti"])] * (len(counting) > 1), f"{p['ranges']:,}",
+                      *[num(p.get("edges_ms"), ",.1f")] * timed)
         parts.append(t)
     if not len(rg):
         parts.append(Text("no NVTX ranges were seen: whole-run totals only. Wrap the phases you care about in "

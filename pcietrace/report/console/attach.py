@@ -40,11 +40,10 @@ def attach_floor_table(fl: pd.DataFrame) -> Table:
     t = new_table("Background floor per GPU", [("GPU", "left"), ("fit", "left"), ("reads/s\nin ranges", "right"),
                                                ("H2D B/read", "right"), ("D2H B/read", "right"),
                                                ("± B/read\nH2D / D2H", "right"), ("other MB/s\nH2D / D2H", "right")],
-                  caption="NVML reads are PCIe traffic: an interval's floor = B/read x the sampler's reads in it "
-                          "(reads/s in ranges: at most one per sampling interval, however dense the ranges) + the "
-                          "other background x its duration, fitted on idle windows before and after the program; "
-                          "± B/read: how far a read's cost strayed in the program's state (95 %), in each range's "
-                          "± error; MB = 10^6 B")
+                  caption="NVML reads are PCIe traffic: a range's floor = B/read x the sampler's reads in it (at "
+                          "most one per sampling interval, however dense the ranges) + other MB/s x its time, fitted "
+                          "on idle windows before and after the program; ± B/read: a read's cost's spread in the "
+                          "program's state (95 %), in each range's ± error")
     for r in fl.to_dict("records"):
         if r["status"] == "no floor":
             t.add_row(node_gpu(r), "[red]no floor[/]", *["–"] * 5)

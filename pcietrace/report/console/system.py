@@ -19,11 +19,14 @@ from pcietrace.analysis.summary import gpu_label
 def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
     pinned = any(g.get("timing_cpu") is not None for g in meta.get("gpus", []))  # runs since timed steps took turns
     resets = "counter_jumps" in sampling and bool(sampling["counter_jumps"].any())
+    modes = {g.get("counter", {}).get("mode") == "fields" for g in meta.get("gpus", [])} or {True, False}
+    counter = " or ".join(["NVML fields 197/198 (32-bit, wrapping)"] * (True in modes)
+                          + ["the 20 ms throughput API (LOW RES)"] * (False in modes))  # (the ways its GPUs were read)
     t = new_table("System", [("GPU", "right"), ("model", "left"), ("bus id", "right"), ("PCIe", "left"),
                              ("counter", "left"), ("reads/s", "right"), ("gap ms", "right")]
                   + ([("timing CPU", "right")] if pinned else []),
                   caption=esc(f"driver {meta.get('driver', '?')}, host {meta.get('host', '?')}, {meta.get('created', '')}; "
-                              "counter: NVML fields 197/198 (32-bit, wrapping) or the 20 ms throughput API (LOW RES); "
+                              f"counter: {counter}; "
                               + ("reset(s): steps no link could move, the bytes across them unknown (windows left out, "
                                  "ranges 'wrap risk'); " if resets else "")
                               + "gap: median time between background samples"

@@ -163,27 +163,26 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=RANGE_COLUMNS)
 
     push_rows = np.flatnonzero(is_push_range)
-    other_rows = np.flatnonzero(~is_push_range)
     # each row set's opening and closing events, gathered once
-    edges = {"all": (opened, ended), "push": (opened[push_rows], ended[push_rows]),
-             "start": (opened[other_rows], ended[other_rows])}
+    edges = {"all": (opened, ended), "push": (opened[push_rows], ended[push_rows])}
 
     def grew(column: str, rows: str = "all") -> np.ndarray:
         v = events[column].to_numpy()
         a, b = edges[rows]
         return v[b].astype(np.int64) - v[a]
 
-    def by_scope(thread_of: Any, process_of: Any) -> np.ndarray:
-        """A push/pop range's figure from its thread's column, a start/end one's from its process's."""
-        mine, theirs = thread_of("push"), process_of("start")
-        out = np.empty(opened.size, np.result_type(mine, theirs))
-        out[push_rows], out[other_rows] = mine, theirs
-        return out
-
     def timed(scope: str, rows: str) -> np.ndarray:
         v = events[scope].to_numpy()
         a, b = (v[x].astype(np.int64) for x in edges[rows])
         return np.where((a >= 0) & (b >= 0), (b - a).astype(float), np.nan)
+
+    def scoped(of: Any, column: str) -> tuple[np.ndarray, np.ndarray]:
+        """Each range's figure (a push/pop one's from its thread's column, a start/end one's from its process's)
+        and its process's."""
+        process = of(f"{column}_process", "all")
+        own = process.copy()
+        own[push_rows] = of(f"{column}_thread", "push")
+        return own, process
 
     def names_of(column: str) -> pd.Categorical:  # (a few distinct names over millions of ranges: codes)
         c = events[column]
@@ -200,49 +199,44 @@ def ranges_from_events(events: pd.DataFrame) -> pd.DataFrame:
            "t_start_ns": end_t[opened], "t_end_ns": t_end, "depth": _narrow(events["depth"].to_numpy()[opened])}
     # start/end ranges may cross threads, so their thread-local counts are undefined: use the process's.
     counted, whole = {}, {}
-    for c in ("eager", "graph", "captured"):
-        process = grew(f"{c}_process")
-        own = process.copy()
-        own[push_rows] = grew(f"{c}_thread", "push")
-        name = "captured_launches" if c == "captured" else f"{c}_launches"
-        counted[name], whole[name] = own, process
-    counted["launch_call_ns"] = by_scope(lambda r: timed("call_ns_thread", r), lambda r: timed("call_ns_process", r))
-    whole["launch_call_ns"] = timed("call_ns_process", "all")
+    for name, column, of in (("eager_launches", "eager", grew), ("graph_launches", "graph", grew),
+                             ("captured_launches", "captured", grew), ("launch_call_ns", "call_ns", timed)):
+        counted[name], whole[name] = scoped(of, column)
     # (a push/pop range's: its own thread's, and its process's other threads' outside their own ranges)
-    helped = _helped(pid[opened[push_rows]], tid[opened[push_rows]], out["t_start_ns"][push_rows],
-                     t_end[push_rows], out["depth"][push_rows], out["name"][push_rows],
-                     {k: v[push_rows] for k, v in counted.items()}, {k: v[push_rows] for k, v in whole.items()})
-    for k, v in helped.items():
-        counted[k][push_rows] = v
-    del helped
+    _add_helped(counted, whole, push_rows, pid[opened[push_rows]], tid[opened[push_rows]],
+                out["t_start_ns"][push_rows], t_end[push_rows], out["depth"][push_rows], out["name"][push_rows])
     for name, own in counted.items():
         out[name] = own if name == "launch_call_ns" else _narrow(own)
         if name != "launch_call_ns":
             out[f"{name}_process"] = _narrow(whole[name])
     del counted, whole
-    out["sync_wait_ns"] = by_scope(lambda r: timed("wait_ns_thread", r), lambda r: timed("wait_ns_process", r))
+    out["sync_wait_ns"] = scoped(timed, "wait_ns")[0]
     out["closed"] = closed
     # (the columns as they are: a frame built from them copied every integer column into one block)
     return pd.DataFrame({c: out[c] for c in RANGE_COLUMNS}, copy=False)
 
 
-def _helped(pid: np.ndarray, tid: np.ndarray, t_start: np.ndarray, t_end: np.ndarray, depth: np.ndarray,
-            names: pd.Categorical, own: dict[str, np.ndarray], process: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Push/pop ranges' counts (``own``: their threads'; ``process``: their processes') as
-    :func:`pcietrace.analysis.threads.helped_counts` makes them, a process at a time."""
-    out = {k: v.copy() for k, v in own.items()}
+def _add_helped(counted: dict[str, np.ndarray], whole: dict[str, np.ndarray], push_rows: np.ndarray,
+                pid: np.ndarray, tid: np.ndarray, t_start: np.ndarray, t_end: np.ndarray, depth: np.ndarray,
+                names: pd.Categorical) -> None:
+    """``counted`` (each range's figures: its own thread's on ``push_rows``) with its process's other threads'
+    added where :func:`pcietrace.analysis.threads.helped_counts` adds them, in place, a process at a time;
+    ``whole``: its process's figures; the rest: of the push/pop ranges, in ``push_rows``' order."""
+    others = np.zeros(push_rows.size, bool)  # (a process whose ranges saw no other thread's launch: nothing to do)
+    for k in LAUNCH_COUNT_COLUMNS:
+        others |= whole[k][push_rows] > counted[k][push_rows]
+    if not others.any():
+        return
     engine_named = np.asarray(names.categories.astype(str).str.startswith(threads.ENGINE_PREFIX), bool)
     engine_named = engine_named[names.codes] & (names.codes >= 0)
-    pids = np.unique(pid)
-    for p in pids:
-        rows = np.flatnonzero(pid == p) if pids.size > 1 else slice(None)
+    for p in np.unique(pid[others]):
+        rows = np.flatnonzero(pid == p)
         engine = threads.engine_threads(tid[rows], depth[rows], engine_named[rows])
-        got = threads.helped_counts(tid[rows], t_start[rows], t_end[rows], depth[rows], engine,
-                                    {k: v[rows] for k, v in own.items()}, {k: v[rows] for k, v in process.items()},
-                                    LAUNCH_COUNT_COLUMNS)
+        at, got = threads.helped_counts(tid[rows], t_start[rows], t_end[rows], depth[rows], engine,
+                                        {k: v[push_rows[rows]] for k, v in counted.items()},
+                                        {k: v[push_rows[rows]] for k, v in whole.items()}, LAUNCH_COUNT_COLUMNS)
         for k, v in got.items():
-            out[k][rows] = v
-    return out
+            counted[k][push_rows[rows[at]]] = v
 
 
 def process_ranges(events: pd.DataFrame, gpus: list[dict[str, Any]], consume: bool = False) -> pd.DataFrame:

@@ -29,10 +29,11 @@ def engine_threads(tid: np.ndarray, depth: np.ndarray, names: np.ndarray) -> np.
 
 def helped_counts(tid: np.ndarray, t_start: np.ndarray, t_end: np.ndarray, depth: np.ndarray, engine: np.ndarray,
                   own: dict[str, np.ndarray], process: dict[str, np.ndarray], launches: tuple[str, ...]
-                  ) -> dict[str, np.ndarray]:
+                  ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """One process's push/pop ranges (their thread ``tid``, times, ``depth`` on their thread) with their own
-    thread's figures (``own``: name -> values) and their process's (``process``, the same names): per name, each
-    range's figure with its process's other threads' made while it was open outside their own ranges added.
+    thread's figures (``own``: name -> values) and their process's (``process``, the same names): the rows whose
+    figures other threads' launches touched, and per name their figures with their process's other threads'
+    made while they were open outside their own ranges added.
     ``engine``: the autograd engine's threads (:func:`engine_threads`), whose ranges count as outside;
     ``launches``: the names that are launch counts, where other threads' launches show (the rest, such as the
     time inside launch calls, follow them: a clock's rounding alone adds nothing). A range that another thread's
@@ -41,10 +42,9 @@ def helped_counts(tid: np.ndarray, t_start: np.ndarray, t_end: np.ndarray, depth
     asked = np.zeros(tid.size, bool)
     for k in launches:
         asked |= others[k] > 0
-    out = {k: v.copy() for k, v in own.items()}
     q = np.flatnonzero(asked)
     if not q.size:
-        return out
+        return q, {}
     qa, qb, qt = t_start[q], t_end[q], tid[q]
     blocked = np.zeros(q.size, bool)
     inside = {k: np.zeros(q.size) for k in own}  # (other threads' launches in their own ranges inside a range)
@@ -61,7 +61,8 @@ def helped_counts(tid: np.ndarray, t_start: np.ndarray, t_end: np.ndarray, depth
         for k, v in own.items():
             summed = np.concatenate([[0.0], np.cumsum(np.nan_to_num(v[rows]), dtype=float)])
             inside[k] += np.where(qt != t, summed[np.maximum(after, first)] - summed[first], 0.0)
+    out = {}
     for k in own:
         helped = own[k][q] + np.maximum(others[k][q] - inside[k], 0)
-        out[k][q] = np.where(blocked | np.isnan(helped), own[k][q], helped)
-    return out
+        out[k] = np.where(blocked | np.isnan(helped), own[k][q], helped)
+    return q, out

@@ -185,7 +185,7 @@ def test_a_whole_run_range_is_within_its_stated_error(data_dir, monkeypatch) -> 
 
     s = Session.load(rec)
     assert len(truth) == 2 and all(v <= 0 for v in off(analyze(s)).values())
-    monkeypatch.setattr(floor, "STATE_MIN_SHARE", 0.0)
+    monkeypatch.setattr(floor, "STATE_MIN_SHARE", {"h2d": 0.0, "d2h": 0.0})
     assert off(analyze(s))[1, "h2d"] > 0
 
 

@@ -20,7 +20,7 @@ from pcietrace.analysis import nesting, threads
 from pcietrace.analysis.counters import (COUNTER_UPDATE_NS, MAX_LINK_BPS, could_hide_wrap, counted_by, gaps_overlapping,
                                          jumps, link_bps, movable_bytes, per_gpu, read_ns_of)
 from pcietrace.analysis.counters import median as median_of
-from pcietrace.analysis.floor import floor_bytes, floor_err_bytes, gpu_sets
+from pcietrace.analysis.floor import busy_reads, floor_bytes, floor_err_bytes, gpu_sets
 from pcietrace.analysis.launch import DIRECTIONS
 from pcietrace.collectors.sampler import FAST_HOLD_NS, faster_than_busy
 from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS, by_object
@@ -620,6 +620,8 @@ def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             np.cumsum(g["read_ns"].to_numpy(), dtype=np.int64, out=spent_ns[1:])
             read_us = (spent_ns[after] - spent_ns[first]) / 1e3
             del spent_ns
+        # reads ending a busy interval: their cost is stated to at least floor.STATE_MIN_SHARE (no interval shows it)
+        busy = None if model is None else busy_reads(g, model, first, after)
         early, late = read_windows(g)
         link = link_bps((counters or {}).get(int(idx), {}))
         by_group = None if groups is None else np.lexsort((ak, groups[k]))  # (both directions pair calls in it)
@@ -644,7 +646,7 @@ def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
             del raw, edge, room
             if not no_floor:
                 acc[f"{d}_floor"][k] += floor_bytes(model, d, reads, bk - ak)
-                acc[f"{d}_floor_var"][k] += floor_err_bytes(model, d, reads, bk - ak, read_us) ** 2
+                acc[f"{d}_floor_var"][k] += floor_err_bytes(model, d, reads, bk - ak, read_us, busy) ** 2
     return sums
 
 

@@ -41,11 +41,11 @@ from pcietrace.schema import by_object
 #: a read at its ranges' read time (``floor_rows``' ``borrow``), and the quiet mean is kept at most that.
 #: ``{d}_state_bytes_per_read``: how far (bytes per read, 95 %) the quiet intervals strayed from it for as long
 #: as a state lasts (the GPU's state moves a read's cost; see :func:`state_bytes_per_read`), plus how far the
-#: windows' cost lies above the quiet mean where that is charged, at least :data:`STATE_MIN_SHARE` of the cost;
-#: charged x each range's reads in its floor error. ``quiet_intervals``: how many there were. ``reads_per_s_program``: the
-#: sampler's reads per second of this GPU while any of its ranges was open (what the floor charges there;
-#: bounded by the sampling interval however dense the ranges; NaN where no range spans a sample). ``{d}_*_se``: the terms'
-#: standard errors from the windows' scatter; ``{d}_floor_corr`` (per read, background),
+#: windows' cost lies above the quiet mean where that is charged; charged x each range's reads in its floor
+#: error, where each of its busy reads (:func:`busy_reads`) counts at least :data:`STATE_MIN_SHARE` of the cost.
+#: ``quiet_intervals``: how many there were. ``reads_per_s_program``: the sampler's reads per second of this GPU
+#: while any of its ranges was open (what the floor charges there; bounded by the sampling interval however dense
+#: the ranges; NaN where no range spans a sample). ``{d}_*_se``: the terms' standard errors from the windows' scatter; ``{d}_floor_corr`` (per read, background),
 #: ``{d}_corr_read_vs_read_us`` and ``{d}_corr_read_us_vs_background``: their correlations; ``dof``: the
 #: degrees of freedom left (0: no error estimate).
 FLOOR_COLUMNS = ["nvml_index", "status", "windows", "reads_per_s", "h2d_bytes_per_read", "d2h_bytes_per_read",
@@ -80,12 +80,15 @@ QUIET_FACTOR, STATE_RUN = 1.5, 8
 #: of 19 recordings). The gate keeps read-time jitter out of the error.
 RANGE_READ_TIME_SPREAD = 0.15
 
-#: The least state spread, as a share of the cost charged per read: reads in a program's busy intervals (launch
-#: streams, copies) cost other than in its quiet ones and in the windows, and no interval of the recording shows
-#: them alone. Measured on 2x H200 (2026-11-28, one range around a whole run, 690-2,000 reads at two read rates,
-#: a read's cost from the difference): 15.9-16.1 kB H2D and 21.7-22.0 kB D2H a read, against 15.7-17.0 kB and
-#: 21.6-22.3 kB charged, per run up to 5.7 % (H2D) and 3.1 % (D2H) off.
-STATE_MIN_SHARE = 0.06
+#: The least state spread per direction, as a share of the cost charged per read: reads in a program's busy
+#: intervals (launch streams, copies) cost other than in its quiet ones and in the windows, and no interval of the
+#: recording shows them alone. Measured on the H200 (2026-11-29), a read in a PyTorch training loop (bf16,
+#: AdamW, ~1,070 launches per 70 ms) cost ~1.7-2.0 kB more each way than idle: another process's reads, on and
+#: off in 24 paired calls (docs/lab/bench/read_cost_busy.py), 17.9 vs 16.2 kB H2D and 23.8 vs 22.1 kB D2H;
+#: under attach, 1 s training ranges of ~600 reads read above their truth by 11 ... 12.4 % (H2D) and 7.2 ... 8.1 % (D2H) of what their reads were
+#: charged. Earlier (2x H200, a 1 s range of dense_app.py): up to 5.7 % H2D and 3.1 % D2H. Only busy reads
+#: (:func:`busy_reads`) are held to it: a range's quiet reads are in the state its quiet intervals measure.
+STATE_MIN_SHARE = {"h2d": 0.13, "d2h": 0.09}
 
 #: Orders of the quiet intervals, shuffled with a fixed seed, over which :func:`state_bytes_per_read` finds how
 #: far runs of independent reads stray (deterministic: the same recording gives the same figures).
@@ -353,8 +356,7 @@ def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | 
         # against its truth with ±448 kB stated)
         charged = row[f"{d}_bytes_per_read_program"]
         below = max(windows - charged, 0.0) if quiet_per_read > 0 else 0.0
-        row[f"{d}_state_bytes_per_read"] = max(below + state_bytes_per_read(quiet[d] - charged),
-                                               STATE_MIN_SHARE * abs(charged))
+        row[f"{d}_state_bytes_per_read"] = below + state_bytes_per_read(quiet[d] - charged)
 
 
 def union_spans(spans_ns: np.ndarray) -> np.ndarray:
@@ -386,25 +388,44 @@ def inside_spans(t_ns: np.ndarray, spans_ns: np.ndarray | None) -> np.ndarray:
     return opened > 0
 
 
-def quiet_bytes(g: pd.DataFrame, inside: np.ndarray, row: dict[str, Any] | pd.Series) -> dict[str, np.ndarray]:
-    """Per direction, the bytes less the background (B, one read each, in time order) of one GPU's quiet sample
-    intervals: between two samples ``inside`` the program's ranges, each under :data:`QUIET_FACTOR` x the
-    floor of ``row`` (``{d}_bytes_per_read_program``, ``{d}_background_Bps``) in both directions (none across a
-    counter jump: its bytes are unknown)."""
+def quiet_intervals(g: pd.DataFrame, row: dict[str, Any] | pd.Series) -> np.ndarray:
+    """Per sample interval of one GPU's samples ``g`` (``len(g) - 1``), whether it is quiet: under
+    :data:`QUIET_FACTOR` x the floor of ``row`` (``{d}_bytes_per_read_program``, ``{d}_background_Bps``) in both
+    directions, and not across a counter jump (its bytes are unknown)."""
     t = g["t_ns"].to_numpy(np.int64)
-    quiet = inside[1:] & inside[:-1]
-    quiet &= ~jumps(g)
-    for d, c in DIRECTIONS.items():  # (which are quiet: each direction's limit made in place, one at a time)
+    quiet = ~jumps(g)
+    for d, c in DIRECTIONS.items():  # (each direction's limit made in place, one at a time)
         limit = np.diff(t) / 1e9  # (each interval's length, s)
         limit *= row[f"{d}_background_Bps"]
-        limit += row[f"{d}_bytes_per_read_program"]
+        limit += _charged(row, d)
         np.maximum(limit, 1.0, out=limit)
         limit *= QUIET_FACTOR
         quiet &= np.diff(g[f"{c}_bytes"].to_numpy()) < limit
         del limit
+    return quiet
+
+
+def busy_reads(g: pd.DataFrame, row: dict[str, Any] | pd.Series, first: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """How many of the reads ``first`` ... ``after - 1`` of one GPU's samples ``g`` (each range's, as
+    :func:`pcietrace.analysis.attribution.gpu_sums` counts them) ended a sample interval that was not quiet
+    (:func:`quiet_intervals`: the program's launch streams or copies in it; the first sample's, with no interval
+    before it, counts as busy)."""
+    at = np.zeros(len(g) + 1, np.int64)
+    at[1:2] = 1
+    np.cumsum(~quiet_intervals(g, row), out=at[2:])
+    at[2:] += 1
+    return at[after] - at[first]
+
+
+def quiet_bytes(g: pd.DataFrame, inside: np.ndarray, row: dict[str, Any] | pd.Series) -> dict[str, np.ndarray]:
+    """Per direction, the bytes less the background (B, one read each, in time order) of one GPU's quiet sample
+    intervals (:func:`quiet_intervals`) between two samples ``inside`` the program's ranges."""
+    t = g["t_ns"].to_numpy(np.int64)
+    quiet = quiet_intervals(g, row)
+    quiet &= inside[1:] & inside[:-1]
     dt_s = np.diff(t)[quiet] / 1e9
     out = {}
-    for d, c in DIRECTIONS.items():  # (then only theirs: the quiet intervals' bytes less the background)
+    for d, c in DIRECTIONS.items():  # (only theirs: the quiet intervals' bytes less the background)
         y = np.diff(g[f"{c}_bytes"].to_numpy())[quiet].astype(float)
         y -= row[f"{d}_background_Bps"] * dt_s
         out[d] = y
@@ -456,11 +477,12 @@ def _cov(model_row: pd.Series, direction: str) -> np.ndarray:
 
 
 def floor_err_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duration_ns: np.ndarray,
-                    read_us: np.ndarray | None = None) -> np.ndarray:
+                    read_us: np.ndarray | None = None, busy: np.ndarray | None = None) -> np.ndarray:
     """Half-width of the 95 % interval of :func:`floor_bytes` for the same intervals: the fitted terms'
-    (Student t, from their covariance) and the GPU's state while the program ran (``{d}_state_bytes_per_read``
-    x reads: a state lasts many reads, so it adds up over them) and, where the model has a read-time term, the
-    reads of an interval that sat apart in read time (``read_us``: their summed time, us; see
+    (Student t, from their covariance), the GPU's state while the program ran (a state lasts many reads, so it
+    adds up over them: ``{d}_state_bytes_per_read`` x reads, and each of the ``busy`` reads (:func:`busy_reads`;
+    None: every read) at least :data:`STATE_MIN_SHARE` of its cost) and, where the model has a read-time term,
+    the reads of an interval that sat apart in read time (``read_us``: their summed time, us; see
     :func:`read_us_apart`), in quadrature. NaN without a floor or with no degrees of freedom left."""
     shape = np.shape(reads)
     if model_row["status"] == "no floor" or not model_row.get("dof"):
@@ -471,7 +493,9 @@ def floor_err_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, dur
                  axis=-1)
     fit = t975(model_row["dof"]) * np.sqrt(np.maximum(
         np.einsum("...i,ij,...j->...", g, _cov(model_row, direction), g), 0.0))
-    state = float(model_row.get(f"{direction}_state_bytes_per_read", 0.0) or 0.0) * n
+    per_read = float(model_row.get(f"{direction}_state_bytes_per_read", 0.0) or 0.0)
+    least = STATE_MIN_SHARE[direction] * abs(float(_charged(model_row, direction)))
+    state = per_read * n + max(least - per_read, 0.0) * (n if busy is None else np.asarray(busy, float))
     # reads of a range in a state of their own (slower or faster): their cost moved, either way (both seen)
     per_us = abs(float(model_row.get(f"{direction}_bytes_per_read_us", 0.0) or 0.0))
     apart = per_us * read_us_apart(model_row, n, read_us) * n
@@ -492,13 +516,17 @@ def read_us_apart(model_row: pd.Series, reads: np.ndarray, read_us: np.ndarray |
     return np.where((n >= STATE_RUN) & (off > RANGE_READ_TIME_SPREAD * r0), off, 0.0)
 
 
+def _charged(model_row: dict[str, Any] | pd.Series, direction: str) -> float:
+    """What each read of the program is charged (``{d}_bytes_per_read_program``; a model made before the
+    read-time term: ``{d}_bytes_per_read``)."""
+    per_read = model_row.get(f"{direction}_bytes_per_read_program", np.nan)
+    return model_row[f"{direction}_bytes_per_read"] if per_read is None or not np.isfinite(per_read) else per_read
+
+
 def floor_bytes(model_row: pd.Series, direction: str, reads: np.ndarray, duration_ns: np.ndarray) -> np.ndarray:
     """Floor bytes of intervals with ``reads`` counter reads lasting ``duration_ns``, each read at its cost in
-    the program's state (``{d}_bytes_per_read_program``; NaN without a floor)."""
+    the program's state (:func:`_charged`; NaN without a floor)."""
     if model_row["status"] == "no floor":
         return np.full(np.shape(reads), np.nan)
-    per_read = model_row.get(f"{direction}_bytes_per_read_program", np.nan)
-    if per_read is None or not np.isfinite(per_read):  # (a model made before the read-time term)
-        per_read = model_row[f"{direction}_bytes_per_read"]
     background = model_row[f"{direction}_background_Bps"] * np.asarray(duration_ns, float) / 1e9
-    return per_read * np.asarray(reads, float) + background
+    return _charged(model_row, direction) * np.asarray(reads, float) + background

@@ -14,11 +14,13 @@ Each phase is one enclosing range whose truth the app reads itself with NVML aro
 every range (blind_app.py's rows; copies and memsets left out).
 
     BLIND_OUT=hooks.jsonl python3 tests/apps/hooks_app.py
+    HOOKS_TRAIN_STEPS=60 BLIND_OUT=hooks.jsonl python3 tests/apps/hooks_app.py   # training ranges of ~1 s
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 
 import torch
@@ -26,7 +28,9 @@ import torch
 from blind_app import Counters, bus_id_of, ranged, rounds, run_meta, settings, write_rows
 from compile_app import kernels_run
 
-BATCH, SEQ, DIM, HEADS, LAYERS, STEPS, TRAIN_STEPS = 16, 128, 256, 4, 4, 10, 4
+BATCH, SEQ, DIM, HEADS, LAYERS, STEPS = 16, 128, 256, 4, 4, 10
+#: Training steps per call of ``amp_train`` and ``emit_train`` (``HOOKS_TRAIN_STEPS``: longer ranges, more reads in each).
+TRAIN_STEPS = int(os.environ.get("HOOKS_TRAIN_STEPS", "4"))
 
 
 def main() -> int:

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pcietrace.analysis import names
+from pcietrace.analysis.floor import STATE_MIN_SHARE
 from pcietrace.report.console import run
 from pcietrace.report.console.cells import (domain_mark, esc, gpu_list, ms_cell, new_table, node_gpu, num, pm,
                                             pm_lines, stated_err)
@@ -42,8 +43,9 @@ def attach_floor_table(fl: pd.DataFrame) -> Table:
                                                ("± B/read\nH2D / D2H", "right"), ("other MB/s\nH2D / D2H", "right")],
                   caption="NVML reads are PCIe traffic: a range's floor = B/read x the sampler's reads in it (at "
                           "most one per sampling interval, however dense the ranges) + other MB/s x its time, fitted "
-                          "on idle windows before and after the program; ± B/read: a read's cost's spread in the "
-                          "program's state (95 %), in each range's ± error")
+                          "on idle windows before and after the program; ± B/read: its spread in the program "
+                          f"(95 %; busy reads >= {STATE_MIN_SHARE['h2d'] * 100:.0f} / "
+                          f"{STATE_MIN_SHARE['d2h'] * 100:.0f} %), in each range's ± error")
     for r in fl.to_dict("records"):
         if r["status"] == "no floor":
             t.add_row(node_gpu(r), "[red]no floor[/]", *["–"] * 5)

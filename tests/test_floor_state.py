@@ -179,7 +179,7 @@ def test_the_state_spread_is_a_lasting_state_not_read_to_read_jitter(data_dir, m
 
 def test_busy_reads_are_stated_to_at_least_the_least_share(data_dir, monkeypatch) -> None:
     """Reads in a program's busy intervals cost more than its quiet intervals and the idle windows show (lent H200,
-    a PyTorch training loop: ~1.7-2.0 kB more each way, floor.STATE_MIN_SHARE). A range's floor error states each
+    a PyTorch training loop: 1.7-2.2 kB more each way, floor.STATE_MIN_SHARE). A range's floor error states each
     of its busy reads (ending a sample interval over the quiet limit) to at least that share of its cost, and only
     those: the hooks recording's training calls hold nothing else, the H100 idle calls (truth 0) hardly any, so
     their error stays what the quiet intervals' spread says (the other tests here: the state that spread found)."""

@@ -7,8 +7,9 @@ every ``--interval-ms`` (as attach's sampler does) while the app either trains (
 model and step under ``emit_nvtx``) or sleeps as long, and every window is run twice in a row, reader off and on
 (the order alternating per round); the app's own NVML reads around each window give its bytes. A read's cost is
 the paired difference over the reads made, with its 95 % interval over the rounds. Measured on the lent H200
-(2026-11-29, 24 rounds, 1 ms): 17,920 +- 167 B H2D and 23,757 +- 196 B D2H a read while training (reads of
-449 us), 16,244 +- 150 and 22,065 +- 209 B while idle (361 us): the source of ``floor.STATE_MIN_SHARE``.
+(2026-11-29, 1 ms): 17,920 +- 167 B H2D and 23,757 +- 196 B D2H a read while training (reads of 449 us), 16,244
++- 150 and 22,065 +- 209 B while idle (361 us), 24 rounds; 18,761 +- 209 and 24,548 +- 311 B against 16,602 +-
+199 and 22,359 +- 292 B (440 and 343 us), 16 rounds: the source of ``floor.STATE_MIN_SHARE``.
 
     python3 docs/lab/bench/read_cost_busy.py [--rounds 24] [--interval-ms 1] [--json FILE]
 """
@@ -28,14 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "apps"))
 
 from blind_app import Counters, bus_id_of, delta  # noqa: E402  (the apps' own NVML truth reader)
 
-from pcietrace.analysis.spread import t975  # noqa: E402
-
 BATCH, SEQ, DIM, HEADS, LAYERS, STEPS = 16, 128, 256, 4, 4, 4
 
 
-def reader(bus: str, on, stop, reads, busy, read_ns, interval_s: float) -> None:
+def reader(bus: str, ready, on, stop, reads, busy, read_ns, interval_s: float) -> None:
     """Another process: reads the counters every ``interval_s`` while ``on`` is set, counting its reads."""
     c = Counters(bus)
+    ready.set()
     while not stop.is_set():
         if not on.is_set():
             time.sleep(0.0002)
@@ -57,6 +57,8 @@ def main() -> int:
     a = ap.parse_args()
 
     import torch
+
+    from pcietrace.analysis.spread import t975
 
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
@@ -86,12 +88,15 @@ def main() -> int:
 
     bus = bus_id_of(0)
     ctx = mp.get_context("spawn")
-    on, stop = ctx.Event(), ctx.Event()
+    ready, on, stop = ctx.Event(), ctx.Event(), ctx.Event()
     reads, busy, read_ns = ctx.Value("q", 0, lock=False), ctx.Value("i", 0, lock=False), ctx.Value("q", 0, lock=False)
-    proc = ctx.Process(target=reader, args=(bus, on, stop, reads, busy, read_ns, a.interval_ms / 1e3))
+    proc = ctx.Process(target=reader, args=(bus, ready, on, stop, reads, busy, read_ns, a.interval_ms / 1e3))
     proc.start()
     counters = Counters(bus)
-    time.sleep(2)
+    if not ready.wait(120):  # (the reader's own imports and NVML first)
+        stop.set()
+        proc.join()
+        sys.exit("read_cost_busy: the reader process did not start")
     rows = []
     try:
         for k in range(a.rounds):

@@ -156,8 +156,9 @@ def _range_view_options(p: argparse.ArgumentParser) -> None:
                         "'evaluate_function: MmBackward0'), other names as they are; numbered = also fold a trailing "
                         "number ('layer0'...'layer31' -> 'layer#'); name = every distinct name. Each call keeps its "
                         "full name in range_instances")
-    p.add_argument("--top", type=_top, default=15, metavar="N",
-                   help="on the console, the first N ranges by --sort, nested ranges under their parents")
+    p.add_argument("--top", type=_top, default=None, metavar="N",
+                   help="on the console, the first N ranges by --sort, nested ranges under their parents (default: "
+                        "up to 15, as many as keep the report within 120 lines)")
     p.add_argument("--all", action="store_true", help="on the console, every range (overrides --top)")
     p.add_argument("--sort", choices=["incl_ms", "excl_ms", "h2d", "d2h", "launches", "calls", "name"],
                    default="incl_ms", help="which ranges come first on the console")

@@ -86,11 +86,12 @@ def _check_plot(args: argparse.Namespace) -> None:
 
 def _emit(meta: dict[str, Any], results: Any, args: argparse.Namespace) -> None:
     from pcietrace.analysis.summary import summarize
-    from pcietrace.report.console import RangeView
+    from pcietrace.report.console import SCREEN_LINES, RangeView
     from pcietrace.report.output import emit
 
-    view = RangeView(None if args.all else args.top, args.sort, args.filter, args.group_by) \
-        if hasattr(args, "group_by") else None
+    fit = not (args.all or args.top) if hasattr(args, "group_by") else False  # (no --top: a screen's worth)
+    view = RangeView(None if args.all else args.top or RangeView.top, args.sort, args.filter, args.group_by,
+                     SCREEN_LINES if fit else None) if hasattr(args, "group_by") else None
     emit(meta, results, summarize(meta, results), "json" if args.json else args.format, args.detail, args.plot,
          view=view)
     sys.stdout.flush()  # (the report reaches a pipe before attach goes on to write its Perfetto trace)

@@ -132,6 +132,32 @@ def test_a_figure_alike_on_every_row_is_said_once(data_dir, monkeypatch, capsys)
     assert sum(1 for line in procs if line.split()[:1] and line.split()[0].isdigit()) == 5
 
 
+@pytest.mark.parametrize("recording, gpus", [("attach_h200x4_dense", 4), ("attach_h200x8_torchrun", 8)])
+def test_a_report_of_many_gpus_fits_a_screen(data_dir, monkeypatch, capsys, recording: str, gpus: int) -> None:
+    """More than two GPUs: the system and the floor are a sentence each (their per-GPU tables with --detail), and
+    without --top the ranges give up lines until the report fits 120 at 80 columns; --top N shows N as asked."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["report", str(data_dir / recording)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    words = " ".join(" ".join(lines).split())
+    assert len(lines) <= 120 and max(map(len, lines)) <= 80
+    assert "System" not in lines and "Background floor per GPU" not in lines
+    assert f"System: {gpus} GPUs (H200, Gen5 x16)" in words and "Per GPU, with its spread" in words
+    fl = analyze(Session.load(data_dir / recording))["floor"]
+    lo, hi = fl["h2d_bytes_per_read_program"].min(), fl["h2d_bytes_per_read_program"].max()
+    assert f"{lo:,.0f}–{hi:,.0f} B H2D and" in words
+    shown = names.select(analyze(Session.load(data_dir / recording))["ranges"], top=15)[1]
+    assert main(["report", str(data_dir / recording), "--detail", "--top", "15"]) == 0
+    detail = capsys.readouterr().out.splitlines()
+    assert "System" in detail and "Background floor per GPU" in detail
+    assert sum(line.startswith(" GPU") for line in detail) >= 2 * gpus
+
+    def ranges_shown(out: list[str]) -> int:  # ("N of M ranges ...": what it left out; none where it showed all)
+        return next((int(x.split()[0]) for x in out if x.split()[:1] and x.split()[0].isdigit()
+                     and x.split()[1:3] == ["of", str(shown["ranges"])]), shown["ranges"])
+    assert ranges_shown(detail) == min(15, shown["ranges"]) and ranges_shown(lines) <= ranges_shown(detail)
+
+
 def test_view_options(data_dir, emit, monkeypatch, capsys) -> None:
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["report", str(data_dir / REC), "--filter", "^aten::(add|mm)$", "--sort", "calls"]) == 0

@@ -301,8 +301,40 @@ def _graphs_summary(meta: dict[str, Any], results: dict[str, pd.DataFrame], deta
     return {"gpus": gpus, "lines": graphs_lines(meta, results.get("graphs", pd.DataFrame()))}
 
 
+def attach_gpu_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame], detail_gpus: int = DETAIL_GPUS
+                     ) -> list[str]:
+    """With more than ``detail_gpus`` GPUs, the system and the background floor in a sentence each over all GPUs
+    (their per-GPU tables then need ``--detail``); none where a GPU stands apart (its counter read another way or
+    reset, no floor or one of fewer terms), which only the tables show, nor for a merged report."""
+    gpus = meta.get("gpus", [])
+    sampling, fl = results.get("sampling", pd.DataFrame()), results.get("floor", pd.DataFrame())
+    if len(gpus) <= detail_gpus or any(g.get("node") for g in gpus) or len(sampling) != len(gpus) \
+            or len(fl) != len(gpus) or (fl["status"] != "per read").any() \
+            or any(g.get("counter", {}).get("mode") != "fields" for g in gpus) \
+            or ("counter_jumps" in sampling and sampling["counter_jumps"].any()):
+        return []
+
+    def span(values: Any, fmt: str) -> str:
+        v = pd.Series(values, dtype=float)
+        return _range_text(v.min(), v.max(), fmt)
+
+    models = ", ".join(sorted({short_name(g.get("name")) for g in gpus}))
+    links = ", ".join(sorted({link_label(g) for g in gpus}))
+    bits = "/".join(sorted({str(g.get("counter", {}).get("bits", 32)) for g in gpus}))
+    system = (f"System: {len(gpus)} GPUs ({models}, {links}), their counters (NVML fields 197/198, {bits}-bit, "
+              f"wrapping) read {span(sampling['rate_hz'], ',.0f')} times a second, a median "
+              f"{span(sampling['median_gap_us'] / 1e3, '.1f')} ms apart; driver {meta.get('driver', '?')}, "
+              f"host {meta.get('host', '?')}.")
+    floor = (f"Background floor (NVML reads are PCIe traffic): {span(fl['h2d_bytes_per_read_program'], ',.0f')} B "
+             f"H2D and {span(fl['d2h_bytes_per_read_program'], ',.0f')} B D2H a read, "
+             f"{span(fl['reads_per_s_program'], ',.0f')} reads a second in ranges, fitted per GPU on idle windows "
+             "and taken out of every range. Per GPU, with its spread (in each range's ± error): --detail.")
+    return [system, floor]
+
+
 def _attach_summary(meta: dict[str, Any], results: dict[str, pd.DataFrame], detail_gpus: int) -> dict[str, Any]:
-    return {"ranges": top_ranges(results.get("ranges", pd.DataFrame())), "lines": attach_lines(meta, results)}
+    return {"ranges": top_ranges(results.get("ranges", pd.DataFrame())), "lines": attach_lines(meta, results),
+            "gpu_lines": attach_gpu_lines(meta, results, detail_gpus)}
 
 
 #: The summary of each kind of session (``meta["kind"]``; none, or a kind not listed: a run's): its ``lines``

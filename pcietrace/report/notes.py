@@ -30,10 +30,10 @@ SENTENCES: dict[str, str] = {
     # attach (pcietrace.analysis.kinds.attach)
     "no_device_information": "this recording has no device information (made before pcietrace recorded it): every "
                              "range is charged all sampled GPUs",
-    "idle_sampling": "idle-aware sampling: counters read every {idle_ms:g} ms while no range was open; median gap "
-                     "while one was: {gap_ms:.2f} ms (the sampling table mixes both)",
-    "quiet_sampling": "while a range was open and the link moved < 2 GB/s (launches, small copies), the counters were "
-                      "read every {quiet_ms:g} ms, during copies every {fast_ms:g} ms",
+    "idle_sampling": "idle-aware sampling: counters read every {idle_ms:g} ms while no range was open (median gap "
+                     "while one was: {gap_ms:.2f} ms)",
+    "quiet_sampling": "while a range was open, the counters were read every {quiet_ms:g} ms, every {fast_ms:g} ms "
+                      "while the link moved >= 2 GB/s (copies)",
     "trace_full": "process {pid}: its trace file filled up ({mib:,.0f} MiB) at t = {t_s:,.3f} s; later events were "
                   "lost (ranges still open are closed there, later launches uncounted): set PCIETRACE_TRACE_BYTES "
                   "higher",

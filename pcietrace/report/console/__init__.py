@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Callable, TextIO
 
 import pandas as pd
 from rich.console import Console
 
 from pcietrace.report.console import attach, compare, graphs, run
-from pcietrace.report.console.attach import RangeView, attach_tables
+from pcietrace.report.console.attach import LINES_PER_RANGE, MIN_TOP, SCREEN_LINES, RangeView, attach_tables
 from pcietrace.report.console.cells import esc, generic_table, summary_lines, tell
 from pcietrace.report.console.cells import new_table as _table
 from pcietrace.report.console.compare import compare_table, compare_tables, savings_table
@@ -27,8 +28,8 @@ from pcietrace.report.labels import LATENCY_LABELS
 from pcietrace.report.notes import with_sentences
 from pcietrace.report.renderers import Renderer
 
-__all__ = ["LATENCY_LABELS", "LAYOUTS", "ConsoleRenderer", "RangeView", "attach_tables", "compare_table",
-           "compare_tables", "esc", "generic_table", "language_table", "parts", "render", "savings_table",
+__all__ = ["LATENCY_LABELS", "LAYOUTS", "SCREEN_LINES", "ConsoleRenderer", "RangeView", "attach_tables",
+           "compare_table", "compare_tables", "esc", "generic_table", "language_table", "parts", "render", "savings_table",
            "summary_lines", "system_table", "tell", "topology_tables", "_table"]
 
 Layout = Callable[..., list[Any]]
@@ -50,8 +51,20 @@ def parts(meta: dict[str, Any], results: Mapping[str, pd.DataFrame], summary: di
 
 def render(meta: dict[str, Any], results: Mapping[str, pd.DataFrame], console: Console,
            summary: dict[str, Any] | None = None, detail: bool = False, view: RangeView | None = None) -> None:
-    """Print :func:`parts` on ``console``."""
-    for part in parts(meta, results, summary, detail, view):
+    """Print :func:`parts` on ``console``; with a ``view`` that fits a screen (``fit_lines``), its ranges fewer
+    until the report's lines at the console's width fit (down to :data:`MIN_TOP` ranges)."""
+    shown = parts(meta, results, summary, detail, view)
+    ranged = str(meta.get("kind", "")).startswith("attach")  # (the only kind whose ranges the view picks)
+    while ranged and view is not None and view.fit_lines and view.top is not None and view.top > MIN_TOP:
+        with console.capture() as text:
+            for part in shown:
+                console.print(part)
+        over = text.get().count("\n") - view.fit_lines
+        if over <= 0:
+            break
+        view = replace(view, top=max(MIN_TOP, view.top - -(-over // LINES_PER_RANGE)))
+        shown = parts(meta, results, summary, detail, view)
+    for part in shown:
         console.print(part)
 
 

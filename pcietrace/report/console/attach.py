@@ -23,12 +23,23 @@ from pcietrace.report.notes import with_sentences
 @dataclass(frozen=True)
 class RangeView:
     """Which of attach's ranges the console shows (``--top``, ``--all``, ``--sort``, ``--filter``): the first
-    ``top`` (None: all) by ``sort`` whose name matches ``pattern``; ``group_by`` only names how they were grouped."""
+    ``top`` (None: all) by ``sort`` whose name matches ``pattern``; ``group_by`` only names how they were grouped;
+    ``fit_lines``: fewer than ``top`` (down to :data:`MIN_TOP`) where the whole report would run past that many
+    lines (None: ``top`` as given)."""
 
     top: int | None = names.DEFAULT_TOP
     sort: str = names.DEFAULT_SORT
     pattern: str | None = None
     group_by: str = names.DEFAULT_GROUP_BY
+    fit_lines: int | None = None
+
+
+#: A screen: the lines a report keeps within where the user chose no --top (many GPUs, processes or notes take
+#: lines the ranges then give up).
+SCREEN_LINES = 120
+#: The fewest ranges a report fitted to a screen shows, and the lines each takes at most (two in the bytes table
+#: with its marks, one in the launches table): the steps it gives up lines in.
+MIN_TOP, LINES_PER_RANGE = 5, 3
 
 
 #: Nesting shown by indenting a range's name this many spaces per level, up to MAX_INDENT levels (deeper ones
@@ -57,9 +68,10 @@ def attach_floor_table(fl: pd.DataFrame) -> Table:
     return t
 
 
-def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: RangeView | None = None) -> list[Any]:
-    """Per-range tables (bytes and time; launches and costs) for the ranges ``view`` picks, a line saying what it
-    left out, whole-run line, processes, and notes."""
+def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: RangeView | None = None,
+                  floor: bool = True) -> list[Any]:
+    """The floor table (``floor``), per-range tables (bytes and time; launches and costs) for the ranges ``view``
+    picks, a line saying what it left out, whole-run line, processes, and notes."""
     view = view or RangeView()
     results = with_sentences(results)
     parts: list[Any] = []
@@ -68,7 +80,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
     rg, shown = (names.select(all_ranges, view.sort, view.top, view.pattern) if len(all_ranges)
                  else (all_ranges, {"ranges": 0, "names": 0, "matched": 0, "shown": 0}))
     interval = meta.get("sample_interval_ms")
-    if len(results.get("floor", ())):
+    if floor and len(results.get("floor", ())):
         parts.append(attach_floor_table(results["floor"]))
     if len(rg):
         domains = all_ranges["domain"].astype(str).unique()
@@ -241,9 +253,14 @@ def ranges_by_host_table(rh: pd.DataFrame) -> Table:
 def parts(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[str, Any] | None = None,
           detail: bool = False, view: RangeView | None = None) -> list[Any]:
     """:func:`head`, the system, :func:`attach_tables`, the run's other tables that have rows (not its floor:
-    attach's floor model has its own table), the topology with ``detail`` and the round trips."""
-    parts = head(meta, summary) + [system_table(meta, results.get("sampling", pd.DataFrame()))]
-    parts += attach_tables(meta, results, view) + run.tables(results, skip=("floor",))
+    attach's floor model has its own table), the topology with ``detail`` and the round trips. With more GPUs
+    than the summary's detail limit, the system and the floor are its two sentences (``gpu_lines``) unless
+    ``detail``."""
+    gpu_lines = [] if detail else (summary or {}).get("gpu_lines") or []
+    parts = head(meta, summary)
+    parts += [Text(line) for line in gpu_lines] + [Text("")] if gpu_lines else \
+        [system_table(meta, results.get("sampling", pd.DataFrame()))]
+    parts += attach_tables(meta, results, view, floor=not gpu_lines) + run.tables(results, skip=("floor",))
     if meta.get("topology") and detail:
         parts.extend(topology_tables(meta["topology"]))
     elif meta.get("topology"):

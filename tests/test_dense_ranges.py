@@ -142,7 +142,7 @@ def test_a_report_of_many_gpus_fits_a_screen(data_dir, monkeypatch, capsys, reco
     words = " ".join(" ".join(lines).split())
     assert len(lines) <= 120 and max(map(len, lines)) <= 80
     assert "System" not in lines and "Background floor per GPU" not in lines
-    assert f"System: {gpus} GPUs (H200, Gen5 x16)" in words and "Per GPU, with its spread" in words
+    assert f"System: {gpus} GPUs (H200, Gen5 x16)" in words and "Per GPU (bus ids, read rates, each read's cost and spread): --detail" in words
     fl = analyze(Session.load(data_dir / recording))["floor"]
     lo, hi = fl["h2d_bytes_per_read_program"].min(), fl["h2d_bytes_per_read_program"].max()
     assert f"{lo:,.0f}–{hi:,.0f} B H2D and" in words

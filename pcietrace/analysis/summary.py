@@ -314,9 +314,9 @@ def attach_gpu_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame], det
             or ("counter_jumps" in sampling and sampling["counter_jumps"].any()):
         return []
 
-    def span(values: Any, fmt: str) -> str:
-        v = pd.Series(values, dtype=float)
-        return _range_text(v.min(), v.max(), fmt)
+    def span(values: Any, fmt: str) -> str:  # (GPUs without the figure left out: "" where none has it)
+        v = pd.Series(values, dtype=float).dropna()
+        return _range_text(v.min(), v.max(), fmt) if len(v) else ""
 
     models = ", ".join(sorted({short_name(g.get("name")) for g in gpus}))
     links = ", ".join(sorted({link_label(g) for g in gpus}))
@@ -325,10 +325,12 @@ def attach_gpu_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame], det
               f"wrapping) read {span(sampling['rate_hz'], ',.0f')} times a second, a median "
               f"{span(sampling['median_gap_us'] / 1e3, '.1f')} ms apart; driver {meta.get('driver', '?')}, "
               f"host {meta.get('host', '?')}.")
+    rate = span(fl["reads_per_s_program"], ",.0f")
     floor = (f"Background floor (NVML reads are PCIe traffic): {span(fl['h2d_bytes_per_read_program'], ',.0f')} B "
-             f"H2D and {span(fl['d2h_bytes_per_read_program'], ',.0f')} B D2H a read, "
-             f"{span(fl['reads_per_s_program'], ',.0f')} reads a second in ranges, fitted per GPU on idle windows "
-             "and taken out of every range. Per GPU, with its spread (in each range's ± error): --detail.")
+             f"H2D and {span(fl['d2h_bytes_per_read_program'], ',.0f')} B D2H a read"
+             + (f", {rate} reads a second in ranges" if rate else "")
+             + ", fitted per GPU on idle windows and taken out of every range (with its spread, in each range's ± "
+               "error).")
     return [system, floor]
 
 

@@ -9,6 +9,7 @@ wrap. Text from outside (range names, GPU names, sysfs strings, paths, commands)
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import replace
@@ -62,7 +63,7 @@ def render(meta: dict[str, Any], results: Mapping[str, pd.DataFrame], console: C
         over = text.get().count("\n") - view.fit_lines
         if over <= 0:
             break
-        view = replace(view, top=max(MIN_TOP, view.top - -(-over // LINES_PER_RANGE)))
+        view = replace(view, top=max(MIN_TOP, view.top - math.ceil(over / LINES_PER_RANGE)))
         shown = parts(meta, results, summary, detail, view)
     for part in shown:
         console.print(part)

@@ -258,8 +258,9 @@ def parts(meta: dict[str, Any], results: dict[str, pd.DataFrame], summary: dict[
     ``detail``."""
     gpu_lines = [] if detail else (summary or {}).get("gpu_lines") or []
     parts = head(meta, summary)
-    parts += [Text(line) for line in gpu_lines] + [Text("")] if gpu_lines else \
-        [system_table(meta, results.get("sampling", pd.DataFrame()))]
+    parts += [Text(line) for line in gpu_lines] + [
+        Text("Per GPU (bus ids, read rates, each read's cost and spread): --detail", style="dim"), Text("")] \
+        if gpu_lines else [system_table(meta, results.get("sampling", pd.DataFrame()))]
     parts += attach_tables(meta, results, view, floor=not gpu_lines) + run.tables(results, skip=("floor",))
     if meta.get("topology") and detail:
         parts.extend(topology_tables(meta["topology"]))

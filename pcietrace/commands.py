@@ -89,7 +89,7 @@ def _emit(meta: dict[str, Any], results: Any, args: argparse.Namespace) -> None:
     from pcietrace.report.console import SCREEN_LINES, RangeView
     from pcietrace.report.output import emit
 
-    fit = not (args.all or args.top) if hasattr(args, "group_by") else False  # (no --top: a screen's worth)
+    fit = not (args.all or args.top or args.detail) if hasattr(args, "group_by") else False  # (a screen's worth)
     view = RangeView(None if args.all else args.top or RangeView.top, args.sort, args.filter, args.group_by,
                      SCREEN_LINES if fit else None) if hasattr(args, "group_by") else None
     emit(meta, results, summarize(meta, results), "json" if args.json else args.format, args.detail, args.plot,

@@ -308,7 +308,9 @@ def attach_gpu_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame], det
     reset, no floor or one of fewer terms), which only the tables show, nor for a merged report."""
     gpus = meta.get("gpus", [])
     sampling, fl = results.get("sampling", pd.DataFrame()), results.get("floor", pd.DataFrame())
-    if len(gpus) <= detail_gpus or any(g.get("node") for g in gpus) or len(sampling) != len(gpus) \
+    needed = {"rate_hz", "median_gap_us"} <= set(sampling) and {
+        "status", "h2d_bytes_per_read_program", "d2h_bytes_per_read_program", "reads_per_s_program"} <= set(fl)
+    if len(gpus) <= detail_gpus or not needed or any(g.get("node") for g in gpus) or len(sampling) != len(gpus) \
             or len(fl) != len(gpus) or (fl["status"] != "per read").any() \
             or any(g.get("counter", {}).get("mode") != "fields" for g in gpus) \
             or ("counter_jumps" in sampling and sampling["counter_jumps"].any()):
@@ -321,10 +323,11 @@ def attach_gpu_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame], det
     models = ", ".join(sorted({short_name(g.get("name")) for g in gpus}))
     links = ", ".join(sorted({link_label(g) for g in gpus}))
     bits = "/".join(sorted({str(g.get("counter", {}).get("bits", 32)) for g in gpus}))
+    rate, gap = span(sampling["rate_hz"], ",.0f"), span(sampling["median_gap_us"] / 1e3, ".1f")
     system = (f"System: {len(gpus)} GPUs ({models}, {links}), their counters (NVML fields 197/198, {bits}-bit, "
-              f"wrapping) read {span(sampling['rate_hz'], ',.0f')} times a second, a median "
-              f"{span(sampling['median_gap_us'] / 1e3, '.1f')} ms apart; driver {meta.get('driver', '?')}, "
-              f"host {meta.get('host', '?')}.")
+              "wrapping) read" + (f" {rate} times a second over the run" if rate else "")
+              + (f"{',' if rate else ''} a median {gap} ms apart" if gap else "")
+              + f"; driver {meta.get('driver', '?')}, host {meta.get('host', '?')}.")
     rate = span(fl["reads_per_s_program"], ",.0f")
     floor = (f"Background floor (NVML reads are PCIe traffic): {span(fl['h2d_bytes_per_read_program'], ',.0f')} B "
              f"H2D and {span(fl['d2h_bytes_per_read_program'], ',.0f')} B D2H a read"

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pcietrace.analysis import analyze, names
+from pcietrace.analysis import analyze, attribution, names
 from pcietrace.cli import main
 from pcietrace.session import Session
 
@@ -157,6 +157,43 @@ def test_a_report_of_many_gpus_fits_a_screen(data_dir, monkeypatch, capsys, reco
         return next((int(x.split()[0]) for x in out if x.split()[:1] and x.split()[0].isdigit()
                      and x.split()[1:3] == ["of", str(shown["ranges"])]), shown["ranges"])
     assert ranges_shown(detail) == min(15, shown["ranges"]) and ranges_shown(lines) <= ranges_shown(detail)
+
+
+def test_a_group_within_its_parent_group_states_no_more_than_its_parent_allows() -> None:
+    """CONSTRUCTED: a group whose every call sits directly in a call of its parent group (on the same GPUs) moved
+    between 0 and the parent's upper bound, so its half-width is at most the farther of those; a chain narrows
+    down it, and a group that is not within one parent, or whose estimate lies below 0, keeps its error."""
+    table = pd.DataFrame({
+        "domain": ["d"] * 5, "name": ["P", "G", "GG", "free", "neg"],
+        "parent_domain": ["", "d", "d", "d", "d"], "parent_name": ["", "P", "G", "P", "P"],
+        "level": [0, 1, 2, 1, 1], "within_parent": [False, True, True, False, True],
+        "h2d_bytes": [10.0, 8.0, 5.0, 3.0, -1.0], "h2d_edge_bytes": [1.5, 19.0, 30.0, 50.0, 4.0],
+        "h2d_floor_err_bytes": [0.5, 1.0, 1.0, 1.0, 1.0],
+        "d2h_bytes": [np.nan] * 5, "d2h_edge_bytes": [1.0] * 5, "d2h_floor_err_bytes": [np.nan] * 5})
+    out = attribution.within_parents(table).set_index("name")
+    err = out["h2d_edge_bytes"] + out["h2d_floor_err_bytes"]
+    assert err["P"] == 2.0 and err["free"] == 51.0 and err["neg"] == 5.0  # (as they were)
+    assert err["G"] == 8.0  # within [0, 12]: 8 below its estimate, 4 above
+    assert err["GG"] == 11.0  # within [0, 16] (G's bound as narrowed, 8 + 8): 11 above its estimate
+    assert (out["d2h_edge_bytes"] == 1.0).all()  # (no figure: the error as it was)
+
+
+def test_short_ranges_in_one_range_state_no_more_than_it_allows(data_dir, monkeypatch) -> None:
+    """H100 blind graphs app: 50 calls of ``tiny_h2d_1MiB`` (a 1 MiB copy each, 0.1-0.2 ms) in each call of
+    ``tiny_ranges_outer``. Their edges stated ±758 MB D2H for a group whose parent moved 52 MB at most by its own
+    bound; now ±35 MB (their 34.7 MB estimate down to 0). No group's error is wider than before, and theirs
+    still holds what their copies moved at least (400 x 1 MiB H2D)."""
+    rec = data_dir / "attach_h100_blind_graphs"
+    now = analyze(Session.load(rec))["ranges"].set_index("name")
+    monkeypatch.setattr(attribution, "within_parents", lambda t: t.copy())
+    before = analyze(Session.load(rec))["ranges"].set_index("name").loc[now.index]
+    for d in ("h2d", "d2h"):
+        err, was = (t[f"{d}_edge_bytes"] + t[f"{d}_floor_err_bytes"] for t in (now, before))
+        assert (err <= was + 1e-6).all(), d
+    tiny = now.loc["tiny_h2d_1MiB"]
+    err = {d: tiny[f"{d}_edge_bytes"] + tiny[f"{d}_floor_err_bytes"] for d in ("h2d", "d2h")}
+    assert err["d2h"] < 0.5 * (before.loc["tiny_h2d_1MiB", "d2h_edge_bytes"] + before.loc["tiny_h2d_1MiB", "d2h_floor_err_bytes"])
+    assert tiny["h2d_bytes"] - err["h2d"] <= 400 * 2**20 <= tiny["h2d_bytes"] + err["h2d"]
 
 
 def test_view_options(data_dir, emit, monkeypatch, capsys) -> None:

@@ -1031,6 +1031,34 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     return out.reindex(columns=SUMMARY_COLUMNS).sort_values("incl_ms", ascending=False, kind="stable").reset_index(drop=True)
 
 
+def within_parents(table: pd.DataFrame) -> pd.DataFrame:
+    """The ranges table (:func:`summarize`, with :func:`pcietrace.analysis.names.group_tree`'s ``parent_domain``,
+    ``parent_name``, ``level`` and ``within_parent``) with each group's stated error no wider than its parent
+    group's bounds allow: where every call of a group sits directly in a call of its parent group on the same
+    GPUs, its bytes lie between 0 and the parent's upper bound (estimate + stated error), so its half-width is at
+    most the farther of those from its estimate. The edge part takes the cut (the floor's interval stays whole);
+    parents are bounded first (by level), so a chain of groups narrows down it."""
+    t = table.copy()
+    pos = {k: i for i, k in enumerate(zip(t["domain"], t["name"]))}
+    parent = np.array([pos.get(k, -1) for k in zip(t["parent_domain"], t["parent_name"])], np.int64)
+    ok = t["within_parent"].fillna(False).to_numpy(bool) & (parent >= 0)
+    level = t["level"].to_numpy()
+    for at in np.unique(level[ok]):
+        rows = np.flatnonzero(ok & (level == at))
+        p = parent[rows]
+        for d in DIRECTIONS:
+            est, edge = t[f"{d}_bytes"].to_numpy(float), t[f"{d}_edge_bytes"].to_numpy(float).copy()
+            floor_err = np.nan_to_num(t[f"{d}_floor_err_bytes"].to_numpy(float))
+            err = edge[rows] + floor_err[rows]
+            lo = np.maximum(est[rows] - err, 0.0)  # (bytes moved are never below 0)
+            hi = np.fmin(est[rows] + err, est[p] + edge[p] + floor_err[p])  # (nor above the parent's bound)
+            half = np.maximum(est[rows] - lo, hi - est[rows])
+            keep = ~np.isfinite(half) | (hi < lo)  # (no figure, or bounds that disagree: the error as it was)
+            edge[rows] = np.where(keep, edge[rows], np.minimum(edge[rows], np.maximum(half - floor_err[rows], 0.0)))
+            t[f"{d}_edge_bytes"] = edge
+    return t
+
+
 SUMMARY_COLUMNS = ["domain", "name", "calls", "names", "gpus", "incl_ms", "excl_ms", "h2d_bytes", "d2h_bytes", "excl_h2d_bytes",
                    "h2d_raw_bytes", "d2h_raw_bytes", "h2d_edge_bytes", "d2h_edge_bytes", "h2d_floor_err_bytes",
                    "d2h_floor_err_bytes", "status", "unknown_calls", "h2d_measured_bytes", "d2h_measured_bytes", "stalls",

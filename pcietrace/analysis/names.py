@@ -59,12 +59,14 @@ def group_names(names: pd.Series, how: str = DEFAULT_GROUP_BY) -> pd.Series:
 def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
     """Per (``domain``, ``group``) of ``instances`` (which carry ``group`` and ``parent``, the row position of each
     instance's parent or -1): ``parent_domain``/``parent_name`` (the group its instances most often sit in; ""
-    at the top) and ``level`` (how deep that nests, 0 at the top; a group found inside itself, as recursion makes,
-    is not its own parent)."""
-    cols = ["domain", "group", "parent_domain", "parent_name", "level"]
+    at the top), ``level`` (how deep that nests, 0 at the top; a group found inside itself, as recursion makes,
+    is not its own parent) and ``within_parent`` (every instance sits directly in one of that group's, on the same
+    GPUs: the group's bytes lie within that group's)."""
+    cols = ["domain", "group", "parent_domain", "parent_name", "level", "within_parent"]
     if not len(instances):
         return pd.DataFrame(columns=cols)
     from pcietrace.analysis.nesting import codes as row_codes
+    from pcietrace.schema import by_object
 
     # each instance's (domain, group) as a number, in order of first appearance: no string per instance (a long
     # run's per-instance arrays as narrow as they can be)
@@ -85,7 +87,7 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
     joined *= width
     joined += up[apart]
     joined += 1
-    del apart, up
+    del apart
     pair, pairs = pd.factorize(joined)
     del joined
     counted = pd.DataFrame({"key": pairs // width, "up": pairs % width - 1, "n": np.bincount(pair, minlength=len(pairs)),
@@ -94,6 +96,12 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
     best = counted.sort_values(["key", "n", "seen"], ascending=[True, False, True], kind="stable").drop_duplicates("key")
     parent_of = np.full(n_keys, -1, np.int64)
     parent_of[best["key"].to_numpy()] = best["up"].to_numpy()
+    # (a key whose every instance's direct parent is of that group, on the same GPUs: its calls lie in the parent
+    # group's, and calls of one parent never overlap, so its bytes are within that group's)
+    gpus = by_object(instances["gpus"].to_numpy(object))[0] if "gpus" in instances else np.zeros(key.size, np.int64)
+    off = (parent < 0) | (up != parent_of[key]) | (gpus != gpus[np.clip(parent, 0, None)])
+    within = np.bincount(key[off], minlength=n_keys) == 0
+    del up, gpus, off
     level = np.full(n_keys, -2, np.int64)  # (-2: not yet known)
     for k in range(n_keys):  # one step per group (not per range); a cycle between groups ends at the group count
         chain, cur = [], k
@@ -107,7 +115,8 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
     top, up = parent_of < 0, np.clip(parent_of, 0, None)
     return pd.DataFrame({"domain": names["domain"], "group": names["group"],
                          "parent_domain": np.where(top, "", names["domain"][up]),
-                         "parent_name": np.where(top, "", names["group"][up]), "level": level}, columns=cols)
+                         "parent_name": np.where(top, "", names["group"][up]), "level": level,
+                         "within_parent": within & ~top}, columns=cols)
 
 
 def select(ranges: pd.DataFrame, sort: str = DEFAULT_SORT, top: int | None = DEFAULT_TOP,

@@ -315,6 +315,7 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns, shared=shared_by)
     if len(ranges_table):
         ranges_table = ranges_table.drop(columns=["parent_domain", "parent_name", "level"]).merge(tree, on=["domain", "name"], how="left")
+        ranges_table = attribution.within_parents(ranges_table).drop(columns="within_parent")
     bounds = found.bounds
     return {"sampling": found.sampling, "floor": fl, "range_instances": inst, "rates": found.rates,
             "launch_rates": launch_rates,

@@ -45,7 +45,8 @@ from pcietrace.schema import by_object
 #: error, where each of its busy reads (:func:`busy_reads`) counts at least :data:`STATE_MIN_SHARE` of the cost.
 #: ``quiet_intervals``: how many there were. ``reads_per_s_program``: the sampler's reads per second of this GPU
 #: while any of its ranges was open (what the floor charges there; bounded by the sampling interval however dense
-#: the ranges; NaN where no range spans a sample). ``{d}_*_se``: the terms' standard errors from the windows' scatter; ``{d}_floor_corr`` (per read, background),
+#: the ranges; NaN where no range spans a sample). ``{d}_*_se``: the terms' standard errors from the windows'
+#: scatter; ``{d}_floor_corr`` (per read, background),
 #: ``{d}_corr_read_vs_read_us`` and ``{d}_corr_read_us_vs_background``: their correlations; ``dof``: the
 #: degrees of freedom left (0: no error estimate).
 FLOOR_COLUMNS = ["nvml_index", "status", "windows", "reads_per_s", "h2d_bytes_per_read", "d2h_bytes_per_read",

@@ -29,7 +29,8 @@ from blind_app import Counters, bus_id_of, ranged, rounds, run_meta, settings, w
 from compile_app import kernels_run
 
 BATCH, SEQ, DIM, HEADS, LAYERS, STEPS = 16, 128, 256, 4, 4, 10
-#: Training steps per call of ``amp_train`` and ``emit_train`` (``HOOKS_TRAIN_STEPS``: longer ranges, more reads in each).
+#: Training steps per call of ``amp_train`` and ``emit_train`` (``HOOKS_TRAIN_STEPS``: longer ranges, more reads
+#: in each).
 TRAIN_STEPS = int(os.environ.get("HOOKS_TRAIN_STEPS", "4"))
 
 

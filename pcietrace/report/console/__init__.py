@@ -30,8 +30,8 @@ from pcietrace.report.notes import with_sentences
 from pcietrace.report.renderers import Renderer
 
 __all__ = ["LATENCY_LABELS", "LAYOUTS", "SCREEN_LINES", "ConsoleRenderer", "RangeView", "attach_tables",
-           "compare_table", "compare_tables", "esc", "generic_table", "language_table", "parts", "render", "savings_table",
-           "summary_lines", "system_table", "tell", "topology_tables", "_table"]
+           "compare_table", "compare_tables", "esc", "generic_table", "language_table", "parts", "render",
+           "savings_table", "summary_lines", "system_table", "tell", "topology_tables", "_table"]
 
 Layout = Callable[..., list[Any]]
 #: The console of each kind of result (``meta["kind"]``; none: a run): ``layout(meta, results, summary, detail,

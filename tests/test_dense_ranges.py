@@ -165,15 +165,16 @@ def test_a_group_within_its_parent_group_states_no_more_than_its_parent_allows()
     between 0 and the parent's upper bound, so its half-width is at most the farther of those; a chain narrows
     down it, and a group that is not within one parent, or whose estimate lies below 0, keeps its error."""
     table = pd.DataFrame({
-        "domain": ["d"] * 5, "name": ["P", "G", "GG", "free", "neg"],
-        "parent_domain": ["", "d", "d", "d", "d"], "parent_name": ["", "P", "G", "P", "P"],
-        "level": [0, 1, 2, 1, 1], "within_parent": [False, True, True, False, True],
-        "h2d_bytes": [10.0, 8.0, 5.0, 3.0, -1.0], "h2d_edge_bytes": [1.5, 19.0, 30.0, 50.0, 4.0],
-        "h2d_floor_err_bytes": [0.5, 1.0, 1.0, 1.0, 1.0],
-        "d2h_bytes": [np.nan] * 5, "d2h_edge_bytes": [1.0] * 5, "d2h_floor_err_bytes": [np.nan] * 5})
+        "domain": ["d"] * 7, "name": ["P", "G", "GG", "free", "neg", "Pn", "Gn"],
+        "parent_domain": ["", "d", "d", "d", "d", "", "d"], "parent_name": ["", "P", "G", "P", "P", "", "Pn"],
+        "level": [0, 1, 2, 1, 1, 0, 1], "within_parent": [False, True, True, False, True, False, True],
+        "h2d_bytes": [10.0, 8.0, 5.0, 3.0, -1.0, 10.0, 8.0], "h2d_edge_bytes": [1.5, 19.0, 30.0, 50.0, 4.0, 1.5, 19.0],
+        "h2d_floor_err_bytes": [0.5, 1.0, 1.0, 1.0, 1.0, np.nan, 1.0],
+        "d2h_bytes": [np.nan] * 7, "d2h_edge_bytes": [1.0] * 7, "d2h_floor_err_bytes": [np.nan] * 7})
     out = attribution.within_parents(table).set_index("name")
     err = out["h2d_edge_bytes"] + out["h2d_floor_err_bytes"]
     assert err["P"] == 2.0 and err["free"] == 51.0 and err["neg"] == 5.0  # (as they were)
+    assert err["Gn"] == 20.0  # (its parent's floor error unknown: the parent states no upper bound)
     assert err["G"] == 8.0  # within [0, 12]: 8 below its estimate, 4 above
     assert err["GG"] == 11.0  # within [0, 16] (G's bound as narrowed, 8 + 8): 11 above its estimate
     assert (out["d2h_edge_bytes"] == 1.0).all()  # (no figure: the error as it was)
@@ -196,6 +197,23 @@ def test_short_ranges_in_one_range_state_no_more_than_it_allows(data_dir, monkey
     was = before.loc["tiny_h2d_1MiB"]
     assert err["d2h"] < 0.5 * (was["d2h_edge_bytes"] + was["d2h_floor_err_bytes"])
     assert tiny["h2d_bytes"] - err["h2d"] <= 400 * 2**20 <= tiny["h2d_bytes"] + err["h2d"]
+
+
+def test_a_trace_with_lines_left_out_bounds_no_group_by_its_parent(data_dir, monkeypatch) -> None:
+    """A trace read with lines left out (a lost pop) can pair a push with another pop than its recorded depth
+    says, so that two calls of a group, one inside the other, both sit directly in one parent call and the group's
+    total counts the inner one twice (a reviewer's construction): then no group's error is cut to its parent's.
+    The blind graphs recording, as if a line of its trace had been left out: ``tiny_h2d_1MiB`` keeps its error."""
+    rec = data_dir / "attach_h100_blind_graphs"
+    s = Session.load(rec)
+    s.meta["trace_bad"] = {"lines": 1, "files": []}
+    damaged = analyze(s)["ranges"].set_index("name")
+    whole = analyze(Session.load(rec))["ranges"].set_index("name")
+    monkeypatch.setattr(attribution, "within_parents", lambda t: t.copy())
+    uncut = analyze(Session.load(rec))["ranges"].set_index("name")
+    cols = ["d2h_edge_bytes", "h2d_edge_bytes"]
+    assert (damaged[cols] == uncut.loc[damaged.index, cols]).all().all()
+    assert whole.loc["tiny_h2d_1MiB", "d2h_edge_bytes"] < damaged.loc["tiny_h2d_1MiB", "d2h_edge_bytes"]
 
 
 def test_view_options(data_dir, emit, monkeypatch, capsys) -> None:

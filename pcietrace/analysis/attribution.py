@@ -1048,10 +1048,12 @@ def within_parents(table: pd.DataFrame) -> pd.DataFrame:
         p = parent[rows]
         for d in DIRECTIONS:
             est, edge = t[f"{d}_bytes"].to_numpy(float), t[f"{d}_edge_bytes"].to_numpy(float).copy()
-            floor_err = np.nan_to_num(t[f"{d}_floor_err_bytes"].to_numpy(float))
+            stated = t[f"{d}_floor_err_bytes"].to_numpy(float)
+            floor_err = np.nan_to_num(stated)
             err = edge[rows] + floor_err[rows]
             lo = np.maximum(est[rows] - err, 0.0)  # (bytes moved are never below 0)
-            hi = np.fmin(est[rows] + err, est[p] + edge[p] + floor_err[p])  # (nor above the parent's bound)
+            # (nor above the parent's bound; a parent whose floor error is unknown states none: no cut)
+            hi = np.fmin(est[rows] + err, est[p] + edge[p] + stated[p])
             half = np.maximum(est[rows] - lo, hi - est[rows])
             keep = ~np.isfinite(half) | (hi < lo)  # (no figure, or bounds that disagree: the error as it was)
             edge[rows] = np.where(keep, edge[rows], np.minimum(edge[rows], np.maximum(half - floor_err[rows], 0.0)))

@@ -315,7 +315,11 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns, shared=shared_by)
     if len(ranges_table):
         ranges_table = ranges_table.drop(columns=["parent_domain", "parent_name", "level"]).merge(tree, on=["domain", "name"], how="left")
-        ranges_table = attribution.within_parents(ranges_table).drop(columns="within_parent")
+        # (a trace with lines left out can pair a push with another pop than its recorded depth says: two calls of
+        # a group, one inside the other, would both sit directly in one parent call, so no parent bounds them)
+        whole_trace = not bad.get("lines")
+        ranges_table = (attribution.within_parents(ranges_table) if whole_trace else ranges_table).drop(
+            columns="within_parent")
     bounds = found.bounds
     return {"sampling": found.sampling, "floor": fl, "range_instances": inst, "rates": found.rates,
             "launch_rates": launch_rates,

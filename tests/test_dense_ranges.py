@@ -222,6 +222,9 @@ def test_view_options(data_dir, emit, monkeypatch, capsys) -> None:
     out = capsys.readouterr().out
     rows = [line.split()[0] for line in out.splitlines() if line.startswith(" aten::")]
     assert sorted(set(rows)) == ["aten::add", "aten::mm"] and "2 matching" in out
+    assert main(["report", str(data_dir / REC), "--filter", "^no such op$"]) == 0  # (ranges seen, none matching)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no range's name matches --filter '^no such op$'" in out and "no NVTX ranges were seen" not in out
     assert main(["report", str(data_dir / REC), "--all"]) == 0
     out = capsys.readouterr().out
     assert all(f" {n} " in out for n in emit["ranges"]["name"] if not n.startswith("autograd::"))

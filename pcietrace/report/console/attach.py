@@ -220,7 +220,11 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
                       *[esc(p["cupti"])] * (len(counting) > 1), f"{p['ranges']:,}",
                       *[num(p.get("edges_ms"), ",.1f")] * timed)
         parts.append(t)
-    if not len(rg):
+    if len(all_ranges) and not len(rg):  # (ranges were seen: the filter left none)
+        parts.append(Text(f"no range's name matches --filter {view.pattern!r} ({shown['ranges']:,} ranges in all, "
+                          f"names grouped by {view.group_by}): --filter REGEX searches the names as shown",
+                          style="yellow"))
+    if not len(all_ranges):
         parts.append(Text("no NVTX ranges were seen: whole-run totals only. Wrap the phases you care about in "
                           "nvtx.annotate(...) / torch.cuda.nvtx.range(...) / nvtxRangePush(...) to see them per range.",
                           style="yellow"))

@@ -52,6 +52,20 @@ def test_the_timeline_has_a_panel_per_gpu_on_the_programs_span() -> None:
     plt.close(fig)
 
 
+def test_the_timeline_draws_an_emit_nvtx_op_on_one_row() -> None:
+    # was: a row per op call, labelled "aten::linear, op_id = 8, sizes = " (the 12 calls with the most time of 15,558)
+    plt = plots._plt()
+    s = Session.load(DATA / "attach_h100_emit_nvtx")
+    res = analyze(s)
+    fig = plots.attach_timeline(plt, s.meta, res["rates"], res["range_instances"])
+    rows = [t.get_text() for t in fig.get_axes()[-1].get_yticklabels()]
+    groups = res["range_instances"]["group"].astype(str)
+    assert "aten::linear" in rows and "fwd_emit" in rows and len(rows) == len(set(rows)) == plots.MAX_RANGE_ROWS
+    assert set(rows) <= {g[:32] for g in groups} and not any("op_id" in r for r in rows)  # (labels cut at 32)
+    assert f"{groups.nunique() - len(rows):,} more in the tables" in fig.get_axes()[-1].get_title()
+    plt.close(fig)
+
+
 def test_the_python_example_draws_one_line_per_gpu() -> None:
     # was: the README's sim.speedup.plot(x="kernel_us", y="speedup") drew one zig-zag through both GPUs
     plt = plots._plt()

@@ -218,12 +218,14 @@ MAX_RANGE_ROWS = 12
 def attach_timeline(plt: Any, meta: dict[str, Any], rates: pd.DataFrame, inst: pd.DataFrame) -> Any:
     """One PCIe-rate panel per GPU (small multiples sharing the time axis; H2D drawn over D2H, a log rate
     axis so that a few MB/s beside GB/s copies still shows), and under them the NVTX ranges, one row per
-    range name (the names with the most time), each name its own colour and labelled on its row. The time
-    axis spans the program's ranges (else its run), in seconds since the program started."""
+    range name (the names with the most time; grouped as the report groups them, where the instances say their
+    ``group``: an emit_nvtx op's calls on one row, not one row per call), each its own colour and labelled on its
+    row. The time axis spans the program's ranges (else its run), in seconds since the program started."""
     # a panel per GPU; in a merged report (several nodes' GPUs) per node and GPU
     facet = (rates["node"].astype(str) + " GPU" if "node" in rates else "GPU") + rates["nvml_index"].astype(str)
     gpus = sorted(facet.unique())[:MAX_FACETS]
-    names = (inst.assign(d=inst["t_end_ns"] - inst["t_start_ns"]).groupby("name")["d"].sum()
+    key = "group" if "group" in inst else "name"
+    names = (inst.assign(d=inst["t_end_ns"] - inst["t_start_ns"]).groupby(key, observed=True)["d"].sum()
              .sort_values(ascending=False).index[:MAX_RANGE_ROWS].tolist()) if len(inst) else []
     heights = [1.0] * len(gpus) + ([max(1.2, 0.25 * len(names))] if names else [])
     fig, axes = plt.subplots(len(heights), 1, figsize=(12, min(1.3 * len(gpus) + 0.3 * len(names) + 1.5, 14)),
@@ -246,15 +248,15 @@ def attach_timeline(plt: Any, meta: dict[str, Any], rates: pd.DataFrame, inst: p
     if names:
         ax2 = axes[-1]
         rows = {n: i for i, n in enumerate(names)}
-        shown = inst[inst["name"].isin(rows)]
-        for n, g in shown.groupby("name", sort=False):
+        shown = inst[inst[key].isin(rows)]
+        for n, g in shown.groupby(key, sort=False, observed=True):
             c = plt.cm.tab20(rows[n] % 20)
             ax2.broken_barh(list(zip((g["t_start_ns"] - t0) / 1e9, (g["t_end_ns"] - g["t_start_ns"]) / 1e9)),
                             (rows[n] - 0.4, 0.8), facecolors=c, edgecolor="none")
         ax2.set_yticks(list(rows.values()), [str(n)[:32] for n in rows], fontsize=7)
         ax2.set_ylim(len(rows) - 0.5, -0.5)
-        left = len(set(inst["name"])) - len(names)
-        ax2.set_title("NVTX ranges" + (f" (the {len(names)} with the most time; {left} more in the tables)" if left else ""),
+        left = inst[key].nunique() - len(names)
+        ax2.set_title("NVTX ranges" + (f" (the {len(names)} with the most time; {left:,} more in the tables)" if left else ""),
                       fontsize=8)
         ax2.grid(axis="x", alpha=0.3)
     span = (inst["t_start_ns"].min(), inst["t_end_ns"].max()) if len(inst) else \

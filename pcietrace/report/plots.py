@@ -7,8 +7,8 @@ of a result table as they are; nothing is computed here beyond the fit line the 
 - ``time_per_kernel.png``: GPU and wall time per kernel, eager vs graph, vs duration, and the speedup
   (``gpu_time``, ``speedup``);
 - ``latency.png``: medians with p10-p90 (``latency``), one panel per test;
-- ``attach_timeline.png``: PCIe rate per GPU (``rates``), one panel each, with the NVTX ranges by name under
-  them (``range_instances``);
+- ``attach_timeline.png``: PCIe rate per GPU (``rates``), one panel each, with the NVTX ranges by name (as grouped)
+  under them (``range_instances``);
 - ``graph_strategies.png``: ``pcietrace graphs``' median time per iteration per strategy and graph size, with its
   95 % interval, labelled with the speedup over eager (of the mean times, as the table gives it; ``graphs``).
 """

@@ -121,12 +121,14 @@ READ_COST = ("Each NVML read is itself PCIe traffic (a firmware call, tens of kB
              "machine's cost per read)")
 
 
-def _output_options(p: argparse.ArgumentParser, json_help: str = "the same as --format json") -> None:
-    """--format (``--json`` stays as its alias), --detail and --plot, the same on every command that renders."""
+def _output_options(p: argparse.ArgumentParser, json_help: str = "the same as --format json",
+                    metrics: bool = True) -> None:
+    """--format (``--json`` stays as its alias), --detail and --plot, the same on every command that renders;
+    ``metrics``: whether its figures have an OpenMetrics form (--format prometheus)."""
     p.add_argument("--json", action="store_true", help=json_help)
-    p.add_argument("--format", choices=["table", "json", "csv", "md", "prometheus"], default=None,
-                   help="output format: rich tables (the default), JSON, CSV or Markdown tables, or OpenMetrics "
-                        "text for node_exporter's textfile collector")
+    p.add_argument("--format", choices=["table", "json", "csv", "md"] + ["prometheus"] * metrics, default=None,
+                   help="output format: rich tables (the default), JSON, CSV or Markdown tables"
+                        + (", or OpenMetrics text for node_exporter's textfile collector" if metrics else ""))
     p.add_argument("--detail", action="store_true", help="on the console, every per-GPU table even with many GPUs")
     p.add_argument("--plot", type=Path, default=None, metavar="DIR", help="also write PNG plots to DIR")
 
@@ -458,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="background counter sampling interval (0 = as fast as NVML answers); window edges are "
                          "always read exactly")
     _save_options(gr, "-graphs")
-    _output_options(gr)
+    _output_options(gr, metrics=False)  # (per strategy and graph size: no metric a monitor would scrape)
     gr.add_argument("--seed", type=_seed, default=0, help="seed of the parameter sets (and of the simulated device)")
     gr.set_defaults(func="cmd_graphs")
     return p

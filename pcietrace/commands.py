@@ -97,6 +97,18 @@ def _emit(meta: dict[str, Any], results: Any, args: argparse.Namespace) -> None:
     sys.stdout.flush()  # (the report reaches a pipe before attach goes on to write its Perfetto trace)
 
 
+def _check_range_view(args: argparse.Namespace, kind: str | None) -> None:
+    """Refuse the options that choose among NVTX ranges for a report that has none to choose (a run, latency
+    or graphs report): they would be dropped without a word."""
+    if str(kind).startswith("attach"):
+        return
+    given = [o for o, on in (("--top", args.top), ("--all", args.all), ("--filter", args.filter),
+                             ("--sort", args.sort != "incl_ms"), ("--group-by", args.group_by != "op")) if on]
+    if given:
+        raise UsageError(f"{', '.join(given)}: {args.path} is a {kind or 'run'} report; these choose among an attach "
+                         "run's NVTX ranges")
+
+
 def _check_perfetto_target(target: Path, recording: Path, option: str = "--perfetto") -> None:
     """Refuse a --perfetto (``option``) file that is standard output or one of the files the report is read from
     (writing it would replace the recording with the trace)."""
@@ -133,6 +145,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if is_merged(args.path):
         return _report_merged(args)
     session = Session.load(args.path, samples_on_disk=True)  # (an attach run's: read a GPU at a time)
+    _check_range_view(args, session.meta.get("kind"))
     samples = session.sample_file.rows if session.sample_file else len(session.samples)
     sizes = f"{samples:,} counter samples, {len(session.events):,} events"
     try:

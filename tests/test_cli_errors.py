@@ -371,3 +371,11 @@ def test_bad_numbers_are_refused_by_the_parser(argv, simulate, capsys) -> None:
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("opts", [["--top", "3"], ["--filter", "x"], ["--all"], ["--sort", "d2h"], ["--group-by", "name"]])
+def test_range_options_on_a_report_without_ranges_are_refused(opts, data_dir, capsys) -> None:
+    # was: exit 0, the options dropped without a word (a run report has no NVTX ranges to choose among)
+    said = one_line_exit_2(["report", str(data_dir / "h100_run"), *opts], capsys)
+    assert opts[0] in said and "is a run report" in said
+    assert main(["report", str(data_dir / "attach_h100_emit_nvtx"), *opts]) == 0  # (an attach report takes them)

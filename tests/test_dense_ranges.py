@@ -317,3 +317,21 @@ def test_a_gpu_whose_windows_saw_it_only_cold_is_charged_what_its_peers_reads_co
     assert all(abs(x) < 0.01 for x in check("floor_read_time_borrowed"))
     monkeypatch.setattr(floor, "peer_read_cost", lambda peers, read_us: None)
     assert all(-0.03 < x < -0.015 for x in check("floor_windows_elsewhere"))
+
+
+def test_groups_that_hold_each_other_in_turn_are_cut_into_a_tree() -> None:
+    """CONSTRUCTED: ``A`` mostly inside ``B`` and ``B`` mostly inside ``A`` (nested modules called either way round,
+    or names an op grouping merges). A fuzzer's recording lost both from every console view (no root to reach them
+    from) and its JSON parents formed a loop: the loop is cut at its first group, and a table that still holds one
+    shows every row."""
+    inst = pd.DataFrame({"domain": ["d"] * 6, "group": ["A", "B", "B", "B", "A", "A"],
+                         "parent": [-1, 0, 0, -1, 3, 3], "gpus": [[0]] * 6})
+    tree = names.group_tree(inst).set_index("group")
+    assert tree.loc["A", "parent_name"] == "" and tree.loc["B", "parent_name"] == "A"  # (cut at A, seen first)
+    assert list(tree["level"]) == [0, 1] and not tree["within_parent"].any()
+    looped = pd.DataFrame({"domain": ["d"] * 3, "name": ["A", "B", "C"], "parent_domain": ["d", "d", ""],
+                           "parent_name": ["B", "A", ""], "incl_ms": [1.0, 2.0, 3.0], "eager_launches": [0] * 3,
+                           "graph_launches": [0] * 3})
+    shown, info = names.select(looped, top=None)
+    assert sorted(shown["name"]) == ["A", "B", "C"] and info["shown"] == 3
+    assert list(shown["name"]) == ["C", "B", "A"] and list(shown["indent"]) == [0, 0, 1]

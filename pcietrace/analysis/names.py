@@ -96,6 +96,7 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
     best = counted.sort_values(["key", "n", "seen"], ascending=[True, False, True], kind="stable").drop_duplicates("key")
     parent_of = np.full(n_keys, -1, np.int64)
     parent_of[best["key"].to_numpy()] = best["up"].to_numpy()
+    _cut_cycles(parent_of)
     # (a key whose every instance's direct parent is of that group, on the same GPUs: its calls lie in the parent
     # group's, and calls of one parent never overlap, so its bytes are within that group's)
     gpus = by_object(instances["gpus"].to_numpy(object))[0] if "gpus" in instances else np.zeros(key.size, np.int64)
@@ -103,7 +104,7 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
     within = np.bincount(key[off], minlength=n_keys) == 0
     del up, gpus, off
     level = np.full(n_keys, -2, np.int64)  # (-2: not yet known)
-    for k in range(n_keys):  # one step per group (not per range); a cycle between groups ends at the group count
+    for k in range(n_keys):  # one step per group (not per range; loops cut above)
         chain, cur = [], k
         while cur >= 0 and level[cur] == -2 and cur not in chain and len(chain) <= n_keys:
             chain.append(cur)
@@ -117,6 +118,24 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
                          "parent_domain": np.where(top, "", names["domain"][up]),
                          "parent_name": np.where(top, "", names["group"][up]), "level": level,
                          "within_parent": within & ~top}, columns=cols)
+
+
+def _cut_cycles(parent_of: np.ndarray) -> None:
+    """``parent_of`` (each group's parent group, -1 at the top) with every loop of parents cut: groups that hold
+    each other in turn (``encode`` in ``decode`` on some calls, ``decode`` in ``encode`` on others) would each sit
+    under the other, and no tree holds them. The loop's first group (in order of first appearance) goes to the top.
+    One step per group, not per range."""
+    state = np.zeros(parent_of.size, np.int8)  # (0 not seen, 1 on the chain being walked, 2 done)
+    for k in range(parent_of.size):
+        chain, cur = [], k
+        while cur >= 0 and state[cur] == 0:
+            state[cur] = 1
+            chain.append(cur)
+            cur = int(parent_of[cur])
+        if cur >= 0 and state[cur] == 1:  # (the walk came back to itself: a loop from cur)
+            loop = chain[chain.index(cur):]
+            parent_of[min(loop)] = -1
+        state[chain] = 2
 
 
 def select(ranges: pd.DataFrame, sort: str = DEFAULT_SORT, top: int | None = DEFAULT_TOP,
@@ -157,10 +176,19 @@ def _tree_order(shown: pd.DataFrame, rank: pd.Index) -> pd.DataFrame:
         (children.setdefault(pos[p], []) if p in pos and pos[p] != i else roots).append(i)
     out: list[int] = []
     indent: list[int] = []
+    seen = np.zeros(len(shown), bool)
     stack = [(i, 0) for i in sorted(roots, key=lambda i: order[i], reverse=True)]
-    while stack:  # depth first, siblings in rank order
-        i, depth = stack.pop()
-        out.append(i)
-        indent.append(depth)
-        stack.extend((j, depth + 1) for j in sorted(children.get(i, []), key=lambda j: order[j], reverse=True))
-    return shown.iloc[out].assign(indent=indent)
+    while True:
+        while stack:  # depth first, siblings in rank order
+            i, depth = stack.pop()
+            if seen[i]:
+                continue
+            seen[i] = True
+            out.append(i)
+            indent.append(depth)
+            stack.extend((j, depth + 1) for j in sorted(children.get(i, []), key=lambda j: order[j], reverse=True))
+        if seen.all():
+            return shown.iloc[out].assign(indent=indent)
+        # (rows whose parents hold each other in a loop, as a table from before loops were cut can have: the
+        # best ranked of them stands at the top)
+        stack = [(min(np.flatnonzero(~seen), key=lambda i: order[i]), 0)]

@@ -119,6 +119,21 @@ def test_csv_text_starting_with_a_hash_is_quoted_not_a_comment() -> None:
     assert [ln for ln in text.splitlines() if ln.startswith("#")] == ["# table: t"]
 
 
+def test_csv_text_holding_a_hash_is_quoted_so_its_row_reads_whole() -> None:
+    # was: `--group-by numbered` wrote its `layer#` groups unquoted, and read_csv(comment="#") as the docs read a
+    # block cut each such row there (a fuzzer, on the committed 4x H200 recording); Arrow's rows and pandas' alike
+    from pcietrace.report import csv as csv_out
+
+    rows = pd.DataFrame({"domain": ["d", "d"], "name": pd.Categorical(["layer#", "op#1, x"]), "calls": [3, 4]})
+    plain = pd.DataFrame({"name": ["a#b", "c"], "x": [1.0, 2.0]}).astype({"x": np.float32})  # (through pandas)
+    assert csv_out._by_rows(rows, csv_out._quoting(rows)) and not csv_out._by_rows(plain, csv_out._quoting(plain))
+    text = csv_out.render({}, {"rows": rows, "plain": plain}, {"lines": []})
+    for name, df in (("rows", rows), ("plain", plain)):
+        block = text.split(f"# table: {name}\n")[1].split("\n# table:")[0]
+        back = pd.read_csv(io.StringIO(block), comment="#")
+        assert list(back["name"]) == list(df["name"].astype(str)) and back.notna().all().all()
+
+
 def test_error_lines_are_cleaned(tmp_path, capsys) -> None:
     bad = tmp_path / "x\x1b[2Jy"
     bad.mkdir()

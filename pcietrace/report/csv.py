@@ -2,9 +2,10 @@
 ``# summary:`` lines (read a block back with ``pandas.read_csv(..., comment="#")``; ``float_precision="round_trip"``
 for the floats bit for bit).
 
-Text arrives cleaned (:mod:`pcietrace.report.text`: no newline can start a line of its own); a table whose first
-column holds text starting with ``#`` is written with every field quoted, so that no row reads as a comment or a
-``# table:`` line."""
+Text arrives cleaned (:mod:`pcietrace.report.text`: no newline can start a line of its own); a text value holding
+``#`` is quoted (``--group-by numbered``'s ``layer#``: the reader's comment character would cut its row there), and
+a table whose first column holds text starting with ``#`` is written with every field quoted, so that no row reads
+as a comment or a ``# table:`` line."""
 
 from __future__ import annotations
 
@@ -32,9 +33,23 @@ def _quoting(df: pd.DataFrame) -> int:
     return csv.QUOTE_ALL if starts or str(df.columns[0]).startswith("#") else csv.QUOTE_MINIMAL
 
 
+def _holds_hash(df: pd.DataFrame) -> bool:
+    """Whether any text of ``df`` holds ``#`` (a categorical column's categories read, not its rows)."""
+    for j in range(df.shape[1]):
+        c = df.iloc[:, j]
+        if isinstance(c.dtype, pd.CategoricalDtype):
+            c = pd.Series(c.cat.categories)
+        elif not (c.dtype == object or isinstance(c.dtype, pd.StringDtype)):
+            continue
+        if c.astype(str).str.contains("#", regex=False).where(c.notna(), False).any():
+            return True
+    return False
+
+
 class CsvRow(RowText):
-    """A row as pandas' ``to_csv(index=False, quoting=csv.QUOTE_MINIMAL)`` writes it, made in Arrow a column at a
-    time by :class:`pcietrace.schema.RowTexts` (a long run's range instances: pandas takes ~16 us a row)."""
+    """A row as pandas' ``to_csv(index=False, quoting=csv.QUOTE_MINIMAL)`` writes it (and a text holding ``#``
+    quoted too), made in Arrow a column at a time by :class:`pcietrace.schema.RowTexts` (a long run's range
+    instances: pandas takes ~16 us a row)."""
 
     missing = ""
     bools = ("False", "True")
@@ -49,7 +64,7 @@ class CsvRow(RowText):
         if isinstance(u, float) and math.isnan(u):
             return ""
         text = str(u)  # (as the csv module writes a value: a list as its repr)
-        return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\n\r') else text
+        return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\n\r#') else text
 
     def floats(self, v: np.ndarray) -> list[Any]:
         """Python's repr of each value, as pandas writes it: Arrow's shortest text is the same from 1e-4 to 1e10
@@ -97,6 +112,7 @@ def write(meta: dict[str, Any], results: Mapping[str, pd.DataFrame], summary: di
                 for i in range(0, len(df), CHUNK_ROWS):
                     out.write(bytes(rows.joined(i, min(i + CHUNK_ROWS, len(df)))).decode() + "\n")
                 continue
+            quoting = csv.QUOTE_ALL if _holds_hash(df) else quoting  # (pandas quotes no "#" of its own)
             for i in range(0, len(df), CHUNK_ROWS):
                 out.write(df.iloc[i:i + CHUNK_ROWS].to_csv(index=False, header=not i, lineterminator="\n",
                                                            quoting=quoting))

@@ -22,3 +22,14 @@ def _visible(m: re.Match[str]) -> str:
 def clean(s: Any) -> Any:
     """``s`` with every character of :data:`UNSAFE` made visible (surrogates: U+FFFD); non-strings unchanged."""
     return UNSAFE.sub(_visible, s) if isinstance(s, str) else s
+
+
+#: A name in prose or on the console at most this long (the rest as "…"; JSON, CSV and Parquet hold it whole): a
+#: 1,000-character range name wrapped to ~29 lines in each table, and a report of six ranges took 355 lines.
+NAME_CHARS = 120
+
+
+def shortened(name: Any, chars: int = NAME_CHARS) -> str:
+    """``name`` as text of at most ``chars`` characters, cut with "…" where longer."""
+    text = str(name)
+    return text if len(text) <= chars else text[:chars - 1] + "…"

@@ -335,3 +335,33 @@ def test_groups_that_hold_each_other_in_turn_are_cut_into_a_tree() -> None:
     shown, info = names.select(looped, top=None)
     assert sorted(shown["name"]) == ["A", "B", "C"] and info["shown"] == 3
     assert list(shown["name"]) == ["C", "B", "A"] and list(shown["indent"]) == [0, 0, 1]
+
+
+def test_a_very_long_range_name_is_cut_on_the_console_and_kept_whole_in_json(data_dir, tmp_path, monkeypatch,
+                                                                              capsys) -> None:
+    """A fuzzer's recording: every range named with 1,000 characters printed a 355-line report of six ranges (each
+    name wrapped to ~29 lines in each table and whole in the summary). The console and the summary's sentences cut
+    it to :data:`pcietrace.text.NAME_CHARS`; JSON keeps every call's name whole."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pcietrace.text import NAME_CHARS
+
+    rec = tmp_path / "long"
+    shutil.copytree(data_dir / "attach_h100_python", rec)
+    t = pq.read_table(rec / "events.parquet")
+    pushed = pa.compute.is_in(t.column("event"), pa.array(["push", "start"]))
+    long = pa.compute.binary_join_element_wise(pa.scalar("y" * 1000), t.column("message").cast(pa.string()), "")
+    named = pa.compute.if_else(pushed, long, t.column("message").cast(pa.string()))
+    i = t.schema.get_field_index("message")
+    pq.write_table(t.set_column(i, t.schema.field(i), named.cast(t.schema.field(i).type)), rec / "events.parquet")
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["report", str(rec)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) <= 130 and any("…" in line for line in lines) and not any("y" * 200 in line for line in lines)
+    assert main(["report", str(rec), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert all(len(r["name"]) > 1000 for r in doc["results"]["range_instances"])
+    assert all(len(line) < 1000 for line in doc["summary"]["lines"]) and NAME_CHARS < 1000

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pcietrace.text import shortened
+
 
 #: Key figures per GPU of a run (the ``per_gpu`` result table): bytes per eager launch (95 % half-widths),
 #: graph launch bytes (fixed + per node, H2D), host cost per launch call (us; native loops, and from Python
@@ -273,10 +275,10 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
         items = []
         for r in top.itertuples():
             if pd.notna(r.launch_overhead_ms):
-                items.append(f"{r.name} {r.launch_overhead_ms:,.1f} ms of launch overhead"
+                items.append(f"{shortened(r.name)} {r.launch_overhead_ms:,.1f} ms of launch overhead"
                              + (f" (graphs could save up to {r.graph_savings_ms:,.1f} ms)" if pd.notna(r.graph_savings_ms) else ""))
             else:
-                items.append(f"{r.name} {r.eager_launches + r.graph_launches:,.0f} launches")
+                items.append(f"{shortened(r.name)} {r.eager_launches + r.graph_launches:,.0f} launches")
         lines.append("Top ranges by launch overhead (nested ranges include their children's): " + "; ".join(items) + ".")
         lines += _left_out(meta, results)
         if len(wr) and pd.notna(wr.iloc[0].get("program_graph_savings_ms", math.nan)):

@@ -18,6 +18,7 @@ from pcietrace.report.console.cells import (domain_mark, esc, gpu_list, ms_cell,
                                             pm_lines, stated_err)
 from pcietrace.report.console.system import head, system_table, topology_tables
 from pcietrace.report.notes import with_sentences
+from pcietrace.text import shortened
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
                 + ([f"{r.stalls} stall{'s' * (r.stalls != 1)}"] if getattr(r, "stalls", 0) else []) \
                 + ([f"{r.unknown_calls:,} {r.status}"] if partly(r) else [])
             pad = " " * INDENT * min(int(getattr(r, "indent", 0) or 0), MAX_INDENT)
-            return pad + esc(r.name) + domain_mark(r.domain, one_domain) + (
+            return pad + esc(shortened(r.name)) + domain_mark(r.domain, one_domain) + (
                 f"\n[yellow]({', '.join(marks)})[/]" if marks and marked else "")
 
         def partly(r: Any) -> bool:  # a long run's few calls over a stall that could hide a wrap: the rest measured

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pcietrace.analysis.summary import gpu_label
-from pcietrace.text import clean
+from pcietrace.text import clean, shortened
 
 
 DIR_LABEL = {"h2d": "H2D", "d2h": "D2H"}
@@ -107,7 +107,7 @@ def new_table(title: str, columns: list[tuple[str, str]], caption: str | None = 
 def domain_mark(domain: Any, one_domain: bool) -> str:
     """A range name's domain beside it where ranges of several domains share a table; NVTX's default domain
     (no domain: torch.cuda.nvtx, nvtxRangePushA) goes unsaid."""
-    return "" if one_domain or str(domain) == "default" else f" [dim]({esc(str(domain))})[/]"
+    return "" if one_domain or str(domain) == "default" else f" [dim]({esc(shortened(domain))})[/]"
 
 
 def unknown(v: Any) -> str:

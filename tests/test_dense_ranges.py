@@ -46,6 +46,10 @@ def test_grouping_choices() -> None:
     assert list(names.group_names(s, "name")) == list(s)
     with pytest.raises(ValueError):
         names.group_names(s, "other")
+    # (spaces around an op: one group, not three that read alike; a fuzzer's names)
+    spaced = pd.Series(["aten::mm ,seq = 1", " aten::mm", "aten::mm, op_id = 3", "  "])
+    assert list(names.group_names(spaced, "op")) == ["aten::mm", "aten::mm", "aten::mm", "  "]
+    assert list(names.group_names(spaced, "name")) == list(spaced)
 
 
 def test_groups_nest_as_their_calls_do(emit) -> None:

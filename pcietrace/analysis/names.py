@@ -48,6 +48,10 @@ def group_names(names: pd.Series, how: str = DEFAULT_GROUP_BY) -> pd.Series:
     groups = pd.Series(uniques, dtype=object)
     if how != "name":
         groups = groups.str.replace(_EMIT_SUFFIX, "", regex=True).str.replace(_DEEP_NAMESPACE, "", regex=True)
+        # (spaces around what is left: "aten::mm ,seq = 1" is aten::mm, and a leading space reads as nesting on
+        # the console; a name of spaces alone stays itself)
+        stripped = groups.str.strip()
+        groups = stripped.where(stripped != "", groups)
         if how == "numbered":
             groups = groups.str.replace(_TRAILING_NUMBER, "#", regex=True)
     # each instance's group as a code into the distinct groups (one string per group, not per instance)

@@ -369,3 +369,23 @@ def test_a_very_long_range_name_is_cut_on_the_console_and_kept_whole_in_json(dat
     doc = json.loads(capsys.readouterr().out)
     assert all(len(r["name"]) > 1000 for r in doc["results"]["range_instances"])
     assert all(len(line) < 1000 for line in doc["summary"]["lines"]) and NAME_CHARS < 1000
+
+
+def test_an_op_called_again_inside_itself_counts_once(data_dir) -> None:
+    """The hooks app (bf16 autocast, emit_nvtx): autocast calls ``aten::linear`` again inside each of its calls, so
+    256 of its 512 calls sit in another. Its row summed both: 1,408 launches, H2D 8.13 MB, ±114 MB. Inclusive
+    figures now sum the outermost calls (what the inner ones did is in them), exclusive ones every call."""
+    from pcietrace.analysis import nesting
+
+    res = analyze(Session.load(data_dir / "attach_h200_hooks"))
+    inst, row = res["range_instances"], res["ranges"].set_index("name").loc["aten::linear"]
+    calls = inst[inst["group"] == "aten::linear"]
+    code = pd.factorize(inst["group"].astype(str))[0]
+    inner = nesting.inside_own_group(inst["parent"].to_numpy(), code)[calls.index]
+    outer = calls[~inner]
+    assert inner.sum() == 256 and row["calls"] == len(calls) == 512
+    assert row["eager_launches"] == outer["eager_launches"].sum() < calls["eager_launches"].sum()
+    assert row["h2d_bytes"] == pytest.approx(outer["h2d_bytes"].sum())
+    assert row["incl_ms"] == pytest.approx(outer["duration_ns"].sum() / 1e6)
+    assert row["excl_ms"] == pytest.approx(calls["excl_ns"].sum() / 1e6)
+    assert row["h2d_edge_bytes"] <= outer["h2d_edge_bytes"].sum() + 1e-6

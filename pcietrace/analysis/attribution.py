@@ -951,6 +951,13 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     if "group" not in at:
         at["group"] = at["name"]
     g = at.groupby(["domain", "group"], sort=False, observed=True)
+    if "parent" in at:  # a call inside another call of its group (autocast's re-dispatched op): counted in that one's
+        inner = nesting.inside_own_group(at["parent"].to_numpy(), g.ngroup().to_numpy())
+        if inner.any():  # (its inclusive figures as 0 in the sums, none counted twice, unknown ones still unknown;
+            # its exclusive ones its own)
+            at = at.assign(**{c: at[c].where(~inner | at[c].isna(), 0) for c in INCLUSIVE_SUMS if c in at})
+            g = at.groupby(["domain", "group"], sort=False, observed=True)
+        del inner
     out = g.agg(calls=("name", "size"), incl_ms=("duration_ns", "sum"), excl_ms=("excl_ns", "sum"),
                 h2d_raw_bytes=("h2d_raw_bytes", "sum"), d2h_raw_bytes=("d2h_raw_bytes", "sum"),
                 h2d_edge_bytes=("h2d_edge_bytes", "sum"), d2h_edge_bytes=("d2h_edge_bytes", "sum"),
@@ -1060,6 +1067,12 @@ def within_parents(table: pd.DataFrame) -> pd.DataFrame:
             t[f"{d}_edge_bytes"] = edge
     return t
 
+
+#: The instances' figures that hold their nested calls' (summed over a group's outermost calls only, where calls
+#: of a group nest in one another: :func:`summarize`).
+INCLUSIVE_SUMS = ("duration_ns", "h2d_raw_bytes", "d2h_raw_bytes", "h2d_edge_bytes", "d2h_edge_bytes", "h2d_bytes",
+                  "d2h_bytes", "h2d_floor_err_bytes", "d2h_floor_err_bytes", "eager_launches", "graph_launches",
+                  "captured_launches", "graph_savings_ms", "gpu_busy_ns")
 
 SUMMARY_COLUMNS = ["domain", "name", "calls", "names", "gpus", "incl_ms", "excl_ms", "h2d_bytes", "d2h_bytes", "excl_h2d_bytes",
                    "h2d_raw_bytes", "d2h_raw_bytes", "h2d_edge_bytes", "d2h_edge_bytes", "h2d_floor_err_bytes",

@@ -108,6 +108,22 @@ def parents(instances: pd.DataFrame) -> pd.Series:
     return out
 
 
+def inside_own_group(parent: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Per instance (``parent``: each one's parent's row, -1 for none, :func:`parent_rows`; ``group``: a code per
+    instance, -1 for none): whether an instance enclosing it is of its own group, as where PyTorch's autocast
+    re-dispatches an op inside a call of itself (``aten::linear`` in ``aten::linear``) or a module nests in one of
+    its kind. A level a pass, over the instances still climbing."""
+    out = np.zeros(len(parent), bool)
+    at = np.flatnonzero(parent >= 0)  # (the instances whose chain goes on, and where each has reached)
+    up = parent[at]
+    while at.size:
+        out[at] |= group[up] == group[at]
+        up = parent[up]
+        on = (up >= 0) & ~out[at]
+        at, up = at[on], up[on]
+    return out & (group >= 0)
+
+
 def parent_rows(index: pd.Index, parent: pd.Series) -> np.ndarray:
     """Each instance's parent's row position (-1 for none) from :func:`parents`' labels, looked up in ``index``;
     32-bit where the rows' count fits (a long run's instances: half the bytes, and faster to gather by)."""

@@ -236,6 +236,8 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     memory.release_freed()  # (the events' and the nesting's arrays: their holes fit the sums badly)
     group = names.group_names(ranges["name"], options.group_by)  # (the summary's groups: their calls' edges shared)
     codes, keys = _summary_groups(ranges, group)
+    # (a call inside another of its group is in that call's total: its edges pair with none of the group's)
+    codes[nesting.inside_own_group(nesting.parent_rows(ranges.index, parent), codes)] = -1
     found = _by_gpu(s, ranges, in_range, codes)
     del in_range, codes
     if options.release_samples:

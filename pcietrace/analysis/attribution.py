@@ -916,7 +916,7 @@ def launches_by_untraced_threads(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns: float,
-              shared: pd.DataFrame | None = None) -> pd.DataFrame:
+              shared: pd.DataFrame | None = None, inner: np.ndarray | None = None) -> pd.DataFrame:
     """Per (domain, name), every figure a total over its ``calls`` (none is per call); where ``attributed``
     carries ``group`` (:func:`pcietrace.analysis.names.group_names`) per (domain, group) instead, the group
     in ``name`` and how many distinct names it holds in ``names``; ``gpus`` (sorted NVML
@@ -939,7 +939,9 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     instances' ``graph_savings_ms``, :func:`pcietrace.analysis.savings.predict_ms` per call; NaN without it),
     ``gpu_busy_ms``
     (``attach --gpu-time``: the GPU ran its process's kernels; NaN unknown) and ``short_calls`` (calls shorter
-    than ``short_ns``, whose bytes rest on interpolation between counter samples)."""
+    than ``short_ns``, whose bytes rest on interpolation between counter samples). ``inner``: per instance, whether
+    it lies in another call of its group (:func:`pcietrace.analysis.nesting.inside_own_group`): its inclusive
+    figures (:data:`INCLUSIVE_SUMS`) are in that call's, and the totals leave them out."""
     if not len(attributed):
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     rank = {s: i for i, s in enumerate(STATUSES)}
@@ -950,14 +952,10 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
                            short=(attributed["duration_ns"] < short_ns).to_numpy())
     if "group" not in at:
         at["group"] = at["name"]
+    if inner is not None and inner.any():  # (its inclusive figures as 0 in the sums, none counted twice, unknown
+        # ones still unknown; its exclusive ones its own)
+        at = at.assign(**{c: at[c].where(~inner | at[c].isna(), 0) for c in INCLUSIVE_SUMS if c in at})
     g = at.groupby(["domain", "group"], sort=False, observed=True)
-    if "parent" in at:  # a call inside another call of its group (autocast's re-dispatched op): counted in that one's
-        inner = nesting.inside_own_group(at["parent"].to_numpy(), g.ngroup().to_numpy())
-        if inner.any():  # (its inclusive figures as 0 in the sums, none counted twice, unknown ones still unknown;
-            # its exclusive ones its own)
-            at = at.assign(**{c: at[c].where(~inner | at[c].isna(), 0) for c in INCLUSIVE_SUMS if c in at})
-            g = at.groupby(["domain", "group"], sort=False, observed=True)
-        del inner
     out = g.agg(calls=("name", "size"), incl_ms=("duration_ns", "sum"), excl_ms=("excl_ns", "sum"),
                 h2d_raw_bytes=("h2d_raw_bytes", "sum"), d2h_raw_bytes=("d2h_raw_bytes", "sum"),
                 h2d_edge_bytes=("h2d_edge_bytes", "sum"), d2h_edge_bytes=("d2h_edge_bytes", "sum"),

@@ -114,8 +114,8 @@ def inside_own_group(parent: np.ndarray, group: np.ndarray) -> np.ndarray:
     re-dispatches an op inside a call of itself (``aten::linear`` in ``aten::linear``) or a module nests in one of
     its kind. A level a pass, over the instances still climbing."""
     out = np.zeros(len(parent), bool)
-    at = np.flatnonzero(parent >= 0)  # (the instances whose chain goes on, and where each has reached)
-    up = parent[at]
+    at = np.flatnonzero(parent >= 0).astype(parent.dtype, copy=False)  # (the instances still climbing; and where
+    up = parent[at]  # each has reached)
     while at.size:
         out[at] |= group[up] == group[at]
         up = parent[up]

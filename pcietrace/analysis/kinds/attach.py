@@ -237,7 +237,8 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     group = names.group_names(ranges["name"], options.group_by)  # (the summary's groups: their calls' edges shared)
     codes, keys = _summary_groups(ranges, group)
     # (a call inside another of its group is in that call's total: its edges pair with none of the group's)
-    codes[nesting.inside_own_group(nesting.parent_rows(ranges.index, parent), codes)] = -1
+    inner = nesting.inside_own_group(nesting.parent_rows(ranges.index, parent), codes)
+    codes[inner] = -1
     found = _by_gpu(s, ranges, in_range, codes)
     del in_range, codes
     if options.release_samples:
@@ -314,7 +315,8 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
         del p  # (its own figures per instance: not kept beside the instances)
         memory.release_freed()  # (the prediction's working arrays, gone before the summary's)
     tree = names.group_tree(inst).rename(columns={"group": "name"})
-    ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns, shared=shared_by)
+    ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns, shared=shared_by, inner=inner)
+    del inner
     if len(ranges_table):
         ranges_table = ranges_table.drop(columns=["parent_domain", "parent_name", "level"]).merge(tree, on=["domain", "name"], how="left")
         # (a trace with lines left out can pair a push with another pop than its recorded depth says: two calls of

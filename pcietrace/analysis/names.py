@@ -108,12 +108,12 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
     within = np.bincount(key[off], minlength=n_keys) == 0
     del up, gpus, off
     level = np.full(n_keys, -2, np.int64)  # (-2: not yet known)
-    for k in range(n_keys):  # one step per group (not per range; loops cut above)
+    for k in range(n_keys):  # one step per group (not per range; no loop left: _cut_cycles)
         chain, cur = [], k
-        while cur >= 0 and level[cur] == -2 and cur not in chain and len(chain) <= n_keys:
+        while cur >= 0 and level[cur] == -2:
             chain.append(cur)
             cur = int(parent_of[cur])
-        base = int(level[cur]) if cur >= 0 and level[cur] != -2 else -1
+        base = int(level[cur]) if cur >= 0 else -1
         for i, c in enumerate(reversed(chain)):
             level[c] = base + 1 + i
     names = {c: instances[c].iloc[first].to_numpy(object) for c in ("domain", "group")}

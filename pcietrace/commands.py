@@ -100,10 +100,13 @@ def _emit(meta: dict[str, Any], results: Any, args: argparse.Namespace) -> None:
 def _check_range_view(args: argparse.Namespace, kind: str | None) -> None:
     """Refuse the options that choose among NVTX ranges for a report that has none to choose (a run, latency
     or graphs report): they would be dropped without a word."""
+    from pcietrace.analysis.names import DEFAULT_GROUP_BY, DEFAULT_SORT
+
     if str(kind).startswith("attach"):
         return
     given = [o for o, on in (("--top", args.top), ("--all", args.all), ("--filter", args.filter),
-                             ("--sort", args.sort != "incl_ms"), ("--group-by", args.group_by != "op")) if on]
+                             ("--sort", args.sort != DEFAULT_SORT), ("--group-by", args.group_by != DEFAULT_GROUP_BY))
+             if on]
     if given:
         raise UsageError(f"{', '.join(given)}: {args.path} is a {kind or 'run'} report; these choose among an attach "
                          "run's NVTX ranges")

@@ -173,6 +173,16 @@ def compare(truth: pd.DataFrame, ranges: pd.DataFrame, inst: pd.DataFrame, app_c
     return pd.DataFrame(rows)
 
 
+def op_launches(meta: dict, ranges: pd.DataFrame) -> pd.DataFrame:
+    """Per op both sides name (the hooks app's ``op_launches``: torch.profiler's op tree, per call, times the app's
+    ``emit_calls``): launches expected vs attach's per-op row (grouped by op, the default)."""
+    truth = pd.Series(meta["op_launches"], dtype=float) * meta["emit_calls"]
+    got = ranges[ranges["domain"] == "default"].set_index("name")
+    both = truth.index.intersection(got.index)
+    return pd.DataFrame({"expected": truth[both], "attach": got.loc[both, "eager_launches"] + got.loc[both, "graph_launches"],
+                         "calls": got.loc[both, "calls"]}).sort_values("expected", ascending=False)
+
+
 def overhead(r: Runner, pairs: int) -> dict:
     """Alone vs attached, BLIND_TRUTH=0, alternated ABBA; the loop's wall time and per-range durations."""
     od = r.out / "overhead"
@@ -284,6 +294,17 @@ def main() -> int:
     extra = sorted(set(ranges["name"]) - set(truth.index)) if len(ranges) else []
     if extra:  # (emit_nvtx's per-op ranges: thousands)
         print(f"ranges attach saw that the app did not make: {len(extra)}, e.g. {extra[:5]}")
+    if "op_launches" in ameta:
+        ol = op_launches(ameta, ranges)
+        exact = int((ol["expected"] == ol["attach"]).sum())
+        print(f"\nper op (torch.profiler's op tree: its kernels {ameta['op_kernels_placed']} placed of "
+              f"{ameta['op_kernels_ran']} run per call; x{ameta['emit_calls']} calls): launches exact for {exact} of "
+              f"{len(ol)} ops both name")
+        with pd.option_context("display.width", 200, "display.max_rows", 400):
+            print(ol.to_string())
+        summary_ops = json.loads(ol.reset_index(names="op").to_json(orient="records"))
+    else:
+        summary_ops = None
     wr = rep["results"].get("whole_run", [])
     if wr:
         mb = lambda v: "–" if v is None else f"{v / 1e6:,.1f}"  # (None: a wrap risk, no figure)
@@ -294,7 +315,7 @@ def main() -> int:
     summary = {"app": a.app, "calls": a.calls, "python": a.python, "attach_args": a.attach_args, "app_meta_alone": meta,
                "app_meta_attached": ameta, "comparison": json.loads(c.to_json(orient="records")),
                "truth_alone": json.loads(truth.reset_index().to_json(orient="records")),
-               "attach_summary_lines": rep.get("summary", {}).get("lines")}
+               "attach_summary_lines": rep.get("summary", {}).get("lines"), "op_launches": summary_ops}
     if a.pairs:
         print(f"\nruntime: alone vs attached, BLIND_TRUTH=0, {a.pairs} pairs (ABBA)", flush=True)
         ov = overhead(r, a.pairs)

@@ -11,7 +11,10 @@ Each phase is one enclosing range whose truth the app reads itself with NVML aro
 - ``emit_train``: the same steps under ``torch.autograd.profiler.emit_nvtx()`` (a range per op, no shapes).
 
 ``launches_expected`` (per call): the kernels the GPU ran in one call, counted by torch.profiler (CUPTI) outside
-every range (blind_app.py's rows; copies and memsets left out).
+every range (blind_app.py's rows; copies and memsets left out). ``op_launches`` (meta, per call of ``emit_train``):
+per op, the kernels launched inside its calls that lie in no other call of the same op (autocast calls
+``aten::linear`` again inside ``aten::linear``), from torch.profiler's op tree: what attach's per-op rows, grouped by
+op, should count over ``emit_calls`` calls (the warm-ups' too).
 
     BLIND_OUT=hooks.jsonl python3 tests/apps/hooks_app.py
     HOOKS_TRAIN_STEPS=60 BLIND_OUT=hooks.jsonl python3 tests/apps/hooks_app.py   # training ranges of ~1 s
@@ -32,6 +35,42 @@ BATCH, SEQ, DIM, HEADS, LAYERS, STEPS = 16, 128, 256, 4, 4, 10
 #: Training steps per call of ``amp_train`` and ``emit_train`` (``HOOKS_TRAIN_STEPS``: longer ranges, more reads
 #: in each).
 TRAIN_STEPS = int(os.environ.get("HOOKS_TRAIN_STEPS", "4"))
+
+
+def op_kernels(dev: torch.device, body) -> tuple[dict[str, int], int, int]:
+    """Per op name, the kernels (copies and memsets left out) launched inside its outermost calls in one call of
+    ``body``, by torch.profiler's op tree (each kernel is listed under the host event that launched it); with the
+    kernels the tree placed and all the kernels the GPU ran, which should agree."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        body()
+        torch.cuda.synchronize(dev)
+    events = prof.events()
+    cuda = torch.autograd.DeviceType.CUDA
+    host = [e for e in events if e.device_type != cuda]
+    ran = sum(1 for e in events if e.device_type == cuda and not e.name.startswith(("Memcpy", "Memset"))
+              and e.name not in {h.name for h in host})
+    own = {id(e): sum(1 for k in e.kernels if not k.name.startswith(("Memcpy", "Memset"))) for e in host}
+    subtree: dict[int, int] = {}
+
+    def inside(e) -> int:
+        if id(e) not in subtree:
+            subtree[id(e)] = own[id(e)] + sum(inside(c) for c in e.cpu_children)
+        return subtree[id(e)]
+
+    found: dict[str, int] = {}
+
+    def walk(e, open_names: frozenset) -> None:
+        if e.name not in open_names:
+            found[e.name] = found.get(e.name, 0) + inside(e)
+        for c in e.cpu_children:
+            walk(c, open_names | {e.name})
+
+    for e in host:
+        if e.cpu_parent is None:
+            walk(e, frozenset())
+    return found, sum(own.values()), ran
 
 
 def main() -> int:
@@ -100,6 +139,7 @@ def main() -> int:
     # (emit_nvtx is the profiler too: its phase's kernels counted on the same steps without it)
     kernels = {name: kernels_run(dev, lambda: train(False) if name == "emit_train" else body())
                for name, body in bodies.items()}
+    op_launches, placed, ran = op_kernels(dev, lambda: train(False))
     payload = BATCH * SEQ * DIM * 4 * TRAIN_STEPS
     phases = {"hooked_fwd": (ranged("hooked_fwd", hooked_fwd), 0, None, kernels["hooked_fwd"]),
               "amp_train": (ranged("amp_train", bodies["amp_train"]), payload, "h2d", kernels["amp_train"]),
@@ -107,7 +147,9 @@ def main() -> int:
 
     counters = Counters(bus_id_of(dev.index)) if truth_on else None
     lines, loop_ns = rounds(dev, counters, calls, phases)
-    write_rows(out_path, run_meta(dev, truth_on, calls, counters, list(phases), kernels=kernels), lines, loop_ns,
+    write_rows(out_path, run_meta(dev, truth_on, calls, counters, list(phases), kernels=kernels,
+                                  op_launches=op_launches, op_kernels_placed=placed, op_kernels_ran=ran,
+                                  emit_calls=2 + calls), lines, loop_ns,
                calls)
     return 0
 

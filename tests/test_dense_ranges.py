@@ -389,3 +389,21 @@ def test_an_op_called_again_inside_itself_counts_once(data_dir) -> None:
     assert row["incl_ms"] == pytest.approx(outer["duration_ns"].sum() / 1e6)
     assert row["excl_ms"] == pytest.approx(calls["excl_ns"].sum() / 1e6)
     assert row["h2d_edge_bytes"] <= outer["h2d_edge_bytes"].sum() + 1e-6
+
+
+def test_every_op_s_launches_match_torch_profilers_op_tree(data_dir) -> None:
+    """Against an oracle of the same run: the hooks app's process counted, by torch.profiler's op tree, the kernels
+    launched inside each op's outermost calls of one ``emit_train`` call (``op_launches``; hooks_app.op_kernels),
+    and ran ``emit_calls`` such calls under emit_nvtx. attach's row of every op both name, grouped by op, counts
+    as many; ``aten::linear``'s calls inside its own calls (autocast) count once."""
+    folder = data_dir / "attach_h200_hooks_ops"
+    app = json.loads((folder / "app_meta.json").read_text())
+    assert app["op_kernels_placed"] == app["op_kernels_ran"] > 0  # (the tree placed every kernel the GPU ran)
+    res = analyze(Session.load(folder))
+    rows = res["ranges"].set_index("name")
+    truth = {op: n * app["emit_calls"] for op, n in app["op_launches"].items() if op in rows.index}
+    assert len(truth) >= 80 and sum(truth.values()) > 0
+    assert {op: int(rows.loc[op, "eager_launches"] + rows.loc[op, "graph_launches"]) for op in truth} == truth
+    inst = res["range_instances"]
+    every_call = inst.loc[inst["group"] == "aten::linear", "eager_launches"].sum()
+    assert truth["aten::linear"] < every_call  # (summing every call would count the inner ones twice)

@@ -49,8 +49,9 @@ def op_kernels(dev: torch.device, body) -> tuple[dict[str, int], int, int]:
     events = prof.events()
     cuda = torch.autograd.DeviceType.CUDA
     host = [e for e in events if e.device_type != cuda]
+    host_names = {h.name for h in host}
     ran = sum(1 for e in events if e.device_type == cuda and not e.name.startswith(("Memcpy", "Memset"))
-              and e.name not in {h.name for h in host})
+              and e.name not in host_names)
     own = {id(e): sum(1 for k in e.kernels if not k.name.startswith(("Memcpy", "Memset"))) for e in host}
     subtree: dict[int, int] = {}
 

@@ -151,35 +151,43 @@ def cmd_report(args: argparse.Namespace) -> int:
     _check_range_view(args, session.meta.get("kind"))
     samples = session.sample_file.rows if session.sample_file else len(session.samples)
     sizes = f"{samples:,} counter samples, {len(session.events):,} events"
-    try:
-        # (the events let go once the ranges are made, the samples once read: nothing after the analysis reads them)
-        results = analyze(session, args.us_per_level, args.group_by, release_events=True, release_samples=True)
-    except MemoryError:
-        raise OutOfMemory(f"out of memory analysing {args.path} ({sizes}): report it on a machine with more "
-                          f"memory") from None
-    if args.instances is not None:
-        from pcietrace.session import write_instances
-
+    trace = None
+    # (a spinner on a terminal, nothing elsewhere: a long run's analysis takes a minute; it ends before the report)
+    with _feedback().busy(f"analysing {args.path} ({sizes})") as status:
         try:
-            # (a result is read-only: the rendered tables are a copy naming the file instead)
-            results = {**results, "range_instances": write_instances(results["range_instances"], args.instances)}
-        except OSError as exc:
-            raise UsageError(f"cannot write the range instances to {args.instances}: {exc.strerror or exc}") from None
-    if args.perfetto is not None:
-        if session.meta.get("kind") == "attach-failed":
-            raise UsageError(f"--perfetto: {args.path} is an attach run stopped before its program ran: no trace")
-        if session.meta.get("kind") != "attach":
-            raise UsageError("--perfetto needs a report made by `pcietrace attach`")
-        from pcietrace.report.perfetto import write_trace
+            # (the events let go once the ranges are made, the samples once read: nothing after the analysis reads
+            # them)
+            results = analyze(session, args.us_per_level, args.group_by, release_events=True, release_samples=True)
+        except MemoryError:
+            raise OutOfMemory(f"out of memory analysing {args.path} ({sizes}): report it on a machine with more "
+                              f"memory") from None
+        if args.instances is not None:
+            from pcietrace.session import write_instances
 
+            status.update(f"writing the range instances to {args.instances}")
+            try:
+                # (a result is read-only: the rendered tables are a copy naming the file instead)
+                results = {**results, "range_instances": write_instances(results["range_instances"], args.instances)}
+            except OSError as exc:
+                raise UsageError(f"cannot write the range instances to {args.instances}: {exc.strerror or exc}") \
+                    from None
+        if args.perfetto is not None:
+            if session.meta.get("kind") == "attach-failed":
+                raise UsageError(f"--perfetto: {args.path} is an attach run stopped before its program ran: no trace")
+            if session.meta.get("kind") != "attach":
+                raise UsageError("--perfetto needs a report made by `pcietrace attach`")
+            from pcietrace.report.perfetto import write_trace
+
+            status.update(f"writing the Perfetto trace {args.perfetto}")
+            try:
+                trace = write_trace(session, results, args.perfetto)
+            except (OSError, MemoryError) as exc:
+                raise UsageError(f"cannot write the Perfetto trace to {args.perfetto}: "
+                                 f"{getattr(exc, 'strerror', None) or exc or 'out of memory'}") from None
+    if trace is not None:
         from pcietrace.record.attach import trace_size
 
-        try:
-            info = write_trace(session, results, args.perfetto)
-        except (OSError, MemoryError) as exc:
-            raise UsageError(f"cannot write the Perfetto trace to {args.perfetto}: "
-                             f"{getattr(exc, 'strerror', None) or exc or 'out of memory'}") from None
-        print(f"Perfetto trace: {args.perfetto}{trace_size(info)}", file=sys.stderr)
+        print(f"Perfetto trace: {args.perfetto}{trace_size(trace)}", file=sys.stderr)
     _emit(session.meta, results, args)
     return 0
 

@@ -84,14 +84,19 @@ def _to_parquet(df: pd.DataFrame, path: Path, **options: Any) -> None:
     schema = pa.Schema.from_pandas(df, preserve_index=False)
     row_bytes = df.memory_usage(index=False).sum() / max(len(df), 1)
     rows = int(min(ROWS_PER_GROUP, max(1 << 16, GROUP_BYTES // max(row_bytes, 1))))
-    partial = path.with_name(path.name + ".partial")  # (a save cut short leaves no file that reads as whole)
+    # (a save cut short leaves no file that reads as whole; a device or a pipe, e.g. /dev/null, is written in
+    # place: renamed over, the device's node would become a file)
+    path = Path(path)
+    partial = path if path.exists() and not path.is_file() else path.with_name(path.name + ".partial")
     try:
         with pq.ParquetWriter(partial, schema, **options) as writer:
             for at in range(0, max(len(df), 1), rows):
                 writer.write_table(pa.Table.from_pandas(df.iloc[at:at + rows], schema=schema, preserve_index=False))
-        os.replace(partial, path)
+        if partial != path:
+            os.replace(partial, path)
     finally:
-        partial.unlink(missing_ok=True)
+        if partial != path:
+            partial.unlink(missing_ok=True)
 
 
 def _bools(col: pd.Series) -> bool:

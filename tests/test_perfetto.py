@@ -21,3 +21,41 @@ def test_perfetto_of_an_attach_stopped_before_its_program_says_so(copy, tmp_path
     edit_report(folder, lambda doc: doc["meta"].update(kind="attach-failed", status="interrupted before the program ran"))
     line = one_line_exit_2(["report", str(folder), "--perfetto", str(tmp_path / "t.json")], capsys)
     assert "attach run stopped before its program ran" in line
+
+
+def test_report_says_what_it_is_doing_on_a_terminal_and_nothing_elsewhere(data_dir, tmp_path, monkeypatch,
+                                                                         capsys) -> None:
+    """A long run's report analyses for a minute: on a terminal a status line says so (and then that it writes the
+    trace), gone before the report; piped, stderr holds only the trace's line."""
+    from pcietrace.cli import main
+
+    args = ["report", str(data_dir / "attach_h100_python"), "--perfetto", str(tmp_path / "t.json")]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "analysing" not in err and "Perfetto trace:" in err
+    monkeypatch.setattr("rich.console.Console.is_terminal", property(lambda self: True))
+    assert main(args) == 0
+    out = capsys.readouterr()
+    assert "analysing" in out.err and "writing the Perfetto trace" in out.err and "Perfetto trace:" in out.err
+    assert "analysing" not in out.out
+
+
+def test_instances_into_a_device_or_a_pipe_leave_it_one(data_dir, tmp_path, capsys) -> None:
+    """--instances into a device or a pipe: written into it in place (Parquet needs a file it can seek: a pipe is
+    refused in one line). It was written beside it and renamed over it, which as root turned /dev/full into a
+    file."""
+    import os
+    import stat
+    import threading
+
+    fifo = tmp_path / "instances.fifo"
+    os.mkfifo(fifo)
+    reader = threading.Thread(target=lambda: open(fifo, "rb").read())  # (the writer's open waits for a reader)
+    reader.start()
+    rec = str(data_dir / "attach_h100_python")
+    assert "cannot write the range instances" in one_line_exit_2(["report", rec, "--instances", str(fifo)], capsys)
+    reader.join(30)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and not list(tmp_path.glob("*.partial"))
+    if Path("/dev/full").exists() and stat.S_ISCHR(os.stat("/dev/full").st_mode):
+        assert "No space" in one_line_exit_2(["report", rec, "--instances", "/dev/full"], capsys)
+        assert stat.S_ISCHR(os.stat("/dev/full").st_mode) and not Path("/dev/full.partial").exists()

@@ -220,3 +220,26 @@ def test_what_each_process_s_range_edges_cost_it_is_shown_where_its_library_time
         p, = timed
         assert f"its {p['edges']:,} range edges took at least {p['edges_ms']:,.1f} ms of its threads" in text
         assert f"({p['edge_ns']:,.0f} ns each inside attach's library" in text
+
+
+def test_the_per_node_and_savings_tables_cut_a_long_name_too() -> None:
+    """A 1,000-character range name in the per-node ranges table and in `compare`'s savings table: cut with "…"
+    as in the ranges table (it wrapped over 33 lines; a reviewer's case). SIMULATED rows."""
+    from rich.console import Console
+
+    from pcietrace.report.console.attach import ranges_by_host_table
+    from pcietrace.report.console.compare import savings_table
+    from pcietrace.text import NAME_CHARS
+
+    name = "§" * 1000
+    by_host = pd.DataFrame({"domain": ["d"], "name": [name], "node": ["n0"], "host": ["h0"], "calls": [1],
+                            "incl_ms": [1.0], "status": ["ok"], "h2d_bytes": [1e6], "d2h_bytes": [1e6],
+                            "h2d_edge_bytes": [0.0], "h2d_floor_err_bytes": [0.0]})
+    saved = pd.DataFrame({"domain": ["d"], "name": [name], "eager_ms": [2.0], "graphed_ms": [1.0],
+                          "eager_launches": [10], "measured_ms": [1.0], "predicted_ms": [1.0], "error_pct": [0.0],
+                          "launch_bound": [True]})
+    for table in (ranges_by_host_table(by_host), savings_table(saved, ["a", "b"])):
+        c = Console(width=80, record=True)
+        c.print(table)
+        text = c.export_text()
+        assert "…" in text and text.count("§") <= NAME_CHARS

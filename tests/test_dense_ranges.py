@@ -50,6 +50,8 @@ def test_grouping_choices() -> None:
     spaced = pd.Series(["aten::mm ,seq = 1", " aten::mm", "aten::mm, op_id = 3", "  "])
     assert list(names.group_names(spaced, "op")) == ["aten::mm", "aten::mm", "aten::mm", "  "]
     assert list(names.group_names(spaced, "name")) == list(spaced)
+    # (the spaces go before the namespaces: " x::y::z" was x::y::z beside z; a reviewer's; namespaces alone stay)
+    assert list(names.group_names(pd.Series(["x::y::z", " x::y::z", "x::y::"]), "op")) == ["z", "z", "x::y::"]
 
 
 def test_groups_nest_as_their_calls_do(emit) -> None:
@@ -407,3 +409,30 @@ def test_every_op_s_launches_match_torch_profilers_op_tree(data_dir) -> None:
     inst = res["range_instances"]
     every_call = inst.loc[inst["group"] == "aten::linear", "eager_launches"].sum()
     assert truth["aten::linear"] < every_call  # (summing every call would count the inner ones twice)
+
+
+def test_an_op_s_least_figure_keeps_inner_calls_whose_outer_call_is_unknown(data_dir) -> None:
+    """The real hooks recording, one outer ``aten::linear`` call made unknown (a wrap risk) and given a stall its
+    inner call shares (SIMULATED: its figures edited): the group's measured total, the least it moved, keeps the
+    inner call's bytes (they were lost with the outer call's: "≥ 0.000" on a group of one such pair), and the stall
+    counts once, as the inner call's launches do. A reviewer's cases."""
+    from pcietrace.analysis import nesting
+
+    res = analyze(Session.load(data_dir / "attach_h200_hooks"))
+    inst = res["range_instances"].copy()
+    code = pd.factorize(inst["group"].astype(str))[0]
+    inner = nesting.inside_own_group(inst["parent"].to_numpy(), code)
+    calls = inst["group"] == "aten::linear"
+    one = int(np.flatnonzero(inner & calls.to_numpy())[0])
+    outer = int(inst["parent"].iloc[one])
+    assert inst["group"].iloc[outer] == "aten::linear"
+    figures = ["h2d_bytes", "d2h_bytes", "excl_h2d_bytes", "excl_d2h_bytes"]
+    inst.loc[outer, figures] = np.nan
+    inst.loc[outer, "status"] = "wrap risk"
+    inst.loc[[outer, one], "stalls"] = 1
+    row = attribution.summarize(inst, None, 0, inner=inner).set_index("name").loc["aten::linear"]
+    alone = calls & ~pd.Series(inner, index=inst.index) & inst["h2d_bytes"].notna()
+    for d in ("h2d", "d2h"):
+        assert np.isnan(row[f"{d}_bytes"])
+        assert row[f"{d}_measured_bytes"] == pytest.approx(inst.loc[alone, f"{d}_bytes"].sum() + inst.loc[one, f"{d}_bytes"])
+    assert row["stalls"] == 1 and row["unknown_calls"] == 1

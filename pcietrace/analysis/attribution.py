@@ -941,7 +941,8 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     (``attach --gpu-time``: the GPU ran its process's kernels; NaN unknown) and ``short_calls`` (calls shorter
     than ``short_ns``, whose bytes rest on interpolation between counter samples). ``inner``: per instance, whether
     it lies in another call of its group (:func:`pcietrace.analysis.nesting.inside_own_group`): its inclusive
-    figures (:data:`INCLUSIVE_SUMS`) are in that call's, and the totals leave them out."""
+    figures (:data:`INCLUSIVE_SUMS`) are in that call's, and the totals leave them out; the measured totals keep
+    it where no enclosing call of its group was measured."""
     if not len(attributed):
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     rank = {s: i for i, s in enumerate(STATUSES)}
@@ -952,8 +953,9 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
                            short=(attributed["duration_ns"] < short_ns).to_numpy())
     if "group" not in at:
         at["group"] = at["name"]
-    if inner is not None and inner.any():  # (its inclusive figures as 0 in the sums, none counted twice, unknown
-        # ones still unknown; its exclusive ones its own)
+    inner = inner if inner is not None and inner.any() else None
+    if inner is not None:  # (its inclusive figures as 0 in the sums, none counted twice, unknown ones still
+        # unknown; its exclusive ones its own)
         at = at.assign(**{c: at[c].where(~inner | at[c].isna(), 0) for c in INCLUSIVE_SUMS if c in at})
     g = at.groupby(["domain", "group"], sort=False, observed=True)
     out = g.agg(calls=("name", "size"), incl_ms=("duration_ns", "sum"), excl_ms=("excl_ns", "sum"),
@@ -979,6 +981,15 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     del names, name_codes, pairs
     calls = out["calls"].to_numpy()
     measured = g["h2d_bytes"].count().to_numpy()  # ("ok" calls: each has both directions' figures)
+    # the measured totals also hold the "ok" calls inside calls of their group that are not (a wrap risk): what
+    # they moved is the least their group moved, and no "ok" call of it holds them
+    alone = None
+    if inner is not None and "parent" in attributed and attributed["h2d_bytes"].isna().any():
+        has = attributed["h2d_bytes"].notna().to_numpy()
+        parent = attributed["parent"].to_numpy()
+        covered = nesting.inside_own_group(parent if parent.dtype.kind in "iu" else parent.astype(np.int64), ids,
+                                           by=has, rows=np.flatnonzero(inner & has))
+        alone = np.flatnonzero(inner & has & ~covered & (ids >= 0))
     out["unknown_calls"] = calls - measured
     # totals that are unknown (NaN) where any call's figure is (one fitted floor serves every call: its error
     # adds up, it does not average out)
@@ -993,7 +1004,9 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
         total = g[col].sum().to_numpy()  # (over the calls with a figure)
         bytes_ok = name in ("h2d_bytes", "d2h_bytes")
         if bytes_ok:  # the "ok" calls' own total: what they measured, where any were
-            out[name.replace("_bytes", "_measured_bytes")] = np.where(measured > 0, total, np.nan)
+            least = total if alone is None or not alone.size else \
+                total + np.bincount(ids[alone], attributed[col].to_numpy(float)[alone], len(out))
+            out[name.replace("_bytes", "_measured_bytes")] = np.where(measured > 0, least, np.nan)
         if at[col].isna().any():
             total = np.where((measured if bytes_ok else g[col].count().to_numpy()) < calls, np.nan, total)
         out[name] = total / 1e6 if name == "gpu_busy_ms" else total
@@ -1070,7 +1083,7 @@ def within_parents(table: pd.DataFrame) -> pd.DataFrame:
 #: of a group nest in one another: :func:`summarize`).
 INCLUSIVE_SUMS = ("duration_ns", "h2d_raw_bytes", "d2h_raw_bytes", "h2d_edge_bytes", "d2h_edge_bytes", "h2d_bytes",
                   "d2h_bytes", "h2d_floor_err_bytes", "d2h_floor_err_bytes", "eager_launches", "graph_launches",
-                  "captured_launches", "graph_savings_ms", "gpu_busy_ns")
+                  "captured_launches", "graph_savings_ms", "gpu_busy_ns", "stalls")
 
 SUMMARY_COLUMNS = ["domain", "name", "calls", "names", "gpus", "incl_ms", "excl_ms", "h2d_bytes", "d2h_bytes", "excl_h2d_bytes",
                    "h2d_raw_bytes", "d2h_raw_bytes", "h2d_edge_bytes", "d2h_edge_bytes", "h2d_floor_err_bytes",

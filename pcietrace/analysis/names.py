@@ -47,11 +47,12 @@ def group_names(names: pd.Series, how: str = DEFAULT_GROUP_BY) -> pd.Series:
         codes, uniques = pd.factorize(names.astype(str), sort=False)
     groups = pd.Series(uniques, dtype=object)
     if how != "name":
-        groups = groups.str.replace(_EMIT_SUFFIX, "", regex=True).str.replace(_DEEP_NAMESPACE, "", regex=True)
-        # (spaces around what is left: "aten::mm ,seq = 1" is aten::mm, and a leading space reads as nesting on
-        # the console; a name of spaces alone stays itself)
-        stripped = groups.str.strip()
-        groups = stripped.where(stripped != "", groups)
+        base = groups.str.replace(_EMIT_SUFFIX, "", regex=True)
+        # (spaces around the name, taken off before its namespaces: "aten::mm ,seq = 1" is aten::mm, " x::y::z" is
+        # z as "x::y::z" is, and a leading space reads as nesting on the console; a name of spaces or namespaces
+        # alone stays itself)
+        stripped = base.str.strip().str.replace(_DEEP_NAMESPACE, "", regex=True).str.strip()
+        groups = stripped.where(stripped != "", base)
         if how == "numbered":
             groups = groups.str.replace(_TRAILING_NUMBER, "#", regex=True)
     # each instance's group as a code into the distinct groups (one string per group, not per instance)

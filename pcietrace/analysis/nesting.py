@@ -108,16 +108,19 @@ def parents(instances: pd.DataFrame) -> pd.Series:
     return out
 
 
-def inside_own_group(parent: np.ndarray, group: np.ndarray) -> np.ndarray:
+def inside_own_group(parent: np.ndarray, group: np.ndarray, by: np.ndarray | None = None,
+                     rows: np.ndarray | None = None) -> np.ndarray:
     """Per instance (``parent``: each one's parent's row, -1 for none, :func:`parent_rows`; ``group``: a code per
     instance, -1 for none): whether an instance enclosing it is of its own group, as where PyTorch's autocast
     re-dispatches an op inside a call of itself (``aten::linear`` in ``aten::linear``) or a module nests in one of
-    its kind. A level a pass, over the instances still climbing."""
+    its kind. ``by``: only enclosing instances where it is True count; ``rows``: only these instances are asked
+    (the rest False). A level a pass, over the instances still climbing."""
     out = np.zeros(len(parent), bool)
-    at = np.flatnonzero(parent >= 0).astype(parent.dtype, copy=False)  # (the instances still climbing; and where
-    up = parent[at]  # each has reached)
+    at = np.flatnonzero(parent >= 0) if rows is None else rows[parent[rows] >= 0]
+    at = at.astype(parent.dtype, copy=False)  # (the instances still climbing; and where each has reached)
+    up = parent[at]
     while at.size:
-        out[at] |= group[up] == group[at]
+        out[at] |= (group[up] == group[at]) if by is None else (group[up] == group[at]) & by[up]
         up = parent[up]
         on = (up >= 0) & ~out[at]
         at, up = at[on], up[on]

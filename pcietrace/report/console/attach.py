@@ -249,7 +249,7 @@ def ranges_by_host_table(rh: pd.DataFrame) -> Table:
                   caption="each node's own figures, as in the table above; MB = 10^6 B")
     for r in rh.sort_values(["domain", "name"], kind="stable").itertuples():
         ok = getattr(r, "status", "ok") == "ok"
-        t.add_row(esc(r.name), esc(r.node), esc(r.host), str(r.calls), num(r.incl_ms, ",.2f"),
+        t.add_row(esc(shortened(r.name)), esc(r.node), esc(r.host), str(r.calls), num(r.incl_ms, ",.2f"),
                   pm(r.h2d_bytes / 1e6, stated_err(r, "h2d") / 1e6, ",.3f") if ok else f"[red]{r.status}[/]",
                   num(r.d2h_bytes / 1e6, ",.3f") if ok else f"[red]{r.status}[/]")
     return t

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from pcietrace.analysis.compare import RUN_TO_RUN_PCT
 from pcietrace.report.console.cells import domain_mark, esc, new_table, num, pm, summary_lines
+from pcietrace.text import shortened
 
 
 def compare_table(cmp: pd.DataFrame, names: list[str], letters: str | None = None, title: str = "Comparison") -> Table:
@@ -82,7 +83,7 @@ def savings_table(sv: pd.DataFrame, paths: list[str]) -> Table:
         return "–" if x is None or pd.isna(x) else f"{x:+.0f} %"
 
     for r in sv.itertuples():
-        t.add_row(esc(r.name) + domain_mark(r.domain, one_domain), num(r.eager_ms, ",.2f"),
+        t.add_row(esc(shortened(r.name)) + domain_mark(r.domain, one_domain), num(r.eager_ms, ",.2f"),
                   num(r.graphed_ms, ",.2f"), num(r.eager_launches), num(r.measured_ms, ",.2f"),
                   num(r.predicted_ms, ",.2f"), err(r.error_pct),
                   "–" if pd.isna(r.launch_bound) else "yes" if r.launch_bound else "no")

@@ -220,7 +220,7 @@ class Session:
         except schema.Invalid as exc:
             raise ReportError(f"{report}: {exc}") from None
         tables = {t: _table(report, t, pd.DataFrame.from_records(doc["tables"].get(t, [])), doc["meta"]) for t in TABLES}
-        on_disk = _sample_file(samples_file) if samples_on_disk and doc["meta"].get("kind") == "attach" else None
+        on_disk = _sample_file(samples_file, doc["meta"]) if samples_on_disk and doc["meta"].get("kind") == "attach" else None
         if on_disk is None:
             samples = _gpu_bytes(_parquet(samples_file, doc["meta"], required=True))
             counts = samples["nvml_index"].value_counts() if len(samples) else pd.Series(dtype=int)
@@ -345,6 +345,9 @@ class SampleFile:
     gpus: dict[int, tuple[int, int]]
     t_min_ns: int
     t_max_ns: int
+    #: The samples' declared columns and kinds (:func:`pcietrace.schema.table_columns`), checked on each GPU's read
+    #: as a whole file's are on load.
+    columns: dict[str, str] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
@@ -352,13 +355,14 @@ class SampleFile:
         return sum(n for _, n in self.gpus.values())
 
     @classmethod
-    def open(cls, path: Path) -> "SampleFile | None":
-        """The file's GPUs and span, or None where its rows are not by GPU (then it is read whole)."""
+    def open(cls, path: Path, columns: dict[str, str] | None = None) -> "SampleFile | None":
+        """The file's GPUs and span, or None where its rows are not by GPU or lack a declared column (then it is
+        read whole, which says so)."""
         import pyarrow.parquet as pq
 
         pf = pq.ParquetFile(path)
         meta, names = pf.metadata, pf.schema_arrow.names
-        if "nvml_index" not in names or "t_ns" not in names or not meta.num_rows:
+        if any(c not in names for c in ("nvml_index", "t_ns", *(columns or {}))) or not meta.num_rows:
             return None
         gpu_col, t_col = names.index("nvml_index"), names.index("t_ns")
         counts: dict[int, int] = {}
@@ -376,7 +380,7 @@ class SampleFile:
             return None
         starts = np.r_[0, np.cumsum(list(counts.values()))[:-1]]
         return cls(Path(path), {g: (int(a), n) for (g, n), a in zip(counts.items(), starts)},
-                   int(min(st.min for st in stats)), int(max(st.max for st in stats)))
+                   int(min(st.min for st in stats)), int(max(st.max for st in stats)), dict(columns or {}))
 
     def read(self, gpu: int) -> pd.DataFrame:
         """GPU ``gpu``'s samples, as :meth:`Session.load` holds samples, indexed by their rows in the file: only the
@@ -390,6 +394,11 @@ class SampleFile:
         if len(df) != n:  # (changed since it was opened)
             raise ReportError(f"{self.path} changed while it was read (GPU {gpu}: {len(df)} samples, not {n})")
         df.index = pd.RangeIndex(start, start + n)
+        if self.columns:
+            try:
+                df = schema.check_table(df, "samples", self.columns)
+            except schema.Invalid as exc:
+                raise ReportError(f"{self.path}: {exc}") from None
         return _gpu_bytes(df)
 
 
@@ -407,20 +416,24 @@ def _check_ranges(file: Path, meta: dict[str, Any], events: pd.DataFrame) -> Non
     range openings the saved events held (record/attach.py: processes), and without them the ranges and
     launches would be reported as none, not as unknown."""
     procs = meta.get("processes")
-    want = sum(p["ranges"] for p in procs if isinstance(p, dict) and isinstance(p.get("ranges"), int)) \
-        if isinstance(procs, list) else 0
+    counted = [p["ranges"] for p in procs if isinstance(p, dict) and isinstance(p.get("ranges"), int)] \
+        if isinstance(procs, list) else []
+    want = sum(counted)
     have = int(events["event"].isin(["push", "start"]).sum()) if "event" in events else 0
     if have < want:
         what = "is missing" if not file.is_file() else f"holds {have} of the {want} range openings report.json counts"
         raise ReportError(f"{file} {what}: the attach run's NVTX ranges and launches are needed to analyse it")
+    if counted and len(counted) == len(procs) and have > want:  # (every process counted: more is a copy's rows)
+        raise ReportError(f"{file} holds {have} range openings, report.json counts {want}: its events were changed "
+                          "(rows repeated?) since the run saved them")
 
 
-def _sample_file(file: Path) -> SampleFile | None:
+def _sample_file(file: Path, meta: dict[str, Any]) -> SampleFile | None:
     """``file``'s samples to be read a GPU at a time (None: missing, not by GPU, or read whole)."""
     if not file.is_file():
         return None
     try:
-        return SampleFile.open(file)
+        return SampleFile.open(file, schema.table_columns("samples", meta))
     except Exception:  # (a damaged file: read whole, which says how)
         return None
 

@@ -310,6 +310,13 @@ def _back_launches(e: pd.DataFrame) -> pd.DataFrame:
     ("attach_h100_python", lambda r: edit_report(r, lambda d: d["meta"].update(exit_code=2**40)), "0..255"),
     ("attach_h100_python", lambda r: edit_report(r, lambda d: d["meta"]["launch_costs"].update(
         host_us_per_eager_launch=1e300)), "launch_costs"),
+    # (an attach run's samples are read a GPU at a time: their columns went unchecked, KeyError and casting
+    # tracebacks; its events repeated doubled every range's figures; a fuzzer's)
+    ("attach_h100_python", lambda r: _samples(r, lambda s: s.drop(columns="read_ns")), "samples.read_ns: missing"),
+    ("attach_h100_python", lambda r: _samples(r, lambda s: s.assign(read_ns=s["read_ns"].astype(str))),
+     "samples.read_ns"),
+    ("attach_h100_python", lambda r: _events(r, lambda e: pd.concat([e, e]).sort_values("t_ns", kind="stable")),
+     "range openings"),
 ])
 def test_impossible_values_are_refused_in_one_line(copy, capsys, name, damage, says) -> None:
     """Each damage changed or dropped figures without a word (negative latencies in the headline, a 300-digit
@@ -317,6 +324,18 @@ def test_impossible_values_are_refused_in_one_line(copy, capsys, name, damage, s
     run = copy(name)
     damage(run)
     assert says in one_line_exit_2(["report", str(run), "--json"], capsys)
+
+
+def test_ranges_with_no_name_are_no_group_not_another_s(copy, capsys) -> None:
+    """Pushed ranges whose names are all null (a damaged file: the library writes "" for none) ended in an
+    IndexError; a null name among others took the last group's name. A fuzzer's case."""
+    from pcietrace.analysis import names
+    from pcietrace.cli import main
+
+    run = copy("attach_h100_python")
+    _events(run, lambda e: e.assign(message=e["message"].where(e["event"] != "push", None)))
+    assert main(["report", str(run)]) == 0 and "Traceback" not in capsys.readouterr().err
+    assert list(names.group_names(pd.Series(["a", None, "b"], dtype="category"), "op").isna()) == [False, True, False]
 
 
 def test_never_popped_ranges_are_said(data_dir) -> None:

@@ -227,8 +227,9 @@ def _add_helped(counted: dict[str, np.ndarray], whole: dict[str, np.ndarray], pu
         others |= whole[k][push_rows] > counted[k][push_rows]
     if not others.any():
         return
-    engine_named = np.asarray(names.categories.astype(str).str.startswith(threads.ENGINE_PREFIX), bool)
-    engine_named = engine_named[names.codes] & (names.codes >= 0)
+    # (a code of -1, a range with no name, names no engine; one more slot, False, where it lands)
+    engine_named = np.append(np.asarray(names.categories.astype(str).str.startswith(threads.ENGINE_PREFIX), bool),
+                             False)[names.codes]
     for p in np.unique(pid[others]):
         rows = np.flatnonzero(pid == p)
         engine = threads.engine_threads(tid[rows], depth[rows], engine_named[rows])

@@ -57,7 +57,8 @@ def group_names(names: pd.Series, how: str = DEFAULT_GROUP_BY) -> pd.Series:
             groups = groups.str.replace(_TRAILING_NUMBER, "#", regex=True)
     # each instance's group as a code into the distinct groups (one string per group, not per instance)
     group_codes, distinct = pd.factorize(groups.to_numpy(object))
-    return pd.Series(pd.Categorical.from_codes(group_codes[codes] if len(codes) else np.zeros(0, np.int64),
+    # (a range with no name, code -1: no group; it took the last group's)
+    return pd.Series(pd.Categorical.from_codes(np.append(group_codes, -1)[codes] if len(codes) else np.zeros(0, np.int64),
                                                pd.Index(distinct, dtype=object)), index=names.index)
 
 

@@ -248,9 +248,9 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     gap_ns = max(gaps.values(), default=0.0)  # the in-range gap: what edges rest on
     if idle_interval_ns(s.meta) and len(gaps):
         notes.append(Note("idle_sampling", idle_ms=idle_interval_ns(s.meta) / 1e6, gap_ms=gap_ns / 1e6))
-    if quiet_interval_ns(s.meta) > float(s.meta.get("sample_interval_ms") or 0.0) * 1e6:
-        notes.append(Note("quiet_sampling", quiet_ms=quiet_interval_ns(s.meta) / 1e6,
-                          fast_ms=float(s.meta["sample_interval_ms"])))
+    fast_ms = s.meta.get("sample_interval_ms")  # (None in a report.json edited without it: no such note)
+    if fast_ms is not None and quiet_interval_ns(s.meta) > float(fast_ms) * 1e6:
+        notes.append(Note("quiet_sampling", quiet_ms=quiet_interval_ns(s.meta) / 1e6, fast_ms=float(fast_ms)))
     fl = found.floor
     sums = found.take("sums")
     shared = sums.pop("shared") if sums is not None else None

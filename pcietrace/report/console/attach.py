@@ -235,7 +235,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
 def edge_cost(process: dict[str, Any]) -> str:
     """What a process's NVTX range edges cost its threads (:func:`pcietrace.record.attach.processes`), as a
     clause of the process line ("" where its library did not time them)."""
-    if process.get("edges_ms") is None:
+    if any(process.get(k) is None for k in ("edges", "edges_ms", "edge_ns")):
         return ""
     return (f"; its {process['edges']:,} range edges took at least {process['edges_ms']:,.1f} ms of its threads "
             f"({process['edge_ns']:,.0f} ns each inside attach's library)")

@@ -128,11 +128,11 @@ def _check_perfetto_target(target: Path, recording: Path, option: str = "--perfe
     from pcietrace.session import EVENTS_FILE, REPORT_FILE, SAMPLES_FILE
 
     if target.is_dir():
-        raise UsageError(f"--perfetto {target}: that is a folder; give the trace file's name")
+        raise UsageError(f"{option} {target}: that is a folder; give the file's name")
     own_dir = recording_files(recording)[0].parent
     other = is_run(target.parent) and not (own_dir.exists() and os.path.samefile(target.parent, own_dir))
     if other or (target.name in (REPORT_FILE, SAMPLES_FILE, EVENTS_FILE) and is_run(target.parent)):
-        raise UsageError(f"--perfetto {target}: that is in the folder of another saved run ({target.parent}), whose "
+        raise UsageError(f"{option} {target}: that is in the folder of another saved run ({target.parent}), whose "
                          "files it could replace; choose another folder")
 
 
@@ -149,6 +149,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         return _report_merged(args)
     session = Session.load(args.path, samples_on_disk=True)  # (an attach run's: read a GPU at a time)
     _check_range_view(args, session.meta.get("kind"))
+    if args.instances is not None and not str(session.meta.get("kind")).startswith("attach"):
+        raise UsageError(f"--instances: {args.path} is a {session.meta.get('kind') or 'run'} report; it writes an "
+                         "attach run's NVTX range calls")
     samples = session.sample_file.rows if session.sample_file else len(session.samples)
     sizes = f"{samples:,} counter samples, {len(session.events):,} events"
     trace = None
@@ -163,6 +166,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                               f"memory") from None
         if args.instances is not None:
             from pcietrace.session import write_instances
+
 
             status.update(f"writing the range instances to {args.instances}")
             try:

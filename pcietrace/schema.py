@@ -601,6 +601,8 @@ GRAPHS_META = obj({"graphs_plan": obj({"kernel_us": RANGE})})
 #: What each kind of session's metadata must hold beyond :data:`META` (an attach whose program never ran,
 #: "attach-failed", has no program times).
 KIND_META = {"attach": ATTACH_META, "graphs": GRAPHS_META}
+#: ``meta.kind`` of every kind of session (none: a run's).
+KINDS = ("run", "latency", "attach", "attach-failed", "graphs")
 DOC = obj({"schema": STR, "meta": META, "tables": obj({})}, {"results": obj({})})
 
 #: Column kinds: "int" (integers, no nulls), "pos" (integers >= 1, no nulls: graph sizes, which analyses divide
@@ -724,7 +726,10 @@ def check_doc(doc: Any) -> None:
     if version < SCHEMA_VERSION:
         raise Invalid("schema", f"{doc['schema']} is older than {SCHEMA} and cannot be read")
     DOC(doc, "report")
-    KIND_META.get(str(doc["meta"].get("kind")), obj({}))(doc["meta"], "meta")
+    kind = doc["meta"].get("kind")
+    if kind is not None and kind not in KINDS:  # (else a missing table of another kind was what it said)
+        raise Invalid("meta.kind", f"unknown kind {_show(kind)} (one of {', '.join(KINDS)})")
+    KIND_META.get(str(kind), obj({}))(doc["meta"], "meta")
     seen: set[int] = set()
     for i, g in enumerate(doc["meta"]["gpus"]):  # tables are keyed by nvml_index: one GPU record each
         if g["nvml_index"] in seen:

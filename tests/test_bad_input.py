@@ -317,6 +317,7 @@ def _back_launches(e: pd.DataFrame) -> pd.DataFrame:
      "samples.read_ns"),
     ("attach_h100_python", lambda r: _events(r, lambda e: pd.concat([e, e]).sort_values("t_ns", kind="stable")),
      "range openings"),
+    ("attach_h100_python", lambda r: edit_report(r, lambda d: d["meta"].update(kind="ATTACH")), "unknown kind"),
 ])
 def test_impossible_values_are_refused_in_one_line(copy, capsys, name, damage, says) -> None:
     """Each damage changed or dropped figures without a word (negative latencies in the headline, a 300-digit

@@ -59,3 +59,13 @@ def test_instances_into_a_device_or_a_pipe_leave_it_one(data_dir, tmp_path, caps
     if Path("/dev/full").exists() and stat.S_ISCHR(os.stat("/dev/full").st_mode):
         assert "No space" in one_line_exit_2(["report", rec, "--instances", "/dev/full"], capsys)
         assert stat.S_ISCHR(os.stat("/dev/full").st_mode) and not Path("/dev/full.partial").exists()
+
+
+def test_instances_of_a_report_with_no_ranges_or_into_a_folder_are_refused_naming_the_option(data_dir, tmp_path,
+                                                                                             capsys) -> None:
+    """--instances on a run report wrote a 0-row Parquet file of bool columns, and into a folder it was refused as
+    "--perfetto DIR" (a fuzzer's)."""
+    line = one_line_exit_2(["report", str(data_dir / "h100_run"), "--instances", str(tmp_path / "i.parquet")], capsys)
+    assert line.startswith("pcietrace: error: --instances") and not (tmp_path / "i.parquet").exists()
+    line = one_line_exit_2(["report", str(data_dir / "attach_h100_python"), "--instances", str(tmp_path)], capsys)
+    assert "--instances" in line and "--perfetto" not in line

@@ -577,3 +577,25 @@ def test_the_sampler_stop_returns_when_a_child_died_holding_its_lock() -> None:
     t0 = time.monotonic()
     out = s.stop(timeout_s=2.0)
     assert time.monotonic() - t0 < 10 and not sleeper.is_alive() and list(out.columns)
+
+
+def test_a_counter_that_steps_back_and_stays_is_a_reset_not_its_later_samples_left_out(data_dir) -> None:
+    """The hooks recording's D2H counter set back 60 MB from halfway (SIMULATED damage; a step the link could
+    have made backwards in one interval): every later sample was left out as reads swapped (2,211 of 4,053 kept,
+    "at least 0.0 MB H2D", no note). Now it is a counter reset: every sample kept, one jump, said in a note;
+    reads merged from several readers still leave out their short runs (the C++ exact-edges recording)."""
+    from pcietrace.analysis import analyze
+    from pcietrace.analysis.counters import cumulative_bytes
+    from pcietrace.session import Session
+
+    s = Session.load(data_dir / "attach_h200_hooks")
+    half = len(s.samples) // 2
+    tx = s.samples["tx_raw"].to_numpy().astype(np.int64)
+    tx[half:] = (tx[half:] - 60_000_000) % 2**32
+    s.samples = s.samples.assign(tx_raw=tx.astype(np.uint64))
+    cum = cumulative_bytes(s.samples, s.counters)
+    assert len(cum) == len(s.samples) and int(cum["jump"].sum()) == 1
+    assert any(n.code == "counter_reset" for n in analyze(s)["notes"]["note"])
+    exact = Session.load(data_dir / "attach_h100_blind_cpp_exact")
+    kept = cumulative_bytes(exact.samples, exact.counters)
+    assert len(kept) < len(exact.samples) and not kept["jump"].any()

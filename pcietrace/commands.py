@@ -366,5 +366,9 @@ def _compare_attach(args: argparse.Namespace, sessions: list[Any]) -> int:
     if not len(table):  # else an empty table and exit 0
         raise UsageError(f"{args.paths[0]} and {args.paths[1]} have no NVTX range in common (by domain and name): "
                          "compare two attach runs of one program, eager then graphed")
+    if not table["graph_launches_graphed"].fillna(0).sum() > 0:  # (two unrelated runs, or both eager)
+        print(f"pcietrace: note: {args.paths[1]} made no graph launch in the ranges both runs name: its ranges ran "
+              "eager, so what it saved is not what CUDA graphs save (compare an eager run, then a graphed one, of "
+              "one program)", file=sys.stderr)
     emit_savings(table, [str(p) for p in args.paths], "json" if args.json else args.format)
     return 0

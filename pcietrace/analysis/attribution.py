@@ -958,39 +958,15 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     if inner is not None:  # (its inclusive figures as 0 in the sums, none counted twice, unknown ones still
         # unknown; its exclusive ones its own)
         at = at.assign(**{c: at[c].where(~inner | at[c].isna(), 0) for c in INCLUSIVE_SUMS if c in at})
-    # each call's group as a number (groups in order of first appearance, -1 for a call of no group), and every
-    # figure a column at a time by bincount: pandas' grouping by the two columns held ~550 MiB of working arrays
-    # at 1e7 calls, the largest step of a long run's analysis
-    ids, first = _group_ids(at["domain"], at["group"])
+    g = at.groupby(["domain", "group"], sort=False, observed=True)
+    out = g.agg(calls=("name", "size"), incl_ms=("duration_ns", "sum"), excl_ms=("excl_ns", "sum"),
+                h2d_raw_bytes=("h2d_raw_bytes", "sum"), d2h_raw_bytes=("d2h_raw_bytes", "sum"),
+                h2d_edge_bytes=("h2d_edge_bytes", "sum"), d2h_edge_bytes=("d2h_edge_bytes", "sum"),
+                status_rank=("status_rank", "max"), stalls=("stalls", "sum"),
+                short_calls=("short", "sum")).reset_index()
+    out["short_calls"] = out["short_calls"].astype(np.int64)
+    ids = g.ngroup().to_numpy()  # (each instance's group, -1 for none: pandas' nunique sorts every instance)
     known = ids >= 0
-    every = bool(known.all())
-    n_groups = len(first)
-
-    def numbers(col: str) -> np.ndarray:  # (a column's values on the calls of a group)
-        v = at[col].to_numpy()
-        return v if every else v[known]
-    kept = ids if every else ids[known]
-
-    def total(col: str) -> np.ndarray:  # (over the calls with a figure; whole numbers stay whole)
-        v = numbers(col)
-        if v.dtype.kind == "f" and np.isnan(v).any():
-            v = np.where(np.isnan(v), 0.0, v)
-        out = np.bincount(kept, v, n_groups)
-        return np.rint(out).astype(np.int64) if v.dtype.kind in "iub" else out
-
-    def count(col: str) -> np.ndarray:  # (the calls with a figure)
-        v = numbers(col)
-        return np.bincount(kept[~np.isnan(v)] if v.dtype.kind == "f" else kept, minlength=n_groups)
-
-    out = pd.DataFrame({c: at[c].iloc[first].astype(str).to_numpy(object) for c in ("domain", "group")})
-    out["calls"] = np.bincount(kept, minlength=n_groups)
-    for name, col in (("incl_ms", "duration_ns"), ("excl_ms", "excl_ns"), ("h2d_raw_bytes", "h2d_raw_bytes"),
-                      ("d2h_raw_bytes", "d2h_raw_bytes"), ("h2d_edge_bytes", "h2d_edge_bytes"),
-                      ("d2h_edge_bytes", "d2h_edge_bytes"), ("stalls", "stalls"), ("short_calls", "short")):
-        out[name] = total(col)
-    worst = np.full(n_groups, np.nan)  # (NaN: no call's status known)
-    np.fmax.at(worst, kept, numbers("status_rank").astype(float))
-    out["status_rank"] = worst
     names = at["name"]  # (a categorical column's own codes: no hashing of every instance's name)
     name_codes, distinct_names = ((names.cat.codes.to_numpy(), names.cat.categories)
                                   if isinstance(names.dtype, pd.CategoricalDtype) else pd.factorize(names))
@@ -1005,7 +981,7 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     out.insert(1 + list(out.columns).index("calls"), "names", np.bincount(pairs // n_names, minlength=len(out)))
     del names, name_codes, pairs
     calls = out["calls"].to_numpy()
-    measured = count("h2d_bytes")  # ("ok" calls: each has both directions' figures)
+    measured = g["h2d_bytes"].count().to_numpy()  # ("ok" calls: each has both directions' figures)
     # the measured totals also hold the "ok" calls inside calls of their group that are not (a wrap risk): what
     # they moved is the least their group moved, and no "ok" call of it holds them
     alone = None
@@ -1026,15 +1002,15 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
         if col not in at:  # (a figure no instance has: NaN for every group, no column of NaN per instance)
             out[name] = np.nan
             continue
-        summed = total(col)
+        total = g[col].sum().to_numpy()  # (over the calls with a figure)
         bytes_ok = name in ("h2d_bytes", "d2h_bytes")
         if bytes_ok:  # the "ok" calls' own total: what they measured, where any were
-            least = summed if alone is None or not alone.size else \
-                summed + np.bincount(ids[alone], attributed[col].to_numpy(float)[alone], len(out))
+            least = total if alone is None or not alone.size else \
+                total + np.bincount(ids[alone], attributed[col].to_numpy(float)[alone], len(out))
             out[name.replace("_bytes", "_measured_bytes")] = np.where(measured > 0, least, np.nan)
         if at[col].isna().any():
-            summed = np.where((measured if bytes_ok else count(col)) < calls, np.nan, summed)
-        out[name] = summed / 1e6 if name == "gpu_busy_ms" else summed
+            total = np.where((measured if bytes_ok else g[col].count().to_numpy()) < calls, np.nan, total)
+        out[name] = total / 1e6 if name == "gpu_busy_ms" else total
     # each group's GPUs, a sorted list as each instance's (instances share their lists: each distinct one read once)
     which, distinct = by_object(at["gpus"].to_numpy(object))
     pairs = pairs_of(known, which, len(distinct))
@@ -1043,9 +1019,10 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
     down = {}
     for d in DIRECTIONS:
         above = np.fmin(at[f"{d}_raw_bytes"].to_numpy(float), at[f"{d}_edge_bytes"].to_numpy(float))
-        down[d] = np.bincount(kept, above if every else above[known], len(out))
+        down[d] = np.bincount(ids[known], above[known], len(out)) if not known.all() else \
+            np.bincount(ids, above, len(out))
         del above
-    del ids, known, which, kept
+    del ids, known, which
     gpus: list[set[int]] = [set() for _ in range(len(out))]
     for k, j in zip(*np.divmod(pairs, len(distinct))):
         gpus[k].update(int(i) for i in distinct[j])
@@ -1071,21 +1048,6 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
         out["launch_overhead_ms"] = np.nan
     # (parent_domain, parent_name, level: where the caller places the groups in a tree, names.group_tree)
     return out.reindex(columns=SUMMARY_COLUMNS).sort_values("incl_ms", ascending=False, kind="stable").reset_index(drop=True)
-
-
-def _group_ids(domain: pd.Series, group: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's (``domain``, ``group``) as a number, in order of first appearance, -1 where either is missing;
-    and each number's first row."""
-    parts = [c.cat.codes.to_numpy() if isinstance(c.dtype, pd.CategoricalDtype)
-             else pd.factorize(c.to_numpy(object) if c.dtype == object else c)[0] for c in (domain, group)]
-    ids = nesting.codes(*parts)
-    missing = (parts[0] < 0) | (parts[1] < 0)
-    del parts
-    if missing.any():  # (numbered again without them)
-        ids[missing] = -1
-        ids[~missing] = pd.factorize(ids[~missing])[0]
-    first = np.flatnonzero(~pd.Series(ids, copy=False).duplicated().to_numpy())
-    return ids, first[ids[first] >= 0]
 
 
 def within_parents(table: pd.DataFrame) -> pd.DataFrame:

@@ -314,11 +314,9 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
         whole["program_graph_savings_ms"] = savings.outermost_ms(p)
         del p  # (its own figures per instance: not kept beside the instances)
         memory.release_freed()  # (the prediction's working arrays, gone before the summary's)
-    # (the summary before the tree: the tree's working arrays then fit in the summary's freed ones, not beside
-    # them at the peak)
+    tree = names.group_tree(inst).rename(columns={"group": "name"})
     ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns, shared=shared_by, inner=inner)
     del inner
-    tree = names.group_tree(inst).rename(columns={"group": "name"})
     if len(ranges_table):
         ranges_table = ranges_table.drop(columns=["parent_domain", "parent_name", "level"]).merge(tree, on=["domain", "name"], how="left")
         # (a trace with lines left out can pair a push with another pop than its recorded depth says: two calls of

@@ -318,6 +318,11 @@ def _back_launches(e: pd.DataFrame) -> pd.DataFrame:
     ("attach_h100_python", lambda r: _events(r, lambda e: pd.concat([e, e]).sort_values("t_ns", kind="stable")),
      "range openings"),
     ("attach_h100_python", lambda r: edit_report(r, lambda d: d["meta"].update(kind="ATTACH")), "unknown kind"),
+    # (a program or events outside the samples: "ran 79.88 s" of a 12.8 s program, every range "no data")
+    ("attach_h100_python", lambda r: edit_report(r, lambda d: d["meta"].update(t_app_start_ns=-1)),
+     "meta.t_app_start_ns -1 lies before the counter samples"),
+    ("attach_h100_python", lambda r: _events(r, lambda e: e.assign(t_ns=e["t_ns"] - 10**11)),
+     "events' first t_ns"),
 ])
 def test_impossible_values_are_refused_in_one_line(copy, capsys, name, damage, says) -> None:
     """Each damage changed or dropped figures without a word (negative latencies in the headline, a 300-digit
@@ -333,9 +338,13 @@ def test_ranges_with_no_name_are_no_group_not_another_s(copy, capsys) -> None:
     from pcietrace.analysis import names
     from pcietrace.cli import main
 
-    run = copy("attach_h100_python")
-    _events(run, lambda e: e.assign(message=e["message"].where(e["event"] != "push", None)))
-    assert main(["report", str(run)]) == 0 and "Traceback" not in capsys.readouterr().err
+    one = copy("attach_h100_python")
+    _events(one, lambda e: e.assign(message=e["message"].astype(object).where(
+        e.index != e.index[e["event"] == "push"][0], None)))
+    assert main(["report", str(one), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["results"]["ranges"]) == 5  # (the 5 named groups; none more)
+    _events(one, lambda e: e.assign(message=e["message"].where(e["event"] != "push", None)))
+    assert main(["report", str(one)]) == 0 and "Traceback" not in capsys.readouterr().err
     assert list(names.group_names(pd.Series(["a", None, "b"], dtype="category"), "op").isna()) == [False, True, False]
 
 

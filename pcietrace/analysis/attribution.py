@@ -966,6 +966,8 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
                 short_calls=("short", "sum")).reset_index()
     out["short_calls"] = out["short_calls"].astype(np.int64)
     ids = g.ngroup().to_numpy()  # (each instance's group, -1 for none: pandas' nunique sorts every instance)
+    if ids.dtype.kind == "f":  # (pandas marks a call of no group NaN, not -1: a range with no name)
+        ids = np.where(np.isnan(ids), -1, ids).astype(np.int64)
     known = ids >= 0
     names = at["name"]  # (a categorical column's own codes: no hashing of every instance's name)
     name_codes, distinct_names = ((names.cat.codes.to_numpy(), names.cat.categories)

@@ -84,6 +84,35 @@ def check(session: Any) -> None:
     if meta.get("kind") == "attach" and not meta["t_app_end_ns"] >= meta["t_app_start_ns"]:
         raise DataError(f"meta: the program ended (t_app_end_ns {meta['t_app_end_ns']}) before it started "
                         f"(t_app_start_ns {meta['t_app_start_ns']})")
+    if meta.get("kind") == "attach":
+        _within_samples(s)
+
+
+#: How far (ns) the program and its events may lie outside the counter samples' span: attach samples idle windows
+#: before and after the program (0.5 s each by default; recorded margins 0.3-2.3 s inside), so none lies outside.
+SPAN_SLACK_NS = 1_000_000_000
+
+
+def _within_samples(s: Any) -> None:
+    """An attach run's program (``meta.t_app_*``) and events lie within its samples' span (an edited time made every
+    range "no data", or a 79.88 s run of a 12.8 s program, without a word)."""
+    if s.sample_file is not None:
+        first, last = s.sample_file.t_min_ns, s.sample_file.t_max_ns
+    elif len(s.samples):
+        t = s.samples["t_ns"].to_numpy(np.int64)
+        first, last = int(t.min()), int(t.max())
+    else:
+        return
+    lo, hi = first - SPAN_SLACK_NS, last + SPAN_SLACK_NS
+    times = [("meta.t_app_start_ns", s.meta["t_app_start_ns"]), ("meta.t_app_end_ns", s.meta["t_app_end_ns"])]
+    host = gpu_time.host_events(s.events) if len(s.events) else s.events  # (the GPU's kernel records: its clock)
+    if len(host):
+        t = host["t_ns"].to_numpy(np.int64)
+        times += [("events' first t_ns", int(t.min())), ("events' last t_ns", int(t.max()))]
+    for what, t in times:
+        if not lo <= t <= hi:
+            raise DataError(f"{what} {t} lies {'before' if t < lo else 'after'} the counter samples "
+                            f"({first}..{last} ns) by more than {SPAN_SLACK_NS / 1e9:g} s")
 
 
 #: No figure a report holds comes near this (ns: three years; us, calls, launches: more): a larger one is a

@@ -200,6 +200,9 @@ def _report_merged(args: argparse.Namespace) -> int:
     """`report` of a merged report: its saved tables (the nodes' raw samples are never loaded together)."""
     from pcietrace import multinode
 
+    if args.instances is not None:  # (each node's recording holds its calls)
+        raise UsageError(f"--instances: {args.path} is a merged report, which holds its nodes' summaries; run it on a "
+                         "node's recording")
     merged = multinode.load(args.path, timelines=args.plot is not None)
     if args.perfetto is not None:
         folder = args.path if args.path.is_dir() else args.path.parent
@@ -366,7 +369,9 @@ def _compare_attach(args: argparse.Namespace, sessions: list[Any]) -> int:
     if not len(table):  # else an empty table and exit 0
         raise UsageError(f"{args.paths[0]} and {args.paths[1]} have no NVTX range in common (by domain and name): "
                          "compare two attach runs of one program, eager then graphed")
-    if not table["graph_launches_graphed"].fillna(0).sum() > 0:  # (two unrelated runs, or both eager)
+    graphed = table["graph_launches_graphed"]
+    if graphed.notna().any() and not graphed.fillna(0).sum() > 0:  # (two unrelated runs, or both eager; not a run
+        # whose launches were not counted, --no-count-launches)
         print(f"pcietrace: note: {args.paths[1]} made no graph launch in the ranges both runs name: its ranges ran "
               "eager, so what it saved is not what CUDA graphs save (compare an eager run, then a graphed one, of "
               "one program)", file=sys.stderr)

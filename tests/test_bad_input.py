@@ -608,3 +608,17 @@ def test_a_counter_that_steps_back_and_stays_is_a_reset_not_its_later_samples_le
     exact = Session.load(data_dir / "attach_h100_blind_cpp_exact")
     kept = cumulative_bytes(exact.samples, exact.counters)
     assert len(kept) < len(exact.samples) and not kept["jump"].any()
+    # (constructed, a reviewer's: a read held up 80 ms carrying a value from late in its span, the 80 reads after
+    # it below that value: reads swapped, no reset; and a swapped read just before a reset: the reset's step jumps)
+    t = np.arange(200, dtype=np.int64) * 500_000
+    true = np.arange(200, dtype=np.int64) * 1_000_000
+    late, read = true.copy(), np.full(200, 300_000)
+    late[50], read[50] = true[130], 80_000_000
+    frame = pd.DataFrame({"nvml_index": 0, "t_ns": t, "tx_raw": late, "rx_raw": late, "read_ns": read})
+    cum = cumulative_bytes(frame, {0: {"mode": "fields", "bits": 32}})
+    assert not cum["jump"].any() and cum["tx_bytes"].iloc[-1] == true[-1]
+    reset = np.r_[np.arange(100) * 1000 + 10_000_000, np.arange(100) * 1000]
+    reset[99] = reset[98] - 500
+    frame = pd.DataFrame({"nvml_index": 0, "t_ns": t, "tx_raw": reset, "rx_raw": reset, "read_ns": 300_000})
+    cum = cumulative_bytes(frame, {0: {"mode": "fields", "bits": 32}})
+    assert int(cum["jump"].sum()) == 1 and len(cum) >= 198 and cum["jump"].iloc[-101:].any()

@@ -137,6 +137,14 @@ def test_report_load_compare_and_every_format_read_a_merged_report(merged, tmp_p
     assert "ncclCommInitRankConfig" in capsys.readouterr().out
 
 
+def test_instances_of_a_merged_report_are_refused_in_one_line(merged, tmp_path, capsys) -> None:
+    """It exited 0 and wrote nothing (a reviewer's): each node's recording holds its calls."""
+    from conftest import one_line_exit_2
+
+    line = one_line_exit_2(["report", str(merged), "--instances", str(tmp_path / "i.parquet")], capsys)
+    assert "--instances" in line and "node's recording" in line
+
+
 def test_two_recordings_of_one_node_name_are_refused_in_one_line(nodes, tmp_path, capsys) -> None:
     from pcietrace.cli import main
 

@@ -278,3 +278,10 @@ def test_a_graphed_run_with_no_graph_launch_is_said(data_dir, capsys) -> None:
     assert "made no graph launch" in capsys.readouterr().err
     assert main(["compare", str(data_dir / "attach_h100_python"), str(data_dir / "attach_h100_python")]) == 0
     assert "made no graph launch" not in capsys.readouterr().err
+
+
+def test_a_graphed_run_whose_launches_were_not_counted_gets_no_such_note(data_dir, capsys) -> None:
+    """--no-count-launches: its graph launches are unknown, not none (a reviewer's case)."""
+    nocount = str(data_dir / "attach_h100_nocount")
+    assert main(["compare", nocount, nocount]) == 0
+    assert "made no graph launch" not in capsys.readouterr().err

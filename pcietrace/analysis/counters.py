@@ -181,15 +181,22 @@ def impossible_steps(movable: np.ndarray, *steps: np.ndarray) -> np.ndarray:
 SWAPPED_READS = 64
 
 
-def _held_back(keep: np.ndarray) -> np.ndarray:
+def _held_back(keep: np.ndarray, t_ns: np.ndarray, read_ns: np.ndarray | None) -> np.ndarray:
     """The first sample of each run of more than :data:`SWAPPED_READS` samples in a row that ``keep`` (:func:`in_order`)
-    leaves out."""
+    leaves out, where the run also lasts longer than the read before it took (the highest value so far, kept: a
+    read held up for tens of ms can carry a value from late in its span, and the reads inside that span stay below
+    it without any reset)."""
     out = np.flatnonzero(~keep)
     if out.size <= SWAPPED_READS:
         return np.zeros(0, np.int64)
     starts = out[np.r_[True, np.diff(out) > 1]]
     ends = out[np.r_[np.diff(out) > 1, True]]
-    return starts[ends - starts + 1 > SWAPPED_READS]
+    long = ends - starts + 1 > SWAPPED_READS
+    starts, ends = starts[long], ends[long]
+    if read_ns is not None and starts.size:
+        lasts = t_ns[np.minimum(ends + 1, t_ns.size - 1)] - t_ns[starts - 1]
+        starts = starts[lasts > read_ns[starts - 1]]
+    return starts
 
 
 def _accumulate(g: pd.DataFrame, bits: int, movable: np.ndarray, jumped: np.ndarray, into: tuple[np.ndarray, ...],
@@ -263,10 +270,17 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
             if jumped.any():
                 _accumulate(g, c["bits"], movable, jumped, (tx, rx))
             k = in_order(tx, rx) if back else None
-            stuck = _held_back(k) if k is not None else np.zeros(0, np.int64)
-            if stuck.size:  # (a counter that stays below its last value: a reset the link could have moved, not
-                # two reads swapped: taken as one, the samples after it kept)
-                jumped[stuck - 1] = True
+            read = read_ns_of(g) if "read_ns" in g else None
+            for _ in range(3):  # (a counter that stays below its last value: a reset the link could have moved, not
+                # two reads swapped: its step, the most negative near the run's start, taken as a jump)
+                stuck = _held_back(k, t, read) if k is not None else np.zeros(0, np.int64)
+                if not stuck.size:
+                    break
+                for s0 in stuck:
+                    at0 = s0 - 1
+                    near = slice(at0, min(at0 + 8, t.size - 1))
+                    fall = np.minimum(np.diff(tx[near.start:near.stop + 1]), np.diff(rx[near.start:near.stop + 1]))
+                    jumped[at0 + int(np.argmin(fall))] = True
                 _accumulate(g, c["bits"], movable, jumped, (tx, rx))
                 k = in_order(tx, rx)
             del movable

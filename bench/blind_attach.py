@@ -179,8 +179,9 @@ def op_launches(meta: dict, ranges: pd.DataFrame) -> pd.DataFrame:
     truth = pd.Series(meta["op_launches"], dtype=float) * meta["emit_calls"]
     got = ranges[ranges["domain"] == "default"].set_index("name")
     both = truth.index.intersection(got.index)
-    return pd.DataFrame({"expected": truth[both], "attach": got.loc[both, "eager_launches"] + got.loc[both, "graph_launches"],
-                         "calls": got.loc[both, "calls"]}).sort_values("expected", ascending=False)
+    counted = got.loc[both, "eager_launches"] + got.loc[both, "graph_launches"]
+    return pd.DataFrame({"expected": truth[both], "attach": counted, "calls": got.loc[both, "calls"]}).sort_values(
+        "expected", ascending=False)
 
 
 def overhead(r: Runner, pairs: int) -> dict:

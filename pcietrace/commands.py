@@ -167,7 +167,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.instances is not None:
             from pcietrace.session import write_instances
 
-
             status.update(f"writing the range instances to {args.instances}")
             try:
                 # (a result is read-only: the rendered tables are a copy naming the file instead)

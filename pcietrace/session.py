@@ -220,7 +220,8 @@ class Session:
         except schema.Invalid as exc:
             raise ReportError(f"{report}: {exc}") from None
         tables = {t: _table(report, t, pd.DataFrame.from_records(doc["tables"].get(t, [])), doc["meta"]) for t in TABLES}
-        on_disk = _sample_file(samples_file, doc["meta"]) if samples_on_disk and doc["meta"].get("kind") == "attach" else None
+        on_disk = _sample_file(samples_file, doc["meta"]) if samples_on_disk and doc["meta"].get("kind") == "attach" \
+            else None
         if on_disk is None:
             samples = _gpu_bytes(_parquet(samples_file, doc["meta"], required=True))
             counts = samples["nvml_index"].value_counts() if len(samples) else pd.Series(dtype=int)

@@ -241,7 +241,8 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
     counter reset: its bytes are unknown, :func:`impossible_steps`; the values go on from before it).
     ``counters`` gives each GPU's ``mode`` ("fields"/"throughput"), ``bits`` and, where known,
     ``pcie_gen_max``/``pcie_width_max`` (:func:`link_bps`). Samples that step back against the reads before
-    them (:func:`in_order`) are left out."""
+    them (:func:`in_order`) are left out, but a counter that stays below its last value for longer than reads
+    swapped could (:func:`_held_back`) was reset: a jump, the samples after it kept."""
     if not len(samples):
         return pd.DataFrame(columns=CUMULATIVE_COLUMNS)
     gpu = samples["nvml_index"].to_numpy()
@@ -276,11 +277,10 @@ def cumulative_bytes(samples: pd.DataFrame, counters: dict[int, dict[str, Any]])
                 stuck = _held_back(k, t, read) if k is not None else np.zeros(0, np.int64)
                 if not stuck.size:
                     break
-                for s0 in stuck:
-                    at0 = s0 - 1
-                    near = slice(at0, min(at0 + 8, t.size - 1))
-                    fall = np.minimum(np.diff(tx[near.start:near.stop + 1]), np.diff(rx[near.start:near.stop + 1]))
-                    jumped[at0 + int(np.argmin(fall))] = True
+                for s0 in stuck:  # (the step into the run, or one of the next few where a swapped read came first)
+                    lo, hi = s0 - 1, min(s0 + 7, t.size - 1)
+                    fall = np.minimum(np.diff(tx[lo:hi + 1]), np.diff(rx[lo:hi + 1]))
+                    jumped[lo + int(np.argmin(fall))] = True
                 _accumulate(g, c["bits"], movable, jumped, (tx, rx))
                 k = in_order(tx, rx)
             del movable

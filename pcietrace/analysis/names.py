@@ -58,8 +58,8 @@ def group_names(names: pd.Series, how: str = DEFAULT_GROUP_BY) -> pd.Series:
     # each instance's group as a code into the distinct groups (one string per group, not per instance)
     group_codes, distinct = pd.factorize(groups.to_numpy(object))
     # (a range with no name, code -1: no group; it took the last group's)
-    return pd.Series(pd.Categorical.from_codes(np.append(group_codes, -1)[codes] if len(codes) else np.zeros(0, np.int64),
-                                               pd.Index(distinct, dtype=object)), index=names.index)
+    grouped = np.append(group_codes, -1)[codes] if len(codes) else np.zeros(0, np.int64)
+    return pd.Series(pd.Categorical.from_codes(grouped, pd.Index(distinct, dtype=object)), index=names.index)
 
 
 def group_tree(instances: pd.DataFrame) -> pd.DataFrame:

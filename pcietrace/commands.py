@@ -152,6 +152,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.instances is not None and not str(session.meta.get("kind")).startswith("attach"):
         raise UsageError(f"--instances: {args.path} is a {session.meta.get('kind') or 'run'} report; it writes an "
                          "attach run's NVTX range calls")
+    if args.perfetto is not None and session.meta.get("kind") == "attach-failed":  # (before the analysis' minute)
+        raise UsageError(f"--perfetto: {args.path} is an attach run stopped before its program ran: no trace")
+    if args.perfetto is not None and session.meta.get("kind") != "attach":
+        raise UsageError("--perfetto needs a report made by `pcietrace attach`")
     samples = session.sample_file.rows if session.sample_file else len(session.samples)
     sizes = f"{samples:,} counter samples, {len(session.events):,} events"
     trace = None
@@ -175,10 +179,6 @@ def cmd_report(args: argparse.Namespace) -> int:
                 raise UsageError(f"cannot write the range instances to {args.instances}: {exc.strerror or exc}") \
                     from None
         if args.perfetto is not None:
-            if session.meta.get("kind") == "attach-failed":
-                raise UsageError(f"--perfetto: {args.path} is an attach run stopped before its program ran: no trace")
-            if session.meta.get("kind") != "attach":
-                raise UsageError("--perfetto needs a report made by `pcietrace attach`")
             from pcietrace.report.perfetto import write_trace
 
             status.update(f"writing the Perfetto trace {args.perfetto}")

@@ -323,6 +323,8 @@ def _back_launches(e: pd.DataFrame) -> pd.DataFrame:
      "meta.t_app_start_ns -1 lies before the counter samples"),
     ("attach_h100_python", lambda r: _events(r, lambda e: e.assign(t_ns=e["t_ns"] - 10**11)),
      "events' first t_ns"),
+    # (its ranges listed, then "no NVTX ranges were seen")
+    ("attach_h100_python", lambda r: edit_report(r, lambda d: d["meta"].update(kind="attach-failed")), "never ran"),
 ])
 def test_impossible_values_are_refused_in_one_line(copy, capsys, name, damage, says) -> None:
     """Each damage changed or dropped figures without a word (negative latencies in the headline, a 300-digit

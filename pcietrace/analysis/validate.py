@@ -86,6 +86,10 @@ def check(session: Any) -> None:
                         f"(t_app_start_ns {meta['t_app_start_ns']})")
     if meta.get("kind") == "attach":
         _within_samples(s)
+    opened = int(s.events["event"].isin(["push", "start"]).sum()) if "event" in s.events else 0
+    if meta.get("kind") == "attach-failed" and opened:  # (its ranges were listed, then "no NVTX ranges were seen")
+        raise DataError(f"meta.kind: 'attach-failed' says the program never ran, but its events open {opened:,} NVTX "
+                        "ranges")
 
 
 #: How far (ns) the program and its events may lie outside the counter samples' span: attach samples idle windows

@@ -415,7 +415,7 @@ def _gpu_bytes(samples: pd.DataFrame) -> pd.DataFrame:
 def _check_ranges(file: Path, meta: dict[str, Any], events: pd.DataFrame) -> None:
     """Refuse an attach run whose events are missing or cut short: ``meta.processes[].ranges`` counts the
     range openings the saved events held (record/attach.py: processes), and without them the ranges and
-    launches would be reported as none, not as unknown."""
+    launches would be reported as none, not as unknown; or that hold more than it counts."""
     procs = meta.get("processes")
     counted = [p["ranges"] for p in procs if isinstance(p, dict) and isinstance(p.get("ranges"), int)] \
         if isinstance(procs, list) else []

@@ -66,6 +66,7 @@ def check(session: Any) -> None:
         _non_negative(s.latency, "latency", ("value_us",))
     if len(s.graphs):
         _graphs(s.graphs)
+    span = None  # (the host events' first and last time, as the order check reads them)
     if len(s.events):
         _finite(s.events, "events", ("t_ns",))
         # attach saves them sorted by time (record/trace.py: read_traces) and ranges pair pushes with pops in
@@ -75,6 +76,7 @@ def check(session: Any) -> None:
         back = np.flatnonzero(np.diff(t) < 0)
         if back.size:
             raise DataError(f"events: not in time order (t_ns {t[back[0] + 1]} follows t_ns {t[back[0]]})")
+        span = (int(t[0]), int(t[-1])) if t.size else None
         _events(host)
     meta = s.meta
     costs = meta.get("launch_costs") or {}
@@ -85,11 +87,12 @@ def check(session: Any) -> None:
         raise DataError(f"meta: the program ended (t_app_end_ns {meta['t_app_end_ns']}) before it started "
                         f"(t_app_start_ns {meta['t_app_start_ns']})")
     if meta.get("kind") == "attach":
-        _within_samples(s)
-    opened = int(s.events["event"].isin(["push", "start"]).sum()) if "event" in s.events else 0
-    if meta.get("kind") == "attach-failed" and opened:  # (its ranges were listed, then "no NVTX ranges were seen")
-        raise DataError(f"meta.kind: 'attach-failed' says the program never ran, but its events open {opened:,} NVTX "
-                        "ranges")
+        _within_samples(s, span)
+    if meta.get("kind") == "attach-failed" and "event" in s.events:  # (only such a run's events counted here)
+        opened = int(s.events["event"].isin(["push", "start"]).sum())
+        if opened:  # (its ranges were listed, then "no NVTX ranges were seen")
+            raise DataError(f"meta.kind: 'attach-failed' says the program never ran, but its events open {opened:,} "
+                            "NVTX ranges")
 
 
 #: How far (ns) the program and its events may lie outside the counter samples' span: attach samples idle windows
@@ -97,9 +100,10 @@ def check(session: Any) -> None:
 SPAN_SLACK_NS = 1_000_000_000
 
 
-def _within_samples(s: Any) -> None:
-    """An attach run's program (``meta.t_app_*``) and events lie within its samples' span (an edited time made every
-    range "no data", or a 79.88 s run of a 12.8 s program, without a word)."""
+def _within_samples(s: Any, events_ns: tuple[int, int] | None) -> None:
+    """An attach run's program (``meta.t_app_*``) and events (``events_ns``: the first and last host event's time)
+    lie within its samples' span (an edited time made every range "no data", or a 79.88 s run of a 12.8 s program,
+    without a word)."""
     if s.sample_file is not None:
         first, last = s.sample_file.t_min_ns, s.sample_file.t_max_ns
     elif len(s.samples):
@@ -109,10 +113,8 @@ def _within_samples(s: Any) -> None:
         return
     lo, hi = first - SPAN_SLACK_NS, last + SPAN_SLACK_NS
     times = [("meta.t_app_start_ns", s.meta["t_app_start_ns"]), ("meta.t_app_end_ns", s.meta["t_app_end_ns"])]
-    host = gpu_time.host_events(s.events) if len(s.events) else s.events  # (the GPU's kernel records: its clock)
-    if len(host):
-        t = host["t_ns"].to_numpy(np.int64)
-        times += [("events' first t_ns", int(t.min())), ("events' last t_ns", int(t.max()))]
+    if events_ns is not None:  # (the host's: the GPU's kernel records keep its clock)
+        times += [("events' first t_ns", events_ns[0]), ("events' last t_ns", events_ns[1])]
     for what, t in times:
         if not lo <= t <= hi:
             raise DataError(f"{what} {t} lies {'before' if t < lo else 'after'} the counter samples "

@@ -25,8 +25,8 @@ prints each configuration's spread between runs (coefficient of variation).
 (A first run on 4x H200
 also had `sampler`: a bare CounterSampler at 0.5 ms beside the app, no injection: +41.8 %, the same as attach:
 there the reads, not the injection, cost. On 2x H200 later, the launch-bound `eager_3000` range still took
-+4.5 % at 10 ms inside ranges; the nocount configurations test the injection for it. On 4x H200 in the
-seventh session, defaults, 10 pairs: `eager_3000` +2.0 %, the loop +1.4 %; docs/lab/bench/ctxcost_probe.cu put the
++4.5 % at 10 ms inside ranges; the nocount configurations test the injection for it. On 4x H200 (2026-11-22),
+defaults, 10 pairs: `eager_3000` +2.0 %, the loop +1.4 %; docs/lab/bench/ctxcost_probe.cu put the
 interposer's per-launch cost inside the launch loop's noise.) A run cut short by `timeout` (SIGTERM)
 summarises the pairs it completed; each run's loop time goes to stderr as it ends. Besides the medians it prints
 each range's P95 and max per call (a slow tail: one 256 MiB copy at 2.3x its median under attach, H100).

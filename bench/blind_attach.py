@@ -13,7 +13,9 @@ forked workers and pinned memory, fp16 autocast with GradScaler, an evaluation p
 kernels and under its CUDA graphs, launches counted by torch.profiler); ``--app pipeline`` is
 tests/apps/pipeline_app.py (two GPUs, one thread: a model split over them, copies to and from cuda:1 made
 from a thread on cuda:0; its truth both GPUs' bytes); ``--app hooks`` is tests/apps/hooks_app.py (a transformer
-annotated by module hooks, bf16 autocast, AdamW, ``.item()`` every step, emit_nvtx with its defaults).
+annotated by module hooks, bf16 autocast, AdamW, ``.item()`` every step, emit_nvtx with its defaults); ``--app serve``
+is tests/apps/serve_app.py (an inference server: worker threads on streams of their own serving requests ranged by
+the ``nvtx`` package's decorator in a named domain, a decode loop replaying a CUDA graph, bulk copies).
 
 Written as an outside reviewer would, from what a user has: the README, `pcietrace attach --help` and the
 JSON that `pcietrace report RUN --format json` prints. Steps:
@@ -55,7 +57,7 @@ NVCC = ["nvcc", "-O2", "-std=c++17", "-ldl", "-lpthread"]
 DIRS = ("h2d", "d2h")
 TORCH_APPS = {"torch": "blind_app.py", "graphs": "blind_graphs_app.py", "dense": "dense_app.py",
               "loader": "loader_app.py", "compile": "compile_app.py",
-              "pipeline": "pipeline_app.py", "hooks": "hooks_app.py"}  # --app: the PyTorch apps' files
+              "pipeline": "pipeline_app.py", "hooks": "hooks_app.py", "serve": "serve_app.py"}  # --app: the PyTorch apps' files
 
 
 def run(cmd: list[str], log: Path, env: dict[str, str], timeout_s: float) -> tuple[int, float]:
@@ -167,6 +169,9 @@ def compare(truth: pd.DataFrame, ranges: pd.DataFrame, inst: pd.DataFrame, app_c
                 row["attach_median_call"] = float(ii[f"{d}_bytes"].median())
             if d == "h2d":
                 row["launches_attach"] = (a["eager_launches"] + a["graph_launches"]) / calls if calls else np.nan
+                if len(ii) and "eager_launches_process" in ii:  # (every thread's, while the range was open)
+                    row["launches_process"] = float((ii["eager_launches_process"] + ii["graph_launches_process"]).sum()
+                                                    / len(ii))
             row["goal"] = ("–" if not np.isfinite(tv) else ("ok" if meets_goal(tv, per_call, bound, t["ms"]) else "FAIL")
                            + (f" ({GOAL_PCT:g} %)" if checked_in_pct(tv, t["ms"]) else " (bound)"))
             rows.append(row)
@@ -222,6 +227,8 @@ def print_compare(c: pd.DataFrame) -> None:
             "" if r["dir"] != "H2D" else
             f"{'?' if pd.isna(r.get('launches_expected')) else int(r['launches_expected'])}/"
             f"{'–' if pd.isna(r.get('launches_attach')) else format(r['launches_attach'], 'g')}"
+            + ("" if pd.isna(r.get("launches_process", np.nan)) or r.get("launches_process") == r.get("launches_attach")
+               else f" (process {r['launches_process']:g})")
             for _, r in c.iterrows()],
         "attach status": c["attach_status"], "gpus": c.get("gpus", pd.Series("", c.index)).fillna(""),
     })

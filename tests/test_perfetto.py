@@ -69,3 +69,38 @@ def test_instances_of_a_report_with_no_ranges_or_into_a_folder_are_refused_namin
     assert line.startswith("pcietrace: error: --instances") and not (tmp_path / "i.parquet").exists()
     line = one_line_exit_2(["report", str(data_dir / "attach_h100_python"), "--instances", str(tmp_path)], capsys)
     assert "--instances" in line and "--perfetto" not in line
+
+
+def test_counter_events_written_as_text_are_the_events_json_would_write(data_dir) -> None:
+    """The trace's counter tracks are written as Arrow-made text (a long run's hundreds of thousands of points
+    were a json.dumps each): the same events, keys and values (times to the nanosecond) as the dicts, on a real
+    recording's rates, with rates left out over a counter reset (NaN: SIMULATED on the real rates)."""
+    import json
+
+    import numpy as np
+    import pytest
+
+    from pcietrace.analysis import analyze
+    from pcietrace.report.perfetto import _events
+    from pcietrace.session import Session
+
+    s = Session.load(data_dir / "attach_h200_hooks")
+    res = analyze(s)
+    rates, launches = res["rates"].copy(), res["launch_rates"]
+    rates.loc[rates.index[1::7], "rx_Bps"] = np.nan
+    rates.loc[rates.index[2::5], "tx_Bps"] = np.nan
+    no_ranges = res["range_instances"].iloc[:0]
+
+    def events(as_text: bool) -> list[dict]:
+        chunks = _events(s.meta, rates, no_ranges, launches, as_text=as_text)
+        return [e for c in chunks for e in (json.loads(b"[" + c + b"]") if isinstance(c, bytes) else c)
+                if e["ph"] == "C"]
+
+    text, made = events(True), events(False)
+    assert len(made) == len(rates) + len(launches) and len(text) == len(made)
+    assert any(not e["args"] for e in made) and any(len(e["args"]) == 1 for e in made)  # (both left out; one)
+    for a, b in zip(text, made):
+        assert a.keys() == b.keys() and a["args"].keys() == b["args"].keys()
+        assert {k: v for k, v in a.items() if k not in ("ts", "args")} == {k: v for k, v in b.items()
+                                                                          if k not in ("ts", "args")}
+        assert a["ts"] == pytest.approx(b["ts"], abs=1e-3) and a["args"] == pytest.approx(b["args"])

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 
-from pcietrace.schema import by_object
+from pcietrace.schema import JSON_ROWS, by_object
 
 #: Points per counter track (a GPU's PCIe rates, a process's launch rate) at most.
 MAX_POINTS = 20_000
@@ -124,7 +124,6 @@ def _range_lines(ranges: pd.DataFrame, t0: int) -> bytes:
     (the same fields and values as ``json.dumps`` of each event's dict; times to the nanosecond, bytes rounded
     half to even)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     n = len(ranges)
     if not n:
@@ -145,18 +144,64 @@ def _range_lines(ranges: pd.DataFrame, t0: int) -> bytes:
     for d in ("h2d", "d2h"):
         v = ranges[f"{d}_bytes"].to_numpy(float)
         parts += [f', "{d.upper()} bytes": ', _whole(np.round(np.nan_to_num(v)).astype(np.int64), np.isnan(v))]
-    parts.append("}},\n")  # (each line ends with the separator; the last one's is cut below)
-    parts = [_s(p) if isinstance(p, str) else p for p in parts]
-    lines = pc.binary_join_element_wise(*parts, _s(""))
-    offsets = np.frombuffer(lines.buffers()[1], np.int64)[lines.offset:lines.offset + n + 1]
+    parts.append("}}")
+    return _lines(parts)
+
+
+def _joined(parts: list[Any]) -> "pa.Array":
+    """Text parts (literals, or arrays of a text a row) joined row by row."""
+    import pyarrow.compute as pc
+
+    return pc.binary_join_element_wise(*(_s(p) if isinstance(p, str) else p for p in parts), _s(""))
+
+
+def _lines(parts: list[Any]) -> bytes:
+    """Events' text parts (:func:`_joined`) as one :class:`bytes`, an event a line, joined by commas."""
+    lines = _joined([*parts, ",\n"])  # (each line ends with the separator; the last one's is cut below)
+    offsets = np.frombuffer(lines.buffers()[1], np.int64)[lines.offset:lines.offset + len(lines) + 1]
     return memoryview(lines.buffers()[2])[int(offsets[0]):int(offsets[-1]) - 2].tobytes()
+
+
+def _rounded(values: np.ndarray, digits: int) -> list[Any]:
+    """Floats rounded to ``digits`` decimals as JSON numbers' text parts (NaN: null)."""
+    return JSON_ROWS.floats(np.round(values, digits))
+
+
+def _counter_lines(rates: pd.DataFrame, t0: int) -> bytes:
+    """:func:`_events`' counter events of ``rates`` (a GPU's PCIe MB/s) as JSON text, as :func:`_range_lines`
+    (a rate that is NaN, over a counter reset, left out of its event's args)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not len(rates):
+        return b""
+    gpu = _whole(rates["nvml_index"].to_numpy(np.int64))
+    args = []
+    for key, col in (("H2D (RX)", "rx_Bps"), ("D2H (TX)", "tx_Bps")):
+        mbps = rates[col].to_numpy(np.float64) / 1e6
+        has = mbps == mbps
+        args.append((pc.if_else(pa.array(has), _joined([f'"{key}": ', *_rounded(mbps, 3)]), _s("")), has))
+    (rx, has_rx), (tx, has_tx) = args
+    comma = pc.if_else(pa.array(has_rx & has_tx), _s(", "), _s(""))
+    return _lines(['{"ph": "C", "pid": 0, "tid": ', gpu, ', "name": "GPU', gpu, ' PCIe MB/s", "ts": ',
+                   _micros(rates["t_ns"].to_numpy(np.int64) - t0), ', "args": {', rx, comma, tx, "}}"])
+
+
+def _launch_lines(launches: pd.DataFrame, t0: int) -> bytes:
+    """:func:`_events`' launch-rate events of ``launches`` as JSON text, as :func:`_range_lines`."""
+    if not len(launches):
+        return b""
+    return _lines(['{"ph": "C", "pid": ', _whole(launches["pid"].to_numpy(np.int64)),
+                   ', "name": "launches per ms", "ts": ', _micros(launches["t_ns"].to_numpy(np.int64) - t0),
+                   ', "args": {"eager": ', *_rounded(launches["eager_per_ms"].to_numpy(np.float64), 2),
+                   ', "graph": ', *_rounded(launches["graph_per_ms"].to_numpy(np.float64), 2), "}}"])
 
 
 def _events(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame,
             launches: pd.DataFrame, t0_ns: int | None = None, as_text: bool = False) -> Iterator[list[Any] | bytes]:
     """The trace's events, a chunk at a time (timestamps in microseconds from ``t0_ns``, default the first
-    sample or range); ``as_text``: the range events as JSON text already, a chunk's in one :class:`bytes`
-    (:func:`_range_lines`)."""
+    sample or range); ``as_text``: the counter and range events as JSON text already, a chunk's in one
+    :class:`bytes` (:func:`_counter_lines`, :func:`_launch_lines`, :func:`_range_lines`)."""
     t0 = _t0(rates, ranges) if t0_ns is None else t0_ns
     ev: list[dict[str, Any]] = [{"ph": "M", "pid": 0, "name": "process_name", "args": {"name": "PCIe counters (NVML)"}}]
     for idx in sorted(set(rates["nvml_index"])) if len(rates) else []:
@@ -170,6 +215,9 @@ def _events(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame,
         ev.append({"ph": "M", "pid": int(pid), "tid": int(tid), "name": "thread_name", "args": {"name": name}})
     yield ev
     for i in range(0, len(rates), CHUNK):
+        if as_text:
+            yield _counter_lines(rates.iloc[i:i + CHUNK], t0)
+            continue
         ev = []
         for r in rates.iloc[i:i + CHUNK].itertuples():
             mbps = {"H2D (RX)": r.rx_Bps / 1e6, "D2H (TX)": r.tx_Bps / 1e6}  # NaN (over a counter reset): left out
@@ -177,6 +225,9 @@ def _events(meta: dict[str, Any], rates: pd.DataFrame, ranges: pd.DataFrame,
                        "ts": (r.t_ns - t0) / 1e3, "args": {k: round(v, 3) for k, v in mbps.items() if v == v}})
         yield ev
     for i in range(0, len(launches), CHUNK):
+        if as_text:
+            yield _launch_lines(launches.iloc[i:i + CHUNK], t0)
+            continue
         yield [{"ph": "C", "pid": int(r.pid), "name": "launches per ms", "ts": (r.t_ns - t0) / 1e3,
                 "args": {"eager": round(float(r.eager_per_ms), 2), "graph": round(float(r.graph_per_ms), 2)}}
                for r in launches.iloc[i:i + CHUNK].itertuples()]

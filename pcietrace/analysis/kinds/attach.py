@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from pcietrace import memory
-from pcietrace.analysis import attribution, counters, floor, gpu_time, names, nesting, savings, validate
+from pcietrace.analysis import attribution, counters, floor, gpu_time, names, nesting, overlap, savings, validate
 from pcietrace.analysis.kinds import shared
 from pcietrace.analysis.launch import DIRECTIONS
 from pcietrace.analysis.notes import Note
@@ -270,6 +270,10 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     never = int((~inst["closed"].astype(bool)).sum()) if len(inst) and "closed" in inst else 0
     if never:  # (attribution.ranges_from_events closes them at their process's last event)
         notes.append(Note("ranges_never_popped", ranges=never))
+    for c in overlap.concurrent(inst):  # (the counters are per GPU: ranges of threads working at once share them)
+        notes.append(Note("ranges_concurrent", gpu=c["gpu"], threads=c["threads"], processes=c["processes"], at_once=c["at_once"],
+                          shared_ms=c["shared_ms"], open_ms=c["open_ms"], share_pct=100 * c["shared_ms"] / c["open_ms"],
+                          names=", ".join(c["names"])))
     bad = s.meta.get("trace_bad") or {}
     if bad.get("files"):  # (record/trace.py: read_traces) left out, the rest kept
         notes.append(Note("trace_lines_and_files_bad", lines=bad.get("lines", 0), files=len(bad["files"]),

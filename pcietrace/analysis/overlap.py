@@ -68,13 +68,19 @@ def concurrent(inst: pd.DataFrame) -> list[dict[str, Any]]:
     working = ~holds_children & ((inst["eager_launches"].to_numpy() + inst["graph_launches"].to_numpy()) > 0)
     if "gpus_rule" in inst:  # (a range whose GPUs are unknown is charged every GPU: another note says so)
         working &= (inst["gpus_rule"] != "all sampled").to_numpy()
-    thread = nesting.codes(inst["pid"].to_numpy(np.int64), inst["tid"].to_numpy(np.int64))
-    a, b = (inst[c].to_numpy(np.int64) for c in ("t_start_ns", "t_end_ns"))
-    holds, gpus = gpu_sets(inst["gpus"])
-    group = inst["group"].astype("category") if "group" in inst else inst["name"].astype("category")
+    rows = np.flatnonzero(working)  # (what follows reads only these: a long run's working ranges)
+    del holds_children, working
+    pids = inst["pid"].to_numpy(np.int64)[rows]
+    thread = nesting.codes(pids, inst["tid"].to_numpy(np.int64)[rows])
+    if not thread.size or thread.max() < 1:  # (one thread: nothing to share)
+        return []
+    a, b = (inst[c].to_numpy(np.int64)[rows] for c in ("t_start_ns", "t_end_ns"))
+    holds, gpus = gpu_sets(inst["gpus"].iloc[rows])
+    group = inst["group"] if "group" in inst else inst["name"]
+    group = (group if isinstance(group.dtype, pd.CategoricalDtype) else group.astype("category")).iloc[rows]
     out = []
     for idx in gpus:
-        mine = np.flatnonzero(working & holds(idx))
+        mine = np.flatnonzero(holds(idx))
         if len(pd.unique(thread[mine])) < 2:
             continue
         t, open_, before, open_ns = _shared_before(*_stretches(thread[mine], a[mine], b[mine]))
@@ -84,7 +90,7 @@ def concurrent(inst: pd.DataFrame) -> list[dict[str, Any]]:
         codes = group.cat.codes.to_numpy()[mine]
         per_group = np.bincount(codes[codes >= 0], weights=shared[codes >= 0], minlength=len(group.cat.categories))
         top = [str(group.cat.categories[i]) for i in np.argsort(-per_group, kind="stable")[:3] if per_group[i] > 0]
-        pids = inst["pid"].to_numpy()[mine]
-        out.append({"gpu": int(idx), "threads": len(pd.unique(thread[mine])), "processes": len(pd.unique(pids)),
-                    "at_once": int(open_.max()), "shared_ms": before[-1] / 1e6, "open_ms": open_ns / 1e6, "names": top})
+        out.append({"gpu": int(idx), "threads": len(pd.unique(thread[mine])), "processes": len(pd.unique(pids[mine])),
+                    "at_once": int(open_.max()), "shared_ms": before[-1] / 1e6, "open_ms": open_ns / 1e6,
+                    "names": top})
     return out

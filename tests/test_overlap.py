@@ -6,6 +6,7 @@ whose autograd thread works while the main thread waits in ``backward()`` (no no
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from pcietrace.analysis import analyze, overlap
@@ -40,8 +41,9 @@ def test_the_shared_time_is_the_time_two_threads_working_ranges_were_open_counte
     inst = res["range_instances"]
     (found,) = overlap.concurrent(inst)
     parent = inst["parent"].to_numpy()
-    leaf = ~np.isin(np.arange(len(inst)), parent[parent >= 0])
-    working = leaf & ((inst["eager_launches"] + inst["graph_launches"]) > 0).to_numpy()
+    launched = ((inst["eager_launches"] + inst["graph_launches"]) > 0).to_numpy()
+    holds_working = np.isin(np.arange(len(inst)), parent[(parent >= 0) & launched])
+    working = launched & ~holds_working & (inst["kind"] == "push").to_numpy()
     w = inst[working]
     t0 = int(w["t_start_ns"].min())
     step = 2_000
@@ -53,7 +55,8 @@ def test_the_shared_time_is_the_time_two_threads_working_ranges_were_open_counte
             on[(grid >= a) & (grid < b)] = True
         threads[(pid, tid)] = on
     count = np.sum(list(threads.values()), axis=0)
-    assert found["threads"] == len(threads) and found["at_once"] == count.max()
+    shared = [k for k, on in threads.items() if (on & (count >= 2)).any()]  # (the threads that shared: the workers)
+    assert found["threads"] == len(shared) == 4 and found["at_once"] == count.max()
     assert found["shared_ms"] == pytest.approx((count >= 2).sum() * step / 1e6, rel=0.02)
     assert found["open_ms"] == pytest.approx((count >= 1).sum() * step / 1e6, rel=0.02)
 
@@ -70,3 +73,30 @@ def test_a_cpp_apps_copying_threads_are_said_once_with_their_range(data_dir) -> 
     res = analyze(Session.load(data_dir / "attach_h100_blind_cpp"))
     (note,) = _notes(res)
     assert note.params["at_once"] >= 2 and "thread_h2d" in note.params["names"]
+
+
+def test_a_start_end_range_over_the_run_is_not_a_thread_working_beside_autograd(data_dir) -> None:
+    """A start/end range counts its process's launches, every thread's: over a training run (the real hooks
+    recording, with one such range added: SIMULATED) it is not a range working beside the autograd thread's."""
+    inst = analyze(Session.load(data_dir / "attach_h200_hooks"))["range_instances"]
+    main = inst[inst["depth"] == 0].iloc[0]
+    epoch = inst.iloc[:1].assign(kind="start", name="epoch", group="epoch", parent=-1, depth=0, pid=main["pid"],
+                                 tid=main["tid"], t_start_ns=inst["t_start_ns"].min(), t_end_ns=inst["t_end_ns"].max(),
+                                 eager_launches=inst["eager_launches_process"].sum(), graph_launches=0)
+    both = pd.concat([inst, epoch], ignore_index=True)
+    assert overlap.concurrent(both) == [] and overlap.concurrent(inst) == []
+
+
+def test_a_marker_range_inside_each_workers_range_leaves_the_note_as_it_was(serve) -> None:
+    """A range that launched nothing (a marker, a tokenizer's range) inside each working range: SIMULATED on the
+    real server recording, 1 us children with no launches; the working ranges stay working, the note the same."""
+    _, res = serve
+    inst = res["range_instances"]
+    (before,) = overlap.concurrent(inst)
+    launched = (inst["eager_launches"] + inst["graph_launches"]) > 0
+    kids = inst[launched].assign(parent=np.flatnonzero(launched.to_numpy()), depth=inst["depth"][launched] + 1,
+                                 name="mark", group="mark", eager_launches=0, graph_launches=0,
+                                 t_end_ns=inst["t_start_ns"][launched] + 1_000)
+    kids["t_start_ns"] = kids["t_end_ns"] - 1_000
+    (after,) = overlap.concurrent(pd.concat([inst, kids], ignore_index=True))
+    assert after == before

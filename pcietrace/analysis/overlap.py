@@ -52,29 +52,34 @@ def _shared_at(x: np.ndarray, t: np.ndarray, open_: np.ndarray, before: np.ndarr
 
 
 def concurrent(inst: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per GPU (NVML index) where ranges of two or more threads, each range one that launched work itself and holds
-    no other range (a thread waiting inside a range while another thread works, as the main thread in PyTorch's
-    ``backward()``, moves nothing), were open at the same time for at least :data:`MIN_SHARE` of the time any was:
-    ``gpu``, ``threads``, ``processes``, ``at_once`` (the most open at a time), ``shared_ms`` (the time two or more
-    were open), ``open_ms`` (any) and
-    ``names`` (the groups whose ranges were open longest while shared, up to three). ``inst``: range instances with
-    ``gpus``, ``parent`` (a row, -1 for none), launch counts and ``group``; none where launches were not counted,
-    nor of ranges charged every GPU for want of knowing theirs (``gpus_rule`` "all sampled")."""
+    """Per GPU (NVML index) where push/pop ranges of two or more threads, each a range that launched work itself and
+    holds no range that did (a thread waiting inside a range while another thread works, as the main thread in
+    PyTorch's ``backward()``, moves nothing), were open at the same time for at least :data:`MIN_SHARE` of the time any was: ``gpu``, ``threads`` and ``processes`` (those of
+    the ranges that shared), ``at_once`` (the most open at a time), ``shared_ms`` (the time two or more were
+    open), ``open_ms`` (any) and ``names`` (the groups whose ranges were open longest while shared, up to three).
+    ``inst``: range instances with ``kind``, ``gpus``, ``parent`` (a row, -1 for none), launch counts and
+    ``group``; none where launches were not counted, nor of ranges charged every GPU for want of knowing theirs
+    (``gpus_rule`` "all sampled"). Start/end ranges are left out: they count every thread's launches."""
     if not len(inst) or inst["eager_launches"].isna().any():
         return []
     parent = inst["parent"].to_numpy()
-    holds_children = np.zeros(len(inst), bool)
-    holds_children[parent[parent >= 0].astype(np.int64)] = True
-    working = ~holds_children & ((inst["eager_launches"].to_numpy() + inst["graph_launches"].to_numpy()) > 0)
+    launched = (inst["eager_launches"].to_numpy() + inst["graph_launches"].to_numpy()) > 0
+    # (a range whose children launched: its own work is theirs, counted there; a start/end range counts its
+    # whole process's launches, every thread's, and has no children)
+    holds_working = np.zeros(len(inst), bool)
+    child = (parent >= 0) & launched
+    holds_working[parent[child].astype(np.int64)] = True
+    working = launched & ~holds_working & (inst["kind"] == "push").to_numpy()
     if "gpus_rule" in inst:  # (a range whose GPUs are unknown is charged every GPU: another note says so)
         working &= (inst["gpus_rule"] != "all sampled").to_numpy()
     rows = np.flatnonzero(working)  # (what follows reads only these: a long run's working ranges)
-    del holds_children, working
+    del holds_working, working, child, launched
     pids = inst["pid"].to_numpy(np.int64)[rows]
     thread = nesting.codes(pids, inst["tid"].to_numpy(np.int64)[rows])
     if not thread.size or thread.max() < 1:  # (one thread: nothing to share)
         return []
     a, b = (inst[c].to_numpy(np.int64)[rows] for c in ("t_start_ns", "t_end_ns"))
+    np.maximum(b, a, out=b)  # (a range ending before its start: none of its own time)
     holds, gpus = gpu_sets(inst["gpus"].iloc[rows])
     group = inst["group"] if "group" in inst else inst["name"]
     group = (group if isinstance(group.dtype, pd.CategoricalDtype) else group.astype("category")).iloc[rows]
@@ -90,7 +95,9 @@ def concurrent(inst: pd.DataFrame) -> list[dict[str, Any]]:
         codes = group.cat.codes.to_numpy()[mine]
         per_group = np.bincount(codes[codes >= 0], weights=shared[codes >= 0], minlength=len(group.cat.categories))
         top = [str(group.cat.categories[i]) for i in np.argsort(-per_group, kind="stable")[:3] if per_group[i] > 0]
-        out.append({"gpu": int(idx), "threads": len(pd.unique(thread[mine])), "processes": len(pd.unique(pids[mine])),
+        sharing = mine[shared > 0]  # (the threads and processes that shared: not those that only worked apart)
+        out.append({"gpu": int(idx), "threads": len(pd.unique(thread[sharing])),
+                    "processes": len(pd.unique(pids[sharing])),
                     "at_once": int(open_.max()), "shared_ms": before[-1] / 1e6, "open_ms": open_ns / 1e6,
                     "names": top})
     return out

@@ -84,7 +84,7 @@ SENTENCES: dict[str, str] = {
                          "({share_pct:.0f} % of the {open_ms:,.1f} ms any was; most: {names}): the counters are per "
                          "GPU, so each such range, "
                          "and each range holding one, is charged what the others moved meanwhile too, and their "
-                         "bytes add up to more than the GPU moved",
+                         "bytes can add up to more than the GPU moved",
     "cupti_launch_counter": CUPTI_NOTE,
     "gpu_time_traffic": GPU_TIME_NOTE,
     # attach --gpu-time (pcietrace.analysis.gpu_time)

@@ -273,7 +273,7 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     for c in overlap.concurrent(inst):  # (the counters are per GPU: ranges of threads working at once share them)
         notes.append(Note("ranges_concurrent", gpu=c["gpu"], threads=c["threads"], processes=c["processes"], at_once=c["at_once"],
                           shared_ms=c["shared_ms"], open_ms=c["open_ms"], share_pct=100 * c["shared_ms"] / c["open_ms"],
-                          names=", ".join(c["names"])))
+                          names=", ".join(c["names"]) or "unnamed ranges"))
     bad = s.meta.get("trace_bad") or {}
     if bad.get("files"):  # (record/trace.py: read_traces) left out, the rest kept
         notes.append(Note("trace_lines_and_files_bad", lines=bad.get("lines", 0), files=len(bad["files"]),

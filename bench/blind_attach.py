@@ -15,7 +15,9 @@ tests/apps/pipeline_app.py (two GPUs, one thread: a model split over them, copie
 from a thread on cuda:0; its truth both GPUs' bytes); ``--app hooks`` is tests/apps/hooks_app.py (a transformer
 annotated by module hooks, bf16 autocast, AdamW, ``.item()`` every step, emit_nvtx with its defaults); ``--app serve``
 is tests/apps/serve_app.py (an inference server: worker threads on streams of their own serving requests ranged by
-the ``nvtx`` package's decorator in a named domain, a decode loop replaying a CUDA graph, bulk copies).
+the ``nvtx`` package's decorator in a named domain, a decode loop replaying a CUDA graph, bulk copies); ``--app procs``
+is tests/apps/procs_app.py (a second process on the same GPU, started by torch.multiprocessing's spawn, copying and
+launching in ranges of its own); ``--app cupy`` is tests/apps/cupy_app.py (CuPy alone, no torch).
 
 Written as an outside reviewer would, from what a user has: the README, `pcietrace attach --help` and the
 JSON that `pcietrace report RUN --format json` prints. Steps:
@@ -55,9 +57,10 @@ ROOT = Path(__file__).resolve().parent.parent
 APPS = ROOT / "tests" / "apps"
 NVCC = ["nvcc", "-O2", "-std=c++17", "-ldl", "-lpthread"]
 DIRS = ("h2d", "d2h")
-TORCH_APPS = {"torch": "blind_app.py", "graphs": "blind_graphs_app.py", "dense": "dense_app.py",
-              "loader": "loader_app.py", "compile": "compile_app.py",
-              "pipeline": "pipeline_app.py", "hooks": "hooks_app.py", "serve": "serve_app.py"}  # --app: the PyTorch apps' files
+PY_APPS = {"torch": "blind_app.py", "graphs": "blind_graphs_app.py", "dense": "dense_app.py",
+           "loader": "loader_app.py", "compile": "compile_app.py",
+           "pipeline": "pipeline_app.py", "hooks": "hooks_app.py", "serve": "serve_app.py",
+           "procs": "procs_app.py", "cupy": "cupy_app.py"}  # --app: the Python apps' files (cupy: CuPy, the rest PyTorch)
 
 
 def run(cmd: list[str], log: Path, env: dict[str, str], timeout_s: float) -> tuple[int, float]:
@@ -244,7 +247,7 @@ def main() -> int:
                                  epilog="example: python3 bench/blind_attach.py --out /tmp/blind --calls 8 --pairs 3")
     ap.add_argument("--out", type=Path, required=True, help="folder for everything (new or empty)")
     ap.add_argument("--calls", type=int, default=8, help="rounds of the app: calls of each range (default 8)")
-    ap.add_argument("--app", choices=tuple(TORCH_APPS) + ("cpp",), default="torch",
+    ap.add_argument("--app", choices=tuple(PY_APPS) + ("cpp",), default="torch",
                     help="torch: tests/apps/blind_app.py; cpp: tests/apps/blind_app.cu, built with nvcc; the others: "
                          "tests/apps/<name>_app.py (blind_graphs_app.py for graphs; default torch)")
     ap.add_argument("--pairs", type=int, default=3, help="alone/attached runtime pairs, ABBA (0 = skip; default 3)")
@@ -262,18 +265,21 @@ def main() -> int:
     a.out = a.out.resolve()
 
     # the PyTorch app needs torch and pynvml in --python; the C++ one (NVML through dlopen) only pcietrace for attach
-    check = ("import torch, pynvml, pcietrace; assert torch.cuda.is_available(), 'no CUDA'; "
-             "print('torch', torch.__version__, torch.cuda.get_device_name(0))") if a.app in TORCH_APPS else \
+    check = ("import cupy, pynvml, pcietrace; cupy.cuda.runtime.getDeviceCount(); print('cupy', cupy.__version__)"
+             if a.app == "cupy" else
+             "import torch, pynvml, pcietrace; assert torch.cuda.is_available(), 'no CUDA'; "
+             "print('torch', torch.__version__, torch.cuda.get_device_name(0))") if a.app in PY_APPS else \
         "import pcietrace; print('pcietrace', pcietrace.__version__)"
     pre = subprocess.run([a.python, "-c", check], capture_output=True, text=True, cwd=ROOT)
     if pre.returncode != 0:
         why = pre.stderr.strip().splitlines()[-1] if pre.stderr.strip() else f"exit {pre.returncode}"
         ap.error(f"{a.python} cannot run the {a.app} app ({why}); name an interpreter with "
-                 f"{'torch, pynvml and ' if a.app in TORCH_APPS else ''}pcietrace with --python (on the lent GPUs: "
+                 f"{'cupy, pynvml and ' if a.app == 'cupy' else 'torch, pynvml and ' if a.app in PY_APPS else ''}"
+                 "pcietrace with --python (on the lent GPUs: "
                  "after `. bench/device_setup.sh`)")
     print(f"{pre.stdout.strip()}; {a.calls} calls per range; python {a.python}", flush=True)
-    if a.app in TORCH_APPS:
-        a.app_cmd = [a.python, str(APPS / TORCH_APPS[a.app])]
+    if a.app in PY_APPS:
+        a.app_cmd = [a.python, str(APPS / PY_APPS[a.app])]
     else:
         exe = a.out / "blind_app_cpp"
         build = subprocess.run([*NVCC[:3], "-o", str(exe), str(APPS / "blind_app.cu"), *NVCC[3:]],

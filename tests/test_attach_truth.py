@@ -754,6 +754,10 @@ def test_a_range_whose_reads_sat_apart_in_read_time_states_that_in_its_error(dat
     ("attach_h200x2_pipeline", 4, ()),  # one thread, two GPUs: copies made with the other GPU current
     # module hooks, bf16 autocast, AdamW, emit_nvtx: the backward pass launched by autograd's thread
     ("attach_h200_hooks", 5, (("amp_train", "d2h"), ("emit_train", "d2h"))),
+    # CuPy alone: its own NVTX, a non-blocking stream's set()/get(), ElementwiseKernel and RawKernel, a captured graph
+    ("attach_h200_cupy", 6, ()),
+    # a second process on the same GPU (torch.multiprocessing, spawn): its copies, and both processes' at once
+    ("attach_h200_procs", 5, ()),
 ])
 def test_the_blind_oracles_copies_are_read_within_2_percent(data_dir, recording: str, big_directions: int,
                                                             past_2_percent: tuple[tuple[str, str], ...]) -> None:

@@ -390,17 +390,31 @@ def _thread_codes(pid: np.ndarray, tid: np.ndarray, q_pid: np.ndarray,
     return codes.astype(np.int64, copy=False), q_codes.astype(np.int64, copy=False)
 
 
+#: A bit of the events' device sets that no CUDA ordinal takes (64 GPUs in one process): set on an event whose
+#: thread launched or copied since its previous event, so that a range's own work is read in the same pass as
+#: its devices (:func:`range_gpus`'s ``worked``).
+WORK_BIT = np.uint64(1 << 63)
+
+
 def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.DataFrame:
-    """Adds ``gpus`` (sorted NVML indices whose bytes the range holds) and ``gpus_rule`` ("thread",
-    "process" or "all sampled"). ``gpus``: the session's GPU records (``nvml_index``, ``bus_id``)."""
+    """Adds ``gpus`` (sorted NVML indices whose bytes the range holds), ``gpus_rule`` ("thread", "process" or
+    "all sampled") and ``worked``: whether a push/pop range's own thread launched or copied on a GPU while it was
+    open (its children's time included; False where the recording has no device information; for a start/end
+    range, its process). ``gpus``: the session's GPU records (``nvml_index``, ``bus_id``)."""
     out = ranges.copy(deep=False)  # (copy-on-write: the columns added are its own)
     sampled = sorted(int(g["nvml_index"]) for g in gpus)
     if "devmask" not in events.columns or not len(out):
         out["gpus"] = [sampled] * len(out)
         out["gpus_rule"] = pd.Categorical.from_codes(np.zeros(len(out), np.int8), ["all sampled"])
+        out["worked"] = np.zeros(len(out), bool)
         return out
     to_nvml = _ordinals_to_nvml(events, gpus)
     bits = _device_bits(events)
+    marked = not (bits & WORK_BIT).any()  # (else a process sees 64 GPUs: no work read, no device lost)
+    if marked:  # (a push's devices were used before it: not its range's work)
+        work = (events["devmask"].to_numpy(np.uint64) != 0) & (events["event"] != "push").to_numpy()
+        bits[work] |= WORK_BIT
+        del work
     e_pid, e_tid = events["pid"].to_numpy(), events["tid"].to_numpy()  # (as loaded)
     r_pid, r_tid = out["pid"].to_numpy(np.int64), out["tid"].to_numpy(np.int64)
     push = (out["kind"] == "push").to_numpy()
@@ -412,6 +426,8 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
     p_code, p_ids = pd.factorize(e_pid)  # (each event's process: read for start/end ranges and the processes' devices)
     process = np.zeros(len(p_ids), np.uint64)  # (each process's devices: the OR of its events')
     np.bitwise_or.at(process, p_code, bits)
+    if marked:
+        process &= ~WORK_BIT
     starts = ~push
     if starts.any():  # start/end ranges: an OR over their process's events
         own[starts] = _or_between(p_code.astype(np.int64, copy=False), t, bits,
@@ -422,6 +438,9 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
         group, q_group = _thread_codes(e_pid, e_tid, r_pid[push], r_tid[push])
         own[push] = _or_between(group, t, bits, q_group, a[push], b[push])
         del group, q_group
+    out["worked"] = (own & WORK_BIT) != 0 if marked else np.zeros(len(out), bool)
+    if marked:
+        own &= ~WORK_BIT
     whole = pd.Series(process, index=p_ids).reindex(r_pid, fill_value=0).to_numpy(np.uint64)
     code = nesting.codes(r_pid, own, whole, push)
     first = np.full(int(code.max()) + 1 if code.size else 0, code.size, np.int64)  # (each combination's first range)

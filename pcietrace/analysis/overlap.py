@@ -51,37 +51,36 @@ def _shared_at(x: np.ndarray, t: np.ndarray, open_: np.ndarray, before: np.ndarr
     return np.where(inside, np.minimum(at, before[-1]), 0)
 
 
-def concurrent(inst: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per GPU (NVML index) where push/pop ranges of two or more threads, each a range that launched work itself and
-    holds no range that did (a thread waiting inside a range while another thread works, as the main thread in
-    PyTorch's ``backward()``, moves nothing), were open at the same time for at least :data:`MIN_SHARE` of the time any was: ``gpu``, ``threads`` and ``processes`` (those of
-    the ranges that shared), ``at_once`` (the most open at a time), ``shared_ms`` (the time two or more were
-    open), ``open_ms`` (any) and ``names`` (the groups whose ranges were open longest while shared, up to three).
-    ``inst``: range instances with ``kind``, ``gpus``, ``parent`` (a row, -1 for none), launch counts and
-    ``group``; none where launches were not counted, nor of ranges charged every GPU for want of knowing theirs
-    (``gpus_rule`` "all sampled"). Start/end ranges are left out: they count every thread's launches."""
-    if not len(inst) or inst["eager_launches"].isna().any():
+def concurrent(ranges: pd.DataFrame, parent: np.ndarray, group: pd.Series) -> list[dict[str, Any]]:
+    """Per GPU (NVML index) where push/pop ranges of two or more threads, each a range whose own thread launched or
+    copied on a GPU while it was open and that holds no range that did (a thread waiting inside a range while
+    another thread works, as the main thread in PyTorch's ``backward()``, moves nothing), were open at the same
+    time for at least :data:`MIN_SHARE` of the time any was: ``gpu``, ``threads`` and ``processes`` (those of the
+    ranges that shared), ``at_once`` (the most open at a time), ``shared_ms`` (the time two or more were open),
+    ``open_ms`` (any) and ``names`` (the groups whose ranges were open longest while shared, up to three).
+    ``ranges``: with ``kind``, ``gpus``, ``gpus_rule`` and ``worked``
+    (:func:`pcietrace.analysis.attribution.range_gpus`); ``parent``: each one's parent's row, -1 for none
+    (:func:`pcietrace.analysis.nesting.parent_rows`); ``group``: each one's group (a name where missing). None of
+    ranges charged every GPU for want of knowing theirs (``gpus_rule`` "all sampled"); start/end ranges are left
+    out, as their work is their process's."""
+    if not len(ranges) or "worked" not in ranges:
         return []
-    parent = inst["parent"].to_numpy()
-    launched = (inst["eager_launches"].to_numpy() + inst["graph_launches"].to_numpy()) > 0
-    # (a range whose children launched: its own work is theirs, counted there; a start/end range counts its
-    # whole process's launches, every thread's, and has no children)
-    holds_working = np.zeros(len(inst), bool)
-    child = (parent >= 0) & launched
+    worked = ranges["worked"].to_numpy(bool)
+    holds_working = np.zeros(len(ranges), bool)
+    child = (parent >= 0) & worked
     holds_working[parent[child].astype(np.int64)] = True
-    working = launched & ~holds_working & (inst["kind"] == "push").to_numpy()
-    if "gpus_rule" in inst:  # (a range whose GPUs are unknown is charged every GPU: another note says so)
-        working &= (inst["gpus_rule"] != "all sampled").to_numpy()
+    working = worked & ~holds_working & (ranges["kind"] == "push").to_numpy()
+    if "gpus_rule" in ranges:  # (a range whose GPUs are unknown is charged every GPU: another note says so)
+        working &= (ranges["gpus_rule"] != "all sampled").to_numpy()
     rows = np.flatnonzero(working)  # (what follows reads only these: a long run's working ranges)
-    del holds_working, working, child, launched
-    pids = inst["pid"].to_numpy(np.int64)[rows]
-    thread = nesting.codes(pids, inst["tid"].to_numpy(np.int64)[rows])
+    del holds_working, working, child, worked
+    pids = ranges["pid"].to_numpy(np.int64)[rows]
+    thread = nesting.codes(pids, ranges["tid"].to_numpy(np.int64)[rows])
     if not thread.size or thread.max() < 1:  # (one thread: nothing to share)
         return []
-    a, b = (inst[c].to_numpy(np.int64)[rows] for c in ("t_start_ns", "t_end_ns"))
+    a, b = (ranges[c].to_numpy(np.int64)[rows] for c in ("t_start_ns", "t_end_ns"))
     np.maximum(b, a, out=b)  # (a range ending before its start: none of its own time)
-    holds, gpus = gpu_sets(inst["gpus"].iloc[rows])
-    group = inst["group"] if "group" in inst else inst["name"]
+    holds, gpus = gpu_sets(ranges["gpus"].iloc[rows])
     group = (group if isinstance(group.dtype, pd.CategoricalDtype) else group.astype("category")).iloc[rows]
     out = []
     for idx in gpus:

@@ -79,12 +79,11 @@ SENTENCES: dict[str, str] = {
                          "no NVTX range (e.g. PyTorch's autograd threads, which launch the backward pass): each "
                          "range counts those made while it was open, unless another thread's own range crossed "
                          "its start or end (then its own thread's alone)",
-    "ranges_concurrent": "GPU{gpu}: ranges that launched work themselves, on {threads} threads of {processes} "
-                         "process(es), were open at the same time for {shared_ms:,.1f} ms, up to {at_once} at once "
-                         "({share_pct:.0f} % of the {open_ms:,.1f} ms any was; most: {names}): the counters are per "
-                         "GPU, so each such range, "
-                         "and each range holding one, is charged what the others moved meanwhile too, and their "
-                         "bytes can add up to more than the GPU moved",
+    "ranges_concurrent": "GPU{gpu}: ranges whose own thread launched kernels or made copies, on {threads} threads "
+                         "of {processes} process(es), were open at the same time for {shared_ms:,.1f} ms, up to "
+                         "{at_once} at once ({share_pct:.0f} % of the {open_ms:,.1f} ms any was; most: {names}): the "
+                         "counters are per GPU, so each such range, and each range holding one, is charged what the "
+                         "others moved meanwhile too, and their bytes can add up to more than the GPU moved",
     "cupti_launch_counter": CUPTI_NOTE,
     "gpu_time_traffic": GPU_TIME_NOTE,
     # attach --gpu-time (pcietrace.analysis.gpu_time)

@@ -236,8 +236,17 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     memory.release_freed()  # (the events' and the nesting's arrays: their holes fit the sums badly)
     group = names.group_names(ranges["name"], options.group_by)  # (the summary's groups: their calls' edges shared)
     codes, keys = _summary_groups(ranges, group)
+    # (the counters are per GPU: ranges of threads working at once each hold the others' bytes)
+    up = nesting.parent_rows(ranges.index, parent)
+    concurrent = [] if s.meta.get("launch_counter") == NO_LAUNCH_COUNTER else overlap.concurrent(ranges, up, group)
+    for c in concurrent:
+        notes.append(Note("ranges_concurrent", gpu=c["gpu"], threads=c["threads"], processes=c["processes"],
+                          at_once=c["at_once"], shared_ms=c["shared_ms"], open_ms=c["open_ms"],
+                          share_pct=100 * c["shared_ms"] / c["open_ms"], names=", ".join(c["names"]) or "unnamed ranges"))
+    del ranges["worked"]  # (read here alone)
     # (a call inside another of its group is in that call's total: its edges pair with none of the group's)
-    inner = nesting.inside_own_group(nesting.parent_rows(ranges.index, parent), codes)
+    inner = nesting.inside_own_group(up, codes)
+    del up
     codes[inner] = -1
     found = _by_gpu(s, ranges, in_range, codes)
     del in_range, codes
@@ -270,10 +279,6 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     never = int((~inst["closed"].astype(bool)).sum()) if len(inst) and "closed" in inst else 0
     if never:  # (attribution.ranges_from_events closes them at their process's last event)
         notes.append(Note("ranges_never_popped", ranges=never))
-    for c in overlap.concurrent(inst):  # (the counters are per GPU: ranges of threads working at once share them)
-        notes.append(Note("ranges_concurrent", gpu=c["gpu"], threads=c["threads"], processes=c["processes"], at_once=c["at_once"],
-                          shared_ms=c["shared_ms"], open_ms=c["open_ms"], share_pct=100 * c["shared_ms"] / c["open_ms"],
-                          names=", ".join(c["names"]) or "unnamed ranges"))
     bad = s.meta.get("trace_bad") or {}
     if bad.get("files"):  # (record/trace.py: read_traces) left out, the rest kept
         notes.append(Note("trace_lines_and_files_bad", lines=bad.get("lines", 0), files=len(bad["files"]),

@@ -10,7 +10,7 @@ its thread launched on or had current while it was open; else its process's; els
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -645,13 +645,18 @@ def gpu_sums(ranges: pd.DataFrame, cum: pd.DataFrame, floor: pd.DataFrame,
         early, late = read_windows(g)
         link = link_bps((counters or {}).get(int(idx), {}))
         by_group = None if groups is None else np.lexsort((ak, groups[k]))  # (both directions pair calls in it)
-        for d, c in DIRECTIONS.items():
-            y = g[f"{c}_bytes"].to_numpy()  # (as held: edge_values reads a few values around each edge)
-            # the floor's bytes per read and per ns, which the edges spread evenly (none without a floor)
-            per_read, per_ns = (0.0, 0.0) if no_floor else \
-                np.nan_to_num(floor_bytes(model, d, np.array([1, 0]), np.array([0, 1])))
-            (ya, ea), (yb, eb) = (edge_values(t, y, x, side, early, late, float(per_read), float(per_ns), link, at)
-                                  for x, side, at in ((ak, "start", first), (bk, "end", after)))
+        ys = tuple(g[f"{c}_bytes"].to_numpy() for c in DIRECTIONS.values())  # (as held: a few read per edge)
+        # the floor's bytes per read and per ns, which the edges spread evenly (none without a floor)
+        floors = [(0.0, 0.0) if no_floor else
+                  np.nan_to_num(floor_bytes(model, d, np.array([1, 0]), np.array([0, 1]))) for d in DIRECTIONS]
+        per_read, per_ns = tuple(float(f[0]) for f in floors), tuple(float(f[1]) for f in floors)
+        # (both directions' edges at once: where each falls among the samples is the same for both)
+        starts, ends = (edge_values_of(t, ys, x, side, early, late, per_read, per_ns, link, at)
+                        for x, side, at in ((ak, "start", first), (bk, "end", after)))
+        del ys
+        for which, d in enumerate(DIRECTIONS):
+            (ya, ea), (yb, eb) = starts[which], ends[which]
+            starts[which] = ends[which] = None  # (each direction's let go as it is read)
             (ya, ea), (yb, eb) = growing_edges(ak, bk, ya, yb, ea, eb, np.ones(k.size, bool),
                                                None if names is None else names[k])
             raw, edge = yb - ya, ea + eb
@@ -760,19 +765,64 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
     outside the samples are clamped (and flagged "no data" by :func:`attribute`). ``after``: how many samples lie
     at or before each edge (``np.searchsorted(t, edge, "right")``), where the caller has it (both directions
     share it)."""
+    ((est, err),) = edge_values_of(t, (y,), edge, side, early, late, (floor_bytes_per_read,), (floor_bytes_per_ns,),
+                                   max_bps, after)
+    return est, err
+
+
+def edge_values_of(t: np.ndarray, ys: tuple[np.ndarray, ...], edge: np.ndarray, side: str,
+                   early: np.ndarray | None, late: np.ndarray | None, floor_bytes_per_read: tuple[float, ...],
+                   floor_bytes_per_ns: tuple[float, ...], max_bps: float = MAX_LINK_BPS,
+                   after: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`edge_values` of several counters sampled at the same times ``t`` (a GPU's two directions), each
+    with its floor: where each edge falls among the samples and the reads in flight is found once for all."""
     if t.size < 2:
-        return np.full(edge.shape, y[0] if y.size else 0.0), np.zeros(edge.shape)
+        return [(np.full(edge.shape, y[0] if y.size else 0.0), np.zeros(edge.shape)) for y in ys]
     early = t - COUNTER_UPDATE_NS if early is None else early
     late = t if late is None else late
-    if edge.size > EDGE_CHUNK:  # (a long run's edges a chunk at a time: a score of working arrays per edge)
-        est, err = np.empty(edge.shape), np.empty(edge.shape)
-        for lo in range(0, edge.size, EDGE_CHUNK):
-            at = slice(lo, lo + EDGE_CHUNK)
-            est[at], err[at] = edge_values(t, y, edge[at], side, early, late, floor_bytes_per_read, floor_bytes_per_ns,
-                                           max_bps, None if after is None else after[at])
-        return est, err
+    out = [(np.empty(edge.shape), np.empty(edge.shape)) for _ in ys]
+    for lo in range(0, edge.size, EDGE_CHUNK):  # (a long run's edges a chunk at a time: a score of arrays per edge)
+        at = slice(lo, lo + EDGE_CHUNK)
+        plan = _edge_plan(t, edge[at], early, late, None if after is None else after[at])
+        for (est, err), y, per_read, per_ns in zip(out, ys, floor_bytes_per_read, floor_bytes_per_ns):
+            est[at], err[at] = _edge_at(plan, t, y, side, per_read, per_ns, max_bps)
+    return out
+
+
+class _EdgePlan(NamedTuple):
+    """Where edges fall among a GPU's samples, whatever the counter (:func:`_edge_plan`)."""
+    edge: np.ndarray
+    i: np.ndarray       # the sample at or before each edge (clipped to the first interval's start)
+    ended: np.ndarray   # the last read that ended by the edge
+    began: np.ndarray   # the first read that began after it
+    reach: list[np.ndarray]  # how long (ns) the link runs between the edge and each of four values' times
+
+
+def _edge_plan(t: np.ndarray, edge: np.ndarray, early: np.ndarray, late: np.ndarray,
+               after: np.ndarray | None) -> _EdgePlan:
     n = t.size
     i = np.clip((np.searchsorted(t, edge, side="right") if after is None else after) - 1, 0, n - 2)
+    t0, t1 = t[i], t[i + 1]
+    # The reads that surely took their values on their own side of the edge: the samples around it, unless one
+    # was in flight at the edge (begun before it, ended after it). Its value may be either side's (4x H100: the
+    # read before a push ended after it and held the range's 16 MiB copy; the range read 2 % of its bytes), so
+    # the bound reaches to the read before it or after it. Each value also bounds the edge by what the link
+    # moves between it and the edge. (The estimate is left as it is: which side is as likely as not.)
+    # (the searches only where a read was in flight: late[i] after the edge, early[i + 1] an update before it)
+    ended, began = i.copy(), i + 1  # (rows of those reads; not ``after``, the count of samples by each edge)
+    k = np.flatnonzero((late[i] > edge) & (t0 <= edge))  # (an edge before the first sample is clamped)
+    ended[k] = np.searchsorted(late, edge[k], side="right") - 1  # the last read that ended by the edge
+    k = np.flatnonzero((early[i + 1] < edge - COUNTER_UPDATE_NS) & (t1 >= edge))  # (and one after the last)
+    began[k] = np.searchsorted(early, edge[k] - COUNTER_UPDATE_NS, side="left")  # the first that began after it
+    reach = [np.maximum(late[i + 1] - edge, 0), np.maximum(late[i] - edge, 0), np.maximum(edge - early[i], 0),
+             np.maximum(edge - early[i + 1], 0)]
+    return _EdgePlan(edge, i, ended, began, reach)
+
+
+def _edge_at(plan: _EdgePlan, t: np.ndarray, y: np.ndarray, side: str, floor_bytes_per_read: float,
+             floor_bytes_per_ns: float, max_bps: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`edge_values` of one counter ``y`` from the edges' :func:`_edge_plan`."""
+    n, edge, i = t.size, plan.edge, plan.i
     t0, t1, y0, y1 = t[i], t[i + 1], y[i], y[i + 1]
     e = np.clip(edge, t0, t1)
     span = np.maximum(t1 - t0, 1)
@@ -788,24 +838,13 @@ def edge_values(t: np.ndarray, y: np.ndarray, edge: np.ndarray, side: str, early
         j = np.minimum(i + 2, n - 1)
         nxt = np.where(i + 2 < n, (y[j] - y1) / np.maximum(t[j] - t1, 1), 0.0)
         est = y1 - rate * (t1 - e) - np.clip((nxt - rate) * (t1 - e), 0, np.maximum(above, 0))
-    # The reads that surely took their values on their own side of the edge: the samples around it, unless one
-    # was in flight at the edge (begun before it, ended after it). Its value may be either side's (4x H100: the
-    # read before a push ended after it and held the range's 16 MiB copy; the range read 2 % of its bytes), so
-    # the bound reaches to the read before it or after it. Each value also bounds the edge by what the link
-    # moves between it and the edge. (The estimate is left as it is: which side is as likely as not.)
-    # (the searches only where a read was in flight: late[i] after the edge, early[i + 1] an update before it)
-    ended, began = i.copy(), i + 1  # (rows of those reads; not ``after``, the count of samples by each edge)
-    k = np.flatnonzero((late[i] > edge) & (t0 <= edge))  # (an edge before the first sample is clamped)
-    ended[k] = np.searchsorted(late, edge[k], side="right") - 1  # the last read that ended by the edge
-    k = np.flatnonzero((early[i + 1] < edge - COUNTER_UPDATE_NS) & (t1 >= edge))  # (and one after the last)
-    began[k] = np.searchsorted(early, edge[k] - COUNTER_UPDATE_NS, side="left")  # the first that began after it
+    ended, began = plan.ended, plan.began
     y_before = np.where(ended >= 0, y[np.maximum(ended, 0)], -np.inf)
     y_after = np.where(began < n, y[np.minimum(began, n - 1)], np.inf)
     cap = max_bps / 1e9  # bytes per ns
-    lo = np.maximum(np.maximum(y_before, y1 - cap * np.maximum(late[i + 1] - edge, 0)),
-                    y0 - cap * np.maximum(late[i] - edge, 0))
-    hi = np.minimum(np.minimum(y_after, y0 + cap * np.maximum(edge - early[i], 0)),
-                    y1 + cap * np.maximum(edge - early[i + 1], 0))
+    late_next, late_at, early_at, early_next = plan.reach
+    lo = np.maximum(np.maximum(y_before, y1 - cap * late_next), y0 - cap * late_at)
+    hi = np.minimum(np.minimum(y_after, y0 + cap * early_at), y1 + cap * early_next)
     ok = lo <= hi  # (else more bytes than the link moves: throughput-mode counters, a faster link)
     lo = np.where(ok, lo, np.where(ended >= 0, y_before, y0))
     hi = np.where(ok, hi, np.where(began < n, y_after, y1))

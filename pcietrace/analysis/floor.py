@@ -397,9 +397,9 @@ def quiet_intervals(g: pd.DataFrame, row: dict[str, Any] | pd.Series) -> np.ndar
     directions, and not across a counter jump (its bytes are unknown)."""
     t = g["t_ns"].to_numpy(np.int64)
     quiet = ~jumps(g)
+    dt_s = np.diff(t) / 1e9  # (each interval's length, s)
     for d, c in DIRECTIONS.items():  # (each direction's limit made in place, one at a time)
-        limit = np.diff(t) / 1e9  # (each interval's length, s)
-        limit *= row[f"{d}_background_Bps"]
+        limit = dt_s * row[f"{d}_background_Bps"]
         limit += _charged(row, d)
         np.maximum(limit, 1.0, out=limit)
         limit *= QUIET_FACTOR

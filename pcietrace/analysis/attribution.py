@@ -800,6 +800,8 @@ class _EdgePlan(NamedTuple):
 
 def _edge_plan(t: np.ndarray, edge: np.ndarray, early: np.ndarray, late: np.ndarray,
                after: np.ndarray | None) -> _EdgePlan:
+    """Where each ``edge`` falls among samples at ``t`` and which reads were in flight at it (arguments as
+    :func:`edge_values`'): the same for every counter read at those times."""
     n = t.size
     i = np.clip((np.searchsorted(t, edge, side="right") if after is None else after) - 1, 0, n - 2)
     t0, t1 = t[i], t[i + 1]

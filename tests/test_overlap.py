@@ -127,3 +127,23 @@ def test_ranges_whose_thread_launched_or_copied_are_the_ones_that_worked(data_di
     assert not worked["serve_threads"] and worked[["bulk_h2d", "bulk_d2h", "copy", "preprocess", "model"]].all()
     launches = ranges.groupby("name", observed=True)[["eager_launches", "graph_launches"]].sum().sum(axis=1)
     assert (launches[["bulk_h2d", "bulk_d2h", "copy", "preprocess"]] == 0).all()
+
+
+@pytest.mark.parametrize("folder", ["attach_h200x4_dense", "attach_h200_serve"])
+def test_worked_is_what_the_ranges_own_thread_did_from_its_push_to_its_pop(data_dir, folder) -> None:
+    """``worked`` against the events themselves, thread by thread: any event after the range's own push, to its pop,
+    naming a device launched or copied on. A push's devices are what its thread did before it, so a range whose work
+    came just before a child opened (emit_nvtx's ``aten::layer_norm`` around an ``aten::empty``) worked."""
+    s = Session.load(data_dir / folder)
+    ranges = attribution.process_ranges(s.events, s.meta.get("gpus", []))
+    want = np.zeros(len(ranges), bool)
+    for (pid, tid), ev in s.events.groupby(["pid", "tid"]):
+        t = ev["t_ns"].to_numpy(np.int64)
+        did = np.concatenate([[0], np.cumsum(ev["devmask"].to_numpy(np.uint64) != 0)])
+        mine = np.flatnonzero(((ranges["pid"] == pid) & (ranges["tid"] == tid) & (ranges["kind"] == "push")).to_numpy())
+        first = np.searchsorted(t, ranges["t_start_ns"].to_numpy(np.int64)[mine], "left") + 1  # (past its push)
+        last = np.searchsorted(t, ranges["t_end_ns"].to_numpy(np.int64)[mine], "right")
+        want[mine] = did[np.maximum(last, first)] > did[first]
+    push = (ranges["kind"] == "push").to_numpy()
+    assert (ranges["worked"].to_numpy()[push] == want[push]).all()
+    assert want[push].any() and not want[push].all()

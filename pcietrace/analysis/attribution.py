@@ -327,10 +327,11 @@ def _ordinals_to_nvml(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> Any:
 
 
 def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.ndarray, q_from: np.ndarray,
-                q_to: np.ndarray) -> np.ndarray:
+                q_to: np.ndarray, own_first: np.uint64 | None = None) -> np.ndarray:
     """Per query: the OR of ``bits`` over the events of its group with ``q_from <= t <= q_to``. Events and the
     queries' two ends are merged in one order (by group, time; a query's start before events at its time, its
-    end after them), where each query's events lie between its two ends."""
+    end after them), where each query's events lie between its two ends. ``own_first``: a bit read without each
+    query's first event (a range's own push, whose bits tell what came before it)."""
     m, k = t.size, q_from.size
     t_min = min(int(t.min()) if m else 0, int(q_from.min()) if k else 0)
     span = max(int(t.max()) if m else 0, int(q_to.max()) if k else 0) - t_min + 1
@@ -351,7 +352,7 @@ def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.
         del key
         merged = bits[order]
         del order
-        return _bits_between(merged, lo, hi)
+        return _bits_between(merged, lo, hi, own_first, None if own_first is None else np.minimum(lo + 1, hi))
     g = np.concatenate([group, q_group, q_group])
     at = np.concatenate([t, q_from, q_to])
     side = np.concatenate([np.ones(m, np.int8), np.zeros(k, np.int8), np.full(k, 2, np.int8)])
@@ -359,18 +360,23 @@ def _or_between(group: np.ndarray, t: np.ndarray, bits: np.ndarray, q_group: np.
     where = np.empty(m + 2 * k, np.int64)
     where[order] = np.arange(m + 2 * k)
     merged = np.concatenate([bits, np.zeros(2 * k, np.uint64)])[order]
-    return _bits_between(merged, where[m:m + k], where[m + k:])
+    lo, hi = where[m:m + k], where[m + k:]
+    # (past the query's start, then its first event)
+    return _bits_between(merged, lo, hi, own_first, None if own_first is None else np.minimum(lo + 2, hi))
 
 
-def _bits_between(bits: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Per query, the OR of ``bits[lo:hi]``: per device bit seen (a few), how many of them carry it, from a
-    running count (nested ranges overlap, so reducing each one's own slice would cost its length)."""
+def _bits_between(bits: np.ndarray, lo: np.ndarray, hi: np.ndarray, bit: np.uint64 | None = None,
+                  bit_lo: np.ndarray | None = None) -> np.ndarray:
+    """Per query, the OR of ``bits[lo:hi]`` (``bit`` of ``bits[bit_lo:hi]``): per device bit seen (a few), how many
+    of them carry it, from a running count (nested ranges overlap, so reducing each one's own slice would cost
+    its length)."""
     out = np.zeros(lo.size, np.uint64)
     seen = int(np.bitwise_or.reduce(bits)) if bits.size else 0
     count = np.zeros(bits.size + 1, np.int32 if bits.size < 2**31 else np.int64)
     for b in (b for b in range(64) if seen >> b & 1):
-        np.cumsum((bits & np.uint64(1 << b)) != 0, out=count[1:])
-        out[count[hi] > count[lo]] |= np.uint64(1 << b)
+        one = np.uint64(1 << b)
+        np.cumsum((bits & one) != 0, out=count[1:])
+        out[count[hi] > count[bit_lo if bit is not None and one == bit else lo]] |= one
     return out
 
 
@@ -411,10 +417,8 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
     to_nvml = _ordinals_to_nvml(events, gpus)
     bits = _device_bits(events)
     marked = not (bits & WORK_BIT).any()  # (else a process sees 64 GPUs: no work read, no device lost)
-    if marked:  # (a push's devices were used before it: not its range's work)
-        work = (events["devmask"].to_numpy(np.uint64) != 0) & (events["event"] != "push").to_numpy()
-        bits[work] |= WORK_BIT
-        del work
+    if marked:  # (work since the thread's previous event: a push's was done before it, in the range around it)
+        bits[events["devmask"].to_numpy(np.uint64) != 0] |= WORK_BIT
     e_pid, e_tid = events["pid"].to_numpy(), events["tid"].to_numpy()  # (as loaded)
     r_pid, r_tid = out["pid"].to_numpy(np.int64), out["tid"].to_numpy(np.int64)
     push = (out["kind"] == "push").to_numpy()
@@ -436,7 +440,7 @@ def range_gpus(ranges: pd.DataFrame, events: pd.DataFrame, gpus: list[dict[str, 
     del p_code
     if push.any():  # push/pop ranges: an OR over their thread's events
         group, q_group = _thread_codes(e_pid, e_tid, r_pid[push], r_tid[push])
-        own[push] = _or_between(group, t, bits, q_group, a[push], b[push])
+        own[push] = _or_between(group, t, bits, q_group, a[push], b[push], WORK_BIT if marked else None)
         del group, q_group
     out["worked"] = (own & WORK_BIT) != 0 if marked else np.zeros(len(out), bool)
     if marked:

@@ -60,7 +60,7 @@ DIRS = ("h2d", "d2h")
 PY_APPS = {"torch": "blind_app.py", "graphs": "blind_graphs_app.py", "dense": "dense_app.py",
            "loader": "loader_app.py", "compile": "compile_app.py",
            "pipeline": "pipeline_app.py", "hooks": "hooks_app.py", "serve": "serve_app.py",
-           "procs": "procs_app.py", "cupy": "cupy_app.py"}  # --app: the Python apps' files (cupy: CuPy, the rest PyTorch)
+           "procs": "procs_app.py", "cupy": "cupy_app.py"}  # --app: the Python apps (cupy: CuPy, the rest PyTorch)
 
 
 def run(cmd: list[str], log: Path, env: dict[str, str], timeout_s: float) -> tuple[int, float]:

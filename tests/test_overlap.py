@@ -98,7 +98,8 @@ def test_a_start_end_range_over_the_run_is_not_a_thread_working_beside_autograd(
     ranges, up, group = _ranges(data_dir / "attach_h200_hooks")
     main = ranges[ranges["depth"] == 0].iloc[0]
     epoch = ranges.iloc[:1].assign(kind="start", name="epoch", depth=0, pid=main["pid"], tid=main["tid"],
-                                   t_start_ns=ranges["t_start_ns"].min(), t_end_ns=ranges["t_end_ns"].max(), worked=True)
+                                   t_start_ns=ranges["t_start_ns"].min(), t_end_ns=ranges["t_end_ns"].max(),
+                                   worked=True)
     both = pd.concat([ranges, epoch], ignore_index=True)
     assert overlap.concurrent(both, np.append(up, -1), pd.concat([group.astype(str), pd.Series(["epoch"])])) == []
     assert overlap.concurrent(ranges, up, group) == []

@@ -195,8 +195,9 @@ def main() -> int:
     lines, loop_ns = rounds(dev, counters, calls, phases)
     pool.shutdown(wait=True)
 
-    meta = run_meta(dev, truth_on, calls, counters, list(phases), kernels=kernels, graph_kernels=kernels["graph_decode"],
-                    graph_replays=DECODE_STEPS, payloads={k: {"h2d": h, "d2h": d} for k, (h, d) in payloads.items()},
+    meta = run_meta(dev, truth_on, calls, counters, list(phases), kernels=kernels,
+                    graph_kernels=kernels["graph_decode"], graph_replays=DECODE_STEPS,
+                    payloads={k: {"h2d": h, "d2h": d} for k, (h, d) in payloads.items()},
                     workers=WORKERS, requests=REQUESTS)
     write_rows(out_path, meta, lines, loop_ns, calls)
     return 0

@@ -242,7 +242,8 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     for c in concurrent:
         notes.append(Note("ranges_concurrent", gpu=c["gpu"], threads=c["threads"], processes=c["processes"],
                           at_once=c["at_once"], shared_ms=c["shared_ms"], open_ms=c["open_ms"],
-                          share_pct=100 * c["shared_ms"] / c["open_ms"], names=", ".join(c["names"]) or "unnamed ranges"))
+                          share_pct=100 * c["shared_ms"] / c["open_ms"],
+                          names=", ".join(c["names"]) or "unnamed ranges"))
     del ranges["worked"]  # (read here alone)
     # (a call inside another of its group is in that call's total: its edges pair with none of the group's)
     inner = nesting.inside_own_group(up, codes)

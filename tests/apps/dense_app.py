@@ -46,11 +46,13 @@ PHASES = ("fwd_one", "fwd_layers", "fwd_emit", "train_step", "emit_train")
 
 
 class Block(torch.nn.Module):
-    def __init__(self) -> None:
+    """A pre-norm residual MLP block (tests/apps/serve_app.py's too, at its own widths)."""
+
+    def __init__(self, dim: int = DIM, hidden: int = HIDDEN) -> None:
         super().__init__()
-        self.norm = torch.nn.LayerNorm(DIM)
-        self.up = torch.nn.Linear(DIM, HIDDEN)
-        self.down = torch.nn.Linear(HIDDEN, DIM)
+        self.norm = torch.nn.LayerNorm(dim)
+        self.up = torch.nn.Linear(dim, hidden)
+        self.down = torch.nn.Linear(hidden, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))

@@ -41,6 +41,7 @@ import torch
 
 from blind_app import Counters, bus_id_of, ranged, rounds, run_meta, settings, write_rows
 from compile_app import kernels_run
+from dense_app import Block
 
 MiB = 1 << 20
 WORKERS, REQUESTS = 4, 32
@@ -49,21 +50,8 @@ DEC_BATCH, DEC_LAYERS, DECODE_STEPS, READ_EVERY = 8, 8, 64, 8
 BULK_PINNED, BULK_PAGEABLE, BULK_D2H = 8, 2, 6  # 4 MiB buffers each
 
 
-class Block(torch.nn.Module):
-    """A pre-norm residual MLP block."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.norm = torch.nn.LayerNorm(DIM)
-        self.up = torch.nn.Linear(DIM, HIDDEN)
-        self.down = torch.nn.Linear(HIDDEN, DIM)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
-
-
 def stack(n: int) -> torch.nn.Sequential:
-    return torch.nn.Sequential(*[Block() for _ in range(n)], torch.nn.LayerNorm(DIM))
+    return torch.nn.Sequential(*[Block(DIM, HIDDEN) for _ in range(n)], torch.nn.LayerNorm(DIM))
 
 
 def main() -> int:

@@ -264,18 +264,18 @@ def main() -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     a.out = a.out.resolve()
 
-    # the PyTorch app needs torch and pynvml in --python; the C++ one (NVML through dlopen) only pcietrace for attach
-    check = ("import cupy, pynvml, pcietrace; cupy.cuda.runtime.getDeviceCount(); print('cupy', cupy.__version__)"
-             if a.app == "cupy" else
-             "import torch, pynvml, pcietrace; assert torch.cuda.is_available(), 'no CUDA'; "
-             "print('torch', torch.__version__, torch.cuda.get_device_name(0))") if a.app in PY_APPS else \
-        "import pcietrace; print('pcietrace', pcietrace.__version__)"
+    # a Python app needs its framework and pynvml in --python; the C++ one (NVML through dlopen) only pcietrace
+    framework = ("cupy" if a.app == "cupy" else "torch") if a.app in PY_APPS else None
+    check = {"cupy": "import cupy, pynvml, pcietrace; cupy.cuda.runtime.getDeviceCount(); "
+                     "print('cupy', cupy.__version__)",
+             "torch": "import torch, pynvml, pcietrace; assert torch.cuda.is_available(), 'no CUDA'; "
+                      "print('torch', torch.__version__, torch.cuda.get_device_name(0))",
+             None: "import pcietrace; print('pcietrace', pcietrace.__version__)"}[framework]
     pre = subprocess.run([a.python, "-c", check], capture_output=True, text=True, cwd=ROOT)
     if pre.returncode != 0:
         why = pre.stderr.strip().splitlines()[-1] if pre.stderr.strip() else f"exit {pre.returncode}"
         ap.error(f"{a.python} cannot run the {a.app} app ({why}); name an interpreter with "
-                 f"{'cupy, pynvml and ' if a.app == 'cupy' else 'torch, pynvml and ' if a.app in PY_APPS else ''}"
-                 "pcietrace with --python (on the lent GPUs: "
+                 f"{f'{framework}, pynvml and ' if framework else ''}pcietrace with --python (on the lent GPUs: "
                  "after `. bench/device_setup.sh`)")
     print(f"{pre.stdout.strip()}; {a.calls} calls per range; python {a.python}", flush=True)
     if a.app in PY_APPS:

@@ -403,11 +403,10 @@ static unsigned long long event_ns(void)
         double since = (double)(tsc - t_anchor_tsc) * r;
         if (t_anchor_tsc && tsc >= t_anchor_tsc && since < ANCHOR_NS) {
             ns = t_anchor_ns + (unsigned long long)since;
-        } else {
-            unsigned long long a = __rdtsc();
-            ns = mono_ns();
-            t_anchor_tsc = a + (__rdtsc() - a) / 2;
-            t_anchor_ns = ns;
+        } else {  /* (the narrowest of a few pairs: an interrupt inside one anchor would skew its ms by microseconds) */
+            struct now n = now_pair();
+            ns = t_anchor_ns = n.ns;
+            t_anchor_tsc = n.tsc;
         }
         if (ns < t_last_ns) ns = t_last_ns;
         return t_last_ns = ns;

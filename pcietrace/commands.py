@@ -112,6 +112,14 @@ def _check_range_view(args: argparse.Namespace, kind: str | None) -> None:
                          "run's NVTX ranges")
 
 
+def _one_file(a: Path, b: Path) -> bool:
+    """Whether two output names are one file (the second written would replace the first), a device such as
+    /dev/null aside."""
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b) and a.is_file()
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
 def _check_perfetto_target(target: Path, recording: Path, option: str = "--perfetto") -> None:
     """Refuse a --perfetto (``option``) file that is standard output or one of the files the report is read from
     (writing it would replace the recording with the trace)."""
@@ -145,6 +153,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         _check_perfetto_target(args.perfetto, args.path)
     if args.instances is not None:
         _check_perfetto_target(args.instances, args.path, "--instances")
+        if args.perfetto is not None and _one_file(args.perfetto, args.instances):
+            raise UsageError(f"--perfetto and --instances both name {args.instances}: give each a file of its own")
     if is_merged(args.path):
         return _report_merged(args)
     session = Session.load(args.path, samples_on_disk=True)  # (an attach run's: read a GPU at a time)

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import codecs
 import collections
+import ctypes
 import json
 import math
 import numbers
 import os
 import re
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, NamedTuple
 
@@ -442,6 +444,15 @@ def _float_texts(v: np.ndarray, missing: str = "null") -> list[Any]:
 BY_OBJECT_CHUNK = 1_000_000
 
 
+def _identities(objects: np.ndarray) -> np.ndarray:
+    """Each value's ``id``: in CPython an object array holds its objects' addresses, which ``id`` returns, so a
+    contiguous one's buffer is read as integers (a tenth of ``id`` called per value: 60 ns each)."""
+    if sys.implementation.name == "cpython" and objects.dtype == object and objects.flags.c_contiguous:
+        held = (ctypes.c_ssize_t * len(objects)).from_address(objects.ctypes.data) if len(objects) else []
+        return np.array(held, np.int64)  # (a copy: ``objects`` may go while the codes are made)
+    return np.fromiter(map(id, objects), np.int64, len(objects))
+
+
 def by_object(values: np.ndarray) -> tuple[np.ndarray, list[Any]]:
     """``values`` (unhashable ones: lists) factorized by identity: each one's code, and one value per distinct
     object, in first-seen order (the instances of one range share their ``gpus`` list: a few distinct lists). The
@@ -452,7 +463,7 @@ def by_object(values: np.ndarray) -> tuple[np.ndarray, list[Any]]:
     distinct: list[Any] = []
     for lo in range(0, len(values), BY_OBJECT_CHUNK):
         part = values[lo:lo + BY_OBJECT_CHUNK]
-        local, ids = pd.factorize(np.fromiter(map(id, part), np.int64, len(part)))
+        local, ids = pd.factorize(_identities(part))
         first = np.flatnonzero(~pd.Series(local, copy=False).duplicated().to_numpy())  # (codes count up as first seen)
         for i, at in zip(ids.tolist(), first.tolist()):
             if i not in code_of:

@@ -89,7 +89,8 @@ def _to_parquet(df: pd.DataFrame, path: Path, **options: Any) -> None:
     path = Path(path)
     partial = path if path.exists() and not path.is_file() else path.with_name(path.name + ".partial")
     try:
-        with pq.ParquetWriter(partial, schema, **options) as writer:
+        # (opened here: a path Arrow cannot encode, e.g. a non-UTF-8 name, opens as any file does)
+        with open(partial, "wb") as f, pq.ParquetWriter(f, schema, **options) as writer:
             for at in range(0, max(len(df), 1), rows):
                 writer.write_table(pa.Table.from_pandas(df.iloc[at:at + rows], schema=schema, preserve_index=False))
         if partial != path:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import secrets
@@ -327,6 +328,24 @@ def _sync(path: Path) -> None:
         os.close(fd)
 
 
+def _check_journal(doc: dict[str, Any]) -> None:
+    """ValueError naming the first field of a journal that :func:`salvage` and :func:`recover` cannot use: the
+    target a folder's plain name (published beside the staging folder, never elsewhere), the times whole ns."""
+    target = doc["target"]
+    if target in ("", ".", "..") or "/" in target or "\0" in target:
+        raise ValueError(f"target {target!r} is not a folder's name")
+    flush = doc.get("flush_s", 0.0)
+    if isinstance(flush, bool) or not isinstance(flush, (int, float)) or not 0 <= flush < math.inf:
+        raise ValueError(f"flush_s {flush!r} is not a number of seconds")
+    windows = doc.get("windows") or []
+    if not (isinstance(windows, list) and all(isinstance(w, dict) for w in windows)):
+        raise ValueError("windows is not a list of records")
+    for key in ("t_app_start_ns", "t_app_end_ns"):
+        t = doc["meta"].get(key, 0)
+        if isinstance(t, bool) or not isinstance(t, int):
+            raise ValueError(f"meta.{key} {t!r} is not a whole number of ns")
+
+
 def read_journal(staging: Path) -> dict[str, Any]:
     """A staging folder's journal; :class:`~pcietrace.errors.ReportError` naming it if unreadable."""
     file = Path(staging) / JOURNAL_FILE
@@ -334,6 +353,7 @@ def read_journal(staging: Path) -> dict[str, Any]:
         doc = json.loads(file.read_text())
         if not (isinstance(doc, dict) and isinstance(doc.get("meta"), dict) and isinstance(doc.get("target"), str)):
             raise ValueError("not a recording journal")
+        _check_journal(doc)
     except (OSError, ValueError) as exc:
         raise ReportError(f"{file} is not a readable recording journal ({exc})") from None
     return doc

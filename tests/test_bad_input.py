@@ -303,6 +303,9 @@ def _back_launches(e: pd.DataFrame) -> pd.DataFrame:
         t_start_ns=d["tables"]["windows"][0]["t_start_ns"] + 1)), "overlap"),
     ("h100_run", lambda r: edit_report(r, lambda d: d["meta"]["gpus"][0].update(nvml_index=5)), "GPU 0"),
     ("attach_h100_python", lambda r: _events(r, lambda e: e.assign(depth=e["depth"] - 5)), "events.depth"),
+    # (a depth past 64 bits' reach overflowed the nesting's keys: a traceback; a fuzzer's)
+    ("attach_h100_python", lambda r: _events(r, lambda e: e.assign(depth=e["depth"].astype("int64") + 2**62)),
+     "deeper than 65,536 levels"),
     ("attach_h100_python", lambda r: _events(r, _back_launches), "backwards"),
     ("graphs_h100", lambda r: edit_report(r, lambda d: d["tables"]["graphs"][3].update(iteration=-1)), "negative"),
     ("graphs_h100", lambda r: edit_report(r, lambda d: d["tables"]["graphs"].append(dict(d["tables"]["graphs"][0]))),

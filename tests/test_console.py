@@ -161,6 +161,23 @@ def test_a_table_with_unexpected_columns_still_prints(loaded) -> None:
     assert "by duration" in out and "host cost by language" in out and "2.500" in out
 
 
+def test_a_fit_with_no_value_shows_a_dash_not_nan(copy) -> None:
+    """A run whose windows made no launch calls has no per-launch fit: its intercept is blank like the fit's other
+    cells (it printed "+nan")."""
+    from pcietrace.analysis import analyze
+    from pcietrace.session import Session
+
+    from conftest import edit_report
+
+    run = copy("h100_run")
+    edit_report(run, lambda d: [w.update(calls=0) for w in d["tables"]["windows"]])
+    s = Session.load(run)
+    res = analyze(s)
+    assert len(res["per_launch"]) and not res["per_launch"]["intercept_ok"].any()
+    out = as_text(console.parts(s.meta, res, summarize(s.meta, res)), 120)
+    assert "nan" not in out.lower() and "PCIe bytes per launch" in out
+
+
 def test_render_survives_an_empty_result_set(h100) -> None:
     buf = io.StringIO()
     render(h100.meta, {}, Console(file=buf, width=200))

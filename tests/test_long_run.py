@@ -42,6 +42,30 @@ def test_instances_refuse_the_recordings_own_files(copy, capsys) -> None:
     assert {f.name: f.read_bytes() for f in folder.iterdir()} == before
 
 
+def test_instances_go_to_any_name_the_file_system_takes(tmp_path, capsys) -> None:
+    """A file name that is not UTF-8 (Arrow's own open refused it: a traceback) is written as any file is."""
+    import os
+
+    import pcietrace
+    from pcietrace.cli import main
+
+    from conftest import DATA
+
+    target = tmp_path / os.fsdecode(b"inst\xff.parquet")
+    assert main(["report", str(DATA / "attach_h200_serve"), "--instances", str(target)]) == 0
+    with open(target, "rb") as f:
+        assert len(pd.read_parquet(f)) == len(pcietrace.load(DATA / "attach_h200_serve").range_instances)
+
+
+def test_perfetto_and_instances_are_never_one_file(tmp_path, capsys) -> None:
+    """Both outputs named alike: the second written replaced the first (the instances' Parquet held the trace)."""
+    from conftest import DATA, one_line_exit_2
+
+    line = one_line_exit_2(["report", str(DATA / "attach_h200_serve"), "--perfetto", str(tmp_path / "out"),
+                            "--instances", str(tmp_path / "x" / ".." / "out")], capsys)
+    assert "give each a file of its own" in line and not (tmp_path / "out").exists()
+
+
 def test_a_saved_run_past_the_inline_limit_keeps_its_instances_in_parquet(data_dir, tmp_path, monkeypatch) -> None:
     from pcietrace import session as session_module
     from pcietrace.analysis import analyze
@@ -386,3 +410,18 @@ def test_objects_factorized_a_chunk_at_a_time_are_the_same(folder, monkeypatch) 
     assert len(distinct) > 1  # (several GPUs' lists)
     assert [values[i] is distinct[codes[i]] for i in range(len(values))] == [True] * len(values)
     pd.testing.assert_frame_equal(clean_frame(inst), inst, check_exact=True)
+
+
+@pytest.mark.parametrize("step", [1, 2, -1])
+def test_object_identities_are_ids_however_the_array_is_laid_out(step) -> None:
+    """:func:`pcietrace.schema.by_object` reads a contiguous object array's identities from its buffer, and any
+    other's one ``id`` at a time: both give each value's ``id`` (shared lists, other objects, None)."""
+    from pcietrace import schema
+
+    shared = [[0], [1, 2], None, "x"]
+    values = np.array([shared[i % 4] if i % 3 else [i] for i in range(1000)] + [None], object)[::step]
+    assert values.flags.c_contiguous == (step == 1)
+    np.testing.assert_array_equal(schema._identities(values), [id(v) for v in values])
+    codes, distinct = schema.by_object(values)
+    assert all(values[i] is distinct[codes[i]] for i in range(len(values)))
+    assert schema._identities(values[:0]).size == 0

@@ -137,6 +137,29 @@ def test_the_next_run_in_that_folder_recovers_it_rather_than_sweeping_it(tmp_pat
     nxt.discard()
 
 
+@pytest.mark.parametrize("field, value, says", [
+    ("target", "../../escape", "target"), ("target", "/tmp/elsewhere", "target"), ("target", "a\0b", "target"),
+    ("target", "..", "target"), ("flush_s", "x", "flush_s"), ("flush_s", float("nan"), "flush_s"),
+    ("windows", "abc", "windows"), ("windows", [[1, 2]], "windows"),
+    ("meta.t_app_start_ns", "x", "t_app_start_ns"), ("meta.t_app_start_ns", None, "t_app_start_ns"),
+    ("meta.t_app_start_ns", 1.5e30, "t_app_start_ns"), ("meta.t_app_end_ns", "x", "t_app_end_ns")])
+def test_a_journal_the_recovery_cannot_use_is_refused_in_one_line(tmp_path, capsys, field, value, says) -> None:
+    """A killed recording's journal with a field that recovery cannot use (a target that is no plain folder name:
+    the run would be published elsewhere; times or seconds that are not numbers) is refused, naming the field, and
+    nothing is published."""
+    staging, _ = _killed_recording(tmp_path / "runs")
+    doc = store.read_journal(staging)
+    if field.startswith("meta."):
+        doc["meta"][field[5:]] = value
+    else:
+        doc[field] = value
+    store.write_journal(staging, doc)
+    line = one_line_exit_2(["report", str(staging)], capsys)
+    assert "recording journal" in line and says in line
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [staging.name] and \
+        sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+
+
 def test_a_recovered_run_never_replaces_a_run_that_took_its_name(tmp_path) -> None:
     staging, _ = _killed_recording(tmp_path)
     Session.load(SOURCE).save(tmp_path / "rec")

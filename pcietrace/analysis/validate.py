@@ -178,11 +178,18 @@ def _windows_apart(windows: pd.DataFrame) -> None:
                         "bytes are the counter's difference across it alone)")
 
 
+#: The deepest NVTX nesting a recording may hold: deeper is a damaged file (no program nests ranges 65,536 deep), and
+#: nesting's (thread, depth) keys stay within 64 bits (:func:`pcietrace.analysis.nesting.parents`).
+MAX_DEPTH = 2**16
+
+
 def _events(host: pd.DataFrame) -> None:
-    """NVTX depths are never negative; a thread's launch counts never go down."""
-    if "depth" in host and (host["depth"].to_numpy() < 0).any():
-        i = np.flatnonzero(host["depth"].to_numpy() < 0)[0]
-        raise DataError(f"events.depth: row {host.index[i]} is negative ({_value(host['depth'].iloc[i])})")
+    """NVTX depths are never negative nor deeper than :data:`MAX_DEPTH`; a thread's launch counts never go down."""
+    depth = host["depth"].to_numpy() if "depth" in host else np.zeros(0, np.int8)
+    if ((depth < 0) | (depth > MAX_DEPTH)).any():
+        i = np.flatnonzero((depth < 0) | (depth > MAX_DEPTH))[0]
+        raise DataError(f"events.depth: row {host.index[i]} is " + ("negative" if depth[i] < 0 else
+                        f"deeper than {MAX_DEPTH:,} levels") + f" ({_value(host['depth'].iloc[i])})")
     cols = [c for c in THREAD_COUNTS if c in host]
     if not cols or not len(host):
         return

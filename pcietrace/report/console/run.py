@@ -49,7 +49,7 @@ def per_launch_table(pl: pd.DataFrame) -> Table:
                           "D2H = GPU TX; bytes include TLP headers; resid = fit intercept in MB/s after floor "
                           "removal (ok = consistent with 0)")
     for r in pl.itertuples():
-        check = "ok" if r.intercept_ok else f"[yellow]{r.intercept_Bps / 1e6:+.3f}[/]"
+        check = "ok" if r.intercept_ok else f"[yellow]{num(r.intercept_Bps / 1e6, '+.3f')}[/]"  # (no fit: –)
         t.add_row(gpu_label(r.nvml_index), r.mode, str(r.graph_k), DIR_LABEL[r.direction], pm(r.bytes_per_call, r.ci95),
                   num(r.bytes_per_kernel, ",.1f"), num(r.r2, ".4f"), str(r.n), check)
     return t

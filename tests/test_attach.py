@@ -408,15 +408,24 @@ def test_sigint_is_passed_on_once(monkeypatch, tmp_path, terminal) -> None:
     import signal
     import sys
     import threading
+    import time
 
     from pcietrace import signals
     from pcietrace.record import attach
 
     monkeypatch.setattr(signals, "terminal_foreground", lambda pid=0: terminal)
-    out = tmp_path / "count"
-    prog = ("import signal, sys, time\nn = []\nsignal.signal(signal.SIGINT, lambda *a: n.append(1))\n"
+    out, ready = tmp_path / "count", tmp_path / "ready"
+    # (sent once the program's handler is in place, not after a fixed second: a loaded machine may take longer)
+    prog = ("import pathlib, signal, sys, time\nn = []\nsignal.signal(signal.SIGINT, lambda *a: n.append(1))\n"
+            f"pathlib.Path({str(ready)!r}).touch()\n"
             "time.sleep(2.0)\nopen(sys.argv[1], 'w').write(str(len(n)))\n")
-    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+    def interrupt_us() -> None:
+        while not ready.exists():
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_us, daemon=True).start()
     rc, _, _ = attach.run_program([sys.executable, "-c", prog, str(out)], dict(os.environ))
     assert rc == 0 and out.read_text() == ("0" if terminal else "1")
 

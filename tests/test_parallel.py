@@ -255,13 +255,15 @@ def _sim_with_slow_latency(slot: int, seconds: float, timeout_s: float) -> Any:
 
 def test_waiting_for_every_turn_ahead_is_not_a_timeout(monkeypatch) -> None:
     # Turns come one after another, so the last GPU waits for every turn ahead of it (and the first GPU at
-    # the peer barrier for all of them): a wait of one turn's timeout per GPU, not one in all. With 0.4 s per
-    # turn and turns of ~0.3 s, 3 GPUs must still time one at a time and all reach their peer chases.
+    # the peer barrier for all of them): a wait of one turn's timeout per GPU, not one in all. With 1.5 s per
+    # turn and turns of 1 s, one timeout in all would not cover the two turns ahead of the third GPU; one per GPU
+    # covers them with over 2 s to spare for the workers' own steps on a loaded machine (0.4 against 0.3 s did
+    # not: 3 of 3 failed beside two busy loops)
     from pcietrace.record import parallel
 
-    monkeypatch.setattr(parallel, "BARRIER_TIMEOUT_S", 0.4)  # the parent's, where the turns are made
+    monkeypatch.setattr(parallel, "BARRIER_TIMEOUT_S", 1.5)  # the parent's, where the turns are made
     s = Session(meta=base_meta(PLAN, True))
-    record_all(s, PLAN, [functools.partial(_sim_with_slow_latency, i, 0.3, 0.4) for i in range(3)], latency_repeats=1)
+    record_all(s, PLAN, [functools.partial(_sim_with_slow_latency, i, 1.0, 1.5) for i in range(3)], latency_repeats=1)
     assert s.meta["status"] == "complete" and "peer_latency" not in s.meta, s.meta.get("peer_latency")
     lat = s.latency.pivot(index="nvml_index", columns="test", values="value_us").sort_values("turn_start")
     assert (lat["turn_start"].to_numpy()[1:] >= lat["turn_end"].to_numpy()[:-1]).all(), lat

@@ -7,6 +7,7 @@ so any saved run can be re-analysed and re-rendered anywhere.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -90,9 +91,13 @@ def _to_parquet(df: pd.DataFrame, path: Path, **options: Any) -> None:
     partial = path if path.exists() and not path.is_file() else path.with_name(path.name + ".partial")
     try:
         # (opened here: a path Arrow cannot encode, e.g. a non-UTF-8 name, opens as any file does)
-        with open(partial, "wb") as f, pq.ParquetWriter(f, schema, **options) as writer:
-            for at in range(0, max(len(df), 1), rows):
-                writer.write_table(pa.Table.from_pandas(df.iloc[at:at + rows], schema=schema, preserve_index=False))
+        with open(partial, "wb") as f:
+            if not f.seekable():  # (a pipe: refused, as Arrow's own open refuses it)
+                raise OSError(errno.ESPIPE, f"{path} is a pipe; Parquet is written to a file")
+            with pq.ParquetWriter(f, schema, **options) as writer:
+                for at in range(0, max(len(df), 1), rows):
+                    writer.write_table(pa.Table.from_pandas(df.iloc[at:at + rows], schema=schema,
+                                                            preserve_index=False))
         if partial != path:
             os.replace(partial, path)
     finally:

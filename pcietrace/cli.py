@@ -503,7 +503,8 @@ def _main(argv: list[str] | None, command: str | None) -> int:
         from pcietrace import commands  # imported here: `pcietrace --help` stays light
 
         rc = int(getattr(commands, args.func)(args))
-        sys.stdout.flush()  # (stdout on a full disk fails here, not silently in the interpreter's flush at exit)
+        if sys.stdout is not None:  # (None: started with standard output closed)
+            sys.stdout.flush()  # (stdout on a full disk fails here, not silently in the interpreter's flush at exit)
         return rc
     except ConfigError as exc:  # said by the flag the value came from
         print(f"pcietrace: error: {clean(exc.say(flag))}", file=sys.stderr)

@@ -94,7 +94,8 @@ def _emit(meta: dict[str, Any], results: Any, args: argparse.Namespace) -> None:
                      SCREEN_LINES if fit else None) if hasattr(args, "group_by") else None
     emit(meta, results, summarize(meta, results), "json" if args.json else args.format, args.detail, args.plot,
          view=view)
-    sys.stdout.flush()  # (the report reaches a pipe before attach goes on to write its Perfetto trace)
+    if sys.stdout is not None:  # (None: started with standard output closed, `>&-`)
+        sys.stdout.flush()  # (the report reaches a pipe before attach goes on to write its Perfetto trace)
 
 
 def _check_range_view(args: argparse.Namespace, kind: str | None) -> None:

@@ -983,19 +983,26 @@ def test_the_report_is_shown_before_the_perfetto_trace_is_written(attach_stand_i
     assert json.loads((out / "trace.json").read_text())["traceEvents"]
 
 
+@pytest.mark.parametrize("raised", [BrokenPipeError(32, "Broken pipe"), SystemExit(1)], ids=["oserror", "rich"])
 def test_a_report_piped_to_a_closed_reader_still_leaves_the_perfetto_trace(attach_stand_ins, monkeypatch,
-                                                                            tmp_path) -> None:
+                                                                            tmp_path, raised) -> None:
     """`pcietrace attach ... | head`: the pipe closes while the report is printed; the trace, written after the
-    report, is written all the same (exit 1, as for any broken pipe). SIMULATED stand-in GPU and samplers."""
+    report, is written all the same (exit 1, as for any broken pipe; rich's console says it by SystemExit(1),
+    which the run's later steps did not outlast). SIMULATED stand-in GPU and samplers."""
     from pcietrace import commands
     from pcietrace.cli import main
 
     def closed(*args) -> None:
-        raise BrokenPipeError(32, "Broken pipe")
+        raise raised
 
     monkeypatch.setattr(commands, "_emit", closed)
     out = tmp_path / "rec"
-    assert main(_attach_argv(out)) == 1
+    if isinstance(raised, SystemExit):
+        with pytest.raises(SystemExit) as exited:
+            main(_attach_argv(out))
+        assert exited.value.code == 1
+    else:
+        assert main(_attach_argv(out)) == 1
     assert json.loads((out / "trace.json").read_text())["traceEvents"]
 
 
@@ -1138,3 +1145,45 @@ def test_attach_to_a_program_that_cannot_run_is_one_line_before_measuring(progra
     # was (on a GPU machine): idle windows measured, 'saved to DIR' (a failed attach run), then
     # 'pcietrace: error: cannot start ...': two lines and a folder for nothing
     assert f"attach cannot run {program!r}" in one_line_exit_2(["attach", "--", program, "x"], capsys)
+
+
+CHDIR_APP = """
+import os, subprocess, sys, time
+os.chdir(sys.argv[1])  # (a job script that moves to its work folder before its first range)
+import nvtx
+with nvtx.annotate("moved"):
+    time.sleep(0.02)
+with nvtx.annotate("parent"):
+    subprocess.run([sys.executable, "-c", "import nvtx, time\\nwith nvtx.annotate('child'): time.sleep(0.02)"],
+                   cwd="/", check=True)
+"""
+
+
+def test_a_program_that_changes_folder_keeps_its_ranges_under_a_relative_output(tmp_path) -> None:
+    """attach with a relative -o (the default, runs/..., is one) on stand-in GPUs: the program moves to another
+    folder before its first range and starts a child in a third. The library opened the trace folder by the
+    relative name from there: every range was lost, with "No NVTX ranges were seen"."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("nvtx")
+    from pcietrace.record.trace import injection_library
+    from pcietrace.errors import UsageError
+
+    try:
+        injection_library()
+    except UsageError:
+        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "app.py").write_text(CHDIR_APP)
+    (tmp_path / "elsewhere").mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, str(root / "tests" / "apps" / "attach_fake_gpu.py"), "attach", "--gpu", "0",
+                           "--no-calibrate", "--idle-s", "0.1", "-o", "rec", "--json", "--", sys.executable, "app.py",
+                           str(tmp_path / "elsewhere")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = sorted(r["name"] for r in json.loads(proc.stdout)["results"]["ranges"])
+    assert names == ["child", "moved", "parent"], names
+    assert not list((tmp_path / "elsewhere").iterdir())  # (nothing written where the program went)

@@ -305,7 +305,7 @@ def _back_launches(e: pd.DataFrame) -> pd.DataFrame:
     ("attach_h100_python", lambda r: _events(r, lambda e: e.assign(depth=e["depth"] - 5)), "events.depth"),
     # (a depth past 64 bits' reach overflowed the nesting's keys: a traceback; a fuzzer's)
     ("attach_h100_python", lambda r: _events(r, lambda e: e.assign(depth=e["depth"].astype("int64") + 2**62)),
-     "deeper than 65,536 levels"),
+     "deeper than the 2,147,483,647 levels"),
     ("attach_h100_python", lambda r: _events(r, _back_launches), "backwards"),
     ("graphs_h100", lambda r: edit_report(r, lambda d: d["tables"]["graphs"][3].update(iteration=-1)), "negative"),
     ("graphs_h100", lambda r: edit_report(r, lambda d: d["tables"]["graphs"].append(dict(d["tables"]["graphs"][0]))),

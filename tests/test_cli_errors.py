@@ -381,3 +381,19 @@ def test_range_options_on_a_report_without_ranges_are_refused(opts, data_dir, ca
     said = one_line_exit_2(["report", str(data_dir / "h100_run"), *opts], capsys)
     assert opts[0] in said and "is a run report" in said
     assert main(["report", str(data_dir / "attach_h100_emit_nvtx"), *opts]) == 0  # (an attach report takes them)
+
+
+def test_a_report_with_standard_output_closed_ends_without_a_traceback() -> None:
+    """`pcietrace report RUN >&-`: Python has no sys.stdout then; the flush after the report raised
+    AttributeError (a fuzzer's, on attach)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import DATA, ROOT
+
+    proc = subprocess.run([sys.executable, "-m", "pcietrace", "report", str(DATA / "attach_h200_serve")], cwd=ROOT,
+                          preexec_fn=lambda: os.close(1), stderr=subprocess.PIPE, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
+                                                                                        os.environ.get("PYTHONPATH")]))))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -437,3 +437,37 @@ def test_an_op_s_least_figure_keeps_inner_calls_whose_outer_call_is_unknown(data
         least = inst.loc[alone, f"{d}_bytes"].sum() + inst.loc[one, f"{d}_bytes"]
         assert row[f"{d}_measured_bytes"] == pytest.approx(least)
     assert row["stalls"] == 1 and row["unknown_calls"] == 1
+
+
+@pytest.mark.parametrize("folder", ["attach_h200_serve", "attach_h100_emit_nvtx", "attach_h200x8_torchrun"])
+def test_parents_found_with_levels_numbered_densely_are_the_same(data_dir, monkeypatch, folder) -> None:
+    """Where (thread, depth) keys would pass 64 bits, :func:`pcietrace.analysis.nesting.parents` numbers the levels
+    densely first: on real recordings it finds the same parents as the keys do."""
+    from pcietrace.analysis import attribution, nesting
+    from pcietrace.session import Session
+
+    s = Session.load(data_dir / folder)
+    ranges = attribution.process_ranges(s.events, s.meta.get("gpus", []))
+    keyed = nesting.parents(ranges)
+    monkeypatch.setattr(nesting, "KEYS_MAX", 0)
+    pd.testing.assert_series_equal(nesting.parents(ranges), keyed)
+    assert keyed.notna().any()
+
+
+def test_a_pop_forgotten_in_a_loop_nests_each_step_in_the_last() -> None:
+    """SIMULATED: a push a step, never popped (70,000 steps: 70,000 levels deep, which the trace check had refused
+    as damaged), beside a thread of ordinary ranges: each step's parent is the step before, either way."""
+    from pcietrace.analysis import nesting
+
+    n = 70_000
+    steps = pd.DataFrame({"pid": 1, "tid": 1, "kind": "push", "depth": np.arange(n),
+                          "t_start_ns": np.arange(n) * 10, "t_end_ns": np.full(n, 10 * n)})
+    other = pd.DataFrame({"pid": 1, "tid": 2, "kind": "push", "depth": [0, 1, 0], "t_start_ns": [0, 5, 50],
+                          "t_end_ns": [40, 20, 60]})
+    ranges = pd.concat([steps, other], ignore_index=True)
+    for keys_max in (nesting.KEYS_MAX, 0):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(nesting, "KEYS_MAX", keys_max)
+            parent = nesting.parents(ranges)
+        np.testing.assert_array_equal(parent.to_numpy()[:n], np.r_[np.nan, np.arange(n - 1)])
+        np.testing.assert_array_equal(parent.to_numpy()[n:], [np.nan, n, np.nan])

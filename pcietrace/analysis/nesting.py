@@ -65,6 +65,22 @@ def stable_order(key: np.ndarray) -> np.ndarray:
     return order
 
 
+#: Where (thread, depth, rank) keys reach past this, :func:`parents` numbers the levels densely first.
+KEYS_MAX = 2**62
+
+
+def _dense_levels(thread: np.ndarray, depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each (``thread``, ``depth``) pair's number among the distinct pairs (0 ... n-1), and the number of the pair
+    one level up (``depth - 1``), -1 where no range has it. ``depth``: at most 2^31 - 1."""
+    key = thread.astype(np.int64) << 32
+    key |= depth.astype(np.int64)
+    distinct = np.unique(key)
+    level = np.searchsorted(distinct, key)
+    key -= 1  # (depth 0's is the thread before's depth 2^32 - 1: never a depth)
+    up = np.minimum(np.searchsorted(distinct, key), distinct.size - 1)
+    return level, np.where(distinct[up] == key, up, -1)
+
+
 def parents(instances: pd.DataFrame) -> pd.Series:
     """Per instance (``pid``, ``tid``, ``kind``, ``depth``, ``t_start_ns``, ``t_end_ns``): the index label of
     its parent, or NaN. Per thread in start order (a parent opens before its children): the range opened last
@@ -83,10 +99,14 @@ def parents(instances: pd.DataFrame) -> pd.Series:
     # the latest range at (thread, depth - 1) opened before each one: one sorted key, searched (the per-range
     # arrays let go as soon as read: a long run has millions)
     width = int(depth.max() - depth.min()) + 2
-    level = thread * width + (depth - depth.min() + 1)  # (thread, depth) in one number
+    if (int(thread.max()) + 1) * width * at.size < KEYS_MAX:
+        level = thread * width + (depth - depth.min() + 1)  # (thread, depth) in one number
+        above = level - 1
+    else:  # (a deep nesting, as a pop forgotten in a loop leaves, where those numbers pass 64 bits)
+        level, above = _dense_levels(thread, depth)
     del thread, depth
-    want = (level - 1) * at.size + rank
-    del rank
+    want = above * at.size + rank
+    del rank, above
     # (level, rank) sorted: the levels in rank order sorted stably by level (radix passes), then packed
     level = level[order]
     by_level = stable_order(level)

@@ -178,9 +178,9 @@ def _windows_apart(windows: pd.DataFrame) -> None:
                         "bytes are the counter's difference across it alone)")
 
 
-#: The deepest NVTX nesting a recording may hold: deeper is a damaged file (no program nests ranges 65,536 deep), and
-#: nesting's (thread, depth) keys stay within 64 bits (:func:`pcietrace.analysis.nesting.parents`).
-MAX_DEPTH = 2**16
+#: The deepest NVTX nesting a recording may hold: the injection library writes a depth in 32 bits, so deeper is a
+#: damaged file (a pop forgotten in a loop nests a range a step: millions deep are real).
+MAX_DEPTH = 2**31 - 1
 
 
 def _events(host: pd.DataFrame) -> None:
@@ -189,7 +189,7 @@ def _events(host: pd.DataFrame) -> None:
     if ((depth < 0) | (depth > MAX_DEPTH)).any():
         i = np.flatnonzero((depth < 0) | (depth > MAX_DEPTH))[0]
         raise DataError(f"events.depth: row {host.index[i]} is " + ("negative" if depth[i] < 0 else
-                        f"deeper than {MAX_DEPTH:,} levels") + f" ({_value(host['depth'].iloc[i])})")
+                        f"deeper than the {MAX_DEPTH:,} levels a trace holds") + f" ({_value(host['depth'].iloc[i])})")
     cols = [c for c in THREAD_COUNTS if c in host]
     if not cols or not len(host):
         return

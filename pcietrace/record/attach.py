@@ -129,11 +129,13 @@ def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, n
     entry points), "cupti" (CUDA_INJECTION64_PATH, CUPTI driver callbacks) or "none". ``gpu_time``: CUPTI
     kernel activity records too (each kernel's start and end on the GPU: "kernel" events). ``slow_domains``:
     comma-separated NVTX domains whose ranges do not keep the samplers at the fast rate."""
-    lib = injection_library()
-    env = dict(os.environ, NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=str(trace_dir),
+    # (every path absolute: a program that changes directory, or starts a child elsewhere, before its first range
+    # opens them from there; a relative trace folder, the default runs/..., lost all of its ranges)
+    lib = os.path.abspath(injection_library())
+    env = dict(os.environ, NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=os.path.abspath(trace_dir),
                PCIETRACE_NVML_INDICES=",".join(str(i) for i in nvml_indices))
     if edge_file:
-        env["PCIETRACE_EDGE_FILE"] = edge_file
+        env["PCIETRACE_EDGE_FILE"] = os.path.abspath(edge_file)
     if exact_edges:
         env["PCIETRACE_EXACT_EDGES"] = "1"
     if slow_domains:

@@ -222,7 +222,8 @@ class Saving:
                 render(self.results)
             except KeyboardInterrupt as exc:  # (while the results are shown: the later steps are not run)
                 self.interrupted = exc
-            except Exception:  # (stdout gone: `attach ... | head`) the later steps are still the run's
+            except (Exception, SystemExit):  # (stdout gone: `attach ... | head`, where rich exits 1) the later
+                # steps are still the run's
                 self.later()
                 raise
             else:

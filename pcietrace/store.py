@@ -416,8 +416,10 @@ def salvage(staging: Path) -> Session:
     meta["interrupted"] = {"how": "the recording process ended without saving (killed, crashed or powered off)",
                            "recovered_from": staging.name, "lost_at_most_s": float(doc.get("flush_s", 0.0)),
                            "last_sample_ns": last}
-    if "t_app_start_ns" not in meta or last is None or last < int(meta["t_app_start_ns"]):
+    if "t_app_start_ns" not in meta:
         meta.update(kind="attach-failed", status="interrupted before the program ran")
+    elif last is None or last < int(meta["t_app_start_ns"]):  # (the samples are flushed every flush_s)
+        meta.update(kind="attach-failed", status="interrupted before any counter sample of the program was saved")
     else:
         meta.update(status="interrupted", t_app_end_ns=min(int(meta.get("t_app_end_ns", last)), last))
     return Session(meta=meta, samples=samples, events=events, windows=windows)

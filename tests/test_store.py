@@ -108,6 +108,11 @@ def test_a_killed_recording_reads_as_recorded_up_to_its_last_sample(tmp_path) ->
     assert len(s.windows) == len(src.windows)
     res = analyze(s)
     assert len(res["range_instances"]) > 0
+    # (the program's exit code died with the recording: "unknown", not "None")
+    from pcietrace.analysis.summary import summarize
+
+    assert "exit code unknown" in " ".join(summarize(s.meta, res)["lines"]) and "None" not in \
+        " ".join(summarize(s.meta, res)["lines"])
     again = Session.load(tmp_path / "rec")  # a saved run from now on, read as any other
     assert again.meta["interrupted"]["recovered_from"] == staging.name
 
@@ -116,6 +121,16 @@ def test_a_recording_killed_before_its_program_ran_is_an_attach_failed_run(tmp_p
     staging, _ = _killed_recording(tmp_path, started=False)
     s = Session.load(staging)
     assert s.meta["kind"] == "attach-failed" and s.meta["status"] == "interrupted before the program ran"
+
+
+def test_a_recording_killed_before_its_first_samples_were_saved_says_so(tmp_path) -> None:
+    """Killed after the program started (it may have ended) but before the samples' first flush: no sample of the
+    program survives, and the run is said to be that, not "interrupted before the program ran"."""
+    start = int(Session.load(SOURCE).meta["t_app_start_ns"])
+    staging, _ = _killed_recording(tmp_path, cut_ns=start - 1)
+    s = Session.load(staging)
+    assert s.meta["kind"] == "attach-failed"
+    assert s.meta["status"] == "interrupted before any counter sample of the program was saved"
 
 
 def test_a_recording_still_running_is_not_taken(tmp_path) -> None:

@@ -264,7 +264,9 @@ def attach_lines(meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> list
                     if pd.notna(w["program_eager_launches"]) else "launches not counted")
         if w.get("program_captured_launches", 0) > 0:  # NaN (not counted) and 0 say nothing more
             launches += f" ({w['program_captured_launches']:,.0f} more captured into graphs)"
-        lines.append(f"`{cmd}` ran {w['duration_ms'] / 1e3:,.2f} s (exit code {meta.get('exit_code')}) on {gpus}: "
+        code = meta.get("exit_code")  # (None: pcietrace stopped before the program ended: a recovered run)
+        lines.append(f"`{cmd}` ran {w['duration_ms'] / 1e3:,.2f} s (exit code {'unknown' if code is None else code}) "
+                     f"on {gpus}: "
                      f"{moved}, {launches}.")
     ranges = results.get("ranges", pd.DataFrame())
     top = top_ranges(ranges)

@@ -170,7 +170,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
         n = wr["processes"].iloc[0] if "processes" in wr else None
         program = [f"{num(n, '.0f')} process{'' if n == 1 else 'es'} followed"] * ("processes" not in apart) \
             + [f"{num(wr['ranges'].iloc[0], ',.0f')} ranges"] * ("ranges" not in apart) \
-            + [f"exit code {esc(meta.get('exit_code'))}"]
+            + [f"exit code {'unknown' if meta.get('exit_code') is None else esc(meta.get('exit_code'))}"]
         t = new_table("Whole run", [("GPU", "right"), ("ms", "right"), ("H2D MB", "right"), ("D2H MB", "right"),
                                     ("eager", "right"), ("graph", "right")]
                       + [("procs", "right")] * ("processes" in apart) + [("ranges", "right")] * ("ranges" in apart),

@@ -421,6 +421,7 @@ static unsigned long long event_ns(void)
 
 void emit(const char *event, const char *domain, unsigned long long id, const char *message)
 {
+    trace_open();  /* (before the time is taken: a process's first push is not late by its trace's set-up, tens of ms) */
     unsigned long long t = event_ns();
     emit_line(t, event, domain, id, message, edge_device(t, 0));
 }
@@ -429,9 +430,10 @@ void emit(const char *event, const char *domain, unsigned long long id, const ch
  * once the thread has written to it): ~10 % of a nested pair where the caches are cold (bench/edge_handler.c) */
 void emit_nested(const char *event, size_t ne, const char *domain, const char *message)
 {
+    char *buf = atomic_load_explicit(&g_buf, memory_order_acquire);
+    if (__builtin_expect(!buf, 0)) buf = trace_open();  /* (a forked child's first: its set-up before the time, as emit) */
     unsigned long long t = event_ns();
     int dev = edge_device(t, 1);
-    char *buf = atomic_load_explicit(&g_buf, memory_order_acquire);
     if (__builtin_expect(!buf || !t_tid, 0)) { emit_line(t, event, domain, 0, message, dev); return; }
     uint64_t mask = t_devmask;
     t_devmask = 0;

@@ -110,19 +110,25 @@ static void atfork_register(void) { pthread_atfork(NULL, NULL, child_after_fork)
  * trace with a "tracefull" event instead. A thread of the library's own (the grower) does that AHEAD of the writers,
  * so the program's threads do not: allocating and zeroing fresh page-cache pages was ~2/3 of an edge's cost at
  * emit_nvtx density (perf), paid in the program's thread once every ~10 edges. A writer that comes
- * within AHEAD/2 of the ready end wakes it; one that comes within a CHUNK (the grower behind, or none) grows the
- * part itself. */
-enum { TRACE_MIN = 1 << 16, CHUNK = 4 << 20, AHEAD = 8 * CHUNK };
+ * within half the distance kept ahead (ahead_of) of the ready end wakes it; one that comes within a quarter CHUNK
+ * (less while the part is young; the grower behind, or none) grows the part itself. */
+enum { TRACE_MIN = 1 << 16, START = 256 << 10, CHUNK = 4 << 20, AHEAD = 8 * CHUNK };
 struct part { uint64_t at, cap, reserve; _Atomic uint64_t ready; _Atomic uint64_t *taken; };
 static struct part g_events, g_strings;
 
-/* Allocate and map [ready, want + CHUNK) of a part, a chunk at a time; returns whether ``want`` is ready. */
-static int part_grow(char *buf, struct part *p, uint64_t want)
+/* How far ahead of ``taken`` bytes a part is kept: as far as the writers have come, from START up to AHEAD. A
+ * process that writes a few events (a forked worker's range) is not given chunks of fresh pages it never uses: 200
+ * forked children, a range each, took 20x as long under attach, most of it the kernel zeroing 16 MB a child. */
+static inline uint64_t ahead_of(uint64_t taken) { return taken < START ? START : taken < AHEAD ? taken : AHEAD; }
+
+/* Allocate and map [ready, want + margin) of a part, at most a CHUNK at a time; returns whether ``want`` is ready. */
+static int part_grow(char *buf, struct part *p, uint64_t want, uint64_t margin)
 {
     pthread_mutex_lock(&g_grow_lock);
     uint64_t ready = atomic_load(&p->ready);
-    while (ready < want + CHUNK && ready < p->cap) {
-        uint64_t n = p->cap - ready < CHUNK ? p->cap - ready : CHUNK;
+    while (ready < want + margin && ready < p->cap) {
+        uint64_t n = want + margin - ready < CHUNK ? (want + margin - ready + 4095) & ~(uint64_t)4095 : CHUNK;
+        if (n > p->cap - ready) n = p->cap - ready;
         int rc = posix_fallocate(g_fd, (off_t)(p->at + ready), (off_t)n);
         if (rc && rc != EOPNOTSUPP && rc != EINVAL) break;  /* no room (ENOSPC...): the trace ends here */
         /* the pages mapped now, in one call (MADV_POPULATE_WRITE, Linux 5.14+; older kernels fault them in) */
@@ -150,9 +156,10 @@ static int64_t part_take(char *buf, struct part *p, uint64_t n)
     uint64_t at = atomic_fetch_add_explicit(p->taken, n, memory_order_relaxed);
     if (at + n > p->cap - p->reserve) return -1;
     uint64_t ready = atomic_load_explicit(&p->ready, memory_order_acquire);
-    if (__builtin_expect(at + n + AHEAD / 2 > ready, 0) && atomic_load_explicit(&g_grower_on, memory_order_relaxed))
+    if (__builtin_expect(at + n + ahead_of(at) / 2 > ready, 0) && atomic_load_explicit(&g_grower_on, memory_order_relaxed))
         grower_wake();
-    if (at + n + CHUNK > ready && !part_grow(buf, p, at + n) && at + n > atomic_load(&p->ready)) return -1;
+    uint64_t margin = ahead_of(at) < CHUNK ? ahead_of(at) : CHUNK;  /* (the grower behind, or none: grown here) */
+    if (at + n + margin / 4 > ready && !part_grow(buf, p, at + n, margin) && at + n > atomic_load(&p->ready)) return -1;
     return (int64_t)at;
 }
 
@@ -167,9 +174,9 @@ static void *grower(void *arg)
         atomic_store_explicit(&g_grow_asked, 0, memory_order_relaxed);
         struct part *parts[2] = {&g_events, &g_strings};
         for (int i = 0; i < 2; ++i) {
-            uint64_t want = atomic_load_explicit(parts[i]->taken, memory_order_relaxed) + AHEAD;
-            if (want > atomic_load(&parts[i]->ready) && atomic_load(&parts[i]->ready) < parts[i]->cap)
-                part_grow(buf, parts[i], want - CHUNK);
+            uint64_t taken = atomic_load_explicit(parts[i]->taken, memory_order_relaxed);
+            if (taken + ahead_of(taken) > atomic_load(&parts[i]->ready) && atomic_load(&parts[i]->ready) < parts[i]->cap)
+                part_grow(buf, parts[i], taken, ahead_of(taken));
         }
         syscall(SYS_futex, (void *)&g_grow_seq, FUTEX_WAIT_PRIVATE, seen, &every, NULL, 0);
     }
@@ -229,8 +236,8 @@ static char *trace_open(void)
             g_fd = fd;
             g_file_bytes = want;
             buf = m;
-            part_grow(buf, &g_events, 0);
-            part_grow(buf, &g_strings, 0);
+            part_grow(buf, &g_events, 0, START);
+            part_grow(buf, &g_strings, 0, START);
             atomic_store_explicit(&g_buf, buf, memory_order_release);
             grower_start(buf);
         } else {

@@ -476,7 +476,29 @@ def flag(field: str) -> str:
     return FLAGS.get(field, "--" + field.replace("_", "-"))
 
 
+def _standard_streams() -> None:
+    """A standard stream pcietrace was started without (``2>&-``; or, through a launcher script, holding a file
+    that is only read) opened on the null device: else the next file opened takes its number, and what pcietrace,
+    its samplers or the program write there lands in that file (with stderr closed, attach ended at its spinner:
+    nothing run, nothing saved)."""
+    import fcntl
+
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+        except OSError:
+            mode = None
+        if mode is not None and (fd == 0 or mode != os.O_RDONLY):
+            continue
+        null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))
+
+
 def main(argv: list[str] | None = None) -> int:
+    _standard_streams()
     # the command's name, known before parsing (an interrupt may come during it); no top-level option takes a value
     command = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
     if command != "attach":  # (attach's end is held to a memory bound: memory kept freed raised its peak ~4 %)

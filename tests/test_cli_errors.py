@@ -397,3 +397,28 @@ def test_a_report_with_standard_output_closed_ends_without_a_traceback() -> None
                           env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
                                                                                         os.environ.get("PYTHONPATH")]))))
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+def _read_only_stderr() -> None:
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 2)
+
+
+@pytest.mark.parametrize("start", [lambda: __import__("os").close(0), lambda: __import__("os").close(2),
+                                   _read_only_stderr], ids=["stdin closed", "stderr closed", "stderr read-only"])
+def test_a_command_started_with_a_standard_stream_closed_still_works(start, tmp_path) -> None:
+    """`pcietrace report RUN 2>&-` (or `<&-`; through pyenv's launcher script, stderr arrived as a file open only
+    for reading): the stream is opened on the null device, so the report is shown and a bad path still exits 2
+    (every command ended with exit 1 at its first message, attach before running the program)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import DATA, ROOT
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    for path, rc in ((DATA / "attach_h200_serve", 0), (tmp_path / "none", 2)):
+        proc = subprocess.run([sys.executable, "-m", "pcietrace", "report", str(path)], cwd=ROOT, env=env,
+                              preexec_fn=start, stdout=subprocess.PIPE, text=True, timeout=120)
+        assert proc.returncode == rc and ("GPU" in proc.stdout) == (rc == 0), proc.stdout[-2000:]

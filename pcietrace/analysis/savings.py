@@ -179,7 +179,16 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
     # makes the sum unknown)
     depth = out["depth"].to_numpy()
     below, parents = np.zeros(own.size), np.zeros(own.size, bool)
-    for d in sorted(pd.unique(depth), reverse=True):
+    levels = sorted(pd.unique(depth), reverse=True)
+    if len(levels) > nesting.MANY_LEVELS:  # (deep: each level's rows alone, the same sums in the same order)
+        for rows in reversed(nesting.by_level(depth)):
+            done = rows[parents[rows]]
+            own[done] += below[done]
+            kids = rows[parent_at[rows] >= 0]
+            np.add.at(below, parent_at[kids], own[kids])
+            parents[parent_at[kids]] = True
+        levels = []
+    for d in levels:
         for lo in range(0, own.size, PREDICT_CHUNK):
             at = slice(lo, lo + PREDICT_CHUNK)
             kids = lo + np.flatnonzero((depth[at] == d + 1) & (parent_at[at] >= 0))
@@ -249,6 +258,12 @@ def outermost_capturable(instances: pd.DataFrame, parent: pd.Series) -> pd.Serie
     okay = ok.to_numpy(bool)
     parent_at = nesting.parent_rows(instances.index, parent)
     above = np.zeros(len(instances), bool)
+    depth = instances["depth"].to_numpy()
+    if len(pd.unique(depth)) > nesting.MANY_LEVELS:  # (deep: a level at a time from the top, each from its parents)
+        for rows in nesting.by_level(depth):
+            kids = rows[parent_at[rows] >= 0]
+            above[kids] = okay[parent_at[kids]] | above[parent_at[kids]]
+        return (instances["kind"] == "push") & ok & ~above
     for lo in range(0, len(parent_at), PREDICT_CHUNK):  # (a long run's rows a chunk at a time, each chunk up to its tops)
         rows = lo + np.flatnonzero(parent_at[lo:lo + PREDICT_CHUNK] >= 0)
         up = parent_at[rows]

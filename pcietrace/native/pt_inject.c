@@ -94,6 +94,7 @@ static void child_after_fork(void)
     atomic_store(&g_grower_on, 0);  /* (threads do not survive fork: the child's trace starts its own) */
     atomic_store(&g_grow_asked, 0);
     pthread_mutex_init(&g_grow_lock, NULL);  /* a parent's thread may have held it at fork() */
+    pthread_mutex_init(&g_open_lock, NULL);  /* (as this one, opening the parent's trace at fork(): the child's first event waited forever) */
     atomic_store(&g_eager, 0); atomic_store(&g_graph, 0); atomic_store(&g_captured, 0); atomic_store(&g_announced, 0);
     edges_after_fork();
     device_forget();

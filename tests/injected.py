@@ -25,21 +25,29 @@ def build_fake(tmp_path: Path, source: str, soname: str, *libs: str) -> str:
     return cc
 
 
+def injection_library_or_skip() -> str:
+    """The built injection library; the test skipped where it is not built."""
+    from pcietrace.errors import UsageError
+    from pcietrace.record.trace import injection_library
+
+    try:
+        return injection_library()
+    except UsageError:
+        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
+
+
 def run_injected(tmp_path: Path, script: str, counter: str = "none", *, exact_edges: bool = False,
                  env: dict[str, str] | None = None, args: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
     """``script`` (its argv[1]: a JSON file it writes; then ``args``) with the injection library as attach sets
     it up (``counter``: "interpose", "cupti" or "none"; ``exact_edges``), fakes found in ``tmp_path`` first;
     returns the trace's events and the JSON. Skips where the library is not built."""
-    from pcietrace.errors import UsageError
     from pcietrace.record.trace import read_traces
     from pcietrace.record.attach import injection_env
 
     traces = tmp_path / "traces"
     traces.mkdir()
-    try:
-        full = injection_env(traces, counter, None, [0], exact_edges)
-    except UsageError:
-        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
+    injection_library_or_skip()
+    full = injection_env(traces, counter, None, [0], exact_edges)
     full.update({"LD_LIBRARY_PATH": str(tmp_path), **(env or {})})
     out = tmp_path / "out.json"
     proc = subprocess.run([sys.executable, "-c", script, str(out), *(args or [])], env=full, capture_output=True,

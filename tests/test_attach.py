@@ -1168,13 +1168,9 @@ def test_a_program_that_changes_folder_keeps_its_ranges_under_a_relative_output(
     import sys
 
     pytest.importorskip("nvtx")
-    from pcietrace.record.trace import injection_library
-    from pcietrace.errors import UsageError
+    from injected import injection_library_or_skip
 
-    try:
-        injection_library()
-    except UsageError:
-        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
+    injection_library_or_skip()
     root = Path(__file__).resolve().parents[1]
     (tmp_path / "app.py").write_text(CHDIR_APP)
     (tmp_path / "elsewhere").mkdir()

@@ -757,13 +757,11 @@ def test_attach_end_to_end_reads_fast_in_ranges_slowly_between_and_keeps_the_flo
     from pathlib import Path
 
     from pcietrace.analysis import analyze, attribution
-    from pcietrace.record.trace import injection_library
     from pcietrace.session import Session
 
-    try:
-        injection_library()
-    except UsageError:
-        pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
+    from injected import injection_library_or_skip
+
+    injection_library_or_skip()
     root = Path(__file__).resolve().parents[1]
     app = tmp_path / "app.py"
     app.write_text(RANGES_APP)

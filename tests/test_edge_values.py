@@ -279,3 +279,15 @@ def test_a_dense_group_s_total_and_each_call_lie_within_their_stated_errors(data
             assert s[f"{d}_edge_bytes"] <= err[mine].sum() + 1e-6
             assert abs(truth[mine].sum() * scale - s[f"{d}_raw_bytes"]) <= s[f"{d}_edge_bytes"] + slack[mine].sum(), \
                 (d, name)
+
+
+def test_a_gpu_with_one_sample_gives_bytes_as_floats_that_the_edges_can_meet_on() -> None:
+    """One sample of a GPU (integer counters, as read): every edge takes its value, as floats; integers failed
+    where a pop and the next push meet halfway (a fuzzer's SIMULATED session: a traceback)."""
+    t, y = np.array([5], np.int64), np.array([1000], np.int64)
+    a, b = np.array([1, 3]), np.array([2, 4])
+    (ya, ea), = attribution.edge_values_of(t, (y,), a, "start", None, None, (0.0,), (0.0,))
+    (yb, eb), = attribution.edge_values_of(t, (y,), b, "end", None, None, (0.0,), (0.0,))
+    assert ya.dtype.kind == yb.dtype.kind == "f" and (ya == 1000).all() and (eb == 0).all()
+    (ga, _), (gb, _) = attribution.growing_edges(a, b, ya, yb, ea, eb, np.ones(2, bool))
+    assert (ga == 1000).all() and (gb == 1000).all()

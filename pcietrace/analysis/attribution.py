@@ -781,7 +781,9 @@ def edge_values_of(t: np.ndarray, ys: tuple[np.ndarray, ...], edge: np.ndarray, 
     """:func:`edge_values` of several counters sampled at the same times ``t`` (a GPU's two directions), each
     with its floor: where each edge falls among the samples and the reads in flight is found once for all."""
     if t.size < 2:
-        return [(np.full(edge.shape, y[0] if y.size else 0.0), np.zeros(edge.shape)) for y in ys]
+        # (bytes as floats whatever the counter's type: a GPU with one sample gave integers, which the edges'
+        # meeting halfway could not hold)
+        return [(np.full(edge.shape, float(y[0]) if y.size else 0.0), np.zeros(edge.shape)) for y in ys]
     early = t - COUNTER_UPDATE_NS if early is None else early
     late = t if late is None else late
     out = [(np.empty(edge.shape), np.empty(edge.shape)) for _ in ys]

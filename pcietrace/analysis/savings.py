@@ -174,10 +174,16 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
         put("launch_bound", bound_all.astype(bool))
     del unknown
     del n_all, ns_all, busy_all, bound_all, waited  # (a long run's per-instance arrays, read)
-    # children first: a parent adds its children's (those one level below it, summed in row order as
-    # children_sum does, a chunk of rows at a time into one array kept for every level; a child unknown, NaN,
-    # makes the sum unknown)
-    depth = out["depth"].to_numpy()
+    _add_children(own, parent_at, out["depth"].to_numpy())
+    put("predicted_ms", own)
+    return out
+
+
+def _add_children(own: np.ndarray, parent_at: np.ndarray, depth: np.ndarray) -> None:
+    """Each instance's ``own`` figure plus its children's (``parent_at``: each one's parent's row, -1 for none;
+    ``depth``: its level), in place, children first: a parent adds those one level below it, summed in row order as
+    children_sum does, a chunk of rows at a time into one array kept for every level (a child unknown, NaN, makes
+    the sum unknown)."""
     below, parents = np.zeros(own.size), np.zeros(own.size, bool)
     levels = sorted(pd.unique(depth), reverse=True)
     if len(levels) > nesting.MANY_LEVELS:  # (deep: each level's rows alone, the same sums in the same order)
@@ -187,7 +193,7 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
             kids = rows[parent_at[rows] >= 0]
             np.add.at(below, parent_at[kids], own[kids])
             parents[parent_at[kids]] = True
-        levels = []
+        return
     for d in levels:
         for lo in range(0, own.size, PREDICT_CHUNK):
             at = slice(lo, lo + PREDICT_CHUNK)
@@ -201,9 +207,6 @@ def predict_ms(instances: pd.DataFrame, costs: dict[str, Any]) -> pd.DataFrame:
         below[parents] = 0.0
         parents[:] = False
         del at
-    del below, parents
-    put("predicted_ms", own)
-    return out
 
 
 def _at_least_0(x: np.ndarray) -> np.ndarray:

@@ -9,7 +9,7 @@
 /* The library's interface version, exported as ``pcietrace_inject_abi`` (an unsigned int) and as the string
  * PT_ABI_TAG; pcietrace.record.trace.INJECT_ABI is the version the Python side expects, and attach refuses a
  * library built from other sources. Raise it whenever anything below changes meaning. */
-#define PT_ABI_VERSION 3
+#define PT_ABI_VERSION 4
 #define PT_ABI_STR_(x) #x
 #define PT_ABI_STR(x) PT_ABI_STR_(x)
 #define PT_ABI_TAG "pcietrace-inject-abi " PT_ABI_STR(PT_ABI_VERSION)
@@ -29,6 +29,7 @@
  *     PT_TRACE_MAGIC " " PT_TRACE_VERSION "\n" (NUL-padded), then where the other two parts lie and how much of
  *     each the writers have taken so far (taken atomically: a reader after a crash knows how far to look);
  *   the events: struct pt_event records, back to back; a record is whole once its ``commit`` byte is 1 (set last);
+ *     each thread takes them (and the strings) a block at a time, so records it never wrote lie among them, zero;
  *   the strings: each event's name, domain and message, back to back from its ``str_at`` (no terminators).
  * Python's twin: pcietrace.record.trace (TRACE_MAGIC, TRACE_VERSION, HEADER_DTYPE, EVENT_DTYPE). Text traces
  * (trace-<pid>.tsv, versions 1-4) of older libraries are still read. */

@@ -356,13 +356,38 @@ static void put_event(char *buf, int64_t slot, int64_t str_at, unsigned long lon
     __atomic_store_n(&e->commit, 1, __ATOMIC_RELEASE);
 }
 
+/* Each thread takes the trace's space a block at a time and fills it itself: the two shared counters (on the
+ * header's line) took a locked add each per event, and threads writing at once (PyTorch's autograd thread beside
+ * the main one) passed that line between their cores at every edge. A block's records the thread never wrote stay
+ * zero (their commit byte unset): the reader passes over them. */
+enum { BLOCK_EVENTS = 32, BLOCK_STRINGS = 8 << 10 };
+struct block { char *buf; int64_t ev, ev_end, str, str_end; };
+static __thread struct block t_block;  /* (``buf``: the trace it is of; a forked child's differs) */
+
+/* ``n`` bytes at [*at, *end) of the thread's block of part ``p``, or of a new block taken there: their offset, or
+ * -1 where the part (or the disk) is full */
+static inline int64_t block_take(char *buf, struct part *p, int64_t *at, int64_t *end, uint64_t n, uint64_t block)
+{
+    int64_t got = *at;
+    if (__builtin_expect(got + (int64_t)n > *end, 0)) {
+        uint64_t want = n > block ? n : block;
+        if ((got = part_take(buf, p, want)) < 0) return -1;
+        *end = got + (int64_t)want;
+    }
+    *at = got + (int64_t)n;
+    return got;
+}
+
 /* One event's record and strings in the trace ``buf`` (of the calling thread, t_tid known), or the "tracefull"
  * event where they do not fit. */
 static void emit_record(char *buf, unsigned long long t_ns, const char *event, size_t ne, const char *domain,
                         size_t nd, unsigned long long id, const char *message, size_t nm, int dev, uint64_t mask)
 {
-    int64_t str_at = part_take(buf, &g_strings, ne + nd + nm);
-    int64_t slot = str_at < 0 ? -1 : part_take(buf, &g_events, sizeof(struct pt_event));
+    struct block *b = &t_block;
+    if (__builtin_expect(b->buf != buf, 0)) *b = (struct block){buf, 0, 0, 0, 0};
+    int64_t str_at = block_take(buf, &g_strings, &b->str, &b->str_end, ne + nd + nm, BLOCK_STRINGS);
+    int64_t slot = str_at < 0 ? -1 : block_take(buf, &g_events, &b->ev, &b->ev_end, sizeof(struct pt_event),
+                                                BLOCK_EVENTS * sizeof(struct pt_event));
     if (slot >= 0) {
         put_event(buf, slot, str_at, t_ns, event, ne, domain, nd, id, dev, mask, message, nm);
         return;

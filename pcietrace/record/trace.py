@@ -23,7 +23,7 @@ from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS, narrow_int
 
 #: The injection library's interface version this pcietrace expects (pt_abi.h: PT_ABI_VERSION); the library
 #: carries it as the string :data:`INJECT_ABI_TAG`, so it is checked without loading the library.
-INJECT_ABI = 3
+INJECT_ABI = 4
 INJECT_ABI_TAG = b"pcietrace-inject-abi %d\0" % INJECT_ABI
 #: A trace file's first line: ``TRACE_MAGIC VERSION`` (pt_abi.h: PT_TRACE_MAGIC, PT_TRACE_VERSION).
 TRACE_MAGIC = b"#pcietrace-trace"
@@ -275,15 +275,17 @@ def _read_binary(f: Path) -> tuple[dict[str, np.ndarray], int, tuple[int, int]]:
         used = min(int(h["strings_taken"]), str_cap - TRACE_RESERVE_BYTES)
         in_reserve = (start >= str_cap - TRACE_RESERVE_BYTES) & (start + lengths <= str_cap)
         ok = (rec["commit"] == 1) & (((start >= 0) & (start + lengths <= used)) | in_reserve)
+        # a record never begun (its thread took a block of them and wrote fewer; pt_inject.c, block_take) is no loss
+        unused = int(((rec["commit"] == 0) & (rec["t_ns"] == 0)).sum())
         order = np.argsort(np.where(ok, start, np.iinfo(np.int64).max), kind="stable")[:int(ok.sum())]
         ends = (start + lengths)[order]  # strings of two records never overlap; where they do, the later is left out
         overlap = np.zeros(len(order), bool)
         overlap[1:] = start[order][1:] < np.maximum.accumulate(ends)[:-1]
         keep = np.sort(order[~overlap])  # the records kept (their places in idx), in file order
-        bad = len(idx) - len(keep)
-        del start, lengths, ends, order, idx
-        if bad:
+        bad = len(idx) - len(keep) - unused
+        if len(keep) < len(idx):
             rec = {c: v[keep] for c, v in rec.items()}
+        del start, lengths, ends, order, idx
         del keep
         cols = _binary_strings(mm, str_at, rec)
     timed = int(h["timed_edges"]), int(h["timed_ns"])

@@ -151,8 +151,10 @@ static void grower_wake(void)
 }
 
 /* ``n`` bytes of a part for one event: their offset, or -1 where the part (or the disk) is full. The space past
- * the writers is allocated by the grower, or by whichever writer comes within a chunk of its end. */
-static int64_t part_take(char *buf, struct part *p, uint64_t n)
+ * the writers is allocated by the grower, or by whichever writer comes within a chunk of its end; not by one that
+ * may not take the lock (``may_grow`` 0: a signal handler's event inside its thread's own, which may hold it),
+ * for which -1 may also mean "not ready yet". */
+static int64_t part_take(char *buf, struct part *p, uint64_t n, int may_grow)
 {
     uint64_t at = atomic_fetch_add_explicit(p->taken, n, memory_order_relaxed);
     if (at + n > p->cap - p->reserve) return -1;
@@ -160,7 +162,8 @@ static int64_t part_take(char *buf, struct part *p, uint64_t n)
     if (__builtin_expect(at + n + ahead_of(at) / 2 > ready, 0) && atomic_load_explicit(&g_grower_on, memory_order_relaxed))
         grower_wake();
     uint64_t margin = ahead_of(at) < CHUNK ? ahead_of(at) : CHUNK;  /* (the grower behind, or none: grown here) */
-    if (at + n + margin / 4 > ready && !part_grow(buf, p, at + n, margin) && at + n > atomic_load(&p->ready)) return -1;
+    if (at + n + margin / 4 > ready && !(may_grow && part_grow(buf, p, at + n, margin))
+        && at + n > atomic_load(&p->ready)) return -1;
     return (int64_t)at;
 }
 
@@ -203,11 +206,14 @@ static void grower_start(char *buf)
 }
 
 /* The trace's mapping, opened by the first event of the process (NULL: no trace, or another copy writes it). */
+static __thread int t_opening;  /* the thread holds the open lock: a signal handler's event on it is left out */
 static char *trace_open(void)
 {
     char *buf = atomic_load_explicit(&g_buf, memory_order_acquire);
     if (buf) return buf;
-    if (atomic_load_explicit(&g_open_failed, memory_order_relaxed) || passive()) return NULL;  /* (passive: the recording copy writes this process's trace) */
+    if (t_opening || atomic_load_explicit(&g_open_failed, memory_order_relaxed) || passive()) return NULL;  /* (passive: the recording copy writes this process's trace) */
+    t_opening = 1;
+    atomic_signal_fence(memory_order_seq_cst);
     pthread_once(&g_atfork_once, atfork_register);
     pthread_mutex_lock(&g_open_lock);
     buf = atomic_load_explicit(&g_buf, memory_order_relaxed);
@@ -248,6 +254,8 @@ static char *trace_open(void)
     }
     if (!buf) atomic_store(&g_open_failed, 1);
     pthread_mutex_unlock(&g_open_lock);
+    atomic_signal_fence(memory_order_seq_cst);
+    t_opening = 0;
     return buf;
 }
 
@@ -361,7 +369,10 @@ static void put_event(char *buf, int64_t slot, int64_t str_at, unsigned long lon
  * the main one) passed that line between their cores at every edge. A block's records the thread never wrote stay
  * zero (their commit byte unset): the reader passes over them. */
 enum { BLOCK_EVENTS = 32, BLOCK_STRINGS = 8 << 10 };
-struct block { char *buf; int64_t ev, ev_end, str, str_end; };
+/* ``taking``: the thread is between reading and moving its block's ends (and may hold the grow lock), where a
+ * signal handler's event (an NVTX push in a C handler) would take the same bytes: that one takes its own from
+ * the shared counters instead, without the lock, and is left out where its space is not ready */
+struct block { char *buf; int64_t ev, ev_end, str, str_end; int taking; };
 static __thread struct block t_block;  /* (``buf``: the trace it is of; a forked child's differs) */
 
 /* ``n`` bytes at [*at, *end) of the thread's block of part ``p``, or of a new block taken there: their offset, or
@@ -371,7 +382,7 @@ static inline int64_t block_take(char *buf, struct part *p, int64_t *at, int64_t
     int64_t got = *at;
     if (__builtin_expect(got + (int64_t)n > *end, 0)) {
         uint64_t want = n > block ? n : block;
-        if ((got = part_take(buf, p, want)) < 0) return -1;
+        if ((got = part_take(buf, p, want, 1)) < 0) return -1;
         *end = got + (int64_t)want;
     }
     *at = got + (int64_t)n;
@@ -384,10 +395,22 @@ static void emit_record(char *buf, unsigned long long t_ns, const char *event, s
                         size_t nd, unsigned long long id, const char *message, size_t nm, int dev, uint64_t mask)
 {
     struct block *b = &t_block;
-    if (__builtin_expect(b->buf != buf, 0)) *b = (struct block){buf, 0, 0, 0, 0};
-    int64_t str_at = block_take(buf, &g_strings, &b->str, &b->str_end, ne + nd + nm, BLOCK_STRINGS);
-    int64_t slot = str_at < 0 ? -1 : block_take(buf, &g_events, &b->ev, &b->ev_end, sizeof(struct pt_event),
-                                                BLOCK_EVENTS * sizeof(struct pt_event));
+    int64_t str_at, slot;
+    if (__builtin_expect(b->taking, 0)) {  /* (an event of a signal handler, inside the thread's own take) */
+        str_at = part_take(buf, &g_strings, ne + nd + nm, 0);
+        slot = str_at < 0 ? -1 : part_take(buf, &g_events, sizeof(struct pt_event), 0);
+        if (slot >= 0) put_event(buf, slot, str_at, t_ns, event, ne, domain, nd, id, dev, mask, message, nm);
+        return;  /* (not said full: its space may only not be ready) */
+    } else {
+        b->taking = 1;
+        atomic_signal_fence(memory_order_seq_cst);
+        if (__builtin_expect(b->buf != buf, 0)) *b = (struct block){buf, 0, 0, 0, 0, 1};
+        str_at = block_take(buf, &g_strings, &b->str, &b->str_end, ne + nd + nm, BLOCK_STRINGS);
+        slot = str_at < 0 ? -1 : block_take(buf, &g_events, &b->ev, &b->ev_end, sizeof(struct pt_event),
+                                            BLOCK_EVENTS * sizeof(struct pt_event));
+        atomic_signal_fence(memory_order_seq_cst);
+        b->taking = 0;
+    }
     if (slot >= 0) {
         put_event(buf, slot, str_at, t_ns, event, ne, domain, nd, id, dev, mask, message, nm);
         return;

@@ -785,7 +785,9 @@ def test_attach_end_to_end_reads_fast_in_ranges_slowly_between_and_keeps_the_flo
         fl = res["floor"].iloc[0]
         assert fl["status"] == "per read" and abs(fl["h2d_bytes_per_read"] - 1000) < 20
         inst = res["range_instances"]
-        assert (inst["status"] == "ok").all() and (inst["h2d_bytes"].abs() <= inst["h2d_edge_bytes"] + 2000).all()
+        # (a range over a sampling stall of a loaded machine says "wrap risk": a timing check, below)
+        assert inst["status"].isin(["ok", "wrap risk"]).all()
+        assert (inst["h2d_bytes"].abs() <= inst["h2d_edge_bytes"] + 2000).all()
         assert abs(res["whole_run"]["h2d_bytes"].item()) < 0.01 * s.samples["t_ns"].size * 1000
         # the rates
         t = s.samples["t_ns"].to_numpy()
@@ -797,7 +799,8 @@ def test_attach_end_to_end_reads_fast_in_ranges_slowly_between_and_keeps_the_flo
         for w in s.windows[s.windows["sampling"] == "on"].itertuples():
             held |= (start > w.t_start_ns) & (t[1:] < w.t_end_ns)
         # (the wake-up at a push is checked with a 20 ms idle interval above, where it shows)
-        return {"in ranges ~2 ms": 1.8e6 < np.median(gap[in_app & open_]) < 3.5e6,
+        return {"no range over a sampling stall": (inst["status"] == "ok").all(),
+                "in ranges ~2 ms": 1.8e6 < np.median(gap[in_app & open_]) < 3.5e6,
                 "held ~0.5 ms": np.median(gap[held]) < 1.5e6,
                 "between ranges ~5 ms": 4e6 < np.median(gap[in_app & ~open_]) < 8e6}
 

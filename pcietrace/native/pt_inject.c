@@ -150,20 +150,24 @@ static void grower_wake(void)
     syscall(SYS_futex, (void *)&g_grow_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-/* ``n`` bytes of a part for one event: their offset, or -1 where the part (or the disk) is full. The space past
- * the writers is allocated by the grower, or by whichever writer comes within a chunk of its end; not by one that
- * may not take the lock (``may_grow`` 0: a signal handler's event inside its thread's own, which may hold it),
- * for which -1 may also mean "not ready yet". */
-static int64_t part_take(char *buf, struct part *p, uint64_t n, int may_grow)
+/* ``n`` to ``most`` bytes of a part (``*len`` of them: ``most`` where that much is left): their offset, or -1
+ * where not even ``n`` are left (or the disk is full). The space past the writers is allocated by the grower, or
+ * by whichever writer comes within a chunk of its end; not by one that may not take the lock (``may_grow`` 0: a
+ * signal handler's event inside its thread's own, which may hold it), for which -1 may also mean "not ready yet". */
+static int64_t part_take(char *buf, struct part *p, uint64_t n, uint64_t most, uint64_t *len, int may_grow)
 {
-    uint64_t at = atomic_fetch_add_explicit(p->taken, n, memory_order_relaxed);
-    if (at + n > p->cap - p->reserve) return -1;
+    uint64_t limit = p->cap - p->reserve, at = atomic_load_explicit(p->taken, memory_order_relaxed), k;
+    do {
+        if (at + n > limit) return -1;
+        k = limit - at < most ? limit - at : most;
+    } while (!atomic_compare_exchange_weak_explicit(p->taken, &at, at + k, memory_order_relaxed, memory_order_relaxed));
+    *len = k;
     uint64_t ready = atomic_load_explicit(&p->ready, memory_order_acquire);
-    if (__builtin_expect(at + n + ahead_of(at) / 2 > ready, 0) && atomic_load_explicit(&g_grower_on, memory_order_relaxed))
+    if (__builtin_expect(at + k + ahead_of(at) / 2 > ready, 0) && atomic_load_explicit(&g_grower_on, memory_order_relaxed))
         grower_wake();
     uint64_t margin = ahead_of(at) < CHUNK ? ahead_of(at) : CHUNK;  /* (the grower behind, or none: grown here) */
-    if (at + n + margin / 4 > ready && !(may_grow && part_grow(buf, p, at + n, margin))
-        && at + n > atomic_load(&p->ready)) return -1;
+    if (at + k + margin / 4 > ready && !(may_grow && part_grow(buf, p, at + k, margin))
+        && at + k > atomic_load(&p->ready)) return -1;
     return (int64_t)at;
 }
 
@@ -375,15 +379,16 @@ enum { BLOCK_EVENTS = 32, BLOCK_STRINGS = 8 << 10 };
 struct block { char *buf; int64_t ev, ev_end, str, str_end; int taking; };
 static __thread struct block t_block;  /* (``buf``: the trace it is of; a forked child's differs) */
 
-/* ``n`` bytes at [*at, *end) of the thread's block of part ``p``, or of a new block taken there: their offset, or
- * -1 where the part (or the disk) is full */
+/* ``n`` bytes at [*at, *end) of the thread's block of part ``p``, or of a new block taken there (smaller where
+ * less is left): their offset, or -1 where the part (or the disk) is full */
 static inline int64_t block_take(char *buf, struct part *p, int64_t *at, int64_t *end, uint64_t n, uint64_t block)
 {
     int64_t got = *at;
     if (__builtin_expect(got + (int64_t)n > *end, 0)) {
-        uint64_t want = n > block ? n : block;
-        if ((got = part_take(buf, p, want, 1)) < 0) return -1;
-        *end = got + (int64_t)want;
+        uint64_t len, most = p->cap / 64 / n * n;  /* (in a small trace a 64th of the part at most) */
+        if (most > block) most = block;
+        if ((got = part_take(buf, p, n, most > n ? most : n, &len, 1)) < 0) return -1;
+        *end = got + (int64_t)len;
     }
     *at = got + (int64_t)n;
     return got;
@@ -396,9 +401,12 @@ static void emit_record(char *buf, unsigned long long t_ns, const char *event, s
 {
     struct block *b = &t_block;
     int64_t str_at, slot;
+    uint64_t len;
+    /* once the trace is full, no event of a thread with space left in its block comes after the "tracefull" one */
+    if (__builtin_expect(atomic_load_explicit(&g_full, memory_order_relaxed), 0)) return;
     if (__builtin_expect(b->taking, 0)) {  /* (an event of a signal handler, inside the thread's own take) */
-        str_at = part_take(buf, &g_strings, ne + nd + nm, 0);
-        slot = str_at < 0 ? -1 : part_take(buf, &g_events, sizeof(struct pt_event), 0);
+        str_at = part_take(buf, &g_strings, ne + nd + nm, ne + nd + nm, &len, 0);
+        slot = str_at < 0 ? -1 : part_take(buf, &g_events, sizeof(struct pt_event), sizeof(struct pt_event), &len, 0);
         if (slot >= 0) put_event(buf, slot, str_at, t_ns, event, ne, domain, nd, id, dev, mask, message, nm);
         return;  /* (not said full: its space may only not be ready) */
     } else {

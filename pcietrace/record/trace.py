@@ -276,7 +276,7 @@ def _read_binary(f: Path) -> tuple[dict[str, np.ndarray], int, tuple[int, int]]:
         in_reserve = (start >= str_cap - TRACE_RESERVE_BYTES) & (start + lengths <= str_cap)
         ok = (rec["commit"] == 1) & (((start >= 0) & (start + lengths <= used)) | in_reserve)
         # a record never begun (its thread took a block of them and wrote fewer; pt_inject.c, block_take) is no loss
-        unused = int(((rec["commit"] == 0) & (rec["t_ns"] == 0)).sum())
+        unused = int(((rec["commit"] == 0) & (rec["t_ns"] == 0) & (rec["tid"] == 0) & (rec["event_bytes"] == 0)).sum())
         order = np.argsort(np.where(ok, start, np.iinfo(np.int64).max), kind="stable")[:int(ok.sum())]
         ends = (start + lengths)[order]  # strings of two records never overlap; where they do, the later is left out
         overlap = np.zeros(len(order), bool)

@@ -54,3 +54,18 @@ def run_injected(tmp_path: Path, script: str, counter: str = "none", *, exact_ed
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return read_traces(traces), json.loads(out.read_text())
+
+
+def run_nvtx_program(tmp_path: Path, prog: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
+    """Python program ``prog`` run with the real injection library driven through NVTX's injection hook (the nvtx
+    package; no GPU needed), its trace written into ``tmp_path``, ``env`` added to the environment; its output
+    (text). Skips without the nvtx package."""
+    import os
+
+    from pcietrace.record.trace import injection_library
+
+    pytest.importorskip("nvtx")
+    full = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path), **env)
+    proc = subprocess.run([sys.executable, "-c", prog], env=full, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc

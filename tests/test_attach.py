@@ -19,6 +19,7 @@ from pcietrace.record.trace import read_traces
 from pcietrace.session import Session
 
 from conftest import notes_text, one_line_exit_2
+from injected import run_nvtx_program
 
 
 @pytest.fixture()
@@ -257,21 +258,13 @@ def test_threads_take_the_trace_a_block_at_a_time_and_nothing_is_counted_lost(tm
     # the real injection library (driven through NVTX's injection hook by the nvtx package; no GPU needed): each
     # thread takes a block of records and of string space (pt_inject.c, block_take), so the records a thread never
     # wrote lie between the others, zero; they are no event and no loss, and every thread's edges come back
-    import os
-    import subprocess
-    import sys
+    from pcietrace.record.trace import EVENT_DTYPE, HEADER_DTYPE
 
-    import numpy as np
-
-    from pcietrace.record.trace import EVENT_DTYPE, HEADER_DTYPE, injection_library, read_traces
-
-    pytest.importorskip("nvtx")
-    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
     prog = ("import nvtx, threading\n"
             "def work(k):\n    for i in range(5):\n        nvtx.push_range(f'w{k}.{i}')\n        nvtx.pop_range()\n"
             "ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]\n"
             "[t.start() for t in ts]\n[t.join() for t in ts]\n")
-    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
+    run_nvtx_program(tmp_path, prog)
     ev = read_traces(tmp_path)
     (trace,) = tmp_path.glob("trace-*.bin")
     with open(trace, "rb") as f:  # (the header alone: the file is sparse, as large as the trace may grow)
@@ -320,19 +313,12 @@ def test_a_full_trace_file_is_said_not_silently_cut(tmp_path, outer) -> None:
     # the real injection library with a trace file too small for what the program writes (the nvtx package
     # drives it through NVTX's injection hook; no GPU needed); the ranges outermost, or nested in one (a nested
     # edge writes by a path of its own)
-    import os
-    import subprocess
-    import sys
-
-    from pcietrace.record.trace import injection_library, read_traces
+    from pcietrace.record.trace import read_traces
     from pcietrace.record.attach import processes
     from pcietrace.schema import TRACE_FULL
 
-    pytest.importorskip("nvtx")
-    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path),
-               PCIETRACE_TRACE_BYTES="65536")
     prog = "import nvtx\n" + outer + "for i in range(2000):\n    nvtx.push_range(f'step{i}')\n    nvtx.pop_range()\n"
-    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
+    run_nvtx_program(tmp_path, prog, PCIETRACE_TRACE_BYTES="65536")
     ev = read_traces(tmp_path)
     full = ev[ev["event"] == TRACE_FULL]
     assert len(full) == 1 and full["id"].iloc[0] == 65536
@@ -350,19 +336,13 @@ def test_trace_lines_keep_messages_one_field_and_every_push_its_pop(tmp_path) ->
     # become spaces and it is cut at 1,023 bytes; a domain name is cut at 255, so no line is too long to write
     # (a push once dropped for its length left its pop to close the range around it); no driver loaded: the
     # device field is -1
-    import os
-    import subprocess
-    import sys
+    from pcietrace.record.trace import read_traces
 
-    from pcietrace.record.trace import injection_library, read_traces
-
-    pytest.importorskip("nvtx")
-    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
     prog = ("import nvtx\nnvtx.push_range('a\\tb\\nc', domain='d1')\nnvtx.pop_range(domain='d1')\n"
             "nvtx.push_range('x' * 1500)\nnvtx.pop_range()\n"
             "nvtx.push_range('outer')\nnvtx.push_range('x' * 1023, domain='y' * 2000)\n"
             "nvtx.pop_range(domain='y' * 2000)\nnvtx.pop_range()\n")
-    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
+    run_nvtx_program(tmp_path, prog)
     ev = read_traces(tmp_path)
     pushes = ev[ev["event"] == "push"]
     assert pushes["message"].tolist() == ["a b c", "x" * 1023, "outer", "x" * 1023], pushes["message"].tolist()
@@ -375,16 +355,8 @@ def test_trace_lines_keep_messages_one_field_and_every_push_its_pop(tmp_path) ->
 def _five_ranges_trace(tmp_path) -> Path:
     """The trace file the real injection library writes into ``tmp_path`` for five push/pop ranges (nvtx drives
     it)."""
-    import os
-    import subprocess
-    import sys
-
-    from pcietrace.record.trace import injection_library
-
-    pytest.importorskip("nvtx")
-    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
     prog = "import nvtx\nfor i in range(5):\n    nvtx.push_range(f'step{i}')\n    nvtx.pop_range()\n"
-    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
+    run_nvtx_program(tmp_path, prog)
     return next(tmp_path.glob("trace-*.bin"))
 
 
@@ -570,17 +542,9 @@ def test_a_terminal_foreground_job_is_seen_with_stdin_redirected(tmp_path, stdin
 def test_a_forked_childs_events_carry_its_own_thread_id(tmp_path) -> None:
     # the real injection library through nvtx: a child forked by a thread that had already written events
     # writes its own trace with its own thread id (its main thread's id is its pid), not the parent's
-    import os
-    import subprocess
-    import sys
-
-    from pcietrace.record.trace import injection_library
-
-    pytest.importorskip("nvtx")
-    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
     prog = ("import os, nvtx\nnvtx.push_range('parent')\nnvtx.pop_range()\npid = os.fork()\n"
             "if pid == 0:\n    nvtx.push_range('child')\n    nvtx.pop_range()\n    os._exit(0)\nos.waitpid(pid, 0)\n")
-    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
+    run_nvtx_program(tmp_path, prog)
     ev = read_traces(tmp_path)
     assert ev["pid"].nunique() == 2
     assert (ev["tid"] == ev["pid"]).all(), ev[["pid", "tid", "event", "message"]]
@@ -591,13 +555,6 @@ def test_a_forked_childs_events_carry_its_own_thread_id(tmp_path) -> None:
 def test_names_from_many_threads_come_back_whole_in_their_records(tmp_path) -> None:
     # the real injection library (nvtx drives it) from 4 threads at once: each record keeps its own strings (they
     # are taken from one shared part), a name's tab and newline print as spaces, a long name is cut at 1,023 bytes
-    import os
-    import subprocess
-    import sys
-
-    from pcietrace.record.trace import injection_library
-
-    pytest.importorskip("nvtx")
     prog = ("import nvtx, threading\n"
             "def work(k):\n"
             "    for i in range(500):\n"
@@ -606,8 +563,7 @@ def test_names_from_many_threads_come_back_whole_in_their_records(tmp_path) -> N
             "ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]\n"
             "[t.start() for t in ts]; [t.join() for t in ts]\n"
             "nvtx.mark('y' * 5000)\n")
-    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
-    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
+    run_nvtx_program(tmp_path, prog)
     ev = read_traces(tmp_path)
     push = ev[ev["event"] == "push"]
     assert len(push) == 2000 and ev.attrs["bad_lines"] == 0
@@ -622,13 +578,6 @@ def test_event_times_are_the_samplers_clock_from_every_thread(tmp_path) -> None:
     # the real injection library times its events by the TSC between CLOCK_MONOTONIC anchors once its clock is
     # calibrated (10 ms after load): every event lands between the program's own clock reads around it, and a
     # thread's events never go back; 4 threads write ~60 MB (more than the grower keeps ready ahead of them)
-    import os
-    import subprocess
-    import sys
-
-    from pcietrace.record.trace import injection_library
-
-    pytest.importorskip("nvtx")
     prog = ("import nvtx, threading, time, json, sys\n"
             "out = []\n"
             "def work(k):\n"
@@ -640,8 +589,7 @@ def test_event_times_are_the_samplers_clock_from_every_thread(tmp_path) -> None:
             "ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]\n"
             "[t.start() for t in ts]; [t.join() for t in ts]\n"
             "json.dump(out, sys.stdout)\n")
-    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=120, capture_output=True, text=True)
+    proc = run_nvtx_program(tmp_path, prog, timeout=120)
     ev = read_traces(tmp_path)
     push = ev[ev["event"] == "push"]
     assert len(push) == 240_000 and ev.attrs["bad_lines"] == 0

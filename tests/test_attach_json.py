@@ -121,21 +121,16 @@ def test_ranges_with_no_domain_are_in_domain_default(tmp_path) -> None:
     """The real injection library, driven by the nvtx package (no GPU needed): ranges opened without a domain
     (the package's "NVTX" domain, a NULL domain handle in C) are named ``default``, as docs/json.md says; a
     named domain keeps its name."""
-    import os
-    import subprocess
-    import sys
-
     from pcietrace.analysis import attribution
-    from pcietrace.record.trace import injection_library, read_traces
+    from pcietrace.record.trace import read_traces
+    from injected import run_nvtx_program
 
-    pytest.importorskip("nvtx")
-    env = dict(os.environ, NVTX_INJECTION64_PATH=injection_library(), PCIETRACE_TRACE_DIR=str(tmp_path))
     prog = ("import nvtx\n"
             "nvtx.push_range('pushed')\nnvtx.pop_range()\n"
             "with nvtx.annotate('annotated'):\n    pass\n"
             "nvtx.end_range(nvtx.start_range('started'))\n"
             "with nvtx.annotate('mine', domain='mine'):\n    pass\n")
-    subprocess.run([sys.executable, "-c", prog], env=env, check=True, timeout=60)
+    run_nvtx_program(tmp_path, prog)
     r = attribution.ranges_from_events(read_traces(tmp_path)).set_index("name")["domain"].to_dict()
     assert r == {"pushed": "default", "annotated": "default", "started": "default", "mine": "mine"}
 

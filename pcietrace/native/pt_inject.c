@@ -409,16 +409,15 @@ static void emit_record(char *buf, unsigned long long t_ns, const char *event, s
         slot = str_at < 0 ? -1 : part_take(buf, &g_events, sizeof(struct pt_event), sizeof(struct pt_event), &len, 0);
         if (slot >= 0) put_event(buf, slot, str_at, t_ns, event, ne, domain, nd, id, dev, mask, message, nm);
         return;  /* (not said full: its space may only not be ready) */
-    } else {
-        b->taking = 1;
-        atomic_signal_fence(memory_order_seq_cst);
-        if (__builtin_expect(b->buf != buf, 0)) *b = (struct block){buf, 0, 0, 0, 0, 1};
-        str_at = block_take(buf, &g_strings, &b->str, &b->str_end, ne + nd + nm, BLOCK_STRINGS);
-        slot = str_at < 0 ? -1 : block_take(buf, &g_events, &b->ev, &b->ev_end, sizeof(struct pt_event),
-                                            BLOCK_EVENTS * sizeof(struct pt_event));
-        atomic_signal_fence(memory_order_seq_cst);
-        b->taking = 0;
     }
+    b->taking = 1;
+    atomic_signal_fence(memory_order_seq_cst);
+    if (__builtin_expect(b->buf != buf, 0)) *b = (struct block){buf, 0, 0, 0, 0, 1};
+    str_at = block_take(buf, &g_strings, &b->str, &b->str_end, ne + nd + nm, BLOCK_STRINGS);
+    slot = str_at < 0 ? -1 : block_take(buf, &g_events, &b->ev, &b->ev_end, sizeof(struct pt_event),
+                                        BLOCK_EVENTS * sizeof(struct pt_event));
+    atomic_signal_fence(memory_order_seq_cst);
+    b->taking = 0;
     if (slot >= 0) {
         put_event(buf, slot, str_at, t_ns, event, ne, domain, nd, id, dev, mask, message, nm);
         return;

@@ -45,8 +45,10 @@ if __name__ == "__main__":
                 s.pause(True)
             elif phase == "open":
                 words[edges.OPEN_RANGES] = 1  # what the injection library does at a push (no wake-up here)
-            marks.append((phase, time.monotonic_ns()))
+            start = time.monotonic_ns()
             time.sleep(0.1)
+            # (the phase ends before its state is lifted: a read right after the pause is not one of its reads)
+            marks.append((phase, start, time.monotonic_ns()))
             s.hold_fast(False)
             s.pause(False)
             words[edges.OPEN_RANGES] = 0
@@ -57,7 +59,7 @@ if __name__ == "__main__":
         mm.close()
         os.unlink(page)
     phases = []
-    for (phase, a), (_, b) in zip(marks, marks[1:] + [("end", t_stop)]):
+    for phase, a, b in marks:
         sel = t[(t > a + 15_000_000) & (t < b)]
         phases.append({"phase": phase, "reads": int(sel.size),
                        "median_gap_ms": float(np.median(np.diff(sel))) / 1e6 if sel.size > 1 else None})

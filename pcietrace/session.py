@@ -282,10 +282,13 @@ def _read_parquet(f: Any, only: tuple[str, int, int] | None = None) -> pd.DataFr
     pf = pq.ParquetFile(f, read_dictionary=strings)
     schema = pf.schema_arrow
     groups, rows = list(range(meta.num_row_groups)), meta.num_rows
+    whole: set[int] = set()  # (groups whose statistics say every row holds ``only``'s value: read unfiltered)
     if only is not None:
         key = schema.names.index(only[0])
-        groups = [i for i in groups if (st := meta.row_group(i).column(key).statistics) is None or not st.has_min_max
-                  or st.min <= only[1] <= st.max]
+        stats = {i: meta.row_group(i).column(key).statistics for i in groups}
+        groups = [i for i in groups if (st := stats[i]) is None or not st.has_min_max or st.min <= only[1] <= st.max]
+        whole = {i for i in groups if (st := stats[i]) is not None and st.has_min_max and st.has_null_count
+                 and st.null_count == 0 and st.min == st.max == only[1]}
         rows = only[2]
 
     def fixed(j: int) -> bool:  # (numbers with no nulls in any group: the same array as pandas reads)
@@ -308,7 +311,8 @@ def _read_parquet(f: Any, only: tuple[str, int, int] | None = None) -> pd.DataFr
     for i in groups:
         table = pf.read_row_group(i)
         if only is not None:
-            table = table.filter(pc.equal(table.column(only[0]), only[1]))
+            if i not in whole:
+                table = table.filter(pc.equal(table.column(only[0]), only[1]))
             if at + table.num_rows > rows:
                 raise ValueError(f"more rows of {only[0]} {only[1]} than {rows}: changed since it was opened")
         for name in schema.names:

@@ -282,10 +282,17 @@ def _read_parquet(f: Any, only: tuple[str, int, int] | None = None) -> pd.DataFr
     pf = pq.ParquetFile(f, read_dictionary=strings)
     schema = pf.schema_arrow
     groups, rows = list(range(meta.num_row_groups)), meta.num_rows
+    # (a top-level column's statistics are its leaf column's, found by path: a nested column before it shifts the
+    # leaves' numbers; one with none, or nested, has no statistics here)
+    leaf = {meta.schema.column(k).path: k for k in range(meta.num_columns)}
+
+    def column_stats(name: str, of: list[int]) -> list[Any]:
+        k = leaf.get(name)
+        return [None if k is None else meta.row_group(i).column(k).statistics for i in of]
+
     whole: set[int] = set()  # (groups whose statistics say every row holds ``only``'s value: read unfiltered)
     if only is not None:
-        key = schema.names.index(only[0])
-        stats = {i: meta.row_group(i).column(key).statistics for i in groups}
+        stats = dict(zip(groups, column_stats(only[0], groups)))
         groups = [i for i in groups if (st := stats[i]) is None or not st.has_min_max or st.min <= only[1] <= st.max]
         whole = {i for i in groups if (st := stats[i]) is not None and st.has_min_max and st.has_null_count
                  and st.null_count == 0 and st.min == st.max == only[1]}
@@ -293,13 +300,13 @@ def _read_parquet(f: Any, only: tuple[str, int, int] | None = None) -> pd.DataFr
 
     def fixed(j: int) -> bool:  # (numbers with no nulls in any group: the same array as pandas reads)
         t = schema.field(j).type
-        stats = [meta.row_group(i).column(j).statistics for i in groups]
+        stats = column_stats(schema.field(j).name, groups)
         return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)) and \
             all(st is not None and st.has_null_count and st.null_count == 0 for st in stats)
 
     def held(j: int, dtype: np.dtype) -> np.dtype:  # (what the groups' statistics say each column's values fit)
-        stats = [meta.row_group(i).column(j).statistics for i in groups]
-        if dtype.kind not in "iu" or not all(st.has_min_max for st in stats):
+        stats = column_stats(schema.field(j).name, groups)
+        if dtype.kind not in "iu" or not all(st is not None and st.has_min_max for st in stats):
             return dtype
         return narrow_int(dtype, min(st.min for st in stats), max(st.max for st in stats), schema.field(j).name)
 
@@ -375,7 +382,10 @@ class SampleFile:
         meta, names = pf.metadata, pf.schema_arrow.names
         if any(c not in names for c in ("nvml_index", "t_ns", *(columns or {}))) or not meta.num_rows:
             return None
-        gpu_col, t_col = names.index("nvml_index"), names.index("t_ns")
+        leaf = {meta.schema.column(k).path: k for k in range(meta.num_columns)}  # (statistics by leaf, not field)
+        gpu_col, t_col = leaf.get("nvml_index"), leaf.get("t_ns")
+        if gpu_col is None or t_col is None:
+            return None
         counts: dict[int, int] = {}
         last = -1
         for i in range(meta.num_row_groups):  # (a group's GPU column alone: a few MB)

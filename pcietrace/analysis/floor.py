@@ -9,7 +9,8 @@ aligned to samples (last sample at or before the start, first at or after the en
 A read's cost depends on the GPU's state: a GPU without a CUDA context for a while (often before the program)
 answers slower and moves more bytes per read. Where the windows' reads took clearly different times the fit
 adds bytes per microsecond of read time, taken at the median read time inside the GPU's own ranges; the
-ranges' own quiet sample intervals give the cost per read there (their mean, never above the windows'), and
+ranges' own quiet sample intervals give the cost per read there (their mean, never above the windows'; far above
+them, not reads alone, they are left out), and
 how far runs of them strayed beyond what independent reads explain (states no window saw) joins each range's
 floor error. Stateless: DataFrames in, DataFrames out.
 """
@@ -33,17 +34,17 @@ from pcietrace.schema import by_object
 #: time a read took inside the GPU's own ranges (kept within the reading windows' mean read times; their mean
 #: over all reads where no sample lies inside the ranges; NaN without a read-time term); ``read_us_min`` and
 #: ``read_us_max``: the reading windows' lowest and highest mean read time, us (NaN without one).
-#: ``{d}_bytes_per_read_quiet``: the mean bytes of the ranges' quiet sample intervals (one read each, less
-#: the background; NaN with fewer than :data:`STATE_RUN`). ``{d}_bytes_per_read_program``, what each read in
-#: a range is charged: the quiet mean where it is no higher than the higher of per read + per us x
-#: ``read_us_program`` and one cost per read fitted without the read-time term; else, or without quiet intervals,
-#: the first. Where the windows saw the GPU only in another state than its ranges, ``{d}_bytes_per_read`` is what
-#: other GPUs of its model measured a read at its ranges' read time (``floor_rows``' ``borrow``), and the quiet
-#: mean is kept at most that. ``{d}_state_bytes_per_read``: how far (bytes per read, 95 %) the quiet intervals
-#: strayed from it for as long as a state lasts (the GPU's state moves a read's cost; see
-#: :func:`state_bytes_per_read`), plus how far the windows' cost lies above the one charged; charged x each
-#: range's reads in its floor error, where each of its busy reads (:func:`busy_reads`) counts at least
-#: :data:`STATE_MIN_SHARE` of the cost.
+#: ``{d}_bytes_per_read_quiet``: the mean bytes of the ranges' quiet sample intervals (one read each, less the
+#: background; NaN with fewer than :data:`STATE_RUN`). ``{d}_bytes_per_read_program``, what each read in a range is
+#: charged: the quiet mean, never above the higher of per read + per us x ``read_us_program`` and one cost per read
+#: fitted without the read-time term; where it lies more than :data:`STATE_MIN_SHARE` above that higher cost (not reads
+#: alone), or without quiet intervals, the first. Where the windows saw the GPU only in another state than its ranges,
+#: ``{d}_bytes_per_read`` is what other GPUs of its model measured a read at its ranges' read time (``floor_rows``'
+#: ``borrow``), and the quiet mean is kept at most that. ``{d}_state_bytes_per_read``: how far (bytes per read, 95 %)
+#: the quiet intervals strayed from it (from their own mean where they are not reads alone) for as long as a state lasts
+#: (the GPU's state moves a read's cost; see :func:`state_bytes_per_read`), plus, where there are quiet intervals, how
+#: far the windows' higher cost lies above the one charged; charged x each range's reads in its floor error, where each
+#: of its busy reads (:func:`busy_reads`) counts at least :data:`STATE_MIN_SHARE` of the cost.
 #: ``quiet_intervals``: how many there were. ``reads_per_s_program``: the sampler's reads per second of this GPU
 #: while any of its ranges was open (what the floor charges there; bounded by the sampling interval however dense
 #: the ranges; NaN where no range spans a sample). ``{d}_*_se``: the terms' standard errors from the windows'
@@ -352,19 +353,23 @@ def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | 
         quiet_per_read = float(np.mean(quiet[d])) if quiet[d].size >= STATE_RUN else np.nan
         row[f"{d}_bytes_per_read_quiet"] = quiet_per_read
         windows = max(row[f"{d}_bytes_per_read_program"], one_cost[d])
-        if 0 < quiet_per_read <= windows:  # (NaN: too few quiet intervals; <= 0: not a read's cost)
-            row[f"{d}_bytes_per_read_program"] = quiet_per_read
-        # quiet intervals dearer than every read the windows saw are not reads alone: charged as where there are
-        # none, the read at the program's read time, not the windows' one cost over all their states (2x H200,
-        # emit_nvtx forward ranges, 8-12 quiet intervals at 21-22 kB H2D: 16.9-18.3 kB charged, 13.3-16.1 kB a
-        # read implied by the truth, 1.5 MB ranges -1.4 ... -2.5 %)
+        # quiet intervals dearer than the windows' higher cost by more than a program's state moves a read
+        # (STATE_MIN_SHARE) are not reads alone: charged as where there are too few, the read at the program's
+        # read time, and stated with their spread, not their offset (2x H200, emit_nvtx forward ranges: 8-12
+        # quiet intervals at 21-22 kB H2D, 19-26 % above; charging one cost per read over cold windows, 16.9-18.3
+        # kB, where the truth implied 13.3-16.1 kB a read, put 1.5 MB ranges at -1.4 ... -2.5 %). Just above it,
+        # the windows' cost is charged: idle ranges' hundreds of quiet intervals sat 1-2 % above it (8x H200)
+        apart = windows > 0 and quiet_per_read > windows * (1 + STATE_MIN_SHARE[d])
+        if quiet_per_read > 0 and not apart:  # (NaN: too few quiet intervals; <= 0: not a read's cost)
+            row[f"{d}_bytes_per_read_program"] = min(quiet_per_read, windows)
         # where the quiet intervals put a read below the windows, the program's busy intervals (neither) may cost
         # either: the gap is in the state spread, as the quiet mean's offset is where it lies above them (2x H200,
         # a 1 s range of 731 reads: D2H 22,884 B a read by the windows, 21,880 quiet; the range read +490 kB
         # against its truth with ±448 kB stated)
         charged = row[f"{d}_bytes_per_read_program"]
         below = max(windows - charged, 0.0) if quiet_per_read > 0 else 0.0
-        row[f"{d}_state_bytes_per_read"] = below + state_bytes_per_read(quiet[d] - charged)
+        spread = state_bytes_per_read(quiet[d] - (quiet_per_read if apart else charged))
+        row[f"{d}_state_bytes_per_read"] = below + spread
 
 
 def union_spans(spans_ns: np.ndarray) -> np.ndarray:

@@ -282,9 +282,7 @@ def _read_parquet(f: Any, only: tuple[str, int, int] | None = None) -> pd.DataFr
     pf = pq.ParquetFile(f, read_dictionary=strings)
     schema = pf.schema_arrow
     groups, rows = list(range(meta.num_row_groups)), meta.num_rows
-    # (a top-level column's statistics are its leaf column's, found by path: a nested column before it shifts the
-    # leaves' numbers; one with none, or nested, has no statistics here)
-    leaf = {meta.schema.column(k).path: k for k in range(meta.num_columns)}
+    leaf = _top_level_leaves(meta)
 
     def column_stats(name: str, of: list[int]) -> list[Any]:
         k = leaf.get(name)
@@ -343,6 +341,13 @@ def _read_parquet(f: Any, only: tuple[str, int, int] | None = None) -> pd.DataFr
     return pd.DataFrame(cols, copy=False)
 
 
+def _top_level_leaves(meta: Any) -> dict[str, int]:
+    """Each top-level primitive column's leaf column number in a Parquet file's ``meta`` (its statistics are found
+    by it): a nested column before it shifts the leaves' numbers, and a nested leaf's path (its parents' names, a
+    dot and its own) is never its own name, where a top-level column's is, dots and all."""
+    return {c.path: k for k in range(meta.num_columns) if (c := meta.schema.column(k)).path == c.name}
+
+
 def _narrowed(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with each integer column in the narrowest kind its values fit (:func:`pcietrace.schema.narrow_int`)."""
     for c in df.columns:
@@ -382,7 +387,7 @@ class SampleFile:
         meta, names = pf.metadata, pf.schema_arrow.names
         if any(c not in names for c in ("nvml_index", "t_ns", *(columns or {}))) or not meta.num_rows:
             return None
-        leaf = {meta.schema.column(k).path: k for k in range(meta.num_columns)}  # (statistics by leaf, not field)
+        leaf = _top_level_leaves(meta)
         gpu_col, t_col = leaf.get("nvml_index"), leaf.get("t_ns")
         if gpu_col is None or t_col is None:
             return None

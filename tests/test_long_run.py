@@ -375,9 +375,10 @@ def test_samples_not_by_gpu_are_held(copy) -> None:
 
 
 def test_a_gpu_s_samples_are_its_own_whatever_columns_come_before_them(tmp_path) -> None:
-    """A samples file with a nested column before ``nvml_index`` (not as pcietrace writes them): Parquet numbers
+    """A samples file with nested columns before ``nvml_index`` (not as pcietrace writes them): Parquet numbers
     the statistics by leaf column, so a field's place is not its statistics' (a GPU read whole from groups that
-    another column's statistics said held only it returned another GPU's row). SIMULATED: made by hand."""
+    another column's statistics said held only it returned another GPU's row), and a nested leaf's path can be
+    a top-level column's name. SIMULATED: made by hand."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -385,7 +386,10 @@ def test_a_gpu_s_samples_are_its_own_whatever_columns_come_before_them(tmp_path)
 
     def group(gpus: list[int], b: list[int]) -> pa.Table:
         nested = pa.StructArray.from_arrays([pa.array([9] * len(gpus)), pa.array(b)], ["a", "b"])
-        return pa.table({"s": nested, "nvml_index": pa.array(gpus), "t_ns": pa.array(range(10, 10 + len(gpus)))})
+        # (a top-level column whose name is a nested leaf's path: each keeps its own statistics)
+        dotted, nvml = pa.array([10**12] * len(gpus)), pa.StructArray.from_arrays([pa.array(b)], ["index"])
+        return pa.table({"nvml.index": dotted, "nvml": nvml, "s": nested, "nvml_index": pa.array(gpus),
+                         "t_ns": pa.array(range(10, 10 + len(gpus)))})
 
     path = tmp_path / "samples.parquet"
     parts = [group([0], [1]), group([0, 1], [0, 3]), group([1], [5])]  # (the leaf "s.b" spans 1 ... 5: not a GPU)
@@ -395,7 +399,8 @@ def test_a_gpu_s_samples_are_its_own_whatever_columns_come_before_them(tmp_path)
     f = SampleFile.open(path)
     assert f is not None and f.gpus == {0: (0, 2), 1: (2, 2)}
     for gpu in (0, 1):
-        assert f.read(gpu)["nvml_index"].tolist() == [gpu, gpu]
+        got = f.read(gpu)
+        assert got["nvml_index"].tolist() == [gpu, gpu] and got["nvml.index"].tolist() == [10**12] * 2
 
 
 def test_a_sample_file_damaged_after_it_was_opened_is_one_line(copy, capsys) -> None:

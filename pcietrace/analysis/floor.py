@@ -37,14 +37,15 @@ from pcietrace.schema import by_object
 #: ``{d}_bytes_per_read_quiet``: the mean bytes of the ranges' quiet sample intervals (one read each, less the
 #: background; NaN with fewer than :data:`STATE_RUN`). ``{d}_bytes_per_read_program``, what each read in a range is
 #: charged: the quiet mean, never above the higher of per read + per us x ``read_us_program`` and one cost per read
-#: fitted without the read-time term; where it lies more than :data:`STATE_MIN_SHARE` above that higher cost (not reads
-#: alone), or without quiet intervals, the first. Where the windows saw the GPU only in another state than its ranges,
-#: ``{d}_bytes_per_read`` is what other GPUs of its model measured a read at its ranges' read time (``floor_rows``'
-#: ``borrow``), and the quiet mean is kept at most that. ``{d}_state_bytes_per_read``: how far (bytes per read, 95 %)
-#: the quiet intervals strayed from it (from their own mean where they are not reads alone) for as long as a state lasts
-#: (the GPU's state moves a read's cost; see :func:`state_bytes_per_read`), plus, where there are quiet intervals, how
-#: far the windows' higher cost lies above the one charged; charged x each range's reads in its floor error, where each
-#: of its busy reads (:func:`busy_reads`) counts at least :data:`STATE_MIN_SHARE` of the cost.
+#: fitted without the read-time term; where the quiet mean of either direction lies more than :data:`STATE_MIN_SHARE`
+#: above that higher cost (not reads alone), or without quiet intervals, the first. Where the windows saw the GPU only
+#: in another state than its ranges, ``{d}_bytes_per_read`` is what other GPUs of its model measured a read at its
+#: ranges' read time (``floor_rows``' ``borrow``), and the quiet mean is kept at most that.
+#: ``{d}_state_bytes_per_read``: how far (bytes per read, 95 %) the quiet intervals strayed from it (from their own mean
+#: where they are not reads alone) for as long as a state lasts (the GPU's state moves a read's cost; see
+#: :func:`state_bytes_per_read`), plus, where there are quiet intervals, how far the windows' higher cost lies above the
+#: one charged; charged x each range's reads in its floor error, where each of its busy reads (:func:`busy_reads`)
+#: counts at least :data:`STATE_MIN_SHARE` of the cost.
 #: ``quiet_intervals``: how many there were. ``reads_per_s_program``: the sampler's reads per second of this GPU
 #: while any of its ranges was open (what the floor charges there; bounded by the sampling interval however dense
 #: the ranges; NaN where no range spans a sample). ``{d}_*_se``: the terms' standard errors from the windows'
@@ -92,7 +93,8 @@ RANGE_READ_TIME_SPREAD = 0.15
 #: read above their truth by 11 ... 12.4 % (H2D) and 7.2 ... 8.1 % (D2H) of what their reads were charged
 #: (15.9 / 21.9 kB). So ~2.4 kB either way: 15 % and 11 %. Earlier (2x H200, a 1 s range of dense_app.py): up
 #: to 5.7 % H2D and 3.1 % D2H. Only busy reads (:func:`busy_reads`) are held to it: a range's quiet reads are
-#: in the state its quiet intervals measure.
+#: in the state its quiet intervals measure. Quiet intervals dearer than the windows' cost by more than it are not
+#: reads alone (:func:`_program_state`).
 STATE_MIN_SHARE = {"h2d": 0.15, "d2h": 0.11}
 
 #: Orders of the quiet intervals, shuffled with a fixed seed, over which :func:`state_bytes_per_read` finds how
@@ -343,32 +345,33 @@ def _program_state(row: dict[str, Any], g: pd.DataFrame, spans_ns: np.ndarray | 
             row[f"{d}_bytes_per_read_us"] * r if np.isfinite(r) else 0.0)
     quiet = quiet_bytes(g, inside, row)
     row["quiet_intervals"] = int(quiet["h2d"].size)
+    # the program's own quiet intervals measure a read in its state: charged where they are (their mean, as the
+    # windows' fit: a floor is a sum over reads, and a read's bytes are skewed: the 8x H200's median sat 1-3 %
+    # below the mean), but never above what the windows say a read costs with or without the read-time term,
+    # whichever is higher (a program's own steady traffic would look the same). The read-time term alone lowered
+    # a cold GPU's floor below what its quiet intervals showed (2x H200 GPU 1, four runs: idle calls H2D +19 ...
+    # +52 kB against the app's truth; so: +3 ... +19 kB; one cost per read: -38 ... -19 kB)
+    means = {d: float(np.mean(quiet[d])) if quiet[d].size >= STATE_RUN else np.nan for d in DIRECTIONS}
+    windows = {d: max(row[f"{d}_bytes_per_read_program"], one_cost[d]) for d in DIRECTIONS}
+    # quiet intervals dearer in either direction than that by more than a program's state moves a read
+    # (STATE_MIN_SHARE) are not reads alone: charged as where there are too few, the read at the program's read
+    # time, and stated with their spread, not their offset (2x H200, emit_nvtx forward ranges: 8-12 quiet
+    # intervals at 21-22 kB H2D, 19-26 % above; one cost per read over cold windows, 16.9-18.3 kB, was charged
+    # where the truth implied 13.3-16.1 kB a read: 1.5 MB ranges at -1.4 ... -2.5 %). Just above it the higher
+    # cost is charged (8x H200: idle ranges' hundreds of quiet intervals, up to 6 % above; the read at the read
+    # time alone put idle calls up to 17 kB further from the app's truth)
+    apart = any(windows[d] > 0 and means[d] > windows[d] * (1 + STATE_MIN_SHARE[d]) for d in DIRECTIONS)
     for d in DIRECTIONS:
-        # the program's own quiet intervals measure a read in its state: charged where they are (their mean, as
-        # the windows' fit: a floor is a sum over reads, and a read's bytes are skewed: the 8x H200's median
-        # sat 1-3 % below the mean), but never above what the windows say a read costs with or without the
-        # read-time term (a program's own steady traffic would look the same). The read-time term alone
-        # lowered a cold GPU's floor below what its quiet intervals showed (2x H200 GPU 1, four runs: idle calls
-        # H2D +19 ... +52 kB against the app's truth; so: +3 ... +19 kB; one cost per read: -38 ... -19 kB)
-        quiet_per_read = float(np.mean(quiet[d])) if quiet[d].size >= STATE_RUN else np.nan
-        row[f"{d}_bytes_per_read_quiet"] = quiet_per_read
-        windows = max(row[f"{d}_bytes_per_read_program"], one_cost[d])
-        # quiet intervals dearer than the windows' higher cost by more than a program's state moves a read
-        # (STATE_MIN_SHARE) are not reads alone: charged as where there are too few, the read at the program's
-        # read time, and stated with their spread, not their offset (2x H200, emit_nvtx forward ranges: 8-12
-        # quiet intervals at 21-22 kB H2D, 19-26 % above; charging one cost per read over cold windows, 16.9-18.3
-        # kB, where the truth implied 13.3-16.1 kB a read, put 1.5 MB ranges at -1.4 ... -2.5 %). Just above it,
-        # the windows' cost is charged: idle ranges' hundreds of quiet intervals sat 1-2 % above it (8x H200)
-        apart = windows > 0 and quiet_per_read > windows * (1 + STATE_MIN_SHARE[d])
-        if quiet_per_read > 0 and not apart:  # (NaN: too few quiet intervals; <= 0: not a read's cost)
-            row[f"{d}_bytes_per_read_program"] = min(quiet_per_read, windows)
-        # where the quiet intervals put a read below the windows, the program's busy intervals (neither) may cost
-        # either: the gap is in the state spread, as the quiet mean's offset is where it lies above them (2x H200,
-        # a 1 s range of 731 reads: D2H 22,884 B a read by the windows, 21,880 quiet; the range read +490 kB
-        # against its truth with ±448 kB stated)
+        row[f"{d}_bytes_per_read_quiet"] = means[d]
+        if means[d] > 0 and not apart:  # (NaN: too few quiet intervals; <= 0: not a read's cost)
+            row[f"{d}_bytes_per_read_program"] = min(means[d], windows[d])
+        # where the charge lies below the windows' higher cost, the program's busy intervals (neither state) may
+        # cost either: the gap is in the state spread, as the quiet mean's offset is where it lies above what is
+        # charged, unless they are not reads alone (2x H200, a 1 s range of 731 reads: D2H 22,884 B a read by the
+        # windows, 21,880 quiet; the range read +490 kB against its truth with ±448 kB stated)
         charged = row[f"{d}_bytes_per_read_program"]
-        below = max(windows - charged, 0.0) if quiet_per_read > 0 else 0.0
-        spread = state_bytes_per_read(quiet[d] - (quiet_per_read if apart else charged))
+        below = max(windows[d] - charged, 0.0) if means[d] > 0 else 0.0
+        spread = state_bytes_per_read(quiet[d] - (means[d] if apart else charged))
         row[f"{d}_state_bytes_per_read"] = below + spread
 
 

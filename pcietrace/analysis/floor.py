@@ -10,9 +10,8 @@ A read's cost depends on the GPU's state: a GPU without a CUDA context for a whi
 answers slower and moves more bytes per read. Where the windows' reads took clearly different times the fit
 adds bytes per microsecond of read time, taken at the median read time inside the GPU's own ranges; the
 ranges' own quiet sample intervals give the cost per read there (their mean, never above the windows'; far above
-them, not reads alone, they are left out), and
-how far runs of them strayed beyond what independent reads explain (states no window saw) joins each range's
-floor error. Stateless: DataFrames in, DataFrames out.
+them, not reads alone, they are left out), and how far runs of them strayed beyond what independent reads explain
+(states no window saw) joins each range's floor error. Stateless: DataFrames in, DataFrames out.
 """
 
 from __future__ import annotations

@@ -16,23 +16,36 @@ void *libcuda(void) { return dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); }
  * device is missed. A launch (``retry_now``) comes through the driver: it asks at once. */
 #define NO_DRIVER_RETRY_NS 10000000ull
 static _Atomic unsigned long long g_no_driver_until_ns;
+/* This thread is in the loader (dlopen, dlsym) looking for the driver: a signal handler's range edge that lands
+ * there must not enter it again, as the loader's lock is held by the call it interrupted (a hang, seen in 1 of
+ * ~50 runs of tests/native/signal_edges.c with a CPU hog beside it). Its device is unknown instead. */
+static __thread int t_in_loader;
+
+static ctx_get_device_fn find_driver(int retry_now)
+{
+    if (!retry_now && mono_ns() < atomic_load_explicit(&g_no_driver_until_ns, memory_order_relaxed)) return NULL;
+    void *lib = libcuda();
+    if (!lib) {
+        atomic_store_explicit(&g_no_driver_until_ns, mono_ns() + NO_DRIVER_RETRY_NS, memory_order_relaxed);
+        return NULL;
+    }
+    /* racing threads find the same functions; each published only where found */
+    device_bus_id_fn bus = (device_bus_id_fn)real_dlsym_fn(lib, "cuDeviceGetPCIBusId");
+    if (bus) atomic_store_explicit(&p_device_bus_id, bus, memory_order_release);
+    ctx_get_device_fn get = (ctx_get_device_fn)real_dlsym_fn(lib, "cuCtxGetDevice");
+    if (get) atomic_store_explicit(&p_ctx_get_device, get, memory_order_release);
+    return get;
+}
 
 int current_device(int retry_now)
 {
     ctx_get_device_fn get = atomic_load_explicit(&p_ctx_get_device, memory_order_acquire);
     if (!get) {
-        if (!retry_now && mono_ns() < atomic_load_explicit(&g_no_driver_until_ns, memory_order_relaxed)) return -1;
-        void *lib = libcuda();
-        if (!lib) {
-            atomic_store_explicit(&g_no_driver_until_ns, mono_ns() + NO_DRIVER_RETRY_NS, memory_order_relaxed);
-            return -1;
-        }
-        /* racing threads find the same functions; each published only where found */
-        device_bus_id_fn bus = (device_bus_id_fn)real_dlsym_fn(lib, "cuDeviceGetPCIBusId");
-        if (bus) atomic_store_explicit(&p_device_bus_id, bus, memory_order_release);
-        get = (ctx_get_device_fn)real_dlsym_fn(lib, "cuCtxGetDevice");
+        if (t_in_loader) return -1;
+        t_in_loader = 1;
+        get = find_driver(retry_now);
+        t_in_loader = 0;
         if (!get) return -1;
-        atomic_store_explicit(&p_ctx_get_device, get, memory_order_release);
     }
     int dev = -1;
     return get(&dev) == 0 ? dev : -1;

@@ -308,6 +308,33 @@ def test_a_signal_handlers_ranges_inside_the_threads_own_edges_are_all_recorded(
     assert ev.attrs["bad_lines"] == 0 and "tracefull" not in set(ev["event"])
 
 
+def test_a_signal_handlers_edge_inside_its_threads_driver_lookup_does_not_enter_the_loader(tmp_path) -> None:
+    # the real injection library in a program without the CUDA driver (tests/native/signal_loader.c): the library
+    # asks the loader for the driver at most every 10 ms, and the program's own dlopen raises SIGALRM inside each
+    # ask, whose handler opens and closes a range. Its edge must not ask again from inside the ask (the loader's
+    # lock is held by the call it interrupted: a hang in ~1 of 50 runs of signal_edges.c beside a CPU hog)
+    import subprocess
+
+    from pcietrace.record.trace import read_traces
+    from injected import NATIVE, injection_library_or_skip
+
+    lib = injection_library_or_skip()
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    prog = tmp_path / "signal_loader"
+    subprocess.run([cc, "-O2", "-rdynamic", "-o", str(prog), str(NATIVE / "signal_loader.c"), "-ldl"], check=True)
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    out = subprocess.run([str(prog), lib, "200"], env={"PCIETRACE_TRACE_DIR": str(traces)}, capture_output=True,
+                         text=True, timeout=60, check=True)
+    asks, nested, handled = map(int, out.stdout.split())
+    assert asks >= 3 and handled >= 2  # (the library asked several times; the handler ran inside those asks)
+    assert nested == 0
+    ev = read_traces(traces)
+    assert (ev.loc[ev["event"] == "push", "message"].astype(str) == "signal").sum() == handled
+
+
 @pytest.mark.parametrize("outer", ["", "nvtx.push_range('outer')\n"], ids=["outermost", "nested"])
 def test_a_full_trace_file_is_said_not_silently_cut(tmp_path, outer) -> None:
     # the real injection library with a trace file too small for what the program writes (the nvtx package

@@ -36,6 +36,24 @@ def injection_library_or_skip() -> str:
         pytest.skip("the injection library is not built (python3 setup.py build_ext --inplace)")
 
 
+def run_native_program(tmp_path: Path, source: str, *args: str, cflags: tuple[str, ...] = (), timeout: int = 120
+                       ) -> tuple[str, Path]:
+    """Build ``tests/native/<source>`` into a program and run it with the real injection library (its first
+    argument) and ``args``, writing its trace to a folder of its own (skips without a C compiler or the built
+    library): its standard output and that folder."""
+    lib = injection_library_or_skip()
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    prog = tmp_path / Path(source).stem
+    subprocess.run([cc, "-O2", *cflags, "-o", str(prog), str(NATIVE / source), "-ldl"], check=True)
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    out = subprocess.run([str(prog), lib, *args], env={"PCIETRACE_TRACE_DIR": str(traces)}, capture_output=True,
+                         text=True, timeout=timeout, check=True)
+    return out.stdout, traces
+
+
 def run_injected(tmp_path: Path, script: str, counter: str = "none", *, exact_edges: bool = False,
                  env: dict[str, str] | None = None, args: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
     """``script`` (its argv[1]: a JSON file it writes; then ``args``) with the injection library as attach sets

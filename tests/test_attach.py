@@ -283,23 +283,12 @@ def test_a_signal_handlers_ranges_inside_the_threads_own_edges_are_all_recorded(
     # SIGALRM handler, every 20 us, opens and closes a range while its main loop does the same: a handler's event
     # that lands inside the thread's own (its block's ends half moved, the grow or open lock held) takes bytes of
     # its own and waits on no lock (a block shared with it had two events in one record; the lock, a hang)
-    import subprocess
-
     from pcietrace.record.trace import read_traces
-    from injected import NATIVE, injection_library_or_skip
+    from injected import run_native_program
 
-    lib = injection_library_or_skip()
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    prog = tmp_path / "signal_edges"
-    subprocess.run([cc, "-O2", "-o", str(prog), str(NATIVE / "signal_edges.c"), "-ldl"], check=True)
-    traces = tmp_path / "traces"
-    traces.mkdir()
     pairs = 300_000
-    out = subprocess.run([str(prog), lib, str(pairs)], env={"PCIETRACE_TRACE_DIR": str(traces)}, capture_output=True,
-                         text=True, timeout=120, check=True)
-    handled = int(out.stdout)
+    out, traces = run_native_program(tmp_path, "signal_edges.c", str(pairs))
+    handled = int(out)
     assert handled > 100  # (the handler did run inside the loop)
     ev = read_traces(traces)
     pushes = ev.loc[ev["event"] == "push", "message"].astype(str).value_counts()
@@ -313,22 +302,11 @@ def test_a_signal_handlers_edge_inside_its_threads_driver_lookup_does_not_enter_
     # asks the loader for the driver at most every 10 ms, and the program's own dlopen raises SIGALRM inside each
     # ask, whose handler opens and closes a range. Its edge must not ask again from inside the ask (the loader's
     # lock is held by the call it interrupted: a hang in ~1 of 50 runs of signal_edges.c beside a CPU hog)
-    import subprocess
-
     from pcietrace.record.trace import read_traces
-    from injected import NATIVE, injection_library_or_skip
+    from injected import run_native_program
 
-    lib = injection_library_or_skip()
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    prog = tmp_path / "signal_loader"
-    subprocess.run([cc, "-O2", "-rdynamic", "-o", str(prog), str(NATIVE / "signal_loader.c"), "-ldl"], check=True)
-    traces = tmp_path / "traces"
-    traces.mkdir()
-    out = subprocess.run([str(prog), lib, "200"], env={"PCIETRACE_TRACE_DIR": str(traces)}, capture_output=True,
-                         text=True, timeout=60, check=True)
-    asks, nested, handled = map(int, out.stdout.split())
+    out, traces = run_native_program(tmp_path, "signal_loader.c", "200", cflags=("-rdynamic",), timeout=60)
+    asks, nested, handled = map(int, out.split())
     assert asks >= 3 and handled >= 2  # (the library asked several times; the handler ran inside those asks)
     assert nested == 0
     ev = read_traces(traces)

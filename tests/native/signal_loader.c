@@ -3,31 +3,17 @@
  * CUDA driver, for the injection library's test that such an edge does not enter the loader again (whose lock the
  * interrupted call holds: a hang). The program has no driver, so the library asks the loader for it at most every
  * 10 ms; this program's own ``dlopen`` (exported with -rdynamic, so the library's calls come here) raises SIGALRM
- * inside each of those asks and counts any ask made from inside another. Driven as signal_edges.c drives it.
+ * inside each of those asks and counts any ask made from inside another. Driven as NVTX drives it (nvtx_table.h).
  *   cc -O2 -rdynamic -o signal_loader signal_loader.c -ldl && PCIETRACE_TRACE_DIR=DIR ./signal_loader LIBRARY MS
  * Prints the driver asks, the asks made inside another, and the handler's ranges.
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <signal.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-typedef void (*Fp)(void);
-static Fp slots[16][16];
-static Fp *tables[16][16];
-static int get_table(int module, Fp ***table, unsigned *size)
-{
-    for (int i = 0; i < 16; ++i) tables[module][i] = &slots[module][i];
-    *table = tables[module];
-    *size = 16;
-    return 1;
-}
-static struct { size_t size; int (*get)(int, Fp ***, unsigned *); } callbacks = {sizeof callbacks, get_table};
-static const void *export_table(uint32_t id) { return id == 1 ? (const void *)&callbacks : NULL; }
+#include "nvtx_table.h"
 
 static int (*push)(const char *);
 static int (*pop)(void);
@@ -69,12 +55,7 @@ int main(int argc, char **argv)
     sa.sa_handler = on_alarm;
     sa.sa_flags = SA_RESTART;
     sigaction(SIGALRM, &sa, NULL);
-    void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-    if (!lib) { fprintf(stderr, "%s\n", dlerror()); return 1; }
-    int (*init)(const void *(*)(uint32_t)) = (int (*)(const void *(*)(uint32_t)))dlsym(lib, "InitializeInjectionNvtx2");
-    if (!init || !init(export_table)) return 1;
-    push = (int (*)(const char *))slots[1][9];  /* NVTX's core module: RangePushA, RangePop */
-    pop = (int (*)(void))slots[1][11];
+    if (!load_injection(argv[1], &push, &pop)) return 1;
     unsigned long long end = now_ns() + 1000000ull * (unsigned long long)atol(argv[2]);
     while (now_ns() < end) { push("main"); pop(); }
     printf("%d %d %d\n", (int)asks, (int)nested_asks, (int)handled);

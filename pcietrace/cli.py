@@ -372,6 +372,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "an NVML read, under a millisecond, per edge, and threads at an edge at once take turns; for "
                          "short critical ranges). Without it, a range that opens wakes the samplers, "
                          "which read right after it without the program waiting")
+    at.add_argument("--max-depth", type=_int_count, default=None, metavar="N",
+                    help="record push/pop ranges only to N levels deep in each thread (1: the outermost only); deeper "
+                         "ones cost the program a few ns an edge instead of an event each and are left out of every "
+                         "table, their launches and bytes kept in the ranges around them. For emit_nvtx or per-layer "
+                         "programs whose run time matters more than per-op figures (default: every range)")
     at.add_argument("--gpu-time", action="store_true",
                     help="also record when each kernel ran on the GPU (CUPTI kernel activity): per range the GPU's busy "
                          "time, and a graph-savings prediction from it (the host time a graph would remove). Costs the "

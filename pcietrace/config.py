@@ -215,7 +215,9 @@ class AttachConfig(Saved):
     ``sampler_duty``: the largest share of time a sampler spends in reads; ``idle_s``: idle time sampled
     before and after the program; ``calibrate``: measure per-launch costs (from ``baseline``, a saved run,
     where given); ``launch_counter``: interpose, cupti or none; ``exact_edges``: the injection library reads
-    the counters at every range edge; ``gpu_time``: CUPTI kernel activity too; ``label``: this recording's
+    the counters at every range edge; ``max_depth``: push ranges opened this many or more deep in their thread are not
+    recorded (their launches and bytes stay in the ranges around them; None: all are); ``gpu_time``: CUPTI
+    kernel activity too; ``label``: this recording's
     name among a job's (``%l`` in ``output``, which also takes ``%h``, ``%q{VAR}``, ``%p``); ``group_by``:
     how range names are grouped."""
 
@@ -231,6 +233,7 @@ class AttachConfig(Saved):
     baseline: Path | None = None
     launch_counter: str = "interpose"
     exact_edges: bool = False
+    max_depth: int | None = None
     gpu_time: bool = False
     label: str | None = None
     group_by: str = "op"
@@ -252,6 +255,9 @@ class AttachConfig(Saved):
         if self.launch_counter not in LAUNCH_COUNTERS:
             raise ConfigError("launch_counter", f"must be one of {', '.join(LAUNCH_COUNTERS)} "
                                                 f"(got {self.launch_counter!r})")
+        if self.max_depth is not None and (isinstance(self.max_depth, bool) or not isinstance(self.max_depth, int)
+                                           or self.max_depth < 1):
+            raise ConfigError("max_depth", f"must be a whole number >= 1, or None for every range (got {self.max_depth!r})")
         if self.group_by not in GROUP_BY:
             raise ConfigError("group_by", f"must be one of {', '.join(GROUP_BY)} (got {self.group_by!r})")
         if self.baseline is not None:

@@ -593,14 +593,14 @@ TOPOLOGY = obj({"gpus": list_of(obj({"bdf": STR, "host_bridge": STR, "hops": lis
 LAUNCH_COSTS = obj({"host_us_per_eager_launch": NUM, "host_us_per_graph_launch": NUM, "wall_us_per_kernel_eager": NUM,
                     "wall_us_per_kernel_graph": NUM, "source": STR})
 PROCESS = obj({"pid": INT, "nvtx": BOOL, "cupti": STR, "ranges": INT},
-              {"devices": list_of(STR), "edges": INT, "edge_ns": FINITE, "edges_ms": FINITE})
+              {"devices": list_of(STR), "edges": INT, "edge_ns": FINITE, "edges_ms": FINITE, "ranges_unrecorded": INT})
 META = obj({"gpus": list_of(GPU)},
            {"simulated": BOOL, "status": STR, "kind": STR, "topology": opt(TOPOLOGY), "launch_costs": opt(LAUNCH_COSTS),
             "t_app_start_ns": INT, "t_app_end_ns": INT, "exit_code": opt(EXIT_CODE), "processes": list_of(PROCESS),
             "sample_interval_ms": INTERVAL_MS, "driver": opt(STR), "host": STR, "created": STR, "sim_source": STR,
             "plan": obj({}), "command": list_of(STR), "failed_reads": obj({}), "exact_edges": BOOL,
             "sampler_duty": FINITE, "idle_sample_interval_ms": INTERVAL_MS,
-            "quiet_sample_interval_ms": INTERVAL_MS, "slow_domains": STR,
+            "quiet_sample_interval_ms": INTERVAL_MS, "slow_domains": STR, "max_depth": opt(INT),
             "graphs_plan": obj({"kernel_us": RANGE}, {"sync": BOOL, "param_sets": INT, "order": STR}), "timing": STR,
             "trace_bad": obj({"lines": _type("a count >= 0", lambda v: isinstance(v, int) and not isinstance(v, bool)
                                              and 0 <= v < 2**63), "files": list_of(STR)}),

@@ -285,7 +285,8 @@ def record_attach(config: AttachConfig, feedback: Feedback = Feedback(), program
                         sample_interval_ms=config.sample_interval_ms, topology=topology.collect(saved),
                         launch_counter=config.launch_counter, exact_edges=config.exact_edges,
                         sampler_duty=config.sampler_duty, idle_sample_interval_ms=config.idle_sample_interval_ms,
-                        quiet_sample_interval_ms=config.quiet_sample_interval_ms, slow_domains=config.slow_domains)
+                        quiet_sample_interval_ms=config.quiet_sample_interval_ms, slow_domains=config.slow_domains,
+                        max_depth=config.max_depth)
     session.meta["gpu_time"] = config.gpu_time
     session.meta["node"] = node_meta(config.label)  # what `pcietrace merge` lines nodes up by
     if config.output is not None:

@@ -55,9 +55,10 @@ def run_native_program(tmp_path: Path, source: str, *args: str, cflags: tuple[st
 
 
 def run_injected(tmp_path: Path, script: str, counter: str = "none", *, exact_edges: bool = False,
-                 env: dict[str, str] | None = None, args: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
+                 max_depth: int | None = None, env: dict[str, str] | None = None,
+                 args: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
     """``script`` (its argv[1]: a JSON file it writes; then ``args``) with the injection library as attach sets
-    it up (``counter``: "interpose", "cupti" or "none"; ``exact_edges``), fakes found in ``tmp_path`` first;
+    it up (``counter``: "interpose", "cupti" or "none"; ``exact_edges``; ``max_depth``), fakes found in ``tmp_path`` first;
     returns the trace's events and the JSON. Skips where the library is not built."""
     from pcietrace.record.trace import read_traces
     from pcietrace.record.attach import injection_env
@@ -65,7 +66,7 @@ def run_injected(tmp_path: Path, script: str, counter: str = "none", *, exact_ed
     traces = tmp_path / "traces"
     traces.mkdir()
     injection_library_or_skip()
-    full = injection_env(traces, counter, None, [0], exact_edges)
+    full = injection_env(traces, counter, None, [0], exact_edges, max_depth=max_depth)
     full.update({"LD_LIBRARY_PATH": str(tmp_path), **(env or {})})
     out = tmp_path / "out.json"
     proc = subprocess.run([sys.executable, "-c", script, str(out), *(args or [])], env=full, capture_output=True,

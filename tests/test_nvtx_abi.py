@@ -136,3 +136,64 @@ def test_a_trace_whose_library_timed_no_edge_says_nothing_of_their_cost(tmp_path
     assert events.attrs["edge_timing"] == {}
     proc, = processes(events, "none")
     assert not {"edges", "edge_ns", "edges_ms"} & set(proc)
+
+
+#: Megatron-style nesting, step > layer > op > kernel-level op, from two threads, a start/end range inside an op
+#: (argv[2]: the folder of nvtx_loader.py, argv[3]: steps); writes what each push returned, by name.
+DEEP_SIDE = r"""
+import ctypes as C, json, sys, threading
+sys.path.insert(0, sys.argv[2])
+from nvtx_loader import fn
+push_a, pop = fn(1, 9, C.c_int, C.c_char_p), fn(1, 11, C.c_int)
+start_a, end = fn(1, 5, C.c_uint64, C.c_char_p), fn(1, 7, None, C.c_uint64)
+levels = {}
+def work():
+    for s in range(int(sys.argv[3])):
+        levels["step"] = push_a(b"step")
+        for layer in range(3):
+            levels["layer"] = push_a(b"layer")
+            for op in range(4):
+                levels["op"] = push_a(b"aten::linear")
+                levels["addmm"] = push_a(b"aten::addmm"); pop()
+                end(start_a(b"async"))
+                pop()
+            pop()
+        pop()
+threads = [threading.Thread(target=work) for _ in range(2)]
+[t.start() for t in threads]; [t.join() for t in threads]
+json.dump(levels, open(sys.argv[1], "w"))
+"""
+
+
+def test_ranges_deeper_than_max_depth_are_counted_not_recorded_and_nesting_is_kept(tmp_path) -> None:
+    """With attach's --max-depth 2 (PCIETRACE_MAX_DEPTH), a thread's push ranges at depth 0 and 1 (step, layer)
+    are recorded, the ops below them are not (neither edge), every push still returns its level as NVTX's, the
+    header counts the ranges left out, and attach's process record says how many; start/end ranges, which have
+    no depth, are all recorded."""
+    from pcietrace.record.attach import processes
+
+    steps = 5
+    events, levels = run_injected(tmp_path, DEEP_SIDE, max_depth=2, args=[str(NATIVE), str(steps)])
+    assert levels == {"step": 0, "layer": 1, "op": 2, "addmm": 3}
+    pushes = events[events["event"] == "push"]
+    assert sorted(set(pushes["message"])) == ["layer", "step"]
+    assert (pushes["message"] == "layer").sum() == 2 * steps * 3
+    assert (events["event"] == "pop").sum() == len(pushes)
+    assert (events["event"] == "start").sum() == (events["event"] == "end").sum() == 2 * steps * 3 * 4
+    ranges = attribution.ranges_from_events(events)
+    assert sorted(ranges.loc[ranges["kind"] == "push", "depth"].unique()) == [0, 1]
+    unrecorded = 2 * steps * 3 * 4 * 2
+    assert events.attrs["unrecorded_ranges"] == {int(events["pid"].iloc[0]): unrecorded}
+    proc, = processes(events, "none")
+    assert proc["ranges_unrecorded"] == unrecorded and proc["ranges"] == len(pushes) + 2 * steps * 3 * 4
+
+
+def test_without_max_depth_every_range_is_recorded_and_none_is_said_unrecorded(tmp_path) -> None:
+    """The same program with no depth limit: every push recorded at its depth, and no count of ranges left out."""
+    from pcietrace.record.attach import processes
+
+    events, levels = run_injected(tmp_path, DEEP_SIDE, args=[str(NATIVE), "2"])
+    assert levels == {"step": 0, "layer": 1, "op": 2, "addmm": 3}
+    assert (events["event"] == "push").sum() == 2 * 2 * (1 + 3 + 3 * 4 * 2)
+    assert events.attrs["unrecorded_ranges"] == {}
+    assert "ranges_unrecorded" not in processes(events, "none")[0]

@@ -49,6 +49,8 @@ struct pt_trace_header {
     uint64_t timed_edges;       /* range edges (push, pop, start, end) the library timed itself: one in
                                    PT_EDGE_TIMED_EVERY of each thread's */
     uint64_t timed_ns;          /* the ns those spent in the library, in the program's threads */
+    uint64_t unrecorded_ranges; /* push ranges opened PCIETRACE_MAX_DEPTH or more deep, not recorded (0 in traces
+                                   of libraries before it: the header's unused bytes are zero) */
 };
 /* One range edge in this many of each thread's is timed (odd: a thread whose edges alternate push and pop has
  * both timed). */

@@ -535,6 +535,12 @@ void edge_timed(struct edge_clock started)
     __atomic_fetch_add(&h->timed_ns, ns, __ATOMIC_RELAXED);
 }
 
+void edges_unrecorded(unsigned long long n)
+{
+    struct pt_trace_header *h = (struct pt_trace_header *)atomic_load_explicit(&g_buf, memory_order_acquire);
+    if (h) __atomic_fetch_add(&h->unrecorded_ranges, n, __ATOMIC_RELAXED);
+}
+
 
 /* Loaded at process start (LD_PRELOAD): map the edge page now, so the samplers know from the start that open
  * ranges are counted here (else they read fast until the first NVTX call). A passive copy leaves it to the first. */

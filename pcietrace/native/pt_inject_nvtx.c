@@ -91,8 +91,28 @@ static inline struct timing timing_start(void)
 }
 static inline void timing_end(struct timing t) { if (__builtin_expect(t.on, 0)) edge_timed(t.clock); }
 
-static int push_(const char *d, const char *m) { struct timing t = timing_start(); int r = push_edge(d, m); timing_end(t); return r; }
-static int pop_(const char *d) { struct timing t = timing_start(); int r = pop_edge(d); timing_end(t); return r; }
+/* PCIETRACE_MAX_DEPTH=N (attach --max-depth): a push range opened N or more deep in its thread is neither recorded
+ * nor timed, nor is its pop: its edges keep the depth and add one to a count, so that an emit_nvtx program's ops cost
+ * a few ns each instead of an event each. Their launches and copies stay in the ranges around them (a thread's
+ * counts are cumulative). The count reaches the trace's header at the thread's next recorded edge. */
+static int g_max_depth = INT_MAX;
+static __thread unsigned long long t_unrecorded;
+static inline void unrecorded_flush(void)
+{
+    if (__builtin_expect(t_unrecorded != 0, 0)) { edges_unrecorded(t_unrecorded); t_unrecorded = 0; }
+}
+static int push_(const char *d, const char *m)
+{
+    if (__builtin_expect(t_depth >= g_max_depth, 0)) { ++t_unrecorded; return t_depth++; }
+    unrecorded_flush();
+    struct timing t = timing_start(); int r = push_edge(d, m); timing_end(t); return r;
+}
+static int pop_(const char *d)
+{
+    if (__builtin_expect(t_depth > g_max_depth, 0)) return --t_depth;
+    unrecorded_flush();
+    struct timing t = timing_start(); int r = pop_edge(d); timing_end(t); return r;
+}
 static uint64_t start_(const char *d, const char *m) { struct timing t = timing_start(); uint64_t r = start_edge(d, m); timing_end(t); return r; }
 static void end_(const char *d, uint64_t id) { struct timing t = timing_start(); end_edge(d, id); timing_end(t); }
 
@@ -126,6 +146,8 @@ EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
 {
     int (*first)(NvtxGetExportTableFunc_t) = (int (*)(NvtxGetExportTableFunc_t))first_copy("InitializeInjectionNvtx2");
     if (passive()) return first ? first(getExportTable) : 0;  /* NVTX picked a later copy: the first fills the tables */
+    const char *depth = getenv("PCIETRACE_MAX_DEPTH");
+    if (depth && atoi(depth) > 0) g_max_depth = atoi(depth);
     const NvtxExportTableCallbacks *cb = (const NvtxExportTableCallbacks *)getExportTable(NVTX_ETID_CALLBACKS);
     NvtxFunctionTable t = NULL;
     unsigned int n = 0;

@@ -122,13 +122,15 @@ def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None,
 
 
 def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, nvml_indices: list[int],
-                  exact_edges: bool, gpu_time: bool = False, slow_domains: str = "") -> dict[str, str]:
+                  exact_edges: bool, gpu_time: bool = False, slow_domains: str = "",
+                  max_depth: int | None = None) -> dict[str, str]:
     """The program's environment: NVTX (and CUDA, for CUPTI) injection, the trace folder, the edge file the
     samplers wait on, and whether the library reads the counters itself at range edges.
     ``launch_counter``: "interpose" (the library in LD_PRELOAD hands out counting trampolines for the launch
     entry points), "cupti" (CUDA_INJECTION64_PATH, CUPTI driver callbacks) or "none". ``gpu_time``: CUPTI
     kernel activity records too (each kernel's start and end on the GPU: "kernel" events). ``slow_domains``:
-    comma-separated NVTX domains whose ranges do not keep the samplers at the fast rate."""
+    comma-separated NVTX domains whose ranges do not keep the samplers at the fast rate; ``max_depth``: push ranges
+    opened this many or more deep in their thread are not recorded (None: all are)."""
     # (every path absolute: a program that changes directory, or starts a child elsewhere, before its first range
     # opens them from there; a relative trace folder, the default runs/..., lost all of its ranges)
     lib = os.path.abspath(injection_library())
@@ -140,6 +142,8 @@ def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, n
         env["PCIETRACE_EXACT_EDGES"] = "1"
     if slow_domains:
         env["PCIETRACE_SLOW_DOMAINS"] = slow_domains
+    if max_depth:
+        env["PCIETRACE_MAX_DEPTH"] = str(int(max_depth))
     if launch_counter == "cupti" or gpu_time:
         from pcietrace.device.cuda import cupti_library
 
@@ -178,12 +182,14 @@ def processes(events: pd.DataFrame, launch_counter: str = "interpose") -> list[d
     "none": not at all), its ranges, the PCI bus ids of the CUDA devices it used, whether its trace file
     filled up (later events lost), and where its library timed them (``events.attrs["edge_timing"]``,
     :func:`read_traces`) its range edges (``edges``: pushes, pops, starts and ends) and what they cost its
-    threads: ``edge_ns`` each on average, ``edges_ms`` in all."""
+    threads: ``edge_ns`` each on average, ``edges_ms`` in all; ``ranges_unrecorded``: push ranges its library left
+    out (attach ``--max-depth``; where there were any)."""
     out = []
     kind = events["event"]
     ranges = events.loc[kind.isin(["push", "start"]), "pid"].value_counts()
     edges = events.loc[kind.isin(["push", "pop", "start", "end"]), "pid"].value_counts()
     timing = events.attrs.get("edge_timing", {})
+    unrecorded = events.attrs.get("unrecorded_ranges", {})
     # (the few rows these need, not a copy of each process's events: a long run's are gigabytes)
     said = events.loc[kind.isin(["cupti", "interpose", "nvtx", "cudevice", TRACE_FULL]), ["pid", "event", "message"]]
     for pid in sorted(events["pid"].unique()):
@@ -198,6 +204,8 @@ def processes(events: pd.DataFrame, launch_counter: str = "interpose") -> list[d
             timed, ns = timing[int(pid)]
             n = int(edges.get(pid, 0))
             out[-1].update(edges=n, edge_ns=ns / timed, edges_ms=n * ns / timed / 1e6)
+        if unrecorded.get(int(pid)):
+            out[-1]["ranges_unrecorded"] = int(unrecorded[int(pid)])
     return out
 
 
@@ -359,7 +367,7 @@ def _run_between_idle_windows(session: Any, rec: Recording, windows: list[dict[s
     idle_windows(rec.sampler, indices, idle_s, windows)
     tell(f"pcietrace: running {' '.join(meta['command'])}")
     env = injection_env(rec.trace_dir, meta["launch_counter"], rec.edge_file, indices, meta["exact_edges"],
-                        gpu_time=meta["gpu_time"], slow_domains=meta["slow_domains"])
+                        gpu_time=meta["gpu_time"], slow_domains=meta["slow_domains"], max_depth=meta.get("max_depth"))
     rc, t0, t1 = run_program(meta["command"], env, stdout=program_stdout,
                              started=lambda t: journal(t_app_start_ns=t))
     meta.update(t_app_start_ns=t0, t_app_end_ns=t1, exit_code=rc, status="complete")

@@ -44,7 +44,7 @@ TRACE_VERSION = 5
 #: A binary trace's header (pt_abi.h: struct pt_trace_header, PT_TRACE_HEADER_BYTES).
 HEADER_DTYPE = np.dtype([("line", "S64")] + [(n, "<u8") for n in (
     "events_at", "events_cap", "strings_at", "strings_cap", "events_taken", "strings_taken", "timed_edges",
-    "timed_ns")])
+    "timed_ns", "unrecorded_ranges")])
 #: One range edge in this many of each thread's is timed by the library (pt_abi.h: PT_EDGE_TIMED_EVERY).
 EDGE_TIMED_EVERY = 61
 #: One event record (pt_abi.h: struct pt_event).
@@ -158,8 +158,9 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
     ``attrs["bad_lines"]`` (``attrs["bad_files"]``: the files left out whole), the rest kept. Text that is not
     UTF-8 (a name the library cut inside a character) is decoded with U+FFFD; a CR stays inside its field.
     ``attrs["edge_timing"]``: per pid, the range edges its library timed and the ns they took
-    (:data:`EDGE_TIMED_EVERY`; binary traces of a library that times them only)."""
-    parts, bad_lines, bad_files, timing = [], 0, [], {}
+    (:data:`EDGE_TIMED_EVERY`; binary traces of a library that times them only); ``attrs["unrecorded_ranges"]``:
+    per pid, the push ranges its library left unrecorded (attach ``--max-depth``; where there were any)."""
+    parts, bad_lines, bad_files, timing, unrecorded = [], 0, [], {}, {}
     files = sorted([*Path(trace_dir).glob("trace-*.bin"), *Path(trace_dir).glob("trace-*.tsv")])
     # the files read at once (one per process under torchrun): their gathers, casts and string work run in numpy
     # and pyarrow, which release the GIL
@@ -169,8 +170,11 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
                 bad_files.append(f.name)
                 continue
             bad_lines += bad
+            pid = int(f.stem[len("trace-"):])
             if timed is not None and timed[0]:
-                timing[int(f.stem[len("trace-"):])] = timed
+                timing[pid] = timed[:2]
+            if timed is not None and timed[2]:
+                unrecorded[pid] = timed[2]
             if cols:
                 parts.append(cols)
     if not parts:
@@ -203,11 +207,11 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
         release_freed()
     if parts and "devmask" in out.columns and out["devmask"].dtype.kind == "i":  # (a text trace's parser: int64)
         out["devmask"] = out["devmask"].astype(np.uint64)
-    out.attrs.update(bad_lines=bad_lines, bad_files=bad_files, edge_timing=timing)
+    out.attrs.update(bad_lines=bad_lines, bad_files=bad_files, edge_timing=timing, unrecorded_ranges=unrecorded)
     return out
 
 
-def _read_file(f: Path) -> tuple[dict[str, Any] | None, int, tuple[int, int] | None]:
+def _read_file(f: Path) -> tuple[dict[str, Any] | None, int, tuple[int, int, int] | None]:
     """One trace file's columns with its ``pid`` (none where it holds no event; None where it is left out whole),
     the number of its lines left out and its edges' timing (:func:`_read_binary`; None: a text trace; see
     :func:`read_traces`)."""
@@ -245,11 +249,11 @@ def _strings_in_order(chunks: list, order: np.ndarray) -> "pa.Array":
 GATHER_RECORDS = 1 << 16
 
 
-def _read_binary(f: Path) -> tuple[dict[str, np.ndarray], int, tuple[int, int]]:
+def _read_binary(f: Path) -> tuple[dict[str, np.ndarray], int, tuple[int, int, int]]:
     """A binary trace (version 5) as its columns (:data:`EVENT_COLUMNS`), the number of records left out
     (records taken but never committed: a process killed while writing one; or whose strings lie outside the
-    strings taken), and the range edges its library timed with the ns they took (0, 0: none, or an older
-    library's trace). Raises OSError for a file that is not one (too short, another version: nothing read as if it
+    strings taken), and the range edges its library timed with the ns they took and the ranges it left unrecorded
+    (0, 0, 0: none, or an older library's trace). Raises OSError for a file that is not one (too short, another version: nothing read as if it
     were this one). Records are read from the mapped file a batch at a time (:func:`_gather`)."""
     with open(f, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         if len(mm) < HEADER_DTYPE.itemsize:
@@ -288,7 +292,7 @@ def _read_binary(f: Path) -> tuple[dict[str, np.ndarray], int, tuple[int, int]]:
         del start, lengths, ends, order, idx
         del keep
         cols = _binary_strings(mm, str_at, rec)
-    timed = int(h["timed_edges"]), int(h["timed_ns"])
+    timed = int(h["timed_edges"]), int(h["timed_ns"]), int(h["unrecorded_ranges"])
     return {c: cols[c] if c in cols else rec[c] for c in EVENT_COLUMNS}, bad, timed
 
 

@@ -314,6 +314,9 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     else:
         notes += _unplaced_launches(whole) if len(whole) else []
         notes += untraced
+    unrecorded = sum(p.get("ranges_unrecorded", 0) for p in s.meta.get("processes") or [])
+    if unrecorded:
+        notes.append(Note("ranges_unrecorded", ranges=unrecorded, depth=s.meta.get("max_depth")))
     if s.meta.get("launch_counter") == "cupti":
         notes.append(Note("cupti_launch_counter"))
     if s.meta.get("gpu_time"):

@@ -213,7 +213,7 @@ def test_trace_lines_with_cr_cut_utf8_and_foreign_files_are_kept_or_counted(tmp_
     pushes = ev[(ev["event"] == "push") & (ev["pid"] != 99)]
     assert pushes["message"].tolist() == ["a\rb", "x" * 1022 + "\ufffd", "in"]
     assert pushes["domain"].iloc[2] == "\u00e9" * 127 + "\ufffd"
-    assert ev.attrs == {"bad_lines": 1, "bad_files": ["trace-notes.tsv"], "edge_timing": {}}
+    assert ev.attrs == {"bad_lines": 1, "bad_files": ["trace-notes.tsv"], "edge_timing": {}, "unrecorded_ranges": {}}
     assert (ev["pid"] == 99).sum() == 2
 
 

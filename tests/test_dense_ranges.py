@@ -515,3 +515,31 @@ def test_a_pop_forgotten_in_a_loop_nests_each_step_in_the_last() -> None:
             parent = nesting.parents(ranges)
         np.testing.assert_array_equal(parent.to_numpy()[:n], np.r_[np.nan, np.arange(n - 1)])
         np.testing.assert_array_equal(parent.to_numpy()[n:], [np.nan, n, np.nan])
+
+
+def test_under_max_depth_the_outermost_ranges_keep_their_figures_and_the_rest_is_said_left_out(data_dir) -> None:
+    """tests/data/attach_h200_max_depth: dense_app's five phases under `attach --max-depth 1` (one H200): each
+    thread's outermost push ranges alone are recorded (the phases; the autograd thread's outermost ops), and the
+    ~15,000 below them only counted, in the trace's header, and said in a note. The phases hold their children's
+    launches and bytes: against the app's own NVML reads (the alone run's median call) every direction within
+    the stated error, those of >= 1 MB within 2 %, and every call's launches what the app made."""
+    session = Session.load(data_dir / "attach_h200_max_depth")
+    left_out = sum(p.get("ranges_unrecorded", 0) for p in session.meta["processes"])
+    res = analyze(session)
+    inst = res["range_instances"]
+    assert session.meta["max_depth"] == 1 and (inst["depth"] == 0).all()
+    assert left_out > 5 * len(inst)
+    assert [n.params for n in res.notes if n.code == "ranges_unrecorded"] == [{"ranges": left_out, "depth": 1}]
+    rows = [json.loads(x) for x in (data_dir / "attach_h200_max_depth" / "truth_alone.jsonl").read_text().splitlines()]
+    truth = pd.DataFrame([r for r in rows if r.get("kind") == "range"]).groupby("name")
+    phases = truth[["h2d_bytes", "d2h_bytes"]].median()
+    assert len(phases) == 5
+    for name, t in phases.iterrows():
+        ours = inst[inst["name"] == name]
+        assert len(ours) == 3, name
+        assert (ours["eager_launches"] == truth["launches_expected"].first()[name]).all(), name
+        for d in ("h2d", "d2h"):
+            got, bound = ours[f"{d}_bytes"].mean(), (ours[f"{d}_edge_bytes"] + ours[f"{d}_floor_err_bytes"]).mean()
+            assert abs(got - t[f"{d}_bytes"]) <= bound, (name, d, got, t[f"{d}_bytes"], bound)
+            if t[f"{d}_bytes"] >= 1e6:
+                assert got == pytest.approx(t[f"{d}_bytes"], rel=0.02), (name, d)

@@ -26,6 +26,7 @@ MAX_INTERVAL_MS = 60_000.0
 #: attach's idle interval cap (ms): collectors.sampler.MAX_IDLE_INTERVAL_NS (not imported: no numpy here).
 MAX_IDLE_INTERVAL_MS = 20.0
 LAUNCH_COUNTERS = ("interpose", "cupti", "none")
+MAX_DEPTH = 4096  # attach --max-depth's largest value (pt_abi.h: PT_MAX_DEPTH)
 NEEDS_SIMULATE = "simulates a box of N GPUs: it needs {simulate} (real GPUs are chosen with {gpu})"
 GROUP_BY = ("op", "numbered", "name")  # pcietrace.analysis.names.GROUP_BY (not imported: no pandas here)
 
@@ -256,8 +257,9 @@ class AttachConfig(Saved):
             raise ConfigError("launch_counter", f"must be one of {', '.join(LAUNCH_COUNTERS)} "
                                                 f"(got {self.launch_counter!r})")
         if self.max_depth is not None and (isinstance(self.max_depth, bool) or not isinstance(self.max_depth, int)
-                                           or self.max_depth < 1):
-            raise ConfigError("max_depth", f"must be a whole number >= 1, or None for every range (got {self.max_depth!r})")
+                                           or not 1 <= self.max_depth <= MAX_DEPTH):
+            raise ConfigError("max_depth", f"must be a whole number from 1 to {MAX_DEPTH}, or None for every range "
+                                           f"(got {self.max_depth!r})")
         if self.group_by not in GROUP_BY:
             raise ConfigError("group_by", f"must be one of {', '.join(GROUP_BY)} (got {self.group_by!r})")
         if self.baseline is not None:

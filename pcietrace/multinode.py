@@ -235,7 +235,7 @@ def merged_meta(infos: list[dict[str, Any]], metas: list[dict[str, Any]], engine
     # (only what the first node recorded: a key an older recording lacks stays absent, never null)
     meta.update({k: first[k] for k in ("command", "driver", "launch_costs", "sample_interval_ms", "launch_counter",
                                        "exact_edges", "idle_sample_interval_ms", "quiet_sample_interval_ms",
-                                       "slow_domains", "gpu_time") if k in first})
+                                       "slow_domains", "gpu_time", "max_depth") if k in first})
     meta.update(kind="attach", status="complete" if not bad else f"incomplete: {', '.join(bad)}",
                 exit_code=next((n["exit_code"] for n in nodes if n["exit_code"]), 0),
                 gpus=[{**g, "node": i["node"], "host": i["host"]} for i, m in zip(infos, metas) for g in m.get("gpus", [])],

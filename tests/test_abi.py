@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from collectors import edges
+from pcietrace.config import MAX_DEPTH
 from pcietrace.errors import UsageError
 from pcietrace.record import trace
 
@@ -37,6 +38,7 @@ def test_the_header_and_the_python_side_agree() -> None:
     assert int(d["PT_TRACE_VERSION"]) == trace.TRACE_VERSION == max(trace.TRACE_COLUMNS)
     assert int(d["PT_TRACE_RESERVE"]) == trace.TRACE_RESERVE_BYTES
     assert int(d["PT_EDGE_TIMED_EVERY"]) == trace.EDGE_TIMED_EVERY
+    assert int(d["PT_MAX_DEPTH"]) == MAX_DEPTH
 
 
 def test_the_trace_records_are_laid_out_as_python_reads_them(tmp_path) -> None:

@@ -53,6 +53,10 @@ CONFIGS = {"run": RunConfig, "latency": LatencyConfig, "graphs": GraphsConfig, "
     (lambda: AttachConfig(command=("true",), idle_s=0), "idle_s"),
     (lambda: AttachConfig(command=("true",), launch_counter="nvtx"), "launch_counter"),
     (lambda: AttachConfig(command=("true",), group_by="op_id"), "group_by"),
+    (lambda: AttachConfig(command=("true",), max_depth=0), "max_depth"),
+    (lambda: AttachConfig(command=("true",), max_depth=4097), "max_depth"),
+    (lambda: AttachConfig(command=("true",), max_depth=True), "max_depth"),
+    (lambda: AttachConfig(command=("true",), max_depth=1.5), "max_depth"),
 ])
 def test_each_bad_value_names_its_field(make, field) -> None:
     with pytest.raises(ConfigError) as exc:

@@ -11,6 +11,10 @@ the range around it).
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from pcietrace.analysis import attribution
 
 from injected import NATIVE, run_injected
@@ -197,3 +201,59 @@ def test_without_max_depth_every_range_is_recorded_and_none_is_said_unrecorded(t
     assert (events["event"] == "push").sum() == 2 * 2 * (1 + 3 + 3 * 4 * 2)
     assert events.attrs["unrecorded_ranges"] == {}
     assert "ranges_unrecorded" not in processes(events, "none")[0]
+
+
+#: Ranges left out where no recorded edge follows them (argv[2]: the folder of nvtx_loader.py): the main thread's
+#: 100 inside an "outer" it never pops, a thread's 70 inside one it never pops, and a child forked inside "outer"
+#: whose own 50 lie inside its own top range.
+UNPOPPED_SIDE = r"""
+import ctypes as C, json, os, sys, threading
+sys.path.insert(0, sys.argv[2])
+from nvtx_loader import fn
+push_a, pop = fn(1, 9, C.c_int, C.c_char_p), fn(1, 11, C.c_int)
+def deep(n):
+    for i in range(n):
+        push_a(b"op"); pop()
+def worker():
+    push_a(b"outer_thread"); deep(70)
+push_a(b"outer")
+t = threading.Thread(target=worker); t.start(); t.join()
+pid = os.fork()
+if pid == 0:
+    child = push_a(b"child_top"); deep(50); pop()
+    os._exit(0 if child == 0 else 3)
+_, status = os.waitpid(pid, 0)
+deep(100)
+json.dump({"child": pid, "status": status, "parent": os.getpid()}, open(sys.argv[1], "w"))
+"""
+
+
+def test_ranges_left_out_are_counted_when_no_recorded_edge_follows_them(tmp_path) -> None:
+    """The count reaches the header at exit (the main thread's 100, inside a range never popped), every 64 (a
+    thread that ends inside its outermost range: 64 of its 70, the rest said lost in the note's "at least"), and a
+    child forked inside a range starts at depth 0 with a count of its own (its top range recorded, its 50 counted
+    in its own trace, none of the parent's)."""
+    events, out = run_injected(tmp_path, UNPOPPED_SIDE, max_depth=1, args=[str(NATIVE)])
+    assert out["status"] == 0  # (the child's first push returned level 0)
+    assert events.attrs["unrecorded_ranges"] == {out["parent"]: 100 + 64, out["child"]: 50}
+    pushes = events[events["event"] == "push"]
+    assert sorted(pushes["message"]) == ["child_top", "outer", "outer_thread"]
+    assert pushes.loc[pushes["message"] == "child_top", "pid"].tolist() == [out["child"]]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "2x", "", "4097"])
+def test_a_max_depth_that_is_not_one_leaves_every_range_recorded(tmp_path, value) -> None:
+    """PCIETRACE_MAX_DEPTH other than a whole number from 1 to PT_MAX_DEPTH: the library records every range."""
+    events, levels = run_injected(tmp_path, DEEP_SIDE, env={"PCIETRACE_MAX_DEPTH": value}, args=[str(NATIVE), "1"])
+    assert (events["event"] == "push").sum() == 2 * (1 + 3 + 3 * 4 * 2)
+    assert events.attrs["unrecorded_ranges"] == {}
+
+
+def test_attach_sets_max_depth_only_where_asked(monkeypatch) -> None:
+    """An inherited PCIETRACE_MAX_DEPTH is not passed on to a program attach runs without --max-depth: the
+    recording would leave ranges out without saying so."""
+    from pcietrace.record.attach import injection_env
+
+    monkeypatch.setenv("PCIETRACE_MAX_DEPTH", "1")
+    assert "PCIETRACE_MAX_DEPTH" not in injection_env(Path("t"), "none", None, [0], False)
+    assert injection_env(Path("t"), "none", None, [0], False, max_depth=3)["PCIETRACE_MAX_DEPTH"] == "3"

@@ -9,7 +9,7 @@
 /* The library's interface version, exported as ``pcietrace_inject_abi`` (an unsigned int) and as the string
  * PT_ABI_TAG; pcietrace.record.trace.INJECT_ABI is the version the Python side expects, and attach refuses a
  * library built from other sources. Raise it whenever anything below changes meaning. */
-#define PT_ABI_VERSION 4
+#define PT_ABI_VERSION 5
 #define PT_ABI_STR_(x) #x
 #define PT_ABI_STR(x) PT_ABI_STR_(x)
 #define PT_ABI_TAG "pcietrace-inject-abi " PT_ABI_STR(PT_ABI_VERSION)
@@ -52,6 +52,8 @@ struct pt_trace_header {
     uint64_t unrecorded_ranges; /* push ranges opened PCIETRACE_MAX_DEPTH or more deep, not recorded (0 in traces
                                    of libraries before it: the header's unused bytes are zero) */
 };
+/* PCIETRACE_MAX_DEPTH's largest value (attach --max-depth; pcietrace.config.MAX_DEPTH). */
+#define PT_MAX_DEPTH 4096
 /* One range edge in this many of each thread's is timed (odd: a thread whose edges alternate push and pop has
  * both timed). */
 #define PT_EDGE_TIMED_EVERY 61

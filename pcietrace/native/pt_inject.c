@@ -88,6 +88,8 @@ static void child_after_fork(void)
     t_tid = 0;  /* the forking thread has a new id in the child */
     t_devmask = 0;  /* the parent's launches since its last event: its next event reports them, not ours */
     t_eager = t_graph = t_captured = 0;  /* the child's own counts (else its first event held the parent's too) */
+    t_unrecorded = 0;  /* (the parent's to count) */
+    t_depth = 0;  /* the parent's open ranges are not in the child's trace: its own start at the top */
     g_fd = -1;  /* (the parent's descriptor stays open here: harmless, and the parent's to close) */
     atomic_store(&g_open_failed, 0);
     atomic_store(&g_full, 0);
@@ -535,10 +537,15 @@ void edge_timed(struct edge_clock started)
     __atomic_fetch_add(&h->timed_ns, ns, __ATOMIC_RELAXED);
 }
 
-void edges_unrecorded(unsigned long long n)
+__thread unsigned long long t_unrecorded;
+
+void unrecorded_flush(void)
 {
+    if (__builtin_expect(!t_unrecorded, 1)) return;
     struct pt_trace_header *h = (struct pt_trace_header *)atomic_load_explicit(&g_buf, memory_order_acquire);
-    if (h) __atomic_fetch_add(&h->unrecorded_ranges, n, __ATOMIC_RELAXED);
+    if (!h) return;  /* (no trace yet: a range left out lies inside a recorded one, which opened it) */
+    unsigned long long n = __atomic_exchange_n(&t_unrecorded, 0, __ATOMIC_RELAXED);  /* (a handler's edge may add) */
+    __atomic_fetch_add(&h->unrecorded_ranges, n, __ATOMIC_RELAXED);
 }
 
 
@@ -549,6 +556,7 @@ __attribute__((constructor)) static void at_load(void) { g_loaded = now_pair(); 
 /* Final counters at normal exit (a crash skips this; the report then ends at the last event). */
 __attribute__((destructor)) static void at_exit(void)
 {
+    unrecorded_flush();
     if (atomic_load(&g_buf)) {
         event_ns();  /* (a program whose events all came in its first 10 ms sets its call clock here: that line first) */
         emit("exit", NULL, 0, "");

@@ -59,7 +59,8 @@ void emit_nested(const char *event, size_t event_bytes, const char *domain, cons
 struct edge_clock { unsigned long long at; int tsc; };
 struct edge_clock edge_clock_start(void);
 void edge_timed(struct edge_clock started);  /* adds the edge's time to its trace's header */
-void edges_unrecorded(unsigned long long n);  /* adds ranges left unrecorded (PCIETRACE_MAX_DEPTH) to the header */
+extern __thread unsigned long long t_unrecorded;  /* push ranges this thread left unrecorded, not yet in the header */
+void unrecorded_flush(void);  /* adds them to the header (PCIETRACE_MAX_DEPTH; pt_inject_nvtx.c) */
 void emit_line(unsigned long long t_ns, const char *event, const char *domain, unsigned long long id,
                const char *message, int dev);
 

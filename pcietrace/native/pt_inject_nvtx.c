@@ -92,18 +92,19 @@ static inline struct timing timing_start(void)
 static inline void timing_end(struct timing t) { if (__builtin_expect(t.on, 0)) edge_timed(t.clock); }
 
 /* PCIETRACE_MAX_DEPTH=N (attach --max-depth): a push range opened N or more deep in its thread is neither recorded
- * nor timed, nor is its pop: its edges keep the depth and add one to a count, so that an emit_nvtx program's ops cost
- * a few ns each instead of an event each. Their launches and copies stay in the ranges around them (a thread's
- * counts are cumulative). The count reaches the trace's header at the thread's next recorded edge. */
+ * nor timed, nor is its pop: the push adds one to the thread's count and both keep the depth, so that an emit_nvtx
+ * program's ops cost a few ns each instead of an event each. Their launches and copies stay in the ranges around
+ * them (a thread's counts are cumulative). The count reaches the trace's header every UNRECORDED_BATCH, at the
+ * thread's next recorded edge and at exit (a thread that ends inside a recorded range leaves < UNRECORDED_BATCH
+ * uncounted). */
+enum { UNRECORDED_BATCH = 64 };
 static int g_max_depth = INT_MAX;
-static __thread unsigned long long t_unrecorded;
-static inline void unrecorded_flush(void)
-{
-    if (__builtin_expect(t_unrecorded != 0, 0)) { edges_unrecorded(t_unrecorded); t_unrecorded = 0; }
-}
 static int push_(const char *d, const char *m)
 {
-    if (__builtin_expect(t_depth >= g_max_depth, 0)) { ++t_unrecorded; return t_depth++; }
+    if (__builtin_expect(t_depth >= g_max_depth, 0)) {
+        if (__builtin_expect(++t_unrecorded >= UNRECORDED_BATCH, 0)) unrecorded_flush();
+        return t_depth++;
+    }
     unrecorded_flush();
     struct timing t = timing_start(); int r = push_edge(d, m); timing_end(t); return r;
 }
@@ -146,8 +147,10 @@ EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
 {
     int (*first)(NvtxGetExportTableFunc_t) = (int (*)(NvtxGetExportTableFunc_t))first_copy("InitializeInjectionNvtx2");
     if (passive()) return first ? first(getExportTable) : 0;  /* NVTX picked a later copy: the first fills the tables */
-    const char *depth = getenv("PCIETRACE_MAX_DEPTH");
-    if (depth && atoi(depth) > 0) g_max_depth = atoi(depth);
+    const char *depth = getenv("PCIETRACE_MAX_DEPTH");  /* (1..PT_MAX_DEPTH; anything else: every range) */
+    char *end = NULL;
+    long limit = depth ? strtol(depth, &end, 10) : 0;
+    if (depth && *depth && end && !*end && limit >= 1 && limit <= PT_MAX_DEPTH) g_max_depth = (int)limit;
     const NvtxExportTableCallbacks *cb = (const NvtxExportTableCallbacks *)getExportTable(NVTX_ETID_CALLBACKS);
     NvtxFunctionTable t = NULL;
     unsigned int n = 0;

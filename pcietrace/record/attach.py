@@ -144,6 +144,8 @@ def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, n
         env["PCIETRACE_SLOW_DOMAINS"] = slow_domains
     if max_depth:
         env["PCIETRACE_MAX_DEPTH"] = str(int(max_depth))
+    else:  # (one left in the environment would leave ranges out that the recording does not say were)
+        env.pop("PCIETRACE_MAX_DEPTH", None)
     if launch_counter == "cupti" or gpu_time:
         from pcietrace.device.cuda import cupti_library
 

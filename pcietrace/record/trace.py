@@ -23,7 +23,7 @@ from pcietrace.schema import CAPTURED_COLUMNS, TIMING_COLUMNS, narrow_int
 
 #: The injection library's interface version this pcietrace expects (pt_abi.h: PT_ABI_VERSION); the library
 #: carries it as the string :data:`INJECT_ABI_TAG`, so it is checked without loading the library.
-INJECT_ABI = 4
+INJECT_ABI = 5
 INJECT_ABI_TAG = b"pcietrace-inject-abi %d\0" % INJECT_ABI
 #: A trace file's first line: ``TRACE_MAGIC VERSION`` (pt_abi.h: PT_TRACE_MAGIC, PT_TRACE_VERSION).
 TRACE_MAGIC = b"#pcietrace-trace"

@@ -68,8 +68,9 @@ SENTENCES: dict[str, str] = {
                                 "{d2h_per_read:,.0f} B D2H, their spread in its error",
     "floor_without_error": "GPU{gpu}: its floor rests on {windows} idle window(s), too few to estimate its error: "
                            "its ± covers the edges only",
-    "ranges_unrecorded": "{ranges:,} push ranges opened {depth} or more deep in their thread were not recorded "
-                         "(--max-depth {depth}): their launches, time and bytes are in the ranges around them",
+    "ranges_unrecorded": "at least {ranges:,} push ranges opened {depth} or more deep in their thread were not "
+                         "recorded (--max-depth {depth}): their launches, time and bytes are in the ranges around "
+                         "them",
     "launches_not_counted": "launches were not counted (--no-count-launches): no launch overhead or graph-savings "
                             "figures",
     "launches_per_gpu_unknown": "launches per GPU are unknown (this recording has no device information): the "

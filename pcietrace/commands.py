@@ -287,8 +287,8 @@ def attach_config(args: argparse.Namespace) -> AttachConfig:
                         sampler_duty=args.sampler_duty, idle_s=args.idle_s, calibrate=not args.no_calibrate,
                         baseline=args.baseline,
                         launch_counter=NO_LAUNCH_COUNTER if args.no_count_launches else args.launch_counter,
-                        exact_edges=args.exact_edges, max_depth=args.max_depth, gpu_time=args.gpu_time, label=args.label,
-                        group_by=args.group_by, **_saved(args))
+                        exact_edges=args.exact_edges, max_depth=args.max_depth, gpu_time=args.gpu_time,
+                        label=args.label, group_by=args.group_by, **_saved(args))
 
 
 def cmd_attach(args: argparse.Namespace) -> int:

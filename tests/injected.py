@@ -58,8 +58,8 @@ def run_injected(tmp_path: Path, script: str, counter: str = "none", *, exact_ed
                  max_depth: int | None = None, env: dict[str, str] | None = None,
                  args: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
     """``script`` (its argv[1]: a JSON file it writes; then ``args``) with the injection library as attach sets
-    it up (``counter``: "interpose", "cupti" or "none"; ``exact_edges``; ``max_depth``), fakes found in ``tmp_path`` first;
-    returns the trace's events and the JSON. Skips where the library is not built."""
+    it up (``counter``: "interpose", "cupti" or "none"; ``exact_edges``; ``max_depth``), fakes found in
+    ``tmp_path`` first; returns the trace's events and the JSON. Skips where the library is not built."""
     from pcietrace.record.trace import read_traces
     from pcietrace.record.attach import injection_env
 

@@ -253,8 +253,8 @@ def _read_binary(f: Path) -> tuple[dict[str, np.ndarray], int, tuple[int, int, i
     """A binary trace (version 5) as its columns (:data:`EVENT_COLUMNS`), the number of records left out
     (records taken but never committed: a process killed while writing one; or whose strings lie outside the
     strings taken), and the range edges its library timed with the ns they took and the ranges it left unrecorded
-    (0, 0, 0: none, or an older library's trace). Raises OSError for a file that is not one (too short, another version: nothing read as if it
-    were this one). Records are read from the mapped file a batch at a time (:func:`_gather`)."""
+    (0, 0, 0: none, or an older library's trace). Raises OSError for a file that is not one (too short, another
+    version: nothing read as if it were this one). Records are read from the mapped file a batch at a time (:func:`_gather`)."""
     with open(f, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         if len(mm) < HEADER_DTYPE.itemsize:
             raise OSError("not a trace file")

@@ -249,11 +249,13 @@ def test_a_max_depth_that_is_not_one_leaves_every_range_recorded(tmp_path, value
     assert events.attrs["unrecorded_ranges"] == {}
 
 
-def test_attach_sets_max_depth_only_where_asked(monkeypatch) -> None:
-    """An inherited PCIETRACE_MAX_DEPTH is not passed on to a program attach runs without --max-depth: the
-    recording would leave ranges out without saying so."""
-    from pcietrace.record.attach import injection_env
+def test_attach_sets_its_run_flags_only_where_asked(monkeypatch) -> None:
+    """A PCIETRACE_MAX_DEPTH (or another of attach's run flags) inherited from attach's environment is not passed
+    on to a program attach runs without that option: the recording would leave ranges out, or read at every edge,
+    without saying so."""
+    from pcietrace.record.attach import RUN_FLAGS, injection_env
 
-    monkeypatch.setenv("PCIETRACE_MAX_DEPTH", "1")
-    assert "PCIETRACE_MAX_DEPTH" not in injection_env(Path("t"), "none", None, [0], False)
+    for flag in RUN_FLAGS:
+        monkeypatch.setenv(flag, "1")
+    assert not set(RUN_FLAGS) & set(injection_env(Path("t"), "none", None, [0], False))
     assert injection_env(Path("t"), "none", None, [0], False, max_depth=3)["PCIETRACE_MAX_DEPTH"] == "3"

@@ -539,9 +539,8 @@ void edge_timed(struct edge_clock started)
 
 __thread unsigned long long t_unrecorded;
 
-void unrecorded_flush(void)
+void unrecorded_add(void)
 {
-    if (__builtin_expect(!t_unrecorded, 1)) return;
     struct pt_trace_header *h = (struct pt_trace_header *)atomic_load_explicit(&g_buf, memory_order_acquire);
     if (!h) return;  /* (no trace yet: a range left out lies inside a recorded one, which opened it) */
     unsigned long long n = __atomic_exchange_n(&t_unrecorded, 0, __ATOMIC_RELAXED);  /* (a handler's edge may add) */

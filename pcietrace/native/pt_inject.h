@@ -60,7 +60,9 @@ struct edge_clock { unsigned long long at; int tsc; };
 struct edge_clock edge_clock_start(void);
 void edge_timed(struct edge_clock started);  /* adds the edge's time to its trace's header */
 extern __thread unsigned long long t_unrecorded;  /* push ranges this thread left unrecorded, not yet in the header */
-void unrecorded_flush(void);  /* adds them to the header (counted by pt_inject_nvtx.c's PCIETRACE_MAX_DEPTH) */
+void unrecorded_add(void);  /* adds them to the header (counted by pt_inject_nvtx.c's PCIETRACE_MAX_DEPTH) */
+/* (inline: every recorded edge asks, and without --max-depth there is never a count) */
+static inline void unrecorded_flush(void) { if (__builtin_expect(t_unrecorded != 0, 0)) unrecorded_add(); }
 void emit_line(unsigned long long t_ns, const char *event, const char *domain, unsigned long long id,
                const char *message, int dev);
 

@@ -121,6 +121,12 @@ def run_program(cmd: list[str], env: dict[str, str], stdout: Any = None,
     return (128 - rc if rc < 0 else rc), t0, t1
 
 
+#: What attach tells the injection library per run by being set or left out: one inherited from attach's own
+#: environment would change the recording without its meta saying so.
+RUN_FLAGS = ("PCIETRACE_EDGE_FILE", "PCIETRACE_EXACT_EDGES", "PCIETRACE_SLOW_DOMAINS", "PCIETRACE_GPU_TIME",
+             "PCIETRACE_MAX_DEPTH")
+
+
 def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, nvml_indices: list[int],
                   exact_edges: bool, gpu_time: bool = False, slow_domains: str = "",
                   max_depth: int | None = None) -> dict[str, str]:
@@ -134,7 +140,8 @@ def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, n
     # (every path absolute: a program that changes directory, or starts a child elsewhere, before its first range
     # opens them from there; a relative trace folder, the default runs/..., lost all of its ranges)
     lib = os.path.abspath(injection_library())
-    env = dict(os.environ, NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=os.path.abspath(trace_dir),
+    env = {k: v for k, v in os.environ.items() if k not in RUN_FLAGS}
+    env.update(NVTX_INJECTION64_PATH=lib, PCIETRACE_TRACE_DIR=os.path.abspath(trace_dir),
                PCIETRACE_NVML_INDICES=",".join(str(i) for i in nvml_indices))
     if edge_file:
         env["PCIETRACE_EDGE_FILE"] = os.path.abspath(edge_file)
@@ -144,8 +151,6 @@ def injection_env(trace_dir: Path, launch_counter: str, edge_file: str | None, n
         env["PCIETRACE_SLOW_DOMAINS"] = slow_domains
     if max_depth:
         env["PCIETRACE_MAX_DEPTH"] = str(int(max_depth))
-    else:  # (one left in the environment would leave ranges out that the recording does not say were)
-        env.pop("PCIETRACE_MAX_DEPTH", None)
     if launch_counter == "cupti" or gpu_time:
         from pcietrace.device.cuda import cupti_library
 

@@ -165,16 +165,16 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
     # the files read at once (one per process under torchrun): their gathers, casts and string work run in numpy
     # and pyarrow, which release the GIL
     with ThreadPoolExecutor(max(min(len(files), os.cpu_count() or 1, 8), 1)) as pool:
-        for f, (cols, bad, timed) in zip(files, pool.map(_read_file, files)):
+        for f, (cols, bad, counts) in zip(files, pool.map(_read_file, files)):
             if cols is None:
                 bad_files.append(f.name)
                 continue
             bad_lines += bad
             pid = int(f.stem[len("trace-"):])
-            if timed is not None and timed[0]:
-                timing[pid] = timed[:2]
-            if timed is not None and timed[2]:
-                unrecorded[pid] = timed[2]
+            if counts is not None and counts[0]:
+                timing[pid] = counts[:2]
+            if counts is not None and counts[2]:
+                unrecorded[pid] = counts[2]
             if cols:
                 parts.append(cols)
     if not parts:
@@ -213,22 +213,22 @@ def read_traces(trace_dir: Path) -> pd.DataFrame:
 
 def _read_file(f: Path) -> tuple[dict[str, Any] | None, int, tuple[int, int, int] | None]:
     """One trace file's columns with its ``pid`` (none where it holds no event; None where it is left out whole),
-    the number of its lines left out and its edges' timing (:func:`_read_binary`; None: a text trace; see
+    the number of its lines left out and its header's counts (:func:`_read_binary`; None: a text trace; see
     :func:`read_traces`)."""
-    timed = None
+    counts = None
     pid = f.stem[len("trace-"):]
     try:
         if not (pid.isdecimal() and f.is_file() and not f.is_symlink()):
             raise OSError("not a trace file")
         if f.suffix == ".bin":
-            cols, bad, timed = _read_binary(f)
+            cols, bad, counts = _read_binary(f)
         else:
             df, bad = _parse_trace(_trace_lines(f))
             cols = {c: df[c].to_numpy() for c in df.columns}
     except OSError:
         return None, 0, None
     n = len(next(iter(cols.values()), ()))
-    return ({**cols, "pid": np.full(n, int(pid), np.int64)} if n else {}), bad, timed
+    return ({**cols, "pid": np.full(n, int(pid), np.int64)} if n else {}), bad, counts
 
 
 def _strings_in_order(chunks: list, order: np.ndarray) -> "pa.Array":
@@ -292,8 +292,8 @@ def _read_binary(f: Path) -> tuple[dict[str, np.ndarray], int, tuple[int, int, i
         del start, lengths, ends, order, idx
         del keep
         cols = _binary_strings(mm, str_at, rec)
-    timed = int(h["timed_edges"]), int(h["timed_ns"]), int(h["unrecorded_ranges"])
-    return {c: cols[c] if c in cols else rec[c] for c in EVENT_COLUMNS}, bad, timed
+    counts = int(h["timed_edges"]), int(h["timed_ns"]), int(h["unrecorded_ranges"])
+    return {c: cols[c] if c in cols else rec[c] for c in EVENT_COLUMNS}, bad, counts
 
 
 def _gather(mm: mmap.mmap, at: int, view: np.ndarray, idx: np.ndarray) -> dict[str, np.ndarray]:

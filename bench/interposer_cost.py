@@ -5,7 +5,7 @@ launch does nothing but read the clock twice) N times, alone (attach's "none" co
 the launch path) and through attach's trampolines ("interpose": the device lookup, the counts and the call's
 timing; the loop begins no capture, so no capture query: docs/lab/bench/capture_query_probe.cu times that on a GPU), the
 latter twice: calls timed by the TSC where the kernel's clocksource is it (the
-library's default) and by CLOCK_MONOTONIC (PCIETRACE_CALL_CLOCK=monotonic, as before the twenty-first session).
+library's default) and by CLOCK_MONOTONIC (PCIETRACE_CALL_CLOCK=monotonic).
 Runs rotate; the figure is the median of the rounds' differences in ns per launch, with its 95 % bootstrap
 interval. Divide by your own ns per launch (H100, C++: ~4,000) for the share.
 

@@ -646,7 +646,7 @@ def test_a_state_the_idle_windows_never_saw_is_in_the_stated_error(data_dir, mon
 
 
 def test_with_the_truth_read_outside_its_ranges_every_range_of_2_ms_is_within_5_percent(data_dir) -> None:
-    """`bench/attach_truth.py torchrun --reads-outside` on the lent 2x H200 (eleventh session): each rank reads
+    """`bench/attach_truth.py torchrun --reads-outside` on the lent 2x H200: each rank reads
     its counters 6 ms before each push and after each pop, so attach's ranges hold none of the app's own reads,
     and a range's truth is its window minus an empty range's read the same way (``gap_ref``). With the reads
     inside the ranges, the same call's eager D2H read +3.0 / +5.4 % against a truth that holds only part of
@@ -712,7 +712,7 @@ def test_issue_7s_goal_as_the_benches_judge_it_on_the_h100_pytorch_recording(dat
 
 
 def test_a_range_whose_reads_sat_apart_in_read_time_states_that_in_its_error(data_dir, monkeypatch) -> None:
-    """H100, PyTorch, truth read outside the ranges (eleventh session): in the first two eager calls the reads
+    """H100, PyTorch, truth read outside the ranges: in the first two eager calls the reads
     took ~400-420 us against the program's ~318 us and moved ~1.6 kB D2H less each, so those calls read 140-180 kB
     under their truth (the median call's window minus gap_ref's); the later calls are within 1.6 %. The floor
     cannot know the sign of such a state (slow reads moved more bytes on a GPU with no context), so it states
@@ -762,21 +762,21 @@ def test_a_range_whose_reads_sat_apart_in_read_time_states_that_in_its_error(dat
 def test_the_blind_oracles_copies_are_read_within_2_percent(data_dir, recording: str, big_directions: int,
                                                             past_2_percent: tuple[tuple[str, str], ...]) -> None:
     """`bench/blind_attach.py` on the lent H100: apps written from the README alone, their truth read 6 ms
-    outside each range (minus an empty window's). The PyTorch one (twelfth session; `--app torch`): its copies
-    of 0.2-1.3 ms follow idle time, and attach's edge rule before that session read them -35 ... -94 % (within
-    its wide bound). The C++ one (thirteenth session; `--app cpp`): a named NVTX3 domain with a registered
+    outside each range (minus an empty window's). The PyTorch one (`--app torch`): its copies
+    of 0.2-1.3 ms follow idle time (an edge rule that did not read right after a range opened put them at -35 ...
+    -94 %, within its wide bound). The C++ one (`--app cpp`): a named NVTX3 domain with a registered
     string, nvtxRangePushEx, 2D copies, unified-memory prefetches both ways, cudaHostRegister'ed memory,
-    cooperative, Ex, per-thread-stream and graph launches, 4 threads. The third (twenty-third session; `--app
+    cooperative, Ex, per-thread-stream and graph launches, 4 threads. The third (`--app
     graphs`): copies inside replayed CUDA graphs, a side stream's copy beside compute, a pageable .cpu(), a
     capture with no replay (torch's own 2 fill_ kernels at capture begin are its eager launches), a start/end
-    range ended on a worker thread, 50 short ranges inside one. Two more on the lent H200 (sixteenth session):
+    range ended on a worker thread, 50 short ranges inside one. Two more on the lent H200:
     `--app loader` (an epoch of 12 steps fed by a DataLoader with 2 forked workers and pinned memory, fp16 with
     GradScaler, `loss.item()` each step; an eval pass; `torch.save` of the model and AdamW state) and `--app
     compile` (the same loop eager, under torch.compile's Triton kernels and under its CUDA graphs; kernels counted by
     torch.profiler). And `--app pipeline` on the lent 2x H200: a model split over two GPUs in one thread, a 64 MiB
     copy to and from cuda:1 made from a thread on cuda:0 (its truth both GPUs' bytes; before copies named their GPU
-    those ranges were charged GPU 0 alone: 72 MB H2D read as 0 B). And `--app hooks` on the lent H200
-    (twenty-first session): a transformer annotated by module hooks, trained with bf16 autocast and AdamW, once
+    those ranges were charged GPU 0 alone: 72 MB H2D read as 0 B). And `--app hooks` on the lent H200:
+    a transformer annotated by module hooks, trained with bf16 autocast and AdamW, once
     plainly and once under emit_nvtx; its launches counted by torch.profiler (before, each training call read
     the 412 of its 1,068 launches its own thread made). Every direction within attach's stated bound, every
     launch count the app knows exact (eager and graph), and every direction moving > 1 MB within 2 % but those
@@ -817,8 +817,8 @@ def test_the_blind_oracles_copies_are_read_within_2_percent(data_dir, recording:
 
 
 def test_exact_edge_reads_swapped_with_the_samplers_are_left_out(data_dir, monkeypatch) -> None:
-    """`bench/blind_attach.py --app cpp --attach-args=--exact-edges` on the lent H100 (thirteenth session, before
-    the library's reads took turns): the program's threads read the counters at their edges while the sampler
+    """`bench/blind_attach.py --app cpp --attach-args=--exact-edges` on the lent H100 (a library whose
+    reads did not take turns): the program's threads read the counters at their edges while the sampler
     read, and 69 of 2,036 reads, merged by their midpoints, saw the counters in the other order. Kept, their
     step back passed for a quiet interval and the step after it for a busy one, so a read's cost in the
     program came out 169 B D2H (the windows': 21.8 kB) and the idle range +455 kB D2H a call against a truth

@@ -272,9 +272,9 @@ def _reference(tmp_path, n: int, counter: str) -> tuple[float, float]:
     """(H2D bytes per eager launch of the demo's kernel, H2D counted/copied ratio), measured now on this GPU.
     Per launch: the demo app, reading NVML itself around its ``eager_launches`` range (DEMO_TRUTH=1), alone, or for
     ``counter`` "cupti" with CUPTI's launch callbacks on as attach sets them (no sampler): they add real bytes,
-    +3.0 % H2D per launch on the H100 (docs/lab/bench/launch_counter_bytes.py, twentieth session), which attach then
+    +3.0 % H2D per launch on the H100 (docs/lab/bench/launch_counter_bytes.py), which attach then
     measures. (A zero-parameter kernel: ~1,770 B on the H100, 3.5 % below the 1,834 B of the 16-byte-parameter
-    kernel that `pcietrace run` times; that run's figure stood in for it until the nineteenth session, and attach
+    kernel that `pcietrace run` times; taking that run's figure instead, attach
     read -3.2 ... -5.2 % against it.)"""
     env = dict(os.environ)
     if counter == "cupti":

@@ -241,8 +241,7 @@ def test_topo_command_on_a_garbage_tree_is_not_a_traceback(tmp_path, data_dir, c
 
 @pytest.mark.parametrize("root", ["tmp", "/sys"])
 def test_topo_refuses_a_fixture_beside_a_sysfs_root(root, data_dir, tmp_path, capsys) -> None:
-    # was: exit 0 showing the fixture, the --sysfs-root given silently ignored (/sys, the default, until the
-    # eighteenth session)
+    # (not exit 0 showing the fixture with the --sysfs-root given silently ignored: both at once is an error)
     line = one_line_exit_2(["topo", "--fixture", str(data_dir / "topo" / "lent_h100_vm.json"),
                             "--sysfs-root", str(tmp_path) if root == "tmp" else root], capsys)
     assert "--fixture and --sysfs-root" in line

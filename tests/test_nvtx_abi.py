@@ -142,6 +142,27 @@ def test_a_trace_whose_library_timed_no_edge_says_nothing_of_their_cost(tmp_path
     assert not {"edges", "edge_ns", "edges_ms"} & set(proc)
 
 
+#: Pops with no range of the thread open, before any push and after the last (argv[2]: nvtx_loader.py's folder).
+UNMATCHED_SIDE = r"""
+import ctypes as C, json, sys
+sys.path.insert(0, sys.argv[2])
+from nvtx_loader import fn
+push_a, pop = fn(1, 9, C.c_int, C.c_char_p), fn(1, 11, C.c_int)
+got = [pop(), push_a(b"outer"), push_a(b"inner"), pop(), pop(), pop()]
+json.dump(got, open(sys.argv[1], "w"))
+"""
+
+
+def test_a_pop_with_no_range_open_returns_nvtx_s_error_value_and_closes_nothing(tmp_path) -> None:
+    """A pop on a thread with no range open returns a negative value (NVTX's error), a matched one the level of
+    the range it ends; the analysis pairs only the matched ones."""
+    events, got = run_injected(tmp_path, UNMATCHED_SIDE, args=[str(NATIVE)])
+    assert got == [-1, 0, 1, 1, 0, -1]
+    ranges = attribution.ranges_from_events(events)
+    assert sorted(zip(ranges["name"], ranges["depth"])) == [("inner", 1), ("outer", 0)]
+    assert ranges["closed"].all()
+
+
 #: Megatron-style nesting, step > layer > op > kernel-level op, from two threads, a start/end range inside an op
 #: (argv[2]: the folder of nvtx_loader.py, argv[3]: steps); writes what each push returned, by name.
 DEEP_SIDE = r"""

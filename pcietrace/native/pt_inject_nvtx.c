@@ -63,19 +63,20 @@ static int push_edge(const char *domain, const char *msg)
     }
     return t_depth++;
 }
+/* A pop with no range of the thread open is recorded (the analysis skips it) and returns -1: NVTX's error value */
 static int pop_edge(const char *domain)
 {
-    if (t_depth > 0) --t_depth;
+    int level = t_depth > 0 ? --t_depth : -1;
     int fast = holds_fast(domain);
     if (fast && nested_pop()) {
         emit_nested("pop", 3, domain, "");
         edge_read();
-        return t_depth;
+        return level;
     }
     emit("pop", domain, 0, "");
     if (fast) close_pop();
     edge_close_range(!fast);
-    return t_depth;
+    return level;
 }
 static uint64_t start_edge(const char *domain, const char *msg) { unsigned long long id = atomic_fetch_add(&g_range_id, 1) + 1; edge_read(); emit("start", domain, id, msg); edge_signal(holds_fast(domain) ? open_start(id) : 1); return id; }
 static void end_edge(const char *domain, uint64_t id) { emit("end", domain, id, ""); close_end(id); edge_close_range(!holds_fast(domain)); }

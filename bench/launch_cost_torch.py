@@ -9,12 +9,15 @@ time, the GPU idle between) runs in a fresh process, rotating through:
 - ``preload``: the same with the library in LD_PRELOAD as interpose mode has it, but counting off
   (PCIETRACE_COUNT=none): what preloading alone costs (the library's dlsym in the way of every lookup);
 - ``interpose``: attach's default, the counting trampolines;
-- ``cupti``: ``--launch-counter cupti``.
+- ``cupti``: ``--launch-counter cupti``;
+- ``baseline``: with ``--baseline LIB``, ``interpose`` with that build of the library instead (another version's,
+  to compare two builds in one run).
 
 Per round and configuration: ns per op (the best of ``--reps`` loops in the process); the figure is each
 configuration's median difference from the same round's ``plain`` with its 95 % bootstrap interval.
 
     python3 bench/launch_cost_torch.py [--rounds 8] [--ops 200000] [--cpus 2-5]
+    python3 bench/launch_cost_torch.py --configs plain,interpose,baseline --baseline OLD/_pt_inject.so
 """
 
 from __future__ import annotations
@@ -51,25 +54,31 @@ for _ in range(reps):
 torch.cuda.nvtx.range_pop()
 print(json.dumps({"ns_per_op": best}))
 """
-CONFIGS = ("plain", "nvtx", "preload", "interpose", "cupti")
+CONFIGS = ("plain", "nvtx", "preload", "interpose", "cupti", "baseline")
 
 
-def env_of(config: str, traces: Path) -> dict[str, str]:
-    """The loop's environment under ``config`` (:data:`CONFIGS`)."""
+def env_of(config: str, traces: Path, baseline: str = "") -> dict[str, str]:
+    """The loop's environment under ``config`` (:data:`CONFIGS`; ``baseline``: that one's library)."""
     if config == "plain":
         return dict(os.environ)
-    counter = {"nvtx": "none", "preload": "none", "interpose": "interpose", "cupti": "cupti"}[config]
+    counter = {"nvtx": "none", "preload": "none", "interpose": "interpose", "cupti": "cupti",
+               "baseline": "interpose"}[config]
     env = injection_env(traces, counter, None, [0], False)
+    if config == "baseline":
+        lib = os.path.abspath(baseline)
+        env["LD_PRELOAD"] = env["LD_PRELOAD"].replace(env["NVTX_INJECTION64_PATH"], lib)
+        env["NVTX_INJECTION64_PATH"] = lib
     if config == "preload":
         env["LD_PRELOAD"] = " ".join(filter(None, [env["NVTX_INJECTION64_PATH"], os.environ.get("LD_PRELOAD")]))
     return env
 
 
-def ns_per_op(config: str, ops: int, reps: int, cpus: str) -> float:
+def ns_per_op(config: str, ops: int, reps: int, cpus: str, baseline: str = "") -> float:
     """One process's best loop (ns per op) under ``config``."""
     with tempfile.TemporaryDirectory() as traces:
         cmd = ["taskset", "-c", cpus] * bool(cpus) + [sys.executable, "-c", LOOP, str(ops), str(reps)]
-        out = subprocess.run(cmd, env=env_of(config, Path(traces)), capture_output=True, text=True, timeout=600)
+        out = subprocess.run(cmd, env=env_of(config, Path(traces), baseline), capture_output=True, text=True,
+                             timeout=600)
     if out.returncode:
         raise SystemExit(f"launch_cost_torch: {config} failed ({out.returncode}): {out.stderr[-2000:]}")
     return float(json.loads(out.stdout.strip().splitlines()[-1])["ns_per_op"])
@@ -81,15 +90,20 @@ def main() -> int:
     ap.add_argument("--ops", type=int, default=200_000, help="ops per loop (default 200,000)")
     ap.add_argument("--reps", type=int, default=3, help="loops per process, the best kept (default 3)")
     ap.add_argument("--cpus", default="", help="hold each process to these CPUs (taskset list; default: not held)")
-    ap.add_argument("--configs", default=",".join(CONFIGS), help=f"which, comma-separated (default {','.join(CONFIGS)})")
+    ap.add_argument("--configs", default=",".join(CONFIGS[:-1]),
+                    help=f"which, comma-separated, of {','.join(CONFIGS)} (default {','.join(CONFIGS[:-1])})")
+    ap.add_argument("--baseline", default="", metavar="LIB", help="the injection library the 'baseline' "
+                    "configuration preloads (another build of it)")
     a = ap.parse_args()
     configs = [c for c in a.configs.split(",") if c]
     if "plain" not in configs or any(c not in CONFIGS for c in configs) or a.rounds < 2:
         ap.error(f"--configs: 'plain' and any of {', '.join(CONFIGS)}; --rounds >= 2")
+    if ("baseline" in configs) != bool(a.baseline) or (a.baseline and not os.path.isfile(a.baseline)):
+        ap.error("--baseline LIB (a file) goes with the 'baseline' configuration")
     runs: dict[str, list[float]] = {c: [] for c in configs}
     for r in range(a.rounds):
         for c in rotated(configs, r):
-            runs[c].append(ns_per_op(c, a.ops, a.reps, a.cpus))
+            runs[c].append(ns_per_op(c, a.ops, a.reps, a.cpus, a.baseline))
         print(f"round {r}: " + ", ".join(f"{c} {runs[c][-1]:,.0f}" for c in configs) + " ns per op", flush=True)
     plain = np.array(runs["plain"])
     print(f"ns per one-launch PyTorch op, against the same round's plain ({a.rounds} rounds; plain median "

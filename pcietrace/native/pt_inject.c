@@ -69,16 +69,14 @@ static atomic_int g_full;                    /* an event did not fit: the "trace
 static _Atomic uint32_t g_grow_seq;         /* bumped to wake the grower (a futex word) */
 static atomic_int g_grow_asked;              /* a wake-up is pending: later writers need not ask again */
 static atomic_int g_grower_on;               /* the grower runs (else the writers grow the parts themselves) */
-atomic_ulong g_eager, g_graph, g_captured, g_range_id;
+struct pt_hot g_hot __attribute__((aligned(64))) = {.capture_begun = !CAPTURE_GATE};
+__thread struct pt_thread_hot t_hot __attribute__((aligned(64)));
+atomic_ulong g_captured, g_range_id;
 static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
-__thread unsigned long t_eager, t_graph, t_captured;
-__thread unsigned long long t_call_ticks, t_wait_ticks;
-atomic_ullong g_call_ticks, g_wait_ticks;
+__thread unsigned long t_captured;
 __thread int t_depth;
 __thread unsigned t_untimed;
 static __thread long t_tid;
-__thread uint64_t t_devmask;
-atomic_ullong g_announced;
 
 /* A forked child writes its own trace: its launch totals start at 0, it names its devices again there, and its
  * thread is its own. */
@@ -86,8 +84,8 @@ static void child_after_fork(void)
 {
     atomic_store(&g_buf, NULL);
     t_tid = 0;  /* the forking thread has a new id in the child */
-    t_devmask = 0;  /* the parent's launches since its last event: its next event reports them, not ours */
-    t_eager = t_graph = t_captured = 0;  /* the child's own counts (else its first event held the parent's too) */
+    t_hot.devmask = 0;  /* the parent's launches since its last event: its next event reports them, not ours */
+    t_hot.eager = t_hot.graph = t_captured = 0;  /* the child's own counts (else its first event held the parent's too) */
     t_unrecorded = 0;  /* (the parent's to count) */
     t_depth = 0;  /* the parent's open ranges are not in the child's trace: its own start at the top */
     g_fd = -1;  /* (the parent's descriptor stays open here: harmless, and the parent's to close) */
@@ -97,7 +95,7 @@ static void child_after_fork(void)
     atomic_store(&g_grow_asked, 0);
     pthread_mutex_init(&g_grow_lock, NULL);  /* a parent's thread may have held it at fork() */
     pthread_mutex_init(&g_open_lock, NULL);  /* (as this one, opening the parent's trace at fork(): the child's first event waited forever) */
-    atomic_store(&g_eager, 0); atomic_store(&g_graph, 0); atomic_store(&g_captured, 0); atomic_store(&g_announced, 0);
+    atomic_store(&g_hot.eager, 0); atomic_store(&g_hot.graph, 0); atomic_store(&g_captured, 0); atomic_store(&g_hot.announced, 0);
     edges_after_fork();
     device_forget();
 }
@@ -286,7 +284,6 @@ unsigned long long mono_ns(void)
 struct now { unsigned long long ns, tsc; };  /* CLOCK_MONOTONIC and the TSC (0 where there is none) together */
 static struct now g_loaded;                  /* both clocks when the library loaded */
 static _Atomic double g_ns_per_tick = 1.0;   /* set once, before any tick is counted */
-_Atomic int g_ticks_tsc;
 pthread_once_t g_call_clock_once = PTHREAD_ONCE_INIT;
 
 /* Both clocks at one instant: the TSC read on either side of CLOCK_MONOTONIC, the narrowest of a few tries (an
@@ -321,7 +318,9 @@ void call_clock_init(void)
         if (n.tsc > g_loaded.tsc && n.ns > g_loaded.ns) {
             double r = (double)(n.ns - g_loaded.ns) / (double)(n.tsc - g_loaded.tsc);
             atomic_store_explicit(&g_ns_per_tick, r, memory_order_relaxed);
-            atomic_store_explicit(&g_ticks_tsc, 1, memory_order_release);
+            atomic_store_explicit(&g_hot.device_fresh_ticks, (unsigned long long)(DEVICE_FRESH_NS / r), memory_order_relaxed);
+            atomic_store_explicit(&g_hot.ticks_tsc, 1, memory_order_release);
+            atomic_store_explicit(&g_hot.call_clock_set, 1, memory_order_release);
             char m[64];
             snprintf(m, sizeof m, "tsc %.9g %llu", r, n.ns - g_loaded.ns);
             emit("callclock", NULL, 0, m);
@@ -329,6 +328,7 @@ void call_clock_init(void)
         }
     }
 #endif
+    atomic_store_explicit(&g_hot.call_clock_set, 1, memory_order_release);
     emit("callclock", NULL, 0, "monotonic");
 }
 
@@ -341,14 +341,14 @@ enum { MESSAGE_MAX = 1023, DOMAIN_MAX = 255, EVENT_MAX = 63 };
 static void put_counts(struct pt_event *e, int dev, uint64_t mask)
 {
     e->depth = t_depth;
-    e->eager_thread = t_eager; e->graph_thread = t_graph;
-    e->eager_process = atomic_load(&g_eager); e->graph_process = atomic_load(&g_graph);
+    e->eager_thread = t_hot.eager; e->graph_thread = t_hot.graph;
+    e->eager_process = atomic_load(&g_hot.eager); e->graph_process = atomic_load(&g_hot.graph);
     e->dev = (int16_t)dev; e->devmask = mask;
     e->captured_thread = t_captured; e->captured_process = atomic_load(&g_captured);
     if (!interposing()) { e->call_ns_thread = e->call_ns_process = e->wait_ns_thread = e->wait_ns_process = -1; return; }
-    unsigned long long sums[4] = {t_call_ticks, atomic_load(&g_call_ticks), t_wait_ticks, atomic_load(&g_wait_ticks)};
+    unsigned long long sums[4] = {t_hot.call_ticks, atomic_load(&g_hot.call_ticks), t_hot.wait_ticks, atomic_load(&g_hot.wait_ticks)};
     /* asked after the sums (acquire; the adds release): a sum holding ticks finds the TSC clock set */
-    int tsc = atomic_load_explicit(&g_ticks_tsc, memory_order_acquire);
+    int tsc = atomic_load_explicit(&g_hot.ticks_tsc, memory_order_acquire);
     double r = atomic_load_explicit(&g_ns_per_tick, memory_order_relaxed);
     int64_t *out[4] = {&e->call_ns_thread, &e->call_ns_process, &e->wait_ns_thread, &e->wait_ns_process};
     for (int i = 0; i < 4; ++i) *out[i] = (int64_t)(tsc ? (unsigned long long)(sums[i] * r) : sums[i]);
@@ -441,7 +441,7 @@ void emit_line(unsigned long long t_ns, const char *event, const char *domain, u
     /* A "kernel" event is CUPTI's, written by whichever thread flushed its buffer and stamped with the kernel's
      * GPU time: the thread's launches since its previous event wait for its next event of its own. */
     uint64_t mask = 0;
-    if (strcmp(event, "kernel")) { mask = t_devmask; t_devmask = 0; }
+    if (strcmp(event, "kernel")) { mask = t_hot.devmask; t_hot.devmask = 0; }
     if (!domain) domain = "default";
     if (!message) message = "";
     size_t ne = strnlen(event, EVENT_MAX), nd = strnlen(domain, DOMAIN_MAX), nm = strnlen(message, MESSAGE_MAX);
@@ -462,7 +462,7 @@ static atomic_int g_clock_asked;
 static unsigned long long event_ns(void)
 {
 #if defined(__x86_64__)
-    if (atomic_load_explicit(&g_ticks_tsc, memory_order_acquire)) {
+    if (atomic_load_explicit(&g_hot.ticks_tsc, memory_order_acquire)) {
         unsigned long long tsc = __rdtsc(), ns;
         double r = atomic_load_explicit(&g_ns_per_tick, memory_order_relaxed);
         double since = (double)(tsc - t_anchor_tsc) * r;
@@ -500,8 +500,8 @@ void emit_nested(const char *event, size_t ne, const char *domain, const char *m
     unsigned long long t = event_ns();
     int dev = edge_device(t, 1);
     if (__builtin_expect(!buf || !t_tid, 0)) { emit_line(t, event, domain, 0, message, dev); return; }
-    uint64_t mask = t_devmask;
-    t_devmask = 0;
+    uint64_t mask = t_hot.devmask;
+    t_hot.devmask = 0;
     size_t nd = 7;
     if (domain) nd = strnlen(domain, DOMAIN_MAX); else domain = "default";
     if (!message) message = "";
@@ -515,7 +515,7 @@ void emit_nested(const char *event, size_t ne, const char *domain, const char *m
  * edge costs the program less what the program's own code loses after it (the caches the library took). */
 struct edge_clock edge_clock_start(void)
 {
-    int tsc = atomic_load_explicit(&g_ticks_tsc, memory_order_acquire);
+    int tsc = atomic_load_explicit(&g_hot.ticks_tsc, memory_order_acquire);
 #if defined(__x86_64__)
     if (tsc) return (struct edge_clock){__rdtsc(), 1};
 #endif

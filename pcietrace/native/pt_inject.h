@@ -39,17 +39,42 @@
 typedef int CUres;
 
 /* ---- pt_inject.c: the state every unit reads, the trace, the clocks ---- */
-extern atomic_ulong g_eager, g_graph, g_captured, g_range_id;  /* this process's launches; start/end range ids */
-extern __thread unsigned long t_eager, t_graph, t_captured;      /* this thread's launches */
-/* time inside eager launch calls / synchronize calls, in call-clock ticks (call_ticks(); ns at each line) */
-extern __thread unsigned long long t_call_ticks, t_wait_ticks;
-extern atomic_ullong g_call_ticks, g_wait_ticks;
+/* What every counted launch reads and adds to, each in one cache line, the process's and the thread's: a launch
+ * costs the program the lines it touches that the program's own work evicted since the last (~450 ns a launch, 2 MB
+ * touched between launches, when they lay apart; bench/interposer_cost.py --pressure-kb) */
+struct pt_hot {
+    atomic_ulong eager, graph;                  /* the process's launches */
+    atomic_ullong call_ticks, wait_ticks;       /* time inside eager launch calls / synchronize calls, in call-clock
+                                                 * ticks (call_ticks(); ns at each line) */
+    atomic_ullong announced;                    /* ordinals already named by a "cudevice" event */
+    _Atomic unsigned long long device_fresh_ticks;  /* DEVICE_FRESH_NS in TSC ticks (0: not on the TSC) */
+    _Atomic int ticks_tsc;                      /* call ticks are TSC ticks */
+    _Atomic int call_clock_set;                 /* call_clock_init has run: the call clock's kind is fixed */
+    atomic_int capture_begun;                   /* the process began a stream capture (pt_inject_launch.c) */
+};
+struct pt_thread_hot {
+    unsigned long eager, graph;                 /* the thread's launches */
+    unsigned long long call_ticks, wait_ticks;  /* as the process's */
+    uint64_t devmask;                           /* ordinals launched or copied on since the thread's previous event */
+    unsigned long long launch_dev_tsc;          /* when launch_dev was asked (0: not kept; pt_inject_launch.c) */
+    int launch_dev;
+};
+extern struct pt_hot g_hot;
+extern __thread struct pt_thread_hot t_hot;
+extern atomic_ulong g_captured, g_range_id;  /* this process's captured launches; start/end range ids */
+extern __thread unsigned long t_captured;    /* this thread's captured launches */
 extern __thread int t_depth;                 /* this thread's push/pop depth */
 extern __thread unsigned t_untimed;          /* this thread's range edges since its last timed one */
-extern __thread uint64_t t_devmask;          /* ordinals launched or copied on since the thread's previous event */
-extern atomic_ullong g_announced;            /* ordinals already named by a "cudevice" event */
-extern _Atomic int g_ticks_tsc;              /* call ticks are TSC ticks */
 extern pthread_once_t g_call_clock_once;
+/* how long a thread's last asked device serves its nested edges and launches (pt_inject_launch.c) */
+enum { DEVICE_FRESH_NS = 1000000 };
+/* Launches into a stream being captured are told apart by a query only once the process begins a capture, which
+ * passes through the begin trampolines on x86-64 and AArch64 (pt_inject_launch.c); elsewhere every launch asks */
+#if defined(__x86_64__) || defined(__aarch64__)
+#define CAPTURE_GATE 1
+#else
+#define CAPTURE_GATE 0
+#endif
 unsigned long long mono_ns(void);
 void call_clock_init(void);                  /* (through pthread_once(&g_call_clock_once, ...)) */
 void emit(const char *event, const char *domain, unsigned long long id, const char *message);
@@ -67,10 +92,18 @@ void emit_line(unsigned long long t_ns, const char *event, const char *domain, u
                const char *message, int dev);
 
 /* The clock that times launch and synchronize calls: the TSC where call_clock_init chose it, else ns. */
+/* The call clock set before a call is timed: one flag read once it is (pthread_once's call into libc, its code
+ * cold where the program's own work between launches evicts the caches, is left to the first calls) */
+static inline void call_clock_start(void)
+{
+    if (__builtin_expect(!atomic_load_explicit(&g_hot.call_clock_set, memory_order_acquire), 0))
+        pthread_once(&g_call_clock_once, call_clock_init);
+}
+
 static inline unsigned long long call_ticks(void)
 {
 #if defined(__x86_64__)
-    if (atomic_load_explicit(&g_ticks_tsc, memory_order_relaxed)) return __rdtsc();
+    if (atomic_load_explicit(&g_hot.ticks_tsc, memory_order_relaxed)) return __rdtsc();
 #endif
     return mono_ns();
 }

@@ -59,13 +59,34 @@ int current_device(int retry_now)
  * DEVICE_FRESH_NS ago and no context call of the thread (cuCtxSetCurrent & co., whose trampolines below forget
  * it) came through the library since; other edges ask. Interpose mode on x86-64 and AArch64 only, where those
  * calls pass through the library; elsewhere every edge asks. */
-enum { DEVICE_FRESH_NS = 1000000 };
 static __thread int t_dev;
 static __thread unsigned long long t_dev_ns;  /* when t_dev was asked (0: not kept) */
 static atomic_int g_ctx_unseen;               /* a context entry point went out unwrapped: nothing is kept */
 static int device_kept(void);
 
-void device_forget(void) { t_dev_ns = 0; }
+/* ---- the device of a launch or copy ----
+ * Asking the driver at each (cuCtxGetDevice) costs its code and data, cold where the program's own work between
+ * launches evicts the caches: most of the library's ~450 ns a launch with 2 MB touched between launches, against
+ * ~35 ns warm (bench/interposer_cost.py --pressure-kb). A launch takes its thread's last asked device on the same
+ * terms as a nested edge (asked under DEVICE_FRESH_NS ago, no context call of the thread since), the age read on
+ * the TSC (where calls are not timed by it, each launch asks). */
+
+static inline int launch_device(void)
+{
+#if defined(__x86_64__)
+    unsigned long long fresh = atomic_load_explicit(&g_hot.device_fresh_ticks, memory_order_relaxed);
+    if (fresh) {
+        unsigned long long now = __rdtsc();
+        if (t_hot.launch_dev_tsc && now - t_hot.launch_dev_tsc < fresh) return t_hot.launch_dev;
+        int dev = current_device(1);
+        if (device_kept()) { t_hot.launch_dev = dev; t_hot.launch_dev_tsc = now | 1; }
+        return dev;
+    }
+#endif
+    return current_device(1);
+}
+
+void device_forget(void) { t_dev_ns = 0; t_hot.launch_dev_tsc = 0; }
 
 int edge_device(unsigned long long t_ns, int nested)
 {
@@ -87,7 +108,7 @@ static void announce(int dev)
 {
     if (dev < 0 || dev > 63) return;
     unsigned long long bit = 1ull << dev;
-    if (atomic_fetch_or(&g_announced, bit) & bit) return;
+    if (atomic_fetch_or(&g_hot.announced, bit) & bit) return;
     char bus[64] = "?";
     if (device_bus_id(bus, (int)sizeof bus, dev) != 0) strcpy(bus, "?");
     emit("cudevice", NULL, (unsigned long long)dev, bus);
@@ -95,10 +116,10 @@ static void announce(int dev)
 
 static inline void note_launch_device(void)
 {
-    int dev = current_device(1);
+    int dev = launch_device();
     if (dev >= 0 && dev < 64) {
-        if (!(atomic_load_explicit(&g_announced, memory_order_relaxed) & (1ull << dev))) announce(dev);
-        t_devmask |= 1ull << dev;  /* after announce(): its event resets the thread's mask */
+        if (!(atomic_load_explicit(&g_hot.announced, memory_order_relaxed) & (1ull << dev))) announce(dev);
+        t_hot.devmask |= 1ull << dev;  /* after announce(): its event resets the thread's mask */
     }
 }
 
@@ -132,8 +153,8 @@ static int ptsz_launch[SLOTS], ptsz_launchex[SLOTS], ptsz_coop[SLOTS], ptsz_grap
 static getproc1_fn real_getproc1;
 static pthread_mutex_t g_slot_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void count_eager(void) { ++t_eager; atomic_fetch_add_explicit(&g_eager, 1, memory_order_relaxed); note_launch_device(); }
-void count_graph(void) { ++t_graph; atomic_fetch_add_explicit(&g_graph, 1, memory_order_relaxed); note_launch_device(); }
+void count_eager(void) { ++t_hot.eager; atomic_fetch_add_explicit(&g_hot.eager, 1, memory_order_relaxed); note_launch_device(); }
+void count_graph(void) { ++t_hot.graph; atomic_fetch_add_explicit(&g_hot.graph, 1, memory_order_relaxed); note_launch_device(); }
 void count_captured(void) { ++t_captured; atomic_fetch_add_explicit(&g_captured, 1, memory_order_relaxed); note_launch_device(); }
 
 /* ---- launches into a stream being captured (a graph node, nothing runs) ----
@@ -171,14 +192,7 @@ static void capture_query_resolve(void)
  * more integer-register arguments than a callee takes is harmless on x86-64 and AArch64 only; elsewhere there
  * are no begin trampolines and every launch queries, as before. CUPTI's callbacks (on_driver_api) always query:
  * no begin passes through there. */
-#if defined(__x86_64__) || defined(__aarch64__)
-#define CAPTURE_GATE 1
-static atomic_int g_capture_begun;
-#else
-#define CAPTURE_GATE 0
-static atomic_int g_capture_begun = 1;
-#endif
-static inline void capture_begins(void) { atomic_store_explicit(&g_capture_begun, 1, memory_order_release); }
+static inline void capture_begins(void) { atomic_store_explicit(&g_hot.capture_begun, 1, memory_order_release); }
 
 /* Whether a launch into ``stream`` (of a per-thread-default-stream entry point: ``per_thread``) only adds a
  * node to a graph being captured: its stream's capture is active, or invalidated (the launch then fails). */
@@ -195,7 +209,7 @@ int captured(void *stream, int per_thread)
  * Returns whether it was an eager launch (the one whose call time is added up). */
 static inline int count_launch(void *stream, int per_thread, int graph)
 {
-    if (atomic_load_explicit(&g_capture_begun, memory_order_acquire) && captured(stream, per_thread)) count_captured();
+    if (atomic_load_explicit(&g_hot.capture_begun, memory_order_acquire) && captured(stream, per_thread)) count_captured();
     else if (graph) count_graph(); else { count_eager(); return 1; }
     return 0;
 }
@@ -209,8 +223,8 @@ static inline void add_ticks(unsigned long long *thread, atomic_ullong *process,
 
 /* Return ``call`` (a driver call returning CUres); where ``timed``, its time is added to the thread's and the
  * process's sums ``sum`` (call_ticks: eager launch calls; wait_ticks: synchronize calls). */
-#define TIMED(timed, sum, call) do { if (!(timed)) return call; pthread_once(&g_call_clock_once, call_clock_init); \
-    unsigned long long t0_ = call_ticks(); CUres r_ = call; add_ticks(&t_##sum, &g_##sum, t0_); return r_; } while (0)
+#define TIMED(timed, sum, call) do { if (!(timed)) return call; call_clock_start(); \
+    unsigned long long t0_ = call_ticks(); CUres r_ = call; add_ticks(&t_hot.sum, &g_hot.sum, t0_); return r_; } while (0)
 #define TIMED_LAUNCH(eager, call) TIMED(eager, call_ticks, call)
 #define TIMED_WAIT(timed, call) TIMED(timed, wait_ticks, call)
 
@@ -237,7 +251,7 @@ static void *real_sync0[SLOTS], *real_sync1[SLOTS];
 #define SYNC0_SLOT(i) static CUres sync0_##i(void) { TIMED_WAIT(1, ((sync0_fn)real_sync0[i])()); }
 #define SYNC1_SLOT(i) static CUres sync1_##i(void *h) { TIMED_WAIT(1, ((sync1_fn)real_sync1[i])(h)); }
 /* capture begins: cuStreamBeginCapture (stream), its _v2 (stream, mode), cuStreamBeginCaptureToGraph (six),
- * cuStreamBeginCaptureToCig, and their _ptsz variants (see g_capture_begun). The CUDA 13 runtime fetches six at
+ * cuStreamBeginCaptureToCig, and their _ptsz variants (see g_hot.capture_begun). The CUDA 13 runtime fetches six at
  * start-up (cuStreamBeginCapture at versions 10000 and 10010, ToGraph at 12030, each with and without the
  * per-thread flag) and cuda.bindings a seventh; a begin handed out unwrapped (no slot left) sets the flag. */
 typedef CUres (*begin_fn)(void *, void *, void *, void *, void *, void *);

@@ -318,7 +318,6 @@ void call_clock_init(void)
         if (n.tsc > g_loaded.tsc && n.ns > g_loaded.ns) {
             double r = (double)(n.ns - g_loaded.ns) / (double)(n.tsc - g_loaded.tsc);
             atomic_store_explicit(&g_ns_per_tick, r, memory_order_relaxed);
-            atomic_store_explicit(&g_hot.device_fresh_ticks, (unsigned long long)(DEVICE_FRESH_NS / r), memory_order_relaxed);
             atomic_store_explicit(&g_hot.ticks_tsc, 1, memory_order_release);
             atomic_store_explicit(&g_hot.call_clock_set, 1, memory_order_release);
             char m[64];

@@ -47,7 +47,6 @@ struct pt_hot {
     atomic_ullong call_ticks, wait_ticks;       /* time inside eager launch calls / synchronize calls, in call-clock
                                                  * ticks (call_ticks(); ns at each line) */
     atomic_ullong announced;                    /* ordinals already named by a "cudevice" event */
-    _Atomic unsigned long long device_fresh_ticks;  /* DEVICE_FRESH_NS in TSC ticks (0: not on the TSC) */
     _Atomic int ticks_tsc;                      /* call ticks are TSC ticks */
     _Atomic int call_clock_set;                 /* call_clock_init has run: the call clock's kind is fixed */
     atomic_int capture_begun;                   /* the process began a stream capture (pt_inject_launch.c) */
@@ -56,8 +55,6 @@ struct pt_thread_hot {
     unsigned long eager, graph;                 /* the thread's launches */
     unsigned long long call_ticks, wait_ticks;  /* as the process's */
     uint64_t devmask;                           /* ordinals launched or copied on since the thread's previous event */
-    unsigned long long launch_dev_tsc;          /* when launch_dev was asked (0: not kept; pt_inject_launch.c) */
-    int launch_dev;
 };
 extern struct pt_hot g_hot;
 extern __thread struct pt_thread_hot t_hot;
@@ -66,8 +63,6 @@ extern __thread unsigned long t_captured;    /* this thread's captured launches 
 extern __thread int t_depth;                 /* this thread's push/pop depth */
 extern __thread unsigned t_untimed;          /* this thread's range edges since its last timed one */
 extern pthread_once_t g_call_clock_once;
-/* how long a thread's last asked device serves its nested edges and launches (pt_inject_launch.c) */
-enum { DEVICE_FRESH_NS = 1000000 };
 /* Launches into a stream being captured are told apart by a query only once the process begins a capture, which
  * passes through the begin trampolines on x86-64 and AArch64 (pt_inject_launch.c); elsewhere every launch asks */
 #if defined(__x86_64__) || defined(__aarch64__)

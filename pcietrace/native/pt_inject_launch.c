@@ -58,35 +58,15 @@ int current_device(int retry_now)
  * (inside its thread's counted range) takes the device its thread's last asking edge found, if that was less than
  * DEVICE_FRESH_NS ago and no context call of the thread (cuCtxSetCurrent & co., whose trampolines below forget
  * it) came through the library since; other edges ask. Interpose mode on x86-64 and AArch64 only, where those
- * calls pass through the library; elsewhere every edge asks. */
+ * calls pass through the library; elsewhere every edge asks. A launch or copy always asks: it names the GPU
+ * a range is charged, whatever the edges say. */
+enum { DEVICE_FRESH_NS = 1000000 };
 static __thread int t_dev;
 static __thread unsigned long long t_dev_ns;  /* when t_dev was asked (0: not kept) */
 static atomic_int g_ctx_unseen;               /* a context entry point went out unwrapped: nothing is kept */
 static int device_kept(void);
 
-/* ---- the device of a launch or copy ----
- * Asking the driver at each (cuCtxGetDevice) costs its code and data, cold where the program's own work between
- * launches evicts the caches: most of the library's ~450 ns a launch with 2 MB touched between launches, against
- * ~35 ns warm (bench/interposer_cost.py --pressure-kb). A launch takes its thread's last asked device on the same
- * terms as a nested edge (asked under DEVICE_FRESH_NS ago, no context call of the thread since), the age read on
- * the TSC (where calls are not timed by it, each launch asks). */
-
-static inline int launch_device(void)
-{
-#if defined(__x86_64__)
-    unsigned long long fresh = atomic_load_explicit(&g_hot.device_fresh_ticks, memory_order_relaxed);
-    if (fresh) {
-        unsigned long long now = __rdtsc();
-        if (t_hot.launch_dev_tsc && now - t_hot.launch_dev_tsc < fresh) return t_hot.launch_dev;
-        int dev = current_device(1);
-        if (device_kept()) { t_hot.launch_dev = dev; t_hot.launch_dev_tsc = now | 1; }
-        return dev;
-    }
-#endif
-    return current_device(1);
-}
-
-void device_forget(void) { t_dev_ns = 0; t_hot.launch_dev_tsc = 0; }
+void device_forget(void) { t_dev_ns = 0; }
 
 int edge_device(unsigned long long t_ns, int nested)
 {
@@ -116,7 +96,7 @@ static void announce(int dev)
 
 static inline void note_launch_device(void)
 {
-    int dev = launch_device();
+    int dev = current_device(1);
     if (dev >= 0 && dev < 64) {
         if (!(atomic_load_explicit(&g_hot.announced, memory_order_relaxed) & (1ull << dev))) announce(dev);
         t_hot.devmask |= 1ull << dev;  /* after announce(): its event resets the thread's mask */

@@ -56,10 +56,11 @@ def run_native_program(tmp_path: Path, source: str, *args: str, cflags: tuple[st
 
 def run_injected(tmp_path: Path, script: str, counter: str = "none", *, exact_edges: bool = False,
                  max_depth: int | None = None, env: dict[str, str] | None = None,
-                 args: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
+                 args: list[str] | None = None, timeout: float = 60) -> tuple[pd.DataFrame, dict]:
     """``script`` (its argv[1]: a JSON file it writes; then ``args``) with the injection library as attach sets
     it up (``counter``: "interpose", "cupti" or "none"; ``exact_edges``; ``max_depth``), fakes found in
-    ``tmp_path`` first; returns the trace's events and the JSON. Skips where the library is not built."""
+    ``tmp_path`` first, given ``timeout`` s; returns the trace's events and the JSON. Skips where the library is
+    not built."""
     from pcietrace.record.trace import read_traces
     from pcietrace.record.attach import injection_env
 
@@ -70,7 +71,7 @@ def run_injected(tmp_path: Path, script: str, counter: str = "none", *, exact_ed
     full.update({"LD_LIBRARY_PATH": str(tmp_path), **(env or {})})
     out = tmp_path / "out.json"
     proc = subprocess.run([sys.executable, "-c", script, str(out), *(args or [])], env=full, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr
     return read_traces(traces), json.loads(out.read_text())
 

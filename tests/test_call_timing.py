@@ -144,6 +144,34 @@ def test_the_first_timed_call_says_which_clock_times_calls(tmp_path, clock) -> N
     assert kind == "tsc" and 0.01 < float(ns_per_tick) < 10 and int(window_ns) >= 10_000_000, said
 
 
+#: A program whose first timed call (a synchronize, from code linked against libcuda: no entry point fetched, so
+#: no event of the library's either) comes before its first NVTX event and over 10 ms after the library loaded:
+#: that call sets the call clock up (argv[2]: DIRECT_LIB built).
+FIRST_CALL_SCRIPT = r"""
+import ctypes, json, sys, time
+import nvtx
+direct = ctypes.CDLL(sys.argv[2])
+time.sleep(0.02)
+assert direct.sync_all() == 0
+nvtx.push_range("after"); nvtx.pop_range()
+json.dump({}, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.mark.parametrize("clock", ["default", "monotonic"])
+def test_a_first_timed_call_before_any_event_sets_the_clock_up_once(tmp_path, clock) -> None:
+    """The call clock's set-up writes its own "callclock" event; on CLOCK_MONOTONIC (AArch64, a clocksource
+    other than the TSC, or asked) that event's time once asked for the set-up again, from inside it: the program
+    hung at its first synchronize where no event had come before it."""
+    pytest.importorskip("nvtx")
+    cc = build_fake(tmp_path, "fake_libcuda.c", "libcuda.so.1")
+    lib = _build_direct_lib(tmp_path, cc, DIRECT_LIB)
+    ev, _ = run_injected(tmp_path, FIRST_CALL_SCRIPT, "interpose", env={"PCIETRACE_CALL_CLOCK": clock},
+                         args=[str(lib)], timeout=20)
+    assert (ev["event"] == "callclock").sum() == 1
+    assert ev.loc[ev["event"] == "push", "message"].tolist() == ["after"]
+
+
 def test_outside_interpose_mode_calls_are_not_timed(tmp_path) -> None:
     """Without the trampolines nothing is timed: the ranges say NaN (unknown), never 0 ns."""
     r, _ = _ranges(tmp_path, "none")

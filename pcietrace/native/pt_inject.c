@@ -85,7 +85,7 @@ static void child_after_fork(void)
     atomic_store(&g_buf, NULL);
     t_tid = 0;  /* the forking thread has a new id in the child */
     t_hot.devmask = 0;  /* the parent's launches since its last event: its next event reports them, not ours */
-    t_hot.eager = t_hot.graph = t_captured = 0;  /* the child's own counts (else its first event held the parent's too) */
+    t_hot.eager = t_hot.graph = t_captured = 0;  /* the child's own counts (else its first event held the parent's) */
     t_unrecorded = 0;  /* (the parent's to count) */
     t_depth = 0;  /* the parent's open ranges are not in the child's trace: its own start at the top */
     g_fd = -1;  /* (the parent's descriptor stays open here: harmless, and the parent's to close) */
@@ -95,7 +95,8 @@ static void child_after_fork(void)
     atomic_store(&g_grow_asked, 0);
     pthread_mutex_init(&g_grow_lock, NULL);  /* a parent's thread may have held it at fork() */
     pthread_mutex_init(&g_open_lock, NULL);  /* (as this one, opening the parent's trace at fork(): the child's first event waited forever) */
-    atomic_store(&g_hot.eager, 0); atomic_store(&g_hot.graph, 0); atomic_store(&g_captured, 0); atomic_store(&g_hot.announced, 0);
+    atomic_store(&g_hot.eager, 0); atomic_store(&g_hot.graph, 0); atomic_store(&g_captured, 0);
+    atomic_store(&g_hot.announced, 0);
     edges_after_fork();
     device_forget();
 }
@@ -345,7 +346,8 @@ static void put_counts(struct pt_event *e, int dev, uint64_t mask)
     e->dev = (int16_t)dev; e->devmask = mask;
     e->captured_thread = t_captured; e->captured_process = atomic_load(&g_captured);
     if (!interposing()) { e->call_ns_thread = e->call_ns_process = e->wait_ns_thread = e->wait_ns_process = -1; return; }
-    unsigned long long sums[4] = {t_hot.call_ticks, atomic_load(&g_hot.call_ticks), t_hot.wait_ticks, atomic_load(&g_hot.wait_ticks)};
+    unsigned long long sums[4] = {t_hot.call_ticks, atomic_load(&g_hot.call_ticks), t_hot.wait_ticks,
+                                  atomic_load(&g_hot.wait_ticks)};
     /* asked after the sums (acquire; the adds release): a sum holding ticks finds the TSC clock set */
     int tsc = atomic_load_explicit(&g_hot.ticks_tsc, memory_order_acquire);
     double r = atomic_load_explicit(&g_ns_per_tick, memory_order_relaxed);
@@ -477,8 +479,10 @@ static unsigned long long event_ns(void)
     }
 #endif
     unsigned long long ns = mono_ns();
-    if (ns - g_loaded.ns >= CALIBRATE_NS && !atomic_load_explicit(&g_clock_asked, memory_order_relaxed)
-        && !atomic_exchange(&g_clock_asked, 1))  /* (once: call_clock_init's own event comes back here) */
+    /* (once, and not from inside the set-up: its own "callclock" event comes back here, with the flag set; a
+     * second pthread_once from inside the first waits for itself) */
+    if (ns - g_loaded.ns >= CALIBRATE_NS && !atomic_load_explicit(&g_hot.call_clock_set, memory_order_acquire)
+        && !atomic_load_explicit(&g_clock_asked, memory_order_relaxed) && !atomic_exchange(&g_clock_asked, 1))
         pthread_once(&g_call_clock_once, call_clock_init);
     return ns;
 }

@@ -56,6 +56,7 @@ struct pt_thread_hot {
     unsigned long long call_ticks, wait_ticks;  /* as the process's */
     uint64_t devmask;                           /* ordinals launched or copied on since the thread's previous event */
 };
+_Static_assert(sizeof(struct pt_hot) <= 64 && sizeof(struct pt_thread_hot) <= 64, "one cache line each");
 extern struct pt_hot g_hot;
 extern __thread struct pt_thread_hot t_hot;
 extern atomic_ulong g_captured, g_range_id;  /* this process's captured launches; start/end range ids */
@@ -86,7 +87,6 @@ static inline void unrecorded_flush(void) { if (__builtin_expect(t_unrecorded !=
 void emit_line(unsigned long long t_ns, const char *event, const char *domain, unsigned long long id,
                const char *message, int dev);
 
-/* The clock that times launch and synchronize calls: the TSC where call_clock_init chose it, else ns. */
 /* The call clock set before a call is timed: one flag read once it is (pthread_once's call into libc, its code
  * cold where the program's own work between launches evicts the caches, is left to the first calls) */
 static inline void call_clock_start(void)
@@ -95,6 +95,7 @@ static inline void call_clock_start(void)
         pthread_once(&g_call_clock_once, call_clock_init);
 }
 
+/* The clock that times launch and synchronize calls: the TSC where call_clock_init chose it, else ns. */
 static inline unsigned long long call_ticks(void)
 {
 #if defined(__x86_64__)

@@ -113,9 +113,11 @@ void note_copy_device(void) { note_launch_device(); }
  * entry point through it. Our dlsym hands out wrappers of cuGetProcAddress(_v2) that return counting
  * trampolines (which also time the calls, as do those of cuStreamSynchronize, cuEventSynchronize and
  * cuCtxSynchronize) for cuLaunchKernel*, cuLaunchKernelEx*, cuLaunchCooperativeKernel* and cuGraphLaunch*:
- * ~0.07 us per launch on an H100 host (a driver query of the current device, two reads of the call clock,
- * below; and, once the process has begun a stream capture, whether the launch's stream is capturing;
- * bench/interposer_cost.py), where CUPTI's callback dispatch costs ~0.6-0.9 us.
+ * ~0.07 us per launch on an H100 host with the caches warm (a driver query of the current device, two reads of the
+ * call clock, below; and, once the process has begun a stream capture, whether the launch's stream is capturing;
+ * bench/interposer_cost.py), where CUPTI's callback dispatch costs ~0.6-0.9 us. In a program whose own work
+ * evicts the library's lines between launches it is the lines touched that cost (~0.4 us a PyTorch launch when
+ * they lay apart: struct pt_hot in pt_inject.h).
  * Several real entry points (per-thread-stream variants, versions) each get their own trampoline slot. */
 
 typedef CUres (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
@@ -133,8 +135,14 @@ static int ptsz_launch[SLOTS], ptsz_launchex[SLOTS], ptsz_coop[SLOTS], ptsz_grap
 static getproc1_fn real_getproc1;
 static pthread_mutex_t g_slot_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void count_eager(void) { ++t_hot.eager; atomic_fetch_add_explicit(&g_hot.eager, 1, memory_order_relaxed); note_launch_device(); }
-void count_graph(void) { ++t_hot.graph; atomic_fetch_add_explicit(&g_hot.graph, 1, memory_order_relaxed); note_launch_device(); }
+void count_eager(void)
+{
+    ++t_hot.eager; atomic_fetch_add_explicit(&g_hot.eager, 1, memory_order_relaxed); note_launch_device();
+}
+void count_graph(void)
+{
+    ++t_hot.graph; atomic_fetch_add_explicit(&g_hot.graph, 1, memory_order_relaxed); note_launch_device();
+}
 void count_captured(void) { ++t_captured; atomic_fetch_add_explicit(&g_captured, 1, memory_order_relaxed); note_launch_device(); }
 
 /* ---- launches into a stream being captured (a graph node, nothing runs) ----
@@ -189,7 +197,8 @@ int captured(void *stream, int per_thread)
  * Returns whether it was an eager launch (the one whose call time is added up). */
 static inline int count_launch(void *stream, int per_thread, int graph)
 {
-    if (atomic_load_explicit(&g_hot.capture_begun, memory_order_acquire) && captured(stream, per_thread)) count_captured();
+    if (atomic_load_explicit(&g_hot.capture_begun, memory_order_acquire) && captured(stream, per_thread))
+        count_captured();
     else if (graph) count_graph(); else { count_eager(); return 1; }
     return 0;
 }
@@ -204,7 +213,8 @@ static inline void add_ticks(unsigned long long *thread, atomic_ullong *process,
 /* Return ``call`` (a driver call returning CUres); where ``timed``, its time is added to the thread's and the
  * process's sums ``sum`` (call_ticks: eager launch calls; wait_ticks: synchronize calls). */
 #define TIMED(timed, sum, call) do { if (!(timed)) return call; call_clock_start(); \
-    unsigned long long t0_ = call_ticks(); CUres r_ = call; add_ticks(&t_hot.sum, &g_hot.sum, t0_); return r_; } while (0)
+    unsigned long long t0_ = call_ticks(); CUres r_ = call; add_ticks(&t_hot.sum, &g_hot.sum, t0_); return r_; \
+    } while (0)
 #define TIMED_LAUNCH(eager, call) TIMED(eager, call_ticks, call)
 #define TIMED_WAIT(timed, call) TIMED(timed, wait_ticks, call)
 

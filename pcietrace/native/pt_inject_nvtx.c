@@ -63,7 +63,8 @@ static int push_edge(const char *domain, const char *msg)
     }
     return t_depth++;
 }
-/* A pop with no range of the thread open is recorded (the analysis skips it) and returns -1: NVTX's error value */
+/* A pop with no range of the thread open is recorded (the analysis skips it) and returns -1: NVTX's error value
+ * (a forked child's pop of a range its thread pushed before the fork too: the child's trace starts at depth 0) */
 static int pop_edge(const char *domain)
 {
     int level = t_depth > 0 ? --t_depth : -1;

@@ -40,8 +40,8 @@ typedef int CUres;
 
 /* ---- pt_inject.c: the state every unit reads, the trace, the clocks ---- */
 /* What every counted launch reads and adds to, each in one cache line, the process's and the thread's: a launch
- * costs the program the lines it touches that the program's own work evicted since the last (~450 ns a launch, 2 MB
- * touched between launches, when they lay apart; bench/interposer_cost.py --pressure-kb) */
+ * costs the program the lines it touches that the program's own work evicted since the last
+ * (bench/interposer_cost.py --pressure-kb) */
 struct pt_hot {
     atomic_ulong eager, graph;                  /* the process's launches */
     atomic_ullong call_ticks, wait_ticks;       /* time inside eager launch calls / synchronize calls, in call-clock

@@ -116,8 +116,9 @@ void note_copy_device(void) { note_launch_device(); }
  * ~0.07 us per launch on an H100 host with the caches warm (a driver query of the current device, two reads of the
  * call clock, below; and, once the process has begun a stream capture, whether the launch's stream is capturing;
  * bench/interposer_cost.py), where CUPTI's callback dispatch costs ~0.6-0.9 us. In a program whose own work
- * evicts the library's lines between launches it is the lines touched that cost (~0.4 us a PyTorch launch when
- * they lay apart: struct pt_hot in pt_inject.h).
+ * evicts the library's lines between launches it is the lines touched that cost: ~0.4 us a PyTorch launch on a
+ * 2x H200 host (bench/launch_cost_torch.py), most of it the driver's cuCtxGetDevice (struct pt_hot in
+ * pt_inject.h keeps the library's own to two lines).
  * Several real entry points (per-thread-stream variants, versions) each get their own trampoline slot. */
 
 typedef CUres (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);

@@ -27,6 +27,7 @@ import json
 import multiprocessing
 import os
 import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -156,12 +157,32 @@ def executor(workers: int | None, scheduler: str | None) -> Iterator[concurrent.
     if workers == 1:  # one at a time: in this process, no worker to start
         yield _InProcess()
         return
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as ex:
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=_leave_ctrl_c_to_the_parent) as ex:
         try:
             yield ex
         except concurrent.futures.process.BrokenProcessPool:
             raise PcietraceError("a merge worker process died (out of memory, or killed); --workers 1 analyses "
                                  "one node at a time in this process") from None
+        except BaseException:  # (Ctrl-C, SIGTERM's exception, an error: the workers stopped, not waited for)
+            stop_workers(ex)
+            raise
+
+
+def _leave_ctrl_c_to_the_parent() -> None:
+    """A merge worker's start: Ctrl-C reaches the whole process group, and it is the parent's to handle (it
+    stops the workers); a worker that took it printed its own traceback, or died holding the pool's queue lock
+    and left the parent waiting for it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def stop_workers(ex: concurrent.futures.ProcessPoolExecutor) -> None:
+    """Stop ``ex``'s worker processes now: its queued work cancelled, the work running ended (a node's analysis
+    can take minutes)."""
+    procs = list((getattr(ex, "_processes", None) or {}).values())  # (no public way before Python 3.14)
+    ex.shutdown(wait=False, cancel_futures=True)  # (which lets go of its list of processes)
+    for proc in procs:
+        proc.terminate()
 
 
 class _InProcess(concurrent.futures.Executor):

@@ -187,6 +187,32 @@ def test_a_node_without_a_clock_offset_keeps_its_own_times_and_says_so(tmp_path)
             - inst.loc[inst["node"] == "host-b", "t_start_ns"].to_numpy() == 10**18).all()
 
 
+def test_merge_workers_leave_ctrl_c_to_the_parent_which_stops_them_at_once() -> None:
+    """Ctrl-C reaches every process of the group: a merge worker ignores it (it printed a traceback of its own,
+    and one that died holding the pool's lock hung the merge in 2 of 5 tries), and the parent, interrupted,
+    stops its workers instead of waiting for their work (a node's analysis can take minutes)."""
+    import signal
+
+    from pcietrace import multinode
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        with multinode.executor(2, None) as ex:
+            assert ex.submit(signal.getsignal, signal.SIGINT).result(timeout=60) == signal.SIG_IGN
+            pids = [p.pid for p in ex._processes.values()]
+            ex.submit(time.sleep, 60)
+            raise KeyboardInterrupt
+
+    def running(pid: int) -> bool:  # (reaped by the pool, or a zombie: not running)
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+    while any(map(running, pids)) and time.monotonic() - start < 30:
+        time.sleep(0.05)
+    assert not any(map(running, pids)) and time.monotonic() - start < 30
+
+
 def test_output_patterns_expand_host_label_pid_and_variables() -> None:
     import socket
 

@@ -68,15 +68,17 @@ def test_n_calls_and_sync_count_every_call_and_time_them(fake_cuda) -> None:
     r = _run(fake_cuda, f"""
 ctypes.c_longlong.in_dll(fake, "fake_launch_ns").value = 2000
 loops = native.NativeLoops(native.EAGER, 1, 2, 3)
-t0, t1, t2 = loops.calls(500, sync=True)
-r.update(launches={_count("fake_launches")}, syncs={_count("fake_syncs")}, host_ns=t1 - t0, sync_ns=t2 - t1)
+t0, t1, t2, cpu = loops.calls(500, sync=True)
+r.update(launches={_count("fake_launches")}, syncs={_count("fake_syncs")}, host_ns=t1 - t0, sync_ns=t2 - t1,
+         cpu_ns=cpu)
 g = native.NativeLoops(native.GRAPH, 5, 2)
-a, b, c = g.calls(7)
+a, b, c, _ = g.calls(7)
 r.update(graph={_count("fake_graph_launches")}, no_sync=c == b)
 """)
     assert r["launches"] == 500 and r["syncs"] == 1 and r["graph"] == 7 and r["no_sync"]
     assert r["host_ns"] >= 500 * 2000  # each fake call spends 2 us: the loop's time covers them all
     assert r["sync_ns"] >= 0
+    assert 0 < r["cpu_ns"] <= r["host_ns"] + 100_000  # (the fake spins: CPU time over the loop the wall time is of)
 
 
 def test_paced_and_fastest_loops_hit_their_rates(fake_cuda) -> None:
@@ -174,5 +176,5 @@ def test_unchecked_python_loops_call_exactly_n_times() -> None:
 
     calls = []
     loops = PythonLoops(SimBackend(SimDevice(SimParams.default())), lambda: calls.append(1), path="torch", checked=False)
-    t0, t1, t2 = loops.calls(300, sync=True)
-    assert len(calls) == 300 and t0 < t1 <= t2 and loops.path == "torch"
+    t0, t1, t2, cpu = loops.calls(300, sync=True)
+    assert len(calls) == 300 and t0 < t1 <= t2 and cpu >= 0 and loops.path == "torch"

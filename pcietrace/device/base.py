@@ -21,7 +21,8 @@ class Loops(Protocol):
     path: str  # one of PATHS
 
     def for_duration(self, duration_ns: int, period_ns: int | None) -> tuple[int, int, int]: ...
-    def calls(self, n: int, sync: bool = False) -> tuple[int, int, int]: ...
+    # (t before the calls, t after them, t after the synchronize, the thread's CPU ns over the calls)
+    def calls(self, n: int, sync: bool = False) -> tuple[int, int, int, int]: ...
 
 
 class Backend(Protocol):
@@ -94,10 +95,14 @@ class PythonLoops:
                 # Keep the average rate, but never burst more than a few periods to catch up.
                 next_t = max(next_t + period_ns, now - 4 * period_ns)
 
-    def calls(self, n: int, sync: bool = False) -> tuple[int, int, int]:
+    def calls(self, n: int, sync: bool = False) -> tuple[int, int, int, int]:
+        # (the CPU clock read right around the wall clock's reads: a burst of a few calls has no Python of ours
+        # in its CPU time that its wall time leaves out)
+        cpu0 = self.b.thread_time_ns()
         t0 = self.b.clock()
         self._calls(n)
         t1 = self.b.clock()
+        cpu1 = self.b.thread_time_ns()
         if sync:
             self.b.synchronize()
-        return t0, t1, self.b.clock() if sync else t1
+        return t0, t1, self.b.clock() if sync else t1, cpu1 - cpu0

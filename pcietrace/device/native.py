@@ -113,13 +113,13 @@ class NativeLoops:
         check(rc, "pt_launch_for")
         return int(out[0]), int(out[1]), int(out[2])
 
-    def calls(self, n: int, sync: bool = False) -> tuple[int, int, int]:
+    def calls(self, n: int, sync: bool = False) -> tuple[int, int, int, int]:
         """``n`` calls back to back (then a stream synchronize if ``sync``); returns (t_before_ns,
-        t_after_calls_ns, t_after_sync_ns)."""
+        t_after_calls_ns, t_after_sync_ns, the thread's CPU ns over the calls, read around them in C)."""
         out = _out(4)
         check(library().pt_launch_n(self.kind, self.handle, self.stream, self.params, int(n), int(sync), _ptr(out)),
               "pt_launch_n")
-        return int(out[0]), int(out[1]), int(out[2])
+        return int(out[0]), int(out[1]), int(out[2]), int(out[3])
 
     def sync_each(self, repeats: int) -> np.ndarray:
         """Per repeat: one call + stream synchronize, host-timed (ns, int64 array)."""

@@ -409,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     mg = sub.add_parser("merge", formatter_class=_Formatter, help="one report from the attach recordings of a job's nodes",
                         description="Merge the attach recordings of a multi-node job (one `pcietrace attach` per node, "
-                                    "e.g. -o runs/job-%%h) into one report: each node's recording is analysed in a "
+                                    "e.g. -o runs/job-%h) into one report: each node's recording is analysed in a "
                                     "worker of its own (local processes, or a Dask cluster's workers with "
                                     "--scheduler), never all nodes' samples in one process. Ranges, range instances "
                                     "and whole-run rows name their node and host; the ranges table sums each range "

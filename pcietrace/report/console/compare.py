@@ -69,8 +69,10 @@ def savings_table(sv: pd.DataFrame, paths: list[str]) -> Table:
     one_domain = sv["domain"].astype(str).nunique() <= 1
     t = new_table("Graph savings per NVTX range: predicted from the eager run vs measured"
                   + (esc(f" (domain {sv['domain'].iloc[0]})") if one_domain and len(sv) else ""),
-                  [("range", "left"), ("eager ms", "right"), ("graphed", "right"), ("launches", "right"),
-                   ("saved ms", "right"), ("predicted", "right"), ("error", "right"), ("bound", "left")],
+                  # (two-line headers: one line of them left the range names a column too narrow at 80 columns,
+                  # and decode_step_b64 was folded into decode_step_b6 / 4)
+                  [("range", "left"), ("eager\nms", "right"), ("graphed", "right"), ("launches", "right"),
+                   ("saved\nms", "right"), ("predicted", "right"), ("error", "right"), ("bound", "left")],
                   caption=f"eager: {esc(paths[0])}; graphed: {esc(paths[1])}; graphed: its inclusive range time, ms; "
                           "launches: the eager run's; saved = measured, eager - graphed inclusive range time; predicted = attach's \"graphs save\" figure "
                           "from the eager run, ms (from the GPU's busy time where it was recorded, --gpu-time; else from "

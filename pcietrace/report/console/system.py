@@ -19,9 +19,10 @@ from pcietrace.analysis.summary import gpu_label
 def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
     pinned = any(g.get("timing_cpu") is not None for g in meta.get("gpus", []))  # runs since timed steps took turns
     resets = "counter_jumps" in sampling and bool(sampling["counter_jumps"].any())
-    modes = {g.get("counter", {}).get("mode") == "fields" for g in meta.get("gpus", [])} or {True, False}
+    # (the ways its GPUs were read; a report that reads no counter, `latency`, records none: not a low-res one)
+    modes = {g["counter"].get("mode") == "fields" for g in meta.get("gpus", []) if g.get("counter")}
     counter = " or ".join(["NVML fields 197/198 (32-bit, wrapping)"] * (True in modes)
-                          + ["the 20 ms throughput API (LOW RES)"] * (False in modes))  # (the ways its GPUs were read)
+                          + ["the 20 ms throughput API (LOW RES)"] * (False in modes)) or "none read"
     t = new_table("System", [("GPU", "right"), ("model", "left"), ("bus id", "right"), ("PCIe", "left"),
                              ("counter", "left"), ("reads/s", "right"), ("gap ms", "right")]
                   + ([("timing CPU", "right")] if pinned else []),
@@ -36,7 +37,7 @@ def system_table(meta: dict[str, Any], sampling: pd.DataFrame) -> Table:
     smp = sampling.set_index(keys) if len(sampling) else None
     for g in meta.get("gpus", []):
         c = g.get("counter", {})
-        src = f"{c.get('bits', 32)}-bit" if c.get("mode") == "fields" else "[yellow]LOW RES[/]"
+        src = f"{c.get('bits', 32)}-bit" if c.get("mode") == "fields" else "[yellow]LOW RES[/]" if c else "–"
         key = tuple(g.get(k) for k in keys) if len(keys) > 1 else g["nvml_index"]
         row = smp.loc[key] if smp is not None and key in smp.index else None
         jumps = int(row.get("counter_jumps", 0)) if row is not None else 0

@@ -119,7 +119,10 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
                       [("range", "left")] + [("GPUs", "left")] * (not one_gpu) + [("calls", "right"), ("incl\nms", "right"),
                        ("excl\nms", "right"), ("H2D MB\n± error", "right"), ("D2H\nMB", "right")],
                       caption="totals over calls, nested ranges included, floor removed, on the range's own GPUs; "
-                              "MB = 10^6 B; ± error: the edges' worst case + the floor's 95 % interval")
+                              "MB = 10^6 B; ± error: the edges' worst case + the floor's 95 % interval"
+                              + ("; indented: under the range its calls most often sit in, its totals over all its "
+                                 "calls (those elsewhere too)" if (rg.get("level", pd.Series(dtype=float)) > 0).any()
+                                 else ""))
         for r in rg.itertuples():
             t.add_row(name(r), *[gpu_list(getattr(r, "gpus", ""))] * (not one_gpu), num(r.calls), ms_cell(r.incl_ms),
                       ms_cell(r.excl_ms), mb(r, "h2d", True), mb(r, "d2h", False))

@@ -86,4 +86,33 @@ def topology(fixture: Path) -> dict[str, Any]:
         g["nvml_index"] = i
     out.update(source=f"fixture {Path(fixture).name}", sysfs_root=None, labels=[f"GPU{i}" for i in range(len(out["gpus"]))],
                notes=out.get("notes", []) + ["GPUs numbered in bus-id order (a fixture has no NVML indices)"])
+    _nvlinks(out, json.loads(Path(fixture).read_bytes()).get("nvml") or {})
     return out
+
+
+def _nvlinks(out: dict[str, Any], recorded: dict[str, Any]) -> None:
+    """The NVLinks a fixture recorded (its ``nvml`` section: each GPU's links, the NVLink P2P matrix) into the
+    matrix of ``out``, as :func:`pcietrace.collectors.topology.collect` counts a live machine's: a link to a
+    GPU here counts toward it, one to anything else (an NVSwitch, a remote id matching no GPU here) toward every
+    peer the P2P matrix says NVLink reaches (NV18 between every pair of an HGX board, as nvidia-smi showed)."""
+    gpus = recorded.get("gpus") or []
+    at = {str(g.get("bdf", "")).lower(): i for i, g in enumerate(out["gpus"])}
+    order = [at.get(str(g.get("bus_id", "")).lower()) for g in gpus]  # (the fixture's NVML order -> ours)
+    p2p = recorded.get("nvlink_p2p") or []
+    for a, g in enumerate(gpus):
+        i = order[a]
+        if i is None:
+            continue
+        remote = [at.get(str(link.get("remote_bus_id", "")).lower()) for link in g.get("nvlinks") or []]
+        fanout = sum(r is None for r in remote)
+        for b, j in enumerate(order):
+            if j is None or j == i:
+                continue
+            reaches = b < len(p2p[a]) and bool(p2p[a][b]) if a < len(p2p) else False
+            n = remote.count(j) + (fanout if reaches else 0)
+            if n:
+                out["nvlinks"][i][j] = n
+                out["matrix"][i][j] = f"NV{n}"
+    if any(any(row) for row in out["nvlinks"]):
+        out["notes"].append("NVLinks as the fixture recorded them (links to NVSwitches counted toward every peer "
+                            "its NVLink P2P matrix reaches, as nvidia-smi does)")

@@ -208,6 +208,18 @@ def test_topo_renders_json_fixtures(capsys, monkeypatch) -> None:
     assert main(["topo", "--fixture", str(ROOT / "README.md")]) == 2
 
 
+def test_a_fixture_s_recorded_nvlinks_are_in_its_matrix_as_nvidia_smi_showed_them(capsys) -> None:
+    """The 4x H200 fixture recorded 18 NVLinks per GPU, all to NVSwitches, and NVLink P2P between every pair:
+    its matrix is what `nvidia-smi topo -m` showed there (NV18 everywhere), not the PCIe relation (PHB); a
+    fixture that recorded no NVLink keeps its PCIe relations."""
+    fixture = ROOT / "tests/data/topo/hgx_h200_4gpu_nvswitch.json"
+    assert main(["topo", "--fixture", str(fixture), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["matrix"] == json.loads(fixture.read_text())["nvml"]["nvidia_smi_topo"]
+    assert main(["topo", "--fixture", str(ROOT / "tests/data/topo/dgx2_half_two_switch_levels.json"), "--json"]) == 0
+    assert not any("NV" in cell for row in json.loads(capsys.readouterr().out)["matrix"] for cell in row)
+
+
 def test_garbage_sysfs_files_keep_the_gpus_and_print_no_none(tmp_path, data_dir) -> None:
     from pcietrace.collectors import topology
 

@@ -233,6 +233,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
     out = multinode.merge(args.paths, args.output, args.workers, scheduler, args.force)
     tell(f"pcietrace: merged {len(args.paths)} recordings into {out} (Perfetto trace: {out / multinode.TRACE_FILE})")
     loaded = multinode.load(out, timelines=args.plot is not None)
+    alone = multinode.apart(loaded.meta)
+    if alone:
+        tell(f"pcietrace: warning: {', '.join(alone)}: " + ("its" if len(alone) == 1 else "each one's")
+             + " program ran at no time any other node's did: recordings of different jobs? (merged anyway)")
     _emit(loaded.meta, loaded.results, args)
     return 0
 

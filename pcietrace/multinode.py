@@ -233,6 +233,17 @@ def merge(paths: list[Path], out: Path, workers: int | None = None, scheduler: s
     return folder.publish()
 
 
+def apart(meta: dict[str, Any]) -> list[str]:
+    """The nodes of a merged report's ``meta`` whose program ran at no time another node's did (runs on the wall
+    clock, from nodes that recorded its offset): recordings of another job, most likely. Empty for one node."""
+    nodes = [n for n in (meta.get("merged") or {}).get("nodes", [])
+             if n.get("offset_ns") is not None and n.get("t_app_start_ns") is not None
+             and n.get("t_app_end_ns") is not None]
+    return [n["node"] for n in nodes if len(nodes) > 1 and not any(
+        m is not n and m["t_app_start_ns"] <= n["t_app_end_ns"] and n["t_app_start_ns"] <= m["t_app_end_ns"]
+        for m in nodes)]
+
+
 def merged_meta(infos: list[dict[str, Any]], metas: list[dict[str, Any]], engine: str) -> dict[str, Any]:
     """The merged report's meta: an attach meta (the first node's settings) whose ``gpus`` and ``processes``
     name their node, ``t_app_*`` the span of every node's run on the wall clock, ``exit_code`` the first

@@ -213,6 +213,19 @@ def test_merge_workers_leave_ctrl_c_to_the_parent_which_stops_them_at_once() -> 
     assert not any(map(running, pids)) and time.monotonic() - start < 30
 
 
+def test_merging_recordings_whose_programs_never_ran_at_once_warns(tmp_path, capsys) -> None:
+    """Two nodes of one job ran together; a recording of another program, a day apart, is merged with a warning
+    naming the nodes whose programs ran at no time another's did."""
+    from pcietrace.cli import main
+
+    job = DATA / "attach_h200x4_adjacent"
+    assert main(["merge", str(job / "node-0"), str(job / "node-1"), "-o", str(tmp_path / "job")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main(["merge", str(job / "node-0"), str(DATA / "attach_h200_max_depth"), "-o", str(tmp_path / "two")]) == 0
+    err = capsys.readouterr().err
+    assert "ran at no time any other node's did" in err and "different jobs" in err
+
+
 def test_output_patterns_expand_host_label_pid_and_variables() -> None:
     import socket
 

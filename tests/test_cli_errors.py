@@ -422,3 +422,22 @@ def test_a_command_started_with_a_standard_stream_closed_still_works(start, tmp_
         proc = subprocess.run([sys.executable, "-m", "pcietrace", "report", str(path)], cwd=ROOT, env=env,
                               preexec_fn=start, stdout=subprocess.PIPE, text=True, timeout=120)
         assert proc.returncode == rc and ("GPU" in proc.stdout) == (rc == 0), proc.stdout[-2000:]
+
+
+def test_ctrl_c_while_the_command_line_is_imported_is_one_line(monkeypatch, capsys) -> None:
+    """The ``pcietrace`` script's entry point imports the command line itself: Ctrl-C in its first tens of ms
+    (the imports) says one line and exits 130 (the script generated for ``pcietrace.cli:main`` printed the import's
+    traceback)."""
+    import importlib.abc
+
+    from pcietrace.__main__ import run
+
+    class Interrupting(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):  # noqa: ANN001, ANN201 -- the import system's signature
+            if name == "pcietrace.cli":
+                raise KeyboardInterrupt
+            return None
+    monkeypatch.delitem(sys.modules, "pcietrace.cli")
+    monkeypatch.setattr(sys, "meta_path", [Interrupting(), *sys.meta_path])
+    assert run() == 130
+    assert capsys.readouterr().err == "pcietrace: interrupted\n"

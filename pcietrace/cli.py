@@ -108,11 +108,12 @@ def _us_per_level(p: argparse.ArgumentParser) -> None:
 def _save_options(p: argparse.ArgumentParser, suffix: str = "", no_save: bool = True, more: str = "") -> None:
     """-o, --force (and --no-save) the same on every command that saves a run (see pcietrace/store.py); ``more``:
     what else -o takes on this command."""
-    p.add_argument("-o", "--output", type=Path, default=None,
-                   help="folder to save in: new, empty, or a saved run with --force (default "
-                        f"runs/<time>-<gpu>-gpu<N>{suffix}, with -2, -3... if taken){more}")
+    where = p.add_mutually_exclusive_group() if no_save else p  # (-o with --no-save: refused, not ignored)
+    where.add_argument("-o", "--output", type=Path, default=None,
+                       help="folder to save in: new, empty, or a saved run with --force (default "
+                            f"runs/<time>-<gpu>-gpu<N>{suffix}, with -2, -3... if taken){more}")
     if no_save:
-        p.add_argument("--no-save", action="store_true", help="do not save")
+        where.add_argument("--no-save", action="store_true", help="do not save")
     p.add_argument("--force", action="store_true", help="replace a run already saved in the -o folder")
 
 

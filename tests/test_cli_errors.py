@@ -441,3 +441,15 @@ def test_ctrl_c_while_the_command_line_is_imported_is_one_line(monkeypatch, caps
     monkeypatch.setattr(sys, "meta_path", [Interrupting(), *sys.meta_path])
     assert run() == 130
     assert capsys.readouterr().err == "pcietrace: interrupted\n"
+
+
+@pytest.mark.parametrize("command", ["run", "latency", "graphs"])
+def test_an_output_folder_with_no_save_is_refused_not_ignored(command, capsys) -> None:
+    """-o names where to save and --no-save says not to: the two together are refused in one line (exit 2)."""
+    from pcietrace.cli import main
+
+    with pytest.raises(SystemExit) as ex:  # (argparse's own refusal: its usage line, then the error)
+        main([command, "--simulate", "-o", "runs/x", "--no-save"])
+    assert ex.value.code == 2
+    err = capsys.readouterr().err
+    assert "--no-save" in err and "-o" in err and "Traceback" not in err

@@ -210,10 +210,14 @@ def _report_merged(args: argparse.Namespace) -> int:
     """`report` of a merged report: its saved tables (the nodes' raw samples are never loaded together)."""
     from pcietrace import multinode
 
-    if args.instances is not None:  # (each node's recording holds its calls)
-        raise UsageError(f"--instances: {args.path} is a merged report, which holds its nodes' summaries; run it on a "
-                         "node's recording")
     merged = multinode.load(args.path, timelines=args.plot is not None)
+    if args.instances is not None:  # (every call on every node, each naming its node: as report.json holds them)
+        from pcietrace.session import write_instances
+
+        try:
+            merged.results["range_instances"] = write_instances(merged.results["range_instances"], args.instances)
+        except OSError as exc:
+            raise UsageError(f"cannot write the range instances to {args.instances}: {exc.strerror or exc}") from None
     if args.perfetto is not None:
         folder = args.path if args.path.is_dir() else args.path.parent
         try:

@@ -137,12 +137,16 @@ def test_report_load_compare_and_every_format_read_a_merged_report(merged, tmp_p
     assert "ncclCommInitRankConfig" in capsys.readouterr().out
 
 
-def test_instances_of_a_merged_report_are_refused_in_one_line(merged, tmp_path, capsys) -> None:
-    """It exited 0 and wrote nothing (a reviewer's): each node's recording holds its calls."""
-    from conftest import one_line_exit_2
+def test_instances_of_a_merged_report_are_written_every_call_with_its_node(merged, tmp_path, capsys) -> None:
+    """A merged report holds every call of every node (its JSON's range_instances): --instances writes them all,
+    each naming its node (it once exited 0 and wrote nothing, then refused)."""
+    from pcietrace.cli import main
 
-    line = one_line_exit_2(["report", str(merged), "--instances", str(tmp_path / "i.parquet")], capsys)
-    assert "--instances" in line and "node's recording" in line
+    assert main(["report", str(merged), "--format", "json"]) == 0
+    calls = json.loads(capsys.readouterr().out)["results"]["range_instances"]
+    assert main(["report", str(merged), "--instances", str(tmp_path / "i.parquet")]) == 0
+    got = pd.read_parquet(tmp_path / "i.parquet")
+    assert len(got) == len(calls) > 0 and got["node"].nunique() > 1
 
 
 def test_two_recordings_of_one_node_name_are_refused_in_one_line(nodes, tmp_path, capsys) -> None:

@@ -36,9 +36,12 @@ def _us_list(text: str) -> tuple[float, ...]:
 
 
 def _int_list(text: str) -> tuple[int, ...]:
-    vals = _float_list(text)
-    if any(v != int(v) or v < 1 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    try:  # (its own parse: a negative one is not a positive integer, whatever _float_list would say of it)
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        vals = ()
+    if not vals or any(not math.isfinite(v) or v != int(v) or v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
     return tuple(int(v) for v in vals)
 
 

@@ -347,7 +347,8 @@ def _refuse_nothing_in_common(cmp: Any, names: list[str], paths: list[Path], ses
     for i, name in enumerate(names[1:], 1):
         if not shares_figures(cmp, name):  # else a table of one-sided rows would read "no significant difference"
             hint = ("other sizes, other GPUs, or steps one of them never reached" if kinds[i] == kinds[0] else
-                    "compare graphs reports with graphs reports, runs with runs or latency reports")
+                    "graphs reports compare with graphs reports; a latency report with a run only where the run "
+                    "measured round trips too (not with --no-latency), on the same GPUs")
             raise UsageError(f"{paths[i]} (kind: {kinds[i]}) and {paths[0]} (kind: {kinds[0]}) have no figure in "
                              f"common: {hint}")
 

@@ -78,41 +78,35 @@ def topology(fixture: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="topo-") as tmp:
         try:
             build(Path(fixture), Path(tmp))
-        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+            links = _recorded_links(json.loads(Path(fixture).read_bytes()).get("nvml"))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise UsageError(f"{fixture} is not a topology fixture ({type(exc).__name__}: {exc})") from None
-        out = topo.collect(None, tmp)
+        out = topo.collect(None, tmp, links=links)
     # No NVML here: number the GPUs in bus order so narrow tables can say GPU0 instead of a bus id.
     for i, g in enumerate(out["gpus"]):
         g["nvml_index"] = i
     out.update(source=f"fixture {Path(fixture).name}", sysfs_root=None, labels=[f"GPU{i}" for i in range(len(out["gpus"]))],
                notes=out.get("notes", []) + ["GPUs numbered in bus-id order (a fixture has no NVML indices)"])
-    _nvlinks(out, json.loads(Path(fixture).read_bytes()).get("nvml") or {})
     return out
 
 
-def _nvlinks(out: dict[str, Any], recorded: dict[str, Any]) -> None:
-    """The NVLinks a fixture recorded (its ``nvml`` section: each GPU's links, the NVLink P2P matrix) into the
-    matrix of ``out``, as :func:`pcietrace.collectors.topology.collect` counts a live machine's: a link to a
-    GPU here counts toward it, one to anything else (an NVSwitch, a remote id matching no GPU here) toward every
-    peer the P2P matrix says NVLink reaches (NV18 between every pair of an HGX board, as nvidia-smi showed)."""
-    gpus = recorded.get("gpus") or []
-    at = {str(g.get("bdf", "")).lower(): i for i, g in enumerate(out["gpus"])}
-    order = [at.get(str(g.get("bus_id", "")).lower()) for g in gpus]  # (the fixture's NVML order -> ours)
-    p2p = recorded.get("nvlink_p2p") or []
-    for a, g in enumerate(gpus):
-        i = order[a]
-        if i is None:
-            continue
-        remote = [at.get(str(link.get("remote_bus_id", "")).lower()) for link in g.get("nvlinks") or []]
-        fanout = sum(r is None for r in remote)
-        for b, j in enumerate(order):
-            if j is None or j == i:
-                continue
-            reaches = b < len(p2p[a]) and bool(p2p[a][b]) if a < len(p2p) else False
-            n = remote.count(j) + (fanout if reaches else 0)
-            if n:
-                out["nvlinks"][i][j] = n
-                out["matrix"][i][j] = f"NV{n}"
-    if any(any(row) for row in out["nvlinks"]):
-        out["notes"].append("NVLinks as the fixture recorded them (links to NVSwitches counted toward every peer "
-                            "its NVLink P2P matrix reaches, as nvidia-smi does)")
+def _recorded_links(recorded: Any) -> Any:
+    """The NVLink answers a fixture recorded (its ``nvml`` section: each GPU's links by remote PCI id and type,
+    the NVLink P2P matrix) as :func:`pcietrace.collectors.topology.collect` reads a live machine's NVML
+    (:class:`~pcietrace.collectors.topology.NvLinks`); None where it recorded none."""
+    from pcietrace.collectors import nvml, topology as topo
+
+    gpus = recorded.get("gpus") if isinstance(recorded, dict) else None
+    if not gpus:
+        return None
+    counted: dict[str, dict[str, int]] = {}  # (per GPU's bus id: its links per far end, as nvml.nvlink_peers)
+    for g in gpus:
+        links = counted.setdefault(str(g.get("bus_id", "")).lower(), {})
+        for link in g.get("nvlinks") or []:
+            far = nvml.NVSWITCH if link.get("remote_type") == "switch" else str(link.get("remote_bus_id", "")).lower()
+            links[far] = links.get(far, 0) + 1
+    order, p2p = list(counted), recorded.get("nvlink_p2p") or []
+    joined = {(a, b) for i, a in enumerate(order) for j, b in enumerate(order)
+              if i < len(p2p) and j < len(p2p[i]) and p2p[i][j]}
+    return topo.NvLinks(peers=lambda g: counted.get(g["bus_id"].lower(), {}),
+                        p2p=lambda a, b: (a["bus_id"].lower(), b["bus_id"].lower()) in joined)

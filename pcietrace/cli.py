@@ -18,11 +18,18 @@ from pcietrace.errors import ConfigError, PcietraceError, one_line
 from pcietrace.text import clean
 
 
-def _float_list(text: str) -> tuple[float, ...]:
+def _numbers(text: str) -> tuple[float, ...] | None:
+    """A comma-separated list of numbers, or None where an item is not one."""
     try:
-        vals = tuple(float(x) for x in text.split(",") if x.strip())
+        return tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+        return None
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    vals = _numbers(text)
+    if vals is None:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
     if not vals or any(not math.isfinite(v) or v < 0 for v in vals):
         raise argparse.ArgumentTypeError(f"expected non-negative numbers, got {text!r}")
     return vals
@@ -36,10 +43,7 @@ def _us_list(text: str) -> tuple[float, ...]:
 
 
 def _int_list(text: str) -> tuple[int, ...]:
-    try:  # (its own parse: a negative one is not a positive integer, whatever _float_list would say of it)
-        vals = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        vals = ()
+    vals = _numbers(text)  # (not _float_list: a negative count is not "a negative number", it is not a count)
     if not vals or any(not math.isfinite(v) or v != int(v) or v < 1 for v in vals):
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
     return tuple(int(v) for v in vals)

@@ -165,7 +165,7 @@ def executor(workers: int | None, scheduler: str | None) -> Iterator[concurrent.
             raise PcietraceError("a merge worker process died (out of memory, or killed); --workers 1 analyses "
                                  "one node at a time in this process") from None
         except BaseException:  # (Ctrl-C, SIGTERM's exception, an error: the workers stopped, not waited for)
-            stop_workers(ex)
+            _stop_workers(ex)
             raise
 
 
@@ -176,7 +176,7 @@ def _leave_ctrl_c_to_the_parent() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def stop_workers(ex: concurrent.futures.ProcessPoolExecutor) -> None:
+def _stop_workers(ex: concurrent.futures.ProcessPoolExecutor) -> None:
     """Stop ``ex``'s worker processes now: its queued work cancelled, the work running ended (a node's analysis
     can take minutes)."""
     procs = list((getattr(ex, "_processes", None) or {}).values())  # (no public way before Python 3.14)

@@ -408,11 +408,12 @@ run(4, 0)
 """
 
 
-def _over_fake_driver(tmp_path: Path, script: str, cupti_source: str | None = None) -> pd.DataFrame:
+def _over_fake_driver(tmp_path: Path, script: str, cupti_source: str | None = None,
+                      args: list[str] = ()) -> pd.DataFrame:
     """Runs ``script`` with the real injection library in attach's environment (launch counting by
     interposition) over the fake driver, built here with the C compiler; with ``cupti_source``, a stand-in
-    libcupti built from it and kernel records on (``--gpu-time``). Returns the trace's events. Skips where
-    nvtx, a C compiler or the built library is missing."""
+    libcupti built from it and kernel records on (``--gpu-time``); ``args``: the script's. Returns the trace's
+    events. Skips where nvtx, a C compiler or the built library is missing."""
     import shutil
     import subprocess
     import sys
@@ -439,7 +440,7 @@ def _over_fake_driver(tmp_path: Path, script: str, cupti_source: str | None = No
         (tmp_path / "cupti.c").write_text(cupti_source)
         subprocess.run([*build, "-o", str(tmp_path / "libcupti_standin.so"), str(tmp_path / "cupti.c")], check=True)
         env["PCIETRACE_CUPTI"] = str(tmp_path / "libcupti_standin.so")
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return read_traces(traces)
 
@@ -509,6 +510,30 @@ by_name(ctypes.c_void_p(1)); nested("on0_by_name")
 device.value = 1; time.sleep(0.02); nested("unseen_switch")
 nvtx.pop_range()
 """
+
+
+#: Ten launches in a range on ordinal 0, the fake driver's GPU count set first; writes how often the driver was
+#: asked for the device at the last nine to the file named by argv[1].
+ONE_GPU_SCRIPT = FAKE_LAUNCHER + r"""
+ctypes.c_int.in_dll(cuda, "fake_device_count").value = int(sys.argv[2])
+asked = ctypes.c_int.in_dll(cuda, "fake_device_asked")
+nvtx.push_range("r"); run(1, 0); before = asked.value; run(9, 0); after = asked.value; nvtx.pop_range()
+open(sys.argv[1], "w").write(str(after - before))
+"""
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_a_process_that_sees_one_gpu_is_not_asked_its_device_at_each_launch(tmp_path, gpus) -> None:
+    """The real library over a fake driver (no GPU): where the driver counts one GPU, every launch is on ordinal
+    0 and the driver is asked once, at the first (its cuCtxGetDevice, cold, was most of a counted PyTorch launch's
+    cost); where it counts more, at every launch."""
+    out = tmp_path / "asked"
+    ev = _over_fake_driver(tmp_path, ONE_GPU_SCRIPT, args=[str(out), str(gpus)])
+    assert int(out.read_text()) == (0 if gpus == 1 else 9)
+    got = attribution.launches_by_gpu(ev, FAKE_GPUS).set_index("nvml_index")["eager_launches"].to_dict()
+    assert got == {0: 10, 1: 0}
+    ranges = attribution.range_gpus(attribution.ranges_from_events(ev), ev, FAKE_GPUS).set_index("name")
+    assert ranges.loc["r", "gpus"] == [0]
 
 
 def test_a_nested_range_takes_the_device_its_thread_set_last(tmp_path) -> None:

@@ -50,6 +50,8 @@ struct pt_hot {
     _Atomic int ticks_tsc;                      /* call ticks are TSC ticks */
     _Atomic int call_clock_set;                 /* call_clock_init has run: the call clock's kind is fixed */
     atomic_int capture_begun;                   /* the process began a stream capture (pt_inject_launch.c) */
+    _Atomic int one_gpu;                        /* the process sees one GPU (1), more or unknown (-1), not asked
+                                                 * yet (0): launch_device() in pt_inject_launch.c */
 };
 struct pt_thread_hot {
     unsigned long eager, graph;                 /* the thread's launches */

@@ -94,9 +94,31 @@ static void announce(int dev)
     emit("cudevice", NULL, (unsigned long long)dev, bus);
 }
 
+/* The device a launch or copy runs on. A process that sees one GPU (cuDeviceGetCount 1: CUDA_VISIBLE_DEVICES
+ * naming one, or a one-GPU machine) runs every launch on ordinal 0, whatever its contexts, so the driver is asked
+ * once, at the first launch that finds a context, and never again: exact, where keeping a thread's last answer is
+ * not (a switch the library does not see). Its cuCtxGetDevice was ~20 ns with the caches warm and ~280 ns
+ * with 2 MB touched between calls (1x H200), most of what counting costs a PyTorch launch. A process that
+ * sees several GPUs asks at every launch. */
+typedef int (*device_count_fn)(int *);
+
+static int launch_device(void)
+{
+    int one = atomic_load_explicit(&g_hot.one_gpu, memory_order_relaxed);
+    if (one > 0) return 0;
+    int dev = current_device(1);
+    if (!one && dev >= 0) {  /* a context is current, so the driver is initialised: its count is fixed */
+        void *lib = libcuda();
+        device_count_fn count = lib ? (device_count_fn)real_dlsym_fn(lib, "cuDeviceGetCount") : NULL;
+        int n = 0;
+        atomic_store_explicit(&g_hot.one_gpu, count && count(&n) == 0 && n == 1 ? 1 : -1, memory_order_relaxed);
+    }
+    return dev;
+}
+
 static inline void note_launch_device(void)
 {
-    int dev = current_device(1);
+    int dev = launch_device();
     if (dev >= 0 && dev < 64) {
         if (!(atomic_load_explicit(&g_hot.announced, memory_order_relaxed) & (1ull << dev))) announce(dev);
         t_hot.devmask |= 1ull << dev;  /* after announce(): its event resets the thread's mask */
@@ -117,8 +139,8 @@ void note_copy_device(void) { note_launch_device(); }
  * call clock, below; and, once the process has begun a stream capture, whether the launch's stream is capturing;
  * bench/interposer_cost.py), where CUPTI's callback dispatch costs ~0.6-0.9 us. In a program whose own work
  * evicts the library's lines between launches it is the lines touched that cost: ~0.4 us a PyTorch launch on a
- * 2x H200 host (bench/launch_cost_torch.py), most of it the driver's cuCtxGetDevice (struct pt_hot in
- * pt_inject.h keeps the library's own to two lines).
+ * 2x H200 host (bench/launch_cost_torch.py), most of it the driver's cuCtxGetDevice, which a process that sees
+ * one GPU no longer asks (launch_device; struct pt_hot in pt_inject.h keeps the library's own to two lines).
  * Several real entry points (per-thread-stream variants, versions) each get their own trampoline slot. */
 
 typedef CUres (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);

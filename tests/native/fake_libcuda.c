@@ -7,7 +7,8 @@
  * does; 0: never, to test the timeout), fake_launch_ns (busy time per launch call), fake_device (the ordinal
  * cuCtxGetDevice reports, for the injection library's device tracking; bus id 0000:00:(06 + ordinal).0;
  * cuCtxSetCurrent, from cuGetProcAddress or by name, sets it to its context handle less 1, as if each ordinal had
- * one context).
+ * one context); fake_device_asked counts the cuCtxGetDevice calls, and cuDeviceGetCount reports fake_device_count
+ * GPUs (2 unless set).
  * Stream capture (cuStreamIsCapturing, for the injection library's captured launches): the stream handle
  * fake_capturing_stream is capturing (ACTIVE), fake_invalidated_stream's capture is INVALIDATED, a query of
  * fake_failing_stream fails (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), CU_STREAM_PER_THREAD (0x2) is capturing
@@ -224,6 +225,7 @@ int cuGetProcAddress_v2(const char *sym, void **fn, int version, unsigned long l
     return 500;  /* CUDA_ERROR_NOT_FOUND */
 }
 
-int fake_device;
-int cuCtxGetDevice(int *dev) { *dev = fake_device; return 0; }
+int fake_device, fake_device_asked, fake_device_count = 2;
+int cuCtxGetDevice(int *dev) { ++fake_device_asked; *dev = fake_device; return 0; }
+int cuDeviceGetCount(int *n) { *n = fake_device_count; return 0; }
 int cuDeviceGetPCIBusId(char *bus, int len, int dev) { snprintf(bus, (size_t)len, "0000:00:%02x.0", 6 + dev); return 0; }

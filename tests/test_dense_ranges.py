@@ -64,6 +64,14 @@ def test_groups_nest_as_their_calls_do(emit) -> None:
     parent = inst.iloc[child["parent"].to_numpy()]
     assert (parent["t_start_ns"].to_numpy() <= child["t_start_ns"].to_numpy()).all()
     assert (parent["depth"].to_numpy() == child["depth"].to_numpy() - 1).all()
+    # parent_calls: each group's calls directly inside a call of the group it is placed under (at the top: none), by
+    # the instances' own parent links; aten::linear also runs in emit_train, so some of its calls sit elsewhere
+    up = pd.Series(np.where(inst["parent"] >= 0, inst["group"].astype(str).to_numpy()[inst["parent"].clip(0)], ""))
+    placed = up.to_numpy() == rg.loc[inst["group"].astype(str), "parent_name"].to_numpy()
+    expected = pd.Series(placed).groupby(inst["group"].astype(str).to_numpy()).sum()
+    assert (rg["parent_calls"] == expected.reindex(rg.index)).all()
+    assert 0 < rg.loc["aten::linear", "parent_calls"] < rg.loc["aten::linear", "calls"]
+    assert rg.loc["fwd_emit", "parent_calls"] == rg.loc["fwd_emit", "calls"]
 
 
 def test_every_phase_within_its_stated_error_and_launches_exact(data_dir, emit) -> None:

@@ -1114,7 +1114,8 @@ def summarize(attributed: pd.DataFrame, costs: dict[str, float] | None, short_ns
                                      + out["graph_launches"] * costs["host_us_per_graph_launch"]) / 1e3
     else:
         out["launch_overhead_ms"] = np.nan
-    # (parent_domain, parent_name, level: where the caller places the groups in a tree, names.group_tree)
+    # (parent_domain, parent_name, level, parent_calls: where the caller places the groups in a tree,
+    # names.group_tree)
     return out.reindex(columns=SUMMARY_COLUMNS).sort_values("incl_ms", ascending=False, kind="stable").reset_index(drop=True)
 
 
@@ -1158,7 +1159,8 @@ SUMMARY_COLUMNS = ["domain", "name", "calls", "names", "gpus", "incl_ms", "excl_
                    "h2d_raw_bytes", "d2h_raw_bytes", "h2d_edge_bytes", "d2h_edge_bytes", "h2d_floor_err_bytes",
                    "d2h_floor_err_bytes", "status", "unknown_calls", "h2d_measured_bytes", "d2h_measured_bytes", "stalls",
                    "eager_launches", "graph_launches", "captured_launches", "short_calls", "h2d_bytes_per_launch",
-                   "launch_overhead_ms", "graph_savings_ms", "gpu_busy_ms", "parent_domain", "parent_name", "level"]
+                   "launch_overhead_ms", "graph_savings_ms", "gpu_busy_ms", "parent_domain", "parent_name", "level",
+                   "parent_calls"]
 
 
 def launches_by_gpu(events: pd.DataFrame, gpus: list[dict[str, Any]]) -> pd.DataFrame:

@@ -66,9 +66,10 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
     """Per (``domain``, ``group``) of ``instances`` (which carry ``group`` and ``parent``, the row position of each
     instance's parent or -1): ``parent_domain``/``parent_name`` (the group its instances most often sit in; ""
     at the top), ``level`` (how deep that nests, 0 at the top; a group found inside itself, as recursion makes,
-    is not its own parent) and ``within_parent`` (every instance sits directly in one of that group's, on the same
-    GPUs: the group's bytes lie within that group's)."""
-    cols = ["domain", "group", "parent_domain", "parent_name", "level", "within_parent"]
+    is not its own parent), ``parent_calls`` (its instances that sit directly in one of that group's, or at the
+    top for a group at the top: the rest sit elsewhere, and its totals hold them too) and ``within_parent`` (every
+    instance sits directly in one of that group's, on the same GPUs: the group's bytes lie within that group's)."""
+    cols = ["domain", "group", "parent_domain", "parent_name", "level", "parent_calls", "within_parent"]
     if not len(instances):
         return pd.DataFrame(columns=cols)
     from pcietrace.analysis.nesting import codes as row_codes
@@ -106,8 +107,11 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
     # (a key whose every instance's direct parent is of that group, on the same GPUs: its calls lie in the parent
     # group's, and calls of one parent never overlap, so its bytes are within that group's)
     gpus = by_object(instances["gpus"].to_numpy(object))[0] if "gpus" in instances else np.zeros(key.size, np.int64)
-    off = (parent < 0) | (up != parent_of[key]) | (gpus != gpus[np.clip(parent, 0, None)])
+    placed = up == parent_of[key]
+    parent_calls = np.bincount(key[placed], minlength=n_keys)
+    off = (parent < 0) | ~placed | (gpus != gpus[np.clip(parent, 0, None)])
     within = np.bincount(key[off], minlength=n_keys) == 0
+    del placed
     del up, gpus, off
     level = np.full(n_keys, -2, np.int64)  # (-2: not yet known)
     for k in range(n_keys):  # one step per group (not per range; no loop left: _cut_cycles)
@@ -123,7 +127,7 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"domain": names["domain"], "group": names["group"],
                          "parent_domain": np.where(top, "", names["domain"][up]),
                          "parent_name": np.where(top, "", names["group"][up]), "level": level,
-                         "within_parent": within & ~top}, columns=cols)
+                         "parent_calls": parent_calls, "within_parent": within & ~top}, columns=cols)
 
 
 def _cut_cycles(parent_of: np.ndarray) -> None:

@@ -331,7 +331,8 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
     ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns, shared=shared_by, inner=inner)
     del inner
     if len(ranges_table):
-        ranges_table = ranges_table.drop(columns=["parent_domain", "parent_name", "level"]).merge(tree, on=["domain", "name"], how="left")
+        ranges_table = ranges_table.drop(columns=["parent_domain", "parent_name", "level", "parent_calls"]).merge(
+            tree, on=["domain", "name"], how="left")
         # (a trace with lines left out can pair a push with another pop than its recorded depth says: two calls of
         # a group, one inside the other, would both sit directly in one parent call, so no parent bounds them)
         whole_trace = not bad.get("lines")

@@ -90,10 +90,15 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
         def name(r: Any, marked: bool = True) -> str:  # the marks on a line of their own, so they never break the name
             marks = ([f"{r.short_calls:,} short"] if r.short_calls else []) \
                 + ([f"{r.stalls} stall{'s' * (r.stalls != 1)}"] if getattr(r, "stalls", 0) else []) \
-                + ([f"{r.unknown_calls:,} {r.status}"] if partly(r) else [])
+                + ([f"{r.unknown_calls:,} {r.status}"] if partly(r) else []) \
+                + ([f"{elsewhere(r):,} elsewhere"] if elsewhere(r) else [])
             pad = " " * INDENT * min(int(getattr(r, "indent", 0) or 0), MAX_INDENT)
             return pad + esc(shortened(r.name)) + domain_mark(r.domain, one_domain) + (
                 f"\n[yellow]({', '.join(marks)})[/]" if marks and marked else "")
+
+        def elsewhere(r: Any) -> int:  # an indented range's calls not in its parent's (its totals hold them too)
+            placed = getattr(r, "parent_calls", None)
+            return 0 if not getattr(r, "indent", 0) or pd.isna(placed) else int(r.calls - placed)
 
         def partly(r: Any) -> bool:  # a long run's few calls over a stall that could hide a wrap: the rest measured
             return getattr(r, "status", "ok") == "wrap risk" and 0 < getattr(r, "unknown_calls", 0) < r.calls
@@ -121,8 +126,8 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
                       caption="totals over calls, nested ranges included, floor removed, on the range's own GPUs; "
                               "MB = 10^6 B; ± error: the edges' worst case + the floor's 95 % interval"
                               + ("; indented: under the range its calls most often sit in, its totals over all its "
-                                 "calls (those elsewhere too)" if (rg.get("level", pd.Series(dtype=float)) > 0).any()
-                                 else ""))
+                                 "calls (N elsewhere: N of them sit outside that range)"
+                                 if (rg.get("level", pd.Series(dtype=float)) > 0).any() else ""))
         for r in rg.itertuples():
             t.add_row(name(r), *[gpu_list(getattr(r, "gpus", ""))] * (not one_gpu), num(r.calls), ms_cell(r.incl_ms),
                       ms_cell(r.excl_ms), mb(r, "h2d", True), mb(r, "d2h", False))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import concurrent.futures
 import concurrent.futures.process
 import contextlib
+import datetime
 import json
 import multiprocessing
 import os
@@ -248,8 +249,9 @@ def merged_meta(infos: list[dict[str, Any]], metas: list[dict[str, Any]], engine
     """The merged report's meta: an attach meta (the first node's settings) whose ``gpus`` and ``processes``
     name their node, ``t_app_*`` the span of every node's run on the wall clock, ``exit_code`` the first
     non-zero, and ``merged``: ``nodes`` (each node's :func:`~pcietrace.analysis.merge.node_info`, status, exit
-    code, command and run span) and ``engine``."""
-    from pcietrace.record.run import RunPlan, base_meta
+    code, command and run span), ``engine`` and ``created`` (the merge's time; the report's own ``created`` is
+    the earliest node's recording's)."""
+    from pcietrace.record.run import CREATED_FORMAT, RunPlan, base_meta
 
     nodes = []
     for info, m in zip(infos, metas):
@@ -272,10 +274,23 @@ def merged_meta(infos: list[dict[str, Any]], metas: list[dict[str, Any]], engine
                 exit_code=next((n["exit_code"] for n in nodes if n["exit_code"]), 0),
                 gpus=[{**g, "node": i["node"], "host": i["host"]} for i, m in zip(infos, metas) for g in m.get("gpus", [])],
                 processes=[{**p, "node": i["node"]} for i, m in zip(infos, metas) for p in m.get("processes", [])],
-                merged={"nodes": nodes, "engine": engine})
+                merged={"nodes": nodes, "engine": engine, "created": meta["created"]})
+    recorded = [t for m in metas if (t := _created(m)) is not None]
+    if recorded:  # (the report's date is its recording's, the earliest node's; the merge's is in "merged")
+        meta["created"] = min(recorded).strftime(CREATED_FORMAT)
     if starts and ends:
         meta.update(t_app_start_ns=min(starts), t_app_end_ns=max(ends))
     return meta
+
+
+def _created(meta: dict[str, Any]) -> datetime.datetime | None:
+    """When a node's recording began (its ``created``), or None where it is missing or unreadable."""
+    from pcietrace.record.run import CREATED_FORMAT
+
+    try:
+        return datetime.datetime.strptime(str(meta.get("created")), CREATED_FORMAT)
+    except ValueError:
+        return None
 
 
 def save(folder: Path, meta: dict[str, Any], results: dict[str, pd.DataFrame]) -> None:

@@ -87,13 +87,28 @@ def test_ranges_are_the_sum_of_the_nodes_and_each_node_is_its_own_recording(node
         pd.testing.assert_series_equal(summed[col].sort_index(), parts[col].sum().sort_index().astype(summed[col].dtype),
                                        check_names=False, obj=col)
     assert (summed["nodes"] == parts["node"].nunique().reindex(summed.index)).all()
+    # (a range's calls in its parent: the nodes' that name the same parent as the merged row)
+    parent = summed.loc[list(zip(by_host["domain"], by_host["name"])), ["parent_domain", "parent_name"]].to_numpy()
+    alike = (by_host[["parent_domain", "parent_name"]].to_numpy() == parent).all(axis=1)
+    placed = by_host["parent_calls"].where(alike, 0).groupby([by_host["domain"], by_host["name"]]).sum()
+    assert (summed["parent_calls"] == placed.reindex(summed.index)).all()
+    assert (summed["parent_calls"] <= summed["calls"]).all() and (summed["parent_calls"] > 0).any()
     rows = by_host[(by_host["domain"] == "truth") & (by_host["name"] == "h2d_256MiB")]
     assert summed.loc[("truth", "h2d_256MiB"), "gpus"] == sorted(f"{r.node}:{i}" for r in rows.itertuples() for i in r.gpus)
     assert {"node0:1", "node1:1"} <= set(summed.loc[("truth", "h2d_256MiB"), "gpus"])
 
 
 def test_rows_name_their_node_and_times_are_on_the_wall_clock(nodes, merged) -> None:
+    import datetime
+
     import pcietrace
+
+    # (the report's date is its recording's, the earliest node's; the merge's own is kept beside its nodes)
+    meta = json.loads((merged / "report.json").read_text())["meta"]
+    created = [json.loads((n / "report.json").read_text())["meta"]["created"] for n in nodes]
+    when = [datetime.datetime.strptime(c, "%Y-%m-%dT%H:%M:%S%z") for c in created]
+    assert meta["created"] == created[when.index(min(when))]
+    assert datetime.datetime.strptime(meta["merged"]["created"], "%Y-%m-%dT%H:%M:%S%z") > max(when)
 
     t = _tables(merged)
     for name in ("range_instances", "whole_run", "floor", "sampling", "rates", "ranges_by_host"):

@@ -225,11 +225,15 @@ def _torch_burst(gen: LaunchGenerator, kernel_us: float, calls: int) -> dict[str
     return None if loops is None else gen.burst("eager", kernel_us, 1, calls, loops=loops)
 
 
+#: How a saved run's ``created`` is written (local time with its UTC offset).
+CREATED_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
+
+
 def base_meta(plan: RunPlan, simulated: bool, argv: list[str] | None = None) -> dict[str, Any]:
     """The metadata every saved run starts with: tool and version, host, user, time, command line, the plan;
     ``status`` "running" and no GPUs yet (the recording fills them in)."""
     return {"tool": "pcietrace", "version": __version__, "simulated": simulated, "status": "running",
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
+            "created": time.strftime(CREATED_FORMAT), "host": socket.gethostname(),
             "user": getpass.getuser(), "python": platform.python_version(), "argv": argv or sys.argv[1:],
             "plan": asdict(plan), "gpus": []}
 

@@ -249,7 +249,7 @@ def merged_meta(infos: list[dict[str, Any]], metas: list[dict[str, Any]], engine
     """The merged report's meta: an attach meta (the first node's settings) whose ``gpus`` and ``processes``
     name their node, ``t_app_*`` the span of every node's run on the wall clock, ``exit_code`` the first
     non-zero, and ``merged``: ``nodes`` (each node's :func:`~pcietrace.analysis.merge.node_info`, status, exit
-    code, command and run span), ``engine`` and ``created`` (the merge's time; the report's own ``created`` is
+    code, command, date and run span), ``engine`` and ``created`` (the merge's time; the report's own ``created`` is
     the earliest node's recording's)."""
     from pcietrace.record.run import CREATED_FORMAT, RunPlan, base_meta
 
@@ -257,7 +257,7 @@ def merged_meta(infos: list[dict[str, Any]], metas: list[dict[str, Any]], engine
     for info, m in zip(infos, metas):
         shift = int(info.get("offset_ns") or 0)
         nodes.append({**info, "status": m.get("status"), "kind": m.get("kind"), "exit_code": m.get("exit_code"),
-                      "command": m.get("command"), "gpus": len(m.get("gpus", [])),
+                      "command": m.get("command"), "created": m.get("created"), "gpus": len(m.get("gpus", [])),
                       "t_app_start_ns": m["t_app_start_ns"] + shift if "t_app_start_ns" in m else None,
                       "t_app_end_ns": m["t_app_end_ns"] + shift if "t_app_end_ns" in m else None})
     first = metas[0]

@@ -409,7 +409,7 @@ run(4, 0)
 
 
 def _over_fake_driver(tmp_path: Path, script: str, cupti_source: str | None = None,
-                      args: list[str] = ()) -> pd.DataFrame:
+                      args: tuple[str, ...] = ()) -> pd.DataFrame:
     """Runs ``script`` with the real injection library in attach's environment (launch counting by
     interposition) over the fake driver, built here with the C compiler; with ``cupti_source``, a stand-in
     libcupti built from it and kernel records on (``--gpu-time``); ``args``: the script's. Returns the trace's
@@ -528,7 +528,7 @@ def test_a_process_that_sees_one_gpu_is_not_asked_its_device_at_each_launch(tmp_
     0 and the driver is asked once, at the first (its cuCtxGetDevice, cold, was most of a counted PyTorch launch's
     cost); where it counts more, at every launch."""
     out = tmp_path / "asked"
-    ev = _over_fake_driver(tmp_path, ONE_GPU_SCRIPT, args=[str(out), str(gpus)])
+    ev = _over_fake_driver(tmp_path, ONE_GPU_SCRIPT, args=(str(out), str(gpus)))
     assert int(out.read_text()) == (0 if gpus == 1 else 9)
     got = attribution.launches_by_gpu(ev, FAKE_GPUS).set_index("nvml_index")["eager_launches"].to_dict()
     assert got == {0: 10, 1: 0}

@@ -63,17 +63,18 @@ def sum_ranges(by_node: pd.DataFrame) -> pd.DataFrame:
     """Each (domain, name) summed over the nodes' ``ranges`` rows (``by_node``: :data:`NODE_COLUMNS` +
     :data:`attribution.SUMMARY_COLUMNS`): totals add up (those unknown on any node stay unknown), ``status`` is
     the worst, ``gpus`` every "node:index" charged, ``nodes`` how many nodes ran it; ``h2d_bytes_per_launch``
-    is recomputed from the sums; the parent is the first node's, and ``parent_calls`` the nodes' calls in that
-    parent (a node that placed the range elsewhere adds none)."""
+    is recomputed from the sums; the parent is the first node's, and ``parent_calls`` the nodes' calls in it
+    where every node placed the range under that parent (else unknown: NaN)."""
     if not len(by_node):
         return pd.DataFrame(columns=MERGED_RANGE_COLUMNS)
     rank = {s: i for i, s in enumerate(attribution.STATUSES)}
     at = by_node.assign(status_rank=by_node["status"].map(rank),
                         gpus=[[f"{n}:{int(i)}" for i in g] for n, g in zip(by_node["node"], by_node["gpus"])])
-    if "parent_calls" in at:  # (the calls in the parent the first node names: those elsewhere counted by no node)
+    if "parent_calls" in at:  # (a node that placed it elsewhere counted its calls in another range: none summed)
         parent = at.groupby(["domain", "name"], sort=False)[["parent_domain", "parent_name"]].transform("first")
-        same_parent = (at["parent_domain"] == parent["parent_domain"]) & (at["parent_name"] == parent["parent_name"])
-        at["parent_calls"] = at["parent_calls"].where(same_parent, 0)
+        apart = (at["parent_domain"] != parent["parent_domain"]) | (at["parent_name"] != parent["parent_name"])
+        at["parent_calls"] = at["parent_calls"].astype(float).where(~apart.groupby([at["domain"], at["name"]])
+                                                                    .transform("any"))
     g = at.groupby(["domain", "name"], sort=False)
     handled = {"domain", "name", "status", "gpus", "h2d_bytes_per_launch", "parent_calls", *_SUMS, *_STRICT_SUMS}
     same = [c for c in attribution.SUMMARY_COLUMNS if c not in handled and c in at]  # alike on every node

@@ -66,8 +66,9 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
     """Per (``domain``, ``group``) of ``instances`` (which carry ``group`` and ``parent``, the row position of each
     instance's parent or -1): ``parent_domain``/``parent_name`` (the group its instances most often sit in; ""
     at the top), ``level`` (how deep that nests, 0 at the top; a group found inside itself, as recursion makes,
-    is not its own parent), ``parent_calls`` (its instances that sit directly in one of that group's, or at the
-    top for a group at the top: the rest sit elsewhere, and its totals hold them too) and ``within_parent`` (every
+    is not its own parent), ``parent_calls`` (its instances inside one of that group's, at any depth; for a group
+    at the top, those inside no other group's: the rest sit elsewhere, and its totals hold them too) and
+    ``within_parent`` (every
     instance sits directly in one of that group's, on the same GPUs: the group's bytes lie within that group's)."""
     cols = ["domain", "group", "parent_domain", "parent_name", "level", "parent_calls", "within_parent"]
     if not len(instances):
@@ -107,12 +108,10 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
     # (a key whose every instance's direct parent is of that group, on the same GPUs: its calls lie in the parent
     # group's, and calls of one parent never overlap, so its bytes are within that group's)
     gpus = by_object(instances["gpus"].to_numpy(object))[0] if "gpus" in instances else np.zeros(key.size, np.int64)
-    placed = up == parent_of[key]
-    parent_calls = np.bincount(key[placed], minlength=n_keys)
-    off = (parent < 0) | ~placed | (gpus != gpus[np.clip(parent, 0, None)])
+    off = (parent < 0) | (up != parent_of[key]) | (gpus != gpus[np.clip(parent, 0, None)])
     within = np.bincount(key[off], minlength=n_keys) == 0
-    del placed
     del up, gpus, off
+    parent_calls = np.bincount(key[_inside_parent_group(key, parent, parent_of)], minlength=n_keys)
     level = np.full(n_keys, -2, np.int64)  # (-2: not yet known)
     for k in range(n_keys):  # one step per group (not per range; no loop left: _cut_cycles)
         chain, cur = [], k
@@ -128,6 +127,26 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
                          "parent_domain": np.where(top, "", names["domain"][up]),
                          "parent_name": np.where(top, "", names["group"][up]), "level": level,
                          "parent_calls": parent_calls, "within_parent": within & ~top}, columns=cols)
+
+
+def _inside_parent_group(key: np.ndarray, parent: np.ndarray, parent_of: np.ndarray) -> np.ndarray:
+    """Per instance (``key``: its group's code; ``parent``: its parent's row, -1 at the top), whether one of its
+    ancestors is a call of the group its group is placed under (``parent_of``; for a group at the top, -1:
+    whether none of its ancestors is of another group). One step up per nesting level, every instance at once."""
+    target = parent_of[key]
+    at_top = target < 0
+    inside = np.zeros(key.size, bool)
+    other = np.zeros(key.size, bool)  # (for groups at the top: an ancestor of another group)
+    live = np.flatnonzero(parent >= 0)  # (the instances whose walk up goes on, and where each has got to)
+    cur = parent[live].astype(np.int64)
+    while live.size:
+        above = key[cur]
+        inside[live] |= above == target[live]
+        other[live] |= above != key[live]
+        cur = parent[cur]
+        on = cur >= 0
+        live, cur = live[on], cur[on]
+    return np.where(at_top, ~other, inside)
 
 
 def _cut_cycles(parent_of: np.ndarray) -> None:

@@ -97,6 +97,7 @@ static void child_after_fork(void)
     pthread_mutex_init(&g_open_lock, NULL);  /* (as this one, opening the parent's trace at fork(): the child's first event waited forever) */
     atomic_store(&g_hot.eager, 0); atomic_store(&g_hot.graph, 0); atomic_store(&g_captured, 0);
     atomic_store(&g_hot.announced, 0);
+    atomic_store(&g_hot.one_gpu, 0);  /* (a child of a process that had begun CUDA cannot use it: asked again) */
     edges_after_fork();
     device_forget();
 }

@@ -5,7 +5,9 @@
 /* ---- which GPU: the driver's current context, looked up only where libcuda is already loaded ---- */
 typedef int (*ctx_get_device_fn)(int *);
 typedef int (*device_bus_id_fn)(char *, int, int);
-static _Atomic(ctx_get_device_fn) p_ctx_get_device;  /* set once both are found (bus id first) */
+typedef int (*device_count_fn)(int *);
+static _Atomic(ctx_get_device_fn) p_ctx_get_device;  /* set once the others are found (bus id and count first) */
+static _Atomic(device_count_fn) p_device_count;
 static _Atomic(device_bus_id_fn) p_device_bus_id;
 
 /* The CUDA driver's handle if the process has loaded it (in any scope), else NULL: never loads it. */
@@ -32,6 +34,8 @@ static ctx_get_device_fn find_driver(int retry_now)
     /* racing threads find the same functions; each published only where found */
     device_bus_id_fn bus = (device_bus_id_fn)real_dlsym_fn(lib, "cuDeviceGetPCIBusId");
     if (bus) atomic_store_explicit(&p_device_bus_id, bus, memory_order_release);
+    device_count_fn count = (device_count_fn)real_dlsym_fn(lib, "cuDeviceGetCount");
+    if (count) atomic_store_explicit(&p_device_count, count, memory_order_release);
     ctx_get_device_fn get = (ctx_get_device_fn)real_dlsym_fn(lib, "cuCtxGetDevice");
     if (get) atomic_store_explicit(&p_ctx_get_device, get, memory_order_release);
     return get;
@@ -100,18 +104,16 @@ static void announce(int dev)
  * not (a switch the library does not see). Its cuCtxGetDevice was ~20 ns with the caches warm and ~280 ns
  * with 2 MB touched between calls (1x H200), most of what counting costs a PyTorch launch. A process that
  * sees several GPUs asks at every launch. */
-typedef int (*device_count_fn)(int *);
-
 static int launch_device(void)
 {
-    int one = atomic_load_explicit(&g_hot.one_gpu, memory_order_relaxed);
+    /* (acquire: a thread that takes ordinal 0 from here sees the driver's functions the deciding one found) */
+    int one = atomic_load_explicit(&g_hot.one_gpu, memory_order_acquire);
     if (one > 0) return 0;
     int dev = current_device(1);
     if (!one && dev >= 0) {  /* a context is current, so the driver is initialised: its count is fixed */
-        void *lib = libcuda();
-        device_count_fn count = lib ? (device_count_fn)real_dlsym_fn(lib, "cuDeviceGetCount") : NULL;
+        device_count_fn count = atomic_load_explicit(&p_device_count, memory_order_acquire);
         int n = 0;
-        atomic_store_explicit(&g_hot.one_gpu, count && count(&n) == 0 && n == 1 ? 1 : -1, memory_order_relaxed);
+        atomic_store_explicit(&g_hot.one_gpu, count && count(&n) == 0 && n == 1 ? 1 : -1, memory_order_release);
     }
     return dev;
 }

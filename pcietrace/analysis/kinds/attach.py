@@ -328,6 +328,7 @@ def attribute(s: Session, options: shared.Options = shared.Options()) -> dict[st
         del p  # (its own figures per instance: not kept beside the instances)
         memory.release_freed()  # (the prediction's working arrays, gone before the summary's)
     tree = names.group_tree(inst).rename(columns={"group": "name"})
+    memory.release_freed()  # (the tree's walks up every instance's ancestors, gone before the summary's arrays)
     ranges_table = attribution.summarize(inst, costs, short_ns=2 * gap_ns, shared=shared_by, inner=inner)
     del inner
     if len(ranges_table):

@@ -68,8 +68,8 @@ def group_tree(instances: pd.DataFrame) -> pd.DataFrame:
     at the top), ``level`` (how deep that nests, 0 at the top; a group found inside itself, as recursion makes,
     is not its own parent), ``parent_calls`` (its instances inside one of that group's, at any depth; for a group
     at the top, those inside no other group's: the rest sit elsewhere, and its totals hold them too) and
-    ``within_parent`` (every
-    instance sits directly in one of that group's, on the same GPUs: the group's bytes lie within that group's)."""
+    ``within_parent`` (every instance sits directly in one of that group's, on the same GPUs: the group's bytes
+    lie within that group's)."""
     cols = ["domain", "group", "parent_domain", "parent_name", "level", "parent_calls", "within_parent"]
     if not len(instances):
         return pd.DataFrame(columns=cols)

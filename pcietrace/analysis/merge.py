@@ -70,18 +70,17 @@ def sum_ranges(by_node: pd.DataFrame) -> pd.DataFrame:
     rank = {s: i for i, s in enumerate(attribution.STATUSES)}
     at = by_node.assign(status_rank=by_node["status"].map(rank),
                         gpus=[[f"{n}:{int(i)}" for i in g] for n, g in zip(by_node["node"], by_node["gpus"])])
-    if "parent_calls" in at:  # (a node that placed it elsewhere counted its calls in another range: none summed)
-        parent = at.groupby(["domain", "name"], sort=False)[["parent_domain", "parent_name"]].transform("first")
-        apart = (at["parent_domain"] != parent["parent_domain"]) | (at["parent_name"] != parent["parent_name"])
-        at["parent_calls"] = at["parent_calls"].astype(float).where(~apart.groupby([at["domain"], at["name"]])
-                                                                    .transform("any"))
+    strict = [*_STRICT_SUMS, *["parent_calls"] * ("parent_calls" in at)]
+    if "parent_calls" in at:  # (nodes that placed it under different parents counted calls in different ranges)
+        parents = at[["parent_domain", "parent_name"]].groupby([at["domain"], at["name"]], sort=False)
+        at["parent_calls"] = at["parent_calls"].astype(float).where(
+            ~(parents.transform("nunique", dropna=False) > 1).any(axis=1))
     g = at.groupby(["domain", "name"], sort=False)
-    handled = {"domain", "name", "status", "gpus", "h2d_bytes_per_launch", "parent_calls", *_SUMS, *_STRICT_SUMS}
+    handled = {"domain", "name", "status", "gpus", "h2d_bytes_per_launch", *_SUMS, *strict}
     same = [c for c in attribution.SUMMARY_COLUMNS if c not in handled and c in at]  # alike on every node
     out = g.agg(**{c: (c, "sum") for c in _SUMS},
-                **{c: (c, lambda s: s.sum(min_count=len(s))) for c in _STRICT_SUMS},
+                **{c: (c, lambda s: s.sum(min_count=len(s))) for c in strict},
                 **{c: (c, "first") for c in same},
-                **{c: (c, lambda s: s.sum(min_count=len(s))) for c in ("parent_calls",) if c in at},
                 status_rank=("status_rank", "max"), nodes=("node", "nunique"),
                 gpus=("gpus", lambda s: sorted({i for g in s for i in g}))).reset_index()
     out["status"] = out.pop("status_rank").map(dict(enumerate(attribution.STATUSES)))

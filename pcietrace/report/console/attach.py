@@ -91,7 +91,7 @@ def attach_tables(meta: dict[str, Any], results: dict[str, pd.DataFrame], view: 
             marks = ([f"{r.short_calls:,} short"] if r.short_calls else []) \
                 + ([f"{r.stalls} stall{'s' * (r.stalls != 1)}"] if getattr(r, "stalls", 0) else []) \
                 + ([f"{r.unknown_calls:,} {r.status}"] if partly(r) else []) \
-                + ([f"{elsewhere(r):,} elsewhere"] if elsewhere(r) else [])
+                + ([f"{n:,} elsewhere"] if (n := elsewhere(r)) else [])
             pad = " " * INDENT * min(int(getattr(r, "indent", 0) or 0), MAX_INDENT)
             return pad + esc(shortened(r.name)) + domain_mark(r.domain, one_domain) + (
                 f"\n[yellow]({', '.join(marks)})[/]" if marks and marked else "")
